@@ -1,0 +1,51 @@
+#!/usr/bin/env node
+// Builds Corral: Node entry points (CLI, Electron main), the sandboxed preload (CommonJS) and the renderer bundle.
+import { cpSync, mkdirSync, rmSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { build } from 'esbuild';
+
+const root = join(dirname(fileURLToPath(import.meta.url)), '..');
+const out = join(root, 'dist');
+rmSync(out, { recursive: true, force: true });
+mkdirSync(join(out, 'renderer'), { recursive: true });
+
+const common = { absWorkingDir: root, bundle: true, sourcemap: true, logLevel: 'warning', target: 'node20' };
+await Promise.all([
+  build({
+    ...common,
+    entryPoints: { cli: 'src/cli.ts' },
+    outdir: out,
+    platform: 'node',
+    format: 'esm',
+    packages: 'external',
+  }),
+  build({
+    ...common,
+    entryPoints: { 'main/main': 'main/main.ts' },
+    outdir: out,
+    platform: 'node',
+    format: 'esm',
+    packages: 'external',
+    external: ['electron'],
+  }),
+  build({
+    ...common,
+    entryPoints: { 'preload/preload': 'preload/preload.ts' },
+    outdir: out,
+    outExtension: { '.js': '.cjs' },
+    platform: 'node',
+    format: 'cjs',
+    external: ['electron'],
+  }),
+  build({
+    ...common,
+    entryPoints: { 'renderer/app': 'renderer/app.ts' },
+    outdir: out,
+    platform: 'browser',
+    format: 'esm',
+    target: 'chrome120',
+    loader: { '.css': 'css' },
+  }),
+]);
+cpSync(join(root, 'renderer', 'index.html'), join(out, 'renderer', 'index.html'));

@@ -1,0 +1,34 @@
+/**
+ * The one description of "what to exec" shared by the process manager, the spawners (node child_process, the native
+ * fast spawner, node-pty) and the sandbox transform. A sandbox turns a LaunchSpec into another LaunchSpec (bwrap …).
+ */
+export interface LaunchSpec {
+  /** Absolute path of the program to exec (already resolved against the child's PATH). */
+  file: string;
+  /** The full argv the program sees, argv[0] included (argv[0] may differ from `file`: that is arg0). */
+  argv: string[];
+  /** The child's complete environment: nothing is inherited implicitly. */
+  env: Record<string, string>;
+  /** Absolute working directory. */
+  cwd: string;
+  /**
+   * Extra file descriptors the child receives at 3, 4, 5, …: each entry is an open fd of this process (or null to leave
+   * the slot closed). The launcher closes nothing: whoever opened them closes them after spawn.
+   */
+  extraFds?: (number | null)[];
+}
+
+/** Which isolation actually applies to a started process, as reported in `process/start` and to the panel. */
+export type SandboxType = 'none' | 'linuxSeccomp' | 'macosSeatbelt';
+
+/** The result of applying a sandbox (or none) to a command: what to exec, plus hooks around the spawn. */
+export interface PreparedLaunch {
+  spec: LaunchSpec;
+  sandboxType: SandboxType;
+  /** A short human summary of the effective policy for the panel (writable roots, network mode, …). */
+  summary?: Record<string, unknown>;
+  /** Called once the child has a pid (e.g. to start a forwarder in its network namespace and release it). */
+  afterSpawn?(pid: number): Promise<void>;
+  /** Called exactly once after the process has closed, or if the spawn failed. Must not throw. */
+  cleanup(): void;
+}

@@ -1,0 +1,2 @@
+// The panel. (Desktop issue.)
+export {};

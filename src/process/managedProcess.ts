@@ -1,0 +1,238 @@
+import type { Readable, Writable } from 'node:stream';
+import * as pty from 'node-pty';
+import type { OutputStream } from '../protocol/exec.js';
+import type { PreparedLaunch, SandboxType } from './launch.js';
+import { OutputBuffer, type RetainedChunk } from './outputBuffer.js';
+import { spawnPiped } from './spawner.js';
+
+/** Largest output chunk on the wire (protocol.md §5.9). */
+export const MAX_CHUNK = 8192;
+
+/** Receives a process's events in seq order. */
+export interface ProcessEventSink {
+  output(p: ManagedProcess, seq: number, stream: OutputStream, data: Buffer): void;
+  exited(p: ManagedProcess, seq: number, exitCode: number): void;
+  closed(p: ManagedProcess, seq: number): void;
+}
+
+export interface ProcessInfo {
+  processId: string;
+  sessionId: string;
+  clientName: string;
+  argv: string[];
+  cwd: string;
+  tty: boolean;
+  pipeStdin: boolean;
+  metadata?: Record<string, unknown> | null;
+}
+
+export type ProcessState = 'running' | 'exited' | 'closed';
+
+/** Decides `sandboxDenied` from the exit code and the retained stderr/pty text (sandbox.md §11.6). */
+export type DenialClassifier = (sandboxType: SandboxType, exitCode: number, output: string) => boolean;
+
+/**
+ * One started process: its child (pipes or PTY), its seq counter shared by output/exited/closed, its retained output
+ * and its state. Events go to a sink; readers can wait for the next event.
+ */
+export class ManagedProcess {
+  readonly buffer = new OutputBuffer();
+  readonly startedAt = Date.now();
+  pid = 0;
+  state: ProcessState = 'running';
+  exitCode: number | null = null;
+  exitedAt: number | null = null;
+  closedAt: number | null = null;
+  sandboxDenied = false;
+  bytesOut = 0;
+  /** seq of the last event (0 before any). */
+  lastSeq = 0;
+  exitSeq = 0;
+  closeSeq = 0;
+  private waiters: (() => void)[] = [];
+  private stdin: Writable | null = null;
+  private streams: Readable[] = [];
+  private term: pty.IPty | null = null;
+  private openStreams = 0;
+  private paused = false;
+
+  constructor(
+    readonly info: ProcessInfo,
+    readonly launch: PreparedLaunch,
+    private readonly sink: ProcessEventSink,
+    private readonly classify: DenialClassifier,
+  ) {}
+
+  get sandboxType(): SandboxType {
+    return this.launch.sandboxType;
+  }
+
+  get running(): boolean {
+    return this.state === 'running';
+  }
+
+  /** Spawns the child. Throws SpawnError (or node-pty's error) when exec fails; nothing is left running then. */
+  start(): void {
+    const spec = this.launch.spec;
+    if (this.info.tty) {
+      let file = spec.file;
+      let args = spec.argv.slice(1);
+      if (spec.argv[0] !== undefined && spec.argv[0] !== spec.file) {
+        // node-pty cannot set argv[0]: let bash's `exec -a` do it.
+        args = ['-c', 'exec -a "$0" "$@"', spec.argv[0], spec.file, ...args];
+        file = '/bin/bash';
+      }
+      const term = pty.spawn(file, args, {
+        cwd: spec.cwd,
+        env: spec.env,
+        cols: 80,
+        rows: 24,
+        encoding: null,
+      });
+      this.term = term;
+      this.pid = term.pid;
+      this.openStreams = 1;
+      term.onData((d) => this.onData('pty', d as unknown as Buffer));
+      term.onExit(({ exitCode, signal }) => {
+        this.onExit(signal ? 128 + signal : exitCode);
+        this.streamEnded();
+      });
+      return;
+    }
+    const child = spawnPiped(spec, { stdin: this.info.pipeStdin ? 'pipe' : 'null' });
+    this.pid = child.pid;
+    this.stdin = child.stdin;
+    this.stdin?.on('error', () => {});
+    this.streams = [child.stdout, child.stderr];
+    this.openStreams = 2;
+    this.attach(child.stdout, 'stdout');
+    this.attach(child.stderr, 'stderr');
+    child.onExit((code) => this.onExit(code));
+  }
+
+  private attach(stream: Readable, name: OutputStream): void {
+    stream.on('data', (d: Buffer) => this.onData(name, d));
+    stream.on('error', () => {});
+    stream.once('close', () => this.streamEnded());
+  }
+
+  private onData(stream: OutputStream, data: Buffer): void {
+    for (let off = 0; off < data.length; off += MAX_CHUNK) {
+      const piece = off === 0 && data.length <= MAX_CHUNK ? data : data.subarray(off, off + MAX_CHUNK);
+      const seq = ++this.lastSeq;
+      this.bytesOut += piece.length;
+      this.buffer.push({ seq, stream, data: piece });
+      this.sink.output(this, seq, stream, piece);
+    }
+    this.wake();
+  }
+
+  private onExit(code: number): void {
+    if (this.exitCode !== null) return;
+    this.exitCode = code;
+    this.exitedAt = Date.now();
+    this.state = 'exited';
+    this.sandboxDenied = this.classify(this.sandboxType, code, this.buffer.text(['stderr', 'pty']));
+    this.exitSeq = ++this.lastSeq;
+    this.sink.exited(this, this.exitSeq, code);
+    this.wake();
+    this.maybeClose();
+  }
+
+  private streamEnded(): void {
+    this.openStreams--;
+    this.maybeClose();
+  }
+
+  private maybeClose(): void {
+    if (this.openStreams > 0 || this.exitCode === null || this.state === 'closed') return;
+    this.state = 'closed';
+    this.closedAt = Date.now();
+    this.closeSeq = ++this.lastSeq;
+    this.stdin?.destroy();
+    this.term = null;
+    try {
+      this.launch.cleanup();
+    } catch {
+      // cleanup must not throw; never let it break the event sequence
+    }
+    this.sink.closed(this, this.closeSeq);
+    this.wake();
+  }
+
+  /** Writes to the child's stdin (PTY or pipe). */
+  write(data: Buffer): 'accepted' | 'stdinClosed' {
+    if (this.info.tty) {
+      if (this.term && this.state === 'running') this.term.write(data);
+      return 'accepted';
+    }
+    if (!this.stdin || this.stdin.destroyed || this.stdin.writableEnded) return 'stdinClosed';
+    this.stdin.write(data);
+    return 'accepted';
+  }
+
+  /** SIGKILLs the whole process group (sandboxed: the outer bwrap, whose pid namespace takes everything along). */
+  kill(signal: NodeJS.Signals = 'SIGKILL'): boolean {
+    const wasRunning = this.state === 'running';
+    if (this.exitCode === null && this.pid > 0) {
+      try {
+        process.kill(-this.pid, signal);
+      } catch {
+        try {
+          process.kill(this.pid, signal);
+        } catch {
+          // already gone
+        }
+      }
+    }
+    return wasRunning;
+  }
+
+  /** Also kills a group that outlived its leader (background grandchildren holding the pipes open). */
+  killGroup(): void {
+    if (this.pid <= 0) return;
+    try {
+      process.kill(-this.pid, 'SIGKILL');
+    } catch {
+      // no such group
+    }
+  }
+
+  /** Applies or releases backpressure on the child's output. */
+  setPaused(paused: boolean): void {
+    if (paused === this.paused) return;
+    this.paused = paused;
+    if (this.term) {
+      if (paused) this.term.pause();
+      else this.term.resume();
+    }
+    for (const s of this.streams) {
+      if (paused) s.pause();
+      else s.resume();
+    }
+  }
+
+  /** Resolves at the next event, or after `ms`. */
+  waitForEvent(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const timer = setTimeout(done, ms);
+      function done() {
+        clearTimeout(timer);
+        resolve();
+      }
+      this.waiters.push(done);
+    });
+  }
+
+  private wake(): void {
+    if (this.waiters.length === 0) return;
+    const w = this.waiters;
+    this.waiters = [];
+    for (const f of w) f();
+  }
+
+  /** Retained chunks after `afterSeq`, capped by maxBytes (at least one chunk). */
+  read(afterSeq: number, maxBytes: number | null): RetainedChunk[] {
+    return this.buffer.read(afterSeq, maxBytes);
+  }
+}

@@ -1,0 +1,121 @@
+import { z } from 'zod';
+import { AbsolutePath } from './paths.js';
+
+// ---- handshake -------------------------------------------------------------------------------------------------
+
+export const InitializeParams = z.object({
+  clientName: z.string(),
+  resumeSessionId: z.string().nullish(),
+});
+export type InitializeParams = z.infer<typeof InitializeParams>;
+
+export const InitializeResult = z.object({ sessionId: z.string() });
+export type InitializeResult = z.infer<typeof InitializeResult>;
+
+// ---- process/start ---------------------------------------------------------------------------------------------
+
+/** `envPolicy` (0.121+ servers, sent by 0.125+ clients): how the child's environment is built (protocol.md §5.10). */
+export const EnvPolicy = z.object({
+  inherit: z.enum(['all', 'core', 'none']).default('all'),
+  ignoreDefaultExcludes: z.boolean().default(false),
+  exclude: z.array(z.string()).default([]),
+  set: z.record(z.string(), z.string()).default({}),
+  includeOnly: z.array(z.string()).default([]),
+});
+export type EnvPolicy = z.infer<typeof EnvPolicy>;
+
+/**
+ * The seed's ExecParams, plus every field released clients send. `sandbox`, `managedNetwork` and `networkProxy` are
+ * validated by their own schemas (protocol/sandbox.ts, protocol/network.ts) so their errors name their own fields.
+ */
+export const ExecParams = z.object({
+  processId: z.string(),
+  argv: z.array(z.string()),
+  cwd: AbsolutePath,
+  env: z.record(z.string(), z.string()),
+  tty: z.boolean(),
+  arg0: z.string().nullish(),
+  sandbox: z.unknown().optional(),
+  managedNetwork: z.unknown().optional(),
+  networkProxy: z.unknown().optional(),
+  enforceManagedNetwork: z.boolean().nullish(),
+  envPolicy: EnvPolicy.nullish(),
+  pipeStdin: z.boolean().nullish(),
+  metadata: z.record(z.string(), z.unknown()).nullish(),
+});
+export type ExecParams = z.infer<typeof ExecParams>;
+
+export const SandboxTypeWire = z.enum(['none', 'linuxSeccomp', 'macosSeatbelt']);
+export const StartResult = z.object({ processId: z.string(), sandboxType: SandboxTypeWire });
+export type StartResult = z.infer<typeof StartResult>;
+
+// ---- process/read ----------------------------------------------------------------------------------------------
+
+const u64 = z.number().int().nonnegative();
+
+export const ReadParams = z.object({
+  processId: z.string(),
+  afterSeq: u64.nullish(),
+  maxBytes: z.number().int().nullish(),
+  waitMs: u64.nullish(),
+});
+export type ReadParams = z.infer<typeof ReadParams>;
+
+export const OutputStream = z.enum(['stdout', 'stderr', 'pty']);
+export type OutputStream = z.infer<typeof OutputStream>;
+
+export const OutputChunk = z.object({ seq: z.number(), stream: OutputStream, chunk: z.string() });
+export type OutputChunk = z.infer<typeof OutputChunk>;
+
+export const ReadResult = z.object({
+  chunks: z.array(OutputChunk),
+  nextSeq: z.number(),
+  exited: z.boolean(),
+  exitCode: z.number().nullable(),
+  closed: z.boolean(),
+  failure: z.string().nullable(),
+  sandboxDenied: z.boolean(),
+});
+export type ReadResult = z.infer<typeof ReadResult>;
+
+// ---- process/write, terminate, signal --------------------------------------------------------------------------
+
+export const WriteParams = z.object({
+  processId: z.string(),
+  chunk: z.string(),
+  writeId: z.string().nullish(),
+});
+export type WriteParams = z.infer<typeof WriteParams>;
+
+export const WriteStatus = z.enum(['accepted', 'unknownProcess', 'stdinClosed', 'starting']);
+export const WriteResult = z.object({ status: WriteStatus });
+export type WriteResult = z.infer<typeof WriteResult>;
+
+export const TerminateParams = z.object({ processId: z.string() });
+export const TerminateResult = z.object({ running: z.boolean() });
+export type TerminateResult = z.infer<typeof TerminateResult>;
+
+export const SignalParams = z.object({
+  processId: z.string(),
+  signal: z.enum(['interrupt', 'terminate', 'kill']),
+});
+export type SignalParams = z.infer<typeof SignalParams>;
+
+// ---- notifications ---------------------------------------------------------------------------------------------
+
+export const OutputNotification = z.object({
+  processId: z.string(),
+  seq: z.number(),
+  stream: OutputStream,
+  chunk: z.string(),
+});
+export const ExitedNotification = z.object({
+  processId: z.string(),
+  seq: z.number(),
+  exitCode: z.number(),
+  sandboxDenied: z.boolean(),
+});
+export const ClosedNotification = z.object({ processId: z.string(), seq: z.number() });
+export type OutputNotification = z.infer<typeof OutputNotification>;
+export type ExitedNotification = z.infer<typeof ExitedNotification>;
+export type ClosedNotification = z.infer<typeof ClosedNotification>;

@@ -1,0 +1,211 @@
+import { ErrorCode, RpcError } from '../protocol/errors.js';
+
+/** What a connection needs from its transport (a WebSocket, Electron IPC, stdio, or a test pipe). */
+export interface Transport {
+  /** Sends one JSON-RPC message. `onWritten` (optional) runs once the bytes have left this process's buffers. */
+  send(text: string, onWritten?: () => void): void;
+  /** Closes the transport (WebSocket close code semantics: 1002 protocol error, 1009 too big, 1000 normal). */
+  close(code: number, reason?: string): void;
+  /** "ip:port" of the peer, used in parse-error texts. */
+  readonly peer: string;
+}
+
+/** A handler result that completes later without holding up the connection's request queue (long-poll reads). */
+export class Deferred<T = unknown> {
+  constructor(readonly promise: Promise<T>) {}
+}
+
+export type RequestId = number | string;
+
+/** What a dispatcher answers for one request: a value, a promise (serialised), or a Deferred (not serialised). */
+export type HandlerOutcome = unknown;
+
+/** The method table side of a connection: knows methods and lifecycle, not transports. */
+export interface Dispatcher {
+  /** Handles a request. Throw RpcError for JSON-RPC errors. */
+  request(method: string, params: unknown, conn: RpcConnection): HandlerOutcome;
+  /** Handles a notification from the client; return false to close the connection as a protocol violation. */
+  notification(method: string, params: unknown, conn: RpcConnection): boolean;
+  /** The connection is gone (transport closed). */
+  closed(conn: RpcConnection): void;
+}
+
+interface QueuedRequest {
+  id: RequestId;
+  method: string;
+  params: unknown;
+}
+
+/**
+ * One JSON-RPC connection in Codex's dialect: no "jsonrpc" member required or sent, `{id,result}` / `{error,id}`
+ * member order, parse errors answered with id -1 and the connection kept, client responses and unknown notifications
+ * closing it with 1002. Requests run one at a time in arrival order; a handler may return a Deferred to answer later
+ * without blocking the requests behind it.
+ */
+export class RpcConnection {
+  private readonly queue: QueuedRequest[] = [];
+  private busy = false;
+  private closedFlag = false;
+  /** Free slot for the dispatcher's per-connection state. */
+  state: unknown = undefined;
+
+  constructor(
+    readonly transport: Transport,
+    private readonly dispatcher: Dispatcher,
+    private readonly parsePrefix = 'failed to parse websocket JSON-RPC message from exec-server websocket',
+  ) {}
+
+  get closed(): boolean {
+    return this.closedFlag;
+  }
+
+  /** Feeds one inbound message (the text of one WebSocket message). */
+  receive(text: string): void {
+    if (this.closedFlag) return;
+    let msg: unknown;
+    try {
+      msg = JSON.parse(text);
+    } catch (e) {
+      this.parseError((e as Error).message);
+      return;
+    }
+    if (msg === null || typeof msg !== 'object' || Array.isArray(msg)) {
+      this.parseError(
+        `invalid type: ${Array.isArray(msg) ? 'sequence' : typeof msg}, expected a JSON-RPC message`,
+      );
+      return;
+    }
+    const m = msg as Record<string, unknown>;
+    const hasId = typeof m.id === 'number' || typeof m.id === 'string';
+    if (typeof m.method === 'string') {
+      if (hasId) this.enqueue({ id: m.id as RequestId, method: m.method, params: m.params ?? null });
+      else if (!this.dispatcher.notification(m.method, m.params ?? null, this)) this.violation();
+      return;
+    }
+    if (hasId && ('result' in m || 'error' in m)) {
+      // The server never sends requests, so a response from the client is a protocol violation.
+      this.violation();
+      return;
+    }
+    this.parseError('data did not match any variant of untagged enum JSONRPCMessage');
+  }
+
+  /** Sends a notification. */
+  notify(method: string, params: unknown, onWritten?: () => void): void {
+    this.sendRaw(`{"method":${JSON.stringify(method)},"params":${JSON.stringify(params)}}`, onWritten);
+  }
+
+  /** Sends a pre-serialised message (hot paths build their own JSON). */
+  sendRaw(text: string, onWritten?: () => void): void {
+    if (this.closedFlag) return;
+    this.transport.send(text, onWritten);
+  }
+
+  /** Closes the connection (transport close code). */
+  close(code = 1000, reason?: string): void {
+    if (this.closedFlag) return;
+    this.transport.close(code, reason);
+    this.transportClosed();
+  }
+
+  /** The transport reports it has closed. Idempotent. */
+  transportClosed(): void {
+    if (this.closedFlag) return;
+    this.closedFlag = true;
+    this.queue.length = 0;
+    this.dispatcher.closed(this);
+  }
+
+  private violation(): void {
+    this.close(1002, 'protocol violation');
+  }
+
+  private parseError(detail: string): void {
+    this.sendError(
+      -1,
+      new RpcError(ErrorCode.InvalidRequest, `${this.parsePrefix} ${this.transport.peer}: ${detail}`),
+    );
+  }
+
+  private enqueue(req: QueuedRequest): void {
+    if (this.busy) {
+      this.queue.push(req);
+      return;
+    }
+    this.run(req);
+  }
+
+  private run(req: QueuedRequest): void {
+    let outcome: unknown;
+    try {
+      outcome = this.dispatcher.request(req.method, req.params, this);
+    } catch (e) {
+      this.sendError(req.id, e);
+      this.next();
+      return;
+    }
+    if (outcome instanceof Deferred) {
+      outcome.promise.then(
+        (v) => this.sendResult(req.id, v),
+        (e) => this.sendError(req.id, e),
+      );
+      this.next();
+    } else if (outcome instanceof Promise) {
+      this.busy = true;
+      outcome
+        .then(
+          (v) => (v instanceof Deferred ? this.settleLater(req.id, v) : this.sendResult(req.id, v)),
+          (e) => this.sendError(req.id, e),
+        )
+        .finally(() => {
+          this.busy = false;
+          this.next();
+        });
+    } else {
+      this.sendResult(req.id, outcome);
+      this.next();
+    }
+  }
+
+  private settleLater(id: RequestId, d: Deferred): void {
+    d.promise.then(
+      (v) => this.sendResult(id, v),
+      (e) => this.sendError(id, e),
+    );
+  }
+
+  private next(): void {
+    while (!this.busy && !this.closedFlag) {
+      const req = this.queue.shift();
+      if (!req) return;
+      this.run(req);
+    }
+  }
+
+  private sendResult(id: RequestId, result: unknown): void {
+    if (result instanceof ResultWithCallback) {
+      this.sendRaw(`{"id":${JSON.stringify(id)},"result":${JSON.stringify(result.value)}}`);
+      result.afterSend();
+      return;
+    }
+    this.sendRaw(`{"id":${JSON.stringify(id)},"result":${JSON.stringify(result ?? {})}}`);
+  }
+
+  private sendError(id: RequestId, e: unknown): void {
+    const err =
+      e instanceof RpcError
+        ? e
+        : new RpcError(ErrorCode.InternalError, e instanceof Error ? e.message : String(e));
+    this.sendRaw(
+      `{"error":{"code":${err.code},"message":${JSON.stringify(err.message)}},"id":${JSON.stringify(id)}}`,
+    );
+  }
+}
+
+/** A result whose sender must run a callback right after the response is queued (e.g. release held notifications). */
+export class ResultWithCallback<T = unknown> {
+  constructor(
+    readonly value: T,
+    readonly afterSend: () => void,
+  ) {}
+}

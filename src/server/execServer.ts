@@ -1,0 +1,386 @@
+import { randomUUID } from 'node:crypto';
+import { buildChildEnv, sanitizedServerEnv } from '../process/env.js';
+import type { LaunchSpec, PreparedLaunch } from '../process/launch.js';
+import { type DenialClassifier, ManagedProcess } from '../process/managedProcess.js';
+import { checkCwd, LaunchCheckError, resolveProgram } from '../process/resolveProgram.js';
+import { SpawnError } from '../process/spawner.js';
+import { internalError, invalidParams, invalidRequest, methodNotFound } from '../protocol/errors.js';
+import {
+  ExecParams,
+  InitializeParams,
+  ReadParams,
+  type ReadResult,
+  SignalParams,
+  type StartResult,
+  TerminateParams,
+  WriteParams,
+} from '../protocol/exec.js';
+import {
+  Deferred,
+  type Dispatcher,
+  ResultWithCallback,
+  RpcConnection,
+  type Transport,
+} from '../rpc/connection.js';
+import { decodeBase64Strict } from './base64.js';
+import { ServerEvents } from './events.js';
+import { createFsMethods, type FsGuard, refuseSandboxedFs } from './fsHandlers.js';
+import { parseParams } from './params.js';
+import { Session } from './session.js';
+
+export interface Logger {
+  info(...args: unknown[]): void;
+  warn(...args: unknown[]): void;
+  error(...args: unknown[]): void;
+  debug(...args: unknown[]): void;
+}
+
+export const silentLogger: Logger = { info() {}, warn() {}, error() {}, debug() {} };
+
+/** What process/start asks of the sandbox and proxy layers: turn a plain launch into the one that runs. */
+export interface LaunchPreparer {
+  prepare(
+    params: ExecParams,
+    spec: LaunchSpec,
+    ctx: { sessionId: string },
+  ): PreparedLaunch | Promise<PreparedLaunch>;
+  classify: DenialClassifier;
+}
+
+/** Until a sandbox/proxy engine is wired in: run `sandbox` none/absent only and refuse anything else, never weaker. */
+export const unsandboxedOnly: LaunchPreparer = {
+  prepare(params, spec) {
+    const sb = params.sandbox as { sandbox?: unknown } | null | undefined;
+    const wantsSandbox =
+      sb !== undefined && sb !== null && !(typeof sb === 'object' && sb.sandbox === 'none');
+    if (wantsSandbox) throw internalError('sandboxed launches are not supported by this exec-server build');
+    if (params.managedNetwork !== undefined && params.managedNetwork !== null) {
+      throw internalError('managedNetwork is not supported by this exec-server build');
+    }
+    return { spec, sandboxType: 'none', cleanup() {} };
+  },
+  classify: () => false,
+};
+
+export interface ExecServerOptions {
+  /** How long a detached session survives for `initialize {resumeSessionId}` (ms). 0 kills at once. */
+  resumeGraceMs?: number;
+  /** Live (not yet closed) processes allowed per session. */
+  maxProcessesPerSession?: number;
+  log?: Logger;
+  preparer?: LaunchPreparer;
+  /** The environment `envPolicy` inherits from (already sanitised). Defaults to this process's, sanitised. */
+  baseEnv?: Record<string, string>;
+  /** Enforces the sandbox context that fs/* requests may carry. */
+  fsGuard?: FsGuard;
+}
+
+type Phase = 'new' | 'initializing' | 'ready';
+
+interface ConnState {
+  phase: Phase;
+  session: Session | null;
+  clientName: string;
+}
+
+type MethodKind = 'exec' | 'fs' | 'handshake';
+interface Method {
+  kind: MethodKind;
+  handle(params: unknown, conn: RpcConnection, state: ConnState): unknown;
+}
+
+/**
+ * The exec server: sessions, processes and the method table of protocol.md, independent of any transport.
+ * `connect(transport)` makes one client connection (WebSocket, Electron IPC, stdio, tests).
+ */
+export class ExecServer implements Dispatcher {
+  readonly events = new ServerEvents();
+  readonly sessions = new Map<string, Session>();
+  readonly log: Logger;
+  private readonly resumeGraceMs: number;
+  private readonly maxProcesses: number;
+  preparer: LaunchPreparer;
+  private readonly baseEnv: Record<string, string>;
+  private readonly methods = new Map<string, Method>();
+  private shuttingDown = false;
+  private readonly fsGuard: FsGuard;
+
+  constructor(opts: ExecServerOptions = {}) {
+    this.resumeGraceMs = opts.resumeGraceMs ?? 10_000;
+    this.maxProcesses = opts.maxProcessesPerSession ?? 1024;
+    this.log = opts.log ?? silentLogger;
+    this.preparer = opts.preparer ?? unsandboxedOnly;
+    this.baseEnv = opts.baseEnv ?? sanitizedServerEnv();
+    this.fsGuard = opts.fsGuard ?? refuseSandboxedFs;
+    this.registerMethods();
+  }
+
+  connect(transport: Transport): RpcConnection {
+    const conn = new RpcConnection(transport, this);
+    conn.state = { phase: 'new', session: null, clientName: '' } satisfies ConnState;
+    return conn;
+  }
+
+  /** Registers (or replaces) a method. Used by the panel's monitor/policy methods. */
+  registerMethod(name: string, kind: MethodKind, handle: Method['handle']): void {
+    this.methods.set(name, { kind, handle });
+  }
+
+  // ---- Dispatcher ------------------------------------------------------------------------------------------------
+
+  request(method: string, params: unknown, conn: RpcConnection): unknown {
+    const m = this.methods.get(method);
+    if (!m) throw methodNotFound(method);
+    const state = conn.state as ConnState;
+    if (m.kind !== 'handshake' && state.phase !== 'ready') {
+      const what = m.kind === 'fs' ? 'filesystem' : 'exec';
+      throw invalidRequest(
+        state.phase === 'new'
+          ? `client must call initialize before using ${what} methods`
+          : `client must send initialized before using ${what} methods`,
+      );
+    }
+    return m.handle(params, conn, state);
+  }
+
+  notification(method: string, _params: unknown, conn: RpcConnection): boolean {
+    const state = conn.state as ConnState;
+    if (method !== 'initialized' || state.phase === 'new') return false;
+    state.phase = 'ready';
+    return true;
+  }
+
+  closed(conn: RpcConnection): void {
+    const state = conn.state as ConnState;
+    const session = state.session;
+    if (!session || session.conn !== conn) return;
+    session.detach();
+    this.events.emitSession('detached', session);
+    if (this.resumeGraceMs <= 0 || this.shuttingDown) {
+      this.expire(session);
+      return;
+    }
+    session.graceTimer = setTimeout(() => this.expire(session), this.resumeGraceMs);
+    session.graceTimer.unref?.();
+  }
+
+  private expire(session: Session): void {
+    if (session.conn) return;
+    session.killAll();
+    this.sessions.delete(session.id);
+    this.events.emitSession('expired', session);
+  }
+
+  /** Kills every process of every session (app quit, SIGTERM, SIGINT). */
+  shutdown(): void {
+    this.shuttingDown = true;
+    for (const s of this.sessions.values()) {
+      if (s.graceTimer) clearTimeout(s.graceTimer);
+      s.killAll();
+    }
+  }
+
+  /** Every process of every session, for observers. */
+  *allProcesses(): Generator<ManagedProcess> {
+    for (const s of this.sessions.values()) yield* s.processes;
+  }
+
+  // ---- methods ---------------------------------------------------------------------------------------------------
+
+  private registerMethods(): void {
+    this.registerMethod('initialize', 'handshake', (p, conn, st) => this.initialize(p, conn, st));
+    this.registerMethod('process/start', 'exec', (p, _c, st) => this.start(p, st.session!));
+    this.registerMethod('process/read', 'exec', (p, _c, st) => this.read(p, st.session!));
+    this.registerMethod('process/write', 'exec', (p, _c, st) => this.write(p, st.session!));
+    this.registerMethod('process/terminate', 'exec', (p, _c, st) => this.terminate(p, st.session!));
+    this.registerMethod('process/signal', 'exec', (p, _c, st) => this.signal(p, st.session!));
+    for (const [name, handle] of Object.entries(createFsMethods(this.fsGuard))) {
+      this.registerMethod(name, 'fs', (p) => handle(p));
+    }
+  }
+
+  private initialize(params: unknown, conn: RpcConnection, state: ConnState): unknown {
+    if (state.phase !== 'new') throw invalidRequest('initialize may only be sent once per connection');
+    const p = parseParams(InitializeParams, params, 'InitializeParams');
+    let session: Session;
+    if (p.resumeSessionId) {
+      const existing = this.sessions.get(p.resumeSessionId);
+      if (!existing) throw invalidRequest(`unknown session id ${p.resumeSessionId}`);
+      if (existing.conn)
+        throw invalidRequest(`session ${p.resumeSessionId} is already attached to another connection`);
+      session = existing;
+    } else {
+      session = new Session(randomUUID(), p.clientName, this.events);
+      this.sessions.set(session.id, session);
+      this.events.emitSession('created', session);
+    }
+    session.attach(conn);
+    state.session = session;
+    state.clientName = p.clientName;
+    state.phase = 'initializing';
+    this.events.emitSession('attached', session);
+    return new ResultWithCallback({ sessionId: session.id }, () => session.replayAll());
+  }
+
+  private start(params: unknown, session: Session): unknown {
+    const p = parseParams(ExecParams, params, 'ExecParams');
+    if (p.argv.length === 0) throw invalidParams('argv must not be empty');
+    if (session.has(p.processId)) throw invalidRequest(`process ${p.processId} already exists`);
+    if (session.liveProcessCount() >= this.maxProcesses) {
+      throw invalidRequest(`too many live processes in this session (limit ${this.maxProcesses})`);
+    }
+    const program = p.argv[0]!;
+    if (program === '') throw internalError(`missing program for ${p.tty ? 'pty' : 'pipe'} spawn`);
+    const { env } = buildChildEnv(p.env, p.envPolicy, this.baseEnv);
+    let file: string;
+    try {
+      checkCwd(p.cwd);
+      file = resolveProgram(program, p.cwd, env);
+    } catch (e) {
+      if (e instanceof LaunchCheckError) throw internalError(e.message);
+      throw e;
+    }
+    const spec: LaunchSpec = { file, argv: [p.arg0 ?? program, ...p.argv.slice(1)], env, cwd: p.cwd };
+    session.reserve(p.processId);
+    let prepared: PreparedLaunch | Promise<PreparedLaunch>;
+    try {
+      prepared = this.preparer.prepare(p, spec, { sessionId: session.id });
+    } catch (e) {
+      session.unreserve(p.processId);
+      throw e;
+    }
+    if (prepared instanceof Promise) {
+      return prepared.then(
+        (launch) => this.spawn(p, session, launch),
+        (e) => {
+          session.unreserve(p.processId);
+          throw e;
+        },
+      );
+    }
+    return this.spawn(p, session, prepared);
+  }
+
+  private async spawnAsync(proc: ManagedProcess, afterSpawn: (pid: number) => Promise<void>): Promise<void> {
+    try {
+      await afterSpawn(proc.pid);
+    } catch (e) {
+      this.log.error(
+        `process ${proc.info.processId}: post-spawn setup failed, killing it: ${(e as Error).message}`,
+      );
+      proc.kill('SIGKILL');
+      throw e;
+    }
+  }
+
+  private spawn(p: ExecParams, session: Session, launch: PreparedLaunch): unknown {
+    if (session.conn === null && this.shuttingDown) {
+      session.unreserve(p.processId);
+      launch.cleanup();
+      throw internalError('server is shutting down');
+    }
+    const proc = new ManagedProcess(
+      {
+        processId: p.processId,
+        sessionId: session.id,
+        clientName: session.clientName,
+        argv: p.argv,
+        cwd: p.cwd,
+        tty: p.tty,
+        pipeStdin: p.pipeStdin ?? false,
+        metadata: p.metadata ?? null,
+      },
+      launch,
+      session,
+      this.preparer.classify,
+    );
+    try {
+      proc.start();
+    } catch (e) {
+      session.unreserve(p.processId);
+      launch.cleanup();
+      if (e instanceof SpawnError) throw internalError(e.osMessage);
+      throw internalError(e instanceof Error ? e.message : String(e));
+    }
+    session.add(proc);
+    this.events.emitProcess('started', proc);
+    const result: StartResult = { processId: p.processId, sandboxType: launch.sandboxType };
+    const respond = () => new ResultWithCallback(result, () => session.release(proc));
+    if (launch.afterSpawn) {
+      return this.spawnAsync(proc, launch.afterSpawn.bind(launch)).then(respond, (e) => {
+        throw internalError(`sandbox setup failed: ${(e as Error).message}`);
+      });
+    }
+    return respond();
+  }
+
+  private lookup(session: Session, processId: string): ManagedProcess {
+    const proc = session.get(processId);
+    if (!proc) throw invalidRequest(`unknown process id ${processId}`);
+    return proc;
+  }
+
+  private read(params: unknown, session: Session): unknown {
+    const p = parseParams(ReadParams, params, 'ReadParams');
+    const proc = this.lookup(session, p.processId);
+    const afterSeq = p.afterSeq ?? 0;
+    const maxBytes = p.maxBytes ?? null;
+    const result = readResult(proc, afterSeq, maxBytes);
+    const waitMs = p.waitMs ?? 0;
+    if (result.chunks.length > 0 || result.closed || waitMs <= 0) return result;
+    // Park without blocking the connection's later requests (Codex serialises them; we must not).
+    const seqBefore = proc.lastSeq;
+    return new Deferred(
+      (async () => {
+        const deadline = Date.now() + waitMs;
+        while (proc.lastSeq === seqBefore && proc.state !== 'closed') {
+          const left = deadline - Date.now();
+          if (left <= 0) break;
+          await proc.waitForEvent(left);
+        }
+        return readResult(proc, afterSeq, maxBytes);
+      })(),
+    );
+  }
+
+  private write(params: unknown, session: Session): unknown {
+    const p = parseParams(WriteParams, params, 'WriteParams');
+    const data = decodeBase64Strict(p.chunk);
+    const proc = session.get(p.processId);
+    if (!proc) return { status: 'unknownProcess' };
+    return { status: proc.write(data) };
+  }
+
+  private terminate(params: unknown, session: Session): unknown {
+    const p = parseParams(TerminateParams, params, 'TerminateParams');
+    const proc = session.get(p.processId);
+    if (!proc) return { running: false };
+    const running = proc.kill('SIGKILL');
+    if (proc.state !== 'closed') proc.killGroup();
+    return { running };
+  }
+
+  private signal(params: unknown, session: Session): unknown {
+    const p = parseParams(SignalParams, params, 'SignalParams');
+    const proc = session.get(p.processId);
+    if (proc && proc.exitCode === null) {
+      const sig = p.signal === 'interrupt' ? 'SIGINT' : p.signal === 'terminate' ? 'SIGTERM' : 'SIGKILL';
+      proc.kill(sig);
+    }
+    return {};
+  }
+}
+
+function readResult(proc: ManagedProcess, afterSeq: number, maxBytes: number | null): ReadResult {
+  const chunks = proc.read(afterSeq, maxBytes);
+  const last = chunks[chunks.length - 1];
+  return {
+    chunks: chunks.map((c) => ({ seq: c.seq, stream: c.stream, chunk: c.data.toString('base64') })),
+    nextSeq: last ? last.seq + 1 : proc.lastSeq + 1,
+    exited: proc.exitCode !== null,
+    exitCode: proc.exitCode,
+    closed: proc.state === 'closed',
+    failure: null,
+    sandboxDenied: proc.sandboxDenied,
+  };
+}

@@ -1,0 +1,210 @@
+import type { ManagedProcess, ProcessEventSink } from '../process/managedProcess.js';
+import type { OutputStream } from '../protocol/exec.js';
+import type { RpcConnection } from '../rpc/connection.js';
+import type { ServerEvents } from './events.js';
+
+/** Above this many bytes queued on the transport, the session pauses its children's output (protocol.md §5.9). */
+export const HIGH_WATER_BYTES = 8 * 1024 * 1024;
+const LOW_WATER_BYTES = 2 * 1024 * 1024;
+
+interface Entry {
+  proc: ManagedProcess;
+  /** Notifications wait until the process/start response has been sent. */
+  held: boolean;
+  /** seq of the last event delivered to an attached connection. */
+  deliveredSeq: number;
+  /** Pre-built `{"method":"process/output","params":{"processId":…,"seq":` prefix. */
+  outputPrefix: string;
+}
+
+/**
+ * A client session: owns its processes (unique ids for the session's lifetime), routes their events to the attached
+ * connection in seq order, holds them while detached and replays them on resume, and applies socket backpressure.
+ */
+export class Session implements ProcessEventSink {
+  private readonly entries = new Map<string, Entry>();
+  /** ids being started (async sandbox/proxy setup): taken, but not yet processes. */
+  private readonly reserved = new Set<string>();
+  conn: RpcConnection | null = null;
+  detachedAt: number | null = null;
+  graceTimer: NodeJS.Timeout | null = null;
+  private queuedBytes = 0;
+  private backpressured = false;
+  private readonly onWrittenFns = new Map<number, () => void>();
+
+  constructor(
+    readonly id: string,
+    readonly clientName: string,
+    private readonly events: ServerEvents,
+  ) {}
+
+  get processes(): IterableIterator<ManagedProcess> {
+    return Array.from(this.entries.values(), (e) => e.proc)[Symbol.iterator]();
+  }
+
+  get processCount(): number {
+    return this.entries.size;
+  }
+
+  liveProcessCount(): number {
+    let n = 0;
+    for (const e of this.entries.values()) if (e.proc.state !== 'closed') n++;
+    return n + this.reserved.size;
+  }
+
+  has(processId: string): boolean {
+    return this.entries.has(processId) || this.reserved.has(processId);
+  }
+
+  get(processId: string): ManagedProcess | undefined {
+    return this.entries.get(processId)?.proc;
+  }
+
+  reserve(processId: string): void {
+    this.reserved.add(processId);
+  }
+
+  unreserve(processId: string): void {
+    this.reserved.delete(processId);
+  }
+
+  /** Registers a started process; its notifications are held until `release`. */
+  add(proc: ManagedProcess): void {
+    const id = proc.info.processId;
+    this.reserved.delete(id);
+    this.entries.set(id, {
+      proc,
+      held: true,
+      deliveredSeq: 0,
+      outputPrefix: `{"method":"process/output","params":{"processId":${JSON.stringify(id)},"seq":`,
+    });
+    if (this.backpressured) proc.setPaused(true);
+  }
+
+  /** The start response is on the wire: deliver what the process produced meanwhile, then go live. */
+  release(proc: ManagedProcess): void {
+    const e = this.entries.get(proc.info.processId);
+    if (!e) return;
+    e.held = false;
+    if (this.conn) this.replay(e);
+  }
+
+  attach(conn: RpcConnection): void {
+    this.conn = conn;
+    this.detachedAt = null;
+    if (this.graceTimer) clearTimeout(this.graceTimer);
+    this.graceTimer = null;
+    this.queuedBytes = 0;
+    this.onWrittenFns.clear();
+    this.setBackpressure(false);
+  }
+
+  /** Re-sends, in seq order, every retained event produced while detached (ours: Codex loses them). */
+  replayAll(): void {
+    for (const e of this.entries.values()) if (!e.held) this.replay(e);
+  }
+
+  detach(): void {
+    this.conn = null;
+    this.detachedAt = Date.now();
+    this.setBackpressure(false);
+  }
+
+  /** Kills every process of the session (process group; sandboxed: the bwrap pid namespace). */
+  killAll(): void {
+    for (const e of this.entries.values()) {
+      e.proc.kill('SIGKILL');
+      e.proc.killGroup();
+    }
+  }
+
+  // ---- ProcessEventSink ----------------------------------------------------------------------------------------
+
+  output(p: ManagedProcess, seq: number, stream: OutputStream, data: Buffer): void {
+    if (this.events.hasOutputListeners()) this.events.emitOutput(p, seq, stream, data);
+    const e = this.entries.get(p.info.processId);
+    if (!e || e.held || !this.conn) return;
+    this.sendOutput(e, seq, stream, data);
+  }
+
+  exited(p: ManagedProcess, seq: number, exitCode: number): void {
+    this.events.emitProcess('exited', p);
+    const e = this.entries.get(p.info.processId);
+    if (!e || e.held || !this.conn) return;
+    this.sendExited(e, seq, exitCode);
+  }
+
+  closed(p: ManagedProcess, seq: number): void {
+    this.events.emitProcess('closed', p);
+    const e = this.entries.get(p.info.processId);
+    if (!e || e.held || !this.conn) return;
+    this.sendClosed(e, seq);
+  }
+
+  // ---- delivery ------------------------------------------------------------------------------------------------
+
+  private replay(e: Entry): void {
+    const p = e.proc;
+    const chunks = p.buffer.since(e.deliveredSeq);
+    let i = 0;
+    for (let seq = e.deliveredSeq + 1; seq <= p.lastSeq; seq++) {
+      if (seq === p.exitSeq) this.sendExited(e, seq, p.exitCode ?? -1);
+      else if (seq === p.closeSeq) this.sendClosed(e, seq);
+      else {
+        while (i < chunks.length && chunks[i]!.seq < seq) i++;
+        const c = chunks[i];
+        if (c && c.seq === seq) this.sendOutput(e, c.seq, c.stream, c.data);
+        // chunks older than the retention window are gone: skip them
+      }
+    }
+    e.deliveredSeq = p.lastSeq;
+  }
+
+  private sendOutput(e: Entry, seq: number, stream: OutputStream, data: Buffer): void {
+    const text = `${e.outputPrefix}${seq},"stream":"${stream}","chunk":"${data.toString('base64')}"}}`;
+    e.deliveredSeq = seq;
+    this.send(text);
+  }
+
+  private sendExited(e: Entry, seq: number, exitCode: number): void {
+    e.deliveredSeq = seq;
+    this.conn!.notify('process/exited', {
+      processId: e.proc.info.processId,
+      seq,
+      exitCode,
+      sandboxDenied: e.proc.sandboxDenied,
+    });
+  }
+
+  private sendClosed(e: Entry, seq: number): void {
+    e.deliveredSeq = seq;
+    this.conn!.notify('process/closed', { processId: e.proc.info.processId, seq });
+  }
+
+  private send(text: string): void {
+    const len = text.length;
+    this.queuedBytes += len;
+    this.conn!.sendRaw(text, this.writtenFn(len));
+    if (!this.backpressured && this.queuedBytes > HIGH_WATER_BYTES) this.setBackpressure(true);
+  }
+
+  private writtenFn(len: number): () => void {
+    let fn = this.onWrittenFns.get(len);
+    if (!fn) {
+      const conn = this.conn;
+      fn = () => {
+        if (this.conn !== conn) return;
+        this.queuedBytes -= len;
+        if (this.backpressured && this.queuedBytes < LOW_WATER_BYTES) this.setBackpressure(false);
+      };
+      if (this.onWrittenFns.size < 64) this.onWrittenFns.set(len, fn);
+    }
+    return fn;
+  }
+
+  private setBackpressure(on: boolean): void {
+    if (on === this.backpressured) return;
+    this.backpressured = on;
+    for (const e of this.entries.values()) e.proc.setPaused(on);
+  }
+}

@@ -1,0 +1,128 @@
+import { timingSafeEqual } from 'node:crypto';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { type WebSocket, WebSocketServer } from 'ws';
+import type { RpcConnection, Transport } from '../rpc/connection.js';
+import type { ExecServer } from './execServer.js';
+
+/** Largest inbound WebSocket message (protocol.md §2.2); larger ones close the connection with 1009. */
+export const MAX_MESSAGE_BYTES = 16 * 1024 * 1024;
+
+export interface ListenOptions {
+  host?: string;
+  port?: number;
+  /** Capability token: required as `Authorization: Bearer <token>` or `?token=` when set. */
+  token?: string;
+  /** Browser origins allowed to open the WebSocket. Any other `Origin` header → 403. */
+  allowedOrigins?: string[];
+  /** Extra HTTP routes (the panel). Return true when handled. */
+  httpHandler?: (req: IncomingMessage, res: ServerResponse, url: URL) => boolean;
+  /** Called for each accepted connection, e.g. to mark privileged (token-holding) clients. */
+  onConnection?: (conn: RpcConnection, info: { privileged: boolean; origin: string | null }) => void;
+}
+
+export interface Listener {
+  readonly url: string;
+  readonly port: number;
+  readonly http: Server;
+  close(): Promise<void>;
+}
+
+function tokenMatches(expected: string, given: string | null): boolean {
+  if (given === null) return false;
+  const a = Buffer.from(expected);
+  const b = Buffer.from(given);
+  return a.length === b.length && timingSafeEqual(a, b);
+}
+
+function presentedToken(req: IncomingMessage, url: URL): string | null {
+  const auth = req.headers.authorization;
+  if (auth?.startsWith('Bearer ')) return auth.slice(7).trim();
+  return url.searchParams.get('token');
+}
+
+/** Wraps a `ws` WebSocket as an RPC transport. */
+export function webSocketTransport(ws: WebSocket, peer: string): Transport {
+  return {
+    peer,
+    send(text, onWritten) {
+      if (ws.readyState !== ws.OPEN) return;
+      if (onWritten) ws.send(text, onWritten);
+      else ws.send(text);
+    },
+    close(code, reason) {
+      if (ws.readyState === ws.OPEN || ws.readyState === ws.CONNECTING) ws.close(code, reason);
+    },
+  };
+}
+
+/**
+ * Serves the exec server over WebSocket (protocol.md §2): upgrade on `/` only, `GET /readyz` → 200, plain `GET /` →
+ * 400, other paths → 404; no compression; 16 MiB messages; browser origins refused unless allow-listed; optional token.
+ */
+export async function listenWebSocket(server: ExecServer, opts: ListenOptions = {}): Promise<Listener> {
+  const host = opts.host ?? '127.0.0.1';
+  const allowed = new Set(opts.allowedOrigins ?? []);
+  const wss = new WebSocketServer({
+    noServer: true,
+    perMessageDeflate: false,
+    maxPayload: MAX_MESSAGE_BYTES,
+  });
+  const http = createServer((req, res) => {
+    const url = new URL(req.url ?? '/', 'http://localhost');
+    if (req.method === 'GET' && url.pathname === '/readyz') {
+      res.writeHead(200, { 'content-type': 'text/plain' }).end('ok');
+      return;
+    }
+    if (opts.httpHandler?.(req, res, url)) return;
+    if (url.pathname === '/') {
+      res.writeHead(400, { 'content-type': 'text/plain' }).end('expected a WebSocket upgrade');
+      return;
+    }
+    res.writeHead(404, { 'content-type': 'text/plain' }).end('not found');
+  });
+
+  http.on('upgrade', (req, socket, head) => {
+    const url = new URL(req.url ?? '/', 'http://localhost');
+    const reject = (status: number, text: string) => {
+      socket.end(`HTTP/1.1 ${status} ${text}\r\nconnection: close\r\ncontent-length: 0\r\n\r\n`);
+    };
+    if (url.pathname !== '/') return reject(404, 'Not Found');
+    const origin = req.headers.origin ?? null;
+    if (origin !== null && !allowed.has(origin)) return reject(403, 'Forbidden');
+    const hasToken = opts.token !== undefined && tokenMatches(opts.token, presentedToken(req, url));
+    if (opts.token !== undefined && !hasToken) return reject(401, 'Unauthorized');
+    wss.handleUpgrade(req, socket, head, (ws) => {
+      const peer = `${req.socket.remoteAddress ?? '?'}:${req.socket.remotePort ?? 0}`;
+      const conn = server.connect(webSocketTransport(ws, peer));
+      ws.on('message', (data, isBinary) => {
+        conn.receive(isBinary || typeof data !== 'string' ? data.toString() : data);
+      });
+      ws.on('close', () => conn.transportClosed());
+      ws.on('error', () => conn.transportClosed());
+      opts.onConnection?.(conn, { privileged: hasToken, origin });
+    });
+  });
+
+  await new Promise<void>((resolve, reject) => {
+    http.once('error', reject);
+    http.listen(opts.port ?? 0, host, () => {
+      http.off('error', reject);
+      resolve();
+    });
+  });
+  const port = (http.address() as AddressInfo).port;
+  const hostForUrl = host.includes(':') ? `[${host}]` : host;
+  return {
+    url: `ws://${hostForUrl}:${port}`,
+    port,
+    http,
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const ws of wss.clients) ws.terminate();
+        wss.close();
+        http.close(() => resolve());
+        http.closeAllConnections();
+      }),
+  };
+}

@@ -95,6 +95,7 @@ export async function listenWebSocket(server: ExecServer, opts: ListenOptions = 
     wss.handleUpgrade(req, socket, head, (ws) => {
       const peer = `${req.socket.remoteAddress ?? '?'}:${req.socket.remotePort ?? 0}`;
       const conn = server.connect(webSocketTransport(ws, peer));
+      conn.privileged = hasToken;
       ws.on('message', (data, isBinary) => {
         conn.receive(isBinary || typeof data !== 'string' ? data.toString() : data);
       });

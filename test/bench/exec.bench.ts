@@ -1,0 +1,187 @@
+/**
+ * Exec-server benchmarks (issue 2): start→closed latency for `true`, 64 MiB of stdout through notifications, and 64
+ * concurrent short processes. One client, the same for Corral and (when installed in .cache/codex) the reference
+ * `codex exec-server` 0.120.0, each server in its own process, on loopback.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { existsSync, mkdirSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import WebSocket from 'ws';
+import type { BenchRow } from './types.js';
+
+const root = join(import.meta.dirname, '..', '..');
+
+interface Server {
+  url: string;
+  proc: ChildProcess;
+}
+
+async function startServer(cmd: string, args: string[], env: NodeJS.ProcessEnv = process.env): Promise<Server> {
+  const proc = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'ignore'], env });
+  const rl = createInterface({ input: proc.stdout! });
+  const url = await new Promise<string>((resolve, reject) => {
+    rl.once('line', (l) => resolve(l.trim()));
+    proc.once('exit', (c) => reject(new Error(`${cmd} exited ${c}`)));
+  });
+  return { url, proc };
+}
+
+function stopServer(s: Server): Promise<void> {
+  return new Promise((resolve) => {
+    s.proc.once('exit', () => resolve());
+    s.proc.kill('SIGTERM');
+  });
+}
+
+/** A minimal protocol client: request/response by id, notifications by processId. */
+class BenchClient {
+  private id = 0;
+  private pending = new Map<number, (m: Record<string, unknown>) => void>();
+  private closedWaiters = new Map<string, () => void>();
+  bytes = 0;
+
+  constructor(private ws: WebSocket) {
+    ws.on('message', (data) => {
+      const m = JSON.parse(data.toString()) as Record<string, unknown>;
+      if (typeof m.id === 'number') {
+        this.pending.get(m.id)?.(m);
+        this.pending.delete(m.id);
+        return;
+      }
+      const p = m.params as Record<string, unknown>;
+      if (m.method === 'process/output') {
+        const c = p.chunk as string;
+        this.bytes += (c.length / 4) * 3 - (c.endsWith('==') ? 2 : c.endsWith('=') ? 1 : 0);
+      } else if (m.method === 'process/closed') {
+        const id = p.processId as string;
+        this.closedWaiters.get(id)?.();
+        this.closedWaiters.delete(id);
+      }
+    });
+  }
+
+  static async open(url: string): Promise<BenchClient> {
+    const ws = new WebSocket(url, { perMessageDeflate: false });
+    await new Promise((r, j) => {
+      ws.once('open', r);
+      ws.once('error', j);
+    });
+    const c = new BenchClient(ws);
+    await c.request('initialize', { clientName: 'bench' });
+    ws.send(JSON.stringify({ method: 'initialized', params: {} }));
+    return c;
+  }
+
+  request(method: string, params: unknown): Promise<Record<string, unknown>> {
+    const id = ++this.id;
+    return new Promise((resolve, reject) => {
+      this.pending.set(id, (m) => (m.error ? reject(new Error(JSON.stringify(m.error))) : resolve(m)));
+      this.ws.send(JSON.stringify({ id, method, params }));
+    });
+  }
+
+  /** Starts a process and resolves when its process/closed arrives. */
+  run(processId: string, argv: string[]): Promise<void> {
+    const closed = new Promise<void>((resolve) => this.closedWaiters.set(processId, resolve));
+    const started = this.request('process/start', {
+      processId,
+      argv,
+      cwd: '/tmp',
+      env: { PATH: '/usr/bin:/bin' },
+      tty: false,
+      arg0: null,
+    });
+    return Promise.all([started, closed]).then(() => undefined);
+  }
+
+  close(): void {
+    this.ws.close();
+  }
+}
+
+function pct(sorted: number[], p: number): number {
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
+}
+
+interface Figures {
+  p50: number;
+  p90: number;
+  p99: number;
+  mibPerSec: number;
+  procsPerSec: number;
+}
+
+async function measure(url: string, tag: string): Promise<Figures> {
+  const c = await BenchClient.open(url);
+  // warm-up
+  for (let i = 0; i < 20; i++) await c.run(`${tag}-w${i}`, ['/bin/true']);
+  const lat: number[] = [];
+  for (let i = 0; i < 200; i++) {
+    const t0 = performance.now();
+    await c.run(`${tag}-t${i}`, ['/bin/true']);
+    lat.push(performance.now() - t0);
+  }
+  lat.sort((a, b) => a - b);
+
+  const total = 64 * 1024 * 1024;
+  c.bytes = 0;
+  const t1 = performance.now();
+  await c.run(`${tag}-big`, ['/usr/bin/head', '-c', String(total), '/dev/zero']);
+  const secs = (performance.now() - t1) / 1000;
+  if (c.bytes !== total) throw new Error(`${tag}: received ${c.bytes} of ${total} bytes`);
+
+  const script = 'for i in 1 2 3 4 5; do echo line $i; done';
+  const rounds = 5;
+  const t2 = performance.now();
+  for (let r = 0; r < rounds; r++) {
+    await Promise.all(Array.from({ length: 64 }, (_, i) => c.run(`${tag}-c${r}-${i}`, ['/bin/sh', '-c', script])));
+  }
+  const procsPerSec = (rounds * 64) / ((performance.now() - t2) / 1000);
+  c.close();
+  return { p50: pct(lat, 50), p90: pct(lat, 90), p99: pct(lat, 99), mibPerSec: 64 / secs, procsPerSec };
+}
+
+/** The reference server binary from the Codex npm package, when installed in .cache/codex/<version>. */
+export function findReferenceCodex(version = '0.120.0'): string | null {
+  const vendor = join(root, '.cache', 'codex', version, 'node_modules', '@openai', 'codex-linux-x64', 'vendor');
+  if (!existsSync(vendor)) return null;
+  for (const triple of readdirSync(vendor)) {
+    for (const rel of ['codex/codex', 'bin/codex']) {
+      const p = join(vendor, triple, rel);
+      if (existsSync(p)) return p;
+    }
+  }
+  return null;
+}
+
+export async function run(): Promise<BenchRow[]> {
+  const corral = await startServer(process.execPath, [join(root, 'dist', 'cli.js'), 'exec-server', '--listen', 'ws://127.0.0.1:0', '--log-level', 'warn']);
+  let ours: Figures;
+  try {
+    ours = await measure(corral.url, 'corral');
+  } finally {
+    await stopServer(corral);
+  }
+  let ref: Figures | null = null;
+  const codex = findReferenceCodex();
+  if (codex) {
+    const home = join(root, '.cache', 'codex-home-bench');
+    mkdirSync(home, { recursive: true });
+    const server = await startServer(codex, ['exec-server', '--listen', 'ws://127.0.0.1:0'], { ...process.env, CODEX_HOME: home });
+    try {
+      ref = await measure(server.url, 'ref');
+    } finally {
+      await stopServer(server);
+    }
+  }
+  const section = 'exec-server (pipes, no sandbox)';
+  const r = (v: number) => Math.round(v * 100) / 100;
+  return [
+    { section, metric: 'start→closed `true` p50', corral: r(ours.p50), reference: ref ? r(ref.p50) : undefined, unit: 'ms', target: '≤ 3' },
+    { section, metric: 'start→closed `true` p90', corral: r(ours.p90), reference: ref ? r(ref.p90) : undefined, unit: 'ms' },
+    { section, metric: 'start→closed `true` p99', corral: r(ours.p99), reference: ref ? r(ref.p99) : undefined, unit: 'ms' },
+    { section, metric: '64 MiB stdout via notifications', corral: r(ours.mibPerSec), reference: ref ? r(ref.mibPerSec) : undefined, unit: 'MiB/s', target: '≥ 500' },
+    { section, metric: '64 concurrent short processes', corral: Math.round(ours.procsPerSec), reference: ref ? Math.round(ref.procsPerSec) : undefined, unit: 'proc/s', target: '≥ 1500' },
+  ];
+}

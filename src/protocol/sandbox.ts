@@ -1,0 +1,215 @@
+import { z } from 'zod';
+import { AbsolutePath } from './paths.js';
+
+/*
+ * Wire shapes of the `sandbox` member of `process/start` and of the sandbox context of `fs/*` requests
+ * (sandbox.md §2 and §3.2). Outer keys are camelCase; inner policy objects keep Codex's core serde spellings
+ * (snake_case fields, kebab-case tags). Every path must be absolute (or a file:// URI); relative paths are rejected.
+ * The schemas are plain z.object / z.enum / z.union: z.object strips unknown keys, which is wanted.
+ */
+
+/** An absolute path or file:// URI, decoded to an absolute path (relative paths are rejected). */
+const Abs = AbsolutePath;
+
+// ---------------------------------------------------------------------------------------------------------------
+// §2.2 legacy SandboxPolicy and ReadOnlyAccess
+
+export const ReadOnlyAccessSchema = z.discriminatedUnion('type', [
+  z.object({ type: z.literal('full-access') }),
+  z.object({
+    type: z.literal('restricted'),
+    include_platform_defaults: z.boolean().default(true),
+    readable_roots: z.array(Abs).default([]),
+  }),
+]);
+export type ReadOnlyAccess = z.infer<typeof ReadOnlyAccessSchema>;
+
+export const NetworkAccessSchema = z.enum(['restricted', 'enabled']);
+
+export const SandboxPolicySchema = z.discriminatedUnion('type', [
+  z.object({ type: z.literal('danger-full-access') }),
+  z.object({
+    type: z.literal('read-only'),
+    access: ReadOnlyAccessSchema.default({ type: 'full-access' }),
+    network_access: z.boolean().default(false),
+  }),
+  z.object({
+    type: z.literal('external-sandbox'),
+    network_access: NetworkAccessSchema.default('restricted'),
+  }),
+  z.object({
+    type: z.literal('workspace-write'),
+    writable_roots: z.array(Abs).default([]),
+    read_only_access: ReadOnlyAccessSchema.default({ type: 'full-access' }),
+    network_access: z.boolean().default(false),
+    exclude_tmpdir_env_var: z.boolean().default(false),
+    exclude_slash_tmp: z.boolean().default(false),
+  }),
+]);
+export type SandboxPolicy = z.infer<typeof SandboxPolicySchema>;
+
+// ---------------------------------------------------------------------------------------------------------------
+// §2.3 FileSystemSandboxPolicy and NetworkSandboxPolicy
+
+export const FileSystemSpecialSchema = z.discriminatedUnion('kind', [
+  z.object({ kind: z.literal('root') }),
+  z.object({ kind: z.literal('minimal') }),
+  z.object({ kind: z.literal('current_working_directory') }),
+  z.object({ kind: z.literal('project_roots'), subpath: z.string().nullable().optional() }),
+  z.object({ kind: z.literal('tmpdir') }),
+  z.object({ kind: z.literal('slash_tmp') }),
+  z.object({ kind: z.literal('unknown'), path: z.string(), subpath: z.string().nullable().optional() }),
+]);
+export type FileSystemSpecial = z.infer<typeof FileSystemSpecialSchema>;
+
+export const FileSystemPathSchema = z.discriminatedUnion('type', [
+  z.object({ type: z.literal('path'), path: Abs }),
+  z.object({ type: z.literal('special'), value: FileSystemSpecialSchema }),
+]);
+export type FileSystemPath = z.infer<typeof FileSystemPathSchema>;
+
+/** Entry access. `deny` is the 0.169 spelling of `none`. */
+export const FileSystemAccessSchema = z.enum(['read', 'write', 'none', 'deny']);
+export type FileSystemAccess = z.infer<typeof FileSystemAccessSchema>;
+
+export const FileSystemEntrySchema = z.object({
+  path: FileSystemPathSchema,
+  access: FileSystemAccessSchema,
+  /** 0.169: accepted and ignored (missing protected paths stay protected; sandbox.md §2.3). */
+  missing_path_behavior: z.string().optional(),
+});
+export type FileSystemEntry = z.infer<typeof FileSystemEntrySchema>;
+
+export const FileSystemSandboxPolicySchema = z.object({
+  kind: z.enum(['restricted', 'unrestricted', 'external-sandbox']),
+  entries: z.array(FileSystemEntrySchema).default([]),
+});
+export type FileSystemSandboxPolicy = z.infer<typeof FileSystemSandboxPolicySchema>;
+
+export const NetworkSandboxPolicySchema = z.enum(['restricted', 'enabled']);
+export type NetworkSandboxPolicy = z.infer<typeof NetworkSandboxPolicySchema>;
+
+// ---------------------------------------------------------------------------------------------------------------
+// §2.4 PermissionProfile (additionalPermissions) and WindowsSandboxLevel
+
+export const PermissionProfileSchema = z.object({
+  network: z.object({ enabled: z.boolean().nullable().optional() }).nullable().optional(),
+  file_system: z
+    .object({
+      read: z.array(Abs).nullable().optional(),
+      write: z.array(Abs).nullable().optional(),
+      /** Newer clients: extra FileSystemSandboxPolicy entries (tolerated). */
+      entries: z.array(FileSystemEntrySchema).nullable().optional(),
+    })
+    .nullable()
+    .optional(),
+});
+export type PermissionProfile = z.infer<typeof PermissionProfileSchema>;
+
+export const WindowsSandboxLevelSchema = z.enum(['disabled', 'restricted-token', 'elevated']);
+export type WindowsSandboxLevel = z.infer<typeof WindowsSandboxLevelSchema>;
+
+export const SandboxTypeSchema = z.enum([
+  'none',
+  'macos-seatbelt',
+  'linux-seccomp',
+  'windows-restricted-token',
+]);
+export type SandboxTypeWire = z.infer<typeof SandboxTypeSchema>;
+
+// ---------------------------------------------------------------------------------------------------------------
+// §2.1 the seed's SandboxLaunchConfig
+
+export const SandboxLaunchConfigSchema = z.object({
+  sandbox: SandboxTypeSchema,
+  policy: SandboxPolicySchema,
+  fileSystemPolicy: FileSystemSandboxPolicySchema,
+  networkPolicy: NetworkSandboxPolicySchema,
+  sandboxPolicyCwd: Abs,
+  additionalPermissions: PermissionProfileSchema.nullable().optional(),
+  enforceManagedNetwork: z.boolean(),
+  windowsSandboxLevel: WindowsSandboxLevelSchema,
+  windowsSandboxPrivateDesktop: z.boolean(),
+  useLegacyLandlock: z.boolean(),
+});
+export type SandboxLaunchConfig = z.infer<typeof SandboxLaunchConfigSchema>;
+
+// ---------------------------------------------------------------------------------------------------------------
+// §3.2 the 0.169 FileSystemSandboxContext (also the 0.125/0.130 fs/* context)
+
+export const ContextFileSystemSchema = z.object({
+  type: z.enum(['restricted', 'unrestricted']),
+  entries: z.array(FileSystemEntrySchema).default([]),
+});
+
+export const ContextPermissionsSchema = z.discriminatedUnion('type', [
+  z.object({
+    type: z.literal('managed'),
+    file_system: ContextFileSystemSchema,
+    network: NetworkSandboxPolicySchema.default('restricted'),
+  }),
+  z.object({
+    type: z.literal('disabled'),
+    file_system: ContextFileSystemSchema.nullable().optional(),
+    network: NetworkSandboxPolicySchema.nullable().optional(),
+  }),
+  z.object({
+    type: z.literal('external'),
+    file_system: ContextFileSystemSchema.nullable().optional(),
+    network: NetworkSandboxPolicySchema.nullable().optional(),
+  }),
+]);
+export type ContextPermissions = z.infer<typeof ContextPermissionsSchema>;
+
+export const FileSystemSandboxContextSchema = z.object({
+  permissions: ContextPermissionsSchema,
+  cwd: Abs.nullable().optional(),
+  workspaceRoots: z.array(Abs).nullable().optional(),
+  windowsSandboxLevel: WindowsSandboxLevelSchema.nullable().optional(),
+  windowsSandboxProxySettingsMode: z.string().nullable().optional(),
+  windowsSandboxPrivateDesktop: z.boolean().nullable().optional(),
+  useLegacyLandlock: z.boolean().nullable().optional(),
+  policyContext: z
+    .object({ cwd: Abs.nullable().optional(), workspaceRoots: z.array(Abs).nullable().optional() })
+    .nullable()
+    .optional(),
+  userHomeDir: Abs.nullable().optional(),
+});
+export type FileSystemSandboxContext = z.infer<typeof FileSystemSandboxContextSchema>;
+
+// ---------------------------------------------------------------------------------------------------------------
+// The `sandbox` param of process/start (and the `sandbox` context of fs/* requests)
+
+/**
+ * undefined / null (no sandbox), the seed object (has key `sandbox`) or the 0.169 object (has key `permissions`).
+ * Anything else fails. For messages that name the offending field prefer `parseSandboxParam`, which picks the branch
+ * by key first (a plain union reports `invalid_union`).
+ */
+export const SandboxParamSchema = z.union([
+  z.null(),
+  z.undefined(),
+  SandboxLaunchConfigSchema,
+  FileSystemSandboxContextSchema,
+]);
+export type SandboxParam = z.infer<typeof SandboxParamSchema>;
+/** A parsed, non-null sandbox param. */
+export type ParsedSandbox = SandboxLaunchConfig | FileSystemSandboxContext;
+
+/** True for the seed SandboxLaunchConfig (as opposed to the 0.169 context). */
+export function isSeedSandbox(s: ParsedSandbox): s is SandboxLaunchConfig {
+  return 'sandbox' in s && typeof (s as { sandbox?: unknown }).sandbox === 'string';
+}
+
+/**
+ * Validates a `sandbox` param, choosing the schema by key so that zod issues point into the right shape:
+ * `sandbox` key → SandboxLaunchConfig; `permissions` key → FileSystemSandboxContext; otherwise the seed schema's
+ * errors (``missing field `sandbox` ``) after the plain union fails.
+ */
+export function parseSandboxParam(value: unknown): ReturnType<typeof SandboxParamSchema.safeParse> {
+  if (value !== null && typeof value === 'object' && !Array.isArray(value)) {
+    if ('permissions' in value && !('sandbox' in value))
+      return FileSystemSandboxContextSchema.safeParse(value);
+    return SandboxLaunchConfigSchema.safeParse(value);
+  }
+  return SandboxParamSchema.safeParse(value);
+}

@@ -1,0 +1,27 @@
+/**
+ * The sandbox engine (GitHub issue 3): turns a `process/start` sandbox param into a wrapped launch (bwrap + seccomp on
+ * Linux, Seatbelt on macOS), enforces fs/* sandbox contexts, and classifies denials.
+ */
+export type {
+  FileSystemSandboxContext,
+  ParsedSandbox,
+  SandboxLaunchConfig,
+  SandboxParam,
+} from '../protocol/sandbox.js';
+export { parseSandboxParam, SandboxParamSchema } from '../protocol/sandbox.js';
+export { isLikelySandboxDenied } from './denial.js';
+export { type EffectiveSandbox, effectiveSandbox, legacyToFsPolicy } from './effective.js';
+export { SandboxSetupError } from './errors.js';
+export { checkFsAccess, type FsAccessOptions } from './fsAccess.js';
+export { buildSeccompFilter } from './linux/seccomp.js';
+export {
+  type LaunchCommand,
+  type LaunchPlan,
+  type LaunchPreview,
+  type PrepareOptions,
+  planLaunch,
+  prepareLaunch,
+  previewLaunch,
+  WINDOWS_ERROR,
+} from './prepare.js';
+export { type ResolvedPolicy, resolvePolicy } from './resolve.js';

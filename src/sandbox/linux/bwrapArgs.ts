@@ -1,0 +1,95 @@
+import type { ProtectedPath, ResolvedPolicy } from '../resolve.js';
+
+/** What bwrap can do (from the cached `bwrap --help` probe). */
+export interface BwrapFeatures {
+  argv0: boolean;
+  perms: boolean;
+}
+
+export interface BwrapOptions {
+  /** Add `--unshare-net` (network restricted or managed). */
+  unshareNet: boolean;
+  /** Mount a fresh /proc (omitted when the cached preflight showed it cannot be mounted). */
+  proc: boolean;
+  /** `--new-session` (not for a PTY: the command would lose its controlling terminal). */
+  newSession: boolean;
+  /** The command's working directory inside the sandbox. */
+  chdir: string;
+  /** The program to exec and its arguments (argv[1..]). */
+  file: string;
+  args: string[];
+  /** A custom argv[0], honoured only when bwrap supports `--argv0`. */
+  argv0?: string;
+  seccompFd?: number;
+  infoFd?: number;
+  blockFd?: number;
+  features: BwrapFeatures;
+}
+
+export interface BwrapArgs {
+  args: string[];
+  /** Synthetic mount targets bwrap creates on the host (to be ref-counted and removed afterwards, §8.4.1). */
+  syntheticTargets: string[];
+  /** Whether a requested arg0 had to be ignored (bwrap < 0.9). */
+  argv0Ignored: boolean;
+}
+
+function protectArgs(p: ProtectedPath, features: BwrapFeatures, synthetic: Set<string>): string[] {
+  const perms = (mode: string) => (features.perms ? ['--perms', mode] : []);
+  if (p.state === 'missing') {
+    const t = p.mountTarget ?? p.path;
+    synthetic.add(t);
+    return [...perms('555'), '--tmpfs', t, '--remount-ro', t];
+  }
+  if (p.access === 'none') {
+    if (p.state === 'dir') return [...perms('000'), '--tmpfs', p.path, '--remount-ro', p.path];
+    return ['--ro-bind', '/dev/null', p.path];
+  }
+  if (p.state === 'symlink') return ['--ro-bind', '/dev/null', p.path];
+  return ['--ro-bind', p.path, p.path];
+}
+
+/** The filesystem part of the bwrap argv (sandbox.md §8.4). Pure. */
+export function bwrapFsArgs(
+  r: ResolvedPolicy,
+  features: BwrapFeatures,
+): { args: string[]; syntheticTargets: string[] } {
+  const a: string[] = [];
+  const synthetic = new Set<string>();
+  const roots = r.writableRoots;
+  const rootWritable = roots.length > 0 && roots[0]!.root === '/';
+  if (r.fullWrite || rootWritable) a.push('--bind', '/', '/');
+  else if (r.rootReadable) a.push('--ro-bind', '/', '/');
+  else {
+    a.push('--tmpfs', '/');
+    for (const p of r.readableRoots) a.push('--ro-bind', p, p);
+  }
+  a.push('--dev', '/dev');
+  for (const w of roots) {
+    if (w.root !== '/') a.push('--bind', w.root, w.root);
+    for (const s of w.readOnlySubpaths) a.push(...protectArgs(s, features, synthetic));
+  }
+  for (const u of r.unreadable) a.push(...protectArgs(u, features, synthetic));
+  return { args: a, syntheticTargets: [...synthetic] };
+}
+
+/** The whole bwrap argv after the program name (sandbox.md §8.3). Pure. */
+export function bwrapArgs(r: ResolvedPolicy, o: BwrapOptions): BwrapArgs {
+  const fs = bwrapFsArgs(r, o.features);
+  const a: string[] = [];
+  if (o.newSession) a.push('--new-session');
+  a.push('--die-with-parent', ...fs.args, '--unshare-user', '--unshare-pid', '--unshare-ipc');
+  if (o.unshareNet) a.push('--unshare-net');
+  if (o.proc) a.push('--proc', '/proc');
+  a.push('--cap-drop', 'ALL', '--chdir', o.chdir);
+  let argv0Ignored = false;
+  if (o.argv0 !== undefined && o.argv0 !== o.file) {
+    if (o.features.argv0) a.push('--argv0', o.argv0);
+    else argv0Ignored = true;
+  }
+  if (o.seccompFd !== undefined) a.push('--seccomp', String(o.seccompFd));
+  if (o.infoFd !== undefined) a.push('--info-fd', String(o.infoFd));
+  if (o.blockFd !== undefined) a.push('--block-fd', String(o.blockFd));
+  a.push('--', o.file, ...o.args);
+  return { args: a, syntheticTargets: fs.syntheticTargets, argv0Ignored };
+}

@@ -1,0 +1,239 @@
+/**
+ * Seccomp filters generated as raw classic BPF (`struct sock_filter[]`, 8 bytes each, little-endian), the format
+ * bwrap's `--seccomp FD` reads (sandbox.md §8.5). Pure: (arch, mode) → Buffer.
+ *
+ * Program: check the audit arch (mismatch → KILL_PROCESS, which blocks foreign ABIs such as i386 `int 0x80`);
+ * on x86_64 deny the x32 ABI (nr ≥ 0x40000000); deny the mode's syscalls; allow socket()/socketpair() only for the
+ * mode's address families; allow everything else.
+ */
+
+export type SeccompArch = 'x64' | 'arm64';
+export type SeccompMode = 'restricted' | 'proxy-routed';
+
+const BPF_LD_W_ABS = 0x20;
+const BPF_JMP_JEQ_K = 0x15;
+const BPF_JMP_JGE_K = 0x35;
+const BPF_RET_K = 0x06;
+
+export const SECCOMP_RET_KILL_PROCESS = 0x80000000;
+export const SECCOMP_RET_ALLOW = 0x7fff0000;
+/** SECCOMP_RET_ERRNO | EPERM */
+export const SECCOMP_RET_EPERM = 0x00050001;
+
+export const AUDIT_ARCH = { x64: 0xc000003e, arm64: 0xc00000b7 } as const;
+export const X32_SYSCALL_BIT = 0x40000000;
+
+export const AF = { UNIX: 1, INET: 2, INET6: 10, NETLINK: 16, PACKET: 17, VSOCK: 40 } as const;
+
+type SyscallName =
+  | 'socket'
+  | 'connect'
+  | 'accept'
+  | 'sendto'
+  | 'recvfrom'
+  | 'shutdown'
+  | 'bind'
+  | 'listen'
+  | 'getsockname'
+  | 'getpeername'
+  | 'socketpair'
+  | 'setsockopt'
+  | 'getsockopt'
+  | 'ptrace'
+  | 'accept4'
+  | 'recvmmsg'
+  | 'sendmmsg'
+  | 'process_vm_readv'
+  | 'process_vm_writev'
+  | 'io_uring_setup'
+  | 'io_uring_enter'
+  | 'io_uring_register';
+
+/** From asm/unistd_64.h (x86_64) and asm-generic/unistd.h (aarch64). */
+export const SYSCALLS: Record<SeccompArch, Record<SyscallName, number>> = {
+  x64: {
+    socket: 41,
+    connect: 42,
+    accept: 43,
+    sendto: 44,
+    recvfrom: 45,
+    shutdown: 48,
+    bind: 49,
+    listen: 50,
+    getsockname: 51,
+    getpeername: 52,
+    socketpair: 53,
+    setsockopt: 54,
+    getsockopt: 55,
+    ptrace: 101,
+    accept4: 288,
+    recvmmsg: 299,
+    sendmmsg: 307,
+    process_vm_readv: 310,
+    process_vm_writev: 311,
+    io_uring_setup: 425,
+    io_uring_enter: 426,
+    io_uring_register: 427,
+  },
+  arm64: {
+    socket: 198,
+    socketpair: 199,
+    bind: 200,
+    listen: 201,
+    accept: 202,
+    connect: 203,
+    getsockname: 204,
+    getpeername: 205,
+    sendto: 206,
+    recvfrom: 207,
+    setsockopt: 208,
+    getsockopt: 209,
+    shutdown: 210,
+    ptrace: 117,
+    accept4: 242,
+    recvmmsg: 243,
+    sendmmsg: 269,
+    process_vm_readv: 270,
+    process_vm_writev: 271,
+    io_uring_setup: 425,
+    io_uring_enter: 426,
+    io_uring_register: 427,
+  },
+};
+
+const ALWAYS_DENIED: SyscallName[] = [
+  'ptrace',
+  'process_vm_readv',
+  'process_vm_writev',
+  'io_uring_setup',
+  'io_uring_enter',
+  'io_uring_register',
+];
+/** `recvfrom` stays allowed on purpose (socketpair users such as cargo clippy need it). */
+const NETWORK_DENIED: SyscallName[] = [
+  'connect',
+  'accept',
+  'accept4',
+  'bind',
+  'listen',
+  'getpeername',
+  'getsockname',
+  'shutdown',
+  'sendto',
+  'sendmmsg',
+  'recvmmsg',
+  'getsockopt',
+  'setsockopt',
+];
+
+export interface SeccompRules {
+  denied: SyscallName[];
+  socketFamilies: number[];
+  socketpairFamilies: number[];
+}
+
+export function seccompRules(mode: SeccompMode): SeccompRules {
+  if (mode === 'restricted') {
+    return {
+      denied: [...NETWORK_DENIED, ...ALWAYS_DENIED],
+      socketFamilies: [AF.UNIX],
+      socketpairFamilies: [AF.UNIX],
+    };
+  }
+  return { denied: [...ALWAYS_DENIED], socketFamilies: [AF.INET, AF.INET6], socketpairFamilies: [AF.UNIX] };
+}
+
+/** One instruction with symbolic jump targets (labels) or fall-through (null). */
+interface Insn {
+  code: number;
+  k: number;
+  jt?: string | null;
+  jf?: string | null;
+  label?: string;
+}
+
+function assemble(prog: Insn[]): Buffer {
+  const at = new Map<string, number>();
+  prog.forEach((ins, i) => {
+    if (ins.label) at.set(ins.label, i);
+  });
+  const buf = Buffer.alloc(prog.length * 8);
+  prog.forEach((ins, i) => {
+    const off = (target: string | null | undefined): number => {
+      if (!target) return 0;
+      const to = at.get(target);
+      if (to === undefined) throw new Error(`bpf: unknown label ${target}`);
+      const rel = to - (i + 1);
+      if (rel < 0 || rel > 255) throw new Error(`bpf: jump to ${target} out of range`);
+      return rel;
+    };
+    buf.writeUInt16LE(ins.code, i * 8);
+    buf.writeUInt8(off(ins.jt), i * 8 + 2);
+    buf.writeUInt8(off(ins.jf), i * 8 + 3);
+    buf.writeUInt32LE(ins.k >>> 0, i * 8 + 4);
+  });
+  return buf;
+}
+
+const OFF_NR = 0;
+const OFF_ARCH = 4;
+/** Low 32 bits of args[0] (little-endian). */
+const OFF_ARG0 = 16;
+
+/** The filter for `arch` in `mode`, as bytes for `bwrap --seccomp FD`. */
+export function buildSeccompFilter(arch: SeccompArch, mode: SeccompMode): Buffer {
+  const nr = SYSCALLS[arch];
+  const rules = seccompRules(mode);
+  const p: Insn[] = [];
+  p.push({ code: BPF_LD_W_ABS, k: OFF_ARCH });
+  p.push({ code: BPF_JMP_JEQ_K, k: AUDIT_ARCH[arch], jt: null, jf: 'kill' });
+  p.push({ code: BPF_LD_W_ABS, k: OFF_NR });
+  if (arch === 'x64') p.push({ code: BPF_JMP_JGE_K, k: X32_SYSCALL_BIT, jt: 'deny', jf: null });
+  for (const name of rules.denied) p.push({ code: BPF_JMP_JEQ_K, k: nr[name], jt: 'deny', jf: null });
+  p.push({ code: BPF_JMP_JEQ_K, k: nr.socket, jt: 'socket', jf: null });
+  p.push({ code: BPF_JMP_JEQ_K, k: nr.socketpair, jt: 'socketpair', jf: null });
+  p.push({ code: BPF_RET_K, k: SECCOMP_RET_ALLOW });
+  p.push({ code: BPF_LD_W_ABS, k: OFF_ARG0, label: 'socket' });
+  for (const fam of rules.socketFamilies) p.push({ code: BPF_JMP_JEQ_K, k: fam, jt: 'allow', jf: null });
+  p.push({ code: BPF_RET_K, k: SECCOMP_RET_EPERM });
+  p.push({ code: BPF_LD_W_ABS, k: OFF_ARG0, label: 'socketpair' });
+  for (const fam of rules.socketpairFamilies) p.push({ code: BPF_JMP_JEQ_K, k: fam, jt: 'allow', jf: null });
+  p.push({ code: BPF_RET_K, k: SECCOMP_RET_EPERM });
+  p.push({ code: BPF_RET_K, k: SECCOMP_RET_ALLOW, label: 'allow' });
+  p.push({ code: BPF_RET_K, k: SECCOMP_RET_EPERM, label: 'deny' });
+  p.push({ code: BPF_RET_K, k: SECCOMP_RET_KILL_PROCESS, label: 'kill' });
+  return assemble(p);
+}
+
+/** The architecture to filter for: Node's arch, which must be x64/arm64 and match the kernel's (`uname -m`). */
+export function hostSeccompArch(nodeArch: string, machine: string): SeccompArch {
+  const expected: Record<string, string> = { x64: 'x86_64', arm64: 'aarch64' };
+  const m = expected[nodeArch];
+  if (!m)
+    throw new Error(`unsupported architecture ${nodeArch} for the Linux sandbox (supported: x64, arm64)`);
+  if (machine !== m) {
+    throw new Error(`architecture mismatch: node is ${nodeArch} but the kernel reports ${machine}`);
+  }
+  return nodeArch as SeccompArch;
+}
+
+/** A tiny interpreter of our own BPF subset, for tests and the panel: returns the action for a syscall. */
+export function evalSeccomp(filter: Buffer, data: { arch: number; nr: number; arg0?: number }): number {
+  let acc = 0;
+  let pc = 0;
+  const n = filter.length / 8;
+  while (pc < n) {
+    const code = filter.readUInt16LE(pc * 8);
+    const jt = filter.readUInt8(pc * 8 + 2);
+    const jf = filter.readUInt8(pc * 8 + 3);
+    const k = filter.readUInt32LE(pc * 8 + 4);
+    pc++;
+    if (code === BPF_LD_W_ABS) {
+      acc = k === OFF_ARCH ? data.arch : k === OFF_NR ? data.nr : k === OFF_ARG0 ? (data.arg0 ?? 0) >>> 0 : 0;
+    } else if (code === BPF_JMP_JEQ_K) pc += acc >>> 0 === k ? jt : jf;
+    else if (code === BPF_JMP_JGE_K) pc += acc >>> 0 >= k ? jt : jf;
+    else if (code === BPF_RET_K) return k;
+    else throw new Error(`bpf: unsupported opcode ${code}`);
+  }
+  throw new Error('bpf: fell off the end');
+}

@@ -1,0 +1,481 @@
+import type { ChildProcess } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
+import { constants, mkdtempSync, openSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import { join } from 'node:path';
+import type { LaunchSpec, PreparedLaunch, SandboxType } from '../process/launch.js';
+import type { ParsedSandbox } from '../protocol/sandbox.js';
+import { type EffectiveSandbox, effectiveSandbox } from './effective.js';
+import { SandboxSetupError } from './errors.js';
+import { type BwrapFeatures, bwrapArgs } from './linux/bwrapArgs.js';
+import { type BwrapHost, findBwrap, knownBwrap, probeBwrap, SYSTEM_BWRAP } from './linux/locate.js';
+import {
+  closeQuietly,
+  FORWARD_BASE_PORT,
+  type ManagedRoutes,
+  planManagedRoutes,
+  readChildPid,
+  release,
+  startForwarder,
+  startHostBridges,
+} from './linux/managedNet.js';
+import { acquireSyntheticTargets, activeSyntheticTargets } from './linux/mountTargets.js';
+import { buildSeccompFilter, hostSeccompArch, type SeccompArch, type SeccompMode } from './linux/seccomp.js';
+import { buildSeatbelt, type SeatbeltProfile, seatbeltArgv } from './macos/seatbelt.js';
+import { isUnder, type ResolvedPolicy, resolvePolicy } from './resolve.js';
+
+export interface LaunchCommand {
+  /** What to run: `file` already resolved against the child's PATH; `argv[0]` may be a custom arg0. */
+  spec: LaunchSpec;
+  tty: boolean;
+  /** The 0.169 top-level `enforceManagedNetwork` (the seed carries its own flag inside the sandbox object). */
+  enforceManagedNetwork?: boolean;
+}
+
+export interface PrepareOptions {
+  /** The bwrap binary (default: /usr/bin/bwrap, else PATH). Injectable so tests can point it at a missing file. */
+  bwrapPath?: string;
+  /** The server's TMPDIR (default: process.env.TMPDIR). */
+  tmpdir?: string;
+  platform?: NodeJS.Platform;
+  /** Node's arch and the kernel's `uname -m` (defaults: os.arch(), os.machine()). */
+  arch?: string;
+  machine?: string;
+}
+
+/** A file descriptor the wrapped command needs at fd 3, 4, 5 (in that order). */
+export type FdSlot = 'seccomp' | 'info' | 'block';
+
+/** The pure result of planning a launch: what would run, without any file, fd or process created. */
+export interface LaunchPlan {
+  sandboxType: SandboxType;
+  mechanism: 'none' | 'passthrough' | 'bwrap' | 'seatbelt';
+  /** The final spec. In pipe mode `extraFds` are filled in by prepareLaunch from `fdSlots`. */
+  spec: LaunchSpec;
+  summary: Record<string, unknown>;
+  fdSlots: FdSlot[];
+  /** PTY mode: the files the `sh` wrapper opens as fds 3, 4, 5 (placeholders in a plan). */
+  slotPaths?: Record<FdSlot, string>;
+  seccomp?: { arch: SeccompArch; mode: SeccompMode; filter: Buffer };
+  managed?: ManagedRoutes;
+  syntheticTargets: string[];
+  seatbelt?: SeatbeltProfile;
+}
+
+interface HostFacts {
+  platform: NodeJS.Platform;
+  arch: string;
+  machine: string;
+  tmpdir: string | undefined;
+  bwrap: BwrapHost;
+}
+
+const WINDOWS_ERROR = 'sandbox type windows-restricted-token is not supported by this exec-server';
+const TTY_WRAPPER: Record<number, string> = {
+  1: 'exec 3<"$1"; shift; exec "$@"',
+  3: 'exec 3<"$1" 4>"$2" 5<"$3"; shift 3; exec "$@"',
+};
+
+function unchanged(spec: LaunchSpec, sandboxType: SandboxType, summary: Record<string, unknown>): LaunchPlan {
+  return { sandboxType, mechanism: 'none', spec, summary, fdSlots: [], syntheticTargets: [] };
+}
+
+function policySummary(eff: EffectiveSandbox, r: ResolvedPolicy): Record<string, unknown> {
+  return {
+    fullRead: r.fullRead,
+    fullWrite: r.fullWrite,
+    readableRoots: r.rootReadable ? ['/'] : r.readableRoots,
+    writableRoots: r.writableRoots.map((w) => ({
+      root: w.root,
+      readOnly: w.readOnlySubpaths.map((s) => (s.access === 'none' ? `${s.path} (no access)` : s.path)),
+    })),
+    unreadable: r.unreadable.map((u) => u.path),
+    network: eff.network,
+    managedNetwork: eff.enforceManagedNetwork,
+    legacyPolicy: eff.legacy?.type,
+  };
+}
+
+/** Treats paths currently mounted as synthetic targets by another sandbox as missing (shared, ref-counted). */
+function adoptActiveSynthetic(r: ResolvedPolicy, active: ReadonlySet<string>): void {
+  if (active.size === 0) return;
+  for (const w of r.writableRoots) {
+    for (const s of w.readOnlySubpaths) {
+      for (const t of active) {
+        if (isUnder(s.path, t) && isUnder(t, w.root) && t !== w.root) {
+          s.state = 'missing';
+          s.mountTarget = t;
+        }
+      }
+    }
+  }
+}
+
+/**
+ * The one pure planning function: (sandbox config, command, host facts) → the launch. Reads the filesystem only to
+ * resolve paths (realpath/lstat); creates nothing. Throws SandboxSetupError when the sandbox cannot be honoured.
+ */
+export function planLaunch(
+  sandbox: ParsedSandbox | null | undefined,
+  cmd: LaunchCommand,
+  host: HostFacts,
+  active: ReadonlySet<string> = new Set(),
+): LaunchPlan {
+  const spec = cmd.spec;
+  if (sandbox === null || sandbox === undefined) return unchanged(spec, 'none', { sandbox: 'none' });
+  const eff = effectiveSandbox(sandbox, cmd.enforceManagedNetwork === true);
+  let requested = eff.requested;
+  if (requested === 'windows-restricted-token') throw new SandboxSetupError(WINDOWS_ERROR);
+  if (requested === 'none') return unchanged(spec, 'none', { sandbox: 'none', shape: eff.shape });
+  if (requested === 'native') {
+    if (host.platform === 'linux') requested = 'linux-seccomp';
+    else if (host.platform === 'darwin') requested = 'macos-seatbelt';
+    else
+      throw new SandboxSetupError(
+        `the requested sandbox is not supported on ${host.platform} by this exec-server`,
+      );
+  }
+  if (requested === 'macos-seatbelt' && host.platform !== 'darwin') {
+    throw new SandboxSetupError('seatbelt sandbox is only available on macOS');
+  }
+  if (requested === 'linux-seccomp' && host.platform !== 'linux') {
+    throw new SandboxSetupError(
+      `sandbox type linux-seccomp is only available on Linux (this host is ${host.platform})`,
+    );
+  }
+  if (eff.fs.kind === 'external-sandbox') {
+    return unchanged(spec, 'none', {
+      sandbox: requested,
+      note: 'external sandbox: the command is not wrapped',
+    });
+  }
+  if (requested === 'macos-seatbelt') return planSeatbelt(eff, cmd, host);
+  return planLinux(eff, cmd, host, active);
+}
+
+function planSeatbelt(eff: EffectiveSandbox, cmd: LaunchCommand, host: HostFacts): LaunchPlan {
+  const r = resolvePolicy(eff, { tmpdir: host.tmpdir });
+  let proxyPorts: number[] = [];
+  try {
+    proxyPorts = planManagedRoutes(cmd.spec.env).endpoints.map((e) => e.port);
+  } catch {
+    proxyPorts = [];
+  }
+  const profile = buildSeatbelt(r, { network: eff.network, managed: eff.enforceManagedNetwork, proxyPorts });
+  const env: Record<string, string> = { ...cmd.spec.env, CODEX_SANDBOX: 'seatbelt' };
+  if (eff.network === 'restricted') env.CODEX_SANDBOX_NETWORK_DISABLED = '1';
+  const argv = seatbeltArgv(profile, cmd.spec.file, cmd.spec.argv.slice(1));
+  return {
+    sandboxType: 'macosSeatbelt',
+    mechanism: 'seatbelt',
+    spec: { file: argv[0]!, argv, env, cwd: cmd.spec.cwd },
+    summary: { sandbox: 'macos-seatbelt', ...policySummary(eff, r), proxyPorts },
+    fdSlots: [],
+    syntheticTargets: [],
+    seatbelt: profile,
+  };
+}
+
+function planLinux(
+  eff: EffectiveSandbox,
+  cmd: LaunchCommand,
+  host: HostFacts,
+  active: ReadonlySet<string>,
+): LaunchPlan {
+  if (eff.useLegacyLandlock) {
+    throw new SandboxSetupError(
+      'useLegacyLandlock: true is not supported by this exec-server (Landlock needs native code); the bubblewrap sandbox is available with useLegacyLandlock: false',
+    );
+  }
+  let arch: SeccompArch;
+  try {
+    arch = hostSeccompArch(host.arch, host.machine);
+  } catch (e) {
+    throw new SandboxSetupError((e as Error).message);
+  }
+  const r = resolvePolicy(eff, { tmpdir: host.tmpdir });
+  const managed = eff.enforceManagedNetwork;
+  const summary: Record<string, unknown> = { sandbox: 'linux-seccomp', ...policySummary(eff, r) };
+  const env = { ...cmd.spec.env };
+  if (eff.network === 'restricted') env.CODEX_SANDBOX_NETWORK_DISABLED = '1';
+  if (r.fullWrite && eff.network === 'enabled' && !managed) {
+    return {
+      sandboxType: 'linuxSeccomp',
+      mechanism: 'passthrough',
+      spec: { ...cmd.spec, env },
+      summary: { ...summary, note: 'full disk write and network enabled: nothing to enforce, not wrapped' },
+      fdSlots: [],
+      syntheticTargets: [],
+    };
+  }
+  adoptActiveSynthetic(r, active);
+  const mode: SeccompMode | undefined = managed
+    ? 'proxy-routed'
+    : eff.network === 'restricted'
+      ? 'restricted'
+      : undefined;
+  let routes: ManagedRoutes | undefined;
+  if (managed) {
+    routes = planManagedRoutes(cmd.spec.env);
+    Object.assign(env, routes.env);
+    if (eff.network === 'restricted') env.CODEX_SANDBOX_NETWORK_DISABLED = '1';
+  }
+  const fdSlots: FdSlot[] = [];
+  if (mode) fdSlots.push('seccomp');
+  if (managed) fdSlots.push('info', 'block');
+  const fdOf = (s: FdSlot) => (fdSlots.includes(s) ? 3 + fdSlots.indexOf(s) : undefined);
+  const b = bwrapArgs(r, {
+    unshareNet: eff.network === 'restricted' || managed,
+    proc: host.bwrap.proc,
+    newSession: !cmd.tty,
+    chdir: cmd.spec.cwd,
+    file: cmd.spec.file,
+    args: cmd.spec.argv.slice(1),
+    argv0: cmd.spec.argv[0],
+    seccompFd: fdOf('seccomp'),
+    infoFd: fdOf('info'),
+    blockFd: fdOf('block'),
+    features: host.bwrap.features,
+  });
+  summary.seccomp = mode ?? 'none';
+  summary.bwrap = host.bwrap.path;
+  summary.proc = host.bwrap.proc;
+  if (b.argv0Ignored) summary.arg0 = 'ignored: bwrap < 0.9 has no --argv0';
+  if (routes) summary.proxyEndpoints = routes.endpoints.map((e) => `${e.host}:${e.port}`);
+  const bw = host.bwrap.path;
+  let spec: LaunchSpec;
+  let slotPaths: Record<FdSlot, string> | undefined;
+  if (cmd.tty && fdSlots.length > 0) {
+    slotPaths = { seccomp: '<seccomp.bpf>', info: '<info.fifo>', block: '<block.fifo>' };
+    const script = TTY_WRAPPER[fdSlots.length]!;
+    const argv = ['sh', '-c', script, 'sh', ...fdSlots.map((s) => slotPaths![s]), bw, ...b.args];
+    spec = { file: '/bin/sh', argv, env, cwd: cmd.spec.cwd };
+  } else {
+    spec = { file: bw, argv: [bw, ...b.args], env, cwd: cmd.spec.cwd };
+  }
+  return {
+    sandboxType: 'linuxSeccomp',
+    mechanism: 'bwrap',
+    spec,
+    summary,
+    fdSlots,
+    slotPaths,
+    seccomp: mode ? { arch, mode, filter: buildSeccompFilter(arch, mode) } : undefined,
+    managed: routes,
+    syntheticTargets: b.syntheticTargets,
+  };
+}
+
+function serverTmpdir(opts: PrepareOptions | undefined): string | undefined {
+  const t = opts?.tmpdir ?? process.env.TMPDIR;
+  return t?.startsWith('/') ? t : undefined;
+}
+
+function needsBwrap(sandbox: ParsedSandbox | null | undefined, platform: NodeJS.Platform): boolean {
+  if (!sandbox || platform !== 'linux') return false;
+  const s = sandbox as { sandbox?: unknown; permissions?: { type?: unknown } };
+  return s.sandbox === 'linux-seccomp' || s.permissions?.type === 'managed';
+}
+
+const DEFAULT_FEATURES: BwrapFeatures = { argv0: false, perms: true };
+
+function hostFacts(opts: PrepareOptions | undefined, bwrap: BwrapHost): HostFacts {
+  return {
+    platform: opts?.platform ?? process.platform,
+    arch: opts?.arch ?? os.arch(),
+    machine: opts?.machine ?? os.machine(),
+    tmpdir: serverTmpdir(opts),
+    bwrap,
+  };
+}
+
+export interface LaunchPreview {
+  sandboxType: SandboxType;
+  mechanism: LaunchPlan['mechanism'];
+  /** What would be exec'd (fd slots shown as `fdSlots`; PTY file paths as placeholders). */
+  spec: LaunchSpec;
+  summary: Record<string, unknown>;
+  fdSlots: FdSlot[];
+  seccomp?: { arch: SeccompArch; mode: SeccompMode; instructions: number };
+  seatbeltProfile?: string;
+  seatbeltParams?: [string, string][];
+}
+
+/** The launch a command would get, for the panel's policy debugger: no files, fds or processes are created. */
+export function previewLaunch(
+  sandbox: ParsedSandbox | null | undefined,
+  cmd: LaunchCommand,
+  opts?: PrepareOptions,
+): LaunchPreview {
+  const platform = opts?.platform ?? process.platform;
+  const path = opts?.bwrapPath ?? findBwrap(cmd.spec.cwd) ?? SYSTEM_BWRAP;
+  const bwrap = knownBwrap(path) ?? { path, features: DEFAULT_FEATURES, proc: true };
+  const plan = planLaunch(sandbox, cmd, hostFacts({ ...opts, platform }, bwrap), activeSyntheticTargets());
+  return {
+    sandboxType: plan.sandboxType,
+    mechanism: plan.mechanism,
+    spec: plan.spec,
+    summary: plan.summary,
+    fdSlots: plan.fdSlots,
+    seccomp: plan.seccomp && {
+      arch: plan.seccomp.arch,
+      mode: plan.seccomp.mode,
+      instructions: plan.seccomp.filter.length / 8,
+    },
+    seatbeltProfile: plan.seatbelt?.profile,
+    seatbeltParams: plan.seatbelt?.params,
+  };
+}
+
+let sharedDir: string | undefined;
+let fileCounter = 0;
+
+function privateBase(): string {
+  const xdg = process.env.XDG_RUNTIME_DIR;
+  return xdg?.startsWith('/') ? xdg : os.tmpdir();
+}
+
+/** A 0700 directory of this server process for unlinked BPF files. */
+function sharedPrivateDir(): string {
+  if (!sharedDir) sharedDir = mkdtempSync(join(privateBase(), 'corral-sandbox-'));
+  return sharedDir;
+}
+
+/**
+ * Applies a sandbox (or none) to a command: plans the launch, then creates what it needs (the BPF fd or file, FIFOs,
+ * the proxy bridge, synthetic mount-target references). Throws SandboxSetupError; never falls back to an unsandboxed
+ * run. The caller spawns `spec`, calls `afterSpawn(pid)` once it has a pid (if it rejects, kill the process: the
+ * command has not been released), and `cleanup()` exactly once after the process closed or the spawn failed.
+ */
+export async function prepareLaunch(
+  sandbox: ParsedSandbox | null | undefined,
+  cmd: LaunchCommand,
+  opts?: PrepareOptions,
+): Promise<PreparedLaunch> {
+  const platform = opts?.platform ?? process.platform;
+  let bwrap: BwrapHost = { path: opts?.bwrapPath ?? SYSTEM_BWRAP, features: DEFAULT_FEATURES, proc: true };
+  if (needsBwrap(sandbox, platform)) {
+    const path = opts?.bwrapPath ?? findBwrap(cmd.spec.cwd);
+    if (!path) {
+      throw new SandboxSetupError(
+        'bubblewrap (bwrap) is not installed: the Linux sandbox is unavailable and the command was not run unsandboxed',
+      );
+    }
+    bwrap = await probeBwrap(path);
+  }
+  const plan = planLaunch(sandbox, cmd, hostFacts({ ...opts, platform }, bwrap), activeSyntheticTargets());
+  if (plan.mechanism !== 'bwrap') {
+    return { spec: plan.spec, sandboxType: plan.sandboxType, summary: plan.summary, cleanup() {} };
+  }
+  return materialize(plan, cmd.tty);
+}
+
+function materialize(plan: LaunchPlan, tty: boolean): PreparedLaunch {
+  const fds: number[] = [];
+  const toRemove: string[] = [];
+  let dir: string | undefined;
+  let releaseTargets: (() => void) | undefined;
+  let bridges: { close(): void } | undefined;
+  let forwarder: ChildProcess | undefined;
+  let pidReader: { promise: Promise<number>; cancel(): void } | undefined;
+  let blockFd: number | undefined;
+  let cleaned = false;
+  const closeFds = () => {
+    for (const fd of fds.splice(0)) closeQuietly(fd);
+  };
+  const cleanup = () => {
+    if (cleaned) return;
+    cleaned = true;
+    pidReader?.cancel();
+    closeFds();
+    closeQuietly(blockFd);
+    blockFd = undefined;
+    if (forwarder && forwarder.exitCode === null) forwarder.kill('SIGKILL');
+    bridges?.close();
+    for (const f of toRemove) rmSync(f, { force: true });
+    if (dir) rmSync(dir, { recursive: true, force: true });
+    releaseTargets?.();
+  };
+  try {
+    const slotPaths: Partial<Record<FdSlot, string>> = {};
+    const slotFds: Partial<Record<FdSlot, number>> = {};
+    if (plan.managed || tty) dir = mkdtempSync(join(privateBase(), 'corral-sandbox-'));
+    if (plan.seccomp) {
+      const file = join(dir ?? sharedPrivateDir(), `seccomp-${process.pid}-${++fileCounter}.bpf`);
+      writeFileSync(file, plan.seccomp.filter, { mode: 0o600 });
+      if (tty) {
+        slotPaths.seccomp = file;
+        toRemove.push(file);
+      } else {
+        const fd = openSync(file, 'r');
+        unlinkSync(file);
+        fds.push(fd);
+        slotFds.seccomp = fd;
+      }
+    }
+    if (plan.managed) {
+      const info = join(dir!, 'info.fifo');
+      const block = join(dir!, 'block.fifo');
+      const r = spawnSync('mkfifo', ['-m', '600', info, block], { encoding: 'utf8' });
+      if (r.status !== 0) {
+        throw new SandboxSetupError(`managed network: cannot create FIFOs: ${r.stderr || r.error?.message}`);
+      }
+      slotPaths.info = info;
+      slotPaths.block = block;
+      // Our read end of the info FIFO is open before the spawn (non-blocking), so the wrapper's open for writing
+      // does not block and nothing bwrap writes is lost; the block FIFO is held O_RDWR so no open ever blocks.
+      pidReader = readChildPid(info, 15_000);
+      pidReader.promise.catch(() => {});
+      blockFd = openSync(block, constants.O_RDWR);
+      slotFds.block = blockFd;
+      if (!tty) {
+        const infoFd = openSync(info, constants.O_RDWR);
+        fds.push(infoFd);
+        slotFds.info = infoFd;
+      }
+    }
+    let spec = plan.spec;
+    if (tty && plan.fdSlots.length > 0) {
+      const argv = plan.spec.argv.map((a) => {
+        for (const s of plan.fdSlots) if (a === plan.slotPaths?.[s]) return slotPaths[s]!;
+        return a;
+      });
+      spec = { ...plan.spec, argv };
+    } else if (plan.fdSlots.length > 0) {
+      spec = { ...plan.spec, extraFds: plan.fdSlots.map((s) => slotFds[s] ?? null) };
+    }
+    releaseTargets = acquireSyntheticTargets(plan.syntheticTargets);
+    const managed = plan.managed;
+    const prepared: PreparedLaunch = {
+      spec,
+      sandboxType: plan.sandboxType,
+      summary: plan.summary,
+      cleanup,
+      async afterSpawn(pid: number) {
+        void pid;
+        closeFds();
+        if (!managed) return;
+        const bridge = await startHostBridges(dir!, managed.endpoints);
+        bridges = bridge;
+        const nsPid = await pidReader!.promise;
+        if (cleaned) throw new SandboxSetupError('managed network: the process exited during setup');
+        forwarder = await startForwarder(
+          nsPid,
+          bridge.sockets.map((sock, i) => ({ sock, port: FORWARD_BASE_PORT + i })),
+        );
+        if (cleaned) {
+          forwarder.kill('SIGKILL');
+          throw new SandboxSetupError('managed network: the process exited during setup');
+        }
+        release(blockFd!);
+      },
+    };
+    return prepared;
+  } catch (e) {
+    cleanup();
+    if (e instanceof SandboxSetupError) throw e;
+    throw new SandboxSetupError(`sandbox setup failed: ${(e as Error).message}`);
+  }
+}
+
+export { WINDOWS_ERROR };

@@ -1,0 +1,355 @@
+import { lstatSync, readFileSync, realpathSync } from 'node:fs';
+import { dirname, isAbsolute, join, normalize, resolve as resolvePath, sep } from 'node:path';
+import type { EffectiveSandbox, Entry, FsPolicy } from './effective.js';
+import { SandboxSetupError } from './errors.js';
+
+/** The filesystem facts resolution needs; injectable so resolution stays a pure function in tests. */
+export interface FsProbe {
+  /** The type of the path itself (no link following), or null when it does not exist. */
+  kind(p: string): 'dir' | 'file' | 'symlink' | 'other' | null;
+  /** realpath, or null when it cannot be resolved. */
+  realpath(p: string): string | null;
+  /** A small text file's content, or null. */
+  readText(p: string): string | null;
+}
+
+export const realFsProbe: FsProbe = {
+  kind(p) {
+    try {
+      const st = lstatSync(p);
+      if (st.isSymbolicLink()) return 'symlink';
+      if (st.isDirectory()) return 'dir';
+      if (st.isFile()) return 'file';
+      return 'other';
+    } catch {
+      return null;
+    }
+  },
+  realpath(p) {
+    try {
+      return realpathSync(p);
+    } catch {
+      return null;
+    }
+  },
+  readText(p) {
+    try {
+      return readFileSync(p, 'utf8').slice(0, 4096);
+    } catch {
+      return null;
+    }
+  },
+};
+
+export type Access = 'read' | 'write' | 'none';
+export type PathState = 'dir' | 'file' | 'symlink' | 'other' | 'missing';
+
+/** A concrete entry: an absolute, canonical path and its access. */
+export interface ConcreteEntry {
+  path: string;
+  access: Access;
+  /** Where it came from, for the panel: `entry`, `minimal`, `carve-out` (.git/.codex/.agents/.aws), `cwd-codex`. */
+  origin: 'entry' | 'minimal' | 'carve-out' | 'cwd-codex' | 'gitdir';
+}
+
+/** A read-only (or unreadable) subpath of a writable root, or an unreadable path elsewhere. */
+export interface ProtectedPath {
+  /** The path to mount over (a symlink stays a symlink: it is pinned with /dev/null). */
+  path: string;
+  access: 'read' | 'none';
+  state: PathState;
+  /** For a missing path: its first missing component, the synthetic mount target (§8.4.1). */
+  mountTarget?: string;
+}
+
+export interface WritableRoot {
+  root: string;
+  readOnlySubpaths: ProtectedPath[];
+}
+
+export interface ResolvedPolicy {
+  /** Kind ≠ restricted: no enforcement of the filesystem at all. */
+  unrestricted: boolean;
+  fullRead: boolean;
+  fullWrite: boolean;
+  /** `/` is readable (the read layer is `--ro-bind / /`); otherwise `--tmpfs /` plus readableRoots. */
+  rootReadable: boolean;
+  /** Readable roots other than `/` (existing, canonical), including the platform defaults when `minimal` is set. */
+  readableRoots: string[];
+  includePlatformDefaults: boolean;
+  /** Sorted shallow → deep. */
+  writableRoots: WritableRoot[];
+  /** `none` paths that lie under no writable root. */
+  unreadable: ProtectedPath[];
+  /** All concrete entries (explicit plus the implied carve-outs), for access checks. */
+  entries: ConcreteEntry[];
+}
+
+export const LINUX_PLATFORM_DEFAULTS = ['/bin', '/etc', '/lib', '/lib64', '/sbin', '/usr'];
+const LINUX_PLATFORM_OPTIONAL = ['/nix/store', '/run/current-system/sw'];
+/** Names protected inside every writable root (§4.4; `.aws` is ours, as in 0.169). */
+export const PROTECTED_NAMES = ['.git', '.agents', '.codex', '.aws'];
+
+export function depth(p: string): number {
+  return p === '/' ? 0 : p.split('/').length - 1;
+}
+
+/** `p` equals `root` or lies under it. */
+export function isUnder(p: string, root: string): boolean {
+  if (root === '/') return true;
+  return p === root || p.startsWith(root.endsWith(sep) ? root : root + sep);
+}
+
+/** Canonical form: realpath of the longest existing ancestor, plus the rest. */
+export function canonicalize(p: string, probe: FsProbe): string {
+  const abs = normalize(p);
+  let head = abs;
+  const tail: string[] = [];
+  for (;;) {
+    const real = probe.realpath(head);
+    if (real !== null) return tail.length ? join(real, ...tail.reverse()) : real;
+    const parent = dirname(head);
+    if (parent === head) return abs;
+    tail.push(head.slice(parent === '/' ? 1 : parent.length + 1));
+    head = parent;
+  }
+}
+
+function state(p: string, probe: FsProbe): PathState {
+  return probe.kind(p) ?? 'missing';
+}
+
+function firstMissing(p: string, probe: FsProbe): string {
+  let cur = p;
+  let missing = p;
+  while (cur !== '/' && probe.kind(cur) === null) {
+    missing = cur;
+    cur = dirname(cur);
+  }
+  return missing;
+}
+
+const RANK: Record<Access, number> = { read: 0, write: 1, none: 2 };
+
+/** §4.2 precedence: the most specific entry decides; on a tie none > write > read; no match → none. */
+export function accessOf(entries: ConcreteEntry[], p: string): Access {
+  let best: ConcreteEntry | undefined;
+  let bestDepth = -1;
+  for (const e of entries) {
+    if (!isUnder(p, e.path)) continue;
+    const d = depth(e.path);
+    if (d > bestDepth || (d === bestDepth && best && RANK[e.access] > RANK[best.access])) {
+      best = e;
+      bestDepth = d;
+    }
+  }
+  return best?.access ?? 'none';
+}
+
+export interface ResolveOptions {
+  /** The exec-server's own TMPDIR (not the command's). Absolute and non-empty, or ignored. */
+  tmpdir?: string;
+  probe?: FsProbe;
+}
+
+/** Expands specials to concrete (absolute, canonical) entries. */
+function concreteEntries(
+  fs: FsPolicy,
+  cwd: string | undefined,
+  projectRoots: string[],
+  opts: ResolveOptions,
+): { entries: ConcreteEntry[]; minimal: boolean } {
+  const probe = opts.probe ?? realFsProbe;
+  const out: ConcreteEntry[] = [];
+  let minimal = false;
+  const push = (path: string, access: Access, origin: ConcreteEntry['origin'] = 'entry') =>
+    out.push({ path: canonicalize(path, probe), access, origin });
+  for (const e of fs.entries as Entry[]) {
+    const p = e.path;
+    if (p.type === 'path') {
+      push(p.path, e.access);
+      continue;
+    }
+    const v = p.value;
+    switch (v.kind) {
+      case 'root':
+        push('/', e.access);
+        break;
+      case 'minimal':
+        if (e.access !== 'none') minimal = true;
+        break;
+      case 'current_working_directory':
+        if (cwd) push(cwd, e.access);
+        break;
+      case 'project_roots': {
+        const roots = projectRoots.length > 0 ? projectRoots : cwd ? [cwd] : [];
+        for (const r of roots) push(v.subpath ? resolvePath(r, v.subpath) : r, e.access);
+        break;
+      }
+      case 'tmpdir':
+        if (opts.tmpdir && isAbsolute(opts.tmpdir) && probe.kind(opts.tmpdir) !== null)
+          push(opts.tmpdir, e.access);
+        break;
+      case 'slash_tmp':
+        if (probe.kind('/tmp') === 'dir' || probe.kind('/tmp') === 'symlink') push('/tmp', e.access);
+        break;
+      case 'unknown':
+        break;
+    }
+  }
+  return { entries: out, minimal };
+}
+
+/**
+ * §4.2/§4.4: resolves an effective filesystem policy to the roots and carve-outs bwrap (or Seatbelt, or an fs check)
+ * enforces. Throws SandboxSetupError for a writable root that does not exist.
+ */
+export function resolvePolicy(
+  eff: Pick<EffectiveSandbox, 'fs' | 'cwd' | 'projectRoots'>,
+  opts: ResolveOptions = {},
+) {
+  const probe = opts.probe ?? realFsProbe;
+  const fs = eff.fs;
+  if (fs.kind !== 'restricted') {
+    const r: ResolvedPolicy = {
+      unrestricted: true,
+      fullRead: true,
+      fullWrite: true,
+      rootReadable: true,
+      readableRoots: [],
+      includePlatformDefaults: false,
+      writableRoots: [{ root: '/', readOnlySubpaths: [] }],
+      unreadable: [],
+      entries: [{ path: '/', access: 'write', origin: 'entry' }],
+    };
+    return r;
+  }
+  const cwd = eff.cwd ? canonicalize(eff.cwd, probe) : undefined;
+  const { entries, minimal } = concreteEntries(fs, eff.cwd, eff.projectRoots, opts);
+  const hasNone = entries.some((e) => e.access === 'none');
+  const rootEntries = entries.filter((e) => e.path === '/');
+  const rootAccess = rootEntries.length ? accessOf(rootEntries, '/') : undefined;
+  const fullRead = (rootAccess === 'read' || rootAccess === 'write') && !hasNone;
+  const fullWrite = rootAccess === 'write' && !entries.some((e) => e.path !== '/' && e.access !== 'write');
+
+  // Writable roots: every write entry that stays writable under the precedence rules.
+  const writeCandidates = [...new Set(entries.filter((e) => e.access === 'write').map((e) => e.path))];
+  const writable = writeCandidates
+    .filter((p) => accessOf(entries, p) === 'write')
+    .sort((a, b) => depth(a) - depth(b));
+  for (const w of writable) {
+    if (probe.kind(w) === null) {
+      throw new SandboxSetupError(`Sandbox expected writable root ${w}, but it does not exist`);
+    }
+  }
+
+  // Implied carve-outs (§4.4), added as read entries so that access checks see them too.
+  if (!fullWrite) {
+    const implied: ConcreteEntry[] = [];
+    for (const w of writable) {
+      for (const name of PROTECTED_NAMES) {
+        const p = join(w, name);
+        const k = probe.kind(p);
+        if (k === null) continue;
+        implied.push({ path: p, access: 'read', origin: 'carve-out' });
+        if (name === '.git' && k === 'file') {
+          const m = /^gitdir:\s*(.+?)\s*$/m.exec(probe.readText(p) ?? '');
+          if (m?.[1])
+            implied.push({
+              path: canonicalize(resolvePath(w, m[1]), probe),
+              access: 'read',
+              origin: 'gitdir',
+            });
+        }
+        if (k === 'symlink') {
+          const target = probe.realpath(p);
+          if (target) implied.push({ path: target, access: 'read', origin: 'carve-out' });
+        }
+      }
+    }
+    // <cwd>/.codex is protected always, even when missing, so that creating it needs approval.
+    if (cwd && writable.some((w) => isUnder(cwd, w))) {
+      implied.push({ path: join(cwd, '.codex'), access: 'read', origin: 'cwd-codex' });
+    }
+    for (const i of implied) {
+      // An explicit, more specific or equal write entry keeps the path writable (e.g. `.git:write`).
+      const explicit = entries.filter((e) => e.path === i.path);
+      if (explicit.some((e) => e.access !== 'read')) continue;
+      if (!entries.some((e) => e.path === i.path && e.access === i.access && e.origin === i.origin))
+        entries.push(i);
+    }
+  }
+
+  // Protected paths: every read/none entry (and symlinked entry) strictly under some writable root.
+  const protectedOf = (e: ConcreteEntry): ProtectedPath[] => {
+    const access = e.access === 'none' ? 'none' : 'read';
+    const out: ProtectedPath[] = [];
+    const st = state(e.path, probe);
+    out.push(
+      st === 'missing'
+        ? { path: e.path, access, state: st, mountTarget: firstMissing(e.path, probe) }
+        : { path: e.path, access, state: st },
+    );
+    return out;
+  };
+  // Symlinked carve-outs: the entry paths are canonical; also pin the literal symlink names (§8.4).
+  const literalLinks: ConcreteEntry[] = [];
+  for (const w of writable) {
+    for (const name of PROTECTED_NAMES) {
+      const lit = join(w, name);
+      if (probe.kind(lit) === 'symlink' && accessOf(entries, lit) !== 'write') {
+        literalLinks.push({ path: lit, access: 'read', origin: 'carve-out' });
+      }
+    }
+  }
+  const guarded = [...entries.filter((e) => e.access !== 'write' && e.path !== '/'), ...literalLinks];
+  const seen = new Set<string>();
+  const uniqueGuarded = guarded.filter((e) => {
+    const k = `${e.path}\0${e.access}`;
+    if (seen.has(k)) return false;
+    seen.add(k);
+    return true;
+  });
+  const writableRoots: WritableRoot[] = fullWrite
+    ? [{ root: '/', readOnlySubpaths: [] }]
+    : writable.map((root) => ({
+        root,
+        readOnlySubpaths: uniqueGuarded
+          .filter((e) => e.path !== root && isUnder(e.path, root))
+          .sort((a, b) => depth(a.path) - depth(b.path))
+          .flatMap(protectedOf),
+      }));
+  const unreadable = uniqueGuarded
+    .filter((e) => e.access === 'none' && !writable.some((w) => isUnder(e.path, w)))
+    .flatMap(protectedOf)
+    .filter((p) => p.state !== 'missing');
+
+  const rootReadable = rootAccess === 'read' || rootAccess === 'write';
+  const readable = new Set<string>();
+  if (!rootReadable) {
+    if (minimal) {
+      for (const d of [...LINUX_PLATFORM_DEFAULTS, ...LINUX_PLATFORM_OPTIONAL]) {
+        if (probe.kind(d) === null) continue;
+        readable.add(d);
+        entries.push({ path: d, access: 'read', origin: 'minimal' });
+      }
+    }
+    for (const e of entries) {
+      if (e.access === 'read' && e.origin === 'entry' && accessOf(entries, e.path) !== 'none') {
+        if (probe.kind(e.path) !== null) readable.add(e.path);
+      }
+    }
+  }
+  const r: ResolvedPolicy = {
+    unrestricted: false,
+    fullRead,
+    fullWrite,
+    rootReadable,
+    readableRoots: [...readable].sort((a, b) => depth(a) - depth(b)),
+    includePlatformDefaults: minimal,
+    writableRoots,
+    unreadable,
+    entries,
+  };
+  return r;
+}

@@ -1,0 +1,296 @@
+/**
+ * Released Codex CLIs (npm @openai/codex 0.120.0, 0.125.0, 0.130.0, 0.169.0), unmodified, as clients of our
+ * exec-server: the acceptance runs of spec codex-clients.md §10, offline (fake model on 127.0.0.1, everything inside a
+ * network namespace with only `lo`).
+ *
+ * Environment:
+ *   CORRAL_E2E_SERVER=corral (default) | codex   codex = each version's own `codex exec-server` (validates the rig)
+ *   CORRAL_E2E_VERSIONS=0.120.0,0.169.0          only these versions
+ *   CORRAL_E2E_DIR=<dir>                          scratch space (default ~/.cache/corral-e2e/codex; never under /tmp)
+ *   CORRAL_E2E_VERBOSE=1                          stream the rig's progress
+ * The binaries come from scripts/install-codex.mjs (run here; fast when cached). Without a reachable npm registry
+ * and no cache, the tests skip with that message. Each suite's full result (with every frame) is written to
+ * test-artifacts/codex-e2e/<server>-<version>.json.
+ */
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { before, describe, it } from 'node:test';
+import { ancestorPids, calls, describeExchange, explain, notifications, starts } from './codex/checks.js';
+import { scenarioSteps } from './codex/fake-model.js';
+import {
+  CODEX_VERSIONS,
+  codexBinary,
+  defaultBaseDir,
+  ROOT,
+  type RunResult,
+  type RunSpec,
+  runSuiteIsolated,
+  type SuiteResult,
+} from './codex/rig.js';
+
+const target = process.env.CORRAL_E2E_SERVER === 'codex' ? 'codex' : 'corral';
+const versions = (
+  process.env.CORRAL_E2E_VERSIONS?.split(',').map((v) => v.trim()) ?? [...CODEX_VERSIONS]
+).filter(Boolean);
+const CLIENT_WRAPS = new Set(['0.120.0', '0.125.0', '0.130.0']);
+
+/** Installs (or finds cached) binaries; returns why a version cannot run, if it cannot. */
+function installStatus(): Record<string, string | undefined> {
+  let log = '';
+  try {
+    log = execFileSync(process.execPath, [join(ROOT, 'scripts', 'install-codex.mjs'), ...versions], {
+      encoding: 'utf8',
+      timeout: 600_000,
+    });
+  } catch (e) {
+    const err = e as { stdout?: string; stderr?: string; message: string };
+    log = `${err.stdout ?? ''}${err.stderr ?? ''}` || err.message;
+  }
+  let status: Record<string, { status: string; message?: string }> = {};
+  try {
+    status = JSON.parse(readFileSync(join(ROOT, '.cache', 'codex', 'status.json'), 'utf8'));
+  } catch {}
+  const reasons: Record<string, string | undefined> = {};
+  for (const v of versions) {
+    if (codexBinary(v)) continue;
+    const s = status[v];
+    reasons[v] =
+      s?.status === 'unreachable'
+        ? `codex ${v} not cached and ${s.message}`
+        : `codex ${v} is not installed: ${s?.message ?? log.trim()}`;
+  }
+  return reasons;
+}
+
+function runsFor(version: string): RunSpec[] {
+  const runs: RunSpec[] = [
+    { name: 'full', scenario: 'full', sandbox: 'danger-full-access' },
+    { name: 'basic-workspace-write', scenario: 'basic', sandbox: 'workspace-write' },
+    { name: 'outside-workspace-write', scenario: 'outside', sandbox: 'workspace-write' },
+    { name: 'patch-workspace-write', scenario: 'patch', sandbox: 'workspace-write' },
+    { name: 'basic-git-repo', scenario: 'basic', sandbox: 'danger-full-access', gitRepo: true },
+  ];
+  if (version === '0.169.0') {
+    runs.push({
+      name: 'basic-environments-toml',
+      scenario: 'basic',
+      sandbox: 'danger-full-access',
+      environmentsToml: true,
+    });
+  }
+  return runs;
+}
+
+/** Every run must end normally, with the fake model having played its whole script. */
+function assertCompleted(run: RunResult): void {
+  const steps = scenarioSteps(run.spec.scenario).length;
+  const why = explain(run);
+  assert.ok(!run.timedOut, `codex did not finish\n${why}`);
+  assert.ok(run.frames.length > 0, `codex never reached the exec-server\n${why}`);
+  assert.deepEqual(run.modelErrors, [], `the fake model could not script a step\n${why}`);
+  assert.equal(run.exitCode, 0, `codex exited ${run.exitCode ?? run.signal}\n${why}`);
+  const last = Math.max(0, ...run.modelRequests.map((r) => r.step));
+  assert.equal(last, steps + 1, `codex stopped after step ${last - 1} of ${steps}\n${why}`);
+  for (const e of starts(run)) {
+    assert.equal(e.error, undefined, `process/start failed\n  ${describeExchange(e)}\n${why}`);
+  }
+}
+
+function output(run: RunResult, n: number): string {
+  return run.outputs[`call_fake_${n}`] ?? '';
+}
+
+/** Checks of the `basic` step (call_fake_1): out.txt, its output, and, unsandboxed, the ancestry. */
+function assertBasic(run: RunResult, serverPid: number, checkAncestry: boolean): void {
+  const why = explain(run, ['process/start']);
+  assert.equal(run.files['out.txt'], 'hello\n', `out.txt is not "hello"\n${why}`);
+  assert.match(output(run, 1), /^hello$/m, `the basic step's output lacks "hello"\n${why}`);
+  if (checkAncestry) {
+    const pids = ancestorPids(output(run, 1));
+    assert.ok(
+      pids.includes(serverPid),
+      `the command did not run as a descendant of the exec-server (pid ${serverPid}); ancestors: ${pids.join(', ')}\n${why}`,
+    );
+  }
+}
+
+const reasons = installStatus();
+const artifacts = join(ROOT, 'test-artifacts', 'codex-e2e');
+
+for (const version of versions) {
+  describe(`codex ${version} against ${target === 'corral' ? 'our exec-server' : `codex ${version} exec-server`}`, () => {
+    const skip = reasons[version];
+    let suite: SuiteResult;
+    const run = (name: string): RunResult => {
+      assert.equal(suite.serverError, undefined, `the exec-server did not start: ${suite.serverError}`);
+      const r = suite.runs.find((x) => x.name === name);
+      assert.ok(r, `no run ${name}`);
+      return r;
+    };
+    const serverPid = () => suite.server!.pid;
+
+    before(
+      async () => {
+        if (skip) return;
+        const binary = codexBinary(version)!;
+        suite = await runSuiteIsolated({
+          version,
+          binary,
+          server: target === 'corral' ? { kind: 'corral' } : { kind: 'codex', version, binary },
+          baseDir: join(defaultBaseDir(), `${target}-${version}`),
+          runs: runsFor(version),
+          timeoutMs: 60_000,
+        });
+        mkdirSync(artifacts, { recursive: true });
+        writeFileSync(join(artifacts, `${target}-${version}.json`), JSON.stringify(suite, null, 1));
+      },
+      { timeout: 290_000 },
+    );
+
+    it('full: basic + tty + poll + patch', { skip }, () => {
+      const r = run('full');
+      assertCompleted(r);
+      assertBasic(r, serverPid(), true);
+      const why = explain(r, ['process/start', 'process/write', 'fs/writeFile']);
+      // tty: exec_command with tty:true, then write_stdin "hi\n".
+      assert.match(output(r, 2), /session ID \d+/, `the tty process did not stay running\n${why}`);
+      assert.match(output(r, 3), /got:hi/, `the tty step did not echo got:hi\n${why}`);
+      const ttyStart = starts(r).find((e) => (e.params as { tty?: boolean }).tty === true);
+      assert.ok(ttyStart, `no process/start with tty:true\n${why}`);
+      const ttyId = (ttyStart.params as { processId: string }).processId;
+      const pty = notifications(r.frames).filter(
+        (n) => n.method === 'process/output' && (n.params as { processId: string }).processId === ttyId,
+      );
+      assert.ok(
+        pty.length > 0 && pty.every((n) => (n.params as { stream: string }).stream === 'pty'),
+        `the tty process's output was not pushed as stream "pty": ${JSON.stringify(pty.map((n) => n.params))}\n${why}`,
+      );
+      // poll: "early" within the first yield, "late" only after the empty write_stdin poll.
+      assert.match(output(r, 4), /early/, `the poll step's first output lacks "early"\n${why}`);
+      assert.doesNotMatch(output(r, 4), /late/, `"late" arrived before the poll\n${why}`);
+      assert.match(output(r, 5), /late/, `the empty write_stdin poll did not return "late"\n${why}`);
+      // patch: apply_patch through fs/*, then cat.
+      assert.match(output(r, 6), /Success|A patched\.txt/, `apply_patch failed\n${why}`);
+      assert.equal(r.files['patched.txt'], 'written by apply_patch\n', `patched.txt is wrong\n${why}`);
+      assert.match(output(r, 7), /written by apply_patch/, `cat patched.txt failed\n${why}`);
+      assert.equal(starts(r).length, 4, `expected 4 process/start (basic, tty, poll, cat)\n${why}`);
+      const withJsonrpc = r.frames.filter((f) => f.dir === 's2c' && f.msg && 'jsonrpc' in f.msg);
+      assert.equal(withJsonrpc.length, 0, `the server sent "jsonrpc" members: ${withJsonrpc[0]?.text}`);
+    });
+
+    it('basic-workspace-write', { skip }, () => {
+      const r = run('basic-workspace-write');
+      assertCompleted(r);
+      assertBasic(r, serverPid(), false);
+      const start = starts(r)[0];
+      assert.ok(start, `no process/start\n${explain(r)}`);
+      const params = start.params as { argv: string[]; sandbox?: unknown };
+      if (CLIENT_WRAPS.has(version)) {
+        // 0.120–0.130 wrap the command in codex-linux-sandbox themselves; the server runs it (as sent or unwrapped).
+        assert.match(
+          params.argv[0] ?? '',
+          /codex-linux-sandbox$/,
+          `the client did not wrap the command: argv ${JSON.stringify(params.argv)}`,
+        );
+        assert.deepEqual(params.argv.slice(params.argv.indexOf('--') + 1, -1), ['/bin/bash', '-lc']);
+      } else {
+        assert.ok(params.sandbox, `0.169 sent no sandbox object\n${describeExchange(start)}`);
+        const type = (start.result as { sandboxType?: string } | undefined)?.sandboxType;
+        assert.equal(
+          type,
+          'linuxSeccomp',
+          `process/start with a workspace-write sandbox must be enforced (sandboxType "linuxSeccomp"), got ${JSON.stringify(type)}: ` +
+            `the sandbox engine (src/sandbox) is not wired into process/start, or did not apply\n  ${describeExchange(start)}`,
+        );
+      }
+    });
+
+    it('outside-workspace-write: writes outside the workspace fail and leave no file', { skip }, () => {
+      const r = run('outside-workspace-write');
+      assertCompleted(r);
+      const why = explain(r, ['process/start', 'fs/writeFile', 'fs/createDirectory']);
+      assert.match(output(r, 1), /Read-only file system/, `echo x > ../outside.txt was not refused\n${why}`);
+      assert.match(
+        output(r, 1),
+        /exited with code [1-9]|Sandbox\(Denied|exit_code: [1-9]/,
+        `the outside write did not fail\n${why}`,
+      );
+      // The client may refuse the patch itself ("writing outside of the project"); if it forwards it, we must refuse.
+      const outsideWrites = calls(r, 'fs/writeFile').filter((e) =>
+        /outside\.txt$/.test(String((e.params as { path?: string }).path)),
+      );
+      for (const e of outsideWrites) {
+        assert.ok(e.error, `the server wrote outside the workspace\n  ${describeExchange(e)}`);
+        assert.equal(
+          e.error.code,
+          -32603,
+          `an outside fs/writeFile must fail with -32603\n  ${describeExchange(e)}`,
+        );
+      }
+      assert.match(
+        output(r, 2),
+        /rejected|error|denied|failed/i,
+        `the outside apply_patch was not refused\n${why}`,
+      );
+      assert.equal(r.outsideExists, false, `../outside.txt exists after the run\n${why}`);
+      if (!CLIENT_WRAPS.has(version)) {
+        const type = (starts(r)[0]?.result as { sandboxType?: string } | undefined)?.sandboxType;
+        assert.equal(type, 'linuxSeccomp', `the outside write ran without our sandbox\n${why}`);
+      }
+    });
+
+    it('patch-workspace-write', { skip }, () => {
+      const r = run('patch-workspace-write');
+      assertCompleted(r);
+      const why = explain(r, ['fs/writeFile', 'fs/createDirectory', 'fs/getMetadata', 'fs/readFile']);
+      assert.equal(r.files['patched.txt'], 'written by apply_patch\n', `patched.txt is wrong\n${why}`);
+      assert.match(output(r, 2), /written by apply_patch/, `cat patched.txt failed\n${why}`);
+      const writes = calls(r, 'fs/writeFile').filter((e) =>
+        /patched\.txt$/.test(String((e.params as { path?: string }).path)),
+      );
+      assert.equal(writes.length, 1, `expected one fs/writeFile of patched.txt\n${why}`);
+      const w = writes[0]!;
+      assert.deepEqual(w.result, {}, `fs/writeFile did not succeed\n  ${describeExchange(w)}`);
+      if (version !== '0.120.0') {
+        assert.ok(
+          (w.params as { sandbox?: unknown }).sandbox,
+          `fs/writeFile carried no sandbox context\n  ${describeExchange(w)}`,
+        );
+      }
+    });
+
+    it('basic-git-repo: .git discovered, no git process on the server', { skip }, () => {
+      const r = run('basic-git-repo');
+      assertCompleted(r);
+      assertBasic(r, serverPid(), true);
+      const gitMeta = calls(r, 'fs/getMetadata').find((e) =>
+        /\/work\/\.git$/.test(String((e.params as { path?: string }).path)),
+      );
+      assert.ok(gitMeta, `no fs/getMetadata of <workspace>/.git\n${explain(r)}`);
+      assert.equal(
+        (gitMeta.result as { isDirectory?: boolean } | undefined)?.isDirectory,
+        true,
+        `.git discovery failed\n  ${describeExchange(gitMeta)}`,
+      );
+      assert.deepEqual(r.gitInvocations, [], 'the exec-server started git');
+      const gitStarts = starts(r).filter((e) =>
+        /(^|\/)git$/.test((e.params as { argv: string[] }).argv[0] ?? ''),
+      );
+      assert.deepEqual(
+        gitStarts.map(describeExchange),
+        [],
+        'a git process was started through process/start',
+      );
+    });
+
+    if (version === '0.169.0') {
+      it('basic-environments-toml: selected through $CODEX_HOME/environments.toml', { skip }, () => {
+        const r = run('basic-environments-toml');
+        assertCompleted(r);
+        assertBasic(r, serverPid(), true);
+      });
+    }
+  });
+}

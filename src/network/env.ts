@@ -1,0 +1,80 @@
+/** The proxy environment applied to the child (network-proxy.md §4.6): the seed's 33 keys, overwriting. */
+
+export const DEFAULT_NO_PROXY =
+  'localhost,127.0.0.1,::1,*.local,.local,169.254.0.0/16,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16';
+
+const HTTP_KEYS = [
+  'HTTP_PROXY',
+  'HTTPS_PROXY',
+  'http_proxy',
+  'https_proxy',
+  'YARN_HTTP_PROXY',
+  'YARN_HTTPS_PROXY',
+  'npm_config_http_proxy',
+  'npm_config_https_proxy',
+  'npm_config_proxy',
+  'NPM_CONFIG_HTTP_PROXY',
+  'NPM_CONFIG_HTTPS_PROXY',
+  'NPM_CONFIG_PROXY',
+  'BUNDLE_HTTP_PROXY',
+  'BUNDLE_HTTPS_PROXY',
+  'PIP_PROXY',
+  'DOCKER_HTTP_PROXY',
+  'DOCKER_HTTPS_PROXY',
+  'WS_PROXY',
+  'WSS_PROXY',
+  'ws_proxy',
+  'wss_proxy',
+] as const;
+const NO_PROXY_KEYS = [
+  'NO_PROXY',
+  'no_proxy',
+  'npm_config_noproxy',
+  'NPM_CONFIG_NOPROXY',
+  'YARN_NO_PROXY',
+  'BUNDLE_NO_PROXY',
+] as const;
+const ALL_KEYS = ['ALL_PROXY', 'all_proxy', 'FTP_PROXY', 'ftp_proxy'] as const;
+
+/** Every key this module sets (33). */
+export const PROXY_ENV_KEYS: readonly string[] = [
+  'CODEX_NETWORK_ALLOW_LOCAL_BINDING',
+  ...HTTP_KEYS,
+  ...NO_PROXY_KEYS,
+  'ELECTRON_GET_USE_PROXY',
+  ...ALL_KEYS,
+];
+
+export function buildProxyEnv(opts: {
+  httpPort: number;
+  socksPort?: number | undefined;
+  allowLocalBinding: boolean;
+}): Record<string, string> {
+  const http = `http://127.0.0.1:${opts.httpPort}`;
+  const all = opts.socksPort !== undefined ? `socks5h://127.0.0.1:${opts.socksPort}` : http;
+  const env: Record<string, string> = {
+    CODEX_NETWORK_ALLOW_LOCAL_BINDING: opts.allowLocalBinding ? '1' : '0',
+  };
+  for (const k of HTTP_KEYS) env[k] = http;
+  for (const k of NO_PROXY_KEYS) env[k] = DEFAULT_NO_PROXY;
+  env.ELECTRON_GET_USE_PROXY = 'true';
+  for (const k of ALL_KEYS) env[k] = all;
+  return env;
+}
+
+/**
+ * Returns the child's environment with the proxy variables overwritten. Stale spellings of the same keys in another
+ * case (`Http_Proxy`) are removed too, so no variant that a tool might read points elsewhere.
+ */
+export function applyProxyEnv(
+  childEnv: Record<string, string>,
+  proxy: { env: Record<string, string> },
+): Record<string, string> {
+  const upper = new Set(Object.keys(proxy.env).map((k) => k.toUpperCase()));
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(childEnv)) {
+    if (upper.has(k.toUpperCase()) && !(k in proxy.env)) continue;
+    out[k] = v;
+  }
+  return Object.assign(out, proxy.env);
+}

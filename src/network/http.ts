@@ -1,0 +1,584 @@
+/**
+ * The HTTP/1.1 side of the managed proxy (network-proxy.md §4.2, §4.3, §4.7, §4.10, §5): absolute-form forwarding
+ * over pooled upstream connections to the checked address, CONNECT tunnels, exact block responses and limits.
+ */
+import http from 'node:http';
+import type { Duplex } from 'node:stream';
+import { blockMessage, blockTag } from './events.js';
+import { hostPort, normalizeHost } from './host.js';
+import type { PolicyEngine } from './policy.js';
+import type { Recorder } from './recorder.js';
+
+export type Dialer = (target: { host: string; port: number; hostname: string }) => Promise<Duplex>;
+
+export interface HttpProxyDeps {
+  policy: PolicyEngine;
+  recorder: Recorder;
+  dial: Dialer;
+  idleTimeoutMs: number;
+}
+
+const MAX_HEADER_BYTES = 16 * 1024;
+const MAX_HEADER_LINES = 100;
+const MAX_URI_BYTES = 64 * 1024;
+/** Node's own parser limit: above the 16 KiB rule so that long URIs reach the 414 check. */
+const PARSER_MAX_HEADER_SIZE = 256 * 1024;
+
+const LIMITED_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
+const HOP_BY_HOP = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'proxy-authorization',
+  'proxy-authenticate',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+  'te',
+]);
+const DEFAULT_PORTS: Record<string, number> = { http: 80, https: 443, ws: 80, wss: 443, ftp: 21 };
+
+function rawResponse(status: string, headers: [string, string][], body = ''): string {
+  const lines = headers.map(([k, v]) => `${k}: ${v}\r\n`).join('');
+  return `HTTP/1.1 ${status}\r\n${lines}\r\n${body}`;
+}
+
+/** The 400 Codex (hyper) answers to bytes it cannot parse: empty body, `connection: close`. */
+const PARSE_ERROR = rawResponse('400 Bad Request', [
+  ['content-length', '0'],
+  ['connection', 'close'],
+]);
+
+function statusOnly(code: 431 | 414): string {
+  const text = code === 431 ? '431 Request Header Fields Too Large' : '414 URI Too Long';
+  return rawResponse(text, [
+    ['content-length', '0'],
+    ['connection', 'close'],
+  ]);
+}
+
+function sendText(
+  res: http.ServerResponse,
+  status: number,
+  body: string,
+  extra: [string, string][] = [],
+): void {
+  const buf = Buffer.from(body);
+  res.sendDate = false;
+  res.writeHead(status, [
+    ['content-type', 'text/plain'],
+    ...extra,
+    ['content-length', String(buf.length)],
+    ['date', new Date().toUTCString()],
+  ] as unknown as http.OutgoingHttpHeaders);
+  res.end(buf);
+}
+
+/** Parses `scheme://[user@]host[:port]/path` (absolute-form). Null for origin-form or garbage. */
+export function parseAbsoluteTarget(url: string): {
+  scheme: string;
+  rawHost: string;
+  port: number;
+  explicitPort: boolean;
+  path: string;
+  authority: string;
+} | null {
+  const m = /^([a-zA-Z][a-zA-Z0-9+.-]*):\/\/([^/?#]*)(.*)$/.exec(url);
+  if (!m) return null;
+  const scheme = m[1]!.toLowerCase();
+  let authority = m[2]!;
+  const at = authority.lastIndexOf('@');
+  if (at >= 0) authority = authority.slice(at + 1);
+  let path = m[3]!;
+  if (path === '' || path.startsWith('?')) path = `/${path}`;
+  const hash = path.indexOf('#');
+  if (hash >= 0) path = path.slice(0, hash);
+  const { host, port } = splitAuthority(authority);
+  const defaultPort = DEFAULT_PORTS[scheme] ?? 80;
+  return {
+    scheme,
+    rawHost: host,
+    port: port ?? defaultPort,
+    explicitPort: port !== null,
+    path,
+    authority,
+  };
+}
+
+/** Splits `host:port` / `[v6]:port` / `host`. A port that is not a number in range gives port NaN. */
+export function splitAuthority(authority: string): { host: string; port: number | null } {
+  if (authority.startsWith('[')) {
+    const end = authority.indexOf(']');
+    if (end < 0) return { host: authority, port: null };
+    const rest = authority.slice(end + 1);
+    const host = authority.slice(0, end + 1);
+    if (rest === '') return { host, port: null };
+    if (!rest.startsWith(':')) return { host: authority, port: Number.NaN };
+    return { host, port: parsePort(rest.slice(1)) };
+  }
+  const first = authority.indexOf(':');
+  if (first < 0 || first !== authority.lastIndexOf(':')) return { host: authority, port: null };
+  return { host: authority.slice(0, first), port: parsePort(authority.slice(first + 1)) };
+}
+
+function parsePort(s: string): number {
+  if (!/^[0-9]{1,5}$/.test(s)) return Number.NaN;
+  const n = Number(s);
+  return n <= 65535 ? n : Number.NaN;
+}
+
+function clientAddr(socket: {
+  remoteAddress?: string | undefined;
+  remotePort?: number | undefined;
+}): string | null {
+  if (!socket.remoteAddress || socket.remotePort === undefined) return null;
+  const a = socket.remoteAddress.replace(/^::ffff:/, '');
+  return hostPort(a, socket.remotePort);
+}
+
+/** Header-block size and line-count limits on a parsed request (§4.10): 431 / 414, or null when fine. */
+function limitStatus(req: http.IncomingMessage): 431 | 414 | null {
+  const url = req.url ?? '';
+  if (url.length >= MAX_URI_BYTES) return 414;
+  const raw = req.rawHeaders;
+  if (raw.length / 2 > MAX_HEADER_LINES) return 431;
+  let size = (req.method?.length ?? 0) + url.length + 12;
+  for (let i = 0; i < raw.length; i++) size += raw[i]!.length + 2;
+  return size > MAX_HEADER_BYTES ? 431 : null;
+}
+
+function headerValue(req: http.IncomingMessage, name: string): string | undefined {
+  const v = req.headers[name];
+  return Array.isArray(v) ? v[0] : v;
+}
+
+/** Host header vs absolute target (§4.2 step 3). */
+function hostHeaderMatches(
+  header: string,
+  target: { rawHost: string; port: number; scheme: string },
+): boolean {
+  const { host, port } = splitAuthority(header.trim());
+  const h = normalizeHost(host);
+  const t = normalizeHost(target.rawHost);
+  if (!h.ok || !t.ok || h.host !== t.host) return false;
+  if (port === null) return target.port === (DEFAULT_PORTS[target.scheme] ?? 80);
+  return port === target.port;
+}
+
+export class HttpProxy {
+  readonly server: http.Server;
+  private readonly agent: http.Agent;
+  private readonly sockets = new Set<Duplex>();
+  private closed = false;
+
+  constructor(private readonly deps: HttpProxyDeps) {
+    const idle = deps.idleTimeoutMs;
+    this.server = http.createServer({
+      maxHeaderSize: PARSER_MAX_HEADER_SIZE,
+      requireHostHeader: false,
+      headersTimeout: idle,
+      requestTimeout: 0,
+      keepAliveTimeout: idle,
+      connectionsCheckingInterval: Math.max(50, Math.min(1000, Math.floor(idle / 10))),
+      noDelay: true,
+    });
+    this.server.maxHeadersCount = 2000;
+    this.server.timeout = 0;
+    const dial = deps.dial;
+    class PinnedAgent extends http.Agent {
+      override createConnection(
+        options: { host?: string; port?: number; servername?: string },
+        cb: (err: Error | null, socket?: Duplex) => void,
+      ): undefined {
+        dial({
+          host: options.host ?? '',
+          port: options.port ?? 80,
+          hostname: options.servername ?? options.host ?? '',
+        }).then(
+          (s) => cb(null, s),
+          (e: Error) => cb(e),
+        );
+        return undefined;
+      }
+    }
+    this.agent = new PinnedAgent({
+      keepAlive: true,
+      maxSockets: 256,
+      maxFreeSockets: 64,
+      scheduling: 'lifo',
+    });
+    this.server.on('connection', (socket) => this.onConnection(socket));
+    this.server.on('request', (req, res) => {
+      this.onRequest(req, res).catch(() => {
+        if (!res.headersSent) sendText(res, 500, 'error');
+        else res.destroy();
+      });
+    });
+    this.server.on('connect', (req, socket, head) => {
+      this.onConnect(req, socket, head).catch(() => socket.destroy());
+    });
+    this.server.on('upgrade', (req: http.IncomingMessage, socket: Duplex) => {
+      // Upgrades through a proxy go via CONNECT; a plain-HTTP upgrade is not forwarded.
+      socket.end(
+        rawResponse('501 Not Implemented', [
+          ['content-length', '0'],
+          ['connection', 'close'],
+        ]),
+      );
+      void req;
+    });
+    this.server.on('clientError', (err: NodeJS.ErrnoException & { rawPacket?: Buffer }, socket: Duplex) =>
+      this.onClientError(err, socket),
+    );
+  }
+
+  listen(): Promise<number> {
+    return new Promise((resolve, reject) => {
+      this.server.once('error', reject);
+      this.server.listen({ host: '127.0.0.1', port: 0, exclusive: true }, () => {
+        this.server.off('error', reject);
+        const addr = this.server.address();
+        resolve(typeof addr === 'object' && addr ? addr.port : 0);
+      });
+    });
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    const done = new Promise<void>((resolve) => this.server.close(() => resolve()));
+    for (const s of this.sockets) s.destroy();
+    this.server.closeAllConnections();
+    this.agent.destroy();
+    await done;
+  }
+
+  private onConnection(socket: import('node:net').Socket): void {
+    this.sockets.add(socket);
+    socket.once('close', () => this.sockets.delete(socket));
+    // Silent connections are closed after the idle timeout with no bytes (§5 item 6). Node resets the socket
+    // timeout itself once a request arrives and applies keepAliveTimeout between requests.
+    socket.setTimeout(this.deps.idleTimeoutMs);
+  }
+
+  private onClientError(err: NodeJS.ErrnoException & { rawPacket?: Buffer }, socket: Duplex): void {
+    if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT' || err.code === 'ECONNRESET' || !socket.writable) {
+      socket.destroy();
+      return;
+    }
+    let reply = PARSE_ERROR;
+    if (err.code === 'HPE_HEADER_OVERFLOW') {
+      // Past the parser's own limit: if the request line is still open, or is itself huge, the URI is at fault.
+      const packet = err.rawPacket;
+      const eol = packet ? packet.indexOf('\r\n') : -1;
+      const firstLine =
+        packet && eol >= 0 ? packet.subarray(Math.max(0, eol - 10), eol).toString('latin1') : '';
+      const longUri =
+        packet !== undefined && (eol < 0 || (eol > MAX_HEADER_BYTES && / HTTP\/1\.[01]$/.test(firstLine)));
+      reply = statusOnly(longUri ? 414 : 431);
+    }
+    socket.end(reply);
+  }
+
+  private async onRequest(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    const limit = limitStatus(req);
+    if (limit !== null) {
+      res.socket?.end(statusOnly(limit));
+      return;
+    }
+    const url = req.url ?? '';
+    const target = parseAbsoluteTarget(url);
+    if (target === null) {
+      const host = headerValue(req, 'host');
+      sendText(
+        res,
+        400,
+        host === undefined || host.trim() === '' ? 'missing host' : 'absolute-form request target required',
+      );
+      return;
+    }
+    if (target.rawHost === '') {
+      sendText(res, 400, 'missing host');
+      return;
+    }
+    const hostHeader = headerValue(req, 'host');
+    if (hostHeader !== undefined && !hostHeaderMatches(hostHeader, target)) {
+      sendText(res, 400, 'Host header does not match request target');
+      return;
+    }
+    const norm = normalizeHost(target.rawHost);
+    if (!norm.ok || Number.isNaN(target.port)) {
+      sendText(res, 400, 'invalid host');
+      return;
+    }
+    const method = req.method ?? 'GET';
+    const client = clientAddr(req.socket);
+    const { policy, recorder } = this.deps;
+    const decision = await policy.evaluate(norm.host, target.port, { protocol: 'http', client, method });
+    const base = { protocol: 'http' as const, host: decision.host, port: target.port, method, client };
+    if (!decision.allowed) {
+      recorder.blocked({
+        ...base,
+        scope: 'domain',
+        reason: decision.reason,
+        source: decision.source,
+        decision: decision.decision,
+      });
+      this.sendBlockedJson(
+        res,
+        decision.reason,
+        decision.host,
+        target.port,
+        decision.decision,
+        decision.source,
+      );
+      return;
+    }
+    recorder.audit({
+      ...base,
+      scope: 'domain',
+      decision: 'allow',
+      source: decision.source,
+      reason: 'allow',
+      override: decision.override,
+    });
+    if (policy.mode === 'limited' && !LIMITED_METHODS.has(method)) {
+      recorder.blocked({
+        ...base,
+        scope: 'non_domain',
+        reason: 'method_not_allowed',
+        source: 'mode_guard',
+        decision: 'deny',
+      });
+      this.sendBlockedJson(res, 'method_not_allowed', decision.host, target.port, 'deny', 'mode_guard');
+      return;
+    }
+    const address = decision.addresses[0];
+    if (address === undefined) {
+      sendText(res, 502, 'upstream failure');
+      return;
+    }
+    this.forward(req, res, address, target, norm.host);
+  }
+
+  private sendBlockedJson(
+    res: http.ServerResponse,
+    reason: string,
+    host: string,
+    port: number,
+    decision: string,
+    source: string,
+  ): void {
+    const body = JSON.stringify({
+      status: 'blocked',
+      host,
+      reason,
+      decision,
+      source,
+      protocol: 'http',
+      port,
+      message: blockMessage(reason),
+    });
+    const buf = Buffer.from(body);
+    res.sendDate = false;
+    res.writeHead(403, [
+      ['content-type', 'application/json'],
+      ['x-proxy-error', blockTag(reason)],
+      ['content-length', String(buf.length)],
+      ['date', new Date().toUTCString()],
+    ] as unknown as http.OutgoingHttpHeaders);
+    res.end(buf);
+  }
+
+  private forward(
+    req: http.IncomingMessage,
+    res: http.ServerResponse,
+    address: string,
+    target: { path: string; port: number; authority: string },
+    hostname: string,
+  ): void {
+    const raw = req.rawHeaders;
+    const connectionTokens = new Set<string>();
+    for (let i = 0; i < raw.length; i += 2) {
+      const k = raw[i]!.toLowerCase();
+      if (k === 'connection' || k === 'proxy-connection') {
+        for (const t of raw[i + 1]!.split(',')) connectionTokens.add(t.trim().toLowerCase());
+      }
+    }
+    const headers: string[] = [];
+    let hasHost = false;
+    for (let i = 0; i < raw.length; i += 2) {
+      const k = raw[i]!;
+      const lk = k.toLowerCase();
+      if (HOP_BY_HOP.has(lk) || connectionTokens.has(lk)) continue;
+      if (lk === 'host') hasHost = true;
+      headers.push(k, raw[i + 1]!);
+    }
+    if (!hasHost) headers.unshift('host', target.authority);
+    const upstream = http.request({
+      agent: this.agent,
+      host: address,
+      port: target.port,
+      ...({ servername: hostname } as http.RequestOptions),
+      method: req.method,
+      path: target.path,
+      headers: headers as unknown as http.OutgoingHttpHeaders,
+      setHost: false,
+    });
+    let responded = false;
+    upstream.on('response', (up) => {
+      responded = true;
+      const out: string[] = [];
+      const uraw = up.rawHeaders;
+      const tokens = new Set<string>();
+      for (let i = 0; i < uraw.length; i += 2) {
+        if (uraw[i]!.toLowerCase() === 'connection') {
+          for (const t of uraw[i + 1]!.split(',')) tokens.add(t.trim().toLowerCase());
+        }
+      }
+      for (let i = 0; i < uraw.length; i += 2) {
+        const lk = uraw[i]!.toLowerCase();
+        if (HOP_BY_HOP.has(lk) || tokens.has(lk)) continue;
+        out.push(uraw[i]!, uraw[i + 1]!);
+      }
+      res.sendDate = false;
+      res.writeHead(up.statusCode ?? 502, up.statusMessage, out as unknown as http.OutgoingHttpHeaders);
+      up.pipe(res);
+      up.on('error', () => res.destroy());
+    });
+    upstream.on('error', () => {
+      if (!responded && !res.headersSent) sendText(res, 502, 'upstream failure');
+      else res.destroy();
+    });
+    res.on('close', () => {
+      if (!res.writableFinished) upstream.destroy();
+    });
+    req.pipe(upstream);
+  }
+
+  private async onConnect(req: http.IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
+    this.sockets.add(socket);
+    socket.once('close', () => this.sockets.delete(socket));
+    socket.on('error', () => socket.destroy());
+    (socket as import('node:net').Socket).setTimeout?.(0);
+    const reattach = () => {
+      // A blocked CONNECT keeps the connection open for further requests, as Codex does.
+      if (head.length > 0) socket.unshift(head);
+      (socket as import('node:net').Socket).setTimeout?.(this.deps.idleTimeoutMs);
+      this.server.emit('connection', socket);
+    };
+    const text = (status: string, body: string, extra: [string, string][] = []) => {
+      const buf = Buffer.from(body);
+      socket.write(
+        rawResponse(
+          status,
+          [
+            ['content-type', 'text/plain'],
+            ...extra,
+            ['content-length', String(buf.length)],
+            ['date', new Date().toUTCString()],
+          ],
+          body,
+        ),
+      );
+    };
+    const limit = limitStatus(req);
+    if (limit !== null) {
+      socket.end(statusOnly(limit));
+      return;
+    }
+    const authority = req.url ?? '';
+    const { host: rawHost, port: maybePort } = splitAuthority(authority);
+    if (authority === '' || Number.isNaN(maybePort) || /[/?#@]/.test(authority)) {
+      text('400 Bad Request', 'missing authority');
+      reattach();
+      return;
+    }
+    const norm = normalizeHost(rawHost);
+    if (!norm.ok || norm.host === '') {
+      text('400 Bad Request', 'invalid host');
+      reattach();
+      return;
+    }
+    const port = maybePort ?? 443;
+    const client = clientAddr(req.socket);
+    const { policy, recorder } = this.deps;
+    const decision = await policy.evaluate(norm.host, port, {
+      protocol: 'https_connect',
+      client,
+      method: 'CONNECT',
+    });
+    const base = { protocol: 'https_connect' as const, host: decision.host, port, method: 'CONNECT', client };
+    if (!decision.allowed) {
+      recorder.blocked({
+        ...base,
+        scope: 'domain',
+        reason: decision.reason,
+        source: decision.source,
+        decision: decision.decision,
+      });
+      text('403 Forbidden', blockMessage(decision.reason), [['x-proxy-error', blockTag(decision.reason)]]);
+      reattach();
+      return;
+    }
+    recorder.audit({
+      ...base,
+      scope: 'domain',
+      decision: 'allow',
+      source: decision.source,
+      reason: 'allow',
+      override: decision.override,
+    });
+    if (policy.mode === 'limited') {
+      // No MITM here: limited-mode HTTPS cannot be method-checked, so it is refused (§3.5, §4.5).
+      recorder.blocked({
+        ...base,
+        scope: 'non_domain',
+        reason: 'mitm_required',
+        source: 'mode_guard',
+        decision: 'deny',
+      });
+      text('403 Forbidden', blockMessage('mitm_required'), [['x-proxy-error', blockTag('mitm_required')]]);
+      reattach();
+      return;
+    }
+    socket.write(`HTTP/1.1 200 OK\r\ndate: ${new Date().toUTCString()}\r\n\r\n`);
+    const address = decision.addresses[0];
+    if (address === undefined || this.closed) {
+      socket.destroy();
+      return;
+    }
+    socket.pause();
+    let upstream: Duplex;
+    try {
+      upstream = await this.deps.dial({ host: address, port, hostname: norm.host });
+    } catch {
+      socket.destroy();
+      return;
+    }
+    if (socket.destroyed || this.closed) {
+      upstream.destroy();
+      socket.destroy();
+      return;
+    }
+    this.sockets.add(upstream);
+    upstream.once('close', () => this.sockets.delete(upstream));
+    tunnel(socket, upstream, head);
+  }
+}
+
+/** Bidirectional pipe with half-close and error teardown. */
+export function tunnel(a: Duplex, b: Duplex, headToB?: Buffer): void {
+  if (headToB && headToB.length > 0) b.write(headToB);
+  const destroyBoth = () => {
+    a.destroy();
+    b.destroy();
+  };
+  a.on('error', destroyBoth);
+  b.on('error', destroyBoth);
+  a.on('close', () => b.destroy());
+  b.on('close', () => a.destroy());
+  a.pipe(b);
+  b.pipe(a);
+  a.resume();
+}

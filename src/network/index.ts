@@ -1,0 +1,40 @@
+/** The managed network proxy: parse `managedNetwork` / `networkProxy`, start a proxy per process, apply its env. */
+export {
+  defaultSettings,
+  type ManagedNetworkSpec,
+  managedNetworkSandboxFact,
+  NetworkConfigError,
+  type NetworkSettings,
+  parseManagedNetwork,
+  parseNetworkConfig,
+  parseNetworkProxy,
+  parseProcessNetwork,
+  validateAgainstConstraints,
+} from './config.js';
+export { applyProxyEnv, buildProxyEnv, DEFAULT_NO_PROXY, PROXY_ENV_KEYS } from './env.js';
+export {
+  BlockedRing,
+  blockMessage,
+  blockTag,
+  MAX_BLOCKED_EVENTS,
+  type NetworkEventMap,
+  NetworkEvents,
+} from './events.js';
+export { canonicalIp, isNonPublicIp, normalizeHost } from './host.js';
+export type { Dialer } from './http.js';
+export { compilePatterns, normalizePattern } from './patterns.js';
+export {
+  type Decider,
+  type DeciderRequest,
+  type DeciderResult,
+  defaultResolver,
+  PolicyEngine,
+  type Resolver,
+} from './policy.js';
+export {
+  DEFAULT_IDLE_TIMEOUT_MS,
+  defaultDialer,
+  type ManagedProxy,
+  type StartProxyOptions,
+  startManagedProxy,
+} from './proxy.js';

@@ -1,0 +1,110 @@
+/**
+ * One managed proxy per process (network-proxy.md §1, §4.1): HTTP and (optionally) SOCKS5 listeners on ephemeral
+ * 127.0.0.1 ports, the policy, the blocked ring and events, and the child's proxy environment.
+ */
+import net from 'node:net';
+import type { Duplex } from 'node:stream';
+import type { BlockedSnapshot } from '../protocol/network.js';
+import type { ManagedNetworkSpec } from './config.js';
+import { buildProxyEnv } from './env.js';
+import type { NetworkEvents } from './events.js';
+import { type Dialer, HttpProxy } from './http.js';
+import { type Decider, PolicyEngine, type Resolver } from './policy.js';
+import { Recorder } from './recorder.js';
+import { SocksProxy } from './socks.js';
+
+export const DEFAULT_IDLE_TIMEOUT_MS = 30_000;
+
+export interface StartProxyOptions {
+  processId: string;
+  sessionId?: string;
+  resolver?: Resolver;
+  dialer?: Dialer;
+  decider?: Decider;
+  events?: NetworkEvents;
+  log?: (line: string) => void;
+  idleTimeoutMs?: number;
+  resolveTimeoutMs?: number;
+}
+
+export interface ManagedProxy {
+  readonly httpPort: number;
+  readonly socksPort?: number;
+  /** The 33 variables of §4.6, to be written over the child's environment. */
+  readonly env: Record<string, string>;
+  readonly spec: ManagedNetworkSpec;
+  blocked(): BlockedSnapshot;
+  drainBlocked(): BlockedSnapshot;
+  /** Installs (or removes) the async decider consulted for `not_allowed` (§3.6). */
+  setDecider(decider: Decider | undefined): void;
+  close(): Promise<void>;
+}
+
+/** Dials exactly the given (already checked) address. */
+export const defaultDialer: Dialer = ({ host, port }) =>
+  new Promise<Duplex>((resolve, reject) => {
+    const s = net.connect({ host, port, noDelay: true });
+    const onError = (e: Error) => reject(e);
+    s.once('error', onError);
+    s.once('connect', () => {
+      s.off('error', onError);
+      resolve(s);
+    });
+  });
+
+const defaultLog = (line: string) => {
+  process.stderr.write(`${line}\n`);
+};
+
+export async function startManagedProxy(
+  spec: ManagedNetworkSpec,
+  opts: StartProxyOptions,
+): Promise<ManagedProxy> {
+  const settings = spec.settings;
+  const idleTimeoutMs = opts.idleTimeoutMs ?? DEFAULT_IDLE_TIMEOUT_MS;
+  const policy = new PolicyEngine(settings, {
+    ...(opts.resolver ? { resolver: opts.resolver } : {}),
+    ...(opts.decider ? { decider: opts.decider } : {}),
+    ...(opts.resolveTimeoutMs !== undefined ? { resolveTimeoutMs: opts.resolveTimeoutMs } : {}),
+  });
+  const recorder = new Recorder({
+    processId: opts.processId,
+    sessionId: opts.sessionId,
+    auditMetadata: spec.auditMetadata,
+    events: opts.events,
+    log: opts.log ?? defaultLog,
+    mode: settings.mode,
+  });
+  const dial = opts.dialer ?? defaultDialer;
+  const http = new HttpProxy({ policy, recorder, dial, idleTimeoutMs });
+  const socks = settings.enable_socks5
+    ? new SocksProxy({ policy, recorder, dial, idleTimeoutMs, udpEnabled: settings.enable_socks5_udp })
+    : undefined;
+  let httpPort: number;
+  let socksPort: number | undefined;
+  try {
+    httpPort = await http.listen();
+    socksPort = socks ? await socks.listen() : undefined;
+  } catch (e) {
+    await http.close();
+    await socks?.close();
+    throw e;
+  }
+  const env = buildProxyEnv({ httpPort, socksPort, allowLocalBinding: settings.allow_local_binding });
+  let closing: Promise<void> | null = null;
+  return {
+    httpPort,
+    ...(socksPort !== undefined ? { socksPort } : {}),
+    env,
+    spec,
+    blocked: () => recorder.ring.snapshot(),
+    drainBlocked: () => recorder.ring.drain(),
+    setDecider: (d) => {
+      policy.decider = d;
+    },
+    close: () => {
+      closing ??= Promise.all([http.close(), socks?.close()]).then(() => undefined);
+      return closing;
+    },
+  };
+}

@@ -1,0 +1,189 @@
+/**
+ * Wire shapes of the managed network proxy (network-proxy.md §2, §4.8, §4.9). Pure: no Node imports, so the panel
+ * can import the record and event schemas too.
+ */
+import { z } from 'zod';
+
+export const NetworkModeSchema = z.enum(['full', 'limited']);
+export type NetworkMode = z.infer<typeof NetworkModeSchema>;
+
+const stringList = z.array(z.string()).nullish();
+
+/**
+ * `NetworkProxyConfig.network` [seed] (§2.1): snake_case, unknown keys ignored, every field optional. `domains` is
+ * the map form; `allowed_domains` / `denied_domains` / `allow_unix_sockets` are the legacy (pre-#15120) arrays.
+ */
+export const NetworkSettingsWireSchema = z.object({
+  enabled: z.boolean().nullish(),
+  proxy_url: z.string().nullish(),
+  enable_socks5: z.boolean().nullish(),
+  socks_url: z.string().nullish(),
+  enable_socks5_udp: z.boolean().nullish(),
+  allow_upstream_proxy: z.boolean().nullish(),
+  dangerously_allow_non_loopback_proxy: z.boolean().nullish(),
+  dangerously_allow_all_unix_sockets: z.boolean().nullish(),
+  mode: NetworkModeSchema.nullish(),
+  domains: z.record(z.string(), z.enum(['allow', 'deny', 'none'])).nullish(),
+  unix_sockets: z.record(z.string(), z.enum(['allow', 'deny', 'none'])).nullish(),
+  allow_local_binding: z.boolean().nullish(),
+  mitm: z.boolean().nullish(),
+  allowed_domains: stringList,
+  denied_domains: stringList,
+  allow_unix_sockets: stringList,
+});
+export type NetworkSettingsWire = z.infer<typeof NetworkSettingsWireSchema>;
+
+/** Converts `camelCase` keys to `snake_case` (constraints and audit metadata accept both spellings, §0). */
+export function snakeKeys(value: unknown): unknown {
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) return value;
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(value as Record<string, unknown>)) {
+    const snake = k.replace(/[A-Z]/g, (m) => `_${m.toLowerCase()}`);
+    if (!(snake in out) || k === snake) out[snake] = v;
+  }
+  return out;
+}
+
+/** `NetworkProxyConstraints` (§2.3): every field optional; null means unconstrained. */
+export const NetworkConstraintsSchema = z.preprocess(
+  snakeKeys,
+  z.object({
+    enabled: z.boolean().nullish(),
+    mode: NetworkModeSchema.nullish(),
+    allow_upstream_proxy: z.boolean().nullish(),
+    dangerously_allow_non_loopback_proxy: z.boolean().nullish(),
+    dangerously_allow_all_unix_sockets: z.boolean().nullish(),
+    allowed_domains: stringList,
+    allowlist_expansion_enabled: z.boolean().nullish(),
+    denied_domains: stringList,
+    denylist_expansion_enabled: z.boolean().nullish(),
+    allow_unix_sockets: stringList,
+    allow_local_binding: z.boolean().nullish(),
+  }),
+);
+export type NetworkConstraints = z.infer<typeof NetworkConstraintsSchema>;
+
+/** `NetworkProxyAuditMetadata` (§2.4), normalised to the seed's snake_case names. */
+export const AuditMetadataSchema = z.preprocess(
+  snakeKeys,
+  z.object({
+    conversation_id: z.string().nullish(),
+    app_version: z.string().nullish(),
+    user_account_id: z.string().nullish(),
+    auth_mode: z.string().nullish(),
+    originator: z.string().nullish(),
+    user_email: z.string().nullish(),
+    terminal_type: z.string().nullish(),
+    model: z.string().nullish(),
+    slug: z.string().nullish(),
+  }),
+);
+export type AuditMetadata = z.infer<typeof AuditMetadataSchema>;
+
+/** The seed's `managedNetwork: {config, constraints, auditMetadata}` (config validated in src/network). */
+export const ManagedNetworkSeedSchema = z.object({
+  config: z.unknown(),
+  constraints: z.unknown().optional(),
+  auditMetadata: z.unknown().optional(),
+});
+
+/** 0.145+/0.169 `managedNetwork: {loopbackPorts, allowLocalBinding}`: a sandbox fact that starts nothing. */
+export const ManagedNetworkSandboxFactSchema = z.object({
+  loopbackPorts: z.array(z.number().int().min(0).max(65535)),
+  allowLocalBinding: z.boolean(),
+});
+export type ManagedNetworkSandboxFact = z.infer<typeof ManagedNetworkSandboxFactSchema>;
+
+/** `process/start` `managedNetwork`: the seed shape (has `config`) or the 0.169 sandbox fact (has `loopbackPorts`). */
+export const ManagedNetworkParamSchema = z
+  .union([ManagedNetworkSeedSchema, ManagedNetworkSandboxFactSchema])
+  .nullish();
+export type ManagedNetworkParam = z.infer<typeof ManagedNetworkParamSchema>;
+
+/** 0.169 `networkProxy.proxy` (§2.6): every boolean required; the client sends no URLs. */
+export const RemoteProxyConfigSchema = z.object({
+  enabled: z.boolean(),
+  enableSocks5: z.boolean(),
+  enableSocks5Udp: z.boolean(),
+  allowUpstreamProxy: z.boolean(),
+  dangerouslyAllowAllUnixSockets: z.boolean(),
+  mode: NetworkModeSchema.nullish(),
+  domains: z.record(z.string(), z.enum(['allow', 'deny', 'none'])).nullish(),
+  unixSockets: z.record(z.string(), z.enum(['allow', 'deny', 'none'])).nullish(),
+  allowLocalBinding: z.boolean(),
+  requestPolicyDecisions: z.boolean().nullish(),
+});
+
+/** 0.169 `process/start` `networkProxy` (`RemoteNetworkProxyLaunchConfig`, #33906). */
+export const NetworkProxyParamSchema = z.object({
+  proxy: RemoteProxyConfigSchema,
+  auditMetadata: z.unknown().optional(),
+  environmentId: z.string().nullish(),
+  executionId: z.string().nullish(),
+});
+export type NetworkProxyParam = z.infer<typeof NetworkProxyParamSchema>;
+
+// ---- events ----------------------------------------------------------------------------------------------------
+
+export const BlockReasonSchema = z.string();
+
+/** §4.8 `BlockedRequest`, serialised in this key order (decision/source/port omitted when absent). */
+export const BlockedRequestSchema = z.object({
+  host: z.string(),
+  reason: z.string(),
+  client: z.string().nullable(),
+  method: z.string().nullable(),
+  mode: NetworkModeSchema.nullable(),
+  protocol: z.enum(['http', 'http-connect', 'socks5', 'socks5-udp', 'https']),
+  decision: z.enum(['deny', 'ask']).optional(),
+  source: z.enum(['baseline_policy', 'mode_guard', 'proxy_state', 'decider']).optional(),
+  port: z.number().int().optional(),
+  timestamp: z.number().int(),
+});
+export type BlockedRequest = z.infer<typeof BlockedRequestSchema>;
+
+export const BlockedSnapshotSchema = z.object({
+  events: z.array(BlockedRequestSchema),
+  blocked_total: z.number().int(),
+});
+export type BlockedSnapshot = z.infer<typeof BlockedSnapshotSchema>;
+
+/** A blocked record as published on the event bus: tagged with the process (and session) it belongs to. */
+export const BlockedEventSchema = z.object({
+  processId: z.string(),
+  sessionId: z.string().optional(),
+  record: BlockedRequestSchema,
+  blocked_total: z.number().int(),
+});
+export type BlockedEvent = z.infer<typeof BlockedEventSchema>;
+
+/**
+ * §4.9 `codex.network_proxy.policy_decision`, emitted for every decision (allowed ones included), with Codex's
+ * dotted field names. Audit metadata fields appear only when set. No URL, path or query is ever included.
+ */
+export const NetworkAuditEventSchema = z.object({
+  processId: z.string(),
+  sessionId: z.string().optional(),
+  'event.name': z.literal('codex.network_proxy.policy_decision'),
+  'event.timestamp': z.string(),
+  'conversation.id': z.string().optional(),
+  'app.version': z.string().optional(),
+  'user.account_id': z.string().optional(),
+  'user.email': z.string().optional(),
+  auth_mode: z.string().optional(),
+  originator: z.string().optional(),
+  'terminal.type': z.string().optional(),
+  model: z.string().optional(),
+  slug: z.string().optional(),
+  'network.policy.scope': z.enum(['domain', 'non_domain']),
+  'network.policy.decision': z.enum(['allow', 'deny', 'ask']),
+  'network.policy.source': z.enum(['baseline_policy', 'mode_guard', 'proxy_state', 'decider']),
+  'network.policy.reason': z.string(),
+  'network.transport.protocol': z.enum(['http', 'https_connect', 'socks5_tcp', 'socks5_udp']),
+  'server.address': z.string(),
+  'server.port': z.number().int(),
+  'http.request.method': z.string(),
+  'client.address': z.string(),
+  'network.policy.override': z.boolean(),
+});
+export type NetworkAuditEvent = z.infer<typeof NetworkAuditEventSchema>;

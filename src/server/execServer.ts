@@ -24,7 +24,8 @@ import {
 } from '../rpc/connection.js';
 import { decodeBase64Strict } from './base64.js';
 import { ServerEvents } from './events.js';
-import { createFsMethods, type FsGuard, refuseSandboxedFs } from './fsHandlers.js';
+import { createFsMethods, type FsGuard } from './fsHandlers.js';
+import { Launcher, type LauncherOptions } from './launcher.js';
 import { parseParams } from './params.js';
 import { Session } from './session.js';
 
@@ -47,27 +48,15 @@ export interface LaunchPreparer {
   classify: DenialClassifier;
 }
 
-/** Until a sandbox/proxy engine is wired in: run `sandbox` none/absent only and refuse anything else, never weaker. */
-export const unsandboxedOnly: LaunchPreparer = {
-  prepare(params, spec) {
-    const sb = params.sandbox as { sandbox?: unknown } | null | undefined;
-    const wantsSandbox =
-      sb !== undefined && sb !== null && !(typeof sb === 'object' && sb.sandbox === 'none');
-    if (wantsSandbox) throw internalError('sandboxed launches are not supported by this exec-server build');
-    if (params.managedNetwork !== undefined && params.managedNetwork !== null) {
-      throw internalError('managedNetwork is not supported by this exec-server build');
-    }
-    return { spec, sandboxType: 'none', cleanup() {} };
-  },
-  classify: () => false,
-};
-
 export interface ExecServerOptions {
   /** How long a detached session survives for `initialize {resumeSessionId}` (ms). 0 kills at once. */
   resumeGraceMs?: number;
   /** Live (not yet closed) processes allowed per session. */
   maxProcessesPerSession?: number;
   log?: Logger;
+  /** Options of the default launch pipeline (sandbox engine + managed proxy). */
+  launcher?: Omit<LauncherOptions, 'log'>;
+  /** Replaces the launch pipeline entirely (tests). */
   preparer?: LaunchPreparer;
   /** The environment `envPolicy` inherits from (already sanitised). Defaults to this process's, sanitised. */
   baseEnv?: Record<string, string>;
@@ -99,6 +88,7 @@ export class ExecServer implements Dispatcher {
   readonly log: Logger;
   private readonly resumeGraceMs: number;
   private readonly maxProcesses: number;
+  readonly launcher: Launcher;
   preparer: LaunchPreparer;
   private readonly baseEnv: Record<string, string>;
   private readonly methods = new Map<string, Method>();
@@ -109,9 +99,10 @@ export class ExecServer implements Dispatcher {
     this.resumeGraceMs = opts.resumeGraceMs ?? 10_000;
     this.maxProcesses = opts.maxProcessesPerSession ?? 1024;
     this.log = opts.log ?? silentLogger;
-    this.preparer = opts.preparer ?? unsandboxedOnly;
+    this.launcher = new Launcher({ log: this.log, ...opts.launcher });
+    this.preparer = opts.preparer ?? this.launcher;
     this.baseEnv = opts.baseEnv ?? sanitizedServerEnv();
-    this.fsGuard = opts.fsGuard ?? refuseSandboxedFs;
+    this.fsGuard = opts.fsGuard ?? this.launcher.fsGuard;
     this.registerMethods();
   }
 

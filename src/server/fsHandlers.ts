@@ -21,13 +21,6 @@ import { parseParams } from './params.js';
  */
 export type FsGuard = (context: unknown, path: string, access: 'read' | 'write') => void | Promise<void>;
 
-/** Fail closed until a sandbox engine is wired in: a non-null context cannot be honoured, so refuse. */
-export const refuseSandboxedFs: FsGuard = (context) => {
-  if (context !== null && context !== undefined) {
-    throw internalError('sandboxed filesystem access is not supported by this exec-server build');
-  }
-};
-
 const ERRNO: Record<string, number> = {
   EPERM: 1,
   ENOENT: 2,

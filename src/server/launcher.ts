@@ -1,0 +1,183 @@
+import type { Dialer } from '../network/index.js';
+import {
+  applyProxyEnv,
+  type Decider,
+  type ManagedProxy,
+  NetworkConfigError,
+  NetworkEvents,
+  parseProcessNetwork,
+  type Resolver,
+  startManagedProxy,
+} from '../network/index.js';
+import type { LaunchSpec, PreparedLaunch, SandboxType } from '../process/launch.js';
+import { internalError, invalidParams, RpcError } from '../protocol/errors.js';
+import type { ExecParams } from '../protocol/exec.js';
+import { SandboxPolicySchema } from '../protocol/sandbox.js';
+import { serdeMessage } from '../protocol/serde.js';
+import {
+  checkFsAccess,
+  isLikelySandboxDenied,
+  type ParsedSandbox,
+  type PrepareOptions,
+  parseSandboxParam,
+  prepareLaunch,
+  SandboxSetupError,
+} from '../sandbox/index.js';
+import type { LaunchPreparer, Logger } from './execServer.js';
+import type { FsGuard } from './fsHandlers.js';
+
+export interface LauncherOptions {
+  log: Logger;
+  /** Where proxy audit events and blocked requests go (the panel subscribes). */
+  networkEvents?: NetworkEvents;
+  sandbox?: PrepareOptions;
+  /** Test seams for the managed proxy (tests never make real DNS lookups). */
+  resolver?: Resolver;
+  dialer?: Dialer;
+  /** The approval hook for hosts neither allowed nor denied (interactive approvals plug in here). */
+  decider?: (processId: string, sessionId: string) => Decider | undefined;
+}
+
+/** Parses the `sandbox` param of process/start (seed SandboxLaunchConfig or 0.169 FileSystemSandboxContext). */
+export function parseSandbox(value: unknown): ParsedSandbox | null {
+  if (value === undefined || value === null) return null;
+  const r = parseSandboxParam(value);
+  if (!r.success)
+    throw invalidParams(serdeMessage(r.error, value, 'SandboxLaunchConfig').replace(/at `/, 'at `sandbox.'));
+  return r.data as ParsedSandbox | null;
+}
+
+/** True when the seed's sandbox object asks for managed-network enforcement. */
+function enforcesManagedNetwork(sandbox: ParsedSandbox | null, params: ExecParams): boolean {
+  if (params.enforceManagedNetwork) return true;
+  return !!sandbox && 'enforceManagedNetwork' in sandbox && sandbox.enforceManagedNetwork === true;
+}
+
+/**
+ * The launch pipeline of process/start: validate `sandbox` and `managedNetwork`/`networkProxy`, start the process's
+ * proxy and apply its environment, then wrap the command in the sandbox. Anything that cannot be honoured fails the
+ * start (-32602 for bad input, -32603 for setup failures); nothing runs with less isolation than asked for.
+ */
+export class Launcher implements LaunchPreparer {
+  readonly networkEvents: NetworkEvents;
+  /** Live proxies by `${sessionId}/${processId}`, for the panel and for approvals. */
+  readonly proxies = new Map<string, ManagedProxy>();
+
+  constructor(private readonly opts: LauncherOptions) {
+    this.networkEvents =
+      opts.networkEvents ?? new NetworkEvents((e) => opts.log.error('network event listener failed', e));
+  }
+
+  classify = (sandboxType: SandboxType, exitCode: number, output: string): boolean =>
+    isLikelySandboxDenied(sandboxType !== 'none', exitCode, output);
+
+  prepare(
+    params: ExecParams,
+    spec: LaunchSpec,
+    ctx: { sessionId: string },
+  ): PreparedLaunch | Promise<PreparedLaunch> {
+    const sandbox = parseSandbox(params.sandbox);
+    let network: ReturnType<typeof parseProcessNetwork>;
+    try {
+      network = parseProcessNetwork({
+        managedNetwork: params.managedNetwork,
+        networkProxy: params.networkProxy,
+      });
+    } catch (e) {
+      if (e instanceof NetworkConfigError) throw invalidParams(e.message);
+      throw e;
+    }
+    const enforce = enforcesManagedNetwork(sandbox, params);
+    const mn = params.managedNetwork as { config?: unknown } | null | undefined;
+    if (!network && enforce && mn && typeof mn === 'object' && 'config' in mn) {
+      throw internalError(
+        'managed network enforcement requested but the managed proxy is disabled (network.enabled is false): refusing to start',
+      );
+    }
+    // Fast path: nothing to wrap, nothing to start.
+    if (!sandbox && !network && !enforce) return { spec, sandboxType: 'none', cleanup() {} };
+    return this.prepareAsync(params, spec, ctx, sandbox, network, enforce);
+  }
+
+  private async prepareAsync(
+    params: ExecParams,
+    spec: LaunchSpec,
+    ctx: { sessionId: string },
+    sandbox: ParsedSandbox | null,
+    network: ReturnType<typeof parseProcessNetwork>,
+    enforce: boolean,
+  ): Promise<PreparedLaunch> {
+    let proxy: ManagedProxy | null = null;
+    const key = `${ctx.sessionId}/${params.processId}`;
+    if (network) {
+      try {
+        proxy = await startManagedProxy(network, {
+          processId: params.processId,
+          sessionId: ctx.sessionId,
+          events: this.networkEvents,
+          log: (line) => this.opts.log.info(line),
+          ...(this.opts.resolver ? { resolver: this.opts.resolver } : {}),
+          ...(this.opts.dialer ? { dialer: this.opts.dialer } : {}),
+          ...(this.opts.decider ? { decider: this.opts.decider(params.processId, ctx.sessionId) } : {}),
+        });
+      } catch (e) {
+        throw internalError(`failed to start the managed network proxy: ${(e as Error).message}`);
+      }
+      this.proxies.set(key, proxy);
+      spec = { ...spec, env: applyProxyEnv(spec.env, proxy) };
+    }
+    const closeProxy = () => {
+      if (!proxy) return;
+      this.proxies.delete(key);
+      proxy
+        .close()
+        .catch((e) => this.opts.log.warn(`closing proxy of ${params.processId}: ${(e as Error).message}`));
+    };
+    let launch: PreparedLaunch;
+    try {
+      launch = await prepareLaunch(
+        sandbox,
+        { spec, tty: params.tty, enforceManagedNetwork: enforce },
+        this.opts.sandbox,
+      );
+    } catch (e) {
+      closeProxy();
+      if (e instanceof SandboxSetupError) throw internalError(e.message);
+      if (e instanceof RpcError) throw e;
+      throw internalError(`sandbox setup failed: ${(e as Error).message}`);
+    }
+    if (!proxy) return launch;
+    const summary = {
+      ...(launch.summary ?? {}),
+      proxy: { httpPort: proxy.httpPort, socksPort: proxy.socksPort ?? null },
+    };
+    return {
+      ...launch,
+      summary,
+      afterSpawn: launch.afterSpawn?.bind(launch),
+      cleanup() {
+        try {
+          launch.cleanup();
+        } finally {
+          closeProxy();
+        }
+      },
+    };
+  }
+
+  /** Enforces the sandbox context carried by fs/* requests. */
+  fsGuard: FsGuard = (context, path, access) => {
+    if (context === null || context === undefined) return;
+    let parsed: Parameters<typeof checkFsAccess>[0];
+    const asSandbox = parseSandboxParam(context);
+    if (asSandbox.success) parsed = asSandbox.data as ParsedSandbox;
+    else {
+      const legacy = SandboxPolicySchema.safeParse(context);
+      if (!legacy.success)
+        throw invalidParams(serdeMessage(asSandbox.error, context, 'FileSystemSandboxContext'));
+      parsed = legacy.data;
+    }
+    const denied = checkFsAccess(parsed, path, access);
+    if (denied !== null) throw internalError(denied);
+  };
+}

@@ -1,0 +1,306 @@
+import { execFileSync, spawn } from 'node:child_process';
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
+import http from 'node:http';
+import net from 'node:net';
+import os from 'node:os';
+import { join } from 'node:path';
+import pty from 'node-pty';
+import type { LaunchSpec, PreparedLaunch } from '../../src/process/launch.js';
+import { parseSandboxParam } from '../../src/protocol/sandbox.js';
+import type { ParsedSandbox } from '../../src/sandbox/index.js';
+import { type PrepareOptions, prepareLaunch } from '../../src/sandbox/index.js';
+
+/** Shared helpers for the sandbox integration tests (sandbox.md §12 common setup). */
+
+export const PY = (() => {
+  try {
+    return execFileSync('python3', ['-c', 'import sys; print(sys.executable)'], { encoding: 'utf8' }).trim();
+  } catch {
+    return '/usr/bin/python3';
+  }
+})();
+export const PATH = process.env.PATH ?? '/usr/local/bin:/usr/bin:/bin';
+
+export const special = (kind: string, access: string, extra: Record<string, unknown> = {}) => ({
+  path: { type: 'special', value: { kind, ...extra } },
+  access,
+});
+export const pathEntry = (path: string, access: string) => ({ path: { type: 'path', path }, access });
+
+/** A seed SandboxLaunchConfig (§2.5 shape), parsed through the real schema. */
+export function seed(o: {
+  cwd: string;
+  sandbox?: string;
+  policy?: Record<string, unknown>;
+  entries?: unknown[];
+  kind?: string;
+  network?: 'restricted' | 'enabled';
+  additionalPermissions?: unknown;
+  enforceManagedNetwork?: boolean;
+  useLegacyLandlock?: boolean;
+}): ParsedSandbox {
+  const raw = {
+    sandbox: o.sandbox ?? 'linux-seccomp',
+    policy: o.policy ?? {
+      type: 'workspace-write',
+      network_access: false,
+      exclude_tmpdir_env_var: false,
+      exclude_slash_tmp: false,
+    },
+    fileSystemPolicy: {
+      kind: o.kind ?? 'restricted',
+      entries: o.entries ?? [
+        special('root', 'read'),
+        special('current_working_directory', 'write'),
+        special('slash_tmp', 'write'),
+        special('tmpdir', 'write'),
+      ],
+    },
+    networkPolicy: o.network ?? 'restricted',
+    sandboxPolicyCwd: o.cwd,
+    additionalPermissions: o.additionalPermissions ?? null,
+    enforceManagedNetwork: o.enforceManagedNetwork ?? false,
+    windowsSandboxLevel: 'disabled',
+    windowsSandboxPrivateDesktop: false,
+    useLegacyLandlock: o.useLegacyLandlock ?? false,
+  };
+  const r = parseSandboxParam(raw);
+  if (!r.success) throw r.error;
+  return r.data as ParsedSandbox;
+}
+
+export interface RunResult {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: string;
+  stderr: string;
+  pid: number;
+  prepared: PreparedLaunch;
+}
+
+/** Prepares and runs one command with pipes (stdio ['ignore','pipe','pipe', ...extraFds]), as the server will. */
+export async function run(
+  sandbox: ParsedSandbox | null,
+  argv: string[],
+  o: {
+    cwd: string;
+    env?: Record<string, string>;
+    enforceManagedNetwork?: boolean;
+    opts?: PrepareOptions;
+    onSpawn?: (pid: number) => void;
+  },
+): Promise<RunResult> {
+  const file = argv[0]!.startsWith('/')
+    ? argv[0]!
+    : execFileSync('sh', ['-c', `command -v ${argv[0]}`])
+        .toString()
+        .trim();
+  const spec: LaunchSpec = { file, argv, env: { PATH, ...(o.env ?? {}) }, cwd: o.cwd };
+  const prepared = await prepareLaunch(
+    sandbox,
+    { spec, tty: false, enforceManagedNetwork: o.enforceManagedNetwork },
+    o.opts,
+  );
+  const s = prepared.spec;
+  const child = spawn(s.file, s.argv.slice(1), {
+    argv0: s.argv[0],
+    cwd: s.cwd,
+    env: s.env,
+    stdio: ['ignore', 'pipe', 'pipe', ...(s.extraFds ?? []).map((fd) => (fd === null ? 'ignore' : fd))],
+  });
+  let stdout = '';
+  let stderr = '';
+  child.stdout!.setEncoding('utf8').on('data', (d: string) => {
+    stdout += d;
+  });
+  child.stderr!.setEncoding('utf8').on('data', (d: string) => {
+    stderr += d;
+  });
+  const closed = new Promise<[number | null, NodeJS.Signals | null]>((resolve) =>
+    child.on('close', (code, sig) => resolve([code, sig])),
+  );
+  const spawned = new Promise<void>((resolve, reject) => {
+    child.once('spawn', () => resolve());
+    child.once('error', reject);
+  });
+  try {
+    await spawned;
+    o.onSpawn?.(child.pid!);
+    await prepared.afterSpawn?.(child.pid!);
+  } catch (e) {
+    child.kill('SIGKILL');
+    await closed;
+    prepared.cleanup();
+    throw e;
+  }
+  const [code, signal] = await closed;
+  prepared.cleanup();
+  return { code, signal, stdout, stderr, pid: child.pid!, prepared };
+}
+
+/** The same through node-pty (no extra fds possible): returns the combined pty output. */
+export async function runPty(
+  sandbox: ParsedSandbox | null,
+  argv: string[],
+  o: { cwd: string; env?: Record<string, string>; enforceManagedNetwork?: boolean; opts?: PrepareOptions },
+): Promise<{ code: number; output: string; prepared: PreparedLaunch }> {
+  const spec: LaunchSpec = {
+    file: argv[0]!,
+    argv,
+    env: { PATH, TERM: 'dumb', ...(o.env ?? {}) },
+    cwd: o.cwd,
+  };
+  const prepared = await prepareLaunch(
+    sandbox,
+    { spec, tty: true, enforceManagedNetwork: o.enforceManagedNetwork },
+    o.opts,
+  );
+  if (prepared.spec.extraFds?.length) throw new Error('PTY launch must not use extraFds');
+  const s = prepared.spec;
+  const term = pty.spawn(s.file, s.argv.slice(1), {
+    cwd: s.cwd,
+    env: s.env,
+    cols: 200,
+    rows: 50,
+    name: 'dumb',
+  });
+  let output = '';
+  term.onData((d) => {
+    output += d;
+  });
+  const exited = new Promise<number>((resolve) => term.onExit((e) => resolve(e.exitCode)));
+  try {
+    await prepared.afterSpawn?.(term.pid);
+  } catch (e) {
+    term.kill('SIGKILL');
+    await exited;
+    prepared.cleanup();
+    throw e;
+  }
+  const code = await exited;
+  prepared.cleanup();
+  return { code, output, prepared };
+}
+
+export interface Fixture {
+  root: string;
+  W: string;
+  OUT: string;
+  T: string;
+  SOCK: string;
+  port: number;
+  port6: number;
+  udpPort: number;
+  /** Connections the loopback listeners saw (TCP v4, TCP v6, UDS, UDP datagrams). */
+  hits: { tcp: number; tcp6: number; uds: number; udp: number };
+  close(): Promise<void>;
+}
+
+/** §12 common setup: $W with .git/HEAD and .git/hooks, a sibling $OUT, loopback HTTP/UDP listeners and a UDS. */
+export async function fixture(): Promise<Fixture> {
+  // Outside /tmp, so that policies with `slash_tmp:write` still leave $OUT read-only.
+  const base = existsSync('/var/tmp') ? '/var/tmp' : os.tmpdir();
+  const root = mkdtempSync(join(base, 'corral-sbx-it-'));
+  const W = join(root, 'ws');
+  const OUT = join(root, 'out');
+  const T = join(root, 'tmpdir');
+  mkdirSync(join(W, '.git', 'hooks'), { recursive: true });
+  writeFileSync(join(W, '.git', 'HEAD'), 'ref: refs/heads/main\n');
+  mkdirSync(OUT);
+  mkdirSync(T);
+  const hits = { tcp: 0, tcp6: 0, uds: 0, udp: 0 };
+  const server = http.createServer((_req, res) => {
+    hits.tcp++;
+    res.end('host-listener-body\n');
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+  const server6 = net.createServer((c) => {
+    hits.tcp6++;
+    c.end();
+  });
+  await new Promise<void>((r) => server6.listen(0, '::1', () => r()));
+  const SOCK = join(root, 'host.sock');
+  const uds = net.createServer((c) => {
+    hits.uds++;
+    c.end();
+  });
+  await new Promise<void>((r) => uds.listen(SOCK, () => r()));
+  const dgram = await import('node:dgram');
+  const udp = dgram.createSocket('udp4');
+  udp.on('message', () => {
+    hits.udp++;
+  });
+  await new Promise<void>((r) => udp.bind(0, '127.0.0.1', () => r()));
+  return {
+    root,
+    W,
+    OUT,
+    T,
+    SOCK,
+    port: (server.address() as net.AddressInfo).port,
+    port6: (server6.address() as net.AddressInfo).port,
+    udpPort: udp.address().port,
+    hits,
+    async close() {
+      server.closeAllConnections();
+      await Promise.all([
+        new Promise((r) => server.close(r)),
+        new Promise((r) => server6.close(r)),
+        new Promise((r) => uds.close(r)),
+        new Promise<void>((r) => udp.close(() => r())),
+      ]);
+      rmSync(root, { recursive: true, force: true });
+    },
+  };
+}
+
+/** A tiny logging HTTP proxy on 127.0.0.1 (a stand-in for the managed proxy). */
+export async function loggingProxy(): Promise<{ port: number; log: string[]; close(): Promise<void> }> {
+  const log: string[] = [];
+  const server = http.createServer((req, res) => {
+    log.push(`${req.method} ${req.url}`);
+    res.end(`proxied: ${req.method} ${req.url}\n`);
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+  return {
+    port: (server.address() as net.AddressInfo).port,
+    log,
+    async close() {
+      server.closeAllConnections();
+      await new Promise((r) => server.close(r));
+    },
+  };
+}
+
+/** PIDs of host processes whose cmdline contains `needle` (NUL-separated args joined by spaces). */
+export function pidsMatching(needle: string): number[] {
+  const out: number[] = [];
+  for (const d of readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const cmd = readFileSync(`/proc/${d}/cmdline`, 'utf8').split('\0').join(' ');
+      if (cmd.includes(needle)) out.push(Number(d));
+    } catch {
+      // gone
+    }
+  }
+  return out;
+}
+
+/** Polls `cond` every few ms until true or the deadline; returns whether it became true. */
+export async function waitFor(cond: () => boolean, timeoutMs: number): Promise<boolean> {
+  const end = Date.now() + timeoutMs;
+  while (Date.now() < end) {
+    if (cond()) return true;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  return cond();
+}

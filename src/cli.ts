@@ -72,8 +72,10 @@ async function execServerCommand(argv: string[]): Promise<void> {
     if (stopping) return;
     stopping = true;
     log.info(`stopping (${why}): killing every child process`);
-    server.shutdown();
-    void (closeListener?.() ?? Promise.resolve()).finally(() => process.exit(0));
+    void server
+      .shutdown()
+      .then(() => closeListener?.())
+      .finally(() => process.exit(0));
   };
   process.on('SIGINT', () => stop('SIGINT'));
   process.on('SIGTERM', () => stop('SIGTERM'));

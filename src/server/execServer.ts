@@ -162,12 +162,25 @@ export class ExecServer implements Dispatcher {
     this.events.emitSession('expired', session);
   }
 
-  /** Kills every process of every session (app quit, SIGTERM, SIGINT). */
-  shutdown(): void {
+  /**
+   * Kills every process of every session (app quit, SIGTERM, SIGINT), then waits (at most `timeoutMs`) until each has
+   * closed, so that sandbox and proxy cleanup (mount targets, bridge sockets, listeners) has run before exit.
+   */
+  async shutdown(timeoutMs = 3000): Promise<void> {
     this.shuttingDown = true;
+    const open: ManagedProcess[] = [];
     for (const s of this.sessions.values()) {
       if (s.graceTimer) clearTimeout(s.graceTimer);
       s.killAll();
+      for (const p of s.processes) if (p.state !== 'closed') open.push(p);
+    }
+    const deadline = Date.now() + timeoutMs;
+    for (const p of open) {
+      while (p.state !== 'closed') {
+        const left = deadline - Date.now();
+        if (left <= 0) return;
+        await p.waitForEvent(left);
+      }
     }
   }
 

@@ -32,7 +32,7 @@ export async function startTestServer(
     },
     async close() {
       for (const c of clients) c.close();
-      server.shutdown();
+      await server.shutdown();
       await listener.close();
     },
   };

@@ -1,0 +1,17 @@
+{
+  # The fast pipe-mode spawner (src/process/native): Linux only. Elsewhere nothing is built and
+  # src/process/spawner.ts falls back to child_process.
+  'targets': [
+    {
+      'target_name': 'corral_spawn',
+      'conditions': [
+        ['OS=="linux"', {
+          'sources': ['src/process/native/spawn.c'],
+          'cflags': ['-O2', '-Wall', '-Wextra', '-Wno-unused-parameter', '-Wno-missing-field-initializers'],
+        }, {
+          'type': 'none',
+        }],
+      ],
+    },
+  ],
+}

@@ -1,0 +1,448 @@
+// Corral's fast pipe-mode process spawner (Linux).
+//
+// Node's child_process forks the whole (large) Node process on its one JS thread, which caps it near 700-850
+// spawns/s on a 2-core machine. This addon starts children with clone(CLONE_VM | CLONE_VFORK): no page tables are
+// copied, the parent is suspended only until the child has called execve, and exec failures come back synchronously
+// through memory shared with the child. Each child:
+//   * is its own session and process-group leader (setsid), so a group kill reaches its descendants;
+//   * gets PR_SET_PDEATHSIG(SIGKILL), so it dies when the spawning thread (the Node main thread) dies;
+//   * has all signal dispositions reset to default and an empty signal mask (Node ignores SIGPIPE);
+//   * receives exactly fds 0, 1, 2 and the requested extra fds at 3, 4, ...; everything else is closed.
+// Exit is observed with a pidfd (CLONE_PIDFD) polled on the libuv loop: waitid(P_PIDFD) reaps only our own child, so
+// children of child_process and node-pty are never touched.
+//
+// JS interface (see src/process/spawner.ts):
+//   spawn(file, argv: string[], env: string[] /* "K=V" */, cwd, fds: number[] /* child fd i <- fds[i], -1 = closed,
+//         -2 = create a pipe (0: parent writes, 1/2: parent reads), -3 = /dev/null */)
+//     -> [pid, fd0, fd1, fd2]   parent ends of created pipes, -1 where none
+//     throws Error { message: strerror text, errno: number } when the child could not be started
+//   setExitHandler(fn(pid, exitStatus /* -1 if signalled */, signo /* 0 if exited */))
+
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <node_api.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <uv.h>
+
+#ifndef CLONE_PIDFD
+#define CLONE_PIDFD 0x00001000
+#endif
+#ifndef P_PIDFD
+#define P_PIDFD 3
+#endif
+#ifndef SYS_close_range
+#define SYS_close_range 436
+#endif
+
+#define FD_CLOSED (-1)
+#define FD_PIPE (-2)
+#define FD_DEVNULL (-3)
+#define MAX_CHILD_FDS 64
+#define CHILD_STACK_SIZE (256 * 1024)
+
+// ---------------------------------------------------------------------------------------------------------------
+// The child side. It runs on its own stack but in the parent's memory, while the parent thread is suspended: it must
+// not allocate, lock or touch anything but the prepared arguments before execve.
+
+struct child_args {
+  const char *file;
+  char *const *argv;
+  char *const *envp;
+  const char *cwd;
+  int nfds;
+  int src[MAX_CHILD_FDS];  // child fd i <- src[i] (an fd of the parent), -1 = closed
+  int tmp[MAX_CHILD_FDS];  // scratch: sources moved above nfds
+  unsigned int close_from_max;
+  volatile int err;  // set by the child when it fails; 0 when execve succeeded
+};
+
+static void child_fail(struct child_args *a, int err) {
+  a->err = err ? err : EINVAL;
+  _exit(127);
+}
+
+static int child_main(void *p) {
+  struct child_args *a = p;
+  struct sigaction dfl;
+  memset(&dfl, 0, sizeof dfl);
+  dfl.sa_handler = SIG_DFL;
+  // Handlers point into the parent's memory and ignored signals (SIGPIPE in Node) would be inherited by exec: reset
+  // every disposition. Signals stay blocked (the parent blocked them all) until right before execve.
+  for (int s = 1; s < NSIG; s++) {
+    if (s == SIGKILL || s == SIGSTOP) continue;
+    sigaction(s, &dfl, NULL);  // glibc's internal signals fail with EINVAL: harmless
+  }
+  if (setsid() < 0) child_fail(a, errno);
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) child_fail(a, errno);
+
+  // Move every source that sits inside the target range [0, nfds) out of the way, then place them.
+  for (int i = 0; i < a->nfds; i++) {
+    int s = a->src[i];
+    a->tmp[i] = s;
+    if (s >= 0 && s < a->nfds) {
+      int moved = fcntl(s, F_DUPFD_CLOEXEC, a->nfds);
+      if (moved < 0) child_fail(a, errno);
+      a->tmp[i] = moved;
+    }
+  }
+  for (int i = 0; i < a->nfds; i++) {
+    int s = a->tmp[i];
+    if (s < 0) {
+      close(i);
+    } else if (dup2(s, i) < 0) {  // the new fd i has no FD_CLOEXEC
+      child_fail(a, errno);
+    }
+  }
+  if (chdir(a->cwd) < 0) child_fail(a, errno);
+  // Everything above the requested fds goes, whatever flags it has.
+  if (syscall(SYS_close_range, (unsigned int)a->nfds, ~0U, 0) < 0) {
+    for (unsigned int fd = (unsigned int)a->nfds; fd < a->close_from_max; fd++) close((int)fd);
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, NULL);
+  execve(a->file, a->argv, a->envp);
+  child_fail(a, errno);
+  return 127;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Per-environment state and exit watching.
+
+struct watched;
+
+struct addon_state {
+  napi_env env;
+  napi_ref exit_handler;
+  napi_async_context async_ctx;
+  uv_loop_t *loop;
+  struct watched *head;
+  int devnull;
+};
+
+struct watched {
+  uv_poll_t poll;
+  struct addon_state *st;
+  int pidfd;
+  pid_t pid;
+  struct watched *prev, *next;
+};
+
+static void unlink_watched(struct watched *w) {
+  if (w->prev) w->prev->next = w->next;
+  else if (w->st) w->st->head = w->next;
+  if (w->next) w->next->prev = w->prev;
+  w->prev = w->next = NULL;
+}
+
+static void free_watched(uv_handle_t *h) { free(h->data); }
+
+static void on_pidfd(uv_poll_t *handle, int status, int events) {
+  (void)events;
+  struct watched *w = handle->data;
+  siginfo_t info;
+  memset(&info, 0, sizeof info);
+  int r = waitid((idtype_t)P_PIDFD, (id_t)w->pidfd, &info, WEXITED | WNOHANG);
+  if (r < 0 && errno == EINTR) return;
+  if (r == 0 && info.si_pid == 0 && status == 0) return;  // not exited yet (spurious wake-up)
+  int code = -1, signo = 0;
+  if (r == 0 && info.si_pid != 0) {
+    if (info.si_code == CLD_EXITED) code = info.si_status & 0xff;
+    else signo = info.si_status;  // CLD_KILLED, CLD_DUMPED
+  } else {
+    signo = SIGKILL;  // cannot happen for our own child; report something rather than hang
+  }
+  struct addon_state *st = w->st;
+  pid_t pid = w->pid;
+  uv_poll_stop(&w->poll);
+  close(w->pidfd);
+  unlink_watched(w);
+  uv_close((uv_handle_t *)&w->poll, free_watched);
+
+  napi_env env = st->env;
+  napi_handle_scope scope;
+  if (napi_open_handle_scope(env, &scope) != napi_ok) return;
+  napi_value fn, recv, argv[3], result;
+  if (st->exit_handler && napi_get_reference_value(env, st->exit_handler, &fn) == napi_ok && fn) {
+    napi_get_global(env, &recv);  // napi_make_callback wants an object receiver
+    napi_create_int32(env, pid, &argv[0]);
+    napi_create_int32(env, code, &argv[1]);
+    napi_create_int32(env, signo, &argv[2]);
+      napi_status s = napi_make_callback(env, st->async_ctx, recv, fn, 3, argv, &result);
+    if (s == napi_pending_exception) {
+      napi_value err;
+      napi_get_and_clear_last_exception(env, &err);
+      napi_fatal_exception(env, err);
+    }
+  }
+  napi_close_handle_scope(env, scope);
+}
+
+static void cleanup_state(void *arg) {
+  struct addon_state *st = arg;
+  while (st->head) {
+    struct watched *w = st->head;
+    unlink_watched(w);
+    w->st = NULL;
+    uv_poll_stop(&w->poll);
+    close(w->pidfd);
+    uv_close((uv_handle_t *)&w->poll, free_watched);
+  }
+  if (st->devnull >= 0) close(st->devnull);
+  st->devnull = -1;
+}
+
+static void finalize_state(napi_env env, void *data, void *hint) {
+  (void)hint;
+  struct addon_state *st = data;
+  if (st->exit_handler) napi_delete_reference(env, st->exit_handler);
+  if (st->async_ctx) napi_async_destroy(env, st->async_ctx);
+  free(st);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// JS entry points.
+
+static napi_value throw_errno(napi_env env, int err) {
+  char buf[256];
+  const char *msg = strerror_r(err, buf, sizeof buf);  // GNU variant
+  napi_value message, error, code;
+  napi_create_string_utf8(env, msg, NAPI_AUTO_LENGTH, &message);
+  napi_create_error(env, NULL, message, &error);
+  napi_create_int32(env, err, &code);
+  napi_set_named_property(env, error, "errno", code);
+  napi_throw(env, error);
+  return NULL;
+}
+
+// Reads a JS string into a fresh malloc'd buffer.
+static char *get_string(napi_env env, napi_value v) {
+  size_t len = 0;
+  if (napi_get_value_string_utf8(env, v, NULL, 0, &len) != napi_ok) return NULL;
+  char *s = malloc(len + 1);
+  if (!s) return NULL;
+  if (napi_get_value_string_utf8(env, v, s, len + 1, &len) != napi_ok) {
+    free(s);
+    return NULL;
+  }
+  return s;
+}
+
+// Reads a JS string array into a NULL-terminated, malloc'd vector of malloc'd strings.
+static char **get_string_array(napi_env env, napi_value arr) {
+  uint32_t n = 0;
+  if (napi_get_array_length(env, arr, &n) != napi_ok) return NULL;
+  char **v = calloc((size_t)n + 1, sizeof(char *));
+  if (!v) return NULL;
+  for (uint32_t i = 0; i < n; i++) {
+    napi_value e;
+    if (napi_get_element(env, arr, i, &e) != napi_ok || !(v[i] = get_string(env, e))) {
+      for (uint32_t j = 0; j < i; j++) free(v[j]);
+      free(v);
+      return NULL;
+    }
+  }
+  return v;
+}
+
+static void free_string_array(char **v) {
+  if (!v) return;
+  for (char **p = v; *p; p++) free(*p);
+  free(v);
+}
+
+static __thread char *child_stack;
+
+static napi_value js_spawn(napi_env env, napi_callback_info info) {
+  size_t argc = 5;
+  napi_value args[5];
+  struct addon_state *st;
+  if (napi_get_cb_info(env, info, &argc, args, NULL, NULL) != napi_ok || argc < 5) {
+    napi_throw_type_error(env, NULL, "spawn(file, argv, env, cwd, fds) expects 5 arguments");
+    return NULL;
+  }
+  napi_get_instance_data(env, (void **)&st);
+
+  struct child_args a;
+  memset(&a, 0, sizeof a);
+  char *file = get_string(env, args[0]);
+  char **argv = get_string_array(env, args[1]);
+  char **envp = get_string_array(env, args[2]);
+  char *cwd = get_string(env, args[3]);
+  uint32_t nfds = 0;
+  napi_get_array_length(env, args[4], &nfds);
+  napi_value result = NULL;
+  int parent_end[3] = {-1, -1, -1};
+  int child_end[3] = {-1, -1, -1};
+  int err = 0;
+
+  if (!file || !argv || !envp || !cwd) {
+    bool pending = false;
+    napi_is_exception_pending(env, &pending);
+    if (!pending) napi_throw_type_error(env, NULL, "spawn: bad string arguments");
+    goto out;
+  }
+  if (nfds < 3 || nfds > MAX_CHILD_FDS) {
+    napi_throw_range_error(env, NULL, "spawn: fds must have 3..64 entries");
+    goto out;
+  }
+  a.nfds = (int)nfds;
+  for (uint32_t i = 0; i < nfds; i++) {
+    napi_value e;
+    int32_t fd = FD_CLOSED;
+    napi_get_element(env, args[4], i, &e);
+    if (napi_get_value_int32(env, e, &fd) != napi_ok) fd = FD_CLOSED;
+    if (fd == FD_PIPE && i < 3) {
+      int p[2];
+      if (pipe2(p, O_CLOEXEC) < 0) {
+        err = errno;
+        goto fail;
+      }
+      // stdin: the child reads p[0]; stdout/stderr: the child writes p[1].
+      parent_end[i] = i == 0 ? p[1] : p[0];
+      child_end[i] = i == 0 ? p[0] : p[1];
+      fd = child_end[i];
+    } else if (fd == FD_DEVNULL) {
+      fd = st->devnull;
+    } else if (fd < 0) {
+      fd = FD_CLOSED;
+    }
+    a.src[i] = fd;
+  }
+  a.file = file;
+  a.argv = argv;
+  a.envp = envp;
+  a.cwd = cwd;
+  struct rlimit rl;
+  a.close_from_max = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < 65536
+                         ? (unsigned int)rl.rlim_cur
+                         : 65536;
+
+  if (!child_stack) {
+    void *m = mmap(NULL, CHILD_STACK_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (m == MAP_FAILED) {
+      err = errno;
+      goto fail;
+    }
+    child_stack = m;
+  }
+
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  int pidfd = -1;
+  pid_t pid = clone(child_main, child_stack + CHILD_STACK_SIZE, CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, &a,
+                    &pidfd);
+  int clone_errno = errno;
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+
+  if (pid < 0) {
+    err = clone_errno;
+    goto fail;
+  }
+  if (a.err != 0) {
+    // The child has already exited (CLONE_VFORK resumed us): reap it, it is ours.
+    siginfo_t si;
+    while (waitid((idtype_t)P_PIDFD, (id_t)pidfd, &si, WEXITED) < 0 && errno == EINTR) {
+    }
+    close(pidfd);
+    err = a.err;
+    goto fail;
+  }
+
+  struct watched *w = calloc(1, sizeof *w);
+  if (!w || uv_poll_init(st->loop, &w->poll, pidfd) != 0 ||
+      uv_poll_start(&w->poll, UV_READABLE, on_pidfd) != 0) {
+    // Should never happen; the child is running, so kill and reap it rather than leak it.
+    kill(pid, SIGKILL);
+    siginfo_t si;
+    while (waitid((idtype_t)P_PIDFD, (id_t)pidfd, &si, WEXITED) < 0 && errno == EINTR) {
+    }
+    if (w && w->poll.loop) uv_close((uv_handle_t *)&w->poll, free_watched);
+    else free(w);
+    close(pidfd);
+    err = ENOMEM;
+    goto fail;
+  }
+  w->poll.data = w;
+  w->st = st;
+  w->pidfd = pidfd;
+  w->pid = pid;
+  w->next = st->head;
+  if (st->head) st->head->prev = w;
+  st->head = w;
+
+  for (int i = 0; i < 3; i++) {
+    if (child_end[i] >= 0) close(child_end[i]);
+  }
+  napi_create_array_with_length(env, 4, &result);
+  napi_value v;
+  napi_create_int32(env, pid, &v);
+  napi_set_element(env, result, 0, v);
+  for (int i = 0; i < 3; i++) {
+    napi_create_int32(env, parent_end[i], &v);
+    napi_set_element(env, result, (uint32_t)i + 1, v);
+  }
+  goto out;
+
+fail:
+  for (int i = 0; i < 3; i++) {
+    if (child_end[i] >= 0) close(child_end[i]);
+    if (parent_end[i] >= 0) close(parent_end[i]);
+  }
+  throw_errno(env, err);
+  result = NULL;
+out:
+  free(file);
+  free(cwd);
+  free_string_array(argv);
+  free_string_array(envp);
+  return result;
+}
+
+static napi_value js_set_exit_handler(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value fn;
+  struct addon_state *st;
+  napi_get_cb_info(env, info, &argc, &fn, NULL, NULL);
+  napi_get_instance_data(env, (void **)&st);
+  if (st->exit_handler) napi_delete_reference(env, st->exit_handler);
+  st->exit_handler = NULL;
+  napi_create_reference(env, fn, 1, &st->exit_handler);
+  return NULL;
+}
+
+NAPI_MODULE_INIT(/* napi_env env, napi_value exports */) {
+  struct addon_state *st = calloc(1, sizeof *st);
+  if (!st) return NULL;
+  st->env = env;
+  st->devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (napi_get_uv_event_loop(env, &st->loop) != napi_ok) return NULL;
+  napi_value name;
+  napi_create_string_utf8(env, "corral.spawn", NAPI_AUTO_LENGTH, &name);
+  napi_value resource;
+  napi_create_object(env, &resource);
+  napi_async_init(env, resource, name, &st->async_ctx);
+  napi_set_instance_data(env, st, finalize_state, NULL);
+  napi_add_env_cleanup_hook(env, cleanup_state, st);
+
+  napi_property_descriptor props[] = {
+      {"spawn", NULL, js_spawn, NULL, NULL, NULL, napi_default, NULL},
+      {"setExitHandler", NULL, js_set_exit_handler, NULL, NULL, NULL, napi_default, NULL},
+  };
+  napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
+  return exports;
+}

@@ -1,0 +1,113 @@
+/**
+ * Spawner benchmarks (issue 2), with no server in between: start→exit of `true` (sequential) and 64 concurrent
+ * `sh -c 'for i in 1 2 3 4 5; do echo line $i; done'`, for the native spawner ("corral") against child_process (the
+ * "reference"), alternating the two so that machine load drifts affect both alike.
+ */
+import type { LaunchSpec } from '../../src/process/launch.js';
+import { nativeLoadError, type SpawnerKind, spawnPipedWith } from '../../src/process/spawner.js';
+import type { BenchRow } from './types.js';
+
+const SH5: LaunchSpec = {
+  file: '/bin/sh',
+  argv: ['sh', '-c', 'for i in 1 2 3 4 5; do echo line $i; done'],
+  env: {},
+  cwd: '/',
+};
+const TRUE: LaunchSpec = { file: '/bin/true', argv: ['true'], env: {}, cwd: '/' };
+
+/** Runs one child to the end: exit observed and both pipes closed. Resolves with the stdout byte count. */
+function runOnce(kind: SpawnerKind, spec: LaunchSpec): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const c = spawnPipedWith(kind, spec, { stdin: 'null' });
+    let bytes = 0;
+    let left = 3;
+    let code = 0;
+    const done = () => {
+      if (--left > 0) return;
+      if (code !== 0) reject(new Error(`${spec.argv.join(' ')} exited ${code}`));
+      else resolve(bytes);
+    };
+    c.stdout.on('data', (d: Buffer) => {
+      bytes += d.length;
+    });
+    c.stderr.resume();
+    c.stdout.on('close', done);
+    c.stderr.on('close', done);
+    c.onExit((exitCode) => {
+      code = exitCode;
+      done();
+    });
+  });
+}
+
+async function latencies(kind: SpawnerKind, n: number): Promise<number[]> {
+  const out: number[] = [];
+  for (let i = 0; i < n; i++) {
+    const t = performance.now();
+    await runOnce(kind, TRUE);
+    out.push(performance.now() - t);
+  }
+  return out.sort((a, b) => a - b);
+}
+
+async function throughput(kind: SpawnerKind, total: number, concurrency: number): Promise<number> {
+  let started = 0;
+  let bytes = 0;
+  const lane = async () => {
+    while (started < total) {
+      started++;
+      const b = await runOnce(kind, SH5);
+      bytes += b;
+    }
+  };
+  const t = performance.now();
+  await Promise.all(Array.from({ length: concurrency }, lane));
+  const secs = (performance.now() - t) / 1000;
+  if (bytes !== total * 35) throw new Error(`${kind}: got ${bytes} bytes of output, expected ${total * 35}`);
+  return total / secs;
+}
+
+const pct = (sorted: number[], p: number) =>
+  sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))]!;
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+
+export async function run(): Promise<BenchRow[]> {
+  if (nativeLoadError) throw new Error(`native spawner not built: ${nativeLoadError}`);
+  await throughput('native', 64, 64); // warm-up
+  await throughput('node', 64, 64);
+  const lat: Record<SpawnerKind, number[]> = { native: [], node: [] };
+  for (let round = 0; round < 2; round++) {
+    for (const kind of ['native', 'node'] as const) lat[kind].push(...(await latencies(kind, 100)));
+  }
+  lat.native.sort((a, b) => a - b);
+  lat.node.sort((a, b) => a - b);
+  const rate: Record<SpawnerKind, number[]> = { native: [], node: [] };
+  for (let round = 0; round < 3; round++) {
+    for (const kind of ['native', 'node'] as const) rate[kind].push(await throughput(kind, 1000, 64));
+  }
+  const section = 'spawner (native vs child_process)';
+  const rows: BenchRow[] = [];
+  for (const [p, label] of [
+    [0.5, 'p50'],
+    [0.9, 'p90'],
+    [0.99, 'p99'],
+  ] as const) {
+    rows.push({
+      section,
+      metric: `true spawn→exit ${label} (200 sequential)`,
+      corral: pct(lat.native, p),
+      reference: pct(lat.node, p),
+      unit: 'ms',
+      target: label === 'p50' ? '≤ 3 ms (through the server)' : undefined,
+    });
+  }
+  rows.push({
+    section,
+    metric: '64 concurrent sh 5-line, median of 3×1000',
+    corral: median(rate.native),
+    reference: median(rate.node),
+    unit: '/s',
+    target: '≥ 1500 /s (through the server)',
+  });
+  return rows;
+}

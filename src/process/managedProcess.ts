@@ -55,6 +55,10 @@ export class ManagedProcess {
   private term: pty.IPty | null = null;
   private openStreams = 0;
   private paused = false;
+  /** Output events so far (pipes), to tell when a drain round saw no more data. */
+  private dataEvents = 0;
+  /** The child has been reaped (its exit may not be reported yet): never signal its pid again. */
+  private reaped = false;
 
   constructor(
     readonly info: ProcessInfo,
@@ -107,7 +111,10 @@ export class ManagedProcess {
     this.openStreams = 2;
     this.attach(child.stdout, 'stdout');
     this.attach(child.stderr, 'stderr');
-    child.onExit((code) => this.onExit(code));
+    child.onExit((code) => {
+      this.reaped = true;
+      this.drainThen(() => this.onExit(code));
+    });
   }
 
   private attach(stream: Readable, name: OutputStream): void {
@@ -116,7 +123,23 @@ export class ManagedProcess {
     stream.once('close', () => this.streamEnded());
   }
 
+  /**
+   * The exit can be observed before the output the child wrote just before it (pidfd/SIGCHLD and the pipes are
+   * separate events in one loop turn). Report the exit only once the pipes are closed or a loop turn brought no new
+   * data (bounded: a grandchild that keeps writing does not hold the exit back for more than 50 ms).
+   */
+  private drainThen(report: () => void): void {
+    const deadline = Date.now() + 50;
+    const round = (seen: number) => {
+      if (this.openStreams === 0 || this.paused || this.dataEvents === seen || Date.now() > deadline)
+        report();
+      else setImmediate(round, this.dataEvents);
+    };
+    setImmediate(round, this.dataEvents);
+  }
+
   private onData(stream: OutputStream, data: Buffer): void {
+    this.dataEvents++;
     for (let off = 0; off < data.length; off += MAX_CHUNK) {
       const piece = off === 0 && data.length <= MAX_CHUNK ? data : data.subarray(off, off + MAX_CHUNK);
       const seq = ++this.lastSeq;
@@ -174,7 +197,7 @@ export class ManagedProcess {
   /** SIGKILLs the whole process group (sandboxed: the outer bwrap, whose pid namespace takes everything along). */
   kill(signal: NodeJS.Signals = 'SIGKILL'): boolean {
     const wasRunning = this.state === 'running';
-    if (this.exitCode === null && this.pid > 0) {
+    if (this.exitCode === null && !this.reaped && this.pid > 0) {
       try {
         process.kill(-this.pid, signal);
       } catch {

@@ -81,9 +81,12 @@ export class ManagedProcess {
     if (this.info.tty) {
       let file = spec.file;
       let args = spec.argv.slice(1);
-      if (spec.argv[0] !== undefined && spec.argv[0] !== spec.file) {
+      // node-pty always sets TERM (to "xterm" when absent): take it out again unless the client asked for it.
+      const dropTerm = spec.env.TERM === undefined;
+      if (dropTerm || (spec.argv[0] !== undefined && spec.argv[0] !== spec.file)) {
         // node-pty cannot set argv[0]: let bash's `exec -a` do it.
-        args = ['-c', 'exec -a "$0" "$@"', spec.argv[0], spec.file, ...args];
+        const script = `${dropTerm ? 'unset TERM; ' : ''}exec -a "$0" "$@"`;
+        args = ['-c', script, spec.argv[0] ?? spec.file, spec.file, ...args];
         file = '/bin/bash';
       }
       const term = pty.spawn(file, args, {

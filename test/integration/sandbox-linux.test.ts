@@ -240,6 +240,7 @@ t('io_uring_setup', sc('io_uring', 425, 1, buf))
       [
         'sh',
         '-c',
+        // biome-ignore lint/suspicious/noTemplateCurlyInString: a shell parameter expansion
         'echo "flag=${CODEX_SANDBOX_NETWORK_DISABLED-unset}"; curl -sS -m3 "http://127.0.0.1:$PORT/"',
       ],
       { cwd: f.W, env: { PORT: String(f.port) }, opts: opts() },

@@ -1,0 +1,159 @@
+import assert from 'node:assert/strict';
+import { existsSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import {
+  type Fixture,
+  fixture,
+  loggingProxy,
+  PY,
+  pidsMatching,
+  run,
+  runPty,
+  seed,
+  waitFor,
+} from './sandbox-util.js';
+
+/** Managed network inside the sandbox (sandbox.md §8.6, case 12) and PTY launches (§11.5). */
+
+let f: Fixture;
+let proxy: Awaited<ReturnType<typeof loggingProxy>>;
+before(async () => {
+  f = await fixture();
+  proxy = await loggingProxy();
+});
+after(async () => {
+  await proxy.close();
+  await f.close();
+});
+
+const opts = () => ({ tmpdir: f.T });
+
+const ESCAPES = `
+import socket, os, errno
+def t(name, fn):
+    try:
+        fn(); print(name, 'OK')
+    except OSError as e:
+        print(name, errno.errorcode.get(e.errno, e.errno))
+def tcp():
+    s = socket.create_connection(('127.0.0.1', int(os.environ['PORT'])), timeout=3); s.close()
+def tcp6():
+    s = socket.create_connection(('::1', int(os.environ['PORT6'])), timeout=3); s.close()
+def udp():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b'x', ('127.0.0.1', int(os.environ['UPORT']))); s.close()
+t('tcp', tcp)
+t('tcp6', tcp6)
+t('udp', udp)
+t('unix', lambda: socket.socket(socket.AF_UNIX).connect(os.environ['SOCK']))
+t('socketpair', lambda: socket.socketpair())
+print('proxy', os.environ.get('HTTP_PROXY'), os.environ.get('http_proxy'))
+`;
+
+function envFor(extra: Record<string, string> = {}) {
+  return {
+    PORT: String(f.port),
+    PORT6: String(f.port6),
+    UPORT: String(f.udpPort),
+    SOCK: f.SOCK,
+    HTTP_PROXY: `http://127.0.0.1:${proxy.port}`,
+    ...extra,
+  };
+}
+
+describe('managed network (enforceManagedNetwork)', () => {
+  test('control: unsandboxed, the escape probes do reach the host listeners', async () => {
+    const before = { ...f.hits };
+    const r = await run(null, [PY, '-c', ESCAPES], { cwd: f.W, env: envFor() });
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /^tcp OK$/m);
+    assert.match(r.stdout, /^tcp6 OK$/m);
+    assert.match(r.stdout, /^unix OK$/m);
+    assert.ok(await waitFor(() => f.hits.udp > before.udp, 2000), 'the UDP control datagram should arrive');
+  });
+
+  test('12: the proxy path works; direct TCP, IPv6, UDP and unix-socket escapes fail', async () => {
+    const sb = seed({ cwd: f.W, enforceManagedNetwork: true });
+    const before = { ...f.hits };
+    const logBefore = proxy.log.length;
+    const script = `curl -sS -m5 http://example.invalid/p; echo "curl1=$?"; curl -sS -m3 --noproxy '*' "http://127.0.0.1:$PORT/"; echo "curl2=$?"; ${PY} -c "$ESCAPES"`;
+    const r = await run(sb, ['sh', '-c', script], { cwd: f.W, env: envFor({ ESCAPES }), opts: opts() });
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /proxied: GET http:\/\/example.invalid\/p/);
+    assert.ok(proxy.log.slice(logBefore).includes('GET http://example.invalid/p'));
+    assert.match(r.stdout, /curl1=0/);
+    assert.match(r.stdout, /curl2=7/);
+    assert.match(r.stdout, /^tcp ECONNREFUSED$/m);
+    assert.match(r.stdout, /^tcp6 (ECONNREFUSED|ENETUNREACH|EADDRNOTAVAIL)$/m);
+    assert.match(r.stdout, /^unix EPERM$/m);
+    assert.match(r.stdout, /^socketpair OK$/m);
+    const m = /^proxy (\S+) (\S+)$/m.exec(r.stdout);
+    assert.ok(m, r.stdout);
+    assert.equal(m[1], m[2], 'both cases are set');
+    assert.notEqual(m[1], `http://127.0.0.1:${proxy.port}`);
+    assert.match(m[1]!, /^http:\/\/127\.0\.0\.1:\d+$/);
+    assert.equal(f.hits.tcp, before.tcp);
+    assert.equal(f.hits.tcp6, before.tcp6);
+    assert.equal(f.hits.uds, before.uds);
+    assert.equal(f.hits.udp, before.udp);
+  });
+
+  test('the scheme is kept (socks5h stays socks5h) and the bridge directory and forwarder are removed', async () => {
+    const sb = seed({ cwd: f.W, enforceManagedNetwork: true });
+    const r = await run(sb, ['sh', '-c', 'echo "all=$ALL_PROXY all_lc=$all_proxy"'], {
+      cwd: f.W,
+      env: envFor({ ALL_PROXY: `socks5h://127.0.0.1:${proxy.port}` }),
+      opts: opts(),
+    });
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /all=socks5h:\/\/127\.0\.0\.1:\d+ all_lc=socks5h:\/\/127\.0\.0\.1:\d+/);
+    assert.ok(
+      await waitFor(() => pidsMatching('proxy-route-0.sock').length === 0, 2000),
+      'forwarder must be gone',
+    );
+    const base = process.env.XDG_RUNTIME_DIR ?? '/tmp';
+    const leftovers = readdirSync(base).filter(
+      (n) => n.startsWith('corral-sandbox-') && existsSync(join(base, n, 'info.fifo')),
+    );
+    assert.deepEqual(leftovers, []);
+  });
+
+  test('non-loopback proxy env only: fails closed', async () => {
+    const sb = seed({ cwd: f.W, enforceManagedNetwork: true });
+    await assert.rejects(
+      run(sb, ['true'], { cwd: f.W, env: { HTTP_PROXY: 'http://proxy.corp.invalid:8080' }, opts: opts() }),
+      /parseable loopback proxy endpoints/,
+    );
+  });
+});
+
+describe('PTY launches (no extra fds: sh wrapper opens the BPF file)', () => {
+  test('a PTY command is sandboxed: tty present, workspace writable, outside read-only, seccomp active', async () => {
+    const sb = seed({ cwd: f.W });
+    const script = `[ -t 0 ] && echo ISATTY; stty size; echo ok > pty.txt; echo x > "$OUT/p"; ${PY} -c "import socket; socket.socket()" 2>&1 | tail -1; echo done`;
+    const r = await runPty(sb, ['/bin/sh', '-c', script], { cwd: f.W, env: { OUT: f.OUT }, opts: opts() });
+    assert.equal(r.prepared.sandboxType, 'linuxSeccomp');
+    assert.match(r.output, /ISATTY/);
+    assert.match(r.output, /^50 200\r?$/m);
+    assert.ok(existsSync(join(f.W, 'pty.txt')));
+    assert.match(r.output, /Read-only file system/);
+    assert.ok(!existsSync(join(f.OUT, 'p')));
+    assert.match(r.output, /PermissionError: \[Errno 1\] Operation not permitted/);
+    assert.match(r.output, /done/);
+  });
+
+  test('a PTY command with managed network reaches the proxy through FIFOs', async () => {
+    const sb = seed({ cwd: f.W, enforceManagedNetwork: true });
+    const r = await runPty(
+      sb,
+      [
+        '/bin/sh',
+        '-c',
+        `curl -sS -m5 http://example.invalid/pty; curl -sS -m3 --noproxy '*' "http://127.0.0.1:$PORT/"; echo "direct=$?"`,
+      ],
+      { cwd: f.W, env: envFor(), opts: opts() },
+    );
+    assert.match(r.output, /proxied: GET http:\/\/example.invalid\/pty/);
+    assert.match(r.output, /direct=7/);
+  });
+});

@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
+import { startHost } from '../main/host.js';
 import { ExecServer } from './server/execServer.js';
 import { createLogger, type LogLevel } from './server/log.js';
 import { serveStdio } from './server/stdio.js';
@@ -7,6 +8,8 @@ import { listenWebSocket } from './server/wsListener.js';
 
 const USAGE = `usage: corral exec-server --listen ws://127.0.0.1:0 [options]
        corral exec-server --listen stdio
+       corral serve [--port N] [--resume-grace-ms N] [--log-level L] [--log-file F]
+                               exec server with a generated token + the panel at /panel/
 
 options:
   --listen URL            ws://HOST:PORT (PORT 0 picks a free port) or stdio  [ws://127.0.0.1:0]
@@ -108,11 +111,58 @@ async function execServerCommand(argv: string[]): Promise<void> {
   log.info(`exec-server listening on ${listener.url}${token ? ' (token required)' : ''}`);
 }
 
+/** `corral serve`: the headless host — exec server with a generated token, and the panel at /panel/ on that port. */
+async function serveCommand(argv: string[]): Promise<void> {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      host: { type: 'string', default: '127.0.0.1' },
+      port: { type: 'string', default: '0' },
+      'resume-grace-ms': { type: 'string', default: '10000' },
+      'log-level': { type: 'string', default: 'info' },
+      'log-file': { type: 'string' },
+    },
+    strict: true,
+  });
+  const level = values['log-level'] as LogLevel;
+  if (!['error', 'warn', 'info', 'debug'].includes(level)) fail(`--log-level: unknown level ${level}`);
+  const port = Number(values.port);
+  if (!Number.isInteger(port) || port < 0 || port > 65535) fail('--port must be 0..65535');
+  const resumeGraceMs = Number(values['resume-grace-ms']);
+  if (!Number.isInteger(resumeGraceMs) || resumeGraceMs < 0)
+    fail('--resume-grace-ms must be a whole number ≥ 0');
+  if (!isLoopback(values.host)) fail(`--host: ${values.host} is not a loopback address`);
+  const log = createLogger({ level, file: values['log-file'] ?? null });
+  const host = await startHost({
+    host: values.host,
+    ...(port !== 0 ? { port } : {}),
+    resumeGraceMs,
+    log,
+    servePanel: true,
+    logFile: values['log-file'] ?? null,
+  });
+  let stopping = false;
+  const stop = (why: string) => {
+    if (stopping) return;
+    stopping = true;
+    log.info(`stopping (${why}): killing every child process`);
+    void host.shutdown().finally(() => process.exit(0));
+  };
+  process.on('SIGINT', () => stop('SIGINT'));
+  process.on('SIGTERM', () => stop('SIGTERM'));
+  process.on('SIGHUP', () => stop('SIGHUP'));
+  process.stdout.write(`exec-server: ${host.execUrl}\npanel: ${host.panelUrl}\n`);
+  log.info(`panel at ${host.listener.url.replace(/^ws/, 'http')}/panel/ (token in the URL fragment)`);
+}
+
 async function main(): Promise<void> {
   const [command, ...rest] = process.argv.slice(2);
   switch (command) {
     case 'exec-server':
       await execServerCommand(rest);
+      break;
+    case 'serve':
+      await serveCommand(rest);
       break;
     case undefined:
     case '--help':

@@ -1,0 +1,255 @@
+/**
+ * The Corral host, shared by the Electron app and the headless `corral serve`: the exec server on loopback with a
+ * generated token, the monitor feed, and (headless) the panel served at `/panel/` on the same port. No Electron
+ * import here, so it runs under plain Node and in tests.
+ */
+import { randomBytes } from 'node:crypto';
+import { existsSync, readFileSync, statSync } from 'node:fs';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { createServer } from 'node:net';
+import { dirname, extname, join, normalize, sep } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { NetworkEvents } from '../src/network/events.js';
+import { invalidRequest } from '../src/protocol/errors.js';
+import { type IpcMainLike, type IpcSenderLike, type IpcServer, serveIpc } from '../src/rpc/ipcTransport.js';
+import { ExecServer, type LaunchPreparer, type Logger } from '../src/server/execServer.js';
+import { Monitor, NOT_PRIVILEGED, type PreviewFn } from '../src/server/monitor.js';
+import { type Listener, listenWebSocket } from '../src/server/wsListener.js';
+
+const VERSION = '0.1.0';
+
+export interface HostOptions {
+  host?: string;
+  /** 0 (default) picks a free port. */
+  port?: number;
+  /** Defaults to a fresh random token. */
+  token?: string;
+  resumeGraceMs?: number;
+  maxProcessesPerSession?: number;
+  log?: Logger;
+  /** The sandbox/proxy launch layer (defaults to the exec server's own). */
+  preparer?: LaunchPreparer;
+  /** Proxy event buses to feed into the monitor. */
+  network?: NetworkEvents[];
+  preview?: PreviewFn;
+  /** Serve the panel at /panel/ (headless host). */
+  servePanel?: boolean;
+  /** Directory holding the built panel (index.html, app.js, app.css). Found next to the bundle by default. */
+  panelDir?: string;
+  /** Extra browser origins allowed to open the WebSocket. */
+  allowedOrigins?: string[];
+  /** Shown by `host/info`. */
+  logFile?: string | null;
+  mode?: 'desktop' | 'headless';
+}
+
+/** What `host/info` tells a privileged client (the panel's "Connect an agent" box). */
+export interface HostInfo {
+  execUrl: string;
+  panelUrl: string | null;
+  logFile: string | null;
+  mode: 'desktop' | 'headless';
+  pid: number;
+  platform: string;
+  version: string;
+}
+
+export interface Host {
+  server: ExecServer;
+  monitor: Monitor;
+  listener: Listener;
+  token: string;
+  /** ws://127.0.0.1:P/?token=… — what an agent's exec-server client connects to. */
+  execUrl: string;
+  /** http://127.0.0.1:P/panel/#token=… — only when the panel is served. */
+  panelUrl: string | null;
+  /** Serves the app's own renderer(s) over IPC (privileged connections of the same dispatcher). */
+  serveIpc(ipcMain: IpcMainLike, isTrusted?: (sender: IpcSenderLike) => boolean): IpcServer;
+  /** Kills every child and closes the listener. */
+  shutdown(): Promise<void>;
+}
+
+/** Where the built panel lives: next to this bundle (dist/main → dist/renderer, dist/cli.js → dist/renderer). */
+export function findPanelDir(): string | null {
+  const here = dirname(fileURLToPath(import.meta.url));
+  for (const c of [
+    join(here, 'renderer'),
+    join(here, '..', 'renderer'),
+    join(here, '..', 'dist', 'renderer'),
+  ]) {
+    if (existsSync(join(c, 'index.html')) && existsSync(join(c, 'app.js'))) return c;
+  }
+  return null;
+}
+
+const TYPES: Record<string, string> = {
+  '.html': 'text/html; charset=utf-8',
+  '.js': 'text/javascript; charset=utf-8',
+  '.css': 'text/css; charset=utf-8',
+  '.map': 'application/json',
+  '.svg': 'image/svg+xml',
+  '.png': 'image/png',
+  '.woff2': 'font/woff2',
+};
+
+/** The panel's Content-Security-Policy: own scripts only, no remote content, WebSocket only to this server. */
+export function panelCsp(wsOrigins: string[]): string {
+  return [
+    "default-src 'none'",
+    "script-src 'self'",
+    // xterm.js writes its theme into a <style> element.
+    "style-src 'self' 'unsafe-inline'",
+    "img-src 'self' data:",
+    "font-src 'self' data:",
+    `connect-src 'self' ${wsOrigins.join(' ')}`.trim(),
+    "base-uri 'none'",
+    "form-action 'none'",
+    "frame-ancestors 'none'",
+  ].join('; ');
+}
+
+/** A static handler for /panel/: files of `dir` only, no traversal, strict CSP. */
+export function panelHandler(dir: string, csp: () => string) {
+  const root = normalize(dir + sep);
+  return (req: IncomingMessage, res: ServerResponse, url: URL): boolean => {
+    if (url.pathname === '/panel') {
+      res.writeHead(308, { location: '/panel/' }).end();
+      return true;
+    }
+    if (!url.pathname.startsWith('/panel/')) return false;
+    if (req.method !== 'GET' && req.method !== 'HEAD') {
+      res.writeHead(405, { allow: 'GET, HEAD' }).end();
+      return true;
+    }
+    let rel: string;
+    try {
+      rel = decodeURIComponent(url.pathname.slice('/panel/'.length)) || 'index.html';
+    } catch {
+      res.writeHead(400).end();
+      return true;
+    }
+    const file = normalize(join(root, rel));
+    if (!file.startsWith(root) || rel.includes('\0')) {
+      res.writeHead(404).end('not found');
+      return true;
+    }
+    let body: Buffer;
+    try {
+      if (!statSync(file).isFile()) throw new Error('not a file');
+      body = readFileSync(file);
+    } catch {
+      res.writeHead(404, { 'content-type': 'text/plain' }).end('not found');
+      return true;
+    }
+    res.writeHead(200, {
+      'content-type': TYPES[extname(file)] ?? 'application/octet-stream',
+      'content-security-policy': csp(),
+      'x-content-type-options': 'nosniff',
+      'referrer-policy': 'no-referrer',
+      'cache-control': 'no-store',
+      'cross-origin-opener-policy': 'same-origin',
+    });
+    res.end(req.method === 'HEAD' ? undefined : body);
+    return true;
+  };
+}
+
+/** A free loopback port (so the panel's own origin can be allow-listed before the listener starts). */
+function freePort(host: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once('error', reject);
+    s.listen(0, host, () => {
+      const port = (s.address() as { port: number }).port;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+export async function startHost(opts: HostOptions = {}): Promise<Host> {
+  const host = opts.host ?? '127.0.0.1';
+  const token = opts.token ?? randomBytes(24).toString('base64url');
+  const resumeGraceMs = opts.resumeGraceMs ?? 10_000;
+  const server = new ExecServer({
+    resumeGraceMs,
+    ...(opts.maxProcessesPerSession !== undefined
+      ? { maxProcessesPerSession: opts.maxProcessesPerSession }
+      : {}),
+    ...(opts.log ? { log: opts.log } : {}),
+    ...(opts.preparer ? { preparer: opts.preparer } : {}),
+  });
+  const monitor = new Monitor(server, { resumeGraceMs, ...(opts.preview ? { preview: opts.preview } : {}) });
+  for (const bus of opts.network ?? []) monitor.attachNetwork(bus);
+
+  const panelDir = opts.servePanel ? (opts.panelDir ?? findPanelDir()) : null;
+  if (opts.servePanel && !panelDir) throw new Error('the panel is not built: run `npm run build` first');
+  const hostForUrl = host.includes(':') ? `[${host}]` : host;
+
+  let listener: Listener | undefined;
+  for (let attempt = 0; ; attempt++) {
+    const port = opts.port ?? (panelDir ? await freePort(host) : 0);
+    const origins = panelDir
+      ? [`http://${hostForUrl}:${port}`, ...(host === '127.0.0.1' ? [`http://localhost:${port}`] : [])]
+      : [];
+    const csp = () => panelCsp(origins.map((o) => o.replace(/^http/, 'ws')));
+    try {
+      listener = await listenWebSocket(server, {
+        host,
+        port,
+        token,
+        allowedOrigins: [...origins, ...(opts.allowedOrigins ?? [])],
+        ...(panelDir ? { httpHandler: panelHandler(panelDir, csp) } : {}),
+      });
+      break;
+    } catch (e) {
+      // The probed port was taken meanwhile: try another one.
+      if ((e as NodeJS.ErrnoException).code !== 'EADDRINUSE' || opts.port !== undefined || attempt >= 5)
+        throw e;
+    }
+  }
+  const l = listener;
+  const base = `http://${hostForUrl}:${l.port}`;
+  const execUrl = `${l.url}/?token=${encodeURIComponent(token)}`;
+  const panelUrl = panelDir ? `${base}/panel/#token=${encodeURIComponent(token)}` : null;
+  const info: HostInfo = {
+    execUrl,
+    panelUrl,
+    logFile: opts.logFile ?? null,
+    mode: opts.mode ?? 'headless',
+    pid: process.pid,
+    platform: process.platform,
+    version: VERSION,
+  };
+  server.registerMethod('host/info', 'exec', (_p, conn) => {
+    if (!conn.privileged) throw invalidRequest(NOT_PRIVILEGED);
+    return info;
+  });
+  let stopped: Promise<void> | null = null;
+  const ipcServers: IpcServer[] = [];
+  return {
+    server,
+    monitor,
+    listener: l,
+    token,
+    execUrl,
+    panelUrl,
+    serveIpc(ipcMain, isTrusted) {
+      const s = serveIpc(server, ipcMain, {
+        ...(isTrusted ? { isTrusted } : {}),
+        onRejected: (sender) =>
+          server.log.warn(`ignored IPC from an untrusted renderer (webContents ${sender.id})`),
+      });
+      ipcServers.push(s);
+      return s;
+    },
+    shutdown() {
+      stopped ??= (async () => {
+        server.shutdown();
+        for (const s of ipcServers) s.close();
+        monitor.dispose();
+        await l.close();
+      })();
+      return stopped;
+    },
+  };
+}

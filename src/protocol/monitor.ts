@@ -1,0 +1,279 @@
+/**
+ * Wire shapes of the panel's monitor feed and policy debugger (privileged connections only): `monitor/subscribe`
+ * (snapshot, then live `monitor/*` notifications), `monitor/read`, `monitor/terminate`, `monitor/write`,
+ * `policy/preview` and `policy/checkUrl`. Pure: no Node imports, so the renderer imports these too.
+ */
+import { z } from 'zod';
+
+/** What the panel shows as the sandbox badge. `client-wrapped`: a 0.120–0.130 client wrapped its own sandbox. */
+export const SandboxBadge = z.enum(['none', 'linux-seccomp', 'macos-seatbelt', 'client-wrapped']);
+export type SandboxBadge = z.infer<typeof SandboxBadge>;
+
+/** The basename of argv[0] with which 0.120–0.130 clients wrap their own Linux sandbox around a command. */
+export const CLIENT_SANDBOX_WRAPPER = 'codex-linux-sandbox';
+
+/** The badge for a process: the server's own sandbox type, or a client-side wrapper recognised from argv[0]. */
+export function sandboxBadge(sandboxType: string, argv: readonly string[]): SandboxBadge {
+  if (sandboxType === 'linuxSeccomp') return 'linux-seccomp';
+  if (sandboxType === 'macosSeatbelt') return 'macos-seatbelt';
+  const program = argv[0] ?? '';
+  const base = program.slice(program.lastIndexOf('/') + 1);
+  return base === CLIENT_SANDBOX_WRAPPER ? 'client-wrapped' : 'none';
+}
+
+export const REDACTED = '‹redacted›';
+
+const SECRET_KEY = /(^env$|^environment$|key|secret|token|password|passwd|credential|authorization|cookie)/i;
+
+/**
+ * Deep copy with secrets removed: any env map keeps its names but loses every value, and any field whose name looks
+ * secret (`*key*`, `*token*`, …) has its value replaced. Env values never reach the panel.
+ */
+export function redact(value: unknown, depth = 0): unknown {
+  if (depth > 8) return REDACTED;
+  if (Array.isArray(value)) return value.map((v) => redact(v, depth + 1));
+  if (value === null || typeof value !== 'object') return value;
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(value as Record<string, unknown>)) {
+    if (/^(env|environment|envVars)$/i.test(k) && v !== null && typeof v === 'object' && !Array.isArray(v)) {
+      out[k] = Object.fromEntries(Object.keys(v as object).map((name) => [name, REDACTED]));
+    } else if (SECRET_KEY.test(k) && v !== null && typeof v !== 'boolean' && typeof v !== 'number') {
+      out[k] = REDACTED;
+    } else out[k] = redact(v, depth + 1);
+  }
+  return out;
+}
+
+export const ProcessStateWire = z.enum(['starting', 'running', 'exited', 'closed']);
+
+/** One process as the panel sees it. No env values: `envKeys` names the variables the child got. */
+export const MonitorProcess = z.object({
+  sessionId: z.string(),
+  processId: z.string(),
+  clientName: z.string(),
+  argv: z.array(z.string()),
+  cwd: z.string(),
+  tty: z.boolean(),
+  pipeStdin: z.boolean(),
+  pid: z.number(),
+  state: ProcessStateWire,
+  exitCode: z.number().nullable(),
+  sandboxDenied: z.boolean(),
+  sandboxType: z.enum(['none', 'linuxSeccomp', 'macosSeatbelt']),
+  badge: SandboxBadge,
+  /** The effective policy summary of the sandbox/proxy layers (writable roots, network mode, …), redacted. */
+  policy: z.record(z.string(), z.unknown()).nullable(),
+  metadata: z.record(z.string(), z.unknown()).nullable(),
+  envKeys: z.array(z.string()),
+  startedAt: z.number(),
+  exitedAt: z.number().nullable(),
+  closedAt: z.number().nullable(),
+  bytesOut: z.number(),
+  /** seq of the last event of the process. */
+  lastSeq: z.number(),
+  /** False once the session expired: the output is no longer retained. */
+  retained: z.boolean(),
+});
+export type MonitorProcess = z.infer<typeof MonitorProcess>;
+
+export const MonitorSession = z.object({
+  sessionId: z.string(),
+  clientName: z.string(),
+  attached: z.boolean(),
+  detachedAt: z.number().nullable(),
+  /** When a detached session's processes will be killed (ms since epoch), if known. */
+  expiresAt: z.number().nullable(),
+  processCount: z.number(),
+  /** The session of the subscribing connection itself. */
+  self: z.boolean(),
+});
+export type MonitorSession = z.infer<typeof MonitorSession>;
+
+/** A blocked proxy request, tagged with its process (network-proxy.md §4.8). */
+export const MonitorBlocked = z.object({
+  id: z.number(),
+  processId: z.string(),
+  sessionId: z.string().nullable(),
+  host: z.string(),
+  port: z.number().nullable(),
+  reason: z.string(),
+  method: z.string().nullable(),
+  protocol: z.string(),
+  mode: z.string().nullable(),
+  decision: z.string().nullable(),
+  source: z.string().nullable(),
+  client: z.string().nullable(),
+  timestamp: z.number(),
+  blockedTotal: z.number(),
+});
+export type MonitorBlocked = z.infer<typeof MonitorBlocked>;
+
+/** A policy decision of a proxy, allowed or not (network-proxy.md §4.9), with its audit metadata. */
+export const MonitorAudit = z.object({
+  id: z.number(),
+  processId: z.string(),
+  sessionId: z.string().nullable(),
+  host: z.string(),
+  port: z.number(),
+  decision: z.enum(['allow', 'deny', 'ask']),
+  reason: z.string(),
+  source: z.string(),
+  protocol: z.string(),
+  method: z.string(),
+  scope: z.string(),
+  override: z.boolean(),
+  timestamp: z.string(),
+  /** conversation.id, app.version, model, … as sent in auditMetadata (secret-looking fields redacted). */
+  metadata: z.record(z.string(), z.unknown()),
+});
+export type MonitorAudit = z.infer<typeof MonitorAudit>;
+
+export const HostCount = z.object({ host: z.string(), allowed: z.number(), blocked: z.number() });
+export type HostCount = z.infer<typeof HostCount>;
+
+/** What this subscriber missed because it read too slowly, or because the server's rings evicted it. */
+export const DroppedCounts = z.object({
+  /** Output chunks not sent to this subscriber (read them back with monitor/read while retained). */
+  output: z.number(),
+  /** Network events not sent to this subscriber. */
+  network: z.number(),
+  /** Blocked/audit events evicted from the server's rings (older than the snapshot window). */
+  evicted: z.number(),
+  /** Finished processes of expired sessions forgotten by the server. */
+  forgottenProcesses: z.number(),
+});
+export type DroppedCounts = z.infer<typeof DroppedCounts>;
+
+export const MonitorLimits = z.object({
+  blockedRing: z.number(),
+  auditRing: z.number(),
+  finishedProcesses: z.number(),
+  subscriberHighWaterBytes: z.number(),
+});
+
+export const MonitorSnapshot = z.object({
+  processes: z.array(MonitorProcess),
+  sessions: z.array(MonitorSession),
+  blocked: z.array(MonitorBlocked),
+  audit: z.array(MonitorAudit),
+  hosts: z.array(HostCount),
+  dropped: DroppedCounts,
+  limits: MonitorLimits,
+  /** Whether proxy events are wired into this server (false: the network list stays empty). */
+  networkWired: z.boolean(),
+  /** Whether policy/preview can show bwrap argv / Seatbelt profiles (the sandbox engine is wired). */
+  previewWired: z.boolean(),
+  serverTime: z.number(),
+});
+export type MonitorSnapshot = z.infer<typeof MonitorSnapshot>;
+
+// ---- methods ---------------------------------------------------------------------------------------------------
+
+export const SubscribeParams = z.object({}).nullish();
+export const ProcessRef = z.object({ sessionId: z.string(), processId: z.string() });
+export type ProcessRef = z.infer<typeof ProcessRef>;
+
+export const MonitorReadParams = ProcessRef.extend({
+  afterSeq: z.number().int().nonnegative().nullish(),
+  maxBytes: z.number().int().positive().nullish(),
+});
+export type MonitorReadParams = z.infer<typeof MonitorReadParams>;
+export const MonitorReadResult = z.object({
+  chunks: z.array(
+    z.object({ seq: z.number(), stream: z.enum(['stdout', 'stderr', 'pty']), chunk: z.string() }),
+  ),
+  nextSeq: z.number(),
+  retained: z.boolean(),
+});
+export type MonitorReadResult = z.infer<typeof MonitorReadResult>;
+
+export const MonitorWriteParams = ProcessRef.extend({ chunk: z.string() });
+export type MonitorWriteParams = z.infer<typeof MonitorWriteParams>;
+
+/** One validation problem, by field path (`sandbox.fileSystemPolicy.entries.0.access`). */
+export const FieldError = z.object({ path: z.string(), message: z.string() });
+export type FieldError = z.infer<typeof FieldError>;
+
+export const PolicyPreviewParams = z.object({
+  /** A SandboxLaunchConfig (seed) or FileSystemSandboxContext (0.169). */
+  sandbox: z.unknown(),
+  argv: z.array(z.string()).nullish(),
+  cwd: z.string().nullish(),
+  /** Optional managedNetwork, previewed together (proxy env, network mode). */
+  managedNetwork: z.unknown().optional(),
+});
+export type PolicyPreviewParams = z.infer<typeof PolicyPreviewParams>;
+
+export const PolicyPreviewResult = z.object({
+  valid: z.boolean(),
+  errors: z.array(FieldError),
+  /** Which shape was recognised: `seed` SandboxLaunchConfig or `context` FileSystemSandboxContext. */
+  shape: z.enum(['seed', 'context', 'none']).nullable(),
+  sandboxType: z.enum(['none', 'linuxSeccomp', 'macosSeatbelt']).nullable(),
+  /** Human summary of the effective policy: writable roots, read-only carve-outs, network mode, … */
+  summary: z.record(z.string(), z.unknown()).nullable(),
+  /** The full command that would run (bwrap argv on Linux). */
+  argv: z.array(z.string()).nullable(),
+  /** The Seatbelt profile (macOS). */
+  seatbeltProfile: z.string().nullable(),
+  /** Why there is no argv/profile, when there is none. */
+  note: z.string().nullable(),
+});
+export type PolicyPreviewResult = z.infer<typeof PolicyPreviewResult>;
+
+export const CheckUrlParams = z.object({
+  /** A managedNetwork object `{config, constraints?, auditMetadata?}` or a bare `config` (`{network:{…}}`). */
+  config: z.unknown(),
+  /** `https://host/path`, `http://host:port/…`, or `host:port`. */
+  target: z.string(),
+  method: z.string().nullish(),
+});
+export type CheckUrlParams = z.infer<typeof CheckUrlParams>;
+
+export const CheckUrlResult = z.object({
+  valid: z.boolean(),
+  errors: z.array(FieldError),
+  host: z.string().nullable(),
+  port: z.number().nullable(),
+  decision: z.enum(['allow', 'deny', 'ask']).nullable(),
+  reason: z.string().nullable(),
+  source: z.string().nullable(),
+  /** The text the blocked client would see. */
+  message: z.string().nullable(),
+  mode: z.enum(['full', 'limited']).nullable(),
+});
+export type CheckUrlResult = z.infer<typeof CheckUrlResult>;
+
+// ---- notifications (server → privileged subscriber) -------------------------------------------------------------
+
+export const MONITOR_NOTIFICATIONS = [
+  'monitor/process',
+  'monitor/output',
+  'monitor/session',
+  'monitor/blocked',
+  'monitor/audit',
+  'monitor/dropped',
+] as const;
+
+export const MonitorProcessNotification = z.object({ process: MonitorProcess });
+export const MonitorOutputNotification = z.object({
+  sessionId: z.string(),
+  processId: z.string(),
+  seq: z.number(),
+  stream: z.enum(['stdout', 'stderr', 'pty']),
+  chunk: z.string(),
+});
+export type MonitorOutputNotification = z.infer<typeof MonitorOutputNotification>;
+export const MonitorSessionNotification = z.object({
+  kind: z.enum(['created', 'attached', 'detached', 'expired']),
+  session: MonitorSession,
+});
+export const MonitorDroppedNotification = z.object({ dropped: DroppedCounts });
+
+/** Turns zod issues into per-field errors, prefixed with the name of the pasted object. */
+export function fieldErrors(error: z.ZodError, prefix: string): FieldError[] {
+  return error.issues.map((i) => {
+    const path = i.path.filter((p) => typeof p !== 'symbol').map(String);
+    return { path: [prefix, ...path].filter((s) => s !== '').join('.'), message: i.message };
+  });
+}

@@ -1,0 +1,746 @@
+/**
+ * The panel's monitor feed: a subscription any privileged connection (the app's IPC, or a WebSocket client holding
+ * the token) opens with `monitor/subscribe` to see ALL sessions — processes, their output, proxy audit events and
+ * blocked requests — as a snapshot followed by live `monitor/*` notifications. Also the privileged actions on other
+ * clients' processes (`monitor/terminate`, `monitor/write`, `monitor/read`) and the policy debugger
+ * (`policy/preview`, `policy/checkUrl`).
+ *
+ * Memory is bounded: the network events live in fixed rings, finished processes of expired sessions in a fixed list,
+ * and each subscriber has a byte budget for what is queued on its transport; past it, output chunks and network
+ * events are dropped (and counted, reported as `monitor/dropped`), and process/session updates are coalesced into a
+ * set of dirty keys that is flushed once the subscriber has drained. Env values are never sent.
+ */
+import { NetworkConfigError, parseManagedNetwork, parseNetworkConfig } from '../network/config.js';
+import { blockMessage, type NetworkEvents } from '../network/events.js';
+import { normalizeHost } from '../network/host.js';
+import { PolicyEngine, type Resolver } from '../network/policy.js';
+import type { ManagedProcess } from '../process/managedProcess.js';
+import { invalidRequest } from '../protocol/errors.js';
+import type { OutputStream } from '../protocol/exec.js';
+import {
+  CheckUrlParams,
+  type CheckUrlResult,
+  type DroppedCounts,
+  type FieldError,
+  fieldErrors,
+  type HostCount,
+  type MonitorAudit,
+  type MonitorBlocked,
+  type MonitorProcess,
+  MonitorReadParams,
+  type MonitorReadResult,
+  type MonitorSession,
+  type MonitorSnapshot,
+  MonitorWriteParams,
+  PolicyPreviewParams,
+  type PolicyPreviewResult,
+  ProcessRef,
+  redact,
+  SubscribeParams,
+  sandboxBadge,
+} from '../protocol/monitor.js';
+import type { BlockedEvent, NetworkAuditEvent } from '../protocol/network.js';
+import { NetworkSettingsWireSchema } from '../protocol/network.js';
+import { parseSandboxParam } from '../protocol/sandbox.js';
+import { ResultWithCallback, type RpcConnection } from '../rpc/connection.js';
+import { decodeBase64Strict } from './base64.js';
+import type { ExecServer } from './execServer.js';
+import { parseParams } from './params.js';
+import type { Session } from './session.js';
+
+/** Above this many bytes queued on a subscriber's transport, output and network events are dropped for it. */
+export const SUBSCRIBER_HIGH_WATER = 4 * 1024 * 1024;
+const SUBSCRIBER_LOW_WATER = 1024 * 1024;
+export const BLOCKED_RING = 500;
+export const AUDIT_RING = 1000;
+export const FINISHED_PROCESSES = 500;
+const MAX_HOSTS = 2000;
+
+export const NOT_PRIVILEGED =
+  'monitor and policy methods need a privileged connection: the desktop app itself, or a WebSocket client that ' +
+  'presented the server token';
+
+/** What the sandbox engine answers for a preview (src/sandbox `previewLaunch`). */
+export type PreviewFn = (req: {
+  sandbox: unknown;
+  argv: string[];
+  cwd: string;
+  managedNetwork?: unknown;
+}) => Promise<Partial<PolicyPreviewResult>> | Partial<PolicyPreviewResult>;
+
+export interface MonitorOptions {
+  /** The server's resume grace (ms), to show detached sessions' countdown. */
+  resumeGraceMs?: number;
+  /** The sandbox engine's preview (bwrap argv / Seatbelt profile). Without it, previews validate only. */
+  preview?: PreviewFn;
+  /** Resolver for policy/checkUrl (names that the policy would resolve). Default: the proxy's own (getaddrinfo). */
+  resolver?: Resolver;
+  highWaterBytes?: number;
+}
+
+interface ConnStateView {
+  session: Session | null;
+}
+
+class Subscriber {
+  live = false;
+  queued = 0;
+  overflowing = false;
+  readonly dirtyProcesses = new Map<string, ManagedProcess>();
+  readonly dirtySessions = new Set<Session>();
+  readonly dropped = { output: 0, network: 0 };
+  droppedChanged = false;
+
+  constructor(
+    readonly conn: RpcConnection,
+    readonly session: Session | null,
+  ) {}
+}
+
+const key = (sessionId: string, processId: string) => `${sessionId}\u0000${processId}`;
+
+export class Monitor {
+  private readonly subscribers = new Set<Subscriber>();
+  private readonly blocked: MonitorBlocked[] = [];
+  private readonly audit: MonitorAudit[] = [];
+  private readonly hosts = new Map<string, HostCount>();
+  /** Processes of expired sessions, newest last (info only: their output is gone). */
+  private readonly finished = new Map<string, MonitorProcess>();
+  private evicted = 0;
+  private forgotten = 0;
+  private nextEventId = 1;
+  private networkWired = false;
+  private readonly highWater: number;
+  private readonly lowWater: number;
+  private readonly detachListeners: (() => void)[] = [];
+  private outputAttached = false;
+  private readonly onOutput = (proc: ManagedProcess, seq: number, stream: OutputStream, data: Buffer) =>
+    this.output(proc, seq, stream, data);
+
+  constructor(
+    readonly server: ExecServer,
+    private readonly opts: MonitorOptions = {},
+  ) {
+    this.highWater = opts.highWaterBytes ?? SUBSCRIBER_HIGH_WATER;
+    this.lowWater = Math.min(SUBSCRIBER_LOW_WATER, Math.floor(this.highWater / 4));
+    const onProcess = (_kind: string, proc: ManagedProcess) => this.processChanged(proc);
+    const onSession = (kind: 'created' | 'attached' | 'detached' | 'expired', s: Session) =>
+      this.sessionChanged(kind, s);
+    server.events.on('process', onProcess);
+    server.events.on('session', onSession);
+    this.detachListeners.push(
+      () => server.events.off('process', onProcess),
+      () => server.events.off('session', onSession),
+    );
+    this.register();
+  }
+
+  /** Feeds a proxy event bus (blocked requests and audit events) into the feed. May be called for several buses. */
+  attachNetwork(bus: NetworkEvents): () => void {
+    this.networkWired = true;
+    const offBlocked = bus.on('blocked', (e) => this.onBlocked(e));
+    const offAudit = bus.on('audit', (e) => this.onAudit(e));
+    const off = () => {
+      offBlocked();
+      offAudit();
+    };
+    this.detachListeners.push(off);
+    return off;
+  }
+
+  /** Stops observing the server (tests, shutdown). */
+  dispose(): void {
+    for (const f of this.detachListeners) f();
+    this.detachListeners.length = 0;
+    this.subscribers.clear();
+    this.updateOutputListener();
+  }
+
+  get subscriberCount(): number {
+    return this.subscribers.size;
+  }
+
+  /** Bytes currently queued for subscribers (for tests of the memory bound). */
+  queuedBytes(): number {
+    let n = 0;
+    for (const s of this.subscribers) n += s.queued;
+    return n;
+  }
+
+  // ---- methods -----------------------------------------------------------------------------------------------
+
+  private register(): void {
+    const priv =
+      <T>(f: (p: unknown, conn: RpcConnection) => T) =>
+      (p: unknown, conn: RpcConnection) => {
+        if (!conn.privileged) throw invalidRequest(NOT_PRIVILEGED);
+        return f(p, conn);
+      };
+    const s = this.server;
+    s.registerMethod(
+      'monitor/subscribe',
+      'exec',
+      priv((p, conn) => this.subscribe(p, conn)),
+    );
+    s.registerMethod(
+      'monitor/unsubscribe',
+      'exec',
+      priv((_p, conn) => {
+        for (const sub of this.subscribers) if (sub.conn === conn) this.subscribers.delete(sub);
+        this.updateOutputListener();
+        return {};
+      }),
+    );
+    s.registerMethod(
+      'monitor/read',
+      'exec',
+      priv((p) => this.read(p)),
+    );
+    s.registerMethod(
+      'monitor/terminate',
+      'exec',
+      priv((p) => this.terminate(p)),
+    );
+    s.registerMethod(
+      'monitor/write',
+      'exec',
+      priv((p) => this.write(p)),
+    );
+    s.registerMethod(
+      'policy/preview',
+      'exec',
+      priv((p) => this.preview(p)),
+    );
+    s.registerMethod(
+      'policy/checkUrl',
+      'exec',
+      priv((p) => this.checkUrl(p)),
+    );
+  }
+
+  private subscribe(params: unknown, conn: RpcConnection): unknown {
+    parseParams(SubscribeParams, params, 'SubscribeParams');
+    for (const sub of this.subscribers) if (sub.conn === conn) this.subscribers.delete(sub);
+    const session = (conn.state as ConnStateView | undefined)?.session ?? null;
+    const sub = new Subscriber(conn, session);
+    this.subscribers.add(sub);
+    this.updateOutputListener();
+    const snapshot = this.snapshot(session);
+    // Live notifications start right after the snapshot response is on the wire.
+    return new ResultWithCallback(snapshot, () => {
+      sub.live = true;
+    });
+  }
+
+  snapshot(self: Session | null = null): MonitorSnapshot {
+    const processes: MonitorProcess[] = [...this.finished.values()];
+    for (const p of this.server.allProcesses()) processes.push(this.describe(p));
+    processes.sort((a, b) => a.startedAt - b.startedAt);
+    return {
+      processes,
+      sessions: [...this.server.sessions.values()].map((s) => this.describeSession(s, self)),
+      blocked: [...this.blocked],
+      audit: [...this.audit],
+      hosts: [...this.hosts.values()],
+      dropped: { output: 0, network: 0, evicted: this.evicted, forgottenProcesses: this.forgotten },
+      limits: {
+        blockedRing: BLOCKED_RING,
+        auditRing: AUDIT_RING,
+        finishedProcesses: FINISHED_PROCESSES,
+        subscriberHighWaterBytes: this.highWater,
+      },
+      networkWired: this.networkWired,
+      previewWired: this.opts.preview !== undefined,
+      serverTime: Date.now(),
+    };
+  }
+
+  private lookup(ref: { sessionId: string; processId: string }): ManagedProcess | undefined {
+    return this.server.sessions.get(ref.sessionId)?.get(ref.processId);
+  }
+
+  private read(params: unknown): MonitorReadResult {
+    const p = parseParams(MonitorReadParams, params, 'MonitorReadParams');
+    const proc = this.lookup(p);
+    if (!proc) {
+      if (this.finished.has(key(p.sessionId, p.processId)))
+        return { chunks: [], nextSeq: 0, retained: false };
+      throw invalidRequest(`unknown process id ${p.processId} in session ${p.sessionId}`);
+    }
+    const chunks = proc.read(p.afterSeq ?? 0, p.maxBytes ?? null);
+    const last = chunks[chunks.length - 1];
+    return {
+      chunks: chunks.map((c) => ({ seq: c.seq, stream: c.stream, chunk: c.data.toString('base64') })),
+      nextSeq: last ? last.seq + 1 : proc.lastSeq + 1,
+      retained: true,
+    };
+  }
+
+  private terminate(params: unknown): { running: boolean } {
+    const p = parseParams(ProcessRef, params, 'ProcessRef');
+    const proc = this.lookup(p);
+    if (!proc) return { running: false };
+    const running = proc.kill('SIGKILL');
+    if (proc.state !== 'closed') proc.killGroup();
+    this.server.log.info(
+      `panel terminated process ${p.processId} of session ${p.sessionId} (pid ${proc.pid}, running ${running})`,
+    );
+    return { running };
+  }
+
+  private write(params: unknown): { status: string } {
+    const p = parseParams(MonitorWriteParams, params, 'MonitorWriteParams');
+    const data = decodeBase64Strict(p.chunk);
+    const proc = this.lookup(p);
+    if (!proc) return { status: 'unknownProcess' };
+    return { status: proc.write(data) };
+  }
+
+  // ---- policy debugger ---------------------------------------------------------------------------------------
+
+  private async preview(params: unknown): Promise<PolicyPreviewResult> {
+    const p = parseParams(PolicyPreviewParams, params, 'PolicyPreviewParams');
+    const empty: PolicyPreviewResult = {
+      valid: false,
+      errors: [],
+      shape: null,
+      sandboxType: null,
+      summary: null,
+      argv: null,
+      seatbeltProfile: null,
+      note: null,
+    };
+    if (p.sandbox === null || p.sandbox === undefined) {
+      return {
+        ...empty,
+        valid: true,
+        shape: 'none',
+        sandboxType: 'none',
+        note: 'no sandbox: the command runs as is',
+      };
+    }
+    const parsed = parseSandboxParam(p.sandbox);
+    const shape =
+      typeof p.sandbox === 'object' &&
+      'permissions' in (p.sandbox as object) &&
+      !('sandbox' in (p.sandbox as object))
+        ? 'context'
+        : 'seed';
+    if (!parsed.success) return { ...empty, shape, errors: fieldErrors(parsed.error, 'sandbox') };
+    const errors: FieldError[] = [];
+    if (p.managedNetwork !== undefined && p.managedNetwork !== null) {
+      errors.push(...this.networkErrors(p.managedNetwork, 'managedNetwork'));
+      if (errors.length > 0) return { ...empty, shape, errors };
+    }
+    if (!this.opts.preview) {
+      return {
+        ...empty,
+        valid: true,
+        shape,
+        note: 'valid; the sandbox engine is not wired into this server, so no launch preview is available',
+      };
+    }
+    const cwd = p.cwd ?? '/';
+    const argv = p.argv && p.argv.length > 0 ? p.argv : ['/bin/sh', '-c', 'true'];
+    try {
+      const r = await this.opts.preview({
+        sandbox: parsed.data,
+        argv,
+        cwd,
+        managedNetwork: p.managedNetwork,
+      });
+      return {
+        ...empty,
+        valid: true,
+        shape,
+        ...r,
+        summary: r.summary ? (redact(r.summary) as Record<string, unknown>) : null,
+        errors: r.errors ?? [],
+      };
+    } catch (e) {
+      return { ...empty, shape, errors: [{ path: 'sandbox', message: (e as Error).message }] };
+    }
+  }
+
+  /** Field errors of a managedNetwork (or bare config) object; [] when it is valid. */
+  private networkErrors(raw: unknown, prefix: string): FieldError[] {
+    const obj = raw as Record<string, unknown> | null;
+    const isObj = obj !== null && typeof obj === 'object' && !Array.isArray(obj);
+    if (isObj && 'config' in obj) {
+      const cfg = obj.config as Record<string, unknown> | null;
+      const inner = cfg && typeof cfg === 'object' && 'network' in cfg ? cfg.network : cfg;
+      const innerPrefix =
+        cfg && typeof cfg === 'object' && 'network' in cfg ? `${prefix}.config.network` : `${prefix}.config`;
+      if (inner !== null && inner !== undefined) {
+        const r = NetworkSettingsWireSchema.safeParse(inner);
+        if (!r.success) return fieldErrors(r.error, innerPrefix);
+      }
+      try {
+        parseManagedNetwork(raw);
+      } catch (e) {
+        if (e instanceof NetworkConfigError) return [{ path: prefix, message: e.message }];
+        throw e;
+      }
+      return [];
+    }
+    const inner = isObj && 'network' in obj ? obj.network : raw;
+    const innerPrefix = isObj && 'network' in obj ? `${prefix}.network` : prefix;
+    if (inner !== null && inner !== undefined) {
+      const r = NetworkSettingsWireSchema.safeParse(inner);
+      if (!r.success) return fieldErrors(r.error, innerPrefix);
+    }
+    try {
+      parseNetworkConfig(raw);
+    } catch (e) {
+      if (e instanceof NetworkConfigError) return [{ path: prefix, message: e.message }];
+      throw e;
+    }
+    return [];
+  }
+
+  private async checkUrl(params: unknown): Promise<CheckUrlResult> {
+    const p = parseParams(CheckUrlParams, params, 'CheckUrlParams');
+    const base: CheckUrlResult = {
+      valid: false,
+      errors: [],
+      host: null,
+      port: null,
+      decision: null,
+      reason: null,
+      source: null,
+      message: null,
+      mode: null,
+    };
+    const errors = this.networkErrors(p.config, 'config');
+    if (errors.length > 0) return { ...base, errors };
+    const raw = p.config as Record<string, unknown> | null;
+    const settings =
+      raw && typeof raw === 'object' && 'config' in raw
+        ? parseNetworkConfig(raw.config)
+        : parseNetworkConfig(p.config);
+    const target = parseTarget(p.target);
+    if (!target)
+      return { ...base, errors: [{ path: 'target', message: `not a URL or host:port: ${p.target}` }] };
+    const norm = normalizeHost(target.host);
+    if (!norm.ok) return { ...base, errors: [{ path: 'target', message: `invalid host: ${target.host}` }] };
+    const method = (p.method ?? (target.scheme === 'https' ? 'CONNECT' : 'GET')).toUpperCase();
+    const result = { ...base, valid: true, host: norm.host, port: target.port, mode: settings.mode };
+    const deny = (reason: string, source: string) => ({
+      ...result,
+      decision: 'deny' as const,
+      reason,
+      source,
+      message: blockMessage(reason),
+    });
+    if (!settings.enabled) {
+      return {
+        ...result,
+        decision: null,
+        reason: 'proxy_disabled',
+        source: 'proxy_state',
+        message: 'network.enabled is false: no proxy is started and the process gets no proxy environment',
+      };
+    }
+    const engine = new PolicyEngine(settings, this.opts.resolver ? { resolver: this.opts.resolver } : {});
+    const d = await engine.evaluate(norm.host, target.port, {
+      protocol: method === 'CONNECT' ? 'https_connect' : 'http',
+      client: null,
+      method,
+    });
+    if (!d.allowed) return { ...deny(d.reason, d.source), decision: d.decision };
+    if (settings.mode === 'limited') {
+      if (method === 'CONNECT') return deny('mitm_required', 'mode_guard');
+      if (!['GET', 'HEAD', 'OPTIONS'].includes(method)) return deny('method_not_allowed', 'mode_guard');
+    }
+    return { ...result, decision: 'allow', reason: 'allow', source: d.source, message: null };
+  }
+
+  // ---- events ------------------------------------------------------------------------------------------------
+
+  describe(p: ManagedProcess): MonitorProcess {
+    const summary = p.launch.summary;
+    return {
+      sessionId: p.info.sessionId,
+      processId: p.info.processId,
+      clientName: p.info.clientName,
+      argv: p.info.argv,
+      cwd: p.info.cwd,
+      tty: p.info.tty,
+      pipeStdin: p.info.pipeStdin,
+      pid: p.pid,
+      state: p.state,
+      exitCode: p.exitCode,
+      sandboxDenied: p.sandboxDenied,
+      sandboxType: p.sandboxType,
+      badge: sandboxBadge(p.sandboxType, p.info.argv),
+      policy: summary ? (redact(summary) as Record<string, unknown>) : null,
+      metadata: p.info.metadata ? (redact(p.info.metadata) as Record<string, unknown>) : null,
+      envKeys: Object.keys(p.launch.spec.env).sort(),
+      startedAt: p.startedAt,
+      exitedAt: p.exitedAt,
+      closedAt: p.closedAt,
+      bytesOut: p.bytesOut,
+      lastSeq: p.lastSeq,
+      retained: true,
+    };
+  }
+
+  private describeSession(s: Session, self: Session | null): MonitorSession {
+    const grace = this.opts.resumeGraceMs;
+    return {
+      sessionId: s.id,
+      clientName: s.clientName,
+      attached: s.conn !== null,
+      detachedAt: s.detachedAt,
+      expiresAt: s.detachedAt !== null && grace !== undefined ? s.detachedAt + grace : null,
+      processCount: s.processCount,
+      self: s === self,
+    };
+  }
+
+  private processChanged(proc: ManagedProcess): void {
+    if (this.subscribers.size === 0) return;
+    const k = key(proc.info.sessionId, proc.info.processId);
+    let text: string | null = null;
+    for (const sub of this.subscribers) {
+      if (!this.usable(sub)) continue;
+      if (sub.overflowing) {
+        sub.dirtyProcesses.set(k, proc);
+        continue;
+      }
+      text ??= notification('monitor/process', { process: this.describe(proc) });
+      this.send(sub, text);
+    }
+  }
+
+  private sessionChanged(kind: 'created' | 'attached' | 'detached' | 'expired', s: Session): void {
+    if (kind === 'detached' || kind === 'expired') {
+      for (const sub of this.subscribers) {
+        if (sub.session === s) this.subscribers.delete(sub);
+      }
+      this.updateOutputListener();
+    }
+    if (kind === 'expired') this.rememberFinished(s);
+    for (const sub of this.subscribers) {
+      if (!this.usable(sub)) continue;
+      if (sub.overflowing) {
+        sub.dirtySessions.add(s);
+        continue;
+      }
+      this.send(
+        sub,
+        notification('monitor/session', { kind, session: this.describeSession(s, sub.session) }),
+      );
+      if (kind === 'expired') {
+        for (const p of s.processes) {
+          const rec = this.finished.get(key(s.id, p.info.processId));
+          if (rec) this.send(sub, notification('monitor/process', { process: rec }));
+        }
+      }
+    }
+  }
+
+  private rememberFinished(s: Session): void {
+    for (const p of s.processes) {
+      this.finished.set(key(s.id, p.info.processId), { ...this.describe(p), retained: false });
+    }
+    while (this.finished.size > FINISHED_PROCESSES) {
+      const oldest = this.finished.keys().next().value as string;
+      this.finished.delete(oldest);
+      this.forgotten++;
+    }
+  }
+
+  private output(proc: ManagedProcess, seq: number, stream: OutputStream, data: Buffer): void {
+    let text: string | null = null;
+    for (const sub of this.subscribers) {
+      if (!this.usable(sub)) continue;
+      if (sub.overflowing || sub.queued > this.highWater) {
+        sub.dropped.output++;
+        sub.droppedChanged = true;
+        sub.overflowing = true;
+        continue;
+      }
+      text ??=
+        `{"method":"monitor/output","params":{"sessionId":${JSON.stringify(proc.info.sessionId)},` +
+        `"processId":${JSON.stringify(proc.info.processId)},"seq":${seq},"stream":"${stream}",` +
+        `"chunk":"${data.toString('base64')}"}}`;
+      this.send(sub, text);
+    }
+  }
+
+  private onBlocked(e: BlockedEvent): void {
+    const r = e.record;
+    const rec: MonitorBlocked = {
+      id: this.nextEventId++,
+      processId: e.processId,
+      sessionId: e.sessionId ?? null,
+      host: r.host,
+      port: r.port ?? null,
+      reason: r.reason,
+      method: r.method,
+      protocol: r.protocol,
+      mode: r.mode,
+      decision: r.decision ?? null,
+      source: r.source ?? null,
+      client: r.client,
+      timestamp: r.timestamp,
+      blockedTotal: e.blocked_total,
+    };
+    this.blocked.push(rec);
+    if (this.blocked.length > BLOCKED_RING) {
+      this.blocked.shift();
+      this.evicted++;
+    }
+    this.countHost(rec.host, 'blocked');
+    this.broadcastNetwork(notification('monitor/blocked', { event: rec }));
+  }
+
+  private onAudit(e: NetworkAuditEvent): void {
+    const metadata: Record<string, unknown> = {};
+    for (const k of [
+      'conversation.id',
+      'app.version',
+      'user.account_id',
+      'user.email',
+      'auth_mode',
+      'originator',
+      'terminal.type',
+      'model',
+      'slug',
+    ] as const) {
+      if (e[k] !== undefined) metadata[k] = e[k];
+    }
+    const rec: MonitorAudit = {
+      id: this.nextEventId++,
+      processId: e.processId,
+      sessionId: e.sessionId ?? null,
+      host: e['server.address'],
+      port: e['server.port'],
+      decision: e['network.policy.decision'],
+      reason: e['network.policy.reason'],
+      source: e['network.policy.source'],
+      protocol: e['network.transport.protocol'],
+      method: e['http.request.method'],
+      scope: e['network.policy.scope'],
+      override: e['network.policy.override'],
+      timestamp: e['event.timestamp'],
+      metadata: redact(metadata) as Record<string, unknown>,
+    };
+    this.audit.push(rec);
+    if (this.audit.length > AUDIT_RING) {
+      this.audit.shift();
+      this.evicted++;
+    }
+    if (rec.decision === 'allow') this.countHost(rec.host, 'allowed');
+    this.broadcastNetwork(notification('monitor/audit', { event: rec }));
+  }
+
+  private countHost(host: string, what: 'allowed' | 'blocked'): void {
+    let c = this.hosts.get(host);
+    if (!c) {
+      c = { host, allowed: 0, blocked: 0 };
+      this.hosts.set(host, c);
+      if (this.hosts.size > MAX_HOSTS) this.hosts.delete(this.hosts.keys().next().value as string);
+    }
+    c[what]++;
+  }
+
+  private broadcastNetwork(text: string): void {
+    for (const sub of this.subscribers) {
+      if (!this.usable(sub)) continue;
+      if (sub.overflowing || sub.queued > this.highWater) {
+        sub.dropped.network++;
+        sub.droppedChanged = true;
+        sub.overflowing = true;
+        continue;
+      }
+      this.send(sub, text);
+    }
+  }
+
+  // ---- delivery ----------------------------------------------------------------------------------------------
+
+  private usable(sub: Subscriber): boolean {
+    if (sub.conn.closed) {
+      this.subscribers.delete(sub);
+      this.updateOutputListener();
+      return false;
+    }
+    return sub.live;
+  }
+
+  private send(sub: Subscriber, text: string): void {
+    const len = text.length;
+    sub.queued += len;
+    sub.conn.sendRaw(text, () => {
+      sub.queued -= len;
+      if (sub.overflowing && sub.queued <= this.lowWater) this.flush(sub);
+    });
+    if (sub.queued > this.highWater) sub.overflowing = true;
+  }
+
+  /** The subscriber has drained: send the coalesced updates and what it missed. */
+  private flush(sub: Subscriber): void {
+    if (!this.subscribers.has(sub) || sub.conn.closed) return;
+    sub.overflowing = false;
+    const procs = [...sub.dirtyProcesses.values()];
+    const sessions = [...sub.dirtySessions];
+    sub.dirtyProcesses.clear();
+    sub.dirtySessions.clear();
+    for (const s of sessions) {
+      const kind = this.server.sessions.has(s.id) ? (s.conn ? 'attached' : 'detached') : 'expired';
+      this.send(
+        sub,
+        notification('monitor/session', { kind, session: this.describeSession(s, sub.session) }),
+      );
+    }
+    for (const p of procs) {
+      const rec = this.finished.get(key(p.info.sessionId, p.info.processId)) ?? this.describe(p);
+      this.send(sub, notification('monitor/process', { process: rec }));
+    }
+    if (sub.droppedChanged) {
+      sub.droppedChanged = false;
+      const dropped: DroppedCounts = {
+        output: sub.dropped.output,
+        network: sub.dropped.network,
+        evicted: this.evicted,
+        forgottenProcesses: this.forgotten,
+      };
+      this.send(sub, notification('monitor/dropped', { dropped }));
+    }
+  }
+
+  private updateOutputListener(): void {
+    const want = this.subscribers.size > 0;
+    if (want === this.outputAttached) return;
+    this.outputAttached = want;
+    if (want) this.server.events.on('output', this.onOutput);
+    else this.server.events.off('output', this.onOutput);
+  }
+}
+
+function notification(method: string, params: unknown): string {
+  return `{"method":${JSON.stringify(method)},"params":${JSON.stringify(params)}}`;
+}
+
+/** `https://h/p`, `http://h:8080/…`, `h:443`, `[::1]:80`, or a bare host (port 80). */
+export function parseTarget(text: string): { scheme: string; host: string; port: number } | null {
+  const t = text.trim();
+  if (t === '') return null;
+  if (/^[a-z][a-z0-9+.-]*:\/\//i.test(t)) {
+    try {
+      const u = new URL(t);
+      const scheme = u.protocol.replace(/:$/, '');
+      const port = u.port !== '' ? Number(u.port) : scheme === 'https' ? 443 : 80;
+      return { scheme, host: u.hostname.replace(/^\[|\]$/g, ''), port };
+    } catch {
+      return null;
+    }
+  }
+  const m = /^(\[[^\]]+\]|[^:/\s]+)(?::(\d{1,5}))?$/.exec(t);
+  if (!m) return null;
+  const port = m[2] !== undefined ? Number(m[2]) : 80;
+  if (port < 1 || port > 65535) return null;
+  return { scheme: port === 443 ? 'https' : 'http', host: m[1]!.replace(/^\[|\]$/g, ''), port };
+}

@@ -1,0 +1,161 @@
+// Conformance: output ordering, chunking, retention, backpressure and long-poll (protocol.md §3.6, §5.8, §5.9;
+// checklist items 16, 17, 27).
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { writeFileSync } from 'node:fs';
+import { after, before, describe, it } from 'node:test';
+import type { Notification } from '../helpers/client.js';
+import { startTestServer, type TestServer, tempDir } from '../helpers/server.js';
+
+const PATH = '/usr/local/bin:/usr/bin:/bin';
+const params = (processId: string, argv: string[], extra: Record<string, unknown> = {}) => ({
+  processId,
+  argv,
+  cwd: '/tmp',
+  env: { PATH },
+  tty: false,
+  ...extra,
+});
+
+interface ReadResult {
+  chunks: { seq: number; stream: string; chunk: string }[];
+  nextSeq: number;
+  exited: boolean;
+  closed: boolean;
+}
+
+describe('protocol output ordering and backpressure (§5.8, §5.9)', () => {
+  let ts: TestServer;
+  let dir: { path: string; cleanup(): void };
+  before(async () => {
+    ts = await startTestServer();
+    dir = tempDir();
+  });
+  after(async () => {
+    await ts.close();
+    dir.cleanup();
+  });
+
+  it('16: 8 MiB with the client pausing its socket for 3 s: nothing lost, chunks ≤ 8192, no seq gap, ≤ 1 MiB retained', async () => {
+    const c = await ts.client();
+    const data = randomBytes(8 * 1024 * 1024);
+    const file = `${dir.path}/8mib.bin`;
+    writeFileSync(file, data);
+    await c.request('process/start', params('big', ['cat', file]));
+    c.ws.pause();
+    await new Promise((r) => setTimeout(r, 3000));
+    c.ws.resume();
+    const events = await c.collect('big', 30_000);
+    const outs = events.filter((n) => n.method === 'process/output');
+    assert.deepEqual(
+      events.map((n) => n.params.seq),
+      events.map((_, i) => i + 1),
+      'seqs contiguous from 1',
+    );
+    assert.equal(events.at(-1)!.method, 'process/closed', 'closed is last');
+    assert.equal(events.filter((n) => n.method === 'process/exited').length, 1);
+    const bufs = outs.map((n) => Buffer.from(n.params.chunk as string, 'base64'));
+    for (const b of bufs) assert.ok(b.length > 0 && b.length <= 8192, `chunk of ${b.length} bytes`);
+    assert.ok(Buffer.concat(bufs).equals(data), 'every byte delivered in order');
+
+    const rr = await c.request<ReadResult>('process/read', { processId: 'big', afterSeq: 0 });
+    const retained = rr.chunks.map((ch) => Buffer.from(ch.chunk, 'base64'));
+    const total = retained.reduce((s, b) => s + b.length, 0);
+    assert.ok(total <= 1024 * 1024, `retained ${total} bytes`);
+    assert.ok(total > 1024 * 1024 - 8192, `retention keeps close to 1 MiB (${total})`);
+    const lastOut = outs.at(-1)!.params.seq as number;
+    assert.equal(rr.chunks.at(-1)!.seq, lastOut, 'the newest chunk is retained');
+    for (let i = 1; i < rr.chunks.length; i++) {
+      const prev = rr.chunks[i - 1]!.seq;
+      const cur = rr.chunks[i]!.seq;
+      // exited may sit between two output seqs; chunks are otherwise consecutive
+      assert.ok(cur === prev + 1 || (cur === prev + 2 && events[prev]!.method === 'process/exited'));
+    }
+    const bySeq = new Map(outs.map((n) => [n.params.seq as number, n.params.chunk as string]));
+    for (const ch of rr.chunks)
+      assert.equal(ch.chunk, bySeq.get(ch.seq), `retained chunk ${ch.seq} is whole`);
+    assert.ok(Buffer.concat(retained).equals(data.subarray(data.length - total)));
+    c.close();
+  });
+
+  it('17: a background grandchild holding stdout open: exited before the last output, closed last', async () => {
+    const c = await ts.client();
+    await c.request(
+      'process/start',
+      params('gc', ['/bin/sh', '-c', '(read x; printf late) & printf early; exit 0'], { pipeStdin: true }),
+    );
+    await c.waitFor((n) => n.method === 'process/exited' && n.params.processId === 'gc');
+    assert.equal(c.output('gc'), 'early');
+    // The grandchild inherited the pipe stdin; releasing it lets it print and exit.
+    await c.request('process/write', { processId: 'gc', chunk: Buffer.from('\n').toString('base64') });
+    const events = await c.collect('gc');
+    assert.deepEqual(
+      events.map((n) => [n.method, n.params.seq]),
+      [
+        ['process/output', 1],
+        ['process/exited', 2],
+        ['process/output', 3],
+        ['process/closed', 4],
+      ],
+    );
+    assert.equal(c.output('gc'), 'earlylate');
+    c.close();
+  });
+
+  it('27: a parked process/read (waitMs 2000) does not delay a later request on the same connection', async () => {
+    const c = await ts.client();
+    await c.request('process/start', params('quiet', ['sleep', '30']));
+    let readDone = 0;
+    const t0 = Date.now();
+    const parked = c
+      .request<ReadResult>('process/read', { processId: 'quiet', afterSeq: 0, waitMs: 2000 })
+      .then((r) => {
+        readDone = Date.now();
+        return r;
+      });
+    const meta = await c.request<{ isDirectory: boolean }>('fs/getMetadata', { path: '/' });
+    const quick = Date.now() - t0;
+    assert.equal(meta.isDirectory, true);
+    assert.equal(readDone, 0, 'the read is still parked');
+    assert.ok(quick < 1000, `later request answered after ${quick} ms`);
+    await c.request('process/start', params('other', ['/bin/sh', '-c', 'printf x']));
+    await c.collect('other');
+    const r = await parked;
+    assert.deepEqual(r.chunks, []);
+    assert.ok(readDone - t0 >= 1900, `parked read replied after ${readDone - t0} ms`);
+    await c.request('process/terminate', { processId: 'quiet' });
+    c.close();
+  });
+
+  it('process/start immediately followed by process/read of the same id (0.120 client) never sees unknown id', async () => {
+    const c = await ts.client();
+    const starts: Promise<unknown>[] = [];
+    const reads: Promise<ReadResult>[] = [];
+    for (let i = 0; i < 20; i++) {
+      starts.push(c.request('process/start', params(`sr${i}`, ['/bin/sh', '-c', 'printf x'])));
+      reads.push(c.request<ReadResult>('process/read', { processId: `sr${i}`, afterSeq: 0, waitMs: 3000 }));
+    }
+    await Promise.all(starts);
+    for (const r of await Promise.all(reads)) assert.ok(r.chunks.length > 0 || r.exited);
+    c.close();
+  });
+
+  it('start responses precede first notifications while another process floods the socket', async () => {
+    const c = await ts.client();
+    await c.request('process/start', params('flood', ['head', '-c', String(4 * 1024 * 1024), '/dev/zero']));
+    const ids = Array.from({ length: 20 }, (_, i) => `fast${i}`);
+    await Promise.all(ids.map((id) => c.request('process/start', params(id, ['/bin/sh', '-c', 'printf y']))));
+    await c.collect('flood', 30_000);
+    for (const id of ids) {
+      await c.collect(id);
+      const parsed = c.frames.map(
+        (f) =>
+          JSON.parse(f) as { id?: number; result?: { processId?: string }; params?: Notification['params'] },
+      );
+      const resp = parsed.findIndex((m) => m.id !== undefined && m.result?.processId === id);
+      const first = parsed.findIndex((m) => m.params?.processId === id);
+      assert.ok(resp >= 0 && first > resp, `${id}: response ${resp}, first notification ${first}`);
+    }
+    c.close();
+  });
+});

@@ -1,0 +1,207 @@
+// Conformance: sessions, disconnect, resume and the grace period (protocol.md §8; checklist item 26).
+import assert from 'node:assert/strict';
+import { writeFileSync } from 'node:fs';
+import { after, before, describe, it } from 'node:test';
+import { RpcClient } from '../helpers/client.js';
+import { alive, startTestServer, type TestServer, tempDir, until } from '../helpers/server.js';
+
+const PATH = '/usr/local/bin:/usr/bin:/bin';
+const params = (processId: string, argv: string[], extra: Record<string, unknown> = {}) => ({
+  processId,
+  argv,
+  cwd: '/tmp',
+  env: { PATH },
+  tty: false,
+  ...extra,
+});
+const b64 = (s: string) => Buffer.from(s).toString('base64');
+
+/** Starts `sh` with a background grandchild; returns the child's and the grandchild's OS pids. */
+async function startFamily(c: RpcClient, processId: string, tty = false): Promise<[number, number]> {
+  await c.request(
+    'process/start',
+    params(processId, ['/bin/sh', '-c', 'sleep 300 & echo "$$ $!"; sleep 300'], { tty }),
+  );
+  const n = await c.waitFor((m) => m.method === 'process/output' && m.params.processId === processId);
+  const text = Buffer.from(n.params.chunk as string, 'base64')
+    .toString()
+    .trim();
+  const [child, grandchild] = text.split(/\s+/).map(Number) as [number, number];
+  assert.ok(alive(child) && alive(grandchild));
+  return [child, grandchild];
+}
+
+describe('protocol sessions: resumeGraceMs 0 (§8)', () => {
+  let ts: TestServer;
+  before(async () => {
+    ts = await startTestServer({ resumeGraceMs: 0 });
+  });
+  after(() => ts.close());
+
+  it('26: closing the socket kills a running sleep 300 and its grandchild within 1 s (pipes and tty)', async () => {
+    const c = await ts.client();
+    const [child, grandchild] = await startFamily(c, 'fam');
+    const [tchild, tgrandchild] = await startFamily(c, 'tfam', true);
+    const t0 = Date.now();
+    c.close();
+    await until(() => ![child, grandchild, tchild, tgrandchild].some(alive), 1000, 'the family to die');
+    assert.ok(Date.now() - t0 <= 1000);
+    await until(() => ts.server.sessions.size === 0, 1000, 'the session to be forgotten');
+  });
+
+  it('a resume of a session that was killed at close → -32600 unknown session id', async () => {
+    const c = await ts.client();
+    const id = c.sessionId;
+    c.close();
+    await c.waitClose();
+    await until(() => !ts.server.sessions.has(id), 1000, 'session forgotten');
+    const d = await RpcClient.connect(ts.url);
+    const e = await d.requestError('initialize', { clientName: 't', resumeSessionId: id });
+    assert.equal(e.code, -32600);
+    assert.equal(e.message, `unknown session id ${id}`);
+    const e2 = await d.requestError('initialize', { clientName: 't', resumeSessionId: 'no-such-session' });
+    assert.equal(e2.message, 'unknown session id no-such-session');
+    const r = await d.request<{ sessionId: string }>('initialize', { clientName: 't' });
+    assert.notEqual(r.sessionId, id);
+    d.close();
+  });
+});
+
+describe('protocol sessions: default grace period (10 s)', () => {
+  let ts: TestServer;
+  before(async () => {
+    ts = await startTestServer({ resumeGraceMs: undefined });
+  });
+  after(() => ts.close());
+
+  it('26: with the default grace the child and grandchild are gone within about 11 s, not before ~10 s', async () => {
+    const c = await ts.client();
+    const [child, grandchild] = await startFamily(c, 'fam');
+    const t0 = Date.now();
+    c.close();
+    await until(() => !alive(child) && !alive(grandchild), 12_000, 'the family to die');
+    const took = Date.now() - t0;
+    assert.ok(took >= 9_500 && took <= 11_000, `killed after ${took} ms`);
+  });
+});
+
+describe('protocol sessions: resume within the grace period', () => {
+  let ts: TestServer;
+  let dir: { path: string; cleanup(): void };
+  before(async () => {
+    ts = await startTestServer({ resumeGraceMs: 1500 });
+    dir = tempDir();
+  });
+  after(async () => {
+    await ts.close();
+    dir.cleanup();
+  });
+
+  it('26: resume re-attaches, replays missed notifications in seq order, and later events arrive live', async () => {
+    const a = await ts.client('a');
+    const sid = a.sessionId;
+    const trigger = `${dir.path}/go`;
+    const script = `while [ ! -e ${trigger} ]; do sleep 0.02; done; printf one; printf two >&2; exit 7`;
+    await a.request('process/start', params('p', ['/bin/sh', '-c', script]));
+    await a.request(
+      'process/start',
+      params('live', ['/bin/sh', '-c', 'echo ready; read x; echo "got $x"'], { pipeStdin: true }),
+    );
+    await a.waitFor((n) => n.params.processId === 'live' && n.method === 'process/output');
+    // While attached, already-delivered notifications are not replayed later.
+    const seenLive = a.notifications.filter((n) => n.params.processId === 'live').length;
+    assert.equal(seenLive, 1);
+    a.close();
+    await a.waitClose();
+    await until(() => ts.server.sessions.get(sid)?.conn === null, 1000, 'detached');
+    writeFileSync(trigger, '');
+    const proc = () => ts.server.sessions.get(sid)?.get('p');
+    await until(() => proc()?.state === 'closed', 2000, 'p to close while detached');
+    const missed = a.notifications.filter((n) => n.params.processId === 'p');
+    assert.equal(missed.length, 0, 'nothing reached the closed socket');
+
+    const b = await RpcClient.connect(ts.url);
+    const r = await b.request<{ sessionId: string }>('initialize', { clientName: 'b', resumeSessionId: sid });
+    assert.equal(r.sessionId, sid);
+    b.notify('initialized');
+    const events = await b.collect('p');
+    assert.deepEqual(
+      events.map((n) => n.params.seq),
+      [1, 2, 3, 4],
+    );
+    assert.deepEqual(
+      events.map((n) => n.method),
+      ['process/output', 'process/output', 'process/exited', 'process/closed'],
+    );
+    assert.equal(events[2]!.params.exitCode, 7);
+    assert.equal(b.output('p', 'stdout'), 'one');
+    assert.equal(b.output('p', 'stderr'), 'two');
+    assert.equal(
+      b.notifications.filter((n) => n.params.processId === 'live').length,
+      0,
+      'notifications delivered before the disconnect are not replayed',
+    );
+    // The resume response comes before the replayed notifications.
+    const respIdx = b.frames.findIndex((f) => f.includes(`"sessionId":"${sid}"`));
+    const firstIdx = b.frames.findIndex((f) => f.includes('"process/output"'));
+    assert.ok(respIdx >= 0 && respIdx < firstIdx);
+
+    const rr = await b.request<{ chunks: unknown[]; closed: boolean }>('process/read', {
+      processId: 'p',
+      afterSeq: 0,
+    });
+    assert.equal(rr.chunks.length, 2);
+    assert.equal(rr.closed, true);
+    await b.request('process/write', { processId: 'live', chunk: b64('x\n') });
+    await b.collect('live');
+    assert.equal(b.output('live'), 'got x\n');
+    b.close();
+  });
+
+  it('resuming a session that is still attached → -32600 already attached', async () => {
+    const a = await ts.client('a');
+    const b = await RpcClient.connect(ts.url);
+    const e = await b.requestError('initialize', { clientName: 'b', resumeSessionId: a.sessionId });
+    assert.equal(e.code, -32600);
+    assert.equal(e.message, `session ${a.sessionId} is already attached to another connection`);
+    const r = await b.request<{ sessionId: string }>('initialize', { clientName: 'b' });
+    assert.notEqual(r.sessionId, a.sessionId);
+    a.close();
+    b.close();
+  });
+
+  it('26: after the grace period the processes are dead and resume → -32600 unknown session id', async () => {
+    const a = await ts.client('a');
+    const sid = a.sessionId;
+    const [child, grandchild] = await startFamily(a, 'fam');
+    const t0 = Date.now();
+    a.close();
+    await until(() => !alive(child) && !alive(grandchild), 3000, 'the family to die');
+    const took = Date.now() - t0;
+    assert.ok(took >= 1400, `killed after ${took} ms, not before the grace period`);
+    await until(() => !ts.server.sessions.has(sid), 1000, 'session forgotten');
+    const b = await RpcClient.connect(ts.url);
+    const e = await b.requestError('initialize', { clientName: 'b', resumeSessionId: sid });
+    assert.equal(e.code, -32600);
+    assert.equal(e.message, `unknown session id ${sid}`);
+    b.close();
+  });
+
+  it('a resumed connection can start new ids, and old ids stay taken', async () => {
+    const a = await ts.client('a');
+    const sid = a.sessionId;
+    await a.request('process/start', params('old', ['true']));
+    await a.collect('old');
+    a.close();
+    await a.waitClose();
+    await until(() => ts.server.sessions.get(sid)?.conn === null, 1000, 'detached');
+    const b = await RpcClient.connect(ts.url);
+    await b.request('initialize', { clientName: 'b', resumeSessionId: sid });
+    b.notify('initialized');
+    const e = await b.requestError('process/start', params('old', ['true']));
+    assert.equal(e.message, 'process old already exists');
+    await b.request('process/start', params('new', ['true']));
+    await b.collect('new');
+    b.close();
+  });
+});

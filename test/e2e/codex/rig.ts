@@ -14,6 +14,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, wri
 import { homedir, tmpdir } from 'node:os';
 import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { type DnsSink, startDnsSink } from './dns.js';
 import { type ScenarioName, scenarioSteps, startFakeModel } from './fake-model.js';
 import { type Frame, startRelay } from './relay.js';
 
@@ -187,6 +188,8 @@ export interface RunResult {
   outsideExists: boolean;
   /** Lines the git shim logged during this run (git started by the server or its children). */
   gitInvocations: string[];
+  /** Names looked up through the injected resolver during this run (none is ever resolved). */
+  dnsQueries: string[];
 }
 
 export interface RunOptions extends RunSpec {
@@ -197,6 +200,7 @@ export interface RunOptions extends RunSpec {
   dir: string;
   timeoutMs?: number;
   gitLog?: string;
+  dns?: DnsSink;
 }
 
 function readFiles(dir: string): Record<string, string> {
@@ -243,6 +247,7 @@ export async function runCodex(o: RunOptions): Promise<RunResult> {
   }
   const model = await startFakeModel(scenarioSteps(o.scenario));
   const relay = await startRelay(o.serverUrl);
+  const dnsBefore = o.dns?.queries.length ?? 0;
   const gitLogBefore = o.gitLog ? readFileSync(o.gitLog, 'utf8').split('\n').filter(Boolean).length : 0;
   writeFileSync(join(home, 'config.toml'), clientConfig(model.url, o.sandbox));
   const env: Record<string, string> = {
@@ -319,6 +324,7 @@ export async function runCodex(o: RunOptions): Promise<RunResult> {
     workspace,
     outsideExists: existsSync(join(o.dir, 'outside.txt')),
     gitInvocations,
+    dnsQueries: (o.dns?.queries.slice(dnsBefore) ?? []).map((q) => q.name),
   };
 }
 
@@ -329,6 +335,8 @@ export interface SuiteJob {
   baseDir: string;
   runs: RunSpec[];
   timeoutMs?: number;
+  /** Answer DNS on 127.0.0.1:53 with NXDOMAIN (set when the suite runs in its own network namespace). */
+  dnsSink?: boolean;
 }
 
 export interface SuiteResult {
@@ -361,6 +369,7 @@ export async function runSuite(job: SuiteJob, isolation = 'none'): Promise<Suite
       durationMs: Date.now() - started,
     };
   }
+  const dns = job.dnsSink ? await startDnsSink() : undefined;
   const runs: RunResult[] = [];
   const stop = () => {
     void server.stop().then(() => process.exit(143));
@@ -377,12 +386,14 @@ export async function runSuite(job: SuiteJob, isolation = 'none'): Promise<Suite
           dir: join(job.baseDir, spec.name),
           timeoutMs: job.timeoutMs,
           gitLog: shim.log,
+          dns,
         }),
       );
     }
   } finally {
     process.off('SIGTERM', stop);
     await server.stop();
+    await dns?.close();
   }
   return {
     version: job.version,
@@ -393,17 +404,25 @@ export async function runSuite(job: SuiteJob, isolation = 'none'): Promise<Suite
   };
 }
 
-/** Whether `unshare -n` + `ip link set lo up` work here (root, or user namespaces). */
-export function netnsAvailable(): { ok: boolean; reason: string } {
+/**
+ * The namespace wrapper: a new network namespace with only `lo` up, and a private mount namespace in which
+ * /etc/resolv.conf names 127.0.0.1 (the rig's DNS sink), so that no lookup waits for a resolver that cannot answer.
+ */
+const NETNS_SCRIPT = 'ip link set lo up && mount --bind "$0" /etc/resolv.conf && exec "$@"';
+
+function netnsPrefix(resolvConf: string): string[] {
+  return ['unshare', '-n', '-m', '--propagation', 'private', '--', 'sh', '-c', NETNS_SCRIPT, resolvConf];
+}
+
+/** Whether the namespace wrapper works here (it needs root). */
+export function netnsAvailable(resolvConf: string): { ok: boolean; reason: string } {
+  const [cmd, ...args] = netnsPrefix(resolvConf);
   try {
-    execFileSync('unshare', ['-n', '--', 'sh', '-c', 'ip link set lo up'], {
-      stdio: 'pipe',
-      timeout: 10_000,
-    });
-    return { ok: true, reason: 'unshare -n (only lo)' };
+    execFileSync(cmd!, [...args, 'true'], { stdio: 'pipe', timeout: 10_000 });
+    return { ok: true, reason: 'unshare -n -m (only lo; resolv.conf -> the rig DNS sink)' };
   } catch (e) {
     const err = e as { stderr?: Buffer; message: string };
-    return { ok: false, reason: `unshare -n failed: ${(err.stderr?.toString() || err.message).trim()}` };
+    return { ok: false, reason: `unshare -n -m failed: ${(err.stderr?.toString() || err.message).trim()}` };
   }
 }
 
@@ -413,30 +432,19 @@ export function netnsAvailable(): { ok: boolean; reason: string } {
  */
 export async function runSuiteIsolated(job: SuiteJob, timeoutMs = 280_000): Promise<SuiteResult> {
   mkdirSync(job.baseDir, { recursive: true });
-  const jobFile = join(dirname(job.baseDir), `${job.version}-${job.server.kind}.job.json`);
-  const resultFile = join(dirname(job.baseDir), `${job.version}-${job.server.kind}.result.json`);
-  writeFileSync(jobFile, JSON.stringify(job));
+  const stem = join(dirname(job.baseDir), `${job.version}-${job.server.kind}`);
+  const jobFile = `${stem}.job.json`;
+  const resultFile = `${stem}.result.json`;
+  const resolvConf = `${stem}.resolv.conf`;
+  writeFileSync(resolvConf, 'nameserver 127.0.0.1\noptions timeout:1 attempts:1\n');
   rmSync(resultFile, { force: true });
-  const ns = netnsAvailable();
+  const ns = netnsAvailable(resolvConf);
+  writeFileSync(jobFile, JSON.stringify({ ...job, dnsSink: ns.ok }));
   const runner = [process.execPath, '--import', 'tsx', join(ROOT, 'test', 'e2e', 'codex', 'run-rig.ts')];
   const isolation = ns.ok
     ? ns.reason
     : `none (${ns.reason}); offline through the fake provider and env -i only`;
-  const argv = ns.ok
-    ? [
-        'unshare',
-        '-n',
-        '--',
-        'sh',
-        '-c',
-        'ip link set lo up && exec "$@"',
-        'sh',
-        ...runner,
-        jobFile,
-        resultFile,
-        isolation,
-      ]
-    : [...runner, jobFile, resultFile, isolation];
+  const argv = [...(ns.ok ? netnsPrefix(resolvConf) : []), ...runner, jobFile, resultFile, isolation];
   const child = spawn(argv[0]!, argv.slice(1), { cwd: ROOT, stdio: ['ignore', 'inherit', 'pipe'] });
   let stderr = '';
   child.stderr!.on('data', (d: Buffer) => {

@@ -14,9 +14,9 @@
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { before, describe, it } from 'node:test';
+import { after, before, describe, it } from 'node:test';
 import { ancestorPids, calls, describeExchange, explain, notifications, starts } from './codex/checks.js';
 import { scenarioSteps } from './codex/fake-model.js';
 import {
@@ -28,6 +28,7 @@ import {
   type RunSpec,
   runSuiteIsolated,
   type SuiteResult,
+  snapshotCorralCli,
 } from './codex/rig.js';
 
 const target = process.env.CORRAL_E2E_SERVER === 'codex' ? 'codex' : 'corral';
@@ -71,6 +72,7 @@ function runsFor(version: string): RunSpec[] {
     { name: 'outside-workspace-write', scenario: 'outside', sandbox: 'workspace-write' },
     { name: 'patch-workspace-write', scenario: 'patch', sandbox: 'workspace-write' },
     { name: 'basic-git-repo', scenario: 'basic', sandbox: 'danger-full-access', gitRepo: true },
+    { name: 'no-server', scenario: 'basic', sandbox: 'danger-full-access', noServer: true },
   ];
   if (version === '0.169.0') {
     runs.push({
@@ -117,6 +119,10 @@ function assertBasic(run: RunResult, serverPid: number, checkAncestry: boolean):
 }
 
 const reasons = installStatus();
+let corralCli: string | undefined;
+after(() => {
+  if (corralCli && !process.env.CORRAL_E2E_CORRAL_CLI) rmSync(corralCli, { force: true });
+});
 const artifacts = join(ROOT, 'test-artifacts', 'codex-e2e');
 
 for (const version of versions) {
@@ -135,10 +141,12 @@ for (const version of versions) {
       async () => {
         if (skip) return;
         const binary = codexBinary(version)!;
+        corralCli ??= target === 'corral' ? await snapshotCorralCli() : undefined;
         suite = await runSuiteIsolated({
           version,
           binary,
-          server: target === 'corral' ? { kind: 'corral' } : { kind: 'codex', version, binary },
+          server:
+            target === 'corral' ? { kind: 'corral', cli: corralCli } : { kind: 'codex', version, binary },
           baseDir: join(defaultBaseDir(), `${target}-${version}`),
           runs: runsFor(version),
           timeoutMs: 60_000,
@@ -283,6 +291,29 @@ for (const version of versions) {
         [],
         'a git process was started through process/start',
       );
+    });
+
+    it('no-server: nothing listening → the CLI reports it and never falls back to local execution', {
+      skip,
+    }, () => {
+      const r = run('no-server');
+      const why = explain(r);
+      assert.ok(!r.timedOut, `codex did not finish\n${why}`);
+      assert.equal(
+        r.files['out.txt'],
+        undefined,
+        `the command ran although no exec-server was reachable\n${why}`,
+      );
+      if (version === '0.120.0') {
+        assert.equal(r.exitCode, 1, `0.120 must exit 1 without a server\n${why}`);
+        assert.match(r.stderr, /failed to connect to exec-server websocket/, why);
+      } else if (CLIENT_WRAPS.has(version)) {
+        assert.equal(r.exitCode, 0, why);
+        assert.match(output(r, 1), /failed to connect to exec-server websocket/, why);
+      } else {
+        assert.equal(r.exitCode, 0, why);
+        assert.match(output(r, 1), /No usable execution environment is available/, why);
+      }
     });
 
     if (version === '0.169.0') {

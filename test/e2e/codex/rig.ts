@@ -10,7 +10,17 @@
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import {
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
+import { type AddressInfo, createServer } from 'node:net';
 import { homedir, tmpdir } from 'node:os';
 import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -57,7 +67,31 @@ export function modelFor(version: string): string {
   return version === '0.120.0' ? 'gpt-5.4' : 'gpt-5.5';
 }
 
-export type ServerSpec = { kind: 'corral' } | { kind: 'codex'; version: string; binary: string };
+/** `cli`: the built Corral CLI to run (default dist/cli.js through bin/corral.js); see `snapshotCorralCli`. */
+export type ServerSpec =
+  | { kind: 'corral'; cli?: string }
+  | { kind: 'codex'; version: string; binary: string };
+
+/**
+ * The working tree is shared and `npm run build` empties dist/ before it writes it again, so a long suite that ran
+ * dist/cli.js directly could find it gone. This copies the built CLI once (waiting up to `waitMs` for a build in
+ * progress to produce it) to .cache/corral-e2e/, inside the package so it still finds node_modules and the native
+ * spawner. CORRAL_E2E_CORRAL_CLI names another built CLI to use instead.
+ */
+export async function snapshotCorralCli(waitMs = 60_000): Promise<string> {
+  if (process.env.CORRAL_E2E_CORRAL_CLI) return resolve(process.env.CORRAL_E2E_CORRAL_CLI);
+  const built = join(ROOT, 'dist', 'cli.js');
+  const deadline = Date.now() + waitMs;
+  while (!existsSync(built)) {
+    if (Date.now() > deadline) throw new Error(`${built} is missing: run \`npm run build\` first`);
+    await new Promise((r) => setTimeout(r, 500));
+  }
+  const dir = join(ROOT, '.cache', 'corral-e2e');
+  mkdirSync(dir, { recursive: true });
+  const copy = join(dir, `cli-${process.pid}.js`);
+  copyFileSync(built, copy);
+  return copy;
+}
 export type SandboxMode = 'danger-full-access' | 'workspace-write' | 'read-only';
 
 export interface ExecServer {
@@ -76,10 +110,10 @@ export async function startExecServer(spec: ServerSpec, dir: string, path: strin
   let cmd: string;
   let args: string[];
   if (spec.kind === 'corral') {
-    const cli = join(ROOT, 'dist', 'cli.js');
+    const cli = spec.cli ?? join(ROOT, 'dist', 'cli.js');
     if (!existsSync(cli)) throw new Error(`${cli} is missing: run \`npm run build\` first`);
     cmd = process.execPath;
-    args = [join(ROOT, 'bin', 'corral.js'), 'exec-server', '--listen', 'ws://127.0.0.1:0'];
+    args = [spec.cli ?? join(ROOT, 'bin', 'corral.js'), 'exec-server', '--listen', 'ws://127.0.0.1:0'];
   } else {
     env.CODEX_HOME = join(dir, 'codex-home');
     mkdirSync(env.CODEX_HOME, { recursive: true });
@@ -163,6 +197,18 @@ export interface RunSpec {
   gitRepo?: boolean;
   /** Point the client at the server through `$CODEX_HOME/environments.toml` instead of CODEX_EXEC_SERVER_URL (0.169). */
   environmentsToml?: boolean;
+  /** Point the client at a loopback port where nothing listens (the failure-mode check of spec §10). */
+  noServer?: boolean;
+}
+
+/** A ws:// URL on 127.0.0.1 where nothing listens: a port the kernel handed out and that was closed again. */
+async function closedPortUrl(): Promise<string> {
+  const srv = createServer();
+  srv.listen(0, '127.0.0.1');
+  await once(srv, 'listening');
+  const { port } = srv.address() as AddressInfo;
+  await new Promise((r) => srv.close(r));
+  return `ws://127.0.0.1:${port}`;
 }
 
 export interface RunResult {
@@ -246,10 +292,12 @@ export async function runCodex(o: RunOptions): Promise<RunResult> {
     });
   }
   const model = await startFakeModel(scenarioSteps(o.scenario));
-  const relay = await startRelay(o.serverUrl);
+  const relay = await startRelay(o.noServer ? await closedPortUrl() : o.serverUrl);
   const dnsBefore = o.dns?.queries.length ?? 0;
   const gitLogBefore = o.gitLog ? readFileSync(o.gitLog, 'utf8').split('\n').filter(Boolean).length : 0;
   writeFileSync(join(home, 'config.toml'), clientConfig(model.url, o.sandbox));
+  // With noServer the client gets the dead port itself, not the relay (which would accept and then drop).
+  const clientUrl = o.noServer ? await closedPortUrl() : relay.url;
   const env: Record<string, string> = {
     PATH: BASE_PATH,
     HOME: userHome,
@@ -260,10 +308,10 @@ export async function runCodex(o: RunOptions): Promise<RunResult> {
   if (o.environmentsToml) {
     writeFileSync(
       join(home, 'environments.toml'),
-      `default = "remote-es"\ninclude_local = false\n\n[[environments]]\nid = "remote-es"\nurl = "${relay.url}"\n`,
+      `default = "remote-es"\ninclude_local = false\n\n[[environments]]\nid = "remote-es"\nurl = "${clientUrl}"\n`,
     );
   } else {
-    env.CODEX_EXEC_SERVER_URL = relay.url;
+    env.CODEX_EXEC_SERVER_URL = clientUrl;
   }
   const args = [
     'exec',
@@ -308,6 +356,7 @@ export async function runCodex(o: RunOptions): Promise<RunResult> {
       sandbox: o.sandbox,
       gitRepo: o.gitRepo,
       environmentsToml: o.environmentsToml,
+      noServer: o.noServer,
     },
     exitCode,
     signal,

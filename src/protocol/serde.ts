@@ -25,6 +25,16 @@ export function serdeMessage(error: z.ZodError, input: unknown, structName: stri
   if (issue.code === 'invalid_type') {
     return `invalid type: ${describe(value)}, expected ${expected(issue.expected)}${at}`;
   }
+  if (issue.code === 'invalid_value' && typeof value === 'string' && issue.values.length > 0) {
+    // serde's enum text: unknown variant `some`, expected one of `all`, `core`, `none`
+    const expectedVariants = issue.values.map((v) => `\`${String(v)}\``).join(', ');
+    return `unknown variant \`${value}\`, expected one of ${expectedVariants}${at}`;
+  }
+  if ((issue.code === 'too_small' || issue.code === 'too_big') && typeof value === 'number') {
+    // serde's integer range text, e.g. `invalid value: integer `-1`, expected u64`
+    const what = issue.code === 'too_small' && Number(issue.minimum) === 0 ? 'u64' : 'an integer in range';
+    return `invalid value: ${describe(value)}, expected ${what}${at}`;
+  }
   if (issue.code === 'invalid_value' || issue.code === 'invalid_union') {
     return `invalid value: ${describe(value)}${issue.message ? `, ${lowerFirst(issue.message)}` : ''}${at}`;
   }

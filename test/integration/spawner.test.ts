@@ -1,0 +1,448 @@
+// The pipe-mode spawner (src/process/spawner.ts): every case runs against both implementations, the native addon and
+// the child_process fallback, with real processes.
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import {
+  chmodSync,
+  closeSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  realpathSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { build } from 'esbuild';
+import type { LaunchSpec } from '../../src/process/launch.js';
+import {
+  nativeLoadError,
+  SpawnError,
+  type SpawnedChild,
+  type SpawnerKind,
+  spawnerKind,
+  spawnPipedWith,
+} from '../../src/process/spawner.js';
+
+const root = join(import.meta.dirname, '..', '..');
+const SPAWNER = join(root, 'src', 'process', 'spawner.ts');
+const PATH = '/usr/local/bin:/usr/bin:/bin';
+
+let dir = '';
+before(() => {
+  dir = mkdtempSync(join(tmpdir(), 'corral-spawner-'));
+});
+after(() => rmSync(dir, { recursive: true, force: true }));
+
+function sh(script: string, extra: Partial<LaunchSpec> = {}): LaunchSpec {
+  return { file: '/bin/sh', argv: ['sh', '-c', script], env: { PATH }, cwd: '/', ...extra };
+}
+
+interface Result {
+  stdout: string;
+  stderr: string;
+  code: number;
+  signal: NodeJS.Signals | null;
+}
+
+/** Waits for the exit and for both pipes to close. */
+function finish(c: SpawnedChild): Promise<Result> {
+  return new Promise((resolve) => {
+    let stdout = '';
+    let stderr = '';
+    let left = 3;
+    let code = -1;
+    let signal: NodeJS.Signals | null = null;
+    const done = () => {
+      if (--left === 0) resolve({ stdout, stderr, code, signal });
+    };
+    c.stdout.setEncoding('utf8').on('data', (d: string) => {
+      stdout += d;
+    });
+    c.stderr.setEncoding('utf8').on('data', (d: string) => {
+      stderr += d;
+    });
+    c.stdout.on('close', done);
+    c.stderr.on('close', done);
+    c.onExit((exitCode, sig) => {
+      code = exitCode;
+      signal = sig;
+      done();
+    });
+  });
+}
+
+function run(kind: SpawnerKind, spec: LaunchSpec, input?: string): Promise<Result> {
+  const c = spawnPipedWith(kind, spec, { stdin: input === undefined ? 'null' : 'pipe' });
+  if (input !== undefined) c.stdin!.end(input);
+  return finish(c);
+}
+
+/** Polls OS state (the process table) until `cond` holds; fails after `ms`. */
+async function until(what: string, cond: () => boolean, ms = 5000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+/** True once `pid` is gone or a zombie (its parent, possibly init, has not reaped it yet). */
+function dead(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const state = stat.slice(stat.lastIndexOf(')') + 2).split(' ')[0];
+    return state === 'Z' || state === 'X';
+  } catch {
+    return true;
+  }
+}
+
+/** The fds `ls -l /proc/self/fd` reports, without ls's own directory handle. */
+function childFds(lsOutput: string): number[] {
+  return lsOutput
+    .split('\n')
+    .map((l) => /^\S+\s.*\s(\d+) -> (.*)$/.exec(l))
+    .filter((m): m is RegExpExecArray => m !== null && !/^\/proc\/\d+\/fd$/.test(m[2]!))
+    .map((m) => Number(m[1]))
+    .sort((a, b) => a - b);
+}
+
+/** This process's fds that would survive exec (no O_CLOEXEC): child_process hands these on. */
+function inheritableFds(): number[] {
+  const out: number[] = [];
+  for (const name of readdirSync('/proc/self/fdinfo')) {
+    try {
+      const flags = /flags:\s+(\d+)/.exec(readFileSync(`/proc/self/fdinfo/${name}`, 'utf8'));
+      if (flags && (Number.parseInt(flags[1]!, 8) & 0o2000000) === 0) out.push(Number(name));
+    } catch {
+      // closed meanwhile (the fd of the directory listing itself)
+    }
+  }
+  return out.filter((fd) => fd > 2).sort((a, b) => a - b);
+}
+
+/** Runs a module-type script in a helper node process that can import the TypeScript sources. */
+function helper(code: string, env: NodeJS.ProcessEnv = process.env, extraStdio: 'pipe'[] = []) {
+  return spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', code], {
+    cwd: root,
+    env,
+    stdio: ['ignore', 'pipe', 'inherit', ...extraStdio],
+  });
+}
+
+async function helperOutput(code: string, env: NodeJS.ProcessEnv = process.env, extraStdio: 'pipe'[] = []) {
+  const p = helper(code, env, extraStdio);
+  let out = '';
+  p.stdout!.setEncoding('utf8').on('data', (d: string) => {
+    out += d;
+  });
+  const status = await new Promise<number | null>((r) => p.on('close', (c) => r(c)));
+  assert.equal(status, 0, `helper failed: ${out}`);
+  return out;
+}
+
+describe('spawner selection', () => {
+  it('uses the native addon on Linux unless CORRAL_SPAWNER=node', () => {
+    if (process.env.CORRAL_SPAWNER === 'node') assert.equal(spawnerKind, 'node');
+    else if (process.platform === 'linux') {
+      assert.equal(nativeLoadError, null);
+      assert.equal(spawnerKind, 'native');
+    } else assert.equal(spawnerKind, 'node');
+  });
+
+  it('CORRAL_SPAWNER=node selects child_process', async () => {
+    const out = await helperOutput(
+      `const m = await import(${JSON.stringify(SPAWNER)}); console.log(m.spawnerKind);`,
+      {
+        ...process.env,
+        CORRAL_SPAWNER: 'node',
+      },
+    );
+    assert.equal(out.trim(), 'node');
+  });
+
+  it('an esbuild bundle outside src/ finds the addon from the package root', async () => {
+    const outDir = join(root, 'test-artifacts', 'spawner-bundle');
+    mkdirSync(outDir, { recursive: true });
+    const entry = join(outDir, 'entry.ts');
+    writeFileSync(
+      entry,
+      `import { spawnerKind, spawnPiped } from ${JSON.stringify(SPAWNER.replace(/\.ts$/, '.js'))};\n` +
+        `const c = spawnPiped({ file: '/bin/sh', argv: ['sh', '-c', 'echo bundled'], env: {}, cwd: '/' }, { stdin: 'null' });\n` +
+        `let out = ''; c.stdout.on('data', (d) => { out += d; });\n` +
+        `c.onExit((code) => c.stdout.on('close', () => console.log(spawnerKind, code, out.trim())));\n`,
+    );
+    await build({
+      entryPoints: [entry],
+      outfile: join(outDir, 'bundle.js'),
+      bundle: true,
+      platform: 'node',
+      format: 'esm',
+      packages: 'external',
+      logLevel: 'error',
+    });
+    const p = spawn(process.execPath, [join(outDir, 'bundle.js')], { stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    p.stdout.setEncoding('utf8').on('data', (d: string) => {
+      out += d;
+    });
+    await new Promise((r) => p.on('close', r));
+    const expected =
+      process.platform === 'linux' && process.env.CORRAL_SPAWNER !== 'node' ? 'native' : 'node';
+    assert.equal(out.trim(), `${expected} 0 bundled`);
+  });
+});
+
+for (const kind of ['native', 'node'] as const) {
+  describe(`spawnPiped (${kind})`, () => {
+    it('reports exit codes: status & 0xff, 128+signo for signals', async () => {
+      assert.deepEqual(await run(kind, sh('printf out; printf err >&2; exit 3')), {
+        stdout: 'out',
+        stderr: 'err',
+        code: 3,
+        signal: null,
+      });
+      assert.equal((await run(kind, sh('exit 300'))).code, 44);
+      assert.equal((await run(kind, sh('exit 0'))).code, 0);
+      const k9 = await run(kind, sh('kill -9 $$'));
+      assert.equal(k9.code, 137);
+      assert.equal(k9.signal, 'SIGKILL');
+      const term = await run(kind, sh('kill -TERM $$'));
+      assert.equal(term.code, 143);
+      assert.equal(term.signal, 'SIGTERM');
+    });
+
+    it('resets signal dispositions: the child is not left ignoring SIGPIPE like Node', async () => {
+      // A shell keeps signals that were ignored when it started ignored, so this survives if SIGPIPE was inherited.
+      const r = await run(kind, sh('kill -PIPE $$; echo survived'));
+      assert.equal(r.stdout, '');
+      assert.equal(r.code, 141);
+      assert.equal(r.signal, 'SIGPIPE');
+    });
+
+    it('stdin null is /dev/null; the child reads EOF at once', async () => {
+      const c = spawnPipedWith(kind, sh('cat; readlink /proc/$$/fd/0'), { stdin: 'null' });
+      assert.equal(c.stdin, null);
+      const r = await finish(c);
+      assert.equal(r.stdout, '/dev/null\n');
+      assert.equal(r.code, 0);
+    });
+
+    it('stdin pipe carries data and EOF', async () => {
+      const r = await run(kind, sh('cat; echo "[eof]"'), 'hello\nworld\n');
+      assert.equal(r.stdout, 'hello\nworld\n[eof]\n');
+      assert.equal(r.code, 0);
+    });
+
+    it('passes argv[0] as given (arg0)', async () => {
+      const shell = await run(kind, {
+        file: '/bin/sh',
+        argv: ['my-arg0', '-c', 'echo "$0"'],
+        env: {},
+        cwd: '/',
+      });
+      assert.equal(shell.stdout, 'my-arg0\n');
+      const cat = await run(kind, {
+        file: '/bin/cat',
+        argv: ['other name', '/proc/self/cmdline'],
+        env: {},
+        cwd: '/',
+      });
+      assert.equal(cat.stdout, 'other name\0/proc/self/cmdline\0');
+    });
+
+    it('gives the child exactly spec.env', async () => {
+      const env = { FOO: 'bar', EMPTY: '', 'WITH SPACE': 'a=b c', UNICODE: 'é✓' };
+      const r = await run(kind, { file: '/usr/bin/env', argv: ['env'], env, cwd: '/' });
+      assert.deepEqual(
+        r.stdout.split('\n').filter(Boolean).sort(),
+        Object.entries(env)
+          .map(([k, v]) => `${k}=${v}`)
+          .sort(),
+      );
+      assert.equal((await run(kind, { file: '/usr/bin/env', argv: ['env'], env: {}, cwd: '/' })).stdout, '');
+    });
+
+    it('runs in spec.cwd', async () => {
+      const cwd = join(dir, `cwd-${kind}`);
+      mkdirSync(cwd);
+      const r = await run(kind, { file: '/bin/pwd', argv: ['pwd', '-P'], env: {}, cwd });
+      assert.equal(r.stdout, `${realpathSync(cwd)}\n`);
+    });
+
+    it('passes extraFds at 3, 4, …; null leaves the slot closed', async () => {
+      writeFileSync(join(dir, `a-${kind}`), 'from fd 3\n');
+      writeFileSync(join(dir, `b-${kind}`), 'from fd 5\n');
+      const a = openSync(join(dir, `a-${kind}`), 'r');
+      const b = openSync(join(dir, `b-${kind}`), 'r');
+      try {
+        const r = await run(
+          kind,
+          sh('cat <&3; if [ -e /proc/$$/fd/4 ]; then echo open4; else echo closed4; fi; cat <&5', {
+            extraFds: [a, null, b],
+          }),
+        );
+        assert.equal(r.stdout, 'from fd 3\nclosed4\nfrom fd 5\n');
+        assert.equal(r.code, 0);
+      } finally {
+        closeSync(a);
+        closeSync(b);
+      }
+    });
+
+    it('reports exec failures synchronously as SpawnError with the OS text', async () => {
+      const file = join(dir, `plain-${kind}`);
+      writeFileSync(file, 'not a program\n');
+      chmodSync(file, 0o644);
+      const cases: [Partial<LaunchSpec>, string, string][] = [
+        [{ file: join(dir, 'no-such-program') }, 'ENOENT', 'No such file or directory (os error 2)'],
+        [{ cwd: join(dir, 'no-such-dir') }, 'ENOENT', 'No such file or directory (os error 2)'],
+        [{ cwd: file }, 'ENOTDIR', 'Not a directory (os error 20)'],
+        [{ file: dir }, 'EACCES', 'Permission denied (os error 13)'],
+        [{ file }, 'EACCES', 'Permission denied (os error 13)'],
+      ];
+      const fdsBefore = readdirSync('/proc/self/fd').length;
+      for (const [over, errno, text] of cases) {
+        const spec: LaunchSpec = { file: '/bin/true', argv: ['x'], env: {}, cwd: '/', ...over };
+        assert.throws(
+          () => spawnPipedWith(kind, spec, { stdin: 'pipe' }),
+          (e: unknown) => {
+            assert.ok(e instanceof SpawnError, `${JSON.stringify(over)}: ${String(e)}`);
+            assert.equal(e.errno, errno, JSON.stringify(over));
+            assert.equal(e.osMessage, text);
+            assert.equal(e.message, text);
+            return true;
+          },
+        );
+      }
+      // Failed spawns leave no pipes behind (child_process closes them on the next tick).
+      await until(
+        'the pipes of failed spawns to close',
+        () => readdirSync('/proc/self/fd').length <= fdsBefore,
+      );
+    });
+
+    it('makes the child its own session and process-group leader', async () => {
+      const c = spawnPipedWith(
+        kind,
+        { file: '/bin/cat', argv: ['cat', '/proc/self/stat'], env: {}, cwd: '/' },
+        {
+          stdin: 'null',
+        },
+      );
+      const r = await finish(c);
+      const [, , pgrp, session] = r.stdout.slice(r.stdout.lastIndexOf(')') + 2).split(' ');
+      assert.equal(Number(pgrp), c.pid);
+      assert.equal(Number(session), c.pid);
+    });
+
+    it('a group kill takes a background grandchild', async () => {
+      const c = spawnPipedWith(kind, sh('sleep 1000 & echo $!; wait'), { stdin: 'null' });
+      const done = finish(c);
+      const grandchild = await new Promise<number>((resolve) => {
+        let line = '';
+        c.stdout.on('data', (d: Buffer | string) => {
+          line += String(d);
+          if (line.includes('\n')) resolve(Number(line.trim()));
+        });
+      });
+      assert.ok(!dead(grandchild));
+      process.kill(-c.pid, 'SIGKILL');
+      const r = await done;
+      assert.equal(r.code, 137);
+      await until(`grandchild ${grandchild} to die`, () => dead(grandchild));
+    });
+
+    it('leaks no fds of this process into the child', async () => {
+      const mine = openSync(join(dir, `leak-${kind}`), 'w');
+      try {
+        const r = await run(kind, {
+          file: '/bin/ls',
+          argv: ['ls', '-l', '/proc/self/fd'],
+          env: {},
+          cwd: '/',
+        });
+        // child_process cannot close fds this process inherited without O_CLOEXEC; the native spawner closes them.
+        const allowed = kind === 'node' ? inheritableFds() : [];
+        assert.deepEqual(
+          childFds(r.stdout).filter((fd) => !allowed.includes(fd)),
+          [0, 1, 2],
+          r.stdout,
+        );
+      } finally {
+        closeSync(mine);
+      }
+    });
+
+    it('closes inherited non-CLOEXEC fds too', {
+      skip: kind === 'node' ? 'child_process hands on fds the server inherited without O_CLOEXEC' : false,
+    }, async () => {
+      // The helper gets fd 3 from us without O_CLOEXEC (a pipe), then lists what its own child sees.
+      const out = await helperOutput(
+        `const m = await import(${JSON.stringify(SPAWNER)});
+           const c = m.spawnPipedWith(${JSON.stringify(kind)}, { file: '/bin/ls', argv: ['ls', '-l', '/proc/self/fd'], env: {}, cwd: '/' }, { stdin: 'null' });
+           const fs = await import('node:fs');
+           console.log(fs.readlinkSync('/proc/self/fd/3'));
+           c.stdout.pipe(process.stdout);`,
+        process.env,
+        ['pipe'],
+      );
+      const [inherited, ...listing] = out.split('\n');
+      assert.match(inherited!, /^(pipe|socket):/);
+      assert.deepEqual(childFds(listing.join('\n')), [0, 1, 2], out);
+    });
+
+    it('the child dies when the spawning process is SIGKILLed (PR_SET_PDEATHSIG)', {
+      skip: kind === 'node' ? 'child_process cannot set PR_SET_PDEATHSIG' : false,
+    }, async () => {
+      const h = helper(
+        `const m = await import(${JSON.stringify(SPAWNER)});
+           const c = m.spawnPipedWith(${JSON.stringify(kind)}, { file: '/bin/sleep', argv: ['sleep', '1000'], env: {}, cwd: '/' }, { stdin: 'null' });
+           console.log(c.pid);`,
+      );
+      const pid = await new Promise<number>((resolve) => {
+        let line = '';
+        h.stdout!.on('data', (d: Buffer) => {
+          line += String(d);
+          if (line.includes('\n')) resolve(Number(line.trim()));
+        });
+      });
+      assert.ok(pid > 0 && !dead(pid));
+      const closed = new Promise((r) => h.on('close', r));
+      h.kill('SIGKILL');
+      await closed;
+      await until(`child ${pid} to die with its spawner`, () => dead(pid));
+    });
+
+    it('calls onExit exactly once per callback, also when registered after the exit', async () => {
+      const c = spawnPipedWith(kind, sh('exit 7'), { stdin: 'null' });
+      const calls: number[] = [];
+      c.onExit((code) => calls.push(code));
+      await finish(c);
+      await new Promise<void>((resolve) =>
+        c.onExit((code) => {
+          calls.push(code);
+          resolve();
+        }),
+      );
+      assert.deepEqual(calls, [7, 7]);
+    });
+
+    it('handles many concurrent children', async () => {
+      const results = await Promise.all(
+        Array.from({ length: 64 }, (_, i) =>
+          run(kind, sh(`for j in 1 2 3; do echo ${i}-$j; done; exit ${i % 5}`)),
+        ),
+      );
+      results.forEach((r, i) => {
+        assert.equal(r.stdout, `${i}-1\n${i}-2\n${i}-3\n`);
+        assert.equal(r.code, i % 5);
+      });
+    });
+  });
+}

@@ -1,0 +1,138 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { OutputBuffer, RETAINED_BYTES } from '../../src/process/outputBuffer.js';
+
+const chunk = (seq: number, size: number, stream: 'stdout' | 'stderr' = 'stdout') => ({
+  seq,
+  stream,
+  data: Buffer.alloc(size, seq % 256),
+});
+
+describe('OutputBuffer retention and reads (protocol.md §5.3, §5.9)', () => {
+  it('retains the newest whole chunks totalling ≤ 1 MiB', () => {
+    assert.equal(RETAINED_BYTES, 1024 * 1024);
+    const b = new OutputBuffer();
+    for (let seq = 1; seq <= 1024; seq++) b.push(chunk(seq, 8192));
+    assert.ok(b.retainedBytes <= RETAINED_BYTES);
+    const all = b.read(0, null);
+    assert.equal(
+      all.reduce((s, c) => s + c.data.length, 0),
+      b.retainedBytes,
+    );
+    assert.equal(all.at(-1)!.seq, 1024);
+    assert.equal(all.length, 128, '128 × 8192 = exactly 1 MiB');
+    assert.equal(all[0]!.seq, 897);
+    b.push(chunk(1025, 1));
+    const after = b.read(0, null);
+    assert.equal(after[0]!.seq, 898, 'a whole chunk is dropped, never a part');
+    assert.ok(after.every((c, i) => i === 0 || c.seq === after[i - 1]!.seq + 1));
+    assert.ok(after.every((c) => c.data.length === (c.seq === 1025 ? 1 : 8192)));
+  });
+
+  it('a single chunk larger than the limit is dropped entirely; the buffer stays ≤ limit', () => {
+    const b = new OutputBuffer(10);
+    b.push(chunk(1, 4));
+    b.push(chunk(2, 11));
+    assert.ok(b.retainedBytes <= 10);
+    assert.deepEqual(
+      b.read(0, null).map((c) => c.seq),
+      [],
+    );
+    b.push(chunk(3, 6));
+    b.push(chunk(4, 4));
+    assert.deepEqual(
+      b.read(0, null).map((c) => c.seq),
+      [3, 4],
+    );
+    b.push(chunk(5, 1));
+    assert.deepEqual(
+      b.read(0, null).map((c) => c.seq),
+      [4, 5],
+    );
+  });
+
+  it('afterSeq is exclusive; seqs may skip (exited takes a number)', () => {
+    const b = new OutputBuffer();
+    for (const seq of [1, 2, 4, 5]) b.push(chunk(seq, 3));
+    assert.deepEqual(
+      b.read(0, null).map((c) => c.seq),
+      [1, 2, 4, 5],
+    );
+    assert.deepEqual(
+      b.read(2, null).map((c) => c.seq),
+      [4, 5],
+    );
+    assert.deepEqual(
+      b.read(3, null).map((c) => c.seq),
+      [4, 5],
+    );
+    assert.deepEqual(b.read(5, null), []);
+    assert.deepEqual(b.read(99, null), []);
+  });
+
+  it('maxBytes stops before the chunk that would exceed it, but returns at least one chunk', () => {
+    const b = new OutputBuffer();
+    b.push(chunk(1, 1));
+    b.push(chunk(2, 2));
+    b.push(chunk(3, 3));
+    for (const max of [0, 1, 2]) {
+      assert.deepEqual(
+        b.read(0, max).map((c) => c.seq),
+        [1],
+        `maxBytes ${max}`,
+      );
+    }
+    assert.deepEqual(
+      b.read(0, 3).map((c) => c.seq),
+      [1, 2],
+    );
+    assert.deepEqual(
+      b.read(0, 5).map((c) => c.seq),
+      [1, 2],
+    );
+    assert.deepEqual(
+      b.read(0, 6).map((c) => c.seq),
+      [1, 2, 3],
+    );
+    assert.deepEqual(
+      b.read(1, 0).map((c) => c.seq),
+      [2],
+    );
+    assert.deepEqual(
+      b.read(0, -1).map((c) => c.seq),
+      [1],
+    );
+  });
+
+  it('since() and text() see only retained chunks, in order', () => {
+    const b = new OutputBuffer(6);
+    b.push({ seq: 1, stream: 'stdout', data: Buffer.from('aaa') });
+    b.push({ seq: 2, stream: 'stderr', data: Buffer.from('bb') });
+    b.push({ seq: 3, stream: 'stdout', data: Buffer.from('cc') });
+    b.push({ seq: 4, stream: 'stderr', data: Buffer.from('d') });
+    assert.deepEqual(
+      b.since(0).map((c) => c.seq),
+      [2, 3, 4],
+    );
+    assert.deepEqual(
+      b.since(3).map((c) => c.seq),
+      [4],
+    );
+    assert.equal(b.text(['stderr']), 'bbd');
+    assert.equal(b.text(['stdout', 'stderr']), 'bbccd');
+  });
+
+  it('stays consistent across many compactions', () => {
+    const b = new OutputBuffer(100);
+    for (let seq = 1; seq <= 20_000; seq++) b.push(chunk(seq, (seq % 7) + 1));
+    const r = b.read(0, null);
+    assert.ok(b.retainedBytes <= 100);
+    assert.equal(
+      r.reduce((s, c) => s + c.data.length, 0),
+      b.retainedBytes,
+    );
+    assert.equal(r.at(-1)!.seq, 20_000);
+    assert.ok(r.every((c, i) => i === 0 || c.seq === r[i - 1]!.seq + 1));
+    assert.ok(b.retainedBytes + ((r[0]!.seq - 1) % 7) + 1 > 100, 'nothing more could have been kept');
+  });
+});

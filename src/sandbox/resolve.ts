@@ -54,7 +54,7 @@ export interface ConcreteEntry {
 
 /** A read-only (or unreadable) subpath of a writable root, or an unreadable path elsewhere. */
 export interface ProtectedPath {
-  /** The path to mount over (a symlink stays a symlink: it is pinned with /dev/null). */
+  /** The path to mount over (canonical; a dangling symlink is reported with state 'symlink' and cannot be pinned). */
   path: string;
   access: 'read' | 'none';
   state: PathState;
@@ -92,6 +92,11 @@ export const PROTECTED_NAMES = ['.git', '.agents', '.codex', '.aws'];
 
 export function depth(p: string): number {
   return p === '/' ? 0 : p.split('/').length - 1;
+}
+
+/** Shallow → deep, then by path, so that argv order is deterministic. */
+export function byDepthThenPath(a: string, b: string): number {
+  return depth(a) - depth(b) || (a < b ? -1 : a > b ? 1 : 0);
 }
 
 /** `p` equals `root` or lies under it. */
@@ -234,9 +239,7 @@ export function resolvePolicy(
 
   // Writable roots: every write entry that stays writable under the precedence rules.
   const writeCandidates = [...new Set(entries.filter((e) => e.access === 'write').map((e) => e.path))];
-  const writable = writeCandidates
-    .filter((p) => accessOf(entries, p) === 'write')
-    .sort((a, b) => depth(a) - depth(b));
+  const writable = writeCandidates.filter((p) => accessOf(entries, p) === 'write').sort(byDepthThenPath);
   for (const w of writable) {
     if (probe.kind(w) === null) {
       throw new SandboxSetupError(`Sandbox expected writable root ${w}, but it does not exist`);
@@ -251,6 +254,13 @@ export function resolvePolicy(
         const p = join(w, name);
         const k = probe.kind(p);
         if (k === null) continue;
+        if (k === 'symlink') {
+          // A symlink cannot be mounted over (mount follows it): protect what it points to. A dangling link cannot
+          // be protected without creating its target on the host, so it is left alone (bwrap would fail otherwise).
+          const target = probe.realpath(p);
+          if (target) implied.push({ path: target, access: 'read', origin: 'carve-out' });
+          continue;
+        }
         implied.push({ path: p, access: 'read', origin: 'carve-out' });
         if (name === '.git' && k === 'file') {
           const m = /^gitdir:\s*(.+?)\s*$/m.exec(probe.readText(p) ?? '');
@@ -260,10 +270,6 @@ export function resolvePolicy(
               access: 'read',
               origin: 'gitdir',
             });
-        }
-        if (k === 'symlink') {
-          const target = probe.realpath(p);
-          if (target) implied.push({ path: target, access: 'read', origin: 'carve-out' });
         }
       }
     }
@@ -292,17 +298,7 @@ export function resolvePolicy(
     );
     return out;
   };
-  // Symlinked carve-outs: the entry paths are canonical; also pin the literal symlink names (§8.4).
-  const literalLinks: ConcreteEntry[] = [];
-  for (const w of writable) {
-    for (const name of PROTECTED_NAMES) {
-      const lit = join(w, name);
-      if (probe.kind(lit) === 'symlink' && accessOf(entries, lit) !== 'write') {
-        literalLinks.push({ path: lit, access: 'read', origin: 'carve-out' });
-      }
-    }
-  }
-  const guarded = [...entries.filter((e) => e.access !== 'write' && e.path !== '/'), ...literalLinks];
+  const guarded = entries.filter((e) => e.access !== 'write' && e.path !== '/');
   const seen = new Set<string>();
   const uniqueGuarded = guarded.filter((e) => {
     const k = `${e.path}\0${e.access}`;
@@ -316,7 +312,7 @@ export function resolvePolicy(
         root,
         readOnlySubpaths: uniqueGuarded
           .filter((e) => e.path !== root && isUnder(e.path, root))
-          .sort((a, b) => depth(a.path) - depth(b.path))
+          .sort((a, b) => byDepthThenPath(a.path, b.path))
           .flatMap(protectedOf),
       }));
   const unreadable = uniqueGuarded
@@ -345,7 +341,7 @@ export function resolvePolicy(
     fullRead,
     fullWrite,
     rootReadable,
-    readableRoots: [...readable].sort((a, b) => depth(a) - depth(b)),
+    readableRoots: [...readable].sort(byDepthThenPath),
     includePlatformDefaults: minimal,
     writableRoots,
     unreadable,

@@ -41,11 +41,12 @@ function protectArgs(p: ProtectedPath, features: BwrapFeatures, synthetic: Set<s
     synthetic.add(t);
     return [...perms('555'), '--tmpfs', t, '--remount-ro', t];
   }
+  // A dangling symlink: mounting over it would create its target on the host; it cannot be pinned.
+  if (p.state === 'symlink') return [];
   if (p.access === 'none') {
     if (p.state === 'dir') return [...perms('000'), '--tmpfs', p.path, '--remount-ro', p.path];
     return ['--ro-bind', '/dev/null', p.path];
   }
-  if (p.state === 'symlink') return ['--ro-bind', '/dev/null', p.path];
   return ['--ro-bind', p.path, p.path];
 }
 

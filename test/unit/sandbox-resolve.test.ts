@@ -1,0 +1,420 @@
+import assert from 'node:assert/strict';
+import { posix } from 'node:path';
+import { test } from 'node:test';
+import { parseSandboxParam } from '../../src/protocol/sandbox.js';
+import { effectiveSandbox } from '../../src/sandbox/effective.js';
+import type { ParsedSandbox } from '../../src/sandbox/index.js';
+import { bwrapArgs, bwrapFsArgs } from '../../src/sandbox/linux/bwrapArgs.js';
+import { buildSeatbelt, seatbeltArgv } from '../../src/sandbox/macos/seatbelt.js';
+import { accessOf, type FsProbe, resolvePolicy } from '../../src/sandbox/resolve.js';
+
+type Node = 'dir' | 'file' | { link: string } | { text: string };
+
+/** An in-memory filesystem for pure resolution tests. */
+export function fakeFs(tree: Record<string, Node>): FsProbe {
+  const all: Record<string, Node> = { '/': 'dir', ...tree };
+  // Parents exist as directories.
+  for (const p of Object.keys(tree)) {
+    for (let d = posix.dirname(p); d !== '/'; d = posix.dirname(d)) all[d] ??= 'dir';
+  }
+  const real = (p: string, hops = 0): string | null => {
+    if (hops > 20) return null;
+    const parts = p.split('/').filter(Boolean);
+    let cur = '/';
+    for (const [i, part] of parts.entries()) {
+      const next = posix.join(cur, part);
+      const n = all[next];
+      if (n === undefined) return null;
+      if (typeof n === 'object' && 'link' in n) {
+        const target = posix.resolve(cur, n.link);
+        return real(posix.join(target, ...parts.slice(i + 1)), hops + 1);
+      }
+      cur = next;
+    }
+    return cur;
+  };
+  return {
+    kind(p) {
+      const n = all[p];
+      if (n === undefined) return null;
+      if (typeof n === 'object') return 'link' in n ? 'symlink' : 'file';
+      return n;
+    },
+    realpath: (p) => real(p),
+    readText(p) {
+      const n = all[p];
+      return typeof n === 'object' && 'text' in n ? n.text : null;
+    },
+  };
+}
+
+const sp = (kind: string, access: string, extra: Record<string, unknown> = {}) => ({
+  path: { type: 'special', value: { kind, ...extra } },
+  access,
+});
+const pe = (path: string, access: string) => ({ path: { type: 'path', path }, access });
+
+function seed(
+  cwd: string,
+  entries: unknown[],
+  policy: Record<string, unknown> = { type: 'workspace-write' },
+): ParsedSandbox {
+  const r = parseSandboxParam({
+    sandbox: 'linux-seccomp',
+    policy,
+    fileSystemPolicy: { kind: 'restricted', entries },
+    networkPolicy: 'restricted',
+    sandboxPolicyCwd: cwd,
+    additionalPermissions: null,
+    enforceManagedNetwork: false,
+    windowsSandboxLevel: 'disabled',
+    windowsSandboxPrivateDesktop: false,
+    useLegacyLandlock: false,
+  });
+  if (!r.success) throw r.error;
+  return r.data!;
+}
+
+const FEATURES = { argv0: false, perms: true };
+
+test('bwrap args: read-only', () => {
+  const probe = fakeFs({ '/w': 'dir', '/tmp': 'dir' });
+  const r = resolvePolicy(effectiveSandbox(seed('/w', [sp('root', 'read')], { type: 'read-only' })), {
+    probe,
+  });
+  assert.equal(r.fullRead, true);
+  assert.equal(r.fullWrite, false);
+  assert.deepEqual(r.writableRoots, []);
+  const b = bwrapArgs(r, {
+    unshareNet: true,
+    proc: true,
+    newSession: true,
+    chdir: '/w',
+    file: '/bin/sh',
+    args: ['-c', 'true'],
+    argv0: 'sh',
+    seccompFd: 3,
+    features: FEATURES,
+  });
+  assert.deepEqual(b.args, [
+    '--new-session',
+    '--die-with-parent',
+    '--ro-bind',
+    '/',
+    '/',
+    '--dev',
+    '/dev',
+    '--unshare-user',
+    '--unshare-pid',
+    '--unshare-ipc',
+    '--unshare-net',
+    '--proc',
+    '/proc',
+    '--cap-drop',
+    'ALL',
+    '--chdir',
+    '/w',
+    '--seccomp',
+    '3',
+    '--',
+    '/bin/sh',
+    '-c',
+    'true',
+  ]);
+  assert.equal(b.argv0Ignored, true);
+});
+
+test('bwrap args: workspace-write with a nested root, .git carve-outs re-applied, missing .codex synthetic', () => {
+  const probe = fakeFs({
+    '/tmp': 'dir',
+    '/tmp/w/.git/HEAD': 'file',
+    '/tmp/w/.agents': 'dir',
+    '/srv/tmpdir': 'dir',
+    '/extra': 'dir',
+  });
+  const sb = seed('/tmp/w', [
+    sp('root', 'read'),
+    sp('current_working_directory', 'write'),
+    sp('slash_tmp', 'write'),
+    sp('tmpdir', 'write'),
+    pe('/extra', 'write'),
+    pe('/tmp/w/.git', 'read'),
+  ]);
+  const r = resolvePolicy(effectiveSandbox(sb), { probe, tmpdir: '/srv/tmpdir' });
+  const fs = bwrapFsArgs(r, FEATURES);
+  assert.deepEqual(fs.args, [
+    '--ro-bind',
+    '/',
+    '/',
+    '--dev',
+    '/dev',
+    '--bind',
+    '/extra',
+    '/extra',
+    '--bind',
+    '/tmp',
+    '/tmp',
+    '--ro-bind',
+    '/tmp/w/.agents',
+    '/tmp/w/.agents',
+    '--perms',
+    '555',
+    '--tmpfs',
+    '/tmp/w/.codex',
+    '--remount-ro',
+    '/tmp/w/.codex',
+    '--ro-bind',
+    '/tmp/w/.git',
+    '/tmp/w/.git',
+    '--bind',
+    '/srv/tmpdir',
+    '/srv/tmpdir',
+    '--bind',
+    '/tmp/w',
+    '/tmp/w',
+    '--ro-bind',
+    '/tmp/w/.agents',
+    '/tmp/w/.agents',
+    '--perms',
+    '555',
+    '--tmpfs',
+    '/tmp/w/.codex',
+    '--remount-ro',
+    '/tmp/w/.codex',
+    '--ro-bind',
+    '/tmp/w/.git',
+    '/tmp/w/.git',
+  ]);
+  assert.deepEqual(fs.syntheticTargets, ['/tmp/w/.codex']);
+  assert.equal(accessOf(r.entries, '/tmp/w/src/a.ts'), 'write');
+  assert.equal(accessOf(r.entries, '/tmp/w/.git/hooks/x'), 'read');
+  assert.equal(accessOf(r.entries, '/tmp/w/.codex/config.toml'), 'read');
+  assert.equal(accessOf(r.entries, '/etc/passwd'), 'read');
+});
+
+test('bwrap args: a symlinked .codex protects its target; a dangling one is left alone; gitdir: file', () => {
+  const probe = fakeFs({
+    '/w/realcodex': 'dir',
+    '/w/.codex': { link: 'realcodex' },
+    '/w/.agents': { link: '/nowhere' },
+    '/w/.git': { text: 'gitdir: /repo/.git/worktrees/w\n' },
+    '/repo/.git/worktrees/w': 'dir',
+  });
+  const sb = seed('/w', [sp('root', 'read'), sp('current_working_directory', 'write')]);
+  const r = resolvePolicy(effectiveSandbox(sb), { probe });
+  assert.deepEqual(bwrapFsArgs(r, FEATURES).args, [
+    '--ro-bind',
+    '/',
+    '/',
+    '--dev',
+    '/dev',
+    '--bind',
+    '/w',
+    '/w',
+    '--ro-bind',
+    '/w/.git',
+    '/w/.git',
+    '--ro-bind',
+    '/w/realcodex',
+    '/w/realcodex',
+  ]);
+  // The gitdir target is outside the writable roots: read-only already, but recorded for access checks.
+  assert.equal(accessOf(r.entries, '/repo/.git/worktrees/w/HEAD'), 'read');
+  assert.equal(accessOf(r.entries, '/w/realcodex/x'), 'read');
+});
+
+test('bwrap args: restricted read (minimal + readable roots), none entries, missing writable root', () => {
+  const probe = fakeFs({
+    '/usr/bin/sh': 'file',
+    '/etc': 'dir',
+    '/bin': { link: 'usr/bin' },
+    '/opt/sdk': 'dir',
+    '/w/secret': 'dir',
+    '/w/token': 'file',
+  });
+  const sb = seed(
+    '/w',
+    [
+      sp('minimal', 'read'),
+      pe('/opt/sdk', 'read'),
+      sp('current_working_directory', 'write'),
+      pe('/w/secret', 'none'),
+      pe('/w/token', 'deny'),
+    ],
+    { type: 'workspace-write', read_only_access: { type: 'restricted' } },
+  );
+  const r = resolvePolicy(effectiveSandbox(sb), { probe });
+  assert.equal(r.fullRead, false);
+  assert.deepEqual(bwrapFsArgs(r, FEATURES).args, [
+    '--tmpfs',
+    '/',
+    '--ro-bind',
+    '/bin',
+    '/bin',
+    '--ro-bind',
+    '/etc',
+    '/etc',
+    '--ro-bind',
+    '/usr',
+    '/usr',
+    '--ro-bind',
+    '/opt/sdk',
+    '/opt/sdk',
+    '--dev',
+    '/dev',
+    '--bind',
+    '/w',
+    '/w',
+    '--perms',
+    '555',
+    '--tmpfs',
+    '/w/.codex',
+    '--remount-ro',
+    '/w/.codex',
+    '--perms',
+    '000',
+    '--tmpfs',
+    '/w/secret',
+    '--remount-ro',
+    '/w/secret',
+    '--ro-bind',
+    '/dev/null',
+    '/w/token',
+  ]);
+  assert.equal(accessOf(r.entries, '/w/secret/k'), 'none');
+  assert.equal(accessOf(r.entries, '/home/alice/x'), 'none');
+  assert.equal(accessOf(r.entries, '/usr/lib/x'), 'read');
+  assert.throws(
+    () => resolvePolicy(effectiveSandbox(seed('/w', [sp('root', 'read'), pe('/nope', 'write')])), { probe }),
+    /Sandbox expected writable root \/nope, but it does not exist/,
+  );
+});
+
+test('precedence: most specific wins; tie none > write > read', () => {
+  const E = (path: string, access: 'read' | 'write' | 'none') => ({ path, access, origin: 'entry' as const });
+  const es = [
+    E('/', 'read'),
+    E('/w', 'write'),
+    E('/w/.git', 'read'),
+    E('/w/.git/x', 'write'),
+    E('/a', 'read'),
+    E('/a', 'write'),
+    E('/b', 'write'),
+    E('/b', 'none'),
+  ];
+  assert.equal(accessOf(es, '/w/f'), 'write');
+  assert.equal(accessOf(es, '/w/.git/config'), 'read');
+  assert.equal(accessOf(es, '/w/.git/x/y'), 'write');
+  assert.equal(accessOf(es, '/a/f'), 'write');
+  assert.equal(accessOf(es, '/b/f'), 'none');
+  assert.equal(accessOf([], '/x'), 'none');
+  assert.equal(accessOf(es, '/wx'), 'read', 'prefix is not a parent');
+});
+
+test('full write + restricted network binds / writable; root:write with a carve-out keeps the carve-out', () => {
+  const probe = fakeFs({ '/w/.git': 'dir' });
+  const full = resolvePolicy(effectiveSandbox(seed('/w', [sp('root', 'write')])), { probe });
+  assert.equal(full.fullWrite, true);
+  assert.deepEqual(bwrapFsArgs(full, FEATURES).args, ['--bind', '/', '/', '--dev', '/dev']);
+  const carved = resolvePolicy(effectiveSandbox(seed('/w', [sp('root', 'write'), pe('/w/.git', 'read')])), {
+    probe,
+  });
+  assert.equal(carved.fullWrite, false);
+  assert.deepEqual(bwrapFsArgs(carved, FEATURES).args, [
+    '--bind',
+    '/',
+    '/',
+    '--dev',
+    '/dev',
+    '--perms',
+    '555',
+    '--tmpfs',
+    '/w/.codex',
+    '--remount-ro',
+    '/w/.codex',
+    '--ro-bind',
+    '/w/.git',
+    '/w/.git',
+  ]);
+});
+
+test('0.169 project_roots expand per workspace root, with subpaths', () => {
+  const probe = fakeFs({ '/a/.git': 'dir', '/b': 'dir' });
+  const r = parseSandboxParam({
+    permissions: {
+      type: 'managed',
+      file_system: {
+        type: 'restricted',
+        entries: [
+          sp('root', 'read'),
+          sp('project_roots', 'write'),
+          sp('project_roots', 'read', { subpath: '.aws' }),
+        ],
+      },
+      network: 'restricted',
+    },
+    cwd: 'file:///a',
+    workspaceRoots: ['file:///a', 'file:///b'],
+  });
+  assert.ok(r.success);
+  const res = resolvePolicy(effectiveSandbox(r.data!), { probe });
+  assert.deepEqual(
+    res.writableRoots.map((w) => [w.root, w.readOnlySubpaths.map((s) => `${s.path}:${s.state}`)]),
+    [
+      ['/a', ['/a/.aws:missing', '/a/.codex:missing', '/a/.git:dir']],
+      ['/b', ['/b/.aws:missing']],
+    ],
+  );
+});
+
+test('seatbelt: profile text and parameters (paths only as parameters)', () => {
+  const probe = fakeFs({
+    '/w/.git': 'dir',
+    '/w/.codex': 'dir',
+    '/private/tmp': 'dir',
+    '/tmp': { link: 'private/tmp' },
+  });
+  const sb = seed('/w', [
+    sp('root', 'read'),
+    sp('current_working_directory', 'write'),
+    sp('slash_tmp', 'write'),
+  ]);
+  const r = resolvePolicy(effectiveSandbox(sb), { probe });
+  const p = buildSeatbelt(r, { network: 'restricted', managed: false, proxyPorts: [] });
+  assert.deepEqual(p.params, [
+    ['WRITABLE_ROOT_0', '/w'],
+    ['WRITABLE_ROOT_0_RO_0', '/w/.codex'],
+    ['WRITABLE_ROOT_0_RO_1', '/w/.git'],
+    ['WRITABLE_ROOT_1', '/private/tmp'],
+  ]);
+  const tail = p.profile.slice(
+    p.profile.indexOf('(allow user-preference-read)') + '(allow user-preference-read)'.length,
+  );
+  assert.equal(
+    tail,
+    `
+(allow file-read*)
+(allow file-write*
+  (require-all (subpath (param "WRITABLE_ROOT_0")) (require-not (literal (param "WRITABLE_ROOT_0_RO_0"))) (require-not (subpath (param "WRITABLE_ROOT_0_RO_0"))) (require-not (literal (param "WRITABLE_ROOT_0_RO_1"))) (require-not (subpath (param "WRITABLE_ROOT_0_RO_1"))))
+  (subpath (param "WRITABLE_ROOT_1")))`,
+  );
+  assert.ok(p.profile.startsWith('(version 1)\n(deny default)\n'));
+  assert.ok(!p.profile.includes('/w'), 'no path in the profile text');
+  const managed = buildSeatbelt(r, { network: 'restricted', managed: true, proxyPorts: [8080, 3128, 8080] });
+  assert.match(
+    managed.profile,
+    /\(allow network-outbound\n {2}\(remote ip "localhost:3128"\)\n {2}\(remote ip "localhost:8080"\)\)/,
+  );
+  assert.match(managed.profile, /com\.apple\.trustd\.agent/);
+  const closed = buildSeatbelt(r, { network: 'enabled', managed: true, proxyPorts: [] });
+  assert.doesNotMatch(closed.profile, /network-outbound/);
+  const open = buildSeatbelt(r, { network: 'enabled', managed: false, proxyPorts: [] });
+  assert.match(open.profile, /\(allow network-outbound\)\n\(allow network-inbound\)/);
+  assert.deepEqual(seatbeltArgv(p, '/bin/sh', ['-c', 'x']).slice(-5), [
+    '-DWRITABLE_ROOT_1=/private/tmp',
+    '--',
+    '/bin/sh',
+    '-c',
+    'x',
+  ]);
+});

@@ -19,6 +19,7 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { ancestorPids, calls, describeExchange, explain, notifications, starts } from './codex/checks.js';
 import { scenarioSteps } from './codex/fake-model.js';
+import { MINIMAL_METHODS } from './codex/relay.js';
 import {
   CODEX_VERSIONS,
   codexBinary,
@@ -73,6 +74,7 @@ function runsFor(version: string): RunSpec[] {
     { name: 'patch-workspace-write', scenario: 'patch', sandbox: 'workspace-write' },
     { name: 'basic-git-repo', scenario: 'basic', sandbox: 'danger-full-access', gitRepo: true },
     { name: 'no-server', scenario: 'basic', sandbox: 'danger-full-access', noServer: true },
+    { name: 'minimal-full', scenario: 'full', sandbox: 'danger-full-access', minimal: true },
   ];
   if (version === '0.169.0') {
     runs.push({
@@ -118,6 +120,37 @@ function assertBasic(run: RunResult, serverPid: number, checkAncestry: boolean):
   }
 }
 
+/** The checks of the `full` scenario: basic, tty, poll and patch. */
+function assertFull(r: RunResult, serverPid: number): void {
+  assertCompleted(r);
+  assertBasic(r, serverPid, true);
+  const why = explain(r, ['process/start', 'process/write', 'fs/writeFile']);
+  // tty: exec_command with tty:true, then write_stdin "hi\n".
+  assert.match(output(r, 2), /session ID \d+/, `the tty process did not stay running\n${why}`);
+  assert.match(output(r, 3), /got:hi/, `the tty step did not echo got:hi\n${why}`);
+  const ttyStart = starts(r).find((e) => (e.params as { tty?: boolean }).tty === true);
+  assert.ok(ttyStart, `no process/start with tty:true\n${why}`);
+  const ttyId = (ttyStart.params as { processId: string }).processId;
+  const pty = notifications(r.frames).filter(
+    (n) => n.method === 'process/output' && (n.params as { processId: string }).processId === ttyId,
+  );
+  assert.ok(
+    pty.length > 0 && pty.every((n) => (n.params as { stream: string }).stream === 'pty'),
+    `the tty process's output was not pushed as stream "pty": ${JSON.stringify(pty.map((n) => n.params))}\n${why}`,
+  );
+  // poll: "early" within the first yield, "late" only after the empty write_stdin poll.
+  assert.match(output(r, 4), /early/, `the poll step's first output lacks "early"\n${why}`);
+  assert.doesNotMatch(output(r, 4), /late/, `"late" arrived before the poll\n${why}`);
+  assert.match(output(r, 5), /late/, `the empty write_stdin poll did not return "late"\n${why}`);
+  // patch: apply_patch through fs/*, then cat.
+  assert.match(output(r, 6), /Success|A patched\.txt/, `apply_patch failed\n${why}`);
+  assert.equal(r.files['patched.txt'], 'written by apply_patch\n', `patched.txt is wrong\n${why}`);
+  assert.match(output(r, 7), /written by apply_patch/, `cat patched.txt failed\n${why}`);
+  assert.equal(starts(r).length, 4, `expected 4 process/start (basic, tty, poll, cat)\n${why}`);
+  const withJsonrpc = r.frames.filter((f) => f.dir === 's2c' && f.msg && 'jsonrpc' in f.msg);
+  assert.equal(withJsonrpc.length, 0, `the server sent "jsonrpc" members: ${withJsonrpc[0]?.text}`);
+}
+
 const reasons = installStatus();
 let corralCli: string | undefined;
 after(() => {
@@ -157,35 +190,20 @@ for (const version of versions) {
       { timeout: 290_000 },
     );
 
-    it('full: basic + tty + poll + patch', { skip }, () => {
-      const r = run('full');
-      assertCompleted(r);
-      assertBasic(r, serverPid(), true);
-      const why = explain(r, ['process/start', 'process/write', 'fs/writeFile']);
-      // tty: exec_command with tty:true, then write_stdin "hi\n".
-      assert.match(output(r, 2), /session ID \d+/, `the tty process did not stay running\n${why}`);
-      assert.match(output(r, 3), /got:hi/, `the tty step did not echo got:hi\n${why}`);
-      const ttyStart = starts(r).find((e) => (e.params as { tty?: boolean }).tty === true);
-      assert.ok(ttyStart, `no process/start with tty:true\n${why}`);
-      const ttyId = (ttyStart.params as { processId: string }).processId;
-      const pty = notifications(r.frames).filter(
-        (n) => n.method === 'process/output' && (n.params as { processId: string }).processId === ttyId,
+    it('full: basic + tty + poll + patch', { skip }, () => assertFull(run('full'), serverPid()));
+
+    it('minimal-full: only the §8 method set reaches the server', { skip }, () => {
+      const r = run('minimal-full');
+      assertFull(r, serverPid());
+      // The filter worked: the server saw only §8 methods (what the relay kept back is in the artifacts).
+      const seen = r.frames
+        .filter((f) => f.dir === 'c2s' && !f.byRelay && f.msg?.method)
+        .map((f) => f.msg!.method!);
+      assert.deepEqual(
+        seen.filter((m) => !MINIMAL_METHODS.includes(m)),
+        [],
+        'a method outside the §8 set reached the server',
       );
-      assert.ok(
-        pty.length > 0 && pty.every((n) => (n.params as { stream: string }).stream === 'pty'),
-        `the tty process's output was not pushed as stream "pty": ${JSON.stringify(pty.map((n) => n.params))}\n${why}`,
-      );
-      // poll: "early" within the first yield, "late" only after the empty write_stdin poll.
-      assert.match(output(r, 4), /early/, `the poll step's first output lacks "early"\n${why}`);
-      assert.doesNotMatch(output(r, 4), /late/, `"late" arrived before the poll\n${why}`);
-      assert.match(output(r, 5), /late/, `the empty write_stdin poll did not return "late"\n${why}`);
-      // patch: apply_patch through fs/*, then cat.
-      assert.match(output(r, 6), /Success|A patched\.txt/, `apply_patch failed\n${why}`);
-      assert.equal(r.files['patched.txt'], 'written by apply_patch\n', `patched.txt is wrong\n${why}`);
-      assert.match(output(r, 7), /written by apply_patch/, `cat patched.txt failed\n${why}`);
-      assert.equal(starts(r).length, 4, `expected 4 process/start (basic, tty, poll, cat)\n${why}`);
-      const withJsonrpc = r.frames.filter((f) => f.dir === 's2c' && f.msg && 'jsonrpc' in f.msg);
-      assert.equal(withJsonrpc.length, 0, `the server sent "jsonrpc" members: ${withJsonrpc[0]?.text}`);
     });
 
     it('basic-workspace-write', { skip }, () => {

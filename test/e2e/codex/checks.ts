@@ -31,7 +31,11 @@ export function calls(run: RunResult, ...methods: string[]): Exchange[] {
 /** A readable account of a run for failure messages: exit, the failing exchanges, tool outputs, the CLI's stderr tail. */
 export function explain(run: RunResult, focus: string[] = []): string {
   const all = exchanges(run.frames);
-  const failed = all.filter((e) => e.error && !/No such file or directory/.test(e.error.message));
+  // Expected errors are left out: "not found" (-32004) and -32601 for environment/info (spec §8).
+  const failed = all.filter(
+    (e) =>
+      e.error && e.error.code !== -32004 && !(e.method === 'environment/info' && e.error.code === -32601),
+  );
   const unanswered = all.filter((e) => e.error === undefined && e.result === undefined);
   const focused = focus.length > 0 ? all.filter((e) => focus.includes(e.method)) : [];
   const parts = [

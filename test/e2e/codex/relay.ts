@@ -1,6 +1,10 @@
 /**
  * A passive TCP relay between a WebSocket client and server: it forwards the bytes unchanged in both directions and
  * decodes every WebSocket frame on the way, so a test can assert on the exact JSON-RPC traffic (spec codex-clients.md §2).
+ *
+ * With `allowMethods`, it instead forwards frame by frame and answers every request whose method is not allowed
+ * itself, with -32601, without the server ever seeing it: the server then looks like one that implements only those
+ * methods (the `minimal-full` run of spec §10).
  */
 import { once } from 'node:events';
 import { type AddressInfo, connect, createServer, type Server, type Socket } from 'node:net';
@@ -18,6 +22,8 @@ export interface Frame {
   text?: string;
   /** The parsed JSON-RPC message when the payload is JSON. */
   msg?: RpcMessage;
+  /** Set on answers the relay made up itself (allowMethods), and on the requests it kept from the server. */
+  byRelay?: boolean;
 }
 
 export interface RpcMessage {
@@ -36,13 +42,21 @@ class FrameDecoder {
   private fragments: Buffer[] = [];
   private fragmentOpcode = 0;
 
-  constructor(private readonly onMessage: (opcode: number, payload: Buffer) => void) {}
+  /**
+   * `onMessage` returns true to drop a complete single-frame message instead of forwarding it. `forward`, when given,
+   * receives the bytes to pass on (the HTTP head, then whole frames); without it the caller forwards raw chunks.
+   */
+  constructor(
+    private readonly onMessage: (opcode: number, payload: Buffer) => boolean | undefined,
+    private readonly forward?: (bytes: Buffer) => void,
+  ) {}
 
   push(chunk: Buffer): void {
     this.buf = Buffer.concat([this.buf, chunk]);
     if (!this.headerDone) {
       const end = this.buf.indexOf('\r\n\r\n');
       if (end < 0) return;
+      this.forward?.(Buffer.from(this.buf.subarray(0, end + 4)));
       this.buf = this.buf.subarray(end + 4);
       this.headerDone = true;
     }
@@ -69,9 +83,11 @@ class FrameDecoder {
       if (masked) {
         for (let i = 0; i < payload.length; i++) payload[i]! ^= this.buf[maskOff + (i % 4)]!;
       }
+      const raw = Buffer.from(this.buf.subarray(0, off + len));
       this.buf = this.buf.subarray(off + len);
       const fin = (b0 & 0x80) !== 0;
       const opcode = b0 & 0x0f;
+      let drop: boolean | undefined = false;
       if (opcode >= 8) {
         this.onMessage(opcode, payload);
       } else if (opcode === 0) {
@@ -81,11 +97,12 @@ class FrameDecoder {
           this.fragments = [];
         }
       } else if (fin) {
-        this.onMessage(opcode, payload);
+        drop = this.onMessage(opcode, payload);
       } else {
         this.fragmentOpcode = opcode;
         this.fragments = [payload];
       }
+      if (!drop) this.forward?.(raw);
     }
   }
 }
@@ -98,8 +115,47 @@ export interface Relay {
   close(): Promise<void>;
 }
 
-/** Starts a relay on 127.0.0.1 that forwards to the WebSocket server at `target` (ws://host:port). */
-export async function startRelay(target: string): Promise<Relay> {
+/** An unmasked, final text frame (server to client). */
+function textFrame(text: string): Buffer {
+  const payload = Buffer.from(text, 'utf8');
+  const n = payload.length;
+  const head = n < 126 ? Buffer.from([0x81, n]) : n < 65536 ? Buffer.alloc(4) : Buffer.alloc(10);
+  if (n >= 126 && n < 65536) {
+    head[0] = 0x81;
+    head[1] = 126;
+    head.writeUInt16BE(n, 2);
+  } else if (n >= 65536) {
+    head[0] = 0x81;
+    head[1] = 127;
+    head.writeBigUInt64BE(BigInt(n), 2);
+  }
+  return Buffer.concat([head, payload]);
+}
+
+/** The method set of the minimal server that passed every acceptance run (spec codex-clients.md §8). */
+export const MINIMAL_METHODS = [
+  'initialize',
+  'initialized',
+  'process/start',
+  'process/read',
+  'process/write',
+  'process/terminate',
+  'fs/getMetadata',
+  'fs/readFile',
+  'fs/writeFile',
+  'fs/createDirectory',
+  'fs/readDirectory',
+  'fs/remove',
+  'fs/copy',
+];
+
+/**
+ * Starts a relay on 127.0.0.1 that forwards to the WebSocket server at `target` (ws://host:port). With
+ * `allowMethods`, requests for any other method are answered by the relay with -32601 and never reach the server
+ * (notifications for other methods are dropped).
+ */
+export async function startRelay(target: string, allowMethods?: string[]): Promise<Relay> {
+  const allow = allowMethods ? new Set(allowMethods) : null;
   const { hostname, port } = new URL(target);
   const frames: Frame[] = [];
   const handshakes: string[] = [];
@@ -120,9 +176,30 @@ export async function startRelay(target: string): Promise<Relay> {
         } catch {}
       }
       frames.push(frame);
+      const m = frame.msg;
+      if (!allow || dir !== 'c2s' || !m?.method || allow.has(m.method)) return false;
+      frame.byRelay = true;
+      if (m.id !== undefined && m.id !== null) {
+        const answer = {
+          id: m.id,
+          error: { code: -32601, message: `exec-server stub does not implement \`${m.method}\` yet` },
+        };
+        const text = JSON.stringify(answer);
+        frames.push({
+          conn,
+          dir: 's2c',
+          t: Date.now() - started,
+          opcode: 1,
+          text,
+          msg: answer,
+          byRelay: true,
+        });
+        client.write(textFrame(text));
+      }
+      return true;
     };
-    const c2s = new FrameDecoder(record('c2s'));
-    const s2c = new FrameDecoder(record('s2c'));
+    const c2s = new FrameDecoder(record('c2s'), allow ? (b) => upstream.write(b) : undefined);
+    const s2c = new FrameDecoder(record('s2c'), allow ? (b) => client.write(b) : undefined);
     let head = '';
     client.on('data', (d: Buffer) => {
       if (handshakes.length < conn) {
@@ -131,11 +208,11 @@ export async function startRelay(target: string): Promise<Relay> {
         if (end >= 0) handshakes.push(head.slice(0, end));
       }
       c2s.push(d);
-      upstream.write(d);
+      if (!allow) upstream.write(d);
     });
     upstream.on('data', (d: Buffer) => {
       s2c.push(d);
-      client.write(d);
+      if (!allow) client.write(d);
     });
     const end = () => {
       client.destroy();

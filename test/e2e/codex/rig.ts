@@ -26,7 +26,7 @@ import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type DnsSink, startDnsSink } from './dns.js';
 import { type ScenarioName, scenarioSteps, startFakeModel } from './fake-model.js';
-import { type Frame, startRelay } from './relay.js';
+import { type Frame, MINIMAL_METHODS, startRelay } from './relay.js';
 
 export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 export const CODEX_VERSIONS = ['0.120.0', '0.125.0', '0.130.0', '0.169.0'] as const;
@@ -199,6 +199,8 @@ export interface RunSpec {
   environmentsToml?: boolean;
   /** Point the client at a loopback port where nothing listens (the failure-mode check of spec §10). */
   noServer?: boolean;
+  /** Let only the §8 method set reach the server; the relay answers every other request with -32601. */
+  minimal?: boolean;
 }
 
 /** A ws:// URL on 127.0.0.1 where nothing listens: a port the kernel handed out and that was closed again. */
@@ -292,7 +294,10 @@ export async function runCodex(o: RunOptions): Promise<RunResult> {
     });
   }
   const model = await startFakeModel(scenarioSteps(o.scenario));
-  const relay = await startRelay(o.noServer ? await closedPortUrl() : o.serverUrl);
+  const relay = await startRelay(
+    o.noServer ? await closedPortUrl() : o.serverUrl,
+    o.minimal ? MINIMAL_METHODS : undefined,
+  );
   const dnsBefore = o.dns?.queries.length ?? 0;
   const gitLogBefore = o.gitLog ? readFileSync(o.gitLog, 'utf8').split('\n').filter(Boolean).length : 0;
   writeFileSync(join(home, 'config.toml'), clientConfig(model.url, o.sandbox));
@@ -357,6 +362,7 @@ export async function runCodex(o: RunOptions): Promise<RunResult> {
       gitRepo: o.gitRepo,
       environmentsToml: o.environmentsToml,
       noServer: o.noServer,
+      minimal: o.minimal,
     },
     exitCode,
     signal,

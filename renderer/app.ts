@@ -1,2 +1,239 @@
-// The panel. (Desktop issue.)
-export {};
+// The Corral panel: processes, network, policy debugger and a run form, over the one client API.
+import '@xterm/xterm/css/xterm.css';
+import './styles.css';
+import type { MonitorSnapshot } from '../src/protocol/monitor.js';
+import { Connection } from './client.js';
+import { h, replace } from './dom.js';
+import { type HostInfo, Store } from './store.js';
+import { NetworkView } from './views/network.js';
+import { PolicyView } from './views/policy.js';
+import { ProcessesView } from './views/processes.js';
+import { RunView } from './views/run.js';
+
+export interface View {
+  readonly el: HTMLElement;
+  show?(): void;
+  hide?(): void;
+}
+
+export interface AppContext {
+  store: Store;
+  conn: Connection;
+  go(view: ViewName, arg?: string): void;
+  toast(text: string, kind?: 'info' | 'error'): void;
+}
+
+type ViewName = 'processes' | 'network' | 'policy' | 'run';
+
+const store = new Store();
+const views = {} as Record<ViewName, View>;
+let current: ViewName = 'processes';
+
+const statusDot = h('span', { class: 'status-dot', 'data-state': 'connecting' });
+const statusText = h('span', { class: 'status-text' }, 'connecting…');
+const retryBtn = h(
+  'button',
+  { class: 'btn small', hidden: true, onclick: () => conn.retry() },
+  'Reconnect now',
+);
+const statusBox = h('div', { class: 'status', id: 'conn-status' }, statusDot, statusText, retryBtn);
+const banner = h('div', { class: 'banner', hidden: true, id: 'disconnected-banner' });
+const toastBox = h('div', { class: 'toasts' });
+const connectBox = h('div', { class: 'connect-box' });
+
+const conn = new Connection({
+  state(state, detail) {
+    statusDot.dataset.state = state;
+    document.body.dataset.conn = state;
+    statusText.textContent =
+      state === 'connected'
+        ? `connected · ${conn.transport === 'ipc' ? 'desktop IPC' : 'WebSocket'}`
+        : state === 'connecting'
+          ? detail
+          : 'disconnected';
+    retryBtn.hidden = state !== 'disconnected';
+    banner.hidden = state !== 'disconnected';
+    if (state === 'disconnected') {
+      const wait = conn.retryAt ? Math.max(0, Math.round((conn.retryAt - Date.now()) / 1000)) : null;
+      replace(
+        banner,
+        h('strong', null, 'Disconnected from the Corral host. '),
+        h('span', null, detail),
+        h('span', { class: 'retry-in' }, wait !== null ? ` Retrying in ${wait}s.` : ''),
+        ' The lists below show the last known state.',
+      );
+    }
+    store.emit('connection');
+  },
+  async ready(api, sessionId) {
+    store.selfSession = sessionId;
+    const [snapshot, info] = await Promise.all([
+      api.request('monitor/subscribe', {}) as Promise<MonitorSnapshot>,
+      (api.request('host/info', {}) as Promise<HostInfo>).catch(() => null),
+    ]);
+    store.info = info;
+    store.loadSnapshot(snapshot);
+    store.emit('info');
+  },
+  notification: (m, p) => store.notification(m, p),
+});
+
+const ctx: AppContext = {
+  store,
+  conn,
+  go(view, arg) {
+    select(view);
+    if (view === 'processes' && arg) (views.processes as ProcessesView).select(arg);
+  },
+  toast(text, kind = 'info') {
+    const t = h('div', { class: `toast ${kind}`, role: kind === 'error' ? 'alert' : 'status' }, text);
+    toastBox.appendChild(t);
+    setTimeout(() => t.remove(), kind === 'error' ? 8000 : 4000);
+  },
+};
+
+const nav = h('nav', { class: 'nav' });
+const navItems: Record<ViewName, HTMLButtonElement> = {} as Record<ViewName, HTMLButtonElement>;
+const labels: [ViewName, string, string][] = [
+  ['processes', 'Processes', '▤'],
+  ['network', 'Network', '⇄'],
+  ['policy', 'Policy debugger', '⚖'],
+  ['run', 'Run a command', '▶'],
+];
+const counters: Partial<Record<ViewName, HTMLSpanElement>> = {};
+for (const [name, label, icon] of labels) {
+  const count = h('span', { class: 'nav-count' });
+  counters[name] = count;
+  const b = h(
+    'button',
+    { class: 'nav-item', 'data-view': name, onclick: () => select(name) },
+    h('span', { class: 'nav-icon', 'aria-hidden': 'true' }, icon),
+    h('span', { class: 'nav-label' }, label),
+    count,
+  );
+  navItems[name] = b;
+  nav.appendChild(b);
+}
+
+function select(name: ViewName): void {
+  if (name === current && views[name].el.isConnected && !views[name].el.hidden) return;
+  views[current]?.hide?.();
+  views[current].el.hidden = true;
+  current = name;
+  views[name].el.hidden = false;
+  views[name].show?.();
+  for (const [n, b] of Object.entries(navItems)) b.classList.toggle('active', n === name);
+  location.replace(`${location.pathname}${location.search}${withView(location.hash, name)}`);
+}
+
+/** Keeps `token=` in the fragment and records the view next to it. */
+function withView(hash: string, view: string): string {
+  const parts = hash
+    .replace(/^#/, '')
+    .split('&')
+    .filter((x) => x !== '' && !x.startsWith('view='));
+  parts.push(`view=${view}`);
+  return `#${parts.join('&')}`;
+}
+
+function renderConnectBox(): void {
+  const info = store.info;
+  if (!info) {
+    replace(connectBox);
+    return;
+  }
+  const masked = info.execUrl.replace(/token=[^&]+/, 'token=••••••');
+  const urlEl = h('code', { class: 'exec-url', title: 'Exec-server URL for agents' }, masked);
+  let shown = false;
+  replace(
+    connectBox,
+    h('span', { class: 'muted' }, 'Agents connect to'),
+    urlEl,
+    h(
+      'button',
+      {
+        class: 'btn small ghost',
+        onclick: (e: Event) => {
+          shown = !shown;
+          urlEl.textContent = shown ? info.execUrl : masked;
+          (e.currentTarget as HTMLButtonElement).textContent = shown ? 'Hide token' : 'Show token';
+        },
+      },
+      'Show token',
+    ),
+    h(
+      'button',
+      {
+        class: 'btn small ghost',
+        onclick: () =>
+          navigator.clipboard
+            .writeText(`CODEX_EXEC_SERVER_URL=${info.execUrl}`)
+            .then(() => ctx.toast('Copied CODEX_EXEC_SERVER_URL=… to the clipboard'))
+            .catch(() => ctx.toast('The clipboard is not available here', 'error')),
+      },
+      'Copy',
+    ),
+  );
+}
+
+function updateCounters(): void {
+  let running = 0;
+  for (const p of store.processes.values()) if (p.state === 'running') running++;
+  counters.processes!.textContent = running > 0 ? String(running) : '';
+  counters.network!.textContent = store.blocked.length > 0 ? String(store.blocked.length) : '';
+  counters.network!.classList.toggle('alert', store.blocked.length > 0);
+}
+
+function boot(): void {
+  views.processes = new ProcessesView(ctx);
+  views.network = new NetworkView(ctx);
+  views.policy = new PolicyView(ctx);
+  views.run = new RunView(ctx);
+  const main = h('main', { class: 'main' }, banner);
+  for (const name of Object.keys(views) as ViewName[]) {
+    views[name].el.hidden = true;
+    views[name].el.classList.add('view');
+    views[name].el.id = `view-${name}`;
+    main.appendChild(views[name].el);
+  }
+  const header = h(
+    'header',
+    { class: 'topbar' },
+    h('div', { class: 'brand' }, h('span', { class: 'logo', 'aria-hidden': 'true' }, '◆'), 'Corral'),
+    connectBox,
+    statusBox,
+  );
+  const side = h('aside', { class: 'sidebar' }, nav, h('div', { class: 'side-foot muted', id: 'side-foot' }));
+  document.body.appendChild(h('div', { class: 'shell' }, header, side, main, toastBox));
+  store.on((c) => {
+    if (c === 'info') {
+      renderConnectBox();
+      const foot = document.getElementById('side-foot');
+      if (foot && store.info) {
+        replace(
+          foot,
+          `Corral ${store.info.version} · ${store.info.mode}`,
+          store.info.logFile
+            ? h('div', { class: 'small', title: store.info.logFile }, 'log: ', store.info.logFile)
+            : null,
+        );
+      }
+    }
+    if (c === 'processes' || c === 'network') updateCounters();
+  });
+  const m = /(?:^#|&)view=(\w+)/.exec(location.hash);
+  const initial = (m && m[1]! in views ? m[1] : 'processes') as ViewName;
+  current = initial;
+  select(initial);
+  conn.start();
+  // The disconnected banner counts down.
+  setInterval(() => {
+    if (conn.state === 'disconnected' && conn.retryAt) {
+      const wait = Math.max(0, Math.round((conn.retryAt - Date.now()) / 1000));
+      const el = banner.querySelector('.retry-in');
+      if (el) el.textContent = ` Retrying in ${wait}s.`;
+    }
+  }, 1000);
+}
+
+boot();

@@ -180,7 +180,19 @@ export class RpcClientCore implements ClientApi {
     return this.pending.size;
   }
 
+  /**
+   * Sends a request. The one client notification of the protocol, `initialized`, also goes through here (the
+   * bridge exposes only `request`): it is sent as a notification and resolves to null.
+   */
   request(method: string, params: unknown = null): Promise<unknown> {
+    if (method === 'initialized') {
+      try {
+        this.notify(method, params ?? {});
+        return Promise.resolve(null);
+      } catch (e) {
+        return Promise.reject(new RpcRemoteError(0, e instanceof Error ? e.message : String(e)));
+      }
+    }
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
       this.pending.set(id, { resolve, reject });

@@ -1,0 +1,122 @@
+// A tiny DOM builder. Text always goes in as text nodes (process output, argv and hosts are untrusted).
+
+export type Child = Node | string | number | null | undefined | false | Child[];
+type Attrs = Record<string, unknown>;
+
+export function h<K extends keyof HTMLElementTagNameMap>(
+  tag: K,
+  attrs?: Attrs | null,
+  ...children: Child[]
+): HTMLElementTagNameMap[K] {
+  const el = document.createElement(tag);
+  if (attrs) {
+    for (const [k, v] of Object.entries(attrs)) {
+      if (v === undefined || v === null || v === false) continue;
+      if (k.startsWith('on') && typeof v === 'function') {
+        el.addEventListener(k.slice(2).toLowerCase(), v as EventListener);
+      } else if (k === 'class') el.className = String(v);
+      else if (k === 'value' || k === 'checked' || k === 'disabled' || k === 'selected') {
+        (el as unknown as Record<string, unknown>)[k] = v;
+      } else el.setAttribute(k, v === true ? '' : String(v));
+    }
+  }
+  append(el, children);
+  return el;
+}
+
+export function append(el: Node, children: Child[]): void {
+  for (const c of children) {
+    if (c === null || c === undefined || c === false) continue;
+    if (Array.isArray(c)) append(el, c);
+    else
+      el.appendChild(typeof c === 'string' || typeof c === 'number' ? document.createTextNode(String(c)) : c);
+  }
+}
+
+export function clear(el: Node): void {
+  while (el.firstChild) el.removeChild(el.firstChild);
+}
+
+export function replace(el: Node, ...children: Child[]): void {
+  clear(el);
+  append(el, children);
+}
+
+export function fmtBytes(n: number): string {
+  if (n < 1024) return `${n} B`;
+  if (n < 1024 * 1024) return `${(n / 1024).toFixed(1)} KiB`;
+  if (n < 1024 * 1024 * 1024) return `${(n / 1024 / 1024).toFixed(1)} MiB`;
+  return `${(n / 1024 / 1024 / 1024).toFixed(2)} GiB`;
+}
+
+export function fmtTime(ms: number): string {
+  const d = new Date(ms);
+  return d.toLocaleTimeString(undefined, { hour12: false });
+}
+
+export function fmtAgo(ms: number, now = Date.now()): string {
+  const s = Math.max(0, Math.round((now - ms) / 1000));
+  if (s < 60) return `${s}s ago`;
+  if (s < 3600) return `${Math.floor(s / 60)}m ago`;
+  if (s < 86400) return `${Math.floor(s / 3600)}h ago`;
+  return `${Math.floor(s / 86400)}d ago`;
+}
+
+export function fmtDuration(ms: number): string {
+  if (ms < 1000) return `${ms} ms`;
+  const s = ms / 1000;
+  if (s < 60) return `${s.toFixed(1)} s`;
+  const m = Math.floor(s / 60);
+  return `${m}m ${Math.round(s % 60)}s`;
+}
+
+/** Shell-style display of an argv (quotes where needed). */
+export function shellJoin(argv: readonly string[]): string {
+  return argv.map((a) => (/^[\w@%+=:,./-]+$/.test(a) ? a : `'${a.replace(/'/g, `'\\''`)}'`)).join(' ');
+}
+
+/** Splits a command line the way a POSIX shell would for plain words and quotes (no expansions). */
+export function shellSplit(line: string): string[] {
+  const out: string[] = [];
+  let cur = '';
+  let has = false;
+  let q: '"' | "'" | null = null;
+  for (let i = 0; i < line.length; i++) {
+    const c = line[i]!;
+    if (q === "'") {
+      if (c === "'") q = null;
+      else cur += c;
+    } else if (q === '"') {
+      if (c === '"') q = null;
+      else if (c === '\\' && i + 1 < line.length && '"\\$`'.includes(line[i + 1]!)) cur += line[++i];
+      else cur += c;
+    } else if (c === "'" || c === '"') {
+      q = c;
+      has = true;
+    } else if (c === '\\' && i + 1 < line.length) {
+      cur += line[++i];
+      has = true;
+    } else if (/\s/.test(c)) {
+      if (has || cur !== '') out.push(cur);
+      cur = '';
+      has = false;
+    } else cur += c;
+  }
+  if (q) throw new Error('unterminated quote');
+  if (has || cur !== '') out.push(cur);
+  return out;
+}
+
+export function b64ToBytes(b64: string): Uint8Array {
+  const bin = atob(b64);
+  const out = new Uint8Array(bin.length);
+  for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
+  return out;
+}
+
+export function textToB64(text: string): string {
+  const bytes = new TextEncoder().encode(text);
+  let bin = '';
+  for (let i = 0; i < bytes.length; i++) bin += String.fromCharCode(bytes[i]!);
+  return btoa(bin);
+}

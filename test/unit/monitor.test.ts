@@ -1,0 +1,412 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { NetworkEvents } from '../../src/network/events.js';
+import { REDACTED, redact, sandboxBadge } from '../../src/protocol/monitor.js';
+import type { Transport } from '../../src/rpc/connection.js';
+import { Monitor, NOT_PRIVILEGED, parseTarget } from '../../src/server/monitor.js';
+import { b64, RpcClient } from '../helpers/client.js';
+import { startTestServer, type TestServer, until } from '../helpers/server.js';
+
+const TOKEN = 'test-token-123';
+
+async function privileged(ts: TestServer, name = 'panel'): Promise<RpcClient & { sessionId: string }> {
+  return RpcClient.open(`${ts.url}/?token=${TOKEN}`, name);
+}
+
+describe('monitor feed', () => {
+  let ts: TestServer;
+  let monitor: Monitor;
+  let bus: NetworkEvents;
+
+  before(async () => {
+    ts = await startTestServer({ listen: { token: TOKEN } });
+    monitor = new Monitor(ts.server, { resumeGraceMs: 0, resolver: async () => ['127.0.0.1'] });
+    bus = new NetworkEvents();
+    monitor.attachNetwork(bus);
+  });
+  after(async () => {
+    monitor.dispose();
+    await ts.close();
+  });
+
+  test('an unprivileged connection gets -32600 with a clear message', async () => {
+    // A server without a token: connections are not privileged.
+    const open = await startTestServer();
+    const m = new Monitor(open.server);
+    try {
+      const c = await open.client('agent');
+      for (const method of ['monitor/subscribe', 'monitor/terminate', 'policy/preview', 'policy/checkUrl']) {
+        const e = await c.requestError(method, {
+          sessionId: 'x',
+          processId: 'y',
+          sandbox: null,
+          config: {},
+          target: 'a',
+        });
+        assert.equal(e.code, -32600, method);
+        assert.equal(e.message, NOT_PRIVILEGED);
+      }
+    } finally {
+      m.dispose();
+      await open.close();
+    }
+  });
+
+  test('snapshot, then live processes and output of every session; env values never sent', async () => {
+    const panel = await privileged(ts);
+    const agent = await privileged(ts, 'codex-agent');
+    await agent.request('process/start', {
+      processId: 'before',
+      argv: ['/bin/sh', '-c', 'echo early'],
+      cwd: '/tmp',
+      env: { PATH: '/usr/bin:/bin', SECRET_THING: 'hunter2-value-xyz' },
+      tty: false,
+      metadata: { threadId: 't-1', apiKey: 'sk-should-not-leak' },
+    });
+    await agent.collect('before');
+    const snap = (await panel.request('monitor/subscribe', {})) as {
+      processes: {
+        processId: string;
+        clientName: string;
+        envKeys: string[];
+        state: string;
+        metadata: unknown;
+      }[];
+      sessions: { sessionId: string; self: boolean }[];
+    };
+    const early = snap.processes.find((p) => p.processId === 'before');
+    assert.ok(early, 'snapshot lists the other session’s process');
+    assert.equal(early.clientName, 'codex-agent');
+    assert.equal(early.state, 'closed');
+    assert.deepEqual(early.envKeys, ['PATH', 'SECRET_THING']);
+    assert.deepEqual(early.metadata, { threadId: 't-1', apiKey: REDACTED });
+    assert.ok(snap.sessions.some((s) => s.sessionId === panel.sessionId && s.self));
+
+    await agent.request('process/start', {
+      processId: 'live',
+      argv: ['/bin/sh', '-c', 'echo out-line; echo err-line >&2'],
+      cwd: '/tmp',
+      env: { PATH: '/usr/bin:/bin', TOKEN_X: 'hunter2-value-xyz' },
+      tty: false,
+    });
+    const closed = await panel.waitFor(
+      (n) =>
+        n.method === 'monitor/process' &&
+        (n.params.process as { processId: string; state: string }).processId === 'live' &&
+        (n.params.process as { state: string }).state === 'closed',
+    );
+    assert.equal((closed.params.process as { exitCode: number }).exitCode, 0);
+    await panel.waitFor(
+      (n) => n.method === 'monitor/output' && n.params.processId === 'live' && n.params.stream === 'stderr',
+    );
+    const out = panel.notifications
+      .filter((n) => n.method === 'monitor/output' && n.params.processId === 'live')
+      .map((n) => `${n.params.stream}:${Buffer.from(n.params.chunk as string, 'base64').toString()}`)
+      .sort();
+    assert.deepEqual(out, ['stderr:err-line\n', 'stdout:out-line\n']);
+    assert.equal(
+      panel.notifications.filter((n) => n.method === 'process/output').length,
+      0,
+      'not the panel’s own process',
+    );
+    for (const f of panel.frames)
+      assert.ok(!f.includes('hunter2-value-xyz'), `env value leaked: ${f.slice(0, 200)}`);
+    for (const f of panel.frames) assert.ok(!f.includes('sk-should-not-leak'), 'secret metadata leaked');
+
+    // Retained output of another session's process can be read back.
+    const read = (await panel.request('monitor/read', { sessionId: agent.sessionId, processId: 'live' })) as {
+      chunks: { chunk: string }[];
+    };
+    assert.equal(read.chunks.length, 2);
+    panel.close();
+    agent.close();
+  });
+
+  test('monitor/terminate and monitor/write act on another client’s processes', async () => {
+    const panel = await privileged(ts);
+    const agent = await privileged(ts, 'agent-2');
+    await panel.request('monitor/subscribe', {});
+    await agent.request('process/start', {
+      processId: 'cat',
+      argv: ['/bin/cat'],
+      cwd: '/tmp',
+      env: {},
+      tty: false,
+      pipeStdin: true,
+    });
+    await agent.request('process/start', {
+      processId: 'sleeper',
+      argv: ['/bin/sh', '-c', 'trap "" TERM; sleep 300'],
+      cwd: '/tmp',
+      env: {},
+      tty: false,
+    });
+    const w = await panel.request('monitor/write', {
+      sessionId: agent.sessionId,
+      processId: 'cat',
+      chunk: b64('via-panel\n'),
+    });
+    assert.deepEqual(w, { status: 'accepted' });
+    await agent.waitFor((n) => n.method === 'process/output' && n.params.processId === 'cat');
+    assert.equal(agent.output('cat'), 'via-panel\n');
+    const bad = await panel.requestError('monitor/write', {
+      sessionId: agent.sessionId,
+      processId: 'cat',
+      chunk: '!!',
+    });
+    assert.equal(bad.code, -32602);
+    assert.deepEqual(
+      await panel.request('monitor/write', {
+        sessionId: agent.sessionId,
+        processId: 'nope',
+        chunk: b64('x'),
+      }),
+      { status: 'unknownProcess' },
+    );
+
+    const t = await panel.request('monitor/terminate', { sessionId: agent.sessionId, processId: 'sleeper' });
+    assert.deepEqual(t, { running: true });
+    const exited = await agent.waitFor(
+      (n) => n.method === 'process/exited' && n.params.processId === 'sleeper',
+    );
+    assert.equal(exited.params.exitCode, 137);
+    await agent.collect('sleeper');
+    assert.deepEqual(
+      await panel.request('monitor/terminate', { sessionId: agent.sessionId, processId: 'sleeper' }),
+      {
+        running: false,
+      },
+    );
+    assert.deepEqual(await panel.request('monitor/terminate', { sessionId: 'no-such', processId: 'x' }), {
+      running: false,
+    });
+    panel.close();
+    agent.close();
+  });
+
+  test('network events: blocked and audit, tagged with the process; counts per host', async () => {
+    const panel = await privileged(ts);
+    const snap = (await panel.request('monitor/subscribe', {})) as { networkWired: boolean };
+    assert.equal(snap.networkWired, true);
+    bus.emit('blocked', {
+      processId: 'p-net',
+      sessionId: 's-1',
+      record: {
+        host: '127.0.0.9',
+        reason: 'not_allowed_local',
+        client: '127.0.0.1:5555',
+        method: 'GET',
+        mode: null,
+        protocol: 'http',
+        decision: 'deny',
+        source: 'baseline_policy',
+        port: 8080,
+        timestamp: 1795964130,
+      },
+      blocked_total: 1,
+    });
+    bus.emit('audit', {
+      processId: 'p-net',
+      'event.name': 'codex.network_proxy.policy_decision',
+      'event.timestamp': '2026-11-29T10:00:00.000Z',
+      'conversation.id': 'conv-1',
+      'user.email': 'a@b.c',
+      'network.policy.scope': 'domain',
+      'network.policy.decision': 'allow',
+      'network.policy.source': 'baseline_policy',
+      'network.policy.reason': 'allow',
+      'network.transport.protocol': 'http',
+      'server.address': 'localhost',
+      'server.port': 8080,
+      'http.request.method': 'GET',
+      'client.address': '127.0.0.1:5556',
+      'network.policy.override': false,
+    });
+    const b = await panel.waitFor((n) => n.method === 'monitor/blocked');
+    assert.deepEqual(
+      { ...(b.params.event as object), id: 0 },
+      {
+        id: 0,
+        processId: 'p-net',
+        sessionId: 's-1',
+        host: '127.0.0.9',
+        port: 8080,
+        reason: 'not_allowed_local',
+        method: 'GET',
+        protocol: 'http',
+        mode: null,
+        decision: 'deny',
+        source: 'baseline_policy',
+        client: '127.0.0.1:5555',
+        timestamp: 1795964130,
+        blockedTotal: 1,
+      },
+    );
+    const a = await panel.waitFor((n) => n.method === 'monitor/audit');
+    assert.deepEqual((a.params.event as { metadata: unknown }).metadata, {
+      'conversation.id': 'conv-1',
+      'user.email': 'a@b.c',
+    });
+    const again = (await panel.request('monitor/subscribe', {})) as {
+      blocked: unknown[];
+      audit: unknown[];
+      hosts: { host: string; allowed: number; blocked: number }[];
+    };
+    assert.equal(again.blocked.length, 1);
+    assert.equal(again.audit.length, 1);
+    assert.deepEqual(
+      again.hosts.sort((x, y) => x.host.localeCompare(y.host)),
+      [
+        { host: '127.0.0.9', allowed: 0, blocked: 1 },
+        { host: 'localhost', allowed: 1, blocked: 0 },
+      ],
+    );
+    panel.close();
+  });
+
+  test('policy/preview reports validation errors by field; policy/checkUrl decides with a reason', async () => {
+    const panel = await privileged(ts);
+    const bad = (await panel.request('policy/preview', {
+      sandbox: { sandbox: 'linux-seccmp', policy: { type: 'read-only' } },
+    })) as { valid: boolean; errors: { path: string; message: string }[]; shape: string };
+    assert.equal(bad.valid, false);
+    assert.equal(bad.shape, 'seed');
+    const paths = bad.errors.map((e) => e.path);
+    assert.ok(paths.includes('sandbox.sandbox'), paths.join(','));
+    assert.ok(paths.includes('sandbox.fileSystemPolicy'), paths.join(','));
+    const none = (await panel.request('policy/preview', { sandbox: null })) as {
+      valid: boolean;
+      sandboxType: string;
+    };
+    assert.equal(none.valid, true);
+    assert.equal(none.sandboxType, 'none');
+
+    const config = {
+      config: {
+        network: { enabled: true, mode: 'limited', domains: { localhost: 'allow', 'allowed.test': 'allow' } },
+      },
+    };
+    const check = async (target: string, method?: string) =>
+      (await panel.request('policy/checkUrl', { config, target, method })) as {
+        valid: boolean;
+        decision: string | null;
+        reason: string | null;
+        host: string;
+        port: number;
+      };
+    let r = await check('http://localhost:8080/x');
+    assert.deepEqual([r.decision, r.reason, r.host, r.port], ['allow', 'allow', 'localhost', 8080]);
+    r = await check('127.0.0.2:9000');
+    assert.deepEqual([r.decision, r.reason], ['deny', 'not_allowed_local']);
+    r = await check('http://localhost:8080/x', 'POST');
+    assert.deepEqual([r.decision, r.reason], ['deny', 'method_not_allowed']);
+    r = await check('https://localhost/');
+    assert.deepEqual([r.decision, r.reason], ['deny', 'mitm_required']);
+    r = await check('http://not-listed.test/');
+    assert.deepEqual([r.decision, r.reason], ['deny', 'not_allowed']);
+    // An allowlisted name is resolved once (injected resolver: 127.0.0.1) and the answer is checked.
+    r = await check('http://allowed.test/');
+    assert.deepEqual([r.decision, r.reason], ['deny', 'not_allowed_local']);
+    const invalid = (await panel.request('policy/checkUrl', {
+      config: { config: { network: { enabled: 'yes', mode: 'half' } } },
+      target: 'localhost:1',
+    })) as { valid: boolean; errors: { path: string }[] };
+    assert.equal(invalid.valid, false);
+    assert.deepEqual(invalid.errors.map((e) => e.path).sort(), [
+      'config.config.network.enabled',
+      'config.config.network.mode',
+    ]);
+    panel.close();
+  });
+
+  test('a subscriber that stops reading has bounded memory; drops are counted and reported', async () => {
+    const small = await startTestServer();
+    const m = new Monitor(small.server, { highWaterBytes: 64 * 1024 });
+    // A transport that never reports its writes as done: a subscriber whose socket is stuck.
+    const held: (() => void)[] = [];
+    const frames: string[] = [];
+    const stuck: Transport = {
+      peer: 'stuck',
+      send(text, onWritten) {
+        frames.push(text);
+        if (onWritten) held.push(onWritten);
+      },
+      close() {},
+    };
+    const conn = small.server.connect(stuck);
+    conn.privileged = true;
+    conn.receive(JSON.stringify({ id: 1, method: 'initialize', params: { clientName: 'slow-panel' } }));
+    conn.receive(JSON.stringify({ method: 'initialized' }));
+    conn.receive(JSON.stringify({ id: 2, method: 'monitor/subscribe', params: {} }));
+    const agent = await small.client('loud');
+    try {
+      await agent.request('process/start', {
+        processId: 'loud',
+        argv: ['/bin/sh', '-c', 'head -c 4000000 /dev/zero'],
+        cwd: '/tmp',
+        env: { PATH: '/usr/bin:/bin' },
+        tty: false,
+      });
+      await agent.collect('loud', 20_000);
+      await until(
+        () => frames.some((f) => f.includes('"state":"closed"')) || m.queuedBytes() > 0,
+        5000,
+        'frames',
+      );
+      // 4 MB of output (~5.3 MB of base64) went out; the subscriber got no more than the budget plus one message.
+      assert.ok(m.queuedBytes() <= 64 * 1024 + 12 * 1024, `queued ${m.queuedBytes()}`);
+      const outputFrames = frames.filter((f) => f.startsWith('{"method":"monitor/output"')).length;
+      assert.ok(outputFrames < 20, `sent ${outputFrames} output frames`);
+      // Drain: the coalesced process state and the drop counts arrive.
+      for (const f of held.splice(0)) f();
+      const dropped = frames.find((f) => f.startsWith('{"method":"monitor/dropped"'));
+      assert.ok(dropped, 'monitor/dropped after draining');
+      assert.ok((JSON.parse(dropped).params.dropped.output as number) > 100);
+      const last = frames
+        .filter((f) => f.includes('"processId":"loud"') && f.startsWith('{"method":"monitor/process"'))
+        .pop();
+      assert.ok(last?.includes('"state":"closed"'), 'final state delivered after the drain');
+    } finally {
+      agent.close();
+      m.dispose();
+      await small.close();
+    }
+  });
+});
+
+describe('monitor helpers', () => {
+  test('sandbox badge', () => {
+    assert.equal(sandboxBadge('linuxSeccomp', ['/bin/sh']), 'linux-seccomp');
+    assert.equal(sandboxBadge('macosSeatbelt', ['/bin/sh']), 'macos-seatbelt');
+    assert.equal(
+      sandboxBadge('none', ['/home/a/.codex/tmp/arg0/codex-arg0x/codex-linux-sandbox', '--']),
+      'client-wrapped',
+    );
+    assert.equal(sandboxBadge('none', ['codex-linux-sandbox']), 'client-wrapped');
+    assert.equal(sandboxBadge('none', ['/bin/codex-linux-sandbox-not']), 'none');
+  });
+
+  test('redact keeps env names and hides values and secret-looking fields', () => {
+    assert.deepEqual(
+      redact({
+        env: { A: '1', B: '2' },
+        nested: { apiToken: 'x', ok: 'y', list: [{ password: 'p' }] },
+        n: 3,
+      }),
+      {
+        env: { A: REDACTED, B: REDACTED },
+        nested: { apiToken: REDACTED, ok: 'y', list: [{ password: REDACTED }] },
+        n: 3,
+      },
+    );
+  });
+
+  test('parseTarget', () => {
+    assert.deepEqual(parseTarget('https://h.test/p?q'), { scheme: 'https', host: 'h.test', port: 443 });
+    assert.deepEqual(parseTarget('http://[::1]:81/'), { scheme: 'http', host: '::1', port: 81 });
+    assert.deepEqual(parseTarget('h.test:443'), { scheme: 'https', host: 'h.test', port: 443 });
+    assert.deepEqual(parseTarget('[::1]:80'), { scheme: 'http', host: '::1', port: 80 });
+    assert.equal(parseTarget('h:99999'), null);
+    assert.equal(parseTarget(''), null);
+  });
+});

@@ -80,14 +80,15 @@ describe('protocol output ordering and backpressure (§5.8, §5.9)', () => {
 
   it('17: a background grandchild holding stdout open: exited before the last output, closed last', async () => {
     const c = await ts.client();
-    await c.request(
-      'process/start',
-      params('gc', ['/bin/sh', '-c', '(read x; printf late) & printf early; exit 0'], { pipeStdin: true }),
-    );
+    const trigger = `${dir.path}/release-gc`;
+    const script = `(while [ ! -e ${trigger} ]; do sleep 0.02; done; printf late) & printf early; exit 0`;
+    await c.request('process/start', params('gc', ['/bin/sh', '-c', script]));
     await c.waitFor((n) => n.method === 'process/exited' && n.params.processId === 'gc');
     assert.equal(c.output('gc'), 'early');
-    // The grandchild inherited the pipe stdin; releasing it lets it print and exit.
-    await c.request('process/write', { processId: 'gc', chunk: Buffer.from('\n').toString('base64') });
+    const rr = await c.request<ReadResult>('process/read', { processId: 'gc', afterSeq: 0 });
+    assert.equal(rr.exited, true);
+    assert.equal(rr.closed, false, 'the grandchild still holds stdout');
+    writeFileSync(trigger, '');
     const events = await c.collect('gc');
     assert.deepEqual(
       events.map((n) => [n.method, n.params.seq]),

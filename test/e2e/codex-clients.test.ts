@@ -149,6 +149,48 @@ function assertFull(r: RunResult, serverPid: number): void {
   assert.equal(starts(r).length, 4, `expected 4 process/start (basic, tty, poll, cat)\n${why}`);
   const withJsonrpc = r.frames.filter((f) => f.dir === 's2c' && f.msg && 'jsonrpc' in f.msg);
   assert.equal(withJsonrpc.length, 0, `the server sent "jsonrpc" members: ${withJsonrpc[0]?.text}`);
+  assertNotificationOrder(r, target === 'corral');
+}
+
+/**
+ * Per process: output/exited/closed share one strictly increasing seq and `closed` comes last (spec §7). With
+ * `startFirst` (ours, spec §8.4), the process/start answer also precedes the process's first notification; the real
+ * server sometimes breaks that (spec §9.12), so the rig validation does not ask it.
+ */
+function assertNotificationOrder(r: RunResult, startFirst: boolean): void {
+  for (const start of starts(r)) {
+    const id = (start.params as { processId: string }).processId;
+    const answered = r.frames.findIndex(
+      (f) => f.dir === 's2c' && f.conn === start.conn && f.msg?.id === start.id && !f.msg?.method,
+    );
+    const mine = r.frames
+      .map((f, i) => ({ f, i }))
+      .filter(
+        ({ f }) =>
+          f.dir === 's2c' &&
+          f.msg?.method?.startsWith('process/') === true &&
+          (f.msg.params as { processId?: string } | undefined)?.processId === id,
+      );
+    const detail = mine
+      .map(({ f }) => `${f.msg!.method}#${(f.msg!.params as { seq: number }).seq}`)
+      .join(', ');
+    assert.ok(mine.length > 0, `no notifications for process ${id}`);
+    const seqs = mine.map(({ f }) => (f.msg!.params as { seq: number }).seq);
+    for (let k = 1; k < seqs.length; k++) {
+      assert.ok(seqs[k]! > seqs[k - 1]!, `process ${id}: seq not strictly increasing: ${detail}`);
+    }
+    assert.equal(
+      mine.at(-1)!.f.msg!.method,
+      'process/closed',
+      `process ${id}: closed is not last: ${detail}`,
+    );
+    if (startFirst) {
+      assert.ok(
+        answered >= 0 && answered < mine[0]!.i,
+        `process ${id}: a notification preceded the process/start answer: ${detail}`,
+      );
+    }
+  }
 }
 
 const reasons = installStatus();
@@ -182,7 +224,7 @@ for (const version of versions) {
             target === 'corral' ? { kind: 'corral', cli: corralCli } : { kind: 'codex', version, binary },
           baseDir: join(defaultBaseDir(), `${target}-${version}`),
           runs: runsFor(version),
-          timeoutMs: 60_000,
+          timeoutMs: 25_000,
         });
         mkdirSync(artifacts, { recursive: true });
         writeFileSync(join(artifacts, `${target}-${version}.json`), JSON.stringify(suite, null, 1));

@@ -144,9 +144,22 @@ interface NativeBinding {
     env: string[],
     cwd: string,
     fds: number[],
+    waitExec: boolean,
   ): [number, number, number, number];
   setExitHandler(fn: (pid: number, status: number, signo: number) => void): void;
+  /** Whether this build can start children without waiting for their exec (x86_64, arm64). */
+  asyncExec: boolean;
 }
+
+/**
+ * How the native spawner starts a child. 'async' (the default where supported): the event loop does not wait for the
+ * child's execve; missing or unusable programs and cwds are found by checks before the start, and the rarer exec
+ * failures only visible to execve itself (bad #! interpreter, unknown binary format) make the child print
+ * `corral: cannot execute <file>: <error>` on stderr and exit 127. 'vfork': wait for the execve, every exec failure
+ * is a SpawnError; the main thread is blocked until the child has been scheduled and exec'd, which costs throughput
+ * when the machine is busy.
+ */
+export type NativeMode = 'async' | 'vfork';
 
 const FD_CLOSED = -1;
 const FD_PIPE = -2;
@@ -195,13 +208,25 @@ native.binding?.setExitHandler((pid, status, signo) => {
 /** Why the native spawner is not available (null when it is). */
 export const nativeLoadError: string | null = native.error;
 
-function spawnNative(binding: NativeBinding, spec: LaunchSpec, opts: SpawnOptions): SpawnedChild {
+function spawnNative(
+  binding: NativeBinding,
+  spec: LaunchSpec,
+  opts: SpawnOptions,
+  mode: NativeMode,
+): SpawnedChild {
   checkNoNul(spec);
   const fds = [opts.stdin === 'pipe' ? FD_PIPE : FD_DEVNULL, FD_PIPE, FD_PIPE];
   for (const fd of spec.extraFds ?? []) fds.push(fd ?? FD_CLOSED);
   let r: [number, number, number, number];
   try {
-    r = binding.spawn(spec.file, spec.argv, envPairs(spec.env), spec.cwd, fds);
+    r = binding.spawn(
+      spec.file,
+      spec.argv,
+      envPairs(spec.env),
+      spec.cwd,
+      fds,
+      mode === 'vfork' || !binding.asyncExec,
+    );
   } catch (e) {
     const errno = (e as { errno?: unknown }).errno;
     if (typeof errno === 'number') throw spawnError(errno, (e as Error).message);
@@ -279,13 +304,18 @@ function chooseKind(): SpawnerKind {
 export const spawnerKind: SpawnerKind = chooseKind();
 
 /** Spawns with an explicit implementation (tests and benchmarks); throws if 'native' is not available. */
-export function spawnPipedWith(kind: SpawnerKind, spec: LaunchSpec, opts: SpawnOptions): SpawnedChild {
+export function spawnPipedWith(
+  kind: SpawnerKind,
+  spec: LaunchSpec,
+  opts: SpawnOptions,
+  mode: NativeMode = 'async',
+): SpawnedChild {
   if (kind === 'node') return spawnNode(spec, opts);
   if (!native.binding) throw new Error(`native spawner unavailable: ${native.error}`);
-  return spawnNative(native.binding, spec, opts);
+  return spawnNative(native.binding, spec, opts, mode);
 }
 
 /** Starts `spec` with pipes. Throws SpawnError synchronously when the program cannot be started. */
 export function spawnPiped(spec: LaunchSpec, opts: SpawnOptions): SpawnedChild {
-  return spawnerKind === 'native' ? spawnNative(native.binding!, spec, opts) : spawnNode(spec, opts);
+  return spawnerKind === 'native' ? spawnNative(native.binding!, spec, opts, 'async') : spawnNode(spec, opts);
 }

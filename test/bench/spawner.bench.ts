@@ -1,10 +1,11 @@
 /**
  * Spawner benchmarks (issue 2), with no server in between: start→exit of `true` (sequential) and 64 concurrent
- * `sh -c 'for i in 1 2 3 4 5; do echo line $i; done'`, for the native spawner ("corral") against child_process (the
- * "reference"), alternating the two so that machine load drifts affect both alike.
+ * `sh -c 'for i in 1 2 3 4 5; do echo line $i; done'`, for the native spawner ("corral", default async-exec mode, and
+ * its vfork mode) against child_process (the "reference"), alternating them so that machine load drifts affect all
+ * alike.
  */
 import type { LaunchSpec } from '../../src/process/launch.js';
-import { nativeLoadError, type SpawnerKind, spawnPipedWith } from '../../src/process/spawner.js';
+import { nativeLoadError, spawnPipedWith } from '../../src/process/spawner.js';
 import type { BenchRow } from './types.js';
 
 const SH5: LaunchSpec = {
@@ -15,10 +16,16 @@ const SH5: LaunchSpec = {
 };
 const TRUE: LaunchSpec = { file: '/bin/true', argv: ['true'], env: {}, cwd: '/' };
 
+type Impl = 'native' | 'vfork' | 'node';
+const IMPLS: Impl[] = ['native', 'vfork', 'node'];
+
 /** Runs one child to the end: exit observed and both pipes closed. Resolves with the stdout byte count. */
-function runOnce(kind: SpawnerKind, spec: LaunchSpec): Promise<number> {
+function runOnce(impl: Impl, spec: LaunchSpec): Promise<number> {
   return new Promise((resolve, reject) => {
-    const c = spawnPipedWith(kind, spec, { stdin: 'null' });
+    const c =
+      impl === 'node'
+        ? spawnPipedWith('node', spec, { stdin: 'null' })
+        : spawnPipedWith('native', spec, { stdin: 'null' }, impl === 'vfork' ? 'vfork' : 'async');
     let bytes = 0;
     let left = 3;
     let code = 0;
@@ -40,7 +47,7 @@ function runOnce(kind: SpawnerKind, spec: LaunchSpec): Promise<number> {
   });
 }
 
-async function latencies(kind: SpawnerKind, n: number): Promise<number[]> {
+async function latencies(kind: Impl, n: number): Promise<number[]> {
   const out: number[] = [];
   for (let i = 0; i < n; i++) {
     const t = performance.now();
@@ -50,7 +57,7 @@ async function latencies(kind: SpawnerKind, n: number): Promise<number[]> {
   return out.sort((a, b) => a - b);
 }
 
-async function throughput(kind: SpawnerKind, total: number, concurrency: number): Promise<number> {
+async function throughput(kind: Impl, total: number, concurrency: number): Promise<number> {
   let started = 0;
   let bytes = 0;
   const lane = async () => {
@@ -73,41 +80,43 @@ const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.len
 
 export async function run(): Promise<BenchRow[]> {
   if (nativeLoadError) throw new Error(`native spawner not built: ${nativeLoadError}`);
-  await throughput('native', 64, 64); // warm-up
-  await throughput('node', 64, 64);
-  const lat: Record<SpawnerKind, number[]> = { native: [], node: [] };
+  for (const impl of IMPLS) await throughput(impl, 64, 64); // warm-up
+  const lat: Record<Impl, number[]> = { native: [], vfork: [], node: [] };
   for (let round = 0; round < 2; round++) {
-    for (const kind of ['native', 'node'] as const) lat[kind].push(...(await latencies(kind, 100)));
+    for (const impl of IMPLS) lat[impl].push(...(await latencies(impl, 100)));
   }
-  lat.native.sort((a, b) => a - b);
-  lat.node.sort((a, b) => a - b);
-  const rate: Record<SpawnerKind, number[]> = { native: [], node: [] };
+  for (const impl of IMPLS) lat[impl].sort((a, b) => a - b);
+  const rate: Record<Impl, number[]> = { native: [], vfork: [], node: [] };
   for (let round = 0; round < 3; round++) {
-    for (const kind of ['native', 'node'] as const) rate[kind].push(await throughput(kind, 1000, 64));
+    for (const impl of IMPLS) rate[impl].push(await throughput(impl, 1000, 64));
   }
-  const section = 'spawner (native vs child_process)';
+  const section = 'spawner: native (ref. child_process)';
   const rows: BenchRow[] = [];
   for (const [p, label] of [
     [0.5, 'p50'],
     [0.9, 'p90'],
     [0.99, 'p99'],
   ] as const) {
+    for (const impl of ['native', 'vfork'] as const) {
+      rows.push({
+        section,
+        metric: `${impl === 'vfork' ? '[vfork mode] ' : ''}true spawn→exit ${label} (200 sequential)`,
+        corral: pct(lat[impl], p),
+        reference: pct(lat.node, p),
+        unit: 'ms',
+        target: label === 'p50' && impl === 'native' ? '≤ 3 ms (through the server)' : undefined,
+      });
+    }
+  }
+  for (const impl of ['native', 'vfork'] as const) {
     rows.push({
       section,
-      metric: `true spawn→exit ${label} (200 sequential)`,
-      corral: pct(lat.native, p),
-      reference: pct(lat.node, p),
-      unit: 'ms',
-      target: label === 'p50' ? '≤ 3 ms (through the server)' : undefined,
+      metric: `${impl === 'vfork' ? '[vfork mode] ' : ''}64 concurrent sh 5-line, median of 3×1000`,
+      corral: median(rate[impl]),
+      reference: median(rate.node),
+      unit: '/s',
+      target: impl === 'native' ? '≥ 1500 /s (through the server)' : undefined,
     });
   }
-  rows.push({
-    section,
-    metric: '64 concurrent sh 5-line, median of 3×1000',
-    corral: median(rate.native),
-    reference: median(rate.node),
-    unit: '/s',
-    target: '≥ 1500 /s (through the server)',
-  });
   return rows;
 }

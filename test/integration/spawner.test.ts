@@ -23,7 +23,6 @@ import {
   nativeLoadError,
   SpawnError,
   type SpawnedChild,
-  type SpawnerKind,
   spawnerKind,
   spawnPipedWith,
 } from '../../src/process/spawner.js';
@@ -76,8 +75,23 @@ function finish(c: SpawnedChild): Promise<Result> {
   });
 }
 
-function run(kind: SpawnerKind, spec: LaunchSpec, input?: string): Promise<Result> {
-  const c = spawnPipedWith(kind, spec, { stdin: input === undefined ? 'null' : 'pipe' });
+/** 'native' is the addon in its default async-exec mode, 'vfork' the addon waiting for exec, 'node' child_process. */
+type Impl = 'native' | 'vfork' | 'node';
+
+function spawnWith(impl: Impl, spec: LaunchSpec, opts: { stdin: 'null' | 'pipe' }): SpawnedChild {
+  if (impl === 'node') return spawnPipedWith('node', spec, opts);
+  return spawnPipedWith('native', spec, opts, impl === 'vfork' ? 'vfork' : 'async');
+}
+
+/** The expression a helper script uses to spawn with `impl` (its spawner module is `m`). */
+function helperSpawn(impl: Impl, spec: string): string {
+  return impl === 'node'
+    ? `m.spawnPipedWith('node', ${spec}, { stdin: 'null' })`
+    : `m.spawnPipedWith('native', ${spec}, { stdin: 'null' }, ${JSON.stringify(impl === 'vfork' ? 'vfork' : 'async')})`;
+}
+
+function run(kind: Impl, spec: LaunchSpec, input?: string): Promise<Result> {
+  const c = spawnWith(kind, spec, { stdin: input === undefined ? 'null' : 'pipe' });
   if (input !== undefined) c.stdin!.end(input);
   return finish(c);
 }
@@ -198,7 +212,7 @@ describe('spawner selection', () => {
   });
 });
 
-for (const kind of ['native', 'node'] as const) {
+for (const kind of ['native', 'vfork', 'node'] as const) {
   describe(`spawnPiped (${kind})`, () => {
     it('reports exit codes: status & 0xff, 128+signo for signals', async () => {
       assert.deepEqual(await run(kind, sh('printf out; printf err >&2; exit 3')), {
@@ -226,7 +240,7 @@ for (const kind of ['native', 'node'] as const) {
     });
 
     it('stdin null is /dev/null; the child reads EOF at once', async () => {
-      const c = spawnPipedWith(kind, sh('cat; readlink /proc/$$/fd/0'), { stdin: 'null' });
+      const c = spawnWith(kind, sh('cat; readlink /proc/$$/fd/0'), { stdin: 'null' });
       assert.equal(c.stdin, null);
       const r = await finish(c);
       assert.equal(r.stdout, '/dev/null\n');
@@ -310,7 +324,7 @@ for (const kind of ['native', 'node'] as const) {
       for (const [over, errno, text] of cases) {
         const spec: LaunchSpec = { file: '/bin/true', argv: ['x'], env: {}, cwd: '/', ...over };
         assert.throws(
-          () => spawnPipedWith(kind, spec, { stdin: 'pipe' }),
+          () => spawnWith(kind, spec, { stdin: 'pipe' }),
           (e: unknown) => {
             assert.ok(e instanceof SpawnError, `${JSON.stringify(over)}: ${String(e)}`);
             assert.equal(e.errno, errno, JSON.stringify(over));
@@ -327,8 +341,29 @@ for (const kind of ['native', 'node'] as const) {
       );
     });
 
+    it('exec failures only execve can see: SpawnError, or (async mode) exit 127 with the error on stderr', async () => {
+      const script = join(dir, `bad-interpreter-${kind}`);
+      writeFileSync(script, '#!/no/such/interpreter\necho never\n');
+      chmodSync(script, 0o755);
+      const spec: LaunchSpec = { file: script, argv: ['x'], env: {}, cwd: '/' };
+      if (kind === 'native') {
+        const r = await run(kind, spec);
+        assert.deepEqual(r, {
+          stdout: '',
+          stderr: `corral: cannot execute ${script}: No such file or directory\n`,
+          code: 127,
+          signal: null,
+        });
+      } else {
+        assert.throws(
+          () => spawnWith(kind, spec, { stdin: 'null' }),
+          (e: unknown) => e instanceof SpawnError && e.errno === 'ENOENT',
+        );
+      }
+    });
+
     it('makes the child its own session and process-group leader', async () => {
-      const c = spawnPipedWith(
+      const c = spawnWith(
         kind,
         { file: '/bin/cat', argv: ['cat', '/proc/self/stat'], env: {}, cwd: '/' },
         {
@@ -342,7 +377,7 @@ for (const kind of ['native', 'node'] as const) {
     });
 
     it('a group kill takes a background grandchild', async () => {
-      const c = spawnPipedWith(kind, sh('sleep 1000 & echo $!; wait'), { stdin: 'null' });
+      const c = spawnWith(kind, sh('sleep 1000 & echo $!; wait'), { stdin: 'null' });
       const done = finish(c);
       const grandchild = await new Promise<number>((resolve) => {
         let line = '';
@@ -385,7 +420,7 @@ for (const kind of ['native', 'node'] as const) {
       // The helper gets fd 3 from us without O_CLOEXEC (a pipe), then lists what its own child sees.
       const out = await helperOutput(
         `const m = await import(${JSON.stringify(SPAWNER)});
-           const c = m.spawnPipedWith(${JSON.stringify(kind)}, { file: '/bin/ls', argv: ['ls', '-l', '/proc/self/fd'], env: {}, cwd: '/' }, { stdin: 'null' });
+           const c = ${helperSpawn(kind, "{ file: '/bin/ls', argv: ['ls', '-l', '/proc/self/fd'], env: {}, cwd: '/' }")};
            const fs = await import('node:fs');
            console.log(fs.readlinkSync('/proc/self/fd/3'));
            c.stdout.pipe(process.stdout);`,
@@ -402,7 +437,7 @@ for (const kind of ['native', 'node'] as const) {
     }, async () => {
       const h = helper(
         `const m = await import(${JSON.stringify(SPAWNER)});
-           const c = m.spawnPipedWith(${JSON.stringify(kind)}, { file: '/bin/sleep', argv: ['sleep', '1000'], env: {}, cwd: '/' }, { stdin: 'null' });
+           const c = ${helperSpawn(kind, "{ file: '/bin/sleep', argv: ['sleep', '1000'], env: {}, cwd: '/' }")};
            console.log(c.pid);`,
       );
       const pid = await new Promise<number>((resolve) => {
@@ -420,7 +455,7 @@ for (const kind of ['native', 'node'] as const) {
     });
 
     it('calls onExit exactly once per callback, also when registered after the exit', async () => {
-      const c = spawnPipedWith(kind, sh('exit 7'), { stdin: 'null' });
+      const c = spawnWith(kind, sh('exit 7'), { stdin: 'null' });
       const calls: number[] = [];
       c.onExit((code) => calls.push(code));
       await finish(c);

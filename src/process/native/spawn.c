@@ -32,6 +32,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -51,11 +52,11 @@
 #define FD_PIPE (-2)
 #define FD_DEVNULL (-3)
 #define MAX_CHILD_FDS 64
-#define CHILD_STACK_SIZE (256 * 1024)
+#define CHILD_STACK_SIZE (64 * 1024)
 
 // ---------------------------------------------------------------------------------------------------------------
-// The child side. It runs on its own stack but in the parent's memory, while the parent thread is suspended: it must
-// not allocate, lock or touch anything but the prepared arguments before execve.
+// The child side. It runs on its own stack but in the parent's memory: it must not allocate, take locks or write
+// anything but its own stack (and, in vfork mode, `err`) before execve.
 
 struct child_args {
   const char *file;
@@ -66,15 +67,19 @@ struct child_args {
   int src[MAX_CHILD_FDS];  // child fd i <- src[i] (an fd of the parent), -1 = closed
   int tmp[MAX_CHILD_FDS];  // scratch: sources moved above nfds
   unsigned int close_from_max;
-  volatile int err;  // set by the child when it fails; 0 when execve succeeded
+  pid_t parent_pid;
+  int status_fd;     // async mode: write end of a CLOEXEC pipe; its EOF tells the parent the child left our memory
+  volatile int err;  // vfork mode: set by the child when it fails; 0 when execve succeeded
 };
 
+// vfork mode: the parent thread is suspended until execve or _exit, so plain libc calls are safe here (errno lands in
+// the suspended thread's TLS).
 static void child_fail(struct child_args *a, int err) {
   a->err = err ? err : EINVAL;
   _exit(127);
 }
 
-static int child_main(void *p) {
+static int child_main_vfork(void *p) {
   struct child_args *a = p;
   struct sigaction dfl;
   memset(&dfl, 0, sizeof dfl);
@@ -119,10 +124,125 @@ static int child_main(void *p) {
   return 127;
 }
 
+// Async mode: the parent keeps running while the child sets up and execs, so the child may not even touch errno
+// (it lives in the parent thread's TLS). It uses raw system calls only. Exec errors the parent could not foresee
+// (see precheck) are written to the child's stderr, and the child exits 127, like a shell.
+#if defined(__x86_64__)
+#define HAVE_RAW_SYSCALL 1
+static inline long raw_syscall(long n, long a, long b, long c, long d) {
+  long ret;
+  register long r10 __asm__("r10") = d;
+  __asm__ volatile("syscall" : "=a"(ret) : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10) : "rcx", "r11", "memory");
+  return ret;
+}
+#elif defined(__aarch64__)
+#define HAVE_RAW_SYSCALL 1
+static inline long raw_syscall(long n, long a, long b, long c, long d) {
+  register long x8 __asm__("x8") = n;
+  register long x0 __asm__("x0") = a;
+  register long x1 __asm__("x1") = b;
+  register long x2 __asm__("x2") = c;
+  register long x3 __asm__("x3") = d;
+  __asm__ volatile("svc 0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2), "r"(x3) : "memory", "cc");
+  return x0;
+}
+#endif
+
+#ifdef HAVE_RAW_SYSCALL
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
+// The kernel's struct sigaction (x86_64 and arm64 share this layout); all zero = SIG_DFL, no flags, empty mask.
+struct kernel_sigaction {
+  void *handler;
+  unsigned long flags;
+  void *restorer;
+  unsigned long mask;
+};
+static const struct kernel_sigaction k_dfl;
+static const unsigned long k_empty_mask;
+static const char *errtext[256];  // strerror texts, filled at load time (read-only afterwards)
+
+static size_t raw_strlen(const char *s) {
+  size_t n = 0;
+  while (s[n]) n++;
+  return n;
+}
+
+static void raw_write_str(int fd, const char *s) {
+  size_t len = raw_strlen(s);
+  while (len > 0) {
+    long w = raw_syscall(SYS_write, fd, (long)s, (long)len, 0);
+    if (w == -EINTR) continue;
+    if (w <= 0) return;
+    s += w;
+    len -= (size_t)w;
+  }
+}
+
+__attribute__((noreturn)) static void child_die(struct child_args *a, long negerr, int stdio_ready) {
+  int err = (int)-negerr;
+  if (stdio_ready) {
+    raw_write_str(2, "corral: cannot execute ");
+    raw_write_str(2, a->file);
+    raw_write_str(2, ": ");
+    raw_write_str(2, err > 0 && err < 256 && errtext[err] ? errtext[err] : "error");
+    raw_write_str(2, "\n");
+  }
+  for (;;) raw_syscall(SYS_exit_group, 127, 0, 0, 0);
+}
+
+static int child_main_async(void *p) {
+  struct child_args *a = p;
+  long r;
+  for (long s = 1; s <= 64; s++) {
+    if (s == SIGKILL || s == SIGSTOP) continue;
+    raw_syscall(SYS_rt_sigaction, s, (long)&k_dfl, 0, sizeof(unsigned long));
+  }
+  if ((r = raw_syscall(SYS_setsid, 0, 0, 0, 0)) < 0) child_die(a, r, 0);
+  if ((r = raw_syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0)) < 0) child_die(a, r, 0);
+  // The parent may have died before PR_SET_PDEATHSIG took effect.
+  if (raw_syscall(SYS_getppid, 0, 0, 0, 0) != a->parent_pid) child_die(a, -ESRCH, 0);
+
+  int status = a->status_fd;
+  if (status < a->nfds) {
+    if ((r = raw_syscall(SYS_fcntl, status, F_DUPFD_CLOEXEC, a->nfds, 0)) < 0) child_die(a, r, 0);
+    status = (int)r;
+  }
+  for (int i = 0; i < a->nfds; i++) {
+    int s = a->src[i];
+    a->tmp[i] = s;  // a->tmp belongs to this child alone until it execs
+    if (s >= 0 && s < a->nfds) {
+      if ((r = raw_syscall(SYS_fcntl, s, F_DUPFD_CLOEXEC, a->nfds, 0)) < 0) child_die(a, r, 0);
+      a->tmp[i] = (int)r;
+    }
+  }
+  for (int i = 0; i < a->nfds; i++) {
+    int s = a->tmp[i];
+    if (s < 0) raw_syscall(SYS_close, i, 0, 0, 0);
+    else if ((r = raw_syscall(SYS_dup3, s, i, 0, 0)) < 0) child_die(a, r, i > 2);
+  }
+  if ((r = raw_syscall(SYS_chdir, (long)a->cwd, 0, 0, 0)) < 0) child_die(a, r, 1);
+  // Everything above the requested fds closes at exec (the status pipe included, which is the point).
+  if (raw_syscall(SYS_close_range, a->nfds, (long)~0U, CLOSE_RANGE_CLOEXEC, 0) < 0) {
+    for (unsigned int fd = (unsigned int)a->nfds; fd < a->close_from_max; fd++) {
+      if ((int)fd != status) raw_syscall(SYS_close, fd, 0, 0, 0);
+    }
+  }
+  raw_syscall(SYS_rt_sigprocmask, SIG_SETMASK, (long)&k_empty_mask, 0, sizeof(unsigned long));
+  r = raw_syscall(SYS_execve, (long)a->file, (long)a->argv, (long)a->envp, 0);
+  child_die(a, r, 1);
+}
+#endif
+
 // ---------------------------------------------------------------------------------------------------------------
 // Per-environment state and exit watching.
 
 struct watched;
+struct pending_exec;
+
+#define STACK_CACHE 32
 
 struct addon_state {
   napi_env env;
@@ -130,6 +250,9 @@ struct addon_state {
   napi_async_context async_ctx;
   uv_loop_t *loop;
   struct watched *head;
+  struct pending_exec *pending;  // async mode: children that may still run in our memory
+  void *stacks[STACK_CACHE];     // free child stacks
+  int nstacks;
   int devnull;
 };
 
@@ -141,6 +264,18 @@ struct watched {
   struct watched *prev, *next;
 };
 
+// Everything a child started in async mode may use until it has exec'd or exited.
+struct pending_exec {
+  uv_poll_t poll;  // on the read end of the status pipe; EOF = the child is done with our memory
+  struct addon_state *st;
+  int status_rd;
+  void *stack;
+  char *file, *cwd;
+  char **argv, **envp;
+  struct child_args a;
+  struct pending_exec *prev, *next;
+};
+
 static void unlink_watched(struct watched *w) {
   if (w->prev) w->prev->next = w->next;
   else if (w->st) w->st->head = w->next;
@@ -148,7 +283,7 @@ static void unlink_watched(struct watched *w) {
   w->prev = w->next = NULL;
 }
 
-static void free_watched(uv_handle_t *h) { free(h->data); }
+static void free_handle_data(uv_handle_t *h) { free(h->data); }
 
 static void on_pidfd(uv_poll_t *handle, int status, int events) {
   (void)events;
@@ -170,7 +305,7 @@ static void on_pidfd(uv_poll_t *handle, int status, int events) {
   uv_poll_stop(&w->poll);
   close(w->pidfd);
   unlink_watched(w);
-  uv_close((uv_handle_t *)&w->poll, free_watched);
+  uv_close((uv_handle_t *)&w->poll, free_handle_data);
 
   napi_env env = st->env;
   napi_handle_scope scope;
@@ -181,7 +316,7 @@ static void on_pidfd(uv_poll_t *handle, int status, int events) {
     napi_create_int32(env, pid, &argv[0]);
     napi_create_int32(env, code, &argv[1]);
     napi_create_int32(env, signo, &argv[2]);
-      napi_status s = napi_make_callback(env, st->async_ctx, recv, fn, 3, argv, &result);
+    napi_status s = napi_make_callback(env, st->async_ctx, recv, fn, 3, argv, &result);
     if (s == napi_pending_exception) {
       napi_value err;
       napi_get_and_clear_last_exception(env, &err);
@@ -189,6 +324,59 @@ static void on_pidfd(uv_poll_t *handle, int status, int events) {
     }
   }
   napi_close_handle_scope(env, scope);
+}
+
+static void free_string_array(char **v) {
+  if (!v) return;
+  for (char **p = v; *p; p++) free(*p);
+  free(v);
+}
+
+static void *get_stack(struct addon_state *st) {
+  if (st->nstacks > 0) return st->stacks[--st->nstacks];
+  void *m = mmap(NULL, CHILD_STACK_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  return m == MAP_FAILED ? NULL : m;
+}
+
+static void put_stack(struct addon_state *st, void *stack) {
+  if (!stack) return;
+  if (st && st->nstacks < STACK_CACHE) st->stacks[st->nstacks++] = stack;
+  else munmap(stack, CHILD_STACK_SIZE);
+}
+
+// Only once the child is done with them (exec'd or exited).
+static void free_pending(struct pending_exec *pe) {
+  put_stack(pe->st, pe->stack);
+  free(pe->file);
+  free(pe->cwd);
+  free_string_array(pe->argv);
+  free_string_array(pe->envp);
+  free(pe);
+}
+
+static void unlink_pending(struct pending_exec *pe) {
+  if (pe->prev) pe->prev->next = pe->next;
+  else if (pe->st) pe->st->pending = pe->next;
+  if (pe->next) pe->next->prev = pe->prev;
+  pe->prev = pe->next = NULL;
+}
+
+static void free_pending_handle(uv_handle_t *h) { free_pending(h->data); }
+
+static void on_status(uv_poll_t *handle, int status, int events) {
+  (void)status;
+  (void)events;
+  struct pending_exec *pe = handle->data;
+  char buf[64];
+  ssize_t n;
+  while ((n = read(pe->status_rd, buf, sizeof buf)) > 0) {
+  }
+  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+  // EOF (or an error we cannot wait out): the child has exec'd or exited, our memory is ours again.
+  uv_poll_stop(&pe->poll);
+  close(pe->status_rd);
+  unlink_pending(pe);
+  uv_close((uv_handle_t *)&pe->poll, free_pending_handle);
 }
 
 static void cleanup_state(void *arg) {
@@ -199,8 +387,16 @@ static void cleanup_state(void *arg) {
     w->st = NULL;
     uv_poll_stop(&w->poll);
     close(w->pidfd);
-    uv_close((uv_handle_t *)&w->poll, free_watched);
+    uv_close((uv_handle_t *)&w->poll, free_handle_data);
   }
+  // Children still setting up may use these stacks: leave them mapped (the environment is going away anyway).
+  while (st->pending) {
+    struct pending_exec *pe = st->pending;
+    unlink_pending(pe);
+    uv_poll_stop(&pe->poll);
+    close(pe->status_rd);
+  }
+  while (st->nstacks > 0) munmap(st->stacks[--st->nstacks], CHILD_STACK_SIZE);
   if (st->devnull >= 0) close(st->devnull);
   st->devnull = -1;
 }
@@ -258,38 +454,70 @@ static char **get_string_array(napi_env env, napi_value arr) {
   return v;
 }
 
-static void free_string_array(char **v) {
-  if (!v) return;
-  for (char **p = v; *p; p++) free(*p);
-  free(v);
+// The errors execve would report for a missing or unusable cwd or program, found before starting the child (async
+// mode cannot report exec errors synchronously). Returns 0 or an errno value.
+static int precheck(const char *file, const char *cwd) {
+  struct stat sb;
+  if (stat(cwd, &sb) < 0) return errno;
+  if (!S_ISDIR(sb.st_mode)) return ENOTDIR;
+  if (faccessat(AT_FDCWD, cwd, X_OK, AT_EACCESS) < 0) return errno;
+  char *joined = NULL;
+  if (file[0] != '/') {  // execve resolves it after chdir
+    size_t lc = strlen(cwd), lf = strlen(file);
+    joined = malloc(lc + lf + 2);
+    if (!joined) return ENOMEM;
+    memcpy(joined, cwd, lc);
+    joined[lc] = '/';
+    memcpy(joined + lc + 1, file, lf + 1);
+    file = joined;
+  }
+  int err = 0;
+  if (stat(file, &sb) < 0) err = errno;
+  else if (!S_ISREG(sb.st_mode)) err = EACCES;
+  else if (faccessat(AT_FDCWD, file, X_OK, AT_EACCESS) < 0) err = errno;
+  free(joined);
+  return err;
 }
 
-static __thread char *child_stack;
+static __thread char *vfork_stack;
 
 static napi_value js_spawn(napi_env env, napi_callback_info info) {
-  size_t argc = 5;
-  napi_value args[5];
+  size_t argc = 6;
+  napi_value args[6];
   struct addon_state *st;
   if (napi_get_cb_info(env, info, &argc, args, NULL, NULL) != napi_ok || argc < 5) {
-    napi_throw_type_error(env, NULL, "spawn(file, argv, env, cwd, fds) expects 5 arguments");
+    napi_throw_type_error(env, NULL, "spawn(file, argv, env, cwd, fds, waitExec) expects 5 or 6 arguments");
     return NULL;
   }
   napi_get_instance_data(env, (void **)&st);
+  bool wait_exec = false;
+  if (argc >= 6) napi_get_value_bool(env, args[5], &wait_exec);
+#ifndef HAVE_RAW_SYSCALL
+  wait_exec = true;
+#endif
 
-  struct child_args a;
-  memset(&a, 0, sizeof a);
-  char *file = get_string(env, args[0]);
-  char **argv = get_string_array(env, args[1]);
-  char **envp = get_string_array(env, args[2]);
-  char *cwd = get_string(env, args[3]);
+  struct pending_exec *pe = calloc(1, sizeof *pe);
+  if (!pe) {
+    napi_throw_error(env, NULL, "spawn: out of memory");
+    return NULL;
+  }
+  struct child_args *a = &pe->a;
+  pe->st = st;
+  pe->status_rd = -1;
+  pe->file = get_string(env, args[0]);
+  pe->argv = get_string_array(env, args[1]);
+  pe->envp = get_string_array(env, args[2]);
+  pe->cwd = get_string(env, args[3]);
   uint32_t nfds = 0;
   napi_get_array_length(env, args[4], &nfds);
   napi_value result = NULL;
   int parent_end[3] = {-1, -1, -1};
   int child_end[3] = {-1, -1, -1};
+  int status_wr = -1;
   int err = 0;
+  bool keep_pe = false;
 
-  if (!file || !argv || !envp || !cwd) {
+  if (!pe->file || !pe->argv || !pe->envp || !pe->cwd) {
     bool pending = false;
     napi_is_exception_pending(env, &pending);
     if (!pending) napi_throw_type_error(env, NULL, "spawn: bad string arguments");
@@ -299,7 +527,9 @@ static napi_value js_spawn(napi_env env, napi_callback_info info) {
     napi_throw_range_error(env, NULL, "spawn: fds must have 3..64 entries");
     goto out;
   }
-  a.nfds = (int)nfds;
+  if (!wait_exec && (err = precheck(pe->file, pe->cwd)) != 0) goto fail;
+
+  a->nfds = (int)nfds;
   for (uint32_t i = 0; i < nfds; i++) {
     napi_value e;
     int32_t fd = FD_CLOSED;
@@ -320,32 +550,60 @@ static napi_value js_spawn(napi_env env, napi_callback_info info) {
     } else if (fd < 0) {
       fd = FD_CLOSED;
     }
-    a.src[i] = fd;
+    a->src[i] = fd;
   }
-  a.file = file;
-  a.argv = argv;
-  a.envp = envp;
-  a.cwd = cwd;
+  a->file = pe->file;
+  a->argv = pe->argv;
+  a->envp = pe->envp;
+  a->cwd = pe->cwd;
+  a->parent_pid = getpid();
+  a->status_fd = -1;
   struct rlimit rl;
-  a.close_from_max = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < 65536
-                         ? (unsigned int)rl.rlim_cur
-                         : 65536;
+  a->close_from_max = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < 65536
+                          ? (unsigned int)rl.rlim_cur
+                          : 65536;
 
-  if (!child_stack) {
-    void *m = mmap(NULL, CHILD_STACK_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-    if (m == MAP_FAILED) {
+  char *stack;
+  int (*child_fn)(void *);
+  int flags = CLONE_VM | CLONE_PIDFD | SIGCHLD;
+  if (wait_exec) {
+    if (!vfork_stack) {
+      void *m = mmap(NULL, CHILD_STACK_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+      if (m == MAP_FAILED) {
+        err = errno;
+        goto fail;
+      }
+      vfork_stack = m;
+    }
+    stack = vfork_stack;
+    child_fn = child_main_vfork;
+    flags |= CLONE_VFORK;
+  } else {
+#ifdef HAVE_RAW_SYSCALL
+    int sp[2];
+    if (pipe2(sp, O_CLOEXEC) < 0) {
       err = errno;
       goto fail;
     }
-    child_stack = m;
+    pe->status_rd = sp[0];
+    status_wr = a->status_fd = sp[1];
+    if (!(pe->stack = get_stack(st))) {
+      err = ENOMEM;
+      goto fail;
+    }
+    stack = pe->stack;
+    child_fn = child_main_async;
+#else
+    err = ENOSYS;
+    goto fail;
+#endif
   }
 
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
   int pidfd = -1;
-  pid_t pid = clone(child_main, child_stack + CHILD_STACK_SIZE, CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, &a,
-                    &pidfd);
+  pid_t pid = clone(child_fn, stack + CHILD_STACK_SIZE, flags, a, &pidfd);
   int clone_errno = errno;
   pthread_sigmask(SIG_SETMASK, &old, NULL);
 
@@ -353,25 +611,47 @@ static napi_value js_spawn(napi_env env, napi_callback_info info) {
     err = clone_errno;
     goto fail;
   }
-  if (a.err != 0) {
+  for (int i = 0; i < 3; i++) {
+    if (child_end[i] >= 0) close(child_end[i]);
+    child_end[i] = -1;
+  }
+  if (!wait_exec) {
+    close(status_wr);
+    status_wr = -1;
+    keep_pe = true;  // the child owns pe until the status pipe reports EOF
+    if (uv_poll_init(st->loop, &pe->poll, pe->status_rd) == 0) {
+      pe->poll.data = pe;
+      pe->next = st->pending;
+      if (st->pending) st->pending->prev = pe;
+      st->pending = pe;
+      uv_poll_start(&pe->poll, UV_READABLE, on_status);
+    } else {
+      // Cannot watch it: wait here for exec (EOF), as vfork mode would.
+      char buf[64];
+      ssize_t n;
+      while ((n = read(pe->status_rd, buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR)) {
+      }
+      close(pe->status_rd);
+      free_pending(pe);
+    }
+  } else if (a->err != 0) {
     // The child has already exited (CLONE_VFORK resumed us): reap it, it is ours.
     siginfo_t si;
     while (waitid((idtype_t)P_PIDFD, (id_t)pidfd, &si, WEXITED) < 0 && errno == EINTR) {
     }
     close(pidfd);
-    err = a.err;
+    err = a->err;
     goto fail;
   }
 
   struct watched *w = calloc(1, sizeof *w);
-  if (!w || uv_poll_init(st->loop, &w->poll, pidfd) != 0 ||
-      uv_poll_start(&w->poll, UV_READABLE, on_pidfd) != 0) {
+  if (!w || uv_poll_init(st->loop, &w->poll, pidfd) != 0 || uv_poll_start(&w->poll, UV_READABLE, on_pidfd) != 0) {
     // Should never happen; the child is running, so kill and reap it rather than leak it.
     kill(pid, SIGKILL);
     siginfo_t si;
     while (waitid((idtype_t)P_PIDFD, (id_t)pidfd, &si, WEXITED) < 0 && errno == EINTR) {
     }
-    if (w && w->poll.loop) uv_close((uv_handle_t *)&w->poll, free_watched);
+    if (w && w->poll.loop) uv_close((uv_handle_t *)&w->poll, free_handle_data);
     else free(w);
     close(pidfd);
     err = ENOMEM;
@@ -385,9 +665,6 @@ static napi_value js_spawn(napi_env env, napi_callback_info info) {
   if (st->head) st->head->prev = w;
   st->head = w;
 
-  for (int i = 0; i < 3; i++) {
-    if (child_end[i] >= 0) close(child_end[i]);
-  }
   napi_create_array_with_length(env, 4, &result);
   napi_value v;
   napi_create_int32(env, pid, &v);
@@ -403,13 +680,15 @@ fail:
     if (child_end[i] >= 0) close(child_end[i]);
     if (parent_end[i] >= 0) close(parent_end[i]);
   }
+  if (!keep_pe) {
+    if (status_wr >= 0) close(status_wr);
+    if (pe->status_rd >= 0) close(pe->status_rd);
+    pe->status_rd = -1;
+  }
   throw_errno(env, err);
   result = NULL;
 out:
-  free(file);
-  free(cwd);
-  free_string_array(argv);
-  free_string_array(envp);
+  if (!keep_pe) free_pending(pe);
   return result;
 }
 
@@ -425,7 +704,21 @@ static napi_value js_set_exit_handler(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
+#ifdef HAVE_RAW_SYSCALL
+static void fill_errtext(void) {
+  for (int e = 1; e < 256; e++) {
+    char buf[256];
+    const char *m = strerror_r(e, buf, sizeof buf);
+    errtext[e] = strdup(m);
+  }
+}
+#endif
+
 NAPI_MODULE_INIT(/* napi_env env, napi_value exports */) {
+#ifdef HAVE_RAW_SYSCALL
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, fill_errtext);
+#endif
   struct addon_state *st = calloc(1, sizeof *st);
   if (!st) return NULL;
   st->env = env;
@@ -439,10 +732,18 @@ NAPI_MODULE_INIT(/* napi_env env, napi_value exports */) {
   napi_set_instance_data(env, st, finalize_state, NULL);
   napi_add_env_cleanup_hook(env, cleanup_state, st);
 
+  napi_value async_ok;
+#ifdef HAVE_RAW_SYSCALL
+  napi_get_boolean(env, true, &async_ok);
+#else
+  napi_get_boolean(env, false, &async_ok);
+#endif
   napi_property_descriptor props[] = {
       {"spawn", NULL, js_spawn, NULL, NULL, NULL, napi_default, NULL},
       {"setExitHandler", NULL, js_set_exit_handler, NULL, NULL, NULL, napi_default, NULL},
+      {"asyncExec", NULL, NULL, NULL, NULL, async_ok, napi_default, NULL},
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
   return exports;
 }
+

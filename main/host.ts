@@ -10,9 +10,12 @@ import { createServer } from 'node:net';
 import { dirname, extname, join, normalize, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { NetworkEvents } from '../src/network/events.js';
+import { resolveProgram } from '../src/process/resolveProgram.js';
 import { invalidRequest } from '../src/protocol/errors.js';
 import { type IpcMainLike, type IpcSenderLike, type IpcServer, serveIpc } from '../src/rpc/ipcTransport.js';
-import { ExecServer, type LaunchPreparer, type Logger } from '../src/server/execServer.js';
+import { type ParsedSandbox, previewLaunch } from '../src/sandbox/index.js';
+import { ExecServer, type LaunchPreparer, type Logger, silentLogger } from '../src/server/execServer.js';
+import { Launcher } from '../src/server/launcher.js';
 import { Monitor, NOT_PRIVILEGED, type PreviewFn } from '../src/server/monitor.js';
 import { type Listener, listenWebSocket } from '../src/server/wsListener.js';
 
@@ -27,7 +30,7 @@ export interface HostOptions {
   resumeGraceMs?: number;
   maxProcessesPerSession?: number;
   log?: Logger;
-  /** The sandbox/proxy launch layer (defaults to the exec server's own). */
+  /** The sandbox/proxy launch layer. Default: the Launcher (sandbox engine + a managed proxy per process). */
   preparer?: LaunchPreparer;
   /** Proxy event buses to feed into the monitor. */
   network?: NetworkEvents[];
@@ -154,6 +157,35 @@ export function panelHandler(dir: string, csp: () => string) {
   };
 }
 
+/** The policy debugger's launch preview: what the sandbox engine would exec, without creating anything. */
+export const sandboxPreview: PreviewFn = ({ sandbox, argv, cwd }) => {
+  const program = argv[0] ?? '/bin/sh';
+  let file = program;
+  try {
+    file = resolveProgram(program, cwd, { PATH: process.env.PATH ?? '/usr/bin:/bin' });
+  } catch {
+    // show the preview with the name as given
+  }
+  const p = previewLaunch(sandbox as ParsedSandbox, { spec: { file, argv, env: {}, cwd }, tty: false });
+  const argvOut = p.mechanism === 'none' ? null : [p.spec.file, ...p.spec.argv.slice(1)];
+  return {
+    sandboxType: p.sandboxType,
+    summary: {
+      mechanism: p.mechanism,
+      ...p.summary,
+      ...(p.seccomp
+        ? {
+            seccompFilter: `${p.seccomp.mode}, ${p.seccomp.instructions} BPF instructions (${p.seccomp.arch})`,
+          }
+        : {}),
+      ...(p.fdSlots.length > 0 ? { fdSlots: p.fdSlots.join(', ') } : {}),
+    },
+    argv: argvOut,
+    seatbeltProfile: p.seatbeltProfile ?? null,
+    note: p.mechanism === 'none' ? 'nothing to enforce: the command runs unwrapped' : null,
+  };
+};
+
 /** A free loopback port (so the panel's own origin can be allow-listed before the listener starts). */
 function freePort(host: string): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -170,15 +202,20 @@ export async function startHost(opts: HostOptions = {}): Promise<Host> {
   const host = opts.host ?? '127.0.0.1';
   const token = opts.token ?? randomBytes(24).toString('base64url');
   const resumeGraceMs = opts.resumeGraceMs ?? 10_000;
+  const log = opts.log ?? silentLogger;
+  const launcher = opts.preparer ? null : new Launcher({ log });
   const server = new ExecServer({
     resumeGraceMs,
     ...(opts.maxProcessesPerSession !== undefined
       ? { maxProcessesPerSession: opts.maxProcessesPerSession }
       : {}),
-    ...(opts.log ? { log: opts.log } : {}),
-    ...(opts.preparer ? { preparer: opts.preparer } : {}),
+    log,
+    preparer: opts.preparer ?? launcher!,
+    ...(launcher ? { fsGuard: launcher.fsGuard } : {}),
   });
-  const monitor = new Monitor(server, { resumeGraceMs, ...(opts.preview ? { preview: opts.preview } : {}) });
+  const monitor = new Monitor(server, { resumeGraceMs, preview: opts.preview ?? sandboxPreview });
+  // The proxies of process/start report blocked requests and policy decisions on the launcher's bus.
+  if (launcher) monitor.attachNetwork(launcher.networkEvents);
   for (const bus of opts.network ?? []) monitor.attachNetwork(bus);
 
   const panelDir = opts.servePanel ? (opts.panelDir ?? findPanelDir()) : null;

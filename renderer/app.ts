@@ -58,7 +58,7 @@ const conn = new Connection({
       replace(
         banner,
         h('strong', null, 'Disconnected from the Corral host. '),
-        h('span', null, detail),
+        h('span', null, detail.replace(/[^.]$/, '$&.')),
         h('span', { class: 'retry-in' }, wait !== null ? ` Retrying in ${wait}s.` : ''),
         ' The lists below show the last known state.',
       );

@@ -20,7 +20,14 @@ export interface HostInfo {
   version: string;
 }
 
-export type Change = 'processes' | 'sessions' | 'network' | 'dropped' | 'info' | 'connection';
+export type Change =
+  | 'processes'
+  | 'sessions'
+  | 'network'
+  | 'dropped'
+  | 'info'
+  | 'connection'
+  | 'output-bytes';
 
 export const procKey = (p: { sessionId: string; processId: string }) => `${p.sessionId}/${p.processId}`;
 
@@ -88,9 +95,18 @@ export class Store {
         this.emit('processes');
         break;
       }
-      case 'monitor/output':
-        for (const f of [...this.outputListeners]) f(p as unknown as MonitorOutputNotification);
+      case 'monitor/output': {
+        const n = p as unknown as MonitorOutputNotification;
+        const proc = this.processes.get(procKey(n));
+        if (proc && n.seq > proc.lastSeq) {
+          const pad = n.chunk.endsWith('==') ? 2 : n.chunk.endsWith('=') ? 1 : 0;
+          proc.bytesOut += (n.chunk.length / 4) * 3 - pad;
+          proc.lastSeq = n.seq;
+          this.emit('output-bytes');
+        }
+        for (const f of [...this.outputListeners]) f(n);
         break;
+      }
       case 'monitor/session': {
         const s = p.session as MonitorSession;
         if (p.kind === 'expired') {

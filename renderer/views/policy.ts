@@ -145,7 +145,7 @@ export class PolicyView implements View {
           h(
             'div',
             { class: 'form-row' },
-            h('label', null, 'argv', this.argv),
+            h('label', { class: 'grow' }, 'argv', this.argv),
             h('label', null, 'cwd', this.cwd),
           ),
           h(

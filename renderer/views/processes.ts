@@ -283,14 +283,18 @@ class DetailPane {
       this.facts,
       h(
         'dl',
-        { class: 'kv' },
+        { class: 'kv kv4' },
         rows.map(([k, v]) => [h('dt', null, k), h('dd', null, v)]),
       ),
       p.envKeys.length > 0
         ? h(
             'details',
             { class: 'env' },
-            h('summary', null, `Environment: ${p.envKeys.length} variables (values hidden)`),
+            h(
+              'summary',
+              null,
+              `Environment: ${p.envKeys.length} variable${p.envKeys.length === 1 ? '' : 's'} (values hidden)`,
+            ),
             h('div', { class: 'env-keys mono' }, p.envKeys.join('  ')),
           )
         : null,
@@ -478,9 +482,9 @@ export class ProcessesView implements View {
           h('th', null, 'Command'),
           h('th', null, 'Client'),
           h('th', null, 'Sandbox'),
-          h('th', { class: 'num' }, 'PID'),
+          h('th', { class: 'num col-opt' }, 'PID'),
           h('th', null, 'Started'),
-          h('th', { class: 'num' }, 'Output'),
+          h('th', { class: 'num col-opt' }, 'Output'),
         ),
       ),
       this.tbody,
@@ -501,7 +505,8 @@ export class ProcessesView implements View {
       this.split,
     );
     ctx.store.on((c) => {
-      if (c === 'processes' || c === 'sessions' || c === 'connection') this.schedule();
+      if (c === 'processes' || c === 'sessions' || c === 'connection' || c === 'output-bytes')
+        this.schedule();
       if (c === 'dropped') this.renderDropped();
     });
     setInterval(() => this.schedule(), 5000);
@@ -600,9 +605,9 @@ export class ProcessesView implements View {
             store.selfSession === p.sessionId ? h('span', { class: 'muted small' }, ' (panel)') : null,
           ),
           h('td', null, badge(p.badge)),
-          h('td', { class: 'num mono' }, p.pid ? String(p.pid) : '–'),
+          h('td', { class: 'num mono col-opt' }, p.pid ? String(p.pid) : '–'),
           h('td', { title: new Date(p.startedAt).toLocaleString() }, fmtAgo(p.startedAt, now)),
-          h('td', { class: 'num' }, fmtBytes(p.bytesOut)),
+          h('td', { class: 'num col-opt' }, fmtBytes(p.bytesOut)),
         );
       }),
     );

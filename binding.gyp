@@ -8,6 +8,10 @@
         ['OS=="linux"', {
           'sources': ['src/process/native/spawn.c'],
           'cflags': ['-O2', '-Wall', '-Wextra', '-Wno-unused-parameter', '-Wno-missing-field-initializers'],
+          # Bind every symbol at load time: a child running in our memory before exec must never enter the lazy
+          # PLT resolver.
+          'ldflags': ['-Wl,-z,now'],
+          'libraries': ['-ldl'],
         }, {
           'type': 'none',
         }],

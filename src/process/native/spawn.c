@@ -19,6 +19,7 @@
 //   setExitHandler(fn(pid, exitStatus /* -1 if signalled */, signo /* 0 if exited */))
 
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <node_api.h>
@@ -389,12 +390,14 @@ static void cleanup_state(void *arg) {
     close(w->pidfd);
     uv_close((uv_handle_t *)&w->poll, free_handle_data);
   }
-  // Children still setting up may use these stacks: leave them mapped (the environment is going away anyway).
+  // Children still setting up may use these records and stacks: close the handles but leak the memory.
   while (st->pending) {
     struct pending_exec *pe = st->pending;
     unlink_pending(pe);
+    pe->st = NULL;
     uv_poll_stop(&pe->poll);
     close(pe->status_rd);
+    uv_close((uv_handle_t *)&pe->poll, NULL);
   }
   while (st->nstacks > 0) munmap(st->stacks[--st->nstacks], CHILD_STACK_SIZE);
   if (st->devnull >= 0) close(st->devnull);
@@ -714,7 +717,16 @@ static void fill_errtext(void) {
 }
 #endif
 
+// Node unloads an addon when the last environment using it (a worker thread) goes away, possibly before libuv has
+// run our close callbacks, and children set up in async mode may still be running our code: never unload.
+static void pin_library(void) {
+  Dl_info info;
+  if (dladdr((void *)pin_library, &info) && info.dli_fname) dlopen(info.dli_fname, RTLD_NOW | RTLD_NODELETE | RTLD_NOLOAD);
+}
+
 NAPI_MODULE_INIT(/* napi_env env, napi_value exports */) {
+  static pthread_once_t pinned = PTHREAD_ONCE_INIT;
+  pthread_once(&pinned, pin_library);
 #ifdef HAVE_RAW_SYSCALL
   static pthread_once_t once = PTHREAD_ONCE_INIT;
   pthread_once(&once, fill_errtext);

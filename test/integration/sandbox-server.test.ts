@@ -1,0 +1,260 @@
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { b64, RpcCallError, RpcClient } from '../helpers/client.js';
+import { startTestServer, type TestServer } from '../helpers/server.js';
+import {
+  type Fixture,
+  fixture,
+  loggingProxy,
+  PATH,
+  PY,
+  pidsMatching,
+  special,
+  waitFor,
+} from './sandbox-util.js';
+
+/** The key sandbox cases through the real WebSocket server (process/start → bwrap → notifications). */
+
+let f: Fixture;
+let ts: TestServer;
+let c: RpcClient & { sessionId: string };
+let n = 0;
+before(async () => {
+  f = await fixture();
+  ts = await startTestServer({ launcher: { sandbox: { tmpdir: f.T } } });
+  c = await ts.client('sandbox-test');
+});
+after(async () => {
+  await ts.close();
+  await f.close();
+});
+
+function seedWire(o: { network?: string; enforceManagedNetwork?: boolean } = {}) {
+  return {
+    sandbox: 'linux-seccomp',
+    policy: {
+      type: 'workspace-write',
+      network_access: false,
+      exclude_tmpdir_env_var: false,
+      exclude_slash_tmp: false,
+    },
+    fileSystemPolicy: {
+      kind: 'restricted',
+      entries: [
+        special('root', 'read'),
+        special('current_working_directory', 'write'),
+        special('tmpdir', 'write'),
+      ],
+    },
+    networkPolicy: o.network ?? 'restricted',
+    sandboxPolicyCwd: f.W,
+    additionalPermissions: null,
+    enforceManagedNetwork: o.enforceManagedNetwork ?? false,
+    windowsSandboxLevel: 'disabled',
+    windowsSandboxPrivateDesktop: false,
+    useLegacyLandlock: false,
+  };
+}
+
+async function runVia(
+  client: RpcClient,
+  argv: string[],
+  extra: Record<string, unknown> = {},
+  env: Record<string, string> = {},
+) {
+  const processId = `sbx-${++n}`;
+  const started = await client.request<{ processId: string; sandboxType: string }>('process/start', {
+    processId,
+    argv,
+    cwd: f.W,
+    env: { PATH, ...env },
+    tty: false,
+    arg0: null,
+    sandbox: seedWire(),
+    ...extra,
+  });
+  const events = await client.collect(processId, 20_000);
+  const exited = events.find((e) => e.method === 'process/exited')!;
+  return {
+    started,
+    exitCode: exited.params.exitCode as number,
+    sandboxDenied: exited.params.sandboxDenied as boolean,
+    stdout: client.output(processId, 'stdout'),
+    stderr: client.output(processId, 'stderr'),
+    pty: client.output(processId, 'pty'),
+  };
+}
+
+describe('sandbox through the exec server', () => {
+  test('workspace write succeeds and reports sandboxType linuxSeccomp', async () => {
+    const r = await runVia(c, ['/bin/sh', '-c', 'echo srv > srv.txt']);
+    assert.equal(r.started.sandboxType, 'linuxSeccomp');
+    assert.equal(r.exitCode, 0, r.stderr);
+    assert.equal(r.sandboxDenied, false);
+    assert.equal(readFileSync(join(f.W, 'srv.txt'), 'utf8'), 'srv\n');
+  });
+
+  test('an outside write is denied and classified sandboxDenied', async () => {
+    const r = await runVia(c, ['/bin/sh', '-c', 'echo x > "$OUT/srv"'], {}, { OUT: f.OUT });
+    assert.notEqual(r.exitCode, 0);
+    assert.match(r.stderr, /Read-only file system/);
+    assert.equal(r.sandboxDenied, true);
+    assert.ok(!existsSync(join(f.OUT, 'srv')));
+  });
+
+  test('network restricted: curl cannot connect', async () => {
+    const r = await runVia(c, ['/usr/bin/curl', '-sS', '-m3', `http://127.0.0.1:${f.port}/`]);
+    assert.equal(r.exitCode, 7, r.stderr);
+    assert.match(r.stderr, /Couldn't connect/);
+  });
+
+  test('PTY processes are sandboxed too', async () => {
+    const r = await runVia(
+      c,
+      [
+        '/bin/sh',
+        '-c',
+        `[ -t 1 ] && echo ISATTY; echo x > "$OUT/pty"; ${PY} -c "import socket; socket.socket()" 2>&1 | tail -1`,
+      ],
+      { tty: true },
+      { OUT: f.OUT },
+    );
+    assert.match(r.pty, /ISATTY/);
+    assert.match(r.pty, /Read-only file system/);
+    assert.match(r.pty, /Operation not permitted/);
+    assert.ok(!existsSync(join(f.OUT, 'pty')));
+  });
+
+  test('managed network: the proxy path works, direct connections fail', async () => {
+    const proxy = await loggingProxy();
+    try {
+      const r = await runVia(
+        c,
+        [
+          '/bin/sh',
+          '-c',
+          `curl -sS -m5 http://example.invalid/srv; curl -sS -m3 --noproxy '*' http://127.0.0.1:${f.port}/; echo "direct=$?"`,
+        ],
+        { sandbox: seedWire({ enforceManagedNetwork: true }) },
+        { HTTP_PROXY: `http://127.0.0.1:${proxy.port}` },
+      );
+      assert.match(r.stdout, /proxied: GET http:\/\/example.invalid\/srv/);
+      assert.match(r.stdout, /direct=7/);
+      assert.deepEqual(proxy.log, ['GET http://example.invalid/srv']);
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  test('enforceManagedNetwork without proxy variables: -32603 naming proxy environment variables', async () => {
+    const e = await c.requestError('process/start', {
+      processId: `sbx-${++n}`,
+      argv: ['/bin/true'],
+      cwd: f.W,
+      env: { PATH },
+      tty: false,
+      sandbox: seedWire({ enforceManagedNetwork: true }),
+    });
+    assert.equal(e.code, -32603);
+    assert.match(e.message, /proxy environment variables/);
+  });
+
+  test('windows-restricted-token is a -32603 naming the type; a bad sandbox shape is -32602', async () => {
+    const e = await c.requestError('process/start', {
+      processId: `sbx-${++n}`,
+      argv: ['/bin/true'],
+      cwd: f.W,
+      env: { PATH },
+      tty: false,
+      sandbox: { ...seedWire(), sandbox: 'windows-restricted-token' },
+    });
+    assert.equal(e.code, -32603);
+    assert.match(e.message, /sandbox type windows-restricted-token is not supported by this exec-server/);
+    const bad = await c.requestError('process/start', {
+      processId: `sbx-${++n}`,
+      argv: ['/bin/true'],
+      cwd: f.W,
+      env: { PATH },
+      tty: false,
+      sandbox: { permissions: { type: 'bogus' } },
+    });
+    assert.equal(bad.code, -32602);
+  });
+
+  test('terminate kills everything in the sandbox, setsid children included', async () => {
+    const tag = `77${process.pid}.${Date.now() % 100000}`;
+    const processId = `sbx-${++n}`;
+    await c.request('process/start', {
+      processId,
+      argv: ['/bin/sh', '-c', `sleep ${tag}1 & setsid sleep ${tag}2 & wait`],
+      cwd: f.W,
+      env: { PATH },
+      tty: false,
+      sandbox: seedWire(),
+    });
+    assert.ok(await waitFor(() => pidsMatching(`sleep ${tag}`).length >= 2, 5000));
+    const t = await c.request<{ running: boolean }>('process/terminate', { processId });
+    assert.equal(t.running, true);
+    await c.waitFor((e) => e.method === 'process/exited' && e.params.processId === processId, 5000);
+    assert.ok(await waitFor(() => pidsMatching(`sleep ${tag}`).length === 0, 1000));
+  });
+
+  test('fs/writeFile with a sandbox context outside the writable roots is -32603 and writes nothing', async () => {
+    const target = join(f.OUT, 'fs-x');
+    const e = await c.requestError('fs/writeFile', {
+      path: target,
+      dataBase64: b64('x'),
+      sandbox: seedWire(),
+    });
+    assert.equal(e.code, -32603);
+    assert.ok(e.message.includes(target), e.message);
+    assert.ok(!existsSync(target));
+    await c.request('fs/writeFile', { path: join(f.W, 'fs-ok'), dataBase64: b64('y'), sandbox: seedWire() });
+    assert.equal(readFileSync(join(f.W, 'fs-ok'), 'utf8'), 'y');
+    assert.ok(e instanceof RpcCallError);
+  });
+
+  test('sandboxed processes die with the server on SIGKILL', async () => {
+    const here = dirname(fileURLToPath(import.meta.url));
+    const script = join(here, '..', 'fixtures', 'sandbox', 'server-child.ts');
+    const child = spawn(process.execPath, ['--import', 'tsx', script, f.T], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    const exited = new Promise((r) => child.once('exit', r));
+    try {
+      const url = await new Promise<string>((resolve, reject) => {
+        let out = '';
+        child.stdout!.setEncoding('utf8').on('data', (d: string) => {
+          out += d;
+          const m = /^(ws:\S+)$/m.exec(out);
+          if (m) resolve(m[1]!);
+        });
+        child.once('exit', () => reject(new Error('server child exited')));
+      });
+      const c2 = await RpcClient.open(url, 'die-test');
+      const tag = `78${process.pid}.${Date.now() % 100000}`;
+      await c2.request('process/start', {
+        processId: 'die',
+        argv: ['/bin/sh', '-c', `sleep ${tag}1 & setsid sleep ${tag}2 & wait`],
+        cwd: f.W,
+        env: { PATH },
+        tty: false,
+        sandbox: seedWire(),
+      });
+      assert.ok(await waitFor(() => pidsMatching(`sleep ${tag}`).length >= 2, 5000));
+      child.kill('SIGKILL');
+      await exited;
+      assert.ok(
+        await waitFor(() => pidsMatching(`sleep ${tag}`).length === 0, 2000),
+        'sandbox outlived the server',
+      );
+      c2.close();
+    } finally {
+      child.kill('SIGKILL');
+    }
+  });
+});

@@ -3,7 +3,10 @@
  * over pooled upstream connections to the checked address, CONNECT tunnels, exact block responses and limits.
  */
 import http from 'node:http';
+import https from 'node:https';
+import { isIP } from 'node:net';
 import type { Duplex } from 'node:stream';
+import tls from 'node:tls';
 import { blockMessage, blockTag } from './events.js';
 import { hostPort, normalizeHost } from './host.js';
 import type { PolicyEngine } from './policy.js';
@@ -168,6 +171,7 @@ function hostHeaderMatches(
 export class HttpProxy {
   readonly server: http.Server;
   private readonly agent: http.Agent;
+  private readonly tlsAgent: https.Agent;
   private readonly sockets = new Set<Duplex>();
   private closed = false;
 
@@ -202,6 +206,38 @@ export class HttpProxy {
       }
     }
     this.agent = new PinnedAgent({
+      keepAlive: true,
+      maxSockets: 256,
+      maxFreeSockets: 64,
+      scheduling: 'lifo',
+    });
+    /** `https://` absolute-form targets: the proxy speaks TLS itself, over a socket to the checked address. */
+    class PinnedTlsAgent extends https.Agent {
+      override createConnection(
+        options: { host?: string; port?: number; servername?: string },
+        cb: (err: Error | null, socket?: Duplex) => void,
+      ): undefined {
+        const name = options.servername ?? '';
+        dial({ host: options.host ?? '', port: options.port ?? 443, hostname: name }).then((raw) => {
+          const secure = tls.connect({
+            socket: raw,
+            ...(isIP(name) ? { host: name } : { servername: name, host: name }),
+            ALPNProtocols: ['http/1.1'],
+          });
+          const onError = (e: Error) => {
+            raw.destroy();
+            cb(e);
+          };
+          secure.once('error', onError);
+          secure.once('secureConnect', () => {
+            secure.off('error', onError);
+            cb(null, secure);
+          });
+        }, cb);
+        return undefined;
+      }
+    }
+    this.tlsAgent = new PinnedTlsAgent({
       keepAlive: true,
       maxSockets: 256,
       maxFreeSockets: 64,
@@ -250,6 +286,7 @@ export class HttpProxy {
     for (const s of this.sockets) s.destroy();
     this.server.closeAllConnections();
     this.agent.destroy();
+    this.tlsAgent.destroy();
     await done;
   }
 
@@ -394,7 +431,7 @@ export class HttpProxy {
     req: http.IncomingMessage,
     res: http.ServerResponse,
     address: string,
-    target: { path: string; port: number; authority: string },
+    target: { scheme: string; path: string; port: number; authority: string },
     hostname: string,
   ): void {
     const raw = req.rawHeaders;
@@ -415,8 +452,9 @@ export class HttpProxy {
       headers.push(k, raw[i + 1]!);
     }
     if (!hasHost) headers.unshift('host', target.authority);
-    const upstream = http.request({
-      agent: this.agent,
+    const secure = target.scheme === 'https' || target.scheme === 'wss';
+    const upstream = (secure ? https : http).request({
+      agent: secure ? this.tlsAgent : this.agent,
       host: address,
       port: target.port,
       ...({ servername: hostname } as http.RequestOptions),
@@ -453,7 +491,15 @@ export class HttpProxy {
     res.on('close', () => {
       if (!res.writableFinished) upstream.destroy();
     });
-    req.pipe(upstream);
+    const te = req.headers['transfer-encoding'];
+    const cl = req.headers['content-length'];
+    if (te === undefined && (cl === undefined || cl === '0')) {
+      // No body: skip the pipe machinery on the hot path.
+      upstream.end();
+      req.resume();
+    } else {
+      req.pipe(upstream);
+    }
   }
 
   private async onConnect(req: http.IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {

@@ -1,7 +1,15 @@
 import assert from 'node:assert/strict';
 import type net from 'node:net';
 import { after, before, test } from 'node:test';
-import { closedPort, RawClient, request, startEcho, startOrigin, startProxy } from './network-helpers.js';
+import {
+  closedPort,
+  RawClient,
+  request,
+  startEcho,
+  startOrigin,
+  startProxy,
+  waitFor,
+} from './network-helpers.js';
 
 const SEED = {
   not_allowed: 'Codex blocked this request: domain not in allowlist (this is not a denylist block).',
@@ -540,5 +548,58 @@ test('request bodies are streamed to the origin (content-length and chunked)', a
     await fx.close();
     srv.closeAllConnections();
     srv.close();
+  }
+});
+
+test('https:// absolute-form: the proxy speaks TLS to the checked address, with SNI, and verifies the certificate', async () => {
+  const { execFileSync } = await import('node:child_process');
+  const { mkdtempSync, readFileSync, rmSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const { join } = await import('node:path');
+  const tls = await import('node:tls');
+  const dir = mkdtempSync(join(tmpdir(), 'corral-net-tls-'));
+  execFileSync(
+    'openssl',
+    [
+      'req',
+      '-x509',
+      '-newkey',
+      'rsa:2048',
+      '-nodes',
+      '-days',
+      '1',
+      '-subj',
+      '/CN=localhost',
+      '-keyout',
+      join(dir, 'key.pem'),
+      '-out',
+      join(dir, 'cert.pem'),
+    ],
+    { stdio: 'ignore' },
+  );
+  const hellos: (string | false | null)[] = [];
+  const server = tls.createServer({
+    key: readFileSync(join(dir, 'key.pem')),
+    cert: readFileSync(join(dir, 'cert.pem')),
+  });
+  server.on('tlsClientError', (_e, s) => hellos.push((s as import('node:tls').TLSSocket).servername));
+  server.on('secureConnection', (s) => hellos.push(s.servername));
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+  const port = (server.address() as net.AddressInfo).port;
+  const fx = await startProxy({ domains: { localhost: 'allow' } });
+  try {
+    const res = await request(
+      fx.proxy.httpPort,
+      `GET https://localhost:${port}/ HTTP/1.1\r\nHost: localhost:${port}\r\n\r\n`,
+    );
+    assert.equal(res.status, 502, 'an untrusted certificate is an upstream failure');
+    assert.equal(res.body, 'upstream failure');
+    assert.deepEqual(fx.dials, [`127.0.0.1:${port}`]);
+    await waitFor(() => hellos.length > 0, 'the origin to see the handshake');
+    assert.deepEqual(hellos, ['localhost'], 'one TLS handshake with SNI localhost');
+  } finally {
+    await fx.close();
+    server.close();
+    rmSync(dir, { recursive: true, force: true });
   }
 });

@@ -1,0 +1,221 @@
+/**
+ * Managed network proxy benchmark (network-proxy.md §7): plain HTTP requests/s and latency through the proxy versus
+ * direct to the origin, with 32 keep-alive Node clients, and CONNECT tunnel throughput. The origin and the proxy
+ * each run in their own process (as Codex's proxy did in the reference measurement); this process is the client.
+ * Loopback only. Reference: Codex 0.169 on 2 cores, ~3.6k req/s, p50 7 ms, p99 25 ms; ~13k req/s direct; ~1 GB/s
+ * through a CONNECT tunnel.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import http from 'node:http';
+import net from 'node:net';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import type { BenchRow } from './types.js';
+
+const CLIENTS = 32;
+const WARMUP_MS = 500;
+const MEASURE_MS = 3000;
+const TUNNEL_BYTES = 512 * 1024 * 1024;
+
+// ---- child process roles ---------------------------------------------------------------------------------------
+
+async function serveOrigin(): Promise<void> {
+  const body = Buffer.from('hello from the origin\n');
+  const web = http.createServer((_req, res) => {
+    res.writeHead(200, { 'content-type': 'text/plain', 'content-length': body.length });
+    res.end(body);
+  });
+  web.keepAliveTimeout = 60_000;
+  const chunk = Buffer.alloc(1024 * 1024, 0x61);
+  // Sends TUNNEL_BYTES to whoever connects, then closes.
+  const source = net.createServer((s) => {
+    let left = TUNNEL_BYTES;
+    s.on('error', () => {});
+    const pump = () => {
+      while (left > 0) {
+        left -= chunk.length;
+        if (!s.write(chunk)) {
+          s.once('drain', pump);
+          return;
+        }
+      }
+      s.end();
+    };
+    pump();
+  });
+  await new Promise<void>((r) => web.listen(0, '127.0.0.1', () => r()));
+  await new Promise<void>((r) => source.listen(0, '127.0.0.1', () => r()));
+  const port = (s: net.Server) => (s.address() as net.AddressInfo).port;
+  process.stdout.write(`${JSON.stringify({ web: port(web), source: port(source) })}\n`);
+}
+
+async function serveProxy(): Promise<void> {
+  const { parseManagedNetwork, startManagedProxy } = await import('../../src/network/index.js');
+  const spec = parseManagedNetwork({
+    config: { network: { enabled: true, allow_local_binding: true, domains: { '127.0.0.1': 'allow' } } },
+  });
+  if (!spec) throw new Error('no proxy spec');
+  const proxy = await startManagedProxy(spec, { processId: 'bench', log: () => {} });
+  process.stdout.write(`${JSON.stringify({ http: proxy.httpPort })}\n`);
+}
+
+// ---- client side -----------------------------------------------------------------------------------------------
+
+async function startRole(role: string): Promise<{ proc: ChildProcess; info: Record<string, number> }> {
+  const self = fileURLToPath(import.meta.url);
+  const proc = spawn(process.execPath, ['--import', 'tsx', self, role], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const rl = createInterface({ input: proc.stdout! });
+  const info = await new Promise<Record<string, number>>((resolve, reject) => {
+    rl.once('line', (l) => resolve(JSON.parse(l) as Record<string, number>));
+    proc.once('exit', (c) => reject(new Error(`${role} exited ${c}`)));
+  });
+  return { proc, info };
+}
+
+function percentile(sorted: number[], p: number): number {
+  if (sorted.length === 0) return Number.NaN;
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
+}
+
+/** 32 keep-alive clients hammer `port` with GET `path` for a bounded time. */
+async function load(
+  port: number,
+  path: string,
+  hostHeader: string,
+): Promise<{ rps: number; p50: number; p99: number }> {
+  const agent = new http.Agent({ keepAlive: true, maxSockets: CLIENTS });
+  const latencies: number[] = [];
+  let measuring = false;
+  let stop = false;
+  let count = 0;
+  const one = () =>
+    new Promise<void>((resolve, reject) => {
+      const t0 = performance.now();
+      const req = http.request(
+        { host: '127.0.0.1', port, path, agent, headers: { host: hostHeader } },
+        (res) => {
+          res.resume();
+          res.on('end', () => {
+            if (res.statusCode !== 200) reject(new Error(`status ${res.statusCode}`));
+            if (measuring) {
+              latencies.push(performance.now() - t0);
+              count++;
+            }
+            resolve();
+          });
+        },
+      );
+      req.on('error', reject);
+      req.end();
+    });
+  const worker = async () => {
+    while (!stop) await one();
+  };
+  const workers = Array.from({ length: CLIENTS }, worker);
+  await new Promise((r) => setTimeout(r, WARMUP_MS));
+  measuring = true;
+  const t0 = performance.now();
+  await new Promise((r) => setTimeout(r, MEASURE_MS));
+  measuring = false;
+  const elapsed = performance.now() - t0;
+  stop = true;
+  await Promise.all(workers);
+  agent.destroy();
+  latencies.sort((a, b) => a - b);
+  return { rps: (count * 1000) / elapsed, p50: percentile(latencies, 50), p99: percentile(latencies, 99) };
+}
+
+/** Opens a CONNECT tunnel to the origin's byte source and measures MiB/s until it closes. */
+function tunnel(proxyPort: number, sourcePort: number): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = net.connect(proxyPort, '127.0.0.1');
+    let head = true;
+    let received = 0;
+    let t0 = 0;
+    s.on('connect', () => {
+      t0 = performance.now();
+      s.write(`CONNECT 127.0.0.1:${sourcePort} HTTP/1.1\r\nHost: 127.0.0.1:${sourcePort}\r\n\r\n`);
+    });
+    s.on('data', (d: Buffer) => {
+      if (head) {
+        const end = d.indexOf('\r\n\r\n');
+        if (end < 0) return;
+        if (!d.subarray(0, 12).toString().startsWith('HTTP/1.1 200')) reject(new Error('CONNECT refused'));
+        head = false;
+        received += d.length - end - 4;
+        return;
+      }
+      received += d.length;
+    });
+    s.on('error', reject);
+    s.on('close', () => {
+      const secs = (performance.now() - t0) / 1000;
+      if (received < TUNNEL_BYTES) reject(new Error(`tunnel closed after ${received} bytes`));
+      else resolve(received / 1024 / 1024 / secs);
+    });
+  });
+}
+
+export async function run(): Promise<BenchRow[]> {
+  const origin = await startRole('--bench-origin');
+  const proxy = await startRole('--bench-proxy');
+  try {
+    const web = origin.info.web!;
+    const target = `127.0.0.1:${web}`;
+    const direct = await load(web, '/', target);
+    const through = await load(proxy.info.http!, `http://${target}/`, target);
+    const mibs = await tunnel(proxy.info.http!, origin.info.source!);
+    const section = 'network proxy (32 keep-alive clients)';
+    return [
+      {
+        section,
+        metric: 'plain HTTP via proxy',
+        corral: through.rps,
+        reference: 3600,
+        unit: 'req/s',
+        target: '≥ 5400 /s',
+      },
+      {
+        section,
+        metric: 'p50 latency via proxy',
+        corral: through.p50,
+        reference: 7,
+        unit: 'ms',
+        target: '≤ 7 ms',
+      },
+      {
+        section,
+        metric: 'p99 latency via proxy',
+        corral: through.p99,
+        reference: 25,
+        unit: 'ms',
+        target: '≤ 25 ms',
+      },
+      {
+        section,
+        metric: 'plain HTTP direct (baseline)',
+        corral: direct.rps,
+        reference: 13000,
+        unit: 'req/s',
+      },
+      { section, metric: 'p50 latency direct (baseline)', corral: direct.p50, unit: 'ms' },
+      {
+        section,
+        metric: 'CONNECT tunnel, 512 MiB',
+        corral: mibs,
+        reference: 954,
+        unit: 'MiB/s',
+        target: '≥ 954 MiB/s',
+      },
+    ];
+  } finally {
+    origin.proc.kill();
+    proxy.proc.kill();
+  }
+}
+
+const role = process.argv[2];
+if (role === '--bench-origin') await serveOrigin();
+else if (role === '--bench-proxy') await serveProxy();

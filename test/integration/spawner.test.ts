@@ -210,6 +210,61 @@ describe('spawner selection', () => {
       process.platform === 'linux' && process.env.CORRAL_SPAWNER !== 'node' ? 'native' : 'node';
     assert.equal(out.trim(), `${expected} 0 bundled`);
   });
+  it('works in a worker thread, whose teardown leaves the addon usable', async () => {
+    // The worker cannot load TypeScript: give it a bundle of the spawner, outside src/ like dist/.
+    const outDir = join(root, 'test-artifacts', 'spawner-bundle');
+    mkdirSync(outDir, { recursive: true });
+    const bundle = join(outDir, 'spawner.mjs');
+    await build({
+      entryPoints: [SPAWNER],
+      outfile: bundle,
+      bundle: true,
+      platform: 'node',
+      format: 'esm',
+      packages: 'external',
+      logLevel: 'error',
+    });
+    const spawnSh = (script: string) =>
+      `m.spawnPiped({ file: '/bin/sh', argv: ['sh', '-c', '${script}'], env: {}, cwd: '/' }, { stdin: 'null' })`;
+    writeFileSync(
+      join(outDir, 'worker.mjs'),
+      [
+        "import { parentPort } from 'node:worker_threads';",
+        `import * as m from ${JSON.stringify(bundle)};`,
+        'for (let i = 0; i < 20; i++) {',
+        `  const c = ${spawnSh('echo hi')};`,
+        '  c.stdout.resume();',
+        '  c.stderr.resume();',
+        '}',
+        'parentPort.postMessage(m.spawnerKind);',
+      ].join('\n'),
+    );
+    writeFileSync(
+      join(outDir, 'main.mjs'),
+      [
+        "import { Worker } from 'node:worker_threads';",
+        `const worker = new Worker(${JSON.stringify(join(outDir, 'worker.mjs'))});`,
+        "const kind = await new Promise((r) => worker.once('message', r));",
+        'await worker.terminate();',
+        `const m = await import(${JSON.stringify(bundle)});`,
+        `const c = ${spawnSh('exit 5')};`,
+        'c.onExit((code) => console.log(kind, code));',
+      ].join('\n'),
+    );
+    const p = spawn(process.execPath, [join(outDir, 'main.mjs')], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    p.stdout.setEncoding('utf8').on('data', (d: string) => {
+      out += d;
+    });
+    p.stderr.setEncoding('utf8').on('data', (d: string) => {
+      out += d;
+    });
+    const status = await new Promise<number | null>((r) => p.on('close', (c) => r(c)));
+    assert.equal(status, 0, out);
+    const expected =
+      process.platform === 'linux' && process.env.CORRAL_SPAWNER !== 'node' ? 'native' : 'node';
+    assert.equal(out.trim(), `${expected} 5`);
+  });
 });
 
 for (const kind of ['native', 'vfork', 'node'] as const) {

@@ -456,6 +456,7 @@ export class ProcessesView implements View {
   private readonly sortBtn: HTMLButtonElement;
   private readonly droppedNote = h('span', { class: 'muted small' });
   private readonly split = h('div', { class: 'split' });
+  private readonly sessionsStrip = h('div', { class: 'sessions-strip', 'data-testid': 'detached-sessions' });
   private newestFirst = true;
   private detail: DetailPane | null = null;
   private selected: string | null = null;
@@ -483,7 +484,7 @@ export class ProcessesView implements View {
           h('th', null, 'Client'),
           h('th', null, 'Sandbox'),
           h('th', { class: 'num col-opt' }, 'PID'),
-          h('th', null, 'Started'),
+          h('th', { class: 'col-opt' }, 'Started'),
           h('th', { class: 'num col-opt' }, 'Output'),
         ),
       ),
@@ -502,11 +503,14 @@ export class ProcessesView implements View {
         this.stateSel,
         this.sortBtn,
       ),
+      this.sessionsStrip,
       this.split,
     );
+    setInterval(() => this.renderSessions(), 1000);
     ctx.store.on((c) => {
       if (c === 'processes' || c === 'sessions' || c === 'connection' || c === 'output-bytes')
         this.schedule();
+      if (c === 'sessions' || c === 'processes') this.renderSessions();
       if (c === 'dropped') this.renderDropped();
     });
     setInterval(() => this.schedule(), 5000);
@@ -526,6 +530,48 @@ export class ProcessesView implements View {
       this.scheduled = false;
       this.render();
     });
+  }
+
+  /** Detached sessions: their countdown to the kill, and a button to kill them now (protocol.md §8). */
+  private renderSessions(): void {
+    const store = this.ctx.store;
+    const detached = [...store.sessions.values()].filter((s) => !s.attached);
+    this.sessionsStrip.hidden = detached.length === 0;
+    if (detached.length === 0) return;
+    const now = Date.now() + store.skew;
+    replace(
+      this.sessionsStrip,
+      detached.map((s) => {
+        let running = 0;
+        for (const p of store.processes.values())
+          if (p.sessionId === s.sessionId && p.state === 'running') running++;
+        const left = s.expiresAt !== null ? Math.max(0, Math.round((s.expiresAt - now) / 1000)) : null;
+        return h(
+          'div',
+          { class: 'session-chip', 'data-session': s.sessionId },
+          h('span', { class: 'status-dot', 'data-state': 'disconnected' }),
+          h('strong', null, s.clientName),
+          h(
+            'span',
+            { class: 'muted' },
+            ` disconnected · ${running} running · `,
+            left !== null ? `killed in ${left}s unless it resumes` : 'waiting for resume',
+          ),
+          h(
+            'button',
+            {
+              class: 'btn small danger',
+              onclick: () =>
+                this.ctx.conn
+                  .request<{ killed: number }>('monitor/killSession', { sessionId: s.sessionId })
+                  .then((r) => this.ctx.toast(`Killed ${r.killed} process(es) of ${s.clientName}`))
+                  .catch((e: Error) => this.ctx.toast(`Kill failed: ${e.message}`, 'error')),
+            },
+            'Kill now',
+          ),
+        );
+      }),
+    );
   }
 
   private renderDropped(): void {
@@ -606,7 +652,11 @@ export class ProcessesView implements View {
           ),
           h('td', null, badge(p.badge)),
           h('td', { class: 'num mono col-opt' }, p.pid ? String(p.pid) : '–'),
-          h('td', { title: new Date(p.startedAt).toLocaleString() }, fmtAgo(p.startedAt, now)),
+          h(
+            'td',
+            { class: 'col-opt', title: new Date(p.startedAt).toLocaleString() },
+            fmtAgo(p.startedAt, now),
+          ),
           h('td', { class: 'num col-opt' }, fmtBytes(p.bytesOut)),
         );
       }),

@@ -171,6 +171,7 @@ export type MonitorSnapshot = z.infer<typeof MonitorSnapshot>;
 
 export const SubscribeParams = z.object({}).nullish();
 export const ProcessRef = z.object({ sessionId: z.string(), processId: z.string() });
+export const SessionRef = z.object({ sessionId: z.string() });
 export type ProcessRef = z.infer<typeof ProcessRef>;
 
 export const MonitorReadParams = ProcessRef.extend({

@@ -36,6 +36,7 @@ import {
   type PolicyPreviewResult,
   ProcessRef,
   redact,
+  SessionRef,
   SubscribeParams,
   sandboxBadge,
 } from '../protocol/monitor.js';
@@ -207,6 +208,11 @@ export class Monitor {
       priv((p) => this.write(p)),
     );
     s.registerMethod(
+      'monitor/killSession',
+      'exec',
+      priv((p) => this.killSession(p)),
+    );
+    s.registerMethod(
       'policy/preview',
       'exec',
       priv((p) => this.preview(p)),
@@ -286,6 +292,18 @@ export class Monitor {
       `panel terminated process ${p.processId} of session ${p.sessionId} (pid ${proc.pid}, running ${running})`,
     );
     return { running };
+  }
+
+  /** Kills every process of a session now (the panel's button on a detached session's countdown). */
+  private killSession(params: unknown): { killed: number } {
+    const p = parseParams(SessionRef, params, 'SessionRef');
+    const session = this.server.sessions.get(p.sessionId);
+    if (!session) return { killed: 0 };
+    let killed = 0;
+    for (const proc of session.processes) if (proc.state === 'running') killed++;
+    session.killAll();
+    this.server.log.info(`panel killed the ${killed} running process(es) of session ${p.sessionId}`);
+    return { killed };
   }
 
   private write(params: unknown): { status: string } {

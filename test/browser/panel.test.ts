@@ -48,7 +48,7 @@ describe('panel in a browser against the headless host', () => {
 
   before(async () => {
     const panelDir = ensureBuilt();
-    host = await startHost({ servePanel: true, panelDir, resumeGraceMs: 0 });
+    host = await startHost({ servePanel: true, panelDir, resumeGraceMs: 60_000 });
     browser = await openBrowser();
     agent = await RpcClient.open(host.execUrl, 'codex-agent');
     await browser.page.goto(host.panelUrl!);
@@ -333,6 +333,31 @@ describe('panel in a browser against the headless host', () => {
       tty: false,
     });
     await page.locator('tr[data-process-id="after-reconnect"]').waitFor();
+  });
+
+  test('a disconnected client’s session shows its countdown; Kill now kills its processes', async () => {
+    const page = browser.page;
+    await page.click('button[data-view="processes"]');
+    const gone = await RpcClient.open(host.execUrl, 'agent-gone');
+    await gone.request('process/start', {
+      processId: 'orphan',
+      argv: ['/bin/sleep', '300'],
+      cwd: dir.path,
+      env: {},
+      tty: false,
+    });
+    await page.locator('tr[data-process-id="orphan"] [data-state="running"]').waitFor();
+    gone.close();
+    const chip = page.locator(`[data-testid="detached-sessions"] [data-session="${gone.sessionId}"]`);
+    await chip.waitFor();
+    assert.match(
+      await visibleText(chip),
+      /agent-gone\s+disconnected · 1 running · killed in (59|60)s unless it resumes/,
+    );
+    await browser.screenshot('detached-session');
+    await chip.locator('button', { hasText: 'Kill now' }).click();
+    await page.locator('tr[data-process-id="orphan"] [data-state="closed"]').waitFor();
+    assert.match(await visibleText(page.locator('tr[data-process-id="orphan"]')), /exited 137/);
   });
 
   test('no page errors and no CSP violations', () => {

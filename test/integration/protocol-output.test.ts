@@ -5,7 +5,7 @@ import { randomBytes } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
 import { after, before, describe, it } from 'node:test';
 import type { Notification } from '../helpers/client.js';
-import { startTestServer, type TestServer, tempDir } from '../helpers/server.js';
+import { startTestServer, type TestServer, tempDir, until } from '../helpers/server.js';
 
 const PATH = '/usr/local/bin:/usr/bin:/bin';
 const params = (processId: string, argv: string[], extra: Record<string, unknown> = {}) => ({
@@ -75,6 +75,33 @@ describe('protocol output ordering and backpressure (§5.8, §5.9)', () => {
     for (const ch of rr.chunks)
       assert.equal(ch.chunk, bySeq.get(ch.seq), `retained chunk ${ch.seq} is whole`);
     assert.ok(Buffer.concat(retained).equals(data.subarray(data.length - total)));
+    c.close();
+  });
+
+  it('backpressure: an endless writer with a stalled client is paused (bounded memory), and resumes losslessly', async () => {
+    const c = await ts.client();
+    await c.request('process/start', params('endless', ['cat', '/dev/zero']));
+    const proc = () => ts.server.sessions.get(c.sessionId)!.get('endless')!;
+    c.ws.pause();
+    await until(() => proc().bytesOut > 4 * 1024 * 1024, 10_000, 'output to flow');
+    await new Promise((r) => setTimeout(r, 1500));
+    const plateau = proc().bytesOut;
+    await new Promise((r) => setTimeout(r, 1000));
+    const later = proc().bytesOut;
+    assert.ok(later - plateau < 1024 * 1024, `still producing while stalled: ${plateau} → ${later}`);
+    assert.ok(later < 48 * 1024 * 1024, `${later} bytes produced while the client read nothing`);
+    c.ws.resume();
+    await until(() => proc().bytesOut > later + 16 * 1024 * 1024, 10_000, 'output to resume');
+    await c.request('process/terminate', { processId: 'endless' });
+    const events = await c.collect('endless', 30_000);
+    assert.deepEqual(
+      events.map((n) => n.params.seq),
+      events.map((_, i) => i + 1),
+    );
+    const delivered = events
+      .filter((n) => n.method === 'process/output')
+      .reduce((sum, n) => sum + Buffer.from(n.params.chunk as string, 'base64').length, 0);
+    assert.equal(delivered, proc().bytesOut, 'every produced byte was delivered');
     c.close();
   });
 

@@ -360,6 +360,20 @@ describe('panel in a browser against the headless host', () => {
     assert.match(await visibleText(page.locator('tr[data-process-id="orphan"]')), /exited 137/);
   });
 
+  test('dark mode renders readably', async () => {
+    const page = browser.page;
+    await page.emulateMedia({ colorScheme: 'dark' });
+    await page.click('button[data-view="processes"]');
+    await page.locator('tr[data-process-id="agent-tty"]').click();
+    await page.locator('[data-testid="process-detail"] .xterm-rows', { hasText: 'tty-ready' }).waitFor();
+    const bg = await page.evaluate(() => getComputedStyle(document.body).backgroundColor);
+    assert.equal(bg, 'rgb(15, 17, 21)');
+    await browser.screenshot('processes-dark');
+    await page.click('button[data-view="network"]');
+    await browser.screenshot('network-dark');
+    await page.emulateMedia({ colorScheme: 'light' });
+  });
+
   test('no page errors and no CSP violations', () => {
     assert.deepEqual(browser.errors, []);
   });

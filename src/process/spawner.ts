@@ -1,11 +1,13 @@
 /**
  * Pipe-mode process spawner (not PTY). Two implementations with the same semantics:
- *  - 'native': the addon in src/process/native (clone(CLONE_VM|CLONE_VFORK) + execve, pidfd exit watching on the
- *    libuv loop). About 3x the spawn rate of child_process on a 2-core machine, and sets PR_SET_PDEATHSIG(SIGKILL).
- *  - 'node': child_process, used when the addon is not built (or not Linux) or with env CORRAL_SPAWNER=node.
+ *  - 'native': the addon in src/process/native (clone(CLONE_VM) + execve without waiting for the exec, pidfd exit
+ *    watching on the libuv loop; see NativeMode). Several times the spawn rate of child_process on a busy 2-core
+ *    machine, closes every fd it was not asked to pass, and sets PR_SET_PDEATHSIG(SIGKILL).
+ *  - 'node': child_process, used when the addon is not built (or not Linux) or with env CORRAL_SPAWNER=node. It
+ *    cannot set PR_SET_PDEATHSIG and passes on fds this process inherited without O_CLOEXEC.
  * Every child is its own session and process-group leader, sees exactly `spec.env`, gets /dev/null or a pipe as
- * stdin, pipes as stdout/stderr, and the extra fds at 3, 4, …; nothing else leaks. Exec failures throw SpawnError
- * synchronously, with Rust's OS error text (what Codex reports).
+ * stdin, pipes as stdout/stderr, and the extra fds at 3, 4, …. Exec failures throw SpawnError synchronously, with
+ * Rust's OS error text (what Codex reports).
  *
  * PR_SET_PDEATHSIG belongs to the spawning *thread*: call spawnPiped from the main thread (or a thread that lives as
  * long as its children should).
@@ -196,14 +198,26 @@ function loadNative(): { binding: NativeBinding | null; error: string | null } {
 }
 
 const native = loadNative();
-const nativeExits = new Map<number, ExitLatch>();
-native.binding?.setExitHandler((pid, status, signo) => {
-  const latch = nativeExits.get(pid);
-  if (!latch) return;
-  nativeExits.delete(pid);
-  if (signo !== 0) latch.fire(128 + signo, SIGNAL_NAMES.get(signo) ?? null);
-  else latch.fire(status, null);
-});
+
+/**
+ * Exit latches by pid. The addon has one exit handler per process (per thread), shared by every copy of this module
+ * that loads it (sources and a bundle, say), so the table lives on the addon's exports object.
+ */
+const nativeExits: Map<number, ExitLatch> = (() => {
+  const b = native.binding as (NativeBinding & { corralExits?: Map<number, ExitLatch> }) | null;
+  if (!b) return new Map();
+  if (b.corralExits) return b.corralExits;
+  const table = new Map<number, ExitLatch>();
+  b.corralExits = table;
+  b.setExitHandler((pid, status, signo) => {
+    const latch = table.get(pid);
+    if (!latch) return;
+    table.delete(pid);
+    if (signo !== 0) latch.fire(128 + signo, SIGNAL_NAMES.get(signo) ?? null);
+    else latch.fire(status, null);
+  });
+  return table;
+})();
 
 /** Why the native spawner is not available (null when it is). */
 export const nativeLoadError: string | null = native.error;

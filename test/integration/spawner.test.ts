@@ -17,6 +17,7 @@ import {
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { pathToFileURL } from 'node:url';
 import { build } from 'esbuild';
 import type { LaunchSpec } from '../../src/process/launch.js';
 import {
@@ -210,6 +211,29 @@ describe('spawner selection', () => {
       process.platform === 'linux' && process.env.CORRAL_SPAWNER !== 'node' ? 'native' : 'node';
     assert.equal(out.trim(), `${expected} 0 bundled`);
   });
+  it('two copies of the module in one process (sources and a bundle) both get their exits', async () => {
+    const outDir = join(root, 'test-artifacts', 'spawner-bundle');
+    mkdirSync(outDir, { recursive: true });
+    const bundle = join(outDir, 'spawner-copy.mjs');
+    await build({
+      entryPoints: [SPAWNER],
+      outfile: bundle,
+      bundle: true,
+      platform: 'node',
+      format: 'esm',
+      packages: 'external',
+      logLevel: 'error',
+    });
+    const copy = (await import(pathToFileURL(bundle).href)) as typeof import('../../src/process/spawner.js');
+    const exitOf = (c: SpawnedChild) => new Promise<number>((r) => c.onExit((code) => r(code)));
+    const codes = await Promise.all([
+      exitOf(spawnPipedWith(spawnerKind, sh('exit 11'), { stdin: 'null' })),
+      exitOf(copy.spawnPipedWith(spawnerKind, sh('exit 12'), { stdin: 'null' })),
+      exitOf(spawnPipedWith(spawnerKind, sh('exit 13'), { stdin: 'null' })),
+    ]);
+    assert.deepEqual(codes, [11, 12, 13]);
+  });
+
   it('works in a worker thread, whose teardown leaves the addon usable', async () => {
     // The worker cannot load TypeScript: give it a bundle of the spawner, outside src/ like dist/.
     const outDir = join(root, 'test-artifacts', 'spawner-bundle');

@@ -1,9 +1,16 @@
 // Corral's fast pipe-mode process spawner (Linux).
 //
 // Node's child_process forks the whole (large) Node process on its one JS thread, which caps it near 700-850
-// spawns/s on a 2-core machine. This addon starts children with clone(CLONE_VM | CLONE_VFORK): no page tables are
-// copied, the parent is suspended only until the child has called execve, and exec failures come back synchronously
-// through memory shared with the child. Each child:
+// spawns/s on a 2-core machine. This addon starts children with clone(CLONE_VM): no page tables are copied. Two modes:
+//   * async (default on x86_64 and arm64): the parent returns as soon as the child exists and never waits for its
+//     execve. The child runs on a stack of ours in our memory until it execs, using raw system calls only; a CLOEXEC
+//     "status" pipe tells us (EOF) when it has exec'd or exited, and only then are its stack and arguments reused.
+//     The errors a caller must get synchronously (missing or unusable program or cwd) are checked before the start;
+//     an exec failure only execve can see makes the child print it on its stderr and exit 127.
+//   * vfork (CLONE_VFORK): the parent thread waits until the child has exec'd; every exec failure comes back
+//     synchronously through memory shared with the child. Under load this wait is the child's scheduling latency,
+//     which is why async is the default.
+// Each child:
 //   * is its own session and process-group leader (setsid), so a group kill reaches its descendants;
 //   * gets PR_SET_PDEATHSIG(SIGKILL), so it dies when the spawning thread (the Node main thread) dies;
 //   * has all signal dispositions reset to default and an empty signal mask (Node ignores SIGPIPE);
@@ -13,10 +20,11 @@
 //
 // JS interface (see src/process/spawner.ts):
 //   spawn(file, argv: string[], env: string[] /* "K=V" */, cwd, fds: number[] /* child fd i <- fds[i], -1 = closed,
-//         -2 = create a pipe (0: parent writes, 1/2: parent reads), -3 = /dev/null */)
+//         -2 = create a pipe (0: parent writes, 1/2: parent reads), -3 = /dev/null */, waitExec: boolean)
 //     -> [pid, fd0, fd1, fd2]   parent ends of created pipes, -1 where none
 //     throws Error { message: strerror text, errno: number } when the child could not be started
 //   setExitHandler(fn(pid, exitStatus /* -1 if signalled */, signo /* 0 if exited */))
+//   asyncExec: boolean   whether async mode is compiled in
 
 #define _GNU_SOURCE
 #include <dlfcn.h>

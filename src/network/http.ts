@@ -323,6 +323,11 @@ export class HttpProxy {
       res.socket?.end(statusOnly(limit));
       return;
     }
+    const unixSocket = req.headers['x-unix-socket'];
+    if (unixSocket !== undefined) {
+      this.onUnixSocket(req, res, unixSocket);
+      return;
+    }
     const url = req.url ?? '';
     const target = parseAbsoluteTarget(url);
     if (target === null) {
@@ -396,6 +401,49 @@ export class HttpProxy {
       return;
     }
     this.forward(req, res, address, target, norm.host);
+  }
+
+  /**
+   * §3.8 on Linux: unix-socket forwarding is macOS-only. A limited-mode write method gets the short 403 JSON; anything
+   * else gets 501. Audit events only: these blocks are not recorded in the ring.
+   */
+  private onUnixSocket(req: http.IncomingMessage, res: http.ServerResponse, header: string | string[]): void {
+    const path = Array.isArray(header) ? header[0] : header;
+    if (path === undefined || !path.startsWith('/') || Array.isArray(header)) {
+      sendText(res, 400, 'invalid x-unix-socket header');
+      return;
+    }
+    const method = req.method ?? 'GET';
+    const client = clientAddr(req.socket);
+    const base = {
+      protocol: 'http' as const,
+      host: 'unix-socket',
+      port: 0,
+      method,
+      client,
+      scope: 'non_domain' as const,
+    };
+    if (this.deps.policy.mode === 'limited' && !LIMITED_METHODS.has(method)) {
+      this.deps.recorder.audit({
+        ...base,
+        decision: 'deny',
+        source: 'mode_guard',
+        reason: 'method_not_allowed',
+      });
+      const body = Buffer.from(
+        JSON.stringify({ status: 'blocked', host: 'unix-socket', reason: 'method_not_allowed' }),
+      );
+      res.sendDate = false;
+      res.writeHead(403, [
+        ['content-type', 'application/json'],
+        ['x-proxy-error', blockTag('method_not_allowed')],
+        ['content-length', String(body.length)],
+        ['date', new Date().toUTCString()],
+      ] as unknown as http.OutgoingHttpHeaders);
+      res.end(body);
+      return;
+    }
+    sendText(res, 501, 'unix sockets unsupported');
   }
 
   private sendBlockedJson(
@@ -480,7 +528,13 @@ export class HttpProxy {
         out.push(uraw[i]!, uraw[i + 1]!);
       }
       res.sendDate = false;
-      res.writeHead(up.statusCode ?? 502, up.statusMessage, out as unknown as http.OutgoingHttpHeaders);
+      try {
+        res.writeHead(up.statusCode ?? 502, up.statusMessage, out as unknown as http.OutgoingHttpHeaders);
+      } catch {
+        up.destroy();
+        sendText(res, 502, 'upstream failure');
+        return;
+      }
       up.pipe(res);
       up.on('error', () => res.destroy());
     });

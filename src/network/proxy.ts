@@ -40,13 +40,23 @@ export interface ManagedProxy {
   close(): Promise<void>;
 }
 
-/** Dials exactly the given (already checked) address. */
+export const CONNECT_TIMEOUT_MS = 30_000;
+
+/** Dials exactly the given (already checked) address, giving up after 30 s without an answer. */
 export const defaultDialer: Dialer = ({ host, port }) =>
   new Promise<Duplex>((resolve, reject) => {
     const s = net.connect({ host, port, noDelay: true });
-    const onError = (e: Error) => reject(e);
+    const timer = setTimeout(() => {
+      s.destroy();
+      reject(Object.assign(new Error(`connect ${host}:${port} timed out`), { code: 'ETIMEDOUT' }));
+    }, CONNECT_TIMEOUT_MS);
+    const onError = (e: Error) => {
+      clearTimeout(timer);
+      reject(e);
+    };
     s.once('error', onError);
     s.once('connect', () => {
+      clearTimeout(timer);
       s.off('error', onError);
       resolve(s);
     });

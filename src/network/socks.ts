@@ -332,13 +332,19 @@ export class SocksProxy {
           if (address === undefined) return;
           allowedCache.set(key, address);
           send(address, addr.port, data);
-        });
+        })
+        .catch(() => {});
     });
 
     const send = (address: string, port: number, data: Buffer) => {
       targets.add(hostPort(address, port));
       const sock = net.isIPv6(address) ? out6 : out4;
-      if (this.udpSockets.has(sock)) sock.send(data, port, address);
+      if (port === 0 || !this.udpSockets.has(sock)) return;
+      try {
+        sock.send(data, port, address);
+      } catch {
+        // A datagram that cannot be sent is dropped, like any other UDP loss.
+      }
     };
 
     const onReply = (msg: Buffer, rinfo: dgram.RemoteInfo) => {

@@ -68,7 +68,7 @@ const conn = new Connection({
   async ready(api, sessionId) {
     store.selfSession = sessionId;
     const [snapshot, info] = await Promise.all([
-      api.request('monitor/subscribe', {}) as Promise<MonitorSnapshot>,
+      api.request('monitor/subscribe', { output: 'followed' }) as Promise<MonitorSnapshot>,
       (api.request('host/info', {}) as Promise<HostInfo>).catch(() => null),
     ]);
     store.info = info;

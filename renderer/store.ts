@@ -27,7 +27,8 @@ export type Change =
   | 'dropped'
   | 'info'
   | 'connection'
-  | 'output-bytes';
+  | 'output-bytes'
+  | 'snapshot';
 
 export const procKey = (p: { sessionId: string; processId: string }) => `${p.sessionId}/${p.processId}`;
 
@@ -80,6 +81,7 @@ export class Store {
     this.networkWired = s.networkWired;
     this.previewWired = s.previewWired;
     this.skew = s.serverTime - Date.now();
+    this.emit('snapshot');
     this.emit('processes');
     this.emit('sessions');
     this.emit('network');

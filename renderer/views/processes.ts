@@ -135,6 +135,7 @@ class DetailPane {
   private readonly sink: OutputSink;
   private lastSeq = 0;
   private sig = '';
+  private disposed = false;
   private loading = true;
   private pending: MonitorOutputNotification[] = [];
   private readonly offOutput: () => void;
@@ -205,6 +206,14 @@ class DetailPane {
     return procKey(this.proc);
   }
 
+  private follow(on: boolean): Promise<unknown> {
+    return this.ctx.conn.request('monitor/follow', {
+      sessionId: this.proc.sessionId,
+      processId: this.proc.processId,
+      follow: on,
+    });
+  }
+
   private async load(): Promise<void> {
     if (!this.proc.retained) {
       this.sink.note('(output no longer retained: the session expired)');
@@ -212,6 +221,8 @@ class DetailPane {
       return;
     }
     try {
+      // Live chunks first (queued while loading), then the retained history: no gap, duplicates skipped by seq.
+      await this.follow(true);
       const r = await this.ctx.conn.request<MonitorReadResult>('monitor/read', {
         sessionId: this.proc.sessionId,
         processId: this.proc.processId,
@@ -232,6 +243,7 @@ class DetailPane {
   }
 
   private onOutput(n: MonitorOutputNotification): void {
+    if (this.disposed) return;
     if (n.sessionId !== this.proc.sessionId || n.processId !== this.proc.processId) return;
     if (this.loading) {
       this.pending.push(n);
@@ -341,8 +353,10 @@ class DetailPane {
   }
 
   dispose(): void {
+    this.disposed = true;
     this.offOutput();
     this.sink.dispose();
+    this.follow(false).catch(() => {});
   }
 }
 
@@ -512,6 +526,12 @@ export class ProcessesView implements View {
         this.schedule();
       if (c === 'sessions' || c === 'processes') this.renderSessions();
       if (c === 'dropped') this.renderDropped();
+      // After a reconnect the new subscription follows nothing: reopen the shown process.
+      if (c === 'snapshot' && this.selected) {
+        const key = this.selected;
+        this.selected = null;
+        this.select(key);
+      }
     });
     setInterval(() => this.schedule(), 5000);
     this.render();

@@ -169,7 +169,13 @@ export type MonitorSnapshot = z.infer<typeof MonitorSnapshot>;
 
 // ---- methods ---------------------------------------------------------------------------------------------------
 
-export const SubscribeParams = z.object({}).nullish();
+/**
+ * `output`: `all` (default) streams every process's output as `monitor/output`; `followed` streams only the
+ * processes named with `monitor/follow` (the panel follows the one it shows, so an open panel costs the output hot
+ * path nothing). Process byte counts are refreshed about once a second either way.
+ */
+export const SubscribeParams = z.object({ output: z.enum(['all', 'followed']).default('all') }).nullish();
+export const FollowParams = z.object({ sessionId: z.string(), processId: z.string(), follow: z.boolean() });
 export const ProcessRef = z.object({ sessionId: z.string(), processId: z.string() });
 export const SessionRef = z.object({ sessionId: z.string() });
 export type ProcessRef = z.infer<typeof ProcessRef>;

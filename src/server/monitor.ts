@@ -22,6 +22,7 @@ import {
   type CheckUrlResult,
   type DroppedCounts,
   type FieldError,
+  FollowParams,
   fieldErrors,
   type HostCount,
   type MonitorAudit,
@@ -56,6 +57,7 @@ export const BLOCKED_RING = 500;
 export const AUDIT_RING = 1000;
 export const FINISHED_PROCESSES = 500;
 const MAX_HOSTS = 2000;
+const BYTES_TICK_MS = 1000;
 
 export const NOT_PRIVILEGED =
   'monitor and policy methods need a privileged connection: the desktop app itself, or a WebSocket client that ' +
@@ -85,6 +87,8 @@ interface ConnStateView {
 
 class Subscriber {
   live = false;
+  outputAll = true;
+  readonly followed = new Set<string>();
   queued = 0;
   overflowing = false;
   readonly dirtyProcesses = new Map<string, ManagedProcess>();
@@ -115,6 +119,8 @@ export class Monitor {
   private readonly lowWater: number;
   private readonly detachListeners: (() => void)[] = [];
   private outputAttached = false;
+  private ticker: NodeJS.Timeout | null = null;
+  private readonly reportedBytes = new WeakMap<ManagedProcess, number>();
   private readonly onOutput = (proc: ManagedProcess, seq: number, stream: OutputStream, data: Buffer) =>
     this.output(proc, seq, stream, data);
 
@@ -193,6 +199,11 @@ export class Monitor {
       }),
     );
     s.registerMethod(
+      'monitor/follow',
+      'exec',
+      priv((p, conn) => this.follow(p, conn)),
+    );
+    s.registerMethod(
       'monitor/read',
       'exec',
       priv((p) => this.read(p)),
@@ -225,10 +236,11 @@ export class Monitor {
   }
 
   private subscribe(params: unknown, conn: RpcConnection): unknown {
-    parseParams(SubscribeParams, params, 'SubscribeParams');
+    const p = parseParams(SubscribeParams, params, 'SubscribeParams');
     for (const sub of this.subscribers) if (sub.conn === conn) this.subscribers.delete(sub);
     const session = (conn.state as ConnStateView | undefined)?.session ?? null;
     const sub = new Subscriber(conn, session);
+    sub.outputAll = (p?.output ?? 'all') === 'all';
     this.subscribers.add(sub);
     this.updateOutputListener();
     const snapshot = this.snapshot(session);
@@ -571,7 +583,12 @@ export class Monitor {
 
   private output(proc: ManagedProcess, seq: number, stream: OutputStream, data: Buffer): void {
     let text: string | null = null;
+    let k: string | null = null;
     for (const sub of this.subscribers) {
+      if (!sub.outputAll) {
+        k ??= key(proc.info.sessionId, proc.info.processId);
+        if (!sub.followed.has(k)) continue;
+      }
       if (!this.usable(sub)) continue;
       if (sub.overflowing || sub.queued > this.highWater) {
         sub.dropped.output++;
@@ -729,12 +746,43 @@ export class Monitor {
     }
   }
 
+  /** The output hook is installed only while some subscriber wants output (the hot path stays untouched). */
   private updateOutputListener(): void {
-    const want = this.subscribers.size > 0;
-    if (want === this.outputAttached) return;
-    this.outputAttached = want;
-    if (want) this.server.events.on('output', this.onOutput);
-    else this.server.events.off('output', this.onOutput);
+    let want = false;
+    for (const s of this.subscribers) if (s.outputAll || s.followed.size > 0) want = true;
+    if (want !== this.outputAttached) {
+      this.outputAttached = want;
+      if (want) this.server.events.on('output', this.onOutput);
+      else this.server.events.off('output', this.onOutput);
+    }
+    if (this.subscribers.size > 0 && !this.ticker) {
+      this.ticker = setInterval(() => this.tick(), BYTES_TICK_MS);
+      this.ticker.unref?.();
+    } else if (this.subscribers.size === 0 && this.ticker) {
+      clearInterval(this.ticker);
+      this.ticker = null;
+    }
+  }
+
+  /** About once a second: fresh byte counts of running processes whose output grew. */
+  private tick(): void {
+    for (const p of this.server.allProcesses()) {
+      if (p.state !== 'running') continue;
+      if (this.reportedBytes.get(p) === p.bytesOut) continue;
+      this.reportedBytes.set(p, p.bytesOut);
+      this.processChanged(p);
+    }
+  }
+
+  private follow(params: unknown, conn: RpcConnection): { following: boolean } {
+    const p = parseParams(FollowParams, params, 'FollowParams');
+    const sub = [...this.subscribers].find((s) => s.conn === conn);
+    if (!sub) throw invalidRequest('monitor/follow needs monitor/subscribe first');
+    const k = key(p.sessionId, p.processId);
+    if (p.follow) sub.followed.add(k);
+    else sub.followed.delete(k);
+    this.updateOutputListener();
+    return { following: p.follow };
   }
 }
 

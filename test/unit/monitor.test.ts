@@ -122,6 +122,43 @@ describe('monitor feed', () => {
     agent.close();
   });
 
+  test('followed mode: output only for followed processes; byte counts refresh while running', async () => {
+    const panel = await privileged(ts);
+    const agent = await privileged(ts, 'agent-f');
+    await panel.request('monitor/subscribe', { output: 'followed' });
+    await agent.request('process/start', {
+      processId: 'chatty',
+      argv: ['/bin/sh', '-c', 'while :; do echo tick; sleep 0.05; done'],
+      cwd: '/tmp',
+      env: {},
+      tty: false,
+    });
+    // No output stream yet, but the running process's byte count is refreshed (about once a second).
+    const grown = await panel.waitFor(
+      (n) =>
+        n.method === 'monitor/process' &&
+        (n.params.process as { processId: string }).processId === 'chatty' &&
+        (n.params.process as { state: string }).state === 'running' &&
+        (n.params.process as { bytesOut: number }).bytesOut > 0,
+      5000,
+    );
+    assert.ok(grown);
+    assert.equal(panel.notifications.filter((n) => n.method === 'monitor/output').length, 0);
+    await panel.request('monitor/follow', { sessionId: agent.sessionId, processId: 'chatty', follow: true });
+    await panel.waitFor((n) => n.method === 'monitor/output' && n.params.processId === 'chatty');
+    await panel.request('monitor/follow', { sessionId: agent.sessionId, processId: 'chatty', follow: false });
+    const count = panel.notifications.filter((n) => n.method === 'monitor/output').length;
+    await panel.request('monitor/terminate', { sessionId: agent.sessionId, processId: 'chatty' });
+    await agent.collect('chatty');
+    // Round trip after the close: nothing more was streamed once unfollowed (at most what was in flight).
+    await panel.request('monitor/read', { sessionId: agent.sessionId, processId: 'chatty', afterSeq: 0 });
+    assert.ok(panel.notifications.filter((n) => n.method === 'monitor/output').length <= count + 1);
+    const e = await agent.requestError('monitor/follow', { sessionId: 'x', processId: 'y', follow: true });
+    assert.equal(e.code, -32600);
+    panel.close();
+    agent.close();
+  });
+
   test('monitor/terminate and monitor/write act on another client’s processes', async () => {
     const panel = await privileged(ts);
     const agent = await privileged(ts, 'agent-2');

@@ -133,12 +133,14 @@ export class ManagedProcess {
    */
   private drainThen(report: () => void): void {
     const deadline = Date.now() + 50;
-    const round = (seen: number) => {
-      if (this.openStreams === 0 || this.paused || this.dataEvents === seen || Date.now() > deadline)
-        report();
-      else setImmediate(round, this.dataEvents);
+    // The first round runs before the loop has polled again (child_process reaps every exited child on one SIGCHLD,
+    // possibly before their pipes were polled), so only a later round that saw a poll without new data counts.
+    const round = (seen: number, first: boolean) => {
+      const quiet = !first && this.dataEvents === seen;
+      if (this.openStreams === 0 || this.paused || quiet || Date.now() > deadline) report();
+      else setImmediate(round, this.dataEvents, false);
     };
-    setImmediate(round, this.dataEvents);
+    setImmediate(round, this.dataEvents, true);
   }
 
   private onData(stream: OutputStream, data: Buffer): void {

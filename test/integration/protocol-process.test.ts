@@ -225,14 +225,24 @@ describe('protocol process methods (§5)', () => {
     assert.ok(resp >= 0 && first > resp, `response frame ${resp} before first notification ${first}`);
   });
 
-  it('start response precedes the first notification for many fast processes', async () => {
-    const ids = Array.from({ length: 30 }, () => pid('order'));
-    await Promise.all(ids.map((id) => start(c, id, sh('printf x'))));
-    for (const id of ids) {
-      await c.collect(id);
-      const resp = frameIndex(c, (m) => 'id' in m && (m.result as { processId?: string })?.processId === id);
-      const first = frameIndex(c, (m) => (m.params as { processId?: string })?.processId === id);
-      assert.ok(resp >= 0 && first > resp, `${id}: response ${resp}, first notification ${first}`);
+  it('many fast processes at once: start response first, then outputs, exited, closed (10 × 30)', async () => {
+    for (let round = 0; round < 10; round++) {
+      const ids = Array.from({ length: 30 }, () => pid('order'));
+      await Promise.all(ids.map((id) => start(c, id, sh('printf hi; printf err >&2; exit 3'))));
+      for (const id of ids) {
+        const events = await c.collect(id);
+        assert.deepEqual(
+          events.map((n) => n.method),
+          ['process/output', 'process/output', 'process/exited', 'process/closed'],
+          id,
+        );
+        const resp = frameIndex(
+          c,
+          (m) => 'id' in m && (m.result as { processId?: string })?.processId === id,
+        );
+        const first = frameIndex(c, (m) => (m.params as { processId?: string })?.processId === id);
+        assert.ok(resp >= 0 && first > resp, `${id}: response ${resp}, first notification ${first}`);
+      }
     }
   });
 

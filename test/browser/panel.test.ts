@@ -309,6 +309,25 @@ describe('panel in a browser against the headless host', () => {
     await page.fill('[data-testid="run-cwd"]', join(dir.path, 'missing-dir'));
     await page.click('[data-testid="run-start"]');
     await page.locator('[data-testid="run-error"]', { hasText: 'No such file or directory' }).waitFor();
+
+    // Sandbox preset: workspace-write under bwrap; writing outside the workspace fails.
+    await page.fill('[data-testid="run-cwd"]', dir.path);
+    await page.selectOption('[data-testid="run-sandbox"]', 'workspace-write');
+    await page.fill('[data-testid="run-argv"]', 'touch ok-inside && echo wrote-inside; touch /usr/corral-nope || echo denied-outside');
+    await page.click('[data-testid="run-start"]');
+    await detail.locator('[data-badge="linux-seccomp"]').waitFor();
+    await detail.locator('.out-stdout', { hasText: 'denied-outside' }).waitFor();
+    assert.match(await visibleText(detail.locator('.pipe-output')), /wrote-inside/);
+
+    // Managed network: the process gets its own proxy in its environment.
+    await page.click('button[data-view="run"]');
+    await page.selectOption('[data-testid="run-sandbox"]', 'none');
+    await page.check('[data-testid="run-net"]');
+    await page.fill('[data-testid="run-argv"]', 'echo "proxy=$HTTP_PROXY"');
+    await page.click('[data-testid="run-start"]');
+    await detail.locator('.out-stdout', { hasText: /proxy=http:\/\/127\.0\.0\.1:\d+/ }).waitFor();
+    await page.click('button[data-view="run"]');
+    await page.uncheck('[data-testid="run-net"]');
   });
 
   test('a lost connection shows a clear state and reconnects', async () => {

@@ -318,6 +318,18 @@ for (const kind of ['native', 'vfork', 'node'] as const) {
       assert.equal(r.signal, 'SIGPIPE');
     });
 
+    it('the child runs with the normal scheduling policy (SCHED_OTHER)', async () => {
+      // The native spawner starts children as SCHED_BATCH so that they do not preempt the event loop; they must
+      // switch back before exec.
+      const r = await run(kind, {
+        file: '/bin/grep',
+        argv: ['grep', '^policy', '/proc/self/sched'],
+        env: {},
+        cwd: '/',
+      });
+      assert.match(r.stdout, /^policy\s+:\s+0\n$/);
+    });
+
     it('stdin null is /dev/null; the child reads EOF at once', async () => {
       const c = spawnWith(kind, sh('cat; readlink /proc/$$/fd/0'), { stdin: 'null' });
       assert.equal(c.stdin, null);

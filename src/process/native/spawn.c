@@ -77,6 +77,7 @@ struct child_args {
   int tmp[MAX_CHILD_FDS];  // scratch: sources moved above nfds
   unsigned int close_from_max;
   pid_t parent_pid;
+  int restore_policy;  // async mode: SCHED_OTHER to restore in the child (it starts as SCHED_BATCH), or -1
   int status_fd;     // async mode: write end of a CLOEXEC pipe; its EOF tells the parent the child left our memory
   volatile int err;  // vfork mode: set by the child when it fails; 0 when execve succeeded
 };
@@ -208,6 +209,10 @@ static int child_main_async(void *p) {
   for (long s = 1; s <= 64; s++) {
     if (s == SIGKILL || s == SIGSTOP) continue;
     raw_syscall(SYS_rt_sigaction, s, (long)&k_dfl, 0, sizeof(unsigned long));
+  }
+  if (a->restore_policy >= 0) {
+    static const struct sched_param zero_param;
+    raw_syscall(SYS_sched_setscheduler, 0, a->restore_policy, (long)&zero_param, 0);
   }
   if ((r = raw_syscall(SYS_setsid, 0, 0, 0, 0)) < 0) child_die(a, r, 0);
   if ((r = raw_syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0)) < 0) child_die(a, r, 0);
@@ -610,6 +615,14 @@ static napi_value js_spawn(napi_env env, napi_callback_info info) {
 #endif
   }
 
+  // A new SCHED_OTHER child usually preempts its busy parent at once (EEVDF gives it the earlier deadline), and on
+  // a loaded machine the event loop then waits its turn among every runnable process. A SCHED_BATCH task never
+  // preempts on wake-up: the child starts as SCHED_BATCH and switches back to SCHED_OTHER itself before exec.
+  a->restore_policy = -1;
+  struct sched_param zero_param = {0};
+  if (!wait_exec && sched_getscheduler(0) == SCHED_OTHER && sched_setscheduler(0, SCHED_BATCH, &zero_param) == 0) {
+    a->restore_policy = SCHED_OTHER;
+  }
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
@@ -617,6 +630,7 @@ static napi_value js_spawn(napi_env env, napi_callback_info info) {
   pid_t pid = clone(child_fn, stack + CHILD_STACK_SIZE, flags, a, &pidfd);
   int clone_errno = errno;
   pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (a->restore_policy >= 0) sched_setscheduler(0, SCHED_OTHER, &zero_param);
 
   if (pid < 0) {
     err = clone_errno;

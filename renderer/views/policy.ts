@@ -324,6 +324,13 @@ export class PolicyView implements View {
           h('dd', null, res.mode ?? '–'),
           res.message ? [h('dt', null, 'Client sees'), h('dd', null, res.message)] : null,
         ),
+        res.warnings.length > 0
+          ? h(
+              'ul',
+              { class: 'warnings', 'data-testid': 'check-warnings' },
+              res.warnings.map((w) => h('li', null, w)),
+            )
+          : null,
       );
     } catch (e) {
       replace(this.checkOut, errorList([{ path: '(request)', message: (e as Error).message }]));

@@ -417,13 +417,21 @@ export function policyView(p: MonitorProcess): HTMLElement {
       )
     : null;
   const net = s.network ?? s.networkMode ?? null;
+  const warnings = Array.isArray(s.warnings) ? (s.warnings as unknown[]).map(String) : [];
   const rest = Object.entries(s).filter(
-    ([k]) => k !== 'writableRoots' && k !== 'network' && k !== 'networkMode',
+    ([k]) => k !== 'writableRoots' && k !== 'network' && k !== 'networkMode' && k !== 'warnings',
   );
   return h(
     'div',
     { class: 'policy-card', 'data-testid': 'policy' },
     h('h4', null, 'Effective policy'),
+    warnings.length > 0
+      ? h(
+          'ul',
+          { class: 'warnings' },
+          warnings.map((w) => h('li', null, w)),
+        )
+      : null,
     h(
       'dl',
       { class: 'kv' },

@@ -248,6 +248,8 @@ export const CheckUrlResult = z.object({
   /** The text the blocked client would see. */
   message: z.string().nullable(),
   mode: z.enum(['full', 'limited']).nullable(),
+  /** What the proxy would warn about for this config (e.g. `mitm` accepted but not implemented). */
+  warnings: z.array(z.string()),
 });
 export type CheckUrlResult = z.infer<typeof CheckUrlResult>;
 

@@ -440,21 +440,28 @@ export class Monitor {
       source: null,
       message: null,
       mode: null,
+      warnings: [],
     };
     const errors = this.networkErrors(p.config, 'config');
     if (errors.length > 0) return { ...base, errors };
     const raw = p.config as Record<string, unknown> | null;
-    const settings =
-      raw && typeof raw === 'object' && 'config' in raw
-        ? parseNetworkConfig(raw.config)
-        : parseNetworkConfig(p.config);
+    const managed = raw && typeof raw === 'object' && 'config' in raw ? raw : { config: p.config };
+    const settings = parseNetworkConfig(managed.config);
+    const warnings = settings.enabled ? (parseManagedNetwork(managed)?.warnings ?? []) : [];
     const target = parseTarget(p.target);
     if (!target)
       return { ...base, errors: [{ path: 'target', message: `not a URL or host:port: ${p.target}` }] };
     const norm = normalizeHost(target.host);
     if (!norm.ok) return { ...base, errors: [{ path: 'target', message: `invalid host: ${target.host}` }] };
     const method = (p.method ?? (target.scheme === 'https' ? 'CONNECT' : 'GET')).toUpperCase();
-    const result = { ...base, valid: true, host: norm.host, port: target.port, mode: settings.mode };
+    const result = {
+      ...base,
+      valid: true,
+      host: norm.host,
+      port: target.port,
+      mode: settings.mode,
+      warnings,
+    };
     const deny = (reason: string, source: string) => ({
       ...result,
       decision: 'deny' as const,

@@ -339,6 +339,12 @@ describe('monitor feed', () => {
     assert.deepEqual([r.decision, r.reason], ['deny', 'method_not_allowed']);
     r = await check('https://localhost/');
     assert.deepEqual([r.decision, r.reason], ['deny', 'mitm_required']);
+    const mitm = (await panel.request('policy/checkUrl', {
+      config: { network: { enabled: true, mode: 'limited', mitm: true, domains: { localhost: 'allow' } } },
+      target: 'https://localhost/',
+    })) as { decision: string; reason: string; warnings: string[] };
+    assert.deepEqual([mitm.decision, mitm.reason], ['deny', 'mitm_required']);
+    assert.match(mitm.warnings.join(' '), /mitm is not supported/);
     r = await check('http://not-listed.test/');
     assert.deepEqual([r.decision, r.reason], ['deny', 'not_allowed']);
     // An allowlisted name is resolved once (injected resolver: 127.0.0.1) and the answer is checked.

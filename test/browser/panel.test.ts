@@ -313,7 +313,10 @@ describe('panel in a browser against the headless host', () => {
     // Sandbox preset: workspace-write under bwrap; writing outside the workspace fails.
     await page.fill('[data-testid="run-cwd"]', dir.path);
     await page.selectOption('[data-testid="run-sandbox"]', 'workspace-write');
-    await page.fill('[data-testid="run-argv"]', 'touch ok-inside && echo wrote-inside; touch /usr/corral-nope || echo denied-outside');
+    await page.fill(
+      '[data-testid="run-argv"]',
+      'touch ok-inside && echo wrote-inside; touch /usr/corral-nope || echo denied-outside',
+    );
     await page.click('[data-testid="run-start"]');
     await detail.locator('[data-badge="linux-seccomp"]').waitFor();
     await detail.locator('.out-stdout', { hasText: 'denied-outside' }).waitFor();

@@ -11,6 +11,7 @@ import { blockMessage, blockTag } from './events.js';
 import { hostPort, normalizeHost } from './host.js';
 import type { PolicyEngine } from './policy.js';
 import type { Recorder } from './recorder.js';
+import { connectVia, mayUseUpstream, UpstreamAgents, type UpstreamProxies, upstreamFor } from './upstream.js';
 
 export type Dialer = (target: { host: string; port: number; hostname: string }) => Promise<Duplex>;
 
@@ -19,6 +20,23 @@ export interface HttpProxyDeps {
   recorder: Recorder;
   dial: Dialer;
   idleTimeoutMs: number;
+  /** Upstream proxies to chain to (empty unless `allow_upstream_proxy`). */
+  upstream: UpstreamProxies;
+}
+
+/**
+ * Opens a byte stream to an allowed target: through the upstream proxy when one applies (public targets only),
+ * otherwise straight to the first checked address.
+ */
+export function openTunnel(
+  deps: { dial: Dialer; upstream: UpstreamProxies },
+  target: { host: string; addresses: readonly string[]; port: number },
+): Promise<Duplex> {
+  const up = upstreamFor('tunnel', deps.upstream);
+  if (up && mayUseUpstream(target.host, target.addresses)) return connectVia(up, target.host, target.port);
+  const address = target.addresses[0];
+  if (address === undefined) return Promise.reject(new Error('no address'));
+  return deps.dial({ host: address, port: target.port, hostname: target.host });
 }
 
 const MAX_HEADER_BYTES = 16 * 1024;
@@ -172,6 +190,7 @@ export class HttpProxy {
   readonly server: http.Server;
   private readonly agent: http.Agent;
   private readonly tlsAgent: https.Agent;
+  private readonly upstreamAgents = new UpstreamAgents();
   private readonly sockets = new Set<Duplex>();
   private closed = false;
 
@@ -287,6 +306,7 @@ export class HttpProxy {
     this.server.closeAllConnections();
     this.agent.destroy();
     this.tlsAgent.destroy();
+    this.upstreamAgents.destroy();
     await done;
   }
 
@@ -395,12 +415,22 @@ export class HttpProxy {
       this.sendBlockedJson(res, 'method_not_allowed', decision.host, target.port, 'deny', 'mode_guard');
       return;
     }
+    const secure = target.scheme === 'https' || target.scheme === 'wss';
+    const up = upstreamFor(secure ? 'tunnel' : 'http', this.deps.upstream);
+    const viaUpstream = up !== undefined && mayUseUpstream(decision.host, decision.addresses);
     const address = decision.addresses[0];
-    if (address === undefined) {
+    if (address === undefined && !viaUpstream) {
       sendText(res, 502, 'upstream failure');
       return;
     }
-    this.forward(req, res, address, target, norm.host);
+    this.forward(
+      req,
+      res,
+      viaUpstream ? { proxy: up } : { address: address! },
+      target,
+      norm.host,
+      decision.addresses,
+    );
   }
 
   /**
@@ -478,9 +508,10 @@ export class HttpProxy {
   private forward(
     req: http.IncomingMessage,
     res: http.ServerResponse,
-    address: string,
+    route: { address: string } | { proxy: URL },
     target: { scheme: string; path: string; port: number; authority: string },
     hostname: string,
+    addresses: readonly string[],
   ): void {
     const raw = req.rawHeaders;
     const connectionTokens = new Set<string>();
@@ -501,16 +532,61 @@ export class HttpProxy {
     }
     if (!hasHost) headers.unshift('host', target.authority);
     const secure = target.scheme === 'https' || target.scheme === 'wss';
-    const upstream = (secure ? https : http).request({
-      agent: secure ? this.tlsAgent : this.agent,
-      host: address,
-      port: target.port,
-      ...({ servername: hostname } as http.RequestOptions),
-      method: req.method,
-      path: target.path,
-      headers: headers as unknown as http.OutgoingHttpHeaders,
-      setHost: false,
-    });
+    let upstream: http.ClientRequest;
+    if ('address' in route) {
+      upstream = (secure ? https : http).request({
+        agent: secure ? this.tlsAgent : this.agent,
+        host: route.address,
+        port: target.port,
+        ...({ servername: hostname } as http.RequestOptions),
+        method: req.method,
+        path: target.path,
+        headers: headers as unknown as http.OutgoingHttpHeaders,
+        setHost: false,
+      });
+    } else if (!secure) {
+      // Plain HTTP through the upstream proxy: absolute-form, as a client would send it.
+      const authority = target.authority;
+      const { module, options } = this.upstreamAgents.requestOptions(
+        route.proxy,
+        `http://${authority}${target.path}`,
+      );
+      const auth = (options.headers as Record<string, string> | undefined)?.['proxy-authorization'];
+      if (auth) headers.push('proxy-authorization', auth);
+      upstream = module.request({
+        ...options,
+        method: req.method,
+        headers: headers as unknown as http.OutgoingHttpHeaders,
+        setHost: false,
+      });
+    } else {
+      // https:// through the upstream proxy: CONNECT, then TLS to the target inside the tunnel.
+      const proxy = route.proxy;
+      upstream = https.request({
+        agent: false,
+        createConnection: ((_o: unknown, cb: (err: Error | null, s?: Duplex) => void) => {
+          openTunnel(
+            { dial: this.deps.dial, upstream: { https: proxy } },
+            { host: hostname, addresses, port: target.port },
+          ).then((raw) => {
+            const s = tls.connect({
+              socket: raw,
+              ...(isIP(hostname) ? { host: hostname } : { servername: hostname, host: hostname }),
+              ALPNProtocols: ['http/1.1'],
+            });
+            s.once('error', (e) => cb(e));
+            s.once('secureConnect', () => cb(null, s));
+          }, cb);
+          return undefined;
+        }) as unknown as http.RequestOptions['createConnection'],
+        host: hostname,
+        port: target.port,
+        method: req.method,
+        path: target.path,
+        headers: headers as unknown as http.OutgoingHttpHeaders,
+        setHost: false,
+      });
+    }
     let responded = false;
     upstream.on('response', (up) => {
       responded = true;
@@ -643,15 +719,14 @@ export class HttpProxy {
       return;
     }
     socket.write(`HTTP/1.1 200 OK\r\ndate: ${new Date().toUTCString()}\r\n\r\n`);
-    const address = decision.addresses[0];
-    if (address === undefined || this.closed) {
+    if (this.closed) {
       socket.destroy();
       return;
     }
     socket.pause();
     let upstream: Duplex;
     try {
-      upstream = await this.deps.dial({ host: address, port, hostname: norm.host });
+      upstream = await openTunnel(this.deps, { host: decision.host, addresses: decision.addresses, port });
     } catch {
       socket.destroy();
       return;

@@ -12,6 +12,7 @@ import { type Dialer, HttpProxy } from './http.js';
 import { type Decider, PolicyEngine, type Resolver } from './policy.js';
 import { Recorder } from './recorder.js';
 import { SocksProxy } from './socks.js';
+import { upstreamFromEnv } from './upstream.js';
 
 export const DEFAULT_IDLE_TIMEOUT_MS = 30_000;
 
@@ -25,6 +26,11 @@ export interface StartProxyOptions {
   log?: (line: string) => void;
   idleTimeoutMs?: number;
   resolveTimeoutMs?: number;
+  /**
+   * Where `allow_upstream_proxy` reads HTTP_PROXY / HTTPS_PROXY / ALL_PROXY from. Default: this process's
+   * environment.
+   */
+  upstreamEnv?: Record<string, string | undefined>;
 }
 
 export interface ManagedProxy {
@@ -86,9 +92,17 @@ export async function startManagedProxy(
     mode: settings.mode,
   });
   const dial = opts.dialer ?? defaultDialer;
-  const http = new HttpProxy({ policy, recorder, dial, idleTimeoutMs });
+  const upstream = settings.allow_upstream_proxy ? upstreamFromEnv(opts.upstreamEnv ?? process.env) : {};
+  const http = new HttpProxy({ policy, recorder, dial, idleTimeoutMs, upstream });
   const socks = settings.enable_socks5
-    ? new SocksProxy({ policy, recorder, dial, idleTimeoutMs, udpEnabled: settings.enable_socks5_udp })
+    ? new SocksProxy({
+        policy,
+        recorder,
+        dial,
+        idleTimeoutMs,
+        udpEnabled: settings.enable_socks5_udp,
+        upstream,
+      })
     : undefined;
   let httpPort: number;
   let socksPort: number | undefined;

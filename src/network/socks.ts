@@ -6,9 +6,10 @@ import dgram from 'node:dgram';
 import net from 'node:net';
 import type { Duplex } from 'node:stream';
 import { canonicalIp, hostPort, normalizeHost } from './host.js';
-import { type Dialer, tunnel } from './http.js';
+import { type Dialer, openTunnel, tunnel } from './http.js';
 import type { PolicyEngine } from './policy.js';
 import type { Recorder } from './recorder.js';
+import type { UpstreamProxies } from './upstream.js';
 
 export interface SocksProxyDeps {
   policy: PolicyEngine;
@@ -16,6 +17,7 @@ export interface SocksProxyDeps {
   dial: Dialer;
   idleTimeoutMs: number;
   udpEnabled: boolean;
+  upstream: UpstreamProxies;
 }
 
 const MAX_HANDSHAKE_BYTES = 600;
@@ -213,14 +215,9 @@ export class SocksProxy {
       reason: 'allow',
       override: decision.override,
     });
-    const address = decision.addresses[0];
-    if (address === undefined) {
-      socket.end(reply(4));
-      return;
-    }
     let upstream: Duplex;
     try {
-      upstream = await this.deps.dial({ host: address, port, hostname: norm.host });
+      upstream = await openTunnel(this.deps, { host: decision.host, addresses: decision.addresses, port });
     } catch (e) {
       const code = (e as NodeJS.ErrnoException).code;
       socket.end(

@@ -283,6 +283,12 @@ export class ExecServer implements Dispatcher {
       launch.cleanup();
       throw internalError('server is shutting down');
     }
+    if (this.sessions.get(session.id) !== session) {
+      // The session expired while an async prepare ran: nothing would ever kill this process.
+      session.unreserve(p.processId);
+      launch.cleanup();
+      throw internalError(`session ${session.id} has expired`);
+    }
     const proc = new ManagedProcess(
       {
         processId: p.processId,

@@ -205,3 +205,65 @@ describe('protocol sessions: resume within the grace period', () => {
     b.close();
   });
 });
+
+describe('protocol sessions: a start still being prepared when the session expires', () => {
+  it('is not spawned into the forgotten session (no orphan), and its launch is cleaned up', async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((r) => {
+      release = r;
+    });
+    let cleaned!: () => void;
+    const cleanedUp = new Promise<void>((r) => {
+      cleaned = r;
+    });
+    let prepared!: () => void;
+    const preparing = new Promise<void>((r) => {
+      prepared = r;
+    });
+    const ts = await startTestServer({
+      resumeGraceMs: 0,
+      preparer: {
+        async prepare(_params, spec) {
+          prepared();
+          await gate;
+          return { spec, sandboxType: 'none', cleanup: cleaned };
+        },
+        classify: () => false,
+      },
+    });
+    const dir = tempDir();
+    try {
+      const c = await ts.client();
+      const marker = `${dir.path}/spawned`;
+      const started = c.request(
+        'process/start',
+        params('slow', ['/bin/sh', '-c', `echo $$ > ${marker}; sleep 300`]),
+      );
+      started.catch(() => {});
+      await preparing;
+      c.close();
+      await c.waitClose();
+      await until(() => !ts.server.sessions.has(c.sessionId), 1000, 'the session to expire');
+      release();
+      let timer: NodeJS.Timeout | undefined;
+      const outcome = await Promise.race([
+        cleanedUp.then(() => 'cleaned'),
+        new Promise<string>((r) => {
+          timer = setTimeout(() => r('not cleaned up within 3 s'), 3000);
+        }),
+      ]);
+      clearTimeout(timer);
+      const { existsSync, readFileSync } = await import('node:fs');
+      if (existsSync(marker)) {
+        const pid = Number(readFileSync(marker, 'utf8').trim());
+        if (alive(pid)) process.kill(-pid, 'SIGKILL');
+        assert.fail(`the start went ahead after the session expired (pid ${pid}, ${outcome})`);
+      }
+      assert.equal(outcome, 'cleaned');
+      assert.deepEqual([...ts.server.allProcesses()], []);
+    } finally {
+      await ts.close();
+      dir.cleanup();
+    }
+  });
+});

@@ -1,0 +1,124 @@
+// The panel over the desktop path, in Chromium: the page gets a `window.corral` with exactly request/onNotification
+// (as the preload's contextBridge gives it), backed by the REAL preload bridge (preload/bridge.ts) talking over a fake
+// ipcMain/webContents pair to the REAL IPC server of the host. Only Electron's transport is simulated.
+import assert from 'node:assert/strict';
+import { EventEmitter } from 'node:events';
+import { after, before, describe, test } from 'node:test';
+import { type Host, startHost } from '../../main/host.js';
+import { createBridgeApi } from '../../preload/bridge.js';
+import type { IpcSenderLike } from '../../src/rpc/ipcTransport.js';
+import { RpcClient } from '../helpers/client.js';
+import { type Browser, ensureBuilt, openBrowser, visibleText } from './harness.js';
+
+class FakeContents extends EventEmitter implements IpcSenderLike {
+  readonly id = 4242;
+  readonly toRenderer = new EventEmitter();
+  send(channel: string, ...args: unknown[]) {
+    const copy = structuredClone(args);
+    setImmediate(() => this.toRenderer.emit(channel, {}, ...copy));
+  }
+  isDestroyed() {
+    return false;
+  }
+}
+
+describe('panel over the preload bridge (desktop path) in Chromium', () => {
+  let host: Host;
+  let browser: Browser;
+  let agent: RpcClient & { sessionId: string };
+
+  before(async () => {
+    const panelDir = ensureBuilt();
+    host = await startHost({ servePanel: true, panelDir, resumeGraceMs: 0 });
+    const ipcMain = new EventEmitter();
+    const wc = new FakeContents();
+    host.serveIpc(ipcMain, (sender) => sender === wc);
+    const bridge = createBridgeApi({
+      send(channel, ...args) {
+        const copy = structuredClone(args);
+        setImmediate(() => ipcMain.emit(channel, { sender: wc }, ...copy));
+      },
+      on(channel, l) {
+        wc.toRenderer.on(channel, l);
+      },
+    });
+    browser = await openBrowser();
+    const page = browser.page;
+    // Notifications are delivered to the page in order, one batch at a time.
+    let queue: [string, unknown][] = [];
+    let flushing = false;
+    const flush = async () => {
+      while (queue.length > 0) {
+        const batch = queue;
+        queue = [];
+        // (Scripts go to the page as text: functions compiled by tsx carry helpers the page does not have.)
+        await page
+          .evaluate(`for (const [m, p] of ${JSON.stringify(batch)}) window.__corralDispatch(m, p);`)
+          .catch(() => {});
+      }
+      flushing = false;
+    };
+    bridge.onNotification((m, p) => {
+      queue.push([m, p]);
+      if (!flushing) {
+        flushing = true;
+        void flush();
+      }
+    });
+    await page.exposeFunction('__corralRequest', (method: string, params: unknown) =>
+      bridge.request(method, params),
+    );
+    await page.addInitScript(`{
+      const handlers = new Set();
+      window.__corralDispatch = (m, p) => { for (const h of handlers) h(m, p); };
+      const request = window.__corralRequest;
+      window.corral = Object.freeze({
+        request: (m, p) => request(m, p),
+        onNotification: (h) => { handlers.add(h); return () => handlers.delete(h); },
+      });
+    }`);
+    agent = await RpcClient.open(host.execUrl, 'codex-agent');
+    // No token in the URL: the page must use window.corral, not the WebSocket.
+    await page.goto(host.panelUrl!.replace(/#.*/, ''));
+    await page.locator('#conn-status', { hasText: 'connected · desktop IPC' }).waitFor({ timeout: 15_000 });
+  });
+
+  after(async () => {
+    agent?.close();
+    await browser?.close();
+    await host?.shutdown();
+  });
+
+  test('the IPC client sees other clients’ processes live, streams output, and gets coded errors', async () => {
+    const page = browser.page;
+    assert.equal(host.server.sessions.size, 2, 'the panel is one more session of the same server');
+    await agent.request('process/start', {
+      processId: 'via-ws',
+      argv: ['/bin/sh', '-c', 'echo seen-over-ipc; exec sleep 300'],
+      cwd: '/tmp',
+      env: {},
+      tty: false,
+    });
+    const row = page.locator('tr[data-process-id="via-ws"]');
+    await row.click();
+    await page.locator('[data-testid="process-detail"] .out-stdout', { hasText: 'seen-over-ipc' }).waitFor();
+    await page.click('[data-testid="terminate"]');
+    const exited = await agent.waitFor(
+      (n) => n.method === 'process/exited' && n.params.processId === 'via-ws',
+    );
+    assert.equal(exited.params.exitCode, 137);
+
+    // An error crosses the bridge with its JSON-RPC code.
+    await page.click('button[data-view="run"]');
+    await page.fill('[data-testid="run-cwd"]', '/nonexistent-corral-dir');
+    await page.click('[data-testid="run-start"]');
+    const err = page.locator('[data-testid="run-error"]');
+    await err.waitFor();
+    assert.match(
+      await visibleText(err),
+      /process\/start failed \(-32603\): No such file or directory \(os error 2\)/,
+    );
+    await browser.screenshot('desktop-ipc-run-error');
+    assert.deepEqual(browser.errors, []);
+  });
+});

@@ -142,6 +142,19 @@ describe('protocol CLI', () => {
     }
   });
 
+  it('a SIGKILLed server: tty children and their grandchildren die by hang-up', async () => {
+    const cli = await startCli(['--listen', 'ws://127.0.0.1:0']);
+    const c = await RpcClient.open(cli.url!);
+    const family = await startFamily(c, 't', true);
+    cli.proc.kill('SIGKILL');
+    await cli.exited;
+    try {
+      await until(() => !family.some(alive), 2000, 'the tty family to die with the server');
+    } finally {
+      for (const pid of family) if (alive(pid)) process.kill(pid, 'SIGKILL');
+    }
+  });
+
   it('a SIGKILLed server does not leave background grandchildren running', {
     todo: 'protocol.md §8.4: needs a pid namespace or subreaper launcher; only the direct child gets PDEATHSIG',
   }, async () => {

@@ -57,7 +57,12 @@ async function latencies(kind: Impl, n: number): Promise<number[]> {
   return out.sort((a, b) => a - b);
 }
 
-async function throughput(kind: Impl, total: number, concurrency: number): Promise<number> {
+/** Processes per second, and this process's CPU time (user + system) per process in µs. */
+async function throughput(
+  kind: Impl,
+  total: number,
+  concurrency: number,
+): Promise<{ rate: number; cpu: number }> {
   let started = 0;
   let bytes = 0;
   const lane = async () => {
@@ -67,11 +72,13 @@ async function throughput(kind: Impl, total: number, concurrency: number): Promi
       bytes += b;
     }
   };
+  const cpu0 = process.cpuUsage();
   const t = performance.now();
   await Promise.all(Array.from({ length: concurrency }, lane));
   const secs = (performance.now() - t) / 1000;
+  const cpu = process.cpuUsage(cpu0);
   if (bytes !== total * 35) throw new Error(`${kind}: got ${bytes} bytes of output, expected ${total * 35}`);
-  return total / secs;
+  return { rate: total / secs, cpu: (cpu.user + cpu.system) / total };
 }
 
 const pct = (sorted: number[], p: number) =>
@@ -87,8 +94,13 @@ export async function run(): Promise<BenchRow[]> {
   }
   for (const impl of IMPLS) lat[impl].sort((a, b) => a - b);
   const rate: Record<Impl, number[]> = { native: [], vfork: [], node: [] };
+  const cpu: Record<Impl, number[]> = { native: [], vfork: [], node: [] };
   for (let round = 0; round < 3; round++) {
-    for (const impl of IMPLS) rate[impl].push(await throughput(impl, 1000, 64));
+    for (const impl of IMPLS) {
+      const r = await throughput(impl, 1000, 64);
+      rate[impl].push(r.rate);
+      cpu[impl].push(r.cpu);
+    }
   }
   const section = 'spawner: native (ref. child_process)';
   const rows: BenchRow[] = [];
@@ -116,6 +128,15 @@ export async function run(): Promise<BenchRow[]> {
       reference: median(rate.node),
       unit: '/s',
       target: impl === 'native' ? '≥ 1500 /s (through the server)' : undefined,
+    });
+  }
+  for (const impl of ['native', 'vfork'] as const) {
+    rows.push({
+      section,
+      metric: `${impl === 'vfork' ? '[vfork mode] ' : ''}server-process CPU per process in that run (median)`,
+      corral: median(cpu[impl]),
+      reference: median(cpu.node),
+      unit: 'µs',
     });
   }
   return rows;

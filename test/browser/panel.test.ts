@@ -396,6 +396,18 @@ describe('panel in a browser against the headless host', () => {
     await page.emulateMedia({ colorScheme: 'light' });
   });
 
+  test('a narrow window stays usable', async () => {
+    const page = browser.page;
+    await page.setViewportSize({ width: 1024, height: 700 });
+    await page.click('button[data-view="processes"]');
+    await page.locator('tr[data-process-id="agent-pipe"]').click();
+    await page.locator('[data-testid="process-detail"]').waitFor();
+    await browser.screenshot('processes-narrow');
+    await page.click('button[data-view="policy"]');
+    await browser.screenshot('policy-narrow');
+    await page.setViewportSize({ width: 1440, height: 900 });
+  });
+
   test('no page errors and no CSP violations', () => {
     assert.deepEqual(browser.errors, []);
   });

@@ -1,16 +1,6 @@
 import type { ChildProcess } from 'node:child_process';
 import { spawnSync } from 'node:child_process';
-import {
-  accessSync,
-  constants,
-  mkdtempSync,
-  openSync,
-  readdirSync,
-  readFileSync,
-  rmSync,
-  unlinkSync,
-  writeFileSync,
-} from 'node:fs';
+import { constants, mkdtempSync, openSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
 import type { LaunchSpec, PreparedLaunch, SandboxType } from '../process/launch.js';
@@ -31,6 +21,7 @@ import {
 } from './linux/managedNet.js';
 import { acquireSyntheticTargets, activeSyntheticTargets } from './linux/mountTargets.js';
 import { buildSeccompFilter, hostSeccompArch, type SeccompArch, type SeccompMode } from './linux/seccomp.js';
+import { watchSandbox } from './linux/watchdog.js';
 import { buildSeatbelt, type SeatbeltProfile, seatbeltArgv } from './macos/seatbelt.js';
 import { isUnder, type ResolvedPolicy, resolvePolicy } from './resolve.js';
 
@@ -70,8 +61,6 @@ export interface LaunchPlan {
   managed?: ManagedRoutes;
   syntheticTargets: string[];
   seatbelt?: SeatbeltProfile;
-  /** bwrap runs inside an extra pid namespace (root): its info-fd pids are relative to that namespace. */
-  pidNamespaceGuard?: boolean;
 }
 
 interface HostFacts {
@@ -80,30 +69,14 @@ interface HostFacts {
   machine: string;
   tmpdir: string | undefined;
   bwrap: BwrapHost;
-  /**
-   * util-linux `setpriv`, used as `setpriv --pdeathsig KILL --` in front of bwrap: bwrap 0.8's --die-with-parent only
-   * ties the sandbox to bwrap itself, not bwrap to its parent, so without it a SIGKILLed server would leave sandboxes
-   * running (the parent death signal survives the exec into bwrap).
-   */
-  setpriv: string | undefined;
-  /**
-   * util-linux `unshare`, used when running as root: root's bwrap drops capabilities, which clears any parent-death
-   * signal, so the launch becomes `setpriv --pdeathsig KILL -- unshare --pid --fork --kill-child -- sh -c '"$@"' sh
-   * bwrap …`: when the server (or a group kill) takes down `unshare`, its `sh` (pid 1 of a fresh pid namespace) is
-   * killed and the kernel kills everything in that namespace, bwrap and the sandbox included.
-   */
-  unshare: string | undefined;
-  euid: number;
 }
 
 const WINDOWS_ERROR = 'sandbox type windows-restricted-token is not supported by this exec-server';
-/** PTY mode: a shell opens the fd slots from files, then runs bwrap (exec'ing it unless it must stay as pid 1). */
-const TTY_OPEN: Record<number, string> = {
-  1: 'exec 3<"$1"; shift; ',
-  3: 'exec 3<"$1" 4>"$2" 5<"$3"; shift 3; ',
+/** PTY mode: a shell opens the fd slots from files, then execs bwrap. */
+const TTY_WRAPPER: Record<number, string> = {
+  1: 'exec 3<"$1"; shift; exec "$@"',
+  3: 'exec 3<"$1" 4>"$2" 5<"$3"; shift 3; exec "$@"',
 };
-const RUN_EXEC = 'exec "$@"';
-const RUN_STAY = '"$@"; exit $?';
 
 function unchanged(spec: LaunchSpec, sandboxType: SandboxType, summary: Record<string, unknown>): LaunchPlan {
   return { sandboxType, mechanism: 'none', spec, summary, fdSlots: [], syntheticTargets: [] };
@@ -274,32 +247,13 @@ function planLinux(
   const bw = host.bwrap.path;
   let argv: string[];
   let slotPaths: Record<FdSlot, string> | undefined;
-  const pidGuard = host.euid === 0 && host.setpriv !== undefined && host.unshare !== undefined;
-  const run = pidGuard ? RUN_STAY : RUN_EXEC;
   if (cmd.tty && fdSlots.length > 0) {
     slotPaths = { seccomp: '<seccomp.bpf>', info: '<info.fifo>', block: '<block.fifo>' };
-    const script = TTY_OPEN[fdSlots.length]! + run;
+    const script = TTY_WRAPPER[fdSlots.length]!;
     argv = ['/bin/sh', '-c', script, 'sh', ...fdSlots.map((s) => slotPaths![s]), bw, ...b.args];
-  } else if (pidGuard) {
-    argv = ['/bin/sh', '-c', run, 'sh', bw, ...b.args];
   } else {
     argv = [bw, ...b.args];
   }
-  if (pidGuard) {
-    argv = [
-      host.setpriv!,
-      '--pdeathsig',
-      'KILL',
-      '--',
-      host.unshare!,
-      '--pid',
-      '--fork',
-      '--kill-child',
-      '--',
-      ...argv,
-    ];
-  } else if (host.setpriv) argv = [host.setpriv, '--pdeathsig', 'KILL', '--', ...argv];
-  else summary.dieWithServer = 'setpriv not found: the sandbox may outlive a killed server';
   const spec: LaunchSpec = { file: argv[0]!, argv, env, cwd: cmd.spec.cwd };
   return {
     sandboxType: 'linuxSeccomp',
@@ -311,7 +265,6 @@ function planLinux(
     seccomp: mode ? { arch, mode, filter: buildSeccompFilter(arch, mode) } : undefined,
     managed: routes,
     syntheticTargets: b.syntheticTargets,
-    pidNamespaceGuard: pidGuard,
   };
 }
 
@@ -328,22 +281,8 @@ function needsBwrap(sandbox: ParsedSandbox | null | undefined, platform: NodeJS.
 
 const DEFAULT_FEATURES: BwrapFeatures = { argv0: false, perms: true };
 
-const executable = (p: string) => {
-  try {
-    accessSync(p, constants.X_OK);
-    return true;
-  } catch {
-    return false;
-  }
-};
-const SETPRIV = ['/usr/bin/setpriv', '/bin/setpriv'].find(executable);
-const UNSHARE = ['/usr/bin/unshare', '/bin/unshare'].find(executable);
-
 function hostFacts(opts: PrepareOptions | undefined, bwrap: BwrapHost): HostFacts {
   return {
-    setpriv: SETPRIV,
-    unshare: UNSHARE,
-    euid: process.geteuid?.() ?? -1,
     platform: opts?.platform ?? process.platform,
     arch: opts?.arch ?? os.arch(),
     machine: opts?.machine ?? os.machine(),
@@ -443,12 +382,14 @@ function materialize(plan: LaunchPlan, tty: boolean): PreparedLaunch {
   let pidReader: { promise: Promise<number>; cancel(): void } | undefined;
   let blockFd: number | undefined;
   let cleaned = false;
+  let unwatch: (() => void) | undefined;
   const closeFds = () => {
     for (const fd of fds.splice(0)) closeQuietly(fd);
   };
   const cleanup = () => {
     if (cleaned) return;
     cleaned = true;
+    unwatch?.();
     pidReader?.cancel();
     closeFds();
     closeQuietly(blockFd);
@@ -512,20 +453,15 @@ function materialize(plan: LaunchPlan, tty: boolean): PreparedLaunch {
     const prepared: PreparedLaunch = {
       spec,
       sandboxType: plan.sandboxType,
-      summary: plan.summary,
+      summary: dir ? { ...plan.summary, runtimeDir: dir } : plan.summary,
       cleanup,
       async afterSpawn(pid: number) {
         closeFds();
+        if (!cleaned) unwatch = watchSandbox(pid);
         if (!managed) return;
         const bridge = await startHostBridges(dir!, managed.endpoints);
         bridges = bridge;
-        let nsPid = await pidReader!.promise;
-        if (plan.pidNamespaceGuard) {
-          const host = hostPidOf(pid, nsPid);
-          if (host === undefined)
-            throw new SandboxSetupError('managed network: cannot find the sandbox process');
-          nsPid = host;
-        }
+        const nsPid = await pidReader!.promise;
         if (cleaned) throw new SandboxSetupError('managed network: the process exited during setup');
         forwarder = await startForwarder(
           nsPid,
@@ -544,43 +480,6 @@ function materialize(plan: LaunchPlan, tty: boolean): PreparedLaunch {
     if (e instanceof SandboxSetupError) throw e;
     throw new SandboxSetupError(`sandbox setup failed: ${(e as Error).message}`);
   }
-}
-
-/** Descendant pids of `pid` (through /proc/<pid>/task/<tid>/children). */
-function descendants(pid: number, out: number[] = []): number[] {
-  let tids: string[] = [];
-  try {
-    tids = readdirSync(`/proc/${pid}/task`);
-  } catch {
-    return out;
-  }
-  for (const tid of tids) {
-    let kids = '';
-    try {
-      kids = readFileSync(`/proc/${pid}/task/${tid}/children`, 'utf8');
-    } catch {
-      continue;
-    }
-    for (const k of kids.split(/\s+/).filter(Boolean)) {
-      out.push(Number(k));
-      descendants(Number(k), out);
-    }
-  }
-  return out;
-}
-
-/** The host pid of the descendant of `root` whose pid one namespace down is `nsPid` (NSpid's second field). */
-function hostPidOf(root: number, nsPid: number): number | undefined {
-  for (const d of descendants(root)) {
-    try {
-      const m = /^NSpid:\s+(.*)$/m.exec(readFileSync(`/proc/${d}/status`, 'utf8'));
-      const f = m?.[1]?.trim().split(/\s+/);
-      if (f && f.length >= 2 && Number(f[1]) === nsPid) return d;
-    } catch {
-      // gone
-    }
-  }
-  return undefined;
 }
 
 export { WINDOWS_ERROR };

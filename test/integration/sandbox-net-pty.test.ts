@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { existsSync, readdirSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import {
@@ -111,11 +111,9 @@ describe('managed network (enforceManagedNetwork)', () => {
       await waitFor(() => pidsMatching('proxy-route-0.sock').length === 0, 2000),
       'forwarder must be gone',
     );
-    const base = process.env.XDG_RUNTIME_DIR ?? '/tmp';
-    const leftovers = readdirSync(base).filter(
-      (n) => n.startsWith('corral-sandbox-') && existsSync(join(base, n, 'info.fifo')),
-    );
-    assert.deepEqual(leftovers, []);
+    const dir = r.prepared.summary?.runtimeDir;
+    assert.equal(typeof dir, 'string');
+    assert.ok(!existsSync(dir as string), 'the bridge directory must be removed');
   });
 
   test('non-loopback proxy env only: fails closed', async () => {

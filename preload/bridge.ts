@@ -21,17 +21,34 @@ export const TRANSPORT_CLOSED = 'transport/closed';
 export function createBridgeApi(ipc: IpcRendererLike): ClientApi {
   const core = new RpcClientCore((text) => ipc.send(IPC_CHANNEL, text));
   const handlers = new Set<NotificationHandler>();
+  // Receipts: once per task, how many messages were handled, so main can apply backpressure (ipcTransport acks).
+  let received = 0;
+  let ackScheduled = false;
+  const sendAck = () => {
+    ackScheduled = false;
+    const n = received;
+    received = 0;
+    if (n > 0) ipc.send(IPC_CONTROL, { type: 'ack', n });
+  };
   ipc.on(IPC_CHANNEL, (_e, text) => {
     if (typeof text === 'string') core.receive(text);
+    received++;
+    if (!ackScheduled) {
+      ackScheduled = true;
+      setTimeout(sendAck, 0);
+    }
   });
   ipc.on(IPC_CONTROL, (_e, msg) => {
     const m = msg as { type?: string; code?: number; reason?: string } | null;
     if (m?.type !== 'closed') return;
     core.fail(`connection closed (${m.code ?? 0})`);
+    received = 0;
+    // Ready for the next connection (the panel reconnects by sending requests again).
+    ipc.send(IPC_CONTROL, { type: 'open', acks: true });
     for (const h of [...handlers]) h(TRANSPORT_CLOSED, { code: m.code ?? 0, reason: m.reason ?? '' });
   });
   // A fresh connection for this page (replaces the one of a previous load of the same window).
-  ipc.send(IPC_CONTROL, { type: 'open' });
+  ipc.send(IPC_CONTROL, { type: 'open', acks: true });
   return {
     // Errors cross the contextBridge with their message only: keep the JSON-RPC code in it.
     request: (method: string, params?: unknown) =>

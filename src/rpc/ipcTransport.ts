@@ -45,20 +45,58 @@ export interface IpcServeOptions {
 export interface IpcServer {
   /** Live connections, by sender id. */
   readonly connections: ReadonlyMap<number, RpcConnection>;
+  /** Their transports (unacknowledged message counts), by sender id. */
+  readonly transports: ReadonlyMap<number, IpcTransport>;
   /** Stops listening and closes every connection. */
   close(): void;
 }
 
-/** The transport of one renderer: messages out through `sender.send`, close as a control message. */
-export function ipcTransport(sender: IpcSenderLike): Transport {
+/** The transport of one renderer, with `ack` for the renderer's receipts (see `ipcTransport`). */
+export interface IpcTransport extends Transport {
+  /** The renderer has handled `n` more messages. */
+  ack(n: number): void;
+  /** Messages sent and not yet acknowledged. */
+  readonly unacked: number;
+}
+
+/**
+ * The transport of one renderer: messages out through `sender.send`, close as a control message. With `acks`, a
+ * message counts as written (its `onWritten` runs) only when the renderer acknowledges it, so a renderer that falls
+ * behind applies the same backpressure to the children as a slow WebSocket (protocol.md §5.9) instead of queueing
+ * without bound inside Electron's IPC.
+ */
+export function ipcTransport(sender: IpcSenderLike, opts: { acks?: boolean } = {}): IpcTransport {
+  const acks = opts.acks ?? false;
+  let pending: ((() => void) | null)[] = [];
+  let head = 0;
   return {
     peer: `ipc:${sender.id}`,
     send(text, onWritten) {
-      if (!sender.isDestroyed()) sender.send(IPC_CHANNEL, text);
-      onWritten?.();
+      if (sender.isDestroyed()) {
+        onWritten?.();
+        return;
+      }
+      sender.send(IPC_CHANNEL, text);
+      if (acks) pending.push(onWritten ?? null);
+      else onWritten?.();
     },
     close(code, reason) {
       if (!sender.isDestroyed()) sender.send(IPC_CONTROL, { type: 'closed', code, reason: reason ?? '' });
+    },
+    ack(n) {
+      const end = Math.min(pending.length, head + Math.max(0, Math.floor(n)));
+      while (head < end) {
+        const cb = pending[head];
+        pending[head++] = null;
+        cb?.();
+      }
+      if (head > 1024 && head * 2 > pending.length) {
+        pending = pending.slice(head);
+        head = 0;
+      }
+    },
+    get unacked() {
+      return pending.length - head;
     },
   };
 }
@@ -69,11 +107,16 @@ export function ipcTransport(sender: IpcSenderLike): Transport {
  */
 export function serveIpc(server: ConnectTarget, ipcMain: IpcMainLike, opts: IpcServeOptions = {}): IpcServer {
   const connections = new Map<number, RpcConnection>();
+  const transports = new Map<number, IpcTransport>();
+  /** Whether each renderer's bridge acknowledges messages (announced in its `open`). */
+  const ackMode = new Map<number, boolean>();
   const watched = new Set<number>();
 
   const open = (sender: IpcSenderLike): RpcConnection => {
     connections.get(sender.id)?.transportClosed();
-    const conn = server.connect(ipcTransport(sender));
+    const transport = ipcTransport(sender, { acks: ackMode.get(sender.id) ?? false });
+    transports.set(sender.id, transport);
+    const conn = server.connect(transport);
     conn.privileged = true;
     connections.set(sender.id, conn);
     if (!watched.has(sender.id)) {
@@ -82,6 +125,8 @@ export function serveIpc(server: ConnectTarget, ipcMain: IpcMainLike, opts: IpcS
         watched.delete(sender.id);
         connections.get(sender.id)?.transportClosed();
         connections.delete(sender.id);
+        transports.delete(sender.id);
+        ackMode.delete(sender.id);
       });
     }
     return conn;
@@ -113,9 +158,14 @@ export function serveIpc(server: ConnectTarget, ipcMain: IpcMainLike, opts: IpcS
   };
   const onControl = (event: IpcEventLike, msg: unknown) => {
     if (!trusted(event.sender)) return;
-    const type = (msg as { type?: unknown } | null)?.type;
-    if (type === 'open') open(event.sender);
-    else if (type === 'close') {
+    const m = msg as { type?: unknown; acks?: unknown; n?: unknown } | null;
+    const type = m?.type;
+    if (type === 'ack') {
+      if (typeof m?.n === 'number') transports.get(event.sender.id)?.ack(m.n);
+    } else if (type === 'open') {
+      ackMode.set(event.sender.id, m?.acks === true);
+      open(event.sender);
+    } else if (type === 'close') {
       connections.get(event.sender.id)?.transportClosed();
       connections.delete(event.sender.id);
     }
@@ -124,6 +174,7 @@ export function serveIpc(server: ConnectTarget, ipcMain: IpcMainLike, opts: IpcS
   ipcMain.on(IPC_CONTROL, onControl);
   return {
     connections,
+    transports,
     close() {
       ipcMain.removeListener(IPC_CHANNEL, onMessage);
       ipcMain.removeListener(IPC_CONTROL, onControl);

@@ -10,6 +10,7 @@ import {
   type ClientApi,
   decodeBridgeError,
   IPC_CHANNEL,
+  IPC_CONTROL,
   type IpcEventLike,
   type IpcMainLike,
   type IpcSenderLike,
@@ -52,10 +53,22 @@ function fakeWindow(ipcMain: FakeIpcMain) {
   const wc = new FakeWebContents();
   const ipcRenderer = {
     sent: [] as unknown[],
+    /** While set, the renderer's receipts (acks) are held back: a renderer that has fallen behind. */
+    holdAcks: false,
+    held: [] as unknown[][],
     send(channel: string, ...args: unknown[]) {
       const copy = structuredClone(args);
       this.sent.push(copy[0]);
+      if (this.holdAcks && (copy[0] as { type?: string } | null)?.type === 'ack') {
+        this.held.push(copy);
+        return;
+      }
       setImmediate(() => ipcMain.emit(channel, { sender: wc }, ...copy));
+    },
+    releaseAcks() {
+      this.holdAcks = false;
+      for (const copy of this.held.splice(0))
+        setImmediate(() => ipcMain.emit(IPC_CONTROL, { sender: wc }, ...copy));
     },
     on(channel: string, listener: (event: unknown, ...args: unknown[]) => void) {
       wc.toRenderer.on(channel, listener);
@@ -176,6 +189,41 @@ describe('IPC: main + preload against the same dispatcher', () => {
     const s2 = await handshake(second, 'panel-2');
     assert.notEqual(s1, s2);
     await until(() => !host.server.sessions.has(s1), 5000, 'old session expired');
+    wc.destroy();
+  });
+
+  test('a renderer that falls behind pauses the child instead of queueing without bound', async () => {
+    const { wc, ipcRenderer } = fakeWindow(ipcMain);
+    trusted.add(wc.id);
+    const api = createBridgeApi(ipcRenderer);
+    const sessionId = await handshake(api);
+    ipcRenderer.holdAcks = true;
+    await api.request('process/start', {
+      processId: 'flood',
+      argv: ['/usr/bin/head', '-c', String(64 << 20), '/dev/zero'],
+      cwd: '/tmp',
+      env: {},
+      tty: false,
+    });
+    const proc = host.server.sessions.get(sessionId)!.get('flood')!;
+    // The session's high-water mark (8 MiB queued) pauses the child's output.
+    await until(() => (proc as unknown as { paused: boolean }).paused, 10_000, 'child paused');
+    const sentBytes = () => wc.received.reduce((n, t) => n + t.length, 0);
+    assert.equal(proc.state, 'running');
+    assert.ok(sentBytes() < 16 << 20, `sent ${sentBytes()} bytes to a renderer that acknowledged nothing`);
+    ipcRenderer.releaseAcks();
+    await until(() => proc.state === 'closed', 30_000, 'flood finished');
+    await until(
+      () => wc.received.some((t) => t.startsWith('{"method":"process/closed"')),
+      10_000,
+      'closed delivered',
+    );
+    let bytes = 0;
+    for (const t of wc.received) {
+      if (!t.startsWith('{"method":"process/output"')) continue;
+      bytes += Buffer.from((JSON.parse(t) as { params: { chunk: string } }).params.chunk, 'base64').length;
+    }
+    assert.equal(bytes, 64 << 20);
     wc.destroy();
   });
 

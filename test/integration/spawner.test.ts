@@ -484,6 +484,29 @@ for (const kind of ['native', 'vfork', 'node'] as const) {
       await until(`grandchild ${grandchild} to die`, () => dead(grandchild));
     });
 
+    it('a signal sent right after the spawn, before the child may have run, still lands', async () => {
+      // In async mode the child calls setsid a moment after spawnPiped returns: until then the group does not exist,
+      // and a group kill must fall back to the pid (as ManagedProcess.kill does). Blocked signals stay pending.
+      for (const [signal, code] of [
+        ['SIGKILL', 137],
+        ['SIGTERM', 143],
+      ] as const) {
+        const c = spawnWith(
+          kind,
+          { file: '/bin/sleep', argv: ['sleep', '1000'], env: {}, cwd: '/' },
+          { stdin: 'null' },
+        );
+        try {
+          process.kill(-c.pid, signal);
+        } catch {
+          process.kill(c.pid, signal);
+        }
+        const r = await finish(c);
+        assert.equal(r.code, code);
+        assert.equal(r.signal, signal);
+      }
+    });
+
     it('leaks no fds of this process into the child', async () => {
       const mine = openSync(join(dir, `leak-${kind}`), 'w');
       try {

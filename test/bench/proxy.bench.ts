@@ -47,6 +47,10 @@ async function serveOrigin(): Promise<void> {
   await new Promise<void>((r) => source.listen(0, '127.0.0.1', () => r()));
   const port = (s: net.Server) => (s.address() as net.AddressInfo).port;
   process.stdout.write(`${JSON.stringify({ web: port(web), source: port(source) })}\n`);
+  createInterface({ input: process.stdin }).on('line', () => {
+    const u = process.cpuUsage();
+    process.stdout.write(`${JSON.stringify({ cpu: u.user + u.system })}\n`);
+  });
 }
 
 async function serveProxy(): Promise<void> {
@@ -57,21 +61,38 @@ async function serveProxy(): Promise<void> {
   if (!spec) throw new Error('no proxy spec');
   const proxy = await startManagedProxy(spec, { processId: 'bench', log: () => {} });
   process.stdout.write(`${JSON.stringify({ http: proxy.httpPort })}\n`);
+  // Each stdin line asks for this process's CPU time so far (µs, user + system).
+  createInterface({ input: process.stdin }).on('line', () => {
+    const u = process.cpuUsage();
+    process.stdout.write(`${JSON.stringify({ cpu: u.user + u.system })}\n`);
+  });
 }
 
 // ---- client side -----------------------------------------------------------------------------------------------
 
-async function startRole(role: string): Promise<{ proc: ChildProcess; info: Record<string, number> }> {
+interface Role {
+  proc: ChildProcess;
+  info: Record<string, number>;
+  /** CPU time the child has used so far, in µs. */
+  cpu(): Promise<number>;
+}
+
+async function startRole(role: string): Promise<Role> {
   const self = fileURLToPath(import.meta.url);
   const proc = spawn(process.execPath, ['--import', 'tsx', self, role], {
-    stdio: ['ignore', 'pipe', 'inherit'],
+    stdio: ['pipe', 'pipe', 'inherit'],
   });
   const rl = createInterface({ input: proc.stdout! });
   const info = await new Promise<Record<string, number>>((resolve, reject) => {
     rl.once('line', (l) => resolve(JSON.parse(l) as Record<string, number>));
     proc.once('exit', (c) => reject(new Error(`${role} exited ${c}`)));
   });
-  return { proc, info };
+  const cpu = () =>
+    new Promise<number>((resolve) => {
+      rl.once('line', (l) => resolve((JSON.parse(l) as { cpu: number }).cpu));
+      proc.stdin!.write('cpu\n');
+    });
+  return { proc, info, cpu };
 }
 
 function percentile(sorted: number[], p: number): number {
@@ -84,7 +105,8 @@ async function load(
   port: number,
   path: string,
   hostHeader: string,
-): Promise<{ rps: number; p50: number; p99: number }> {
+  cpuOf?: () => Promise<number>,
+): Promise<{ rps: number; p50: number; p99: number; cpuPerRequest: number }> {
   const agent = new http.Agent({ keepAlive: true, maxSockets: CLIENTS });
   const latencies: number[] = [];
   let measuring = false;
@@ -115,16 +137,23 @@ async function load(
   };
   const workers = Array.from({ length: CLIENTS }, worker);
   await new Promise((r) => setTimeout(r, WARMUP_MS));
+  const cpu0 = cpuOf ? await cpuOf() : 0;
   measuring = true;
   const t0 = performance.now();
   await new Promise((r) => setTimeout(r, MEASURE_MS));
   measuring = false;
   const elapsed = performance.now() - t0;
+  const cpu1 = cpuOf ? await cpuOf() : 0;
   stop = true;
   await Promise.all(workers);
   agent.destroy();
   latencies.sort((a, b) => a - b);
-  return { rps: (count * 1000) / elapsed, p50: percentile(latencies, 50), p99: percentile(latencies, 99) };
+  return {
+    rps: (count * 1000) / elapsed,
+    p50: percentile(latencies, 50),
+    p99: percentile(latencies, 99),
+    cpuPerRequest: count > 0 ? (cpu1 - cpu0) / count : Number.NaN,
+  };
 }
 
 /** Opens a CONNECT tunnel to the origin's byte source and measures MiB/s until it closes. */
@@ -164,8 +193,8 @@ export async function run(): Promise<BenchRow[]> {
   try {
     const web = origin.info.web!;
     const target = `127.0.0.1:${web}`;
-    const direct = await load(web, '/', target);
-    const through = await load(proxy.info.http!, `http://${target}/`, target);
+    const direct = await load(web, '/', target, origin.cpu);
+    const through = await load(proxy.info.http!, `http://${target}/`, target, proxy.cpu);
     const mibs = await tunnel(proxy.info.http!, origin.info.source!);
     const section = 'network proxy (32 keep-alive clients)';
     return [
@@ -192,6 +221,19 @@ export async function run(): Promise<BenchRow[]> {
         reference: 25,
         unit: 'ms',
         target: '≤ 25 ms',
+      },
+      {
+        section,
+        metric: 'proxy process CPU per request',
+        corral: through.cpuPerRequest,
+        unit: 'µs',
+        target: '≤ 185 µs (5.4k/s per core)',
+      },
+      {
+        section,
+        metric: 'origin (plain Node http server) CPU per request',
+        corral: direct.cpuPerRequest,
+        unit: 'µs',
       },
       {
         section,

@@ -113,6 +113,20 @@ function adoptActiveSynthetic(r: ResolvedPolicy, active: ReadonlySet<string>): v
   }
 }
 
+/** The effective sandbox for `enforceManagedNetwork` without a sandbox: full filesystem, network only via the proxy. */
+function enforcementOnly(cwd: string): EffectiveSandbox {
+  return {
+    shape: 'context',
+    requested: 'native',
+    fs: { kind: 'unrestricted', entries: [] },
+    network: 'enabled',
+    cwd,
+    projectRoots: [],
+    enforceManagedNetwork: true,
+    useLegacyLandlock: false,
+  };
+}
+
 /**
  * The one pure planning function: (sandbox config, command, host facts) → the launch. Reads the filesystem only to
  * resolve paths (realpath/lstat); creates nothing. Throws SandboxSetupError when the sandbox cannot be honoured.
@@ -124,10 +138,19 @@ export function planLaunch(
   active: ReadonlySet<string> = new Set(),
 ): LaunchPlan {
   const spec = cmd.spec;
-  if (sandbox === null || sandbox === undefined) return unchanged(spec, 'none', { sandbox: 'none' });
-  const eff = effectiveSandbox(sandbox, cmd.enforceManagedNetwork === true);
+  const enforce = cmd.enforceManagedNetwork === true;
+  if ((sandbox === null || sandbox === undefined) && !enforce)
+    return unchanged(spec, 'none', { sandbox: 'none' });
+  let eff: EffectiveSandbox =
+    sandbox === null || sandbox === undefined
+      ? enforcementOnly(spec.cwd)
+      : effectiveSandbox(sandbox, enforce);
+  if (eff.requested === 'windows-restricted-token') throw new SandboxSetupError(WINDOWS_ERROR);
+  // Managed-network enforcement is never ignored: without a sandbox it gets a network-only one (full filesystem).
+  if (eff.requested === 'none' && eff.enforceManagedNetwork && eff.fs.kind !== 'external-sandbox') {
+    eff = { ...eff, requested: 'native' };
+  }
   let requested = eff.requested;
-  if (requested === 'windows-restricted-token') throw new SandboxSetupError(WINDOWS_ERROR);
   if (requested === 'none') return unchanged(spec, 'none', { sandbox: 'none', shape: eff.shape });
   if (requested === 'native') {
     if (host.platform === 'linux') requested = 'linux-seccomp';
@@ -273,10 +296,25 @@ function serverTmpdir(opts: PrepareOptions | undefined): string | undefined {
   return t?.startsWith('/') ? t : undefined;
 }
 
-function needsBwrap(sandbox: ParsedSandbox | null | undefined, platform: NodeJS.Platform): boolean {
-  if (!sandbox || platform !== 'linux') return false;
-  const s = sandbox as { sandbox?: unknown; permissions?: { type?: unknown } };
-  return s.sandbox === 'linux-seccomp' || s.permissions?.type === 'managed';
+function needsBwrap(
+  sandbox: ParsedSandbox | null | undefined,
+  platform: NodeJS.Platform,
+  enforce: boolean,
+): boolean {
+  if (platform !== 'linux') return false;
+  if (!sandbox) return enforce;
+  const s = sandbox as {
+    sandbox?: unknown;
+    permissions?: { type?: unknown };
+    enforceManagedNetwork?: unknown;
+  };
+  if (s.sandbox === 'windows-restricted-token' || s.sandbox === 'macos-seatbelt') return false;
+  return (
+    s.sandbox === 'linux-seccomp' ||
+    s.permissions?.type === 'managed' ||
+    enforce ||
+    s.enforceManagedNetwork === true
+  );
 }
 
 const DEFAULT_FEATURES: BwrapFeatures = { argv0: false, perms: true };
@@ -356,7 +394,7 @@ export async function prepareLaunch(
 ): Promise<PreparedLaunch> {
   const platform = opts?.platform ?? process.platform;
   let bwrap: BwrapHost = { path: opts?.bwrapPath ?? SYSTEM_BWRAP, features: DEFAULT_FEATURES, proc: true };
-  if (needsBwrap(sandbox, platform)) {
+  if (needsBwrap(sandbox, platform, cmd.enforceManagedNetwork === true)) {
     const path = opts?.bwrapPath ?? findBwrap(cmd.spec.cwd);
     if (!path) {
       throw new SandboxSetupError(

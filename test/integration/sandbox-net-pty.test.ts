@@ -116,6 +116,22 @@ describe('managed network (enforceManagedNetwork)', () => {
     assert.ok(!existsSync(dir as string), 'the bridge directory must be removed');
   });
 
+  test('enforceManagedNetwork with sandbox null (0.169 top-level flag): network-only sandbox, writes unrestricted', async () => {
+    const r = await run(
+      null,
+      [
+        'sh',
+        '-c',
+        `curl -sS -m5 http://example.invalid/null; curl -sS -m3 --noproxy '*' "http://127.0.0.1:$PORT/"; echo "direct=$?"; echo w > "$OUT/nullsb"`,
+      ],
+      { cwd: f.W, env: envFor({ OUT: f.OUT }), enforceManagedNetwork: true, opts: opts() },
+    );
+    assert.equal(r.prepared.sandboxType, 'linuxSeccomp');
+    assert.match(r.stdout, /proxied: GET http:\/\/example.invalid\/null/);
+    assert.match(r.stdout, /direct=7/);
+    assert.ok(existsSync(join(f.OUT, 'nullsb')));
+  });
+
   test('non-loopback proxy env only: fails closed', async () => {
     const sb = seed({ cwd: f.W, enforceManagedNetwork: true });
     await assert.rejects(

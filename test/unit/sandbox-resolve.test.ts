@@ -121,7 +121,33 @@ test('bwrap args: read-only', () => {
     '-c',
     'true',
   ]);
-  assert.equal(b.argv0Ignored, true);
+  assert.equal(b.argv0Ignored, false, 'the bare name of the resolved program is not a custom arg0');
+  const custom = bwrapArgs(r, {
+    unshareNet: true,
+    proc: true,
+    newSession: true,
+    chdir: '/w',
+    file: '/bin/sh',
+    args: [],
+    argv0: 'my-shell',
+    features: FEATURES,
+  });
+  assert.equal(custom.argv0Ignored, true);
+  assert.ok(!custom.args.includes('--argv0'));
+  const supported = bwrapArgs(r, {
+    unshareNet: true,
+    proc: true,
+    newSession: true,
+    chdir: '/w',
+    file: '/bin/sh',
+    args: [],
+    argv0: 'my-shell',
+    features: { argv0: true, perms: true },
+  });
+  assert.deepEqual(
+    supported.args.slice(supported.args.indexOf('--argv0'), supported.args.indexOf('--argv0') + 2),
+    ['--argv0', 'my-shell'],
+  );
 });
 
 test('bwrap args: workspace-write with a nested root, .git carve-outs re-applied, missing .codex synthetic', () => {

@@ -86,7 +86,8 @@ export function bwrapArgs(r: ResolvedPolicy, o: BwrapOptions): BwrapArgs {
   let argv0Ignored = false;
   if (o.argv0 !== undefined && o.argv0 !== o.file) {
     if (o.features.argv0) a.push('--argv0', o.argv0);
-    else argv0Ignored = true;
+    // Only a real custom arg0 is worth reporting; the bare program name for a resolved path is the usual case.
+    else argv0Ignored = o.argv0 !== o.file.slice(o.file.lastIndexOf('/') + 1);
   }
   if (o.seccompFd !== undefined) a.push('--seccomp', String(o.seccompFd));
   if (o.infoFd !== undefined) a.push('--info-fd', String(o.infoFd));

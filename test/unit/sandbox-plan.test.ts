@@ -1,0 +1,237 @@
+import assert from 'node:assert/strict';
+import { existsSync, fstatSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import { join } from 'node:path';
+import { after, test } from 'node:test';
+import type { LaunchSpec } from '../../src/process/launch.js';
+import { parseSandboxParam } from '../../src/protocol/sandbox.js';
+import {
+  type ParsedSandbox,
+  prepareLaunch,
+  previewLaunch,
+  SandboxSetupError,
+  WINDOWS_ERROR,
+} from '../../src/sandbox/index.js';
+
+const root = mkdtempSync(join(os.tmpdir(), 'corral-sbx-plan-'));
+const W = join(root, 'ws');
+mkdirSync(join(W, '.git'), { recursive: true });
+after(() => rmSync(root, { recursive: true, force: true }));
+
+const sp = (kind: string, access: string) => ({ path: { type: 'special', value: { kind } }, access });
+function seed(o: Record<string, unknown> = {}): ParsedSandbox {
+  const r = parseSandboxParam({
+    sandbox: 'linux-seccomp',
+    policy: { type: 'workspace-write' },
+    fileSystemPolicy: {
+      kind: 'restricted',
+      entries: [sp('root', 'read'), sp('current_working_directory', 'write')],
+    },
+    networkPolicy: 'restricted',
+    sandboxPolicyCwd: W,
+    additionalPermissions: null,
+    enforceManagedNetwork: false,
+    windowsSandboxLevel: 'disabled',
+    windowsSandboxPrivateDesktop: false,
+    useLegacyLandlock: false,
+    ...o,
+  });
+  if (!r.success) throw r.error;
+  return r.data as ParsedSandbox;
+}
+const spec = (env: Record<string, string> = {}): LaunchSpec => ({
+  file: '/bin/echo',
+  argv: ['echo', 'hi'],
+  env: { PATH: '/usr/bin:/bin', ...env },
+  cwd: W,
+});
+const linux = { platform: 'linux' as const, arch: 'x64', machine: 'x86_64', tmpdir: '' };
+
+test('no sandbox: the spec is returned unchanged', () => {
+  const s = spec();
+  const p = previewLaunch(null, { spec: s, tty: false }, linux);
+  assert.equal(p.sandboxType, 'none');
+  assert.equal(p.spec, s);
+});
+
+test('pipes: bwrap argv with --seccomp 3 and a seccomp fd slot; env flags the restricted network', () => {
+  const p = previewLaunch(seed(), { spec: spec(), tty: false }, linux);
+  assert.equal(p.sandboxType, 'linuxSeccomp');
+  assert.equal(p.mechanism, 'bwrap');
+  assert.deepEqual(p.fdSlots, ['seccomp']);
+  assert.equal(p.spec.argv[0], p.spec.file);
+  assert.match(p.spec.file, /bwrap$/);
+  const a = p.spec.argv;
+  assert.deepEqual(a.slice(a.indexOf('--cap-drop'), a.length), [
+    '--cap-drop',
+    'ALL',
+    '--chdir',
+    W,
+    '--seccomp',
+    '3',
+    '--',
+    '/bin/echo',
+    'hi',
+  ]);
+  assert.ok(a.includes('--unshare-net') && a.includes('--new-session') && a.includes('--die-with-parent'));
+  assert.equal(p.spec.env.CODEX_SANDBOX_NETWORK_DISABLED, '1');
+  assert.deepEqual(p.seccomp, { arch: 'x64', mode: 'restricted', instructions: 35 });
+  assert.equal(p.summary.arg0, undefined, 'argv[0] "echo" vs file: only a differing arg0 is reported');
+});
+
+test('PTY: no extra fds; a sh wrapper opens the BPF file as fd 3, and no --new-session', () => {
+  const p = previewLaunch(seed(), { spec: spec(), tty: true }, linux);
+  assert.equal(p.spec.file, '/bin/sh');
+  assert.deepEqual(p.spec.argv.slice(0, 5), [
+    '/bin/sh',
+    '-c',
+    'exec 3<"$1"; shift; exec "$@"',
+    'sh',
+    '<seccomp.bpf>',
+  ]);
+  assert.equal(p.spec.extraFds, undefined);
+  assert.ok(!p.spec.argv.includes('--new-session'));
+});
+
+test('managed network: proxy env rewritten (both cases), ProxyRouted, info/block fd slots; none → fails closed', () => {
+  const p = previewLaunch(
+    seed({ enforceManagedNetwork: true }),
+    {
+      spec: spec({ HTTP_PROXY: 'http://user:pw@127.0.0.1:8899', ALL_PROXY: 'socks5h://localhost:1080' }),
+      tty: false,
+    },
+    linux,
+  );
+  assert.deepEqual(p.fdSlots, ['seccomp', 'info', 'block']);
+  assert.equal(p.seccomp?.mode, 'proxy-routed');
+  assert.equal(p.spec.env.HTTP_PROXY, 'http://user:pw@127.0.0.1:3129');
+  assert.equal(p.spec.env.http_proxy, 'http://user:pw@127.0.0.1:3129');
+  assert.equal(p.spec.env.ALL_PROXY, 'socks5h://127.0.0.1:3128');
+  assert.equal(p.spec.env.all_proxy, 'socks5h://127.0.0.1:3128');
+  const a = p.spec.argv;
+  assert.deepEqual(a.slice(a.indexOf('--seccomp'), a.indexOf('--')), [
+    '--seccomp',
+    '3',
+    '--info-fd',
+    '4',
+    '--block-fd',
+    '5',
+  ]);
+  assert.throws(
+    () => previewLaunch(seed({ enforceManagedNetwork: true }), { spec: spec(), tty: false }, linux),
+    (e: Error) => e instanceof SandboxSetupError && /proxy environment variables/.test(e.message),
+  );
+});
+
+test('enforceManagedNetwork without a sandbox still enforces (network-only sandbox), never ignored', () => {
+  const p = previewLaunch(
+    null,
+    { spec: spec({ HTTP_PROXY: 'http://127.0.0.1:8899' }), tty: false, enforceManagedNetwork: true },
+    linux,
+  );
+  assert.equal(p.sandboxType, 'linuxSeccomp');
+  assert.ok(p.spec.argv.includes('--unshare-net'));
+  assert.deepEqual(p.spec.argv.slice(p.spec.argv.indexOf('--die-with-parent') + 1).slice(0, 3), [
+    '--bind',
+    '/',
+    '/',
+  ]);
+  assert.throws(
+    () => previewLaunch(null, { spec: spec(), tty: false, enforceManagedNetwork: true }, linux),
+    SandboxSetupError,
+  );
+});
+
+test('dispatch errors: windows, seatbelt off macOS, linux off Linux, legacy landlock, unsupported arch', () => {
+  assert.throws(
+    () => previewLaunch(seed({ sandbox: 'windows-restricted-token' }), { spec: spec(), tty: false }, linux),
+    {
+      message: WINDOWS_ERROR,
+    },
+  );
+  assert.throws(
+    () => previewLaunch(seed({ sandbox: 'macos-seatbelt' }), { spec: spec(), tty: false }, linux),
+    /only available on macOS/,
+  );
+  assert.throws(
+    () => previewLaunch(seed(), { spec: spec(), tty: false }, { ...linux, platform: 'darwin' }),
+    /linux-seccomp is only available on Linux/,
+  );
+  assert.throws(
+    () => previewLaunch(seed({ useLegacyLandlock: true }), { spec: spec(), tty: false }, linux),
+    /useLegacyLandlock/,
+  );
+  assert.throws(
+    () => previewLaunch(seed(), { spec: spec(), tty: false }, { ...linux, arch: 'ia32', machine: 'i686' }),
+    /unsupported architecture/,
+  );
+  assert.throws(
+    () => previewLaunch(seed(), { spec: spec(), tty: false }, { ...linux, arch: 'x64', machine: 'aarch64' }),
+    /mismatch/,
+  );
+});
+
+test('full write + network enabled is not wrapped (still reported linuxSeccomp); external sandbox and 0.169 disabled are none', () => {
+  const full = previewLaunch(
+    seed({
+      policy: { type: 'danger-full-access' },
+      fileSystemPolicy: { kind: 'unrestricted' },
+      networkPolicy: 'enabled',
+    }),
+    { spec: spec(), tty: false },
+    linux,
+  );
+  assert.equal(full.sandboxType, 'linuxSeccomp');
+  assert.equal(full.mechanism, 'passthrough');
+  assert.equal(full.spec.file, '/bin/echo');
+  const ext = previewLaunch(
+    seed({ policy: { type: 'external-sandbox' }, fileSystemPolicy: { kind: 'external-sandbox' } }),
+    { spec: spec(), tty: false },
+    linux,
+  );
+  assert.equal(ext.sandboxType, 'none');
+  const disabled = parseSandboxParam({ permissions: { type: 'disabled' } });
+  assert.ok(disabled.success);
+  assert.equal(
+    previewLaunch(disabled.data as ParsedSandbox, { spec: spec(), tty: false }, linux).sandboxType,
+    'none',
+  );
+});
+
+test('macOS: sandbox-exec argv, params after realpath, CODEX_SANDBOX=seatbelt', () => {
+  const p = previewLaunch(
+    seed({ sandbox: 'macos-seatbelt' }),
+    { spec: spec(), tty: false },
+    { ...linux, platform: 'darwin' },
+  );
+  assert.equal(p.sandboxType, 'macosSeatbelt');
+  assert.equal(p.spec.file, '/usr/bin/sandbox-exec');
+  assert.equal(p.spec.argv[1], '-p');
+  assert.equal(p.spec.argv[2], p.seatbeltProfile);
+  assert.ok(p.spec.argv.includes(`-DWRITABLE_ROOT_0=${W}`));
+  assert.deepEqual(p.spec.argv.slice(-3), ['--', '/bin/echo', 'hi']);
+  assert.equal(p.spec.env.CODEX_SANDBOX, 'seatbelt');
+  assert.equal(p.spec.env.CODEX_SANDBOX_NETWORK_DISABLED, '1');
+});
+
+test('prepareLaunch: pipes get a real BPF fd (closed by cleanup); PTY gets a BPF file removed by cleanup', async () => {
+  const pipes = await prepareLaunch(seed(), { spec: spec(), tty: false }, { tmpdir: '' });
+  const fd = pipes.spec.extraFds?.[0];
+  assert.equal(typeof fd, 'number');
+  assert.equal(fstatSync(fd as number).size, 35 * 8);
+  pipes.cleanup();
+  assert.throws(() => fstatSync(fd as number));
+  const pty = await prepareLaunch(seed(), { spec: spec(), tty: true }, { tmpdir: '' });
+  const file = pty.spec.argv[4]!;
+  assert.ok(existsSync(file));
+  assert.equal(pty.spec.extraFds, undefined);
+  pty.cleanup();
+  assert.ok(!existsSync(file));
+});
+
+test('prepareLaunch: a missing bwrap is a SandboxSetupError naming the path', async () => {
+  await assert.rejects(
+    prepareLaunch(seed(), { spec: spec(), tty: false }, { bwrapPath: '/nonexistent/bwrap' }),
+    (e: Error) => e instanceof SandboxSetupError && e.message.includes('/nonexistent/bwrap'),
+  );
+});

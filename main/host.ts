@@ -166,8 +166,20 @@ export const sandboxPreview: PreviewFn = ({ sandbox, argv, cwd }) => {
   } catch {
     // show the preview with the name as given
   }
-  const p = previewLaunch(sandbox as ParsedSandbox, { spec: { file, argv, env: {}, cwd }, tty: false });
-  const argvOut = p.mechanism === 'none' ? null : [p.spec.file, ...p.spec.argv.slice(1)];
+  // A Seatbelt config is previewed as macOS would run it, wherever the host runs (the debugger is for reading).
+  const seatbelt = (sandbox as { sandbox?: unknown } | null)?.sandbox === 'macos-seatbelt';
+  const asMac = seatbelt && process.platform !== 'darwin';
+  const p = previewLaunch(
+    sandbox as ParsedSandbox,
+    { spec: { file, argv, env: {}, cwd }, tty: false },
+    asMac ? { platform: 'darwin' } : undefined,
+  );
+  const argvOut =
+    p.mechanism === 'none'
+      ? null
+      : [p.spec.file, ...p.spec.argv.slice(1)].map((a) =>
+          p.seatbeltProfile !== undefined && a === p.seatbeltProfile ? '<the Seatbelt profile below>' : a,
+        );
   return {
     sandboxType: p.sandboxType,
     summary: {
@@ -182,7 +194,12 @@ export const sandboxPreview: PreviewFn = ({ sandbox, argv, cwd }) => {
     },
     argv: argvOut,
     seatbeltProfile: p.seatbeltProfile ?? null,
-    note: p.mechanism === 'none' ? 'nothing to enforce: the command runs unwrapped' : null,
+    note:
+      p.mechanism === 'none'
+        ? 'nothing to enforce: the command runs unwrapped'
+        : asMac
+          ? `previewed as on macOS; this host (${process.platform}) cannot run Seatbelt`
+          : null,
   };
 };
 

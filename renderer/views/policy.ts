@@ -209,7 +209,21 @@ export class PolicyView implements View {
     else this.ctx.toast(`Not JSON: ${r.message}`, 'error');
   }
 
+  private reveal(el: HTMLElement): void {
+    el.scrollIntoView({ block: 'nearest', behavior: 'smooth' });
+  }
+
   private async preview(): Promise<void> {
+    await this.previewInner();
+    this.reveal(this.previewOut);
+  }
+
+  private async check(): Promise<void> {
+    await this.checkInner();
+    this.reveal(this.checkOut);
+  }
+
+  private async previewInner(): Promise<void> {
     const r = parseJson(this.sandboxText.value);
     if (!r.ok) {
       replace(this.previewOut, errorList([{ path: '(json)', message: r.message }]));
@@ -278,7 +292,7 @@ export class PolicyView implements View {
     }
   }
 
-  private async check(): Promise<void> {
+  private async checkInner(): Promise<void> {
     const r = parseJson(this.netText.value);
     if (!r.ok) {
       replace(this.checkOut, errorList([{ path: '(json)', message: r.message }]));

@@ -274,6 +274,13 @@ describe('panel in a browser against the headless host', () => {
     assert.match(argv, /--unshare-net/);
     assert.ok(argv.includes(`--bind ${dir.path} ${dir.path}`), argv);
     await browser.screenshot('policy-preview');
+    // A Seatbelt config is previewed as macOS would run it.
+    await page.click('text=Seatbelt');
+    await page.click('[data-testid="preview"]');
+    await page.locator('[data-testid="preview-ok"]', { hasText: 'macosSeatbelt' }).waitFor();
+    assert.match(await visibleText(page.locator('[data-testid="preview-profile"]')), /^\(version 1\)/);
+    assert.match(await visibleText(page.locator('[data-testid="preview-argv"]')), /sandbox-exec/);
+    await browser.screenshot('policy-seatbelt');
 
     await page.fill(
       '[data-testid="network-json"]',

@@ -315,7 +315,17 @@ function chooseKind(): SpawnerKind {
   return native.binding ? 'native' : 'node';
 }
 
+/**
+ * The implementation spawnPiped uses: the addon when it loaded, else child_process. Env CORRAL_SPAWNER=node forces
+ * child_process; CORRAL_SPAWNER=native-vfork keeps the addon but in vfork mode (for diagnosis).
+ */
 export const spawnerKind: SpawnerKind = chooseKind();
+
+/** The addon's mode for spawnPiped (meaningful when spawnerKind is 'native'). */
+export const nativeMode: NativeMode =
+  process.env.CORRAL_SPAWNER === 'native-vfork' || (native.binding !== null && !native.binding.asyncExec)
+    ? 'vfork'
+    : 'async';
 
 /** Spawns with an explicit implementation (tests and benchmarks); throws if 'native' is not available. */
 export function spawnPipedWith(
@@ -331,5 +341,7 @@ export function spawnPipedWith(
 
 /** Starts `spec` with pipes. Throws SpawnError synchronously when the program cannot be started. */
 export function spawnPiped(spec: LaunchSpec, opts: SpawnOptions): SpawnedChild {
-  return spawnerKind === 'native' ? spawnNative(native.binding!, spec, opts, 'async') : spawnNode(spec, opts);
+  return spawnerKind === 'native'
+    ? spawnNative(native.binding!, spec, opts, nativeMode)
+    : spawnNode(spec, opts);
 }

@@ -181,6 +181,23 @@ describe('spawner selection', () => {
     assert.equal(out.trim(), 'node');
   });
 
+  it('CORRAL_SPAWNER=native-vfork makes spawnPiped wait for exec (exec-time errors throw)', {
+    skip: nativeLoadError ? 'native spawner not built' : false,
+  }, async () => {
+    const script = join(dir, 'bad-interpreter-env');
+    writeFileSync(script, '#!/no/such/interpreter\n');
+    chmodSync(script, 0o755);
+    const out = await helperOutput(
+      `const m = await import(${JSON.stringify(SPAWNER)});
+         let outcome = 'started';
+         try { m.spawnPiped({ file: ${JSON.stringify(script)}, argv: ['x'], env: {}, cwd: '/' }, { stdin: 'null' }); }
+         catch (e) { outcome = e.errno; }
+         console.log(m.spawnerKind, m.nativeMode, outcome);`,
+      { ...process.env, CORRAL_SPAWNER: 'native-vfork' },
+    );
+    assert.equal(out.trim(), 'native vfork ENOENT');
+  });
+
   it('an esbuild bundle outside src/ finds the addon from the package root', async () => {
     const outDir = join(root, 'test-artifacts', 'spawner-bundle');
     mkdirSync(outDir, { recursive: true });
@@ -190,7 +207,8 @@ describe('spawner selection', () => {
       `import { spawnerKind, spawnPiped } from ${JSON.stringify(SPAWNER.replace(/\.ts$/, '.js'))};\n` +
         `const c = spawnPiped({ file: '/bin/sh', argv: ['sh', '-c', 'echo bundled'], env: {}, cwd: '/' }, { stdin: 'null' });\n` +
         `let out = ''; c.stdout.on('data', (d) => { out += d; });\n` +
-        `c.onExit((code) => c.stdout.on('close', () => console.log(spawnerKind, code, out.trim())));\n`,
+        `let code = -1; let left = 2; const done = () => { if (--left === 0) console.log(spawnerKind, code, out.trim()); };\n` +
+        `c.onExit((c2) => { code = c2; done(); }); c.stdout.on('close', done);\n`,
     );
     await build({
       entryPoints: [entry],

@@ -201,7 +201,8 @@ export class HttpProxy {
       requireHostHeader: false,
       headersTimeout: idle,
       requestTimeout: 0,
-      keepAliveTimeout: idle,
+      // Node adds a 1 s grace to keepAliveTimeout: subtract it so quiet keep-alive connections close at `idle` too.
+      keepAliveTimeout: idle > 2000 ? idle - 1000 : idle,
       connectionsCheckingInterval: Math.max(50, Math.min(1000, Math.floor(idle / 10))),
       noDelay: true,
     });
@@ -264,6 +265,9 @@ export class HttpProxy {
     });
     this.server.on('connection', (socket) => this.onConnection(socket));
     this.server.on('request', (req, res) => {
+      // The idle timer is for silent connections only: a request in flight may wait on its upstream for as long as
+      // it takes (Node re-arms keepAliveTimeout once the response is done).
+      req.socket.setTimeout(0);
       this.onRequest(req, res).catch(() => {
         if (!res.headersSent) sendText(res, 500, 'error');
         else res.destroy();

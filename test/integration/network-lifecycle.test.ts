@@ -217,3 +217,25 @@ test('decider hook: not_allowed goes to the decider, inline; allow overrides; de
     await origin.close();
   }
 });
+
+test('a request in flight is not cut by the idle timeout while its upstream is slow', async () => {
+  const { createServer } = await import('node:http');
+  const slow = createServer((_req, res) => {
+    setTimeout(() => res.end('slow'), 1000);
+  });
+  await new Promise<void>((r) => slow.listen(0, '127.0.0.1', () => r()));
+  const port = (slow.address() as net.AddressInfo).port;
+  const fx = await startProxy({ domains: { localhost: 'allow' } }, { idleTimeoutMs: 300 });
+  try {
+    const res = await request(
+      fx.proxy.httpPort,
+      `GET http://localhost:${port}/ HTTP/1.1\r\nHost: localhost:${port}\r\n\r\n`,
+    );
+    assert.equal(res.status, 200);
+    assert.equal(res.body, 'slow');
+  } finally {
+    await fx.close();
+    slow.closeAllConnections();
+    slow.close();
+  }
+});

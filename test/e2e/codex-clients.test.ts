@@ -140,7 +140,11 @@ function assertFull(r: RunResult, serverPid: number): void {
   );
   // poll: "early" within the first yield, "late" only after the empty write_stdin poll.
   // (On a loaded machine bash may print "early" only after the 250 ms yield; it then comes with the poll.)
-  assert.match(`${output(r, 4)}\n${output(r, 5)}`, /early[^]*late/, `poll: no "early" then "late"\n${why}`);
+  assert.match(
+    `${output(r, 4)}\n${output(r, 5)}`,
+    /early[\s\S]*late/,
+    `poll: no "early" then "late"\n${why}`,
+  );
   assert.doesNotMatch(output(r, 4), /late/, `"late" arrived before the poll\n${why}`);
   assert.match(
     output(r, 4),

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, readFileSync, symlinkSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { parseSandboxParam } from '../../src/protocol/sandbox.js';
@@ -139,6 +139,32 @@ describe('sandbox.md §12 conformance (Linux, real bwrap)', () => {
     assert.notEqual(r.code, 0);
     assert.match(r.stderr, /Read-only file system|Permission denied/);
     assert.ok(!existsSync(join(f.W, '.codex')), 'synthetic .codex must be removed');
+  });
+
+  test('6b: concurrent sandboxes share a synthetic .codex (ref-counted): the first exit does not unprotect the second', async () => {
+    const W2 = join(f.root, 'ws-shared');
+    mkdirSync(W2, { recursive: true });
+    const sb = seed({
+      cwd: W2,
+      entries: [special('root', 'read'), special('current_working_directory', 'write')],
+    });
+    const wait = (name: string) => `while [ ! -e "${join(W2, name)}" ]; do sleep 0.01; done`;
+    const a = run(sb, ['sh', '-c', wait('go-a')], { cwd: W2, opts: opts() });
+    assert.ok(await waitFor(() => existsSync(join(W2, '.codex')), 5000), 'bwrap creates the mount point');
+    const b = run(sb, ['sh', '-c', `${wait('go-b')}; mkdir -p .codex/x; echo y > .codex/f; echo "rc=$?"`], {
+      cwd: W2,
+      opts: opts(),
+    });
+    // Let B get past its setup before A goes away.
+    assert.ok(await waitFor(() => pidsMatching(`go-b`).length > 0, 5000));
+    writeFileSync(join(W2, 'go-a'), '');
+    assert.equal((await a).code, 0);
+    assert.ok(existsSync(join(W2, '.codex')), 'still in use by B');
+    writeFileSync(join(W2, 'go-b'), '');
+    const rb = await b;
+    assert.match(rb.stdout, /rc=[1-9]/);
+    assert.match(rb.stderr, /Read-only file system|Permission denied/);
+    assert.ok(!existsSync(join(W2, '.codex')), 'removed after the last user');
   });
 
   test('7: extra writable root, the server TMPDIR and /tmp are writable; exclude_tmpdir_env_var removes TMPDIR', async () => {

@@ -1,7 +1,7 @@
 // Browser test harness: Debian's Chromium driven by playwright-core against the headless host (`corral serve`'s
 // startHost with the panel), screenshots saved to test-artifacts/.
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -17,15 +17,40 @@ export const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 export const ARTIFACTS = join(ROOT, 'test-artifacts');
 export const CHROMIUM = '/usr/bin/chromium';
 
-/** Builds the panel bundle if it is missing (npm test's pretest builds it anyway). */
+/**
+ * Builds the panel bundle if it is missing (npm test's pretest builds it anyway) and returns a private copy of it,
+ * so a concurrent rebuild of dist/ (the working tree is shared) cannot pull the files from under a running test.
+ */
 export function ensureBuilt(): string {
   const dir = join(ROOT, 'dist', 'renderer');
-  if (!existsSync(join(dir, 'app.js')) || process.env.CORRAL_REBUILD === '1') {
-    const r = spawnSync(process.execPath, [join(ROOT, 'scripts', 'build.mjs')], { stdio: 'inherit' });
-    if (r.status !== 0) throw new Error('build failed');
+  for (let attempt = 0; ; attempt++) {
+    if (
+      !existsSync(join(dir, 'app.js')) ||
+      !existsSync(join(ROOT, 'dist', 'cli.js')) ||
+      process.env.CORRAL_REBUILD === '1'
+    ) {
+      const r = spawnSync(process.execPath, [join(ROOT, 'scripts', 'build.mjs')], { stdio: 'inherit' });
+      if (r.status !== 0 && attempt >= 2) throw new Error('build failed');
+    }
+    const copy = mkdtempSync(join(tmpdir(), 'corral-panel-build-'));
+    try {
+      cpSync(dir, copy, { recursive: true });
+      for (const f of ['index.html', 'app.js', 'app.css']) {
+        if (!existsSync(join(copy, f))) throw new Error(`${f} missing`);
+      }
+      snapshots.push(copy);
+      return copy;
+    } catch (e) {
+      rmSync(copy, { recursive: true, force: true });
+      if (attempt >= 2) throw e;
+    }
   }
-  return dir;
 }
+
+const snapshots: string[] = [];
+process.on('exit', () => {
+  for (const s of snapshots) rmSync(s, { recursive: true, force: true });
+});
 
 export interface Browser {
   context: BrowserContext;

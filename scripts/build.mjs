@@ -38,12 +38,13 @@ await Promise.all([
     format: 'cjs',
     external: ['electron'],
   }),
+  // The panel is a classic (IIFE) script: it loads the same from file:// in Electron and over http in a browser.
   build({
     ...common,
     entryPoints: { 'renderer/app': 'renderer/app.ts' },
     outdir: out,
     platform: 'browser',
-    format: 'esm',
+    format: 'iife',
     target: 'chrome120',
     loader: { '.css': 'css' },
   }),

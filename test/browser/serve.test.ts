@@ -54,7 +54,7 @@ describe('serve and start', () => {
 
     const page = await fetch(panelUrl.replace(/#.*/, ''));
     assert.equal(page.status, 200);
-    assert.match(await page.text(), /<script type="module" src="app.js">/);
+    assert.match(await page.text(), /<script defer src="app.js">/);
     // Without the token: 401.
     await assert.rejects(RpcClient.connect(execUrl.replace(/\?token=.*/, '')), /HTTP 401/);
 

@@ -97,7 +97,7 @@ export async function run(): Promise<BenchRow[]> {
   const cpu: Record<Impl, number[]> = { native: [], vfork: [], node: [] };
   for (let round = 0; round < 3; round++) {
     for (const impl of IMPLS) {
-      const r = await throughput(impl, 1000, 64);
+      const r = await throughput(impl, 500, 64);
       rate[impl].push(r.rate);
       cpu[impl].push(r.cpu);
     }
@@ -123,7 +123,7 @@ export async function run(): Promise<BenchRow[]> {
   for (const impl of ['native', 'vfork'] as const) {
     rows.push({
       section,
-      metric: `${impl === 'vfork' ? '[vfork mode] ' : ''}64 concurrent sh 5-line, median of 3×1000`,
+      metric: `${impl === 'vfork' ? '[vfork mode] ' : ''}64 concurrent sh 5-line, median of 3×500`,
       corral: median(rate[impl]),
       reference: median(rate.node),
       unit: '/s',

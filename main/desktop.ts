@@ -65,8 +65,11 @@ export async function runDesktop(e: ElectronDeps, opts: DesktopOptions): Promise
   harden(e);
   await app.whenReady();
 
-  // No remote content and no permissions: the renderer talks over IPC only.
-  session.defaultSession.setPermissionRequestHandler((_wc, _perm, cb) => cb(false));
+  // No remote content: the renderer talks over IPC only.
+  // The only permission granted: writing to the clipboard (the panel's "Copy" of the exec-server URL).
+  session.defaultSession.setPermissionRequestHandler((_wc, perm, cb) =>
+    cb(perm === 'clipboard-sanitized-write'),
+  );
   session.defaultSession.webRequest.onBeforeRequest(
     { urls: ['http://*/*', 'https://*/*', 'ws://*/*', 'wss://*/*'] },
     (_details, cb) => cb({ cancel: true }),

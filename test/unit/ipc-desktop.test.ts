@@ -158,6 +158,16 @@ describe('desktop main (fake Electron, real dispatcher)', () => {
         granted = ok;
       });
       assert.equal(granted, false);
+      for (const perm of ['geolocation', 'notifications', 'openExternal', 'clipboard-read']) {
+        f.permission.handler!({}, perm, (ok) => {
+          granted = ok;
+        });
+        assert.equal(granted, false, perm);
+      }
+      f.permission.handler!({}, 'clipboard-sanitized-write', (ok) => {
+        granted = ok;
+      });
+      assert.equal(granted, true);
       let cancel: boolean | null = null;
       f.requests.handler!({ url: 'https://localhost/x.js' }, (r) => {
         cancel = r.cancel;

@@ -34,9 +34,17 @@ export function openTunnel(
 ): Promise<Duplex> {
   const up = upstreamFor('tunnel', deps.upstream);
   if (up && mayUseUpstream(target.host, target.addresses)) return connectVia(up, target.host, target.port);
-  const address = target.addresses[0];
-  if (address === undefined) return Promise.reject(new Error('no address'));
-  return deps.dial({ host: address, port: target.port, hostname: target.host });
+  if (target.addresses.length === 0) return Promise.reject(new Error('no address'));
+  // Try the checked addresses in order (never anything else): a name with a dead IPv6 answer still connects.
+  const attempt = async (i: number): Promise<Duplex> => {
+    try {
+      return await deps.dial({ host: target.addresses[i]!, port: target.port, hostname: target.host });
+    } catch (e) {
+      if (i + 1 >= target.addresses.length) throw e;
+      return attempt(i + 1);
+    }
+  };
+  return attempt(0);
 }
 
 const MAX_HEADER_BYTES = 16 * 1024;

@@ -277,3 +277,20 @@ test('UDP ASSOCIATE with enable_socks5_udp:false → 05 07; limited mode drops e
     await lim.close();
   }
 });
+
+test('CONNECT to a name with several checked answers falls back to the next one, and to nothing else', async () => {
+  const fx = await startProxy(
+    { allow_local_binding: true, domains: { 'two.test': 'allow' } },
+    { resolver: async (host) => (host === 'two.test' ? ['127.0.0.3', '127.0.0.1'] : []) },
+  );
+  try {
+    const c = await RawClient.open(fx.proxy.httpPort);
+    c.write(`CONNECT two.test:${E} HTTP/1.1\r\n\r\nhey`);
+    assert.equal((await c.readResponse()).status, 200);
+    assert.equal((await c.read(3)).toString(), 'hey');
+    c.close();
+    assert.deepEqual(fx.dials, [`127.0.0.3:${E}`, `127.0.0.1:${E}`]);
+  } finally {
+    await fx.close();
+  }
+});

@@ -1,6 +1,6 @@
 import type { ChildProcess } from 'node:child_process';
 import { spawnSync } from 'node:child_process';
-import { constants, mkdtempSync, openSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
+import { constants, mkdtempSync, openSync, realpathSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
 import type { LaunchSpec, PreparedLaunch, SandboxType } from '../process/launch.js';
@@ -69,6 +69,11 @@ interface HostFacts {
   machine: string;
   tmpdir: string | undefined;
   bwrap: BwrapHost;
+  /**
+   * The server's private directory (BPF files, FIFOs, bridge sockets). Hidden inside every sandbox that could
+   * otherwise write to it (e.g. with /tmp writable), so no sandbox can tamper with another launch's files.
+   */
+  privateDir?: string;
 }
 
 const WINDOWS_ERROR = 'sandbox type windows-restricted-token is not supported by this exec-server';
@@ -109,6 +114,15 @@ function adoptActiveSynthetic(r: ResolvedPolicy, active: ReadonlySet<string>): v
           s.mountTarget = t;
         }
       }
+    }
+  }
+}
+
+/** Masks the server's private directory (`--perms 000 --tmpfs`) inside every writable root that contains it. */
+function hidePrivateDir(r: ResolvedPolicy, dir: string): void {
+  for (const w of r.writableRoots) {
+    if (dir !== w.root && isUnder(dir, w.root) && !w.readOnlySubpaths.some((s) => s.path === dir)) {
+      w.readOnlySubpaths.push({ path: dir, access: 'none', state: 'dir' });
     }
   }
 }
@@ -234,6 +248,7 @@ function planLinux(
     };
   }
   adoptActiveSynthetic(r, active);
+  if (host.privateDir) hidePrivateDir(r, host.privateDir);
   const mode: SeccompMode | undefined = managed
     ? 'proxy-routed'
     : eff.network === 'restricted'
@@ -321,6 +336,7 @@ const DEFAULT_FEATURES: BwrapFeatures = { argv0: false, perms: true };
 
 function hostFacts(opts: PrepareOptions | undefined, bwrap: BwrapHost): HostFacts {
   return {
+    privateDir: sharedDir,
     platform: opts?.platform ?? process.platform,
     arch: opts?.arch ?? os.arch(),
     machine: opts?.machine ?? os.machine(),
@@ -375,9 +391,13 @@ function privateBase(): string {
   return xdg?.startsWith('/') ? xdg : os.tmpdir();
 }
 
-/** A 0700 directory of this server process for unlinked BPF files. */
+/** The 0700 private directory of this server process (canonical), removed when the process exits. */
 function sharedPrivateDir(): string {
-  if (!sharedDir) sharedDir = mkdtempSync(join(privateBase(), 'corral-sandbox-'));
+  if (!sharedDir) {
+    const dir = realpathSync(mkdtempSync(join(privateBase(), 'corral-sandbox-')));
+    sharedDir = dir;
+    process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
+  }
   return sharedDir;
 }
 
@@ -402,6 +422,7 @@ export async function prepareLaunch(
       );
     }
     bwrap = await probeBwrap(path);
+    sharedPrivateDir();
   }
   const plan = planLaunch(sandbox, cmd, hostFacts({ ...opts, platform }, bwrap), activeSyntheticTargets());
   if (plan.mechanism !== 'bwrap') {
@@ -441,10 +462,10 @@ function materialize(plan: LaunchPlan, tty: boolean): PreparedLaunch {
   try {
     const slotPaths: Partial<Record<FdSlot, string>> = {};
     const slotFds: Partial<Record<FdSlot, number>> = {};
-    if (plan.managed || tty) dir = mkdtempSync(join(privateBase(), 'corral-sandbox-'));
+    if (plan.managed || tty) dir = mkdtempSync(join(sharedPrivateDir(), 'launch-'));
     if (plan.seccomp) {
       const file = join(dir ?? sharedPrivateDir(), `seccomp-${process.pid}-${++fileCounter}.bpf`);
-      writeFileSync(file, plan.seccomp.filter, { mode: 0o600 });
+      writeFileSync(file, plan.seccomp.filter, { mode: 0o600, flag: 'wx' });
       if (tty) {
         slotPaths.seccomp = file;
         toRemove.push(file);
@@ -478,9 +499,10 @@ function materialize(plan: LaunchPlan, tty: boolean): PreparedLaunch {
     }
     let spec = plan.spec;
     if (tty && plan.fdSlots.length > 0) {
-      const argv = plan.spec.argv.map((a) => {
-        for (const s of plan.fdSlots) if (a === plan.slotPaths?.[s]) return slotPaths[s]!;
-        return a;
+      // The wrapper's argv is ['/bin/sh', '-c', script, 'sh', <slot paths…>, bwrap, …].
+      const argv = [...plan.spec.argv];
+      plan.fdSlots.forEach((s, i) => {
+        argv[4 + i] = slotPaths[s]!;
       });
       spec = { ...plan.spec, argv };
     } else if (plan.fdSlots.length > 0) {

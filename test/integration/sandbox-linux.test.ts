@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { parseSandboxParam } from '../../src/protocol/sandbox.js';
@@ -191,6 +191,7 @@ describe('sandbox.md §12 conformance (Linux, real bwrap)', () => {
     const r = await run(sb, cmd, { cwd: f.W, env: { EXTRA, T: f.T, F }, opts: opts() });
     assert.equal(r.code, 0, r.stderr);
     assert.ok(existsSync(join(EXTRA, 'x')) && existsSync(join(f.T, 'y')) && existsSync(F));
+    rmSync(F, { force: true });
     // With exclude_tmpdir_env_var (and, since $T lies under /tmp here, exclude_slash_tmp) $T is read-only.
     const sb3 = seed({
       cwd: f.W,

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
-import { join } from 'node:path';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import {
   type Fixture,
@@ -144,10 +145,14 @@ describe('managed network (enforceManagedNetwork)', () => {
 describe('PTY launches (no extra fds: sh wrapper opens the BPF file)', () => {
   test('a PTY command is sandboxed: tty present, workspace writable, outside read-only, seccomp active', async () => {
     const sb = seed({ cwd: f.W });
-    const script = `[ -t 0 ] && echo ISATTY; stty size; echo ok > pty.txt; echo x > "$OUT/p"; ${PY} -c "import socket; socket.socket()" 2>&1 | tail -1; echo done`;
+    const base = process.env.XDG_RUNTIME_DIR?.startsWith('/') ? process.env.XDG_RUNTIME_DIR : tmpdir();
+    const script = `stat -c 'PRIV %A %n' ${base}/corral-sandbox-* 2>/dev/null; [ -t 0 ] && echo ISATTY; stty size; echo ok > pty.txt; echo x > "$OUT/p"; ${PY} -c "import socket; socket.socket()" 2>&1 | tail -1; echo done`;
     const r = await runPty(sb, ['/bin/sh', '-c', script], { cwd: f.W, env: { OUT: f.OUT }, opts: opts() });
     assert.equal(r.prepared.sandboxType, 'linuxSeccomp');
     assert.match(r.output, /ISATTY/);
+    // The server's private directory (BPF files, FIFOs) is masked inside a sandbox that may write /tmp.
+    const priv = dirname(r.prepared.summary?.runtimeDir as string);
+    assert.ok(r.output.includes(`PRIV d--------- ${priv}`), r.output);
     assert.match(r.output, /^50 200\r?$/m);
     assert.ok(existsSync(join(f.W, 'pty.txt')));
     assert.match(r.output, /Read-only file system/);

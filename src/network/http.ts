@@ -156,6 +156,26 @@ function parsePort(s: string): number {
   return n <= 65535 ? n : Number.NaN;
 }
 
+/** The §4.7 JSON body, in Codex's key order. */
+function blockedJsonBody(
+  reason: string,
+  host: string,
+  port: number,
+  decision: string,
+  source: string,
+): string {
+  return JSON.stringify({
+    status: 'blocked',
+    host,
+    reason,
+    decision,
+    source,
+    protocol: 'http',
+    port,
+    message: blockMessage(reason),
+  });
+}
+
 function clientAddr(socket: {
   remoteAddress?: string | undefined;
   remotePort?: number | undefined;
@@ -336,6 +356,17 @@ export class HttpProxy {
       return;
     }
     let reply = PARSE_ERROR;
+    if (err.code === 'HPE_INVALID_METHOD' && err.rawPacket) {
+      // Node's parser knows only upper-case method tokens; Codex treats `post` as a method like any other, which
+      // limited mode then blocks (T13). Answer such a request ourselves (it is never forwarded), then close.
+      const m = /^([A-Za-z]{1,20}) (\S+) HTTP\/1\.[01]\r\n/.exec(
+        err.rawPacket.subarray(0, 8192).toString('latin1'),
+      );
+      if (m && /[a-z]/.test(m[1]!)) {
+        this.onOddMethod(socket, m[1]!, m[2]!).catch(() => socket.destroy());
+        return;
+      }
+    }
     if (err.code === 'HPE_HEADER_OVERFLOW') {
       // Past the parser's own limit: if the request line is still open, or is itself huge, the URI is at fault.
       const packet = err.rawPacket;
@@ -488,6 +519,56 @@ export class HttpProxy {
     sendText(res, 501, 'unix sockets unsupported');
   }
 
+  /** A request whose method token Node cannot parse: policy, then the limited-mode method check, else 400. */
+  private async onOddMethod(socket: Duplex, method: string, url: string): Promise<void> {
+    const target = parseAbsoluteTarget(url);
+    const norm = target ? normalizeHost(target.rawHost) : null;
+    if (!target || !norm?.ok || norm.host === '' || Number.isNaN(target.port)) {
+      socket.end(PARSE_ERROR);
+      return;
+    }
+    const client = clientAddr(socket as import('node:net').Socket);
+    const { policy, recorder } = this.deps;
+    const decision = await policy.evaluate(norm.host, target.port, { protocol: 'http', client, method });
+    const base = { protocol: 'http' as const, host: decision.host, port: target.port, method, client };
+    let reason: string;
+    let source: 'baseline_policy' | 'mode_guard' | 'proxy_state' | 'decider';
+    let verdict: 'deny' | 'ask' = 'deny';
+    if (!decision.allowed) {
+      ({ reason, source } = decision);
+      verdict = decision.decision;
+      recorder.blocked({ ...base, scope: 'domain', reason, source, decision: verdict });
+    } else if (policy.mode === 'limited') {
+      recorder.audit({
+        ...base,
+        scope: 'domain',
+        decision: 'allow',
+        source: decision.source,
+        reason: 'allow',
+      });
+      reason = 'method_not_allowed';
+      source = 'mode_guard';
+      recorder.blocked({ ...base, scope: 'non_domain', reason, source, decision: 'deny' });
+    } else {
+      socket.end(PARSE_ERROR);
+      return;
+    }
+    const body = blockedJsonBody(reason, decision.host, target.port, verdict, source);
+    socket.end(
+      rawResponse(
+        '403 Forbidden',
+        [
+          ['content-type', 'application/json'],
+          ['x-proxy-error', blockTag(reason)],
+          ['content-length', String(Buffer.byteLength(body))],
+          ['date', new Date().toUTCString()],
+          ['connection', 'close'],
+        ],
+        body,
+      ),
+    );
+  }
+
   private sendBlockedJson(
     res: http.ServerResponse,
     reason: string,
@@ -496,17 +577,7 @@ export class HttpProxy {
     decision: string,
     source: string,
   ): void {
-    const body = JSON.stringify({
-      status: 'blocked',
-      host,
-      reason,
-      decision,
-      source,
-      protocol: 'http',
-      port,
-      message: blockMessage(reason),
-    });
-    const buf = Buffer.from(body);
+    const buf = Buffer.from(blockedJsonBody(reason, host, port, decision, source));
     res.sendDate = false;
     res.writeHead(403, [
       ['content-type', 'application/json'],

@@ -51,6 +51,8 @@ interface OutputSink {
   dispose(): void;
 }
 
+const PTY_COLS = 80;
+
 class TerminalSink implements OutputSink {
   readonly el = h('div', { class: 'term', 'data-testid': 'xterm' });
   private readonly term: Terminal;
@@ -60,6 +62,7 @@ class TerminalSink implements OutputSink {
   constructor(onInput: (data: string) => void) {
     const dark = matchMedia('(prefers-color-scheme: dark)').matches;
     this.term = new Terminal({
+      cols: PTY_COLS,
       convertEol: false,
       scrollback: 5000,
       fontSize: 13,
@@ -72,12 +75,11 @@ class TerminalSink implements OutputSink {
     this.term.loadAddon(this.fit);
     this.term.open(this.el);
     this.term.onData(onInput);
+    // The server's PTYs are 80 columns wide (the protocol has no resize): keep that width so wrapping and
+    // full-screen programs render as the process drew them; only the height follows the pane.
     this.ro = new ResizeObserver(() => {
-      try {
-        this.fit.fit();
-      } catch {
-        // not laid out yet
-      }
+      const d = this.fit.proposeDimensions();
+      if (d && Number.isFinite(d.rows) && d.rows > 0) this.term.resize(PTY_COLS, Math.max(5, d.rows));
     });
     this.ro.observe(this.el);
   }

@@ -118,6 +118,18 @@ function adoptActiveSynthetic(r: ResolvedPolicy, active: ReadonlySet<string>): v
   }
 }
 
+const filters = new Map<string, Buffer>();
+/** The filter bytes, generated once per (arch, mode). */
+function seccompFilter(arch: SeccompArch, mode: SeccompMode): Buffer {
+  const key = `${arch}/${mode}`;
+  let f = filters.get(key);
+  if (!f) {
+    f = buildSeccompFilter(arch, mode);
+    filters.set(key, f);
+  }
+  return f;
+}
+
 /** Masks the server's private directory (`--perms 000 --tmpfs`) inside every writable root that contains it. */
 function hidePrivateDir(r: ResolvedPolicy, dir: string): void {
   for (const w of r.writableRoots) {
@@ -300,7 +312,7 @@ function planLinux(
     summary,
     fdSlots,
     slotPaths,
-    seccomp: mode ? { arch, mode, filter: buildSeccompFilter(arch, mode) } : undefined,
+    seccomp: mode ? { arch, mode, filter: seccompFilter(arch, mode) } : undefined,
     managed: routes,
     syntheticTargets: b.syntheticTargets,
   };

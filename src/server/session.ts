@@ -25,6 +25,8 @@ export class Session implements ProcessEventSink {
   private readonly entries = new Map<string, Entry>();
   /** ids being started (async sandbox/proxy setup): taken, but not yet processes. */
   private readonly reserved = new Set<string>();
+  /** Registered processes that have not closed yet. */
+  private live = 0;
   conn: RpcConnection | null = null;
   detachedAt: number | null = null;
   graceTimer: NodeJS.Timeout | null = null;
@@ -46,10 +48,9 @@ export class Session implements ProcessEventSink {
     return this.entries.size;
   }
 
+  /** Processes not yet closed, plus starts in progress (O(1): start checks it every time). */
   liveProcessCount(): number {
-    let n = 0;
-    for (const e of this.entries.values()) if (e.proc.state !== 'closed') n++;
-    return n + this.reserved.size;
+    return this.live + this.reserved.size;
   }
 
   has(processId: string): boolean {
@@ -72,6 +73,7 @@ export class Session implements ProcessEventSink {
   add(proc: ManagedProcess): void {
     const id = proc.info.processId;
     this.reserved.delete(id);
+    this.live++;
     this.entries.set(id, {
       proc,
       held: true,
@@ -135,6 +137,7 @@ export class Session implements ProcessEventSink {
   }
 
   closed(p: ManagedProcess, seq: number): void {
+    this.live--;
     this.events.emitProcess('closed', p);
     const e = this.entries.get(p.info.processId);
     if (!e || e.held || !this.conn) return;

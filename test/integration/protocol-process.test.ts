@@ -527,6 +527,106 @@ describe('protocol process methods (§5)', () => {
   });
 });
 
+describe('request shapes of released clients (codex-clients.md §4, §5)', () => {
+  let ts: TestServer;
+  let dir: { path: string; cleanup(): void };
+  before(async () => {
+    ts = await startTestServer();
+    dir = tempDir();
+  });
+  after(async () => {
+    await ts.close();
+    dir.cleanup();
+  });
+
+  it('0.169: the exact process/start body (URI cwd, metadata, envPolicy, sandbox null) → {processId, sandboxType}', async () => {
+    const c = await ts.client();
+    const id = '26780-e1cd5f23-1807-43de-b77f-059f4caa3f90';
+    const body = {
+      processId: id,
+      metadata: { threadId: '01a227d7-707a-7393-9aff-6ea575798ae8', toolCallId: 'call_fake_1' },
+      argv: ['/bin/bash', '-lc', 'echo hello > out.txt && cat out.txt && echo "$CODEX_VERSION $CODEX_CI"'],
+      cwd: `file://${dir.path}`,
+      envPolicy: {
+        inherit: 'all',
+        ignoreDefaultExcludes: true,
+        exclude: [
+          'CODEX_PERMISSION_PROFILE',
+          'CODEX_VERSION',
+          'CODEX_APPLY_PATCH_PRESERVE_LINE_ENDINGS',
+          'CODEX_PLUGIN_METRICS_OUTPUT',
+        ],
+        set: {},
+        includeOnly: [],
+      },
+      env: { CODEX_VERSION: '0.169.0', CODEX_CI: '1', NO_COLOR: '1', PAGER: 'cat', LC_ALL: 'C.UTF-8' },
+      tty: false,
+      pipeStdin: false,
+      arg0: null,
+      sandbox: null,
+      enforceManagedNetwork: false,
+      managedNetwork: null,
+    };
+    const n = c.frames.length;
+    c.ws.send(JSON.stringify({ id: 18, method: 'process/start', params: body }));
+    await c.waitFor((m) => m.method === 'process/closed' && m.params.processId === id);
+    assert.equal(c.frames[n], `{"id":18,"result":{"processId":"${id}","sandboxType":"none"}}`);
+    assert.equal(c.output(id, 'stdout'), 'hello\n0.169.0 1\n');
+    const w = await c.request('process/write', { processId: id, chunk: b64('x'), writeId: 'w-1' });
+    assert.deepEqual(w, { status: 'stdinClosed' });
+    c.close();
+  });
+
+  it('0.120: plain-path cwd, whole env, no envPolicy → exactly env; read loop with afterSeq = nextSeq - 1', async () => {
+    const c = await ts.client();
+    await c.request('process/start', {
+      processId: '12023',
+      argv: ['/bin/bash', '-lc', 'printf one; sleep 0.05; printf two; exit 2'],
+      cwd: dir.path,
+      env: { PATH, HOME: dir.path, ONLY_THIS: 'yes' },
+      tty: false,
+      arg0: null,
+    });
+    let afterSeq = 0;
+    let out = '';
+    for (;;) {
+      const r = await c.request<ReadResult>('process/read', {
+        processId: '12023',
+        afterSeq,
+        maxBytes: 65536,
+        waitMs: 2000,
+      });
+      for (const ch of r.chunks) out += Buffer.from(ch.chunk, 'base64').toString();
+      afterSeq = r.nextSeq - 1;
+      if (r.closed) {
+        assert.equal(r.exitCode, 2);
+        break;
+      }
+    }
+    assert.equal(out, 'onetwo');
+    c.close();
+  });
+
+  it('0.120/0.125 fs bodies with sandboxPolicy/sandbox null', async () => {
+    const c = await ts.client();
+    const file = `${dir.path}/f.txt`;
+    assert.deepEqual(
+      await c.request('fs/writeFile', { path: file, dataBase64: b64('x'), sandboxPolicy: null }),
+      {},
+    );
+    assert.deepEqual(
+      await c.request('fs/createDirectory', { path: `${dir.path}/d`, recursive: true, sandboxPolicy: null }),
+      {},
+    );
+    const m = await c.request<Record<string, unknown>>('fs/getMetadata', {
+      path: `file://${file}`,
+      sandbox: null,
+    });
+    assert.equal(m.isFile, true);
+    c.close();
+  });
+});
+
 describe('protocol per-session live-process limit', () => {
   let ts: TestServer;
   before(async () => {

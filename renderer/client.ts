@@ -99,6 +99,8 @@ export class Connection {
   state: ConnState = 'connecting';
   detail = '';
   retryAt: number | null = null;
+  /** The panel's session, resumed on reconnect. */
+  sessionId: string | null = null;
   readonly transport: 'ipc' | 'websocket';
 
   constructor(private readonly events: ConnectionEvents) {
@@ -156,9 +158,22 @@ export class Connection {
         if (this.link === link) this.lost(why);
       });
       this.link = link;
-      const init = (await link.api.request('initialize', { clientName: 'corral-panel' })) as {
-        sessionId: string;
-      };
+      // Resume the panel's own session after a drop (its processes keep running within the grace period);
+      // if it has expired, start a new one. A failed initialize leaves the connection usable (protocol.md §4).
+      let init: { sessionId: string };
+      try {
+        init = (await link.api.request('initialize', {
+          clientName: 'corral-panel',
+          resumeSessionId: this.sessionId,
+        })) as { sessionId: string };
+      } catch (e) {
+        if (!this.sessionId || !(e instanceof RpcRemoteError) || e.code !== -32600) throw e;
+        this.sessionId = null;
+        init = (await link.api.request('initialize', { clientName: 'corral-panel' })) as {
+          sessionId: string;
+        };
+      }
+      this.sessionId = init.sessionId;
       await link.api.request('initialized', {});
       this.attempt = 0;
       this.set('connected', '');

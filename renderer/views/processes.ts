@@ -388,15 +388,29 @@ export function policyView(p: MonitorProcess): HTMLElement {
     );
   }
   const s = p.policy;
-  if (!s) {
+  const proxy = s?.proxy as { httpPort?: number; socksPort?: number | null } | undefined;
+  const warnings = Array.isArray(s?.warnings) ? (s.warnings as unknown[]).map(String) : [];
+  if (!s || p.sandboxType === 'none') {
+    // No sandbox: the process has the host's rights; a managed proxy (if any) is advisory for it.
     return h(
       'div',
-      { class: 'policy-card' },
+      { class: 'policy-card', 'data-testid': 'policy' },
       h('h4', null, 'Policy'),
+      warnings.length > 0
+        ? h(
+            'ul',
+            { class: 'warnings' },
+            warnings.map((w) => h('li', null, w)),
+          )
+        : null,
       h(
         'p',
         { class: 'muted small' },
-        p.badge === 'none' ? 'No sandbox: full access to the disk and the network.' : 'No policy summary.',
+        proxy?.httpPort
+          ? `No sandbox: full access to the disk. Network through the managed proxy (HTTP 127.0.0.1:${proxy.httpPort}${
+              proxy.socksPort ? `, SOCKS5 127.0.0.1:${proxy.socksPort}` : ''
+            }), which the process could bypass.`
+          : 'No sandbox: full access to the disk and the network.',
       ),
     );
   }
@@ -419,9 +433,9 @@ export function policyView(p: MonitorProcess): HTMLElement {
       )
     : null;
   const net = s.network ?? s.networkMode ?? null;
-  const warnings = Array.isArray(s.warnings) ? (s.warnings as unknown[]).map(String) : [];
   const rest = Object.entries(s).filter(
-    ([k]) => k !== 'writableRoots' && k !== 'network' && k !== 'networkMode' && k !== 'warnings',
+    ([k]) =>
+      k !== 'writableRoots' && k !== 'network' && k !== 'networkMode' && k !== 'warnings' && k !== 'proxy',
   );
   return h(
     'div',
@@ -444,7 +458,15 @@ export function policyView(p: MonitorProcess): HTMLElement {
         'dd',
         null,
         h('span', { class: `net net-${String(net)}` }, net === null ? '–' : String(net)),
-        s.managedNetwork ? h('span', { class: 'muted small' }, ' (through the managed proxy)') : null,
+        s.managedNetwork || proxy?.httpPort
+          ? h(
+              'span',
+              { class: 'muted small' },
+              proxy?.httpPort
+                ? ` (through the managed proxy, 127.0.0.1:${proxy.httpPort})`
+                : ' (through the managed proxy)',
+            )
+          : null,
       ),
       rest.map(([k, v]) => [
         h('dt', null, k),
@@ -678,7 +700,9 @@ export class ProcessesView implements View {
             'td',
             null,
             p.clientName,
-            store.selfSession === p.sessionId ? h('span', { class: 'muted small' }, ' (panel)') : null,
+            store.selfSession === p.sessionId
+              ? h('span', { class: 'muted small self-tag' }, ' (panel)')
+              : null,
           ),
           h('td', null, badge(p.badge)),
           h('td', { class: 'num mono col-opt' }, p.pid ? String(p.pid) : '–'),

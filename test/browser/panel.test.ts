@@ -336,6 +336,10 @@ describe('panel in a browser against the headless host', () => {
     await page.fill('[data-testid="run-argv"]', 'echo "proxy=$HTTP_PROXY"');
     await page.click('[data-testid="run-start"]');
     await detail.locator('.out-stdout', { hasText: /proxy=http:\/\/127\.0\.0\.1:\d+/ }).waitFor();
+    assert.match(
+      await visibleText(detail.locator('[data-testid="policy"]')),
+      /No sandbox: full access to the disk\. Network through the managed proxy \(HTTP 127\.0\.0\.1:\d+/,
+    );
     await page.click('button[data-view="run"]');
     await page.uncheck('[data-testid="run-net"]');
   });
@@ -362,6 +366,11 @@ describe('panel in a browser against the headless host', () => {
       tty: false,
     });
     await page.locator('tr[data-process-id="after-reconnect"]').waitFor();
+    // The panel resumed its own session (within the grace period): no second panel session, none detached.
+    const panels = [...host.server.sessions.values()].filter((s) => s.clientName === 'corral-panel');
+    assert.equal(panels.length, 1);
+    assert.equal(panels[0], panelSession);
+    assert.ok(panelSession.conn, 're-attached');
   });
 
   test('a disconnected client’s session shows its countdown; Kill now kills its processes', async () => {

@@ -304,15 +304,8 @@ export class HttpProxy {
     this.server.on('connect', (req, socket, head) => {
       this.onConnect(req, socket, head).catch(() => socket.destroy());
     });
-    this.server.on('upgrade', (req: http.IncomingMessage, socket: Duplex) => {
-      // Upgrades through a proxy go via CONNECT; a plain-HTTP upgrade is not forwarded.
-      socket.end(
-        rawResponse('501 Not Implemented', [
-          ['content-length', '0'],
-          ['connection', 'close'],
-        ]),
-      );
-      void req;
+    this.server.on('upgrade', (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
+      this.onUpgrade(req, socket, head).catch(() => socket.destroy());
     });
     this.server.on('clientError', (err: NodeJS.ErrnoException & { rawPacket?: Buffer }, socket: Duplex) =>
       this.onClientError(err, socket),
@@ -517,6 +510,133 @@ export class HttpProxy {
       return;
     }
     sendText(res, 501, 'unix sockets unsupported');
+  }
+
+  /**
+   * A plain-HTTP upgrade (`ws://` through the proxy, as http-proxy-agent sends it): the same checks as a request,
+   * then the request head goes to the checked address and the two sockets are piped.
+   */
+  private async onUpgrade(req: http.IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
+    this.sockets.add(socket);
+    socket.once('close', () => this.sockets.delete(socket));
+    socket.on('error', () => socket.destroy());
+    (socket as import('node:net').Socket).setTimeout?.(0);
+    const fail = (status: string, body: string) =>
+      socket.end(
+        rawResponse(
+          status,
+          [
+            ['content-type', 'text/plain'],
+            ['content-length', String(Buffer.byteLength(body))],
+            ['connection', 'close'],
+          ],
+          body,
+        ),
+      );
+    const limit = limitStatus(req);
+    if (limit !== null) {
+      socket.end(statusOnly(limit));
+      return;
+    }
+    const target = parseAbsoluteTarget(req.url ?? '');
+    const hostHeader = headerValue(req, 'host');
+    if (target === null || target.rawHost === '') {
+      fail('400 Bad Request', hostHeader ? 'absolute-form request target required' : 'missing host');
+      return;
+    }
+    if (hostHeader !== undefined && !hostHeaderMatches(hostHeader, target)) {
+      fail('400 Bad Request', 'Host header does not match request target');
+      return;
+    }
+    const norm = normalizeHost(target.rawHost);
+    if (!norm.ok || Number.isNaN(target.port)) {
+      fail('400 Bad Request', 'invalid host');
+      return;
+    }
+    if (target.scheme === 'https' || target.scheme === 'wss') {
+      fail('501 Not Implemented', 'use CONNECT for TLS upgrades');
+      return;
+    }
+    const method = req.method ?? 'GET';
+    const client = clientAddr(req.socket);
+    const { policy, recorder } = this.deps;
+    const decision = await policy.evaluate(norm.host, target.port, { protocol: 'http', client, method });
+    const base = { protocol: 'http' as const, host: decision.host, port: target.port, method, client };
+    let blocked: {
+      reason: string;
+      source: 'baseline_policy' | 'mode_guard' | 'proxy_state' | 'decider';
+      decision: 'deny' | 'ask';
+    } | null = null;
+    if (!decision.allowed) {
+      blocked = { reason: decision.reason, source: decision.source, decision: decision.decision };
+      recorder.blocked({ ...base, scope: 'domain', ...blocked });
+    } else {
+      recorder.audit({
+        ...base,
+        scope: 'domain',
+        decision: 'allow',
+        source: decision.source,
+        reason: 'allow',
+        override: decision.override,
+      });
+      if (policy.mode === 'limited' && !LIMITED_METHODS.has(method)) {
+        blocked = { reason: 'method_not_allowed', source: 'mode_guard', decision: 'deny' };
+        recorder.blocked({ ...base, scope: 'non_domain', ...blocked });
+      }
+    }
+    if (blocked) {
+      const body = blockedJsonBody(
+        blocked.reason,
+        decision.host,
+        target.port,
+        blocked.decision,
+        blocked.source,
+      );
+      socket.end(
+        rawResponse(
+          '403 Forbidden',
+          [
+            ['content-type', 'application/json'],
+            ['x-proxy-error', blockTag(blocked.reason)],
+            ['content-length', String(Buffer.byteLength(body))],
+            ['date', new Date().toUTCString()],
+            ['connection', 'close'],
+          ],
+          body,
+        ),
+      );
+      return;
+    }
+    let upstream: Duplex;
+    try {
+      upstream = await openTunnel(this.deps, {
+        host: decision.host,
+        addresses: decision.allowed ? decision.addresses : [],
+        port: target.port,
+      });
+    } catch {
+      fail('502 Bad Gateway', 'upstream failure');
+      return;
+    }
+    if (socket.destroyed || this.closed) {
+      upstream.destroy();
+      socket.destroy();
+      return;
+    }
+    this.sockets.add(upstream);
+    upstream.once('close', () => this.sockets.delete(upstream));
+    const raw = req.rawHeaders;
+    let text = `${method} ${target.path} HTTP/1.1\r\n`;
+    let hasHost = false;
+    for (let i = 0; i < raw.length; i += 2) {
+      const lk = raw[i]!.toLowerCase();
+      if (lk === 'proxy-authorization' || lk === 'proxy-connection' || lk === 'keep-alive') continue;
+      if (lk === 'host') hasHost = true;
+      text += `${raw[i]}: ${raw[i + 1]}\r\n`;
+    }
+    if (!hasHost) text = text.replace('\r\n', `\r\nhost: ${target.authority}\r\n`);
+    upstream.write(`${text}\r\n`);
+    tunnel(socket, upstream, head);
   }
 
   /** A request whose method token Node cannot parse: policy, then the limited-mode method check, else 400. */

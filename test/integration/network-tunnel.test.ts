@@ -294,3 +294,46 @@ test('CONNECT to a name with several checked answers falls back to the next one,
     await fx.close();
   }
 });
+
+test('plain-HTTP upgrade (ws:// via the proxy): policy-checked, head forwarded in origin form, then piped', async () => {
+  const { createServer } = await import('node:http');
+  const seen: { url: string; headers: Record<string, unknown> }[] = [];
+  const ws = createServer();
+  ws.on('upgrade', (req, sock: import('node:net').Socket, head: Buffer) => {
+    seen.push({ url: req.url ?? '', headers: req.headers });
+    sock.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: test\r\nConnection: Upgrade\r\n\r\n');
+    if (head.length) sock.write(head);
+    sock.pipe(sock);
+  });
+  await new Promise<void>((r) => ws.listen(0, '127.0.0.1', () => r()));
+  const W = (ws.address() as import('node:net').AddressInfo).port;
+  const fx = await startProxy({ domains: { localhost: 'allow' } });
+  try {
+    const c = await RawClient.open(fx.proxy.httpPort);
+    c.write(
+      `GET http://localhost:${W}/sock HTTP/1.1\r\nHost: localhost:${W}\r\nConnection: Upgrade\r\nUpgrade: test\r\nProxy-Authorization: x\r\n\r\nearly`,
+    );
+    const res = await c.readResponse();
+    assert.equal(res.status, 101);
+    assert.equal((await c.read(5)).toString(), 'early');
+    c.write('later');
+    assert.equal((await c.read(5)).toString(), 'later');
+    c.close();
+    assert.equal(seen[0]!.url, '/sock');
+    assert.equal(seen[0]!.headers.upgrade, 'test');
+    assert.equal(seen[0]!.headers['proxy-authorization'], undefined);
+    const d = await RawClient.open(fx.proxy.httpPort);
+    d.write(
+      `GET http://127.0.0.1:${W}/sock HTTP/1.1\r\nHost: 127.0.0.1:${W}\r\nConnection: Upgrade\r\nUpgrade: test\r\n\r\n`,
+    );
+    const blocked = await d.readResponse();
+    assert.equal(blocked.status, 403);
+    assert.equal(JSON.parse(blocked.body).reason, 'not_allowed_local');
+    await d.waitClose();
+    assert.equal(seen.length, 1);
+    assert.equal(fx.proxy.blocked().events[0]!.host, '127.0.0.1');
+  } finally {
+    await fx.close();
+    ws.close();
+  }
+});

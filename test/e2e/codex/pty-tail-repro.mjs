@@ -3,6 +3,7 @@
 // It starts `<cli> exec-server`, then N times: a tty process `read line; echo "got:$line"`, writes "hi\n", and waits
 // for process/closed. A run whose pty output lacks "got:hi" lost its tail; 0.169 has no process/read to recover it.
 //   node test/e2e/codex/pty-tail-repro.mjs dist/cli.js 300
+//   CODEX_HOME=<not under /tmp> node test/e2e/codex/pty-tail-repro.mjs <a real codex binary> 300   (for comparison)
 import { spawn } from 'node:child_process';
 import WebSocket from 'ws';
 
@@ -73,7 +74,11 @@ for (let k = 0; k < N; k++) {
     break;
   }
   const written = Date.now();
-  await call('process/write', { processId: pid, chunk: Buffer.from('hi\n').toString('base64') });
+  await call('process/write', {
+    processId: pid,
+    chunk: Buffer.from('hi\n').toString('base64'),
+    writeId: '1',
+  });
   await closed;
   const ms = Date.now() - written;
   const text = of(pid)

@@ -55,6 +55,55 @@ export interface ManagedNetworkSpec {
   executionId?: string;
   /** Things the dashboard should show (e.g. `mitm` accepted but not implemented). */
   warnings: string[];
+  /** Set when the config asks for interactive approvals of allowlist misses (see `parseApprovalSettings`). */
+  approvals?: ApprovalSettings;
+}
+
+/** Interactive approvals of hosts neither allowed nor denied (issue 7); `timeoutMs` null = the server's default. */
+export interface ApprovalSettings {
+  timeoutMs: number | null;
+}
+
+/** The longest prompt timeout a config may ask for (10 minutes). */
+export const MAX_APPROVAL_TIMEOUT_MS = 600_000;
+
+/**
+ * Whether a seed `managedNetwork` asks for approvals. Codex's `NetworkProxySpec.hard_deny_allowlist_misses` (set
+ * from the managed requirement `managed_allowed_domains_only`) decides whether allowlist misses are hard-denied or
+ * go to the approval decider; Codex's exec-server has no approval callbacks, so a miss is always final there. Ours:
+ * - `config.network.hard_deny_allowlist_misses: false` (also flat, or camelCase `hardDenyAllowlistMisses`) asks
+ *   for approvals; absent or `true` keeps the seed behaviour (misses are final `not_allowed`);
+ * - `constraints.managed_allowed_domains_only: true` (or `managedAllowedDomainsOnly`) forces hard deny, as in Codex;
+ * - `config.network.approval_timeout_ms` (or `approvalTimeoutMs`): the prompt timeout, 1..600000 ms.
+ */
+export function parseApprovalSettings(config: unknown, constraints: unknown): ApprovalSettings | undefined {
+  if (!isObject(config)) return undefined;
+  const inner = 'network' in config ? config.network : config;
+  if (!isObject(inner)) return undefined;
+  const pick = (snake: string, camel: string) => (snake in inner ? inner[snake] : inner[camel]);
+  const hardDeny = pick('hard_deny_allowlist_misses', 'hardDenyAllowlistMisses');
+  if (hardDeny !== undefined && hardDeny !== null && typeof hardDeny !== 'boolean') {
+    throw new NetworkConfigError(
+      `${PREFIX}invalid type: ${typeof hardDeny}, expected a boolean at \`network.hard_deny_allowlist_misses\``,
+    );
+  }
+  const timeout = pick('approval_timeout_ms', 'approvalTimeoutMs');
+  if (
+    timeout !== undefined &&
+    timeout !== null &&
+    (typeof timeout !== 'number' ||
+      !Number.isInteger(timeout) ||
+      timeout < 1 ||
+      timeout > MAX_APPROVAL_TIMEOUT_MS)
+  ) {
+    throw new NetworkConfigError(
+      `${PREFIX}invalid value: ${JSON.stringify(timeout)}, expected an integer from 1 to ${MAX_APPROVAL_TIMEOUT_MS} at \`network.approval_timeout_ms\``,
+    );
+  }
+  const c = isObject(constraints) ? constraints : {};
+  const managedOnly = c.managed_allowed_domains_only ?? c.managedAllowedDomainsOnly;
+  if (hardDeny !== false || managedOnly === true) return undefined;
+  return { timeoutMs: typeof timeout === 'number' ? timeout : null };
 }
 
 export function defaultSettings(): NetworkSettings {
@@ -356,8 +405,16 @@ export function parseManagedNetwork(raw: unknown): ManagedNetworkSpec | null {
   const auditMetadata = parseAudit(raw.auditMetadata);
   validateAgainstConstraints(settings, constraints);
   validateSettings(settings);
+  const approvals = parseApprovalSettings(raw.config, raw.constraints);
   if (!settings.enabled) return null;
-  return { settings, constraints, auditMetadata, origin: 'managedNetwork', warnings: warningsFor(settings) };
+  return {
+    settings,
+    constraints,
+    auditMetadata,
+    origin: 'managedNetwork',
+    warnings: warningsFor(settings),
+    ...(approvals ? { approvals } : {}),
+  };
 }
 
 /** The 0.169 sandbox fact of `managedNetwork`, if that is what was sent (for the sandbox's ProxyRouted mode). */

@@ -22,6 +22,7 @@ import {
   RpcConnection,
   type Transport,
 } from '../rpc/connection.js';
+import { ApprovalBroker, type ApprovalOptions } from './approvals.js';
 import { decodeBase64Strict } from './base64.js';
 import { ServerEvents } from './events.js';
 import { createFsMethods, type FsGuard } from './fsHandlers.js';
@@ -62,6 +63,8 @@ export interface ExecServerOptions {
   baseEnv?: Record<string, string>;
   /** Enforces the sandbox context that fs/* requests may carry. */
   fsGuard?: FsGuard;
+  /** Interactive network approvals (the `approvals/*` methods; default prompt timeout). */
+  approvals?: ApprovalOptions;
 }
 
 type Phase = 'new' | 'initializing' | 'ready';
@@ -94,6 +97,8 @@ export class ExecServer implements Dispatcher {
   private readonly methods = new Map<string, Method>();
   private shuttingDown = false;
   private readonly fsGuard: FsGuard;
+  /** Holds allowlist misses of proxies that ask for approvals and asks the subscribed panel(s). */
+  readonly approvals: ApprovalBroker;
 
   constructor(opts: ExecServerOptions = {}) {
     this.resumeGraceMs = opts.resumeGraceMs ?? 10_000;
@@ -104,6 +109,7 @@ export class ExecServer implements Dispatcher {
     this.baseEnv = opts.baseEnv ?? sanitizedServerEnv();
     this.fsGuard = opts.fsGuard ?? this.launcher.fsGuard;
     this.registerMethods();
+    this.approvals = new ApprovalBroker(this, opts.approvals);
   }
 
   connect(transport: Transport): RpcConnection {

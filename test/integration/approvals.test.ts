@@ -1,0 +1,389 @@
+// Interactive network approvals (issue 7) through real sockets: process/start with a managed network that asks for
+// approvals, the child curls a loopback origin through its proxy, a subscribed WebSocket client answers the prompts.
+import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import { after, before, describe, test } from 'node:test';
+import type { Dialer } from '../../src/network/http.js';
+import { defaultDialer } from '../../src/network/proxy.js';
+import type {
+  ApprovalPrompt,
+  ApprovalsState,
+  ApprovalsSubscribeResult,
+  ExportResult,
+} from '../../src/protocol/approvals.js';
+import { type Notification, RpcClient } from '../helpers/client.js';
+import { startTestServer, type TestServer, until } from '../helpers/server.js';
+import { startOrigin, stubResolver } from './network-helpers.js';
+
+const CURL = '/usr/bin/curl';
+const TOKEN = 'approvals-test-token';
+const skip = existsSync(CURL) ? false : 'curl is not installed';
+
+type Client = RpcClient & { sessionId: string };
+
+/** The seed managedNetwork asking for approvals; loopback is governed by the allowlist alone (ALB true). */
+function asking(extra: Record<string, unknown> = {}, constraints: Record<string, unknown> | null = null) {
+  return {
+    config: {
+      network: {
+        enabled: true,
+        allow_local_binding: true,
+        hard_deny_allowlist_misses: false,
+        domains: { 'denied.test': 'deny' },
+        ...extra,
+      },
+    },
+    ...(constraints ? { constraints } : {}),
+  };
+}
+
+const curl = (label: string, url: string, body = false) =>
+  body
+    ? `curl --noproxy '' -s -w '\\n${label}=%{http_code}\\n' ${url}`
+    : `curl --noproxy '' -s -o /dev/null -w '${label}=%{http_code}\\n' ${url}`;
+
+const isPrompt = (n: Notification, pred: (p: ApprovalPrompt) => boolean = () => true) =>
+  n.method === 'approvals/requested' && pred(n.params.prompt as ApprovalPrompt);
+const promptOf = (n: Notification) => n.params.prompt as ApprovalPrompt;
+
+describe('network approvals', { skip }, () => {
+  let ts: TestServer;
+  let origin: Awaited<ReturnType<typeof startOrigin>>;
+  let panel: Client;
+  const offMachine: string[] = [];
+  const url = (path: string) => `http://127.0.0.1:${origin.port}${path}`;
+  const open = () => RpcClient.open(`${ts.url}/?token=${TOKEN}`, 'approvals-test');
+
+  before(async () => {
+    origin = await startOrigin();
+    const dialer: Dialer = (t) => {
+      if (!/^127\./.test(t.host)) {
+        offMachine.push(t.host);
+        return Promise.reject(new Error('non-loopback dial refused by the test'));
+      }
+      return defaultDialer(t);
+    };
+    ts = await startTestServer({
+      listen: { token: TOKEN },
+      launcher: { resolver: stubResolver, dialer },
+      approvals: { timeoutMs: 15_000 },
+    });
+    panel = await open();
+    const sub = await panel.request<ApprovalsSubscribeResult>('approvals/subscribe', {});
+    assert.deepEqual(sub.pending, []);
+    assert.equal(sub.timeoutMs, 15_000);
+  });
+
+  after(async () => {
+    panel?.close();
+    await ts?.close();
+    await origin?.close();
+    assert.deepEqual(offMachine, [], 'no dial may ever leave the machine');
+  });
+
+  async function start(
+    agent: Client,
+    processId: string,
+    script: string,
+    managedNetwork: unknown = asking(),
+    extra: Record<string, unknown> = {},
+  ) {
+    await agent.request('process/start', {
+      processId,
+      argv: ['/bin/sh', '-c', script],
+      cwd: '/tmp',
+      env: { PATH: '/usr/bin:/bin' },
+      tty: false,
+      arg0: null,
+      managedNetwork,
+      ...extra,
+    });
+  }
+
+  test('allow once lets one request through; the next one prompts again; deny → 403 blocked body', async () => {
+    const agent = await open();
+    try {
+      await start(agent, 'once', `${curl('first', url('/once-1'))}; ${curl('second', url('/once-2'), true)}`);
+      const n1 = await panel.waitFor((n) => isPrompt(n, (p) => p.processId === 'once'));
+      const p1 = promptOf(n1);
+      assert.equal(p1.host, '127.0.0.1');
+      assert.equal(p1.port, origin.port);
+      assert.equal(p1.protocol, 'http');
+      assert.equal(p1.method, 'GET');
+      assert.equal(p1.sessionId, agent.sessionId);
+      assert.deepEqual(p1.command.slice(0, 2), ['/bin/sh', '-c']);
+      assert.equal(
+        origin.requests.some((r) => r.url === '/once-1'),
+        false,
+        'held, not forwarded yet',
+      );
+      const r1 = await panel.request<{ released: number }>('approvals/decide', {
+        id: p1.id,
+        decision: 'allowOnce',
+      });
+      assert.equal(r1.released, 1);
+      const n2 = await panel.waitFor((n) => isPrompt(n, (p) => p.processId === 'once' && p.id !== p1.id));
+      await panel.request('approvals/decide', { id: promptOf(n2).id, decision: 'deny' });
+      await agent.collect('once', 20_000);
+      const out = agent.output('once', 'stdout');
+      assert.match(out, /first=200/);
+      assert.match(out, /second=403/);
+      const body = JSON.parse(/^\{.*\}$/m.exec(out)![0]) as Record<string, unknown>;
+      assert.equal(body.status, 'blocked');
+      assert.equal(body.reason, 'not_allowed');
+      assert.equal(body.decision, 'deny');
+      assert.equal(body.source, 'decider');
+      assert.ok(origin.requests.some((r) => r.url === '/once-1'));
+      assert.ok(!origin.requests.some((r) => r.url === '/once-2'));
+      const resolved = panel.notifications.filter(
+        (n) => n.method === 'approvals/resolved' && [p1.id, promptOf(n2).id].includes(n.params.id as string),
+      );
+      assert.deepEqual(
+        resolved.map((n) => n.params.outcome),
+        ['allowOnce', 'deny'],
+      );
+      // Both decisions are audit events; the deny is remembered for the session, allow once is not.
+      const list = await panel.request<ApprovalsState>('approvals/list', {});
+      const kinds = list.audit.filter((e) => e.processId === 'once').map((e) => `${e.kind}:${e.decision}`);
+      assert.deepEqual(kinds, ['requested:null', 'decided:allowOnce', 'requested:null', 'decided:deny']);
+      const denies = list.decisions.filter((d) => d.sessionId === agent.sessionId);
+      assert.equal(denies.length, 1);
+      assert.equal(denies[0]!.decision, 'deny');
+      assert.equal(denies[0]!.scope, 'session');
+      // The remembered deny answers the next request of the session at once (no prompt), and can be revoked.
+      const before = panel.notifications.filter((n) => isPrompt(n)).length;
+      await start(agent, 'after-deny', curl('again', url('/again')));
+      await agent.collect('after-deny', 20_000);
+      assert.match(agent.output('after-deny', 'stdout'), /again=403/);
+      assert.equal(panel.notifications.filter((n) => isPrompt(n)).length, before);
+      assert.deepEqual(await panel.request('approvals/revoke', { id: denies[0]!.id }), { revoked: true });
+      assert.deepEqual(await panel.request('approvals/revoke', { id: denies[0]!.id }), { revoked: false });
+    } finally {
+      agent.close();
+    }
+  });
+
+  test('allow for the session sticks across processes of the session, not other sessions; export; revoke', async () => {
+    const agent = await open();
+    const other = await open();
+    try {
+      await start(agent, 'sess-a', curl('a', url('/sess-a')));
+      const p = promptOf(await panel.waitFor((n) => isPrompt(n, (x) => x.processId === 'sess-a')));
+      await panel.request('approvals/decide', { id: p.id, decision: 'allowSession' });
+      await agent.collect('sess-a', 20_000);
+      assert.match(agent.output('sess-a', 'stdout'), /a=200/);
+      const prompts = () => panel.notifications.filter((n) => isPrompt(n)).length;
+      const count = prompts();
+      await start(agent, 'sess-b', curl('b', url('/sess-b')));
+      await agent.collect('sess-b', 20_000);
+      assert.match(agent.output('sess-b', 'stdout'), /b=200/);
+      assert.equal(prompts(), count, 'no prompt for a later process of the same session');
+      const exp = await panel.request<ExportResult>('approvals/export', { sessionId: agent.sessionId });
+      assert.deepEqual(exp.domains, { '127.0.0.1': 'allow' });
+      assert.deepEqual(JSON.parse(exp.json), { network: { domains: { '127.0.0.1': 'allow' } } });
+      assert.match(exp.toml, /^"127\.0\.0\.1" = "allow"$/m);
+      // Another session is asked.
+      await start(other, 'other-sess', curl('o', url('/other')));
+      const po = promptOf(await panel.waitFor((n) => isPrompt(n, (x) => x.processId === 'other-sess')));
+      assert.equal(po.sessionId, other.sessionId);
+      await panel.request('approvals/decide', { id: po.id, decision: 'allowProcess' });
+      await other.collect('other-sess', 20_000);
+      assert.match(other.output('other-sess', 'stdout'), /o=200/);
+      // Revoking the session allow: the next request prompts again.
+      const list = await panel.request<ApprovalsState>('approvals/list', {});
+      const d = list.decisions.find((x) => x.sessionId === agent.sessionId && x.scope === 'session');
+      assert.ok(d);
+      const processScoped = list.decisions.filter((x) => x.sessionId === other.sessionId);
+      assert.deepEqual(processScoped, [], 'a process-scoped allow goes when its process closes');
+      await panel.request('approvals/revoke', { id: d.id });
+      await start(agent, 'sess-c', curl('c', url('/sess-c')));
+      const pc = promptOf(await panel.waitFor((n) => isPrompt(n, (x) => x.processId === 'sess-c')));
+      await panel.request('approvals/decide', { id: pc.id, decision: 'deny' });
+      await agent.collect('sess-c', 20_000);
+      assert.match(agent.output('sess-c', 'stdout'), /c=403/);
+    } finally {
+      agent.close();
+      other.close();
+    }
+  });
+
+  test('no answer within the configured timeout → 403 with the reason (fail closed)', async () => {
+    const agent = await open();
+    try {
+      const t0 = Date.now();
+      await start(agent, 'timeout', curl('t', url('/timeout'), true), asking({ approval_timeout_ms: 400 }));
+      const p = promptOf(await panel.waitFor((n) => isPrompt(n, (x) => x.processId === 'timeout')));
+      assert.ok(p.expiresAt - p.requestedAt === 400);
+      await agent.collect('timeout', 20_000);
+      const out = agent.output('timeout', 'stdout');
+      assert.match(out, /t=403/);
+      const body = JSON.parse(/^\{.*\}$/m.exec(out)![0]) as Record<string, unknown>;
+      assert.equal(body.reason, 'not_allowed');
+      assert.equal(body.decision, 'ask');
+      assert.equal(body.source, 'decider');
+      assert.ok(Date.now() - t0 >= 400);
+      const r = await panel.waitFor((n) => n.method === 'approvals/resolved' && n.params.id === p.id);
+      assert.equal(r.params.outcome, 'timeout');
+      assert.ok(!origin.requests.some((x) => x.url === '/timeout'));
+      const err = await panel.requestError('approvals/decide', { id: p.id, decision: 'allowOnce' });
+      assert.equal(err.code, -32600);
+    } finally {
+      agent.close();
+    }
+  });
+
+  test('a hard-denied host never prompts; nor does a config without the switch or with managed-only domains', async () => {
+    const agent = await open();
+    try {
+      const before = panel.notifications.filter((n) => isPrompt(n)).length;
+      await start(agent, 'hard', curl('d', `http://denied.test:${origin.port}/d`, true));
+      await agent.collect('hard', 20_000);
+      const out = agent.output('hard', 'stdout');
+      assert.match(out, /d=403/);
+      assert.match(out, /"reason":"denied"/);
+      // The seed behaviour: without `hard_deny_allowlist_misses: false` a miss is final.
+      const plain = asking();
+      delete (plain.config.network as Record<string, unknown>).hard_deny_allowlist_misses;
+      await start(agent, 'plain', curl('p', url('/plain'), true), plain);
+      await agent.collect('plain', 20_000);
+      assert.match(agent.output('plain', 'stdout'), /p=403/);
+      assert.match(agent.output('plain', 'stdout'), /"source":"baseline_policy"/);
+      // Codex's managed_allowed_domains_only forces the hard deny.
+      await start(
+        agent,
+        'managed-only',
+        curl('m', url('/managed-only'), true),
+        asking({}, { managedAllowedDomainsOnly: true }),
+      );
+      await agent.collect('managed-only', 20_000);
+      assert.match(agent.output('managed-only', 'stdout'), /m=403/);
+      assert.equal(panel.notifications.filter((n) => isPrompt(n)).length, before, 'no prompt at all');
+      // A bad switch value is refused with the field named.
+      const err = await agent.requestError('process/start', {
+        processId: 'bad-switch',
+        argv: ['/bin/true'],
+        cwd: '/tmp',
+        env: {},
+        tty: false,
+        arg0: null,
+        managedNetwork: asking({ hard_deny_allowlist_misses: 'no' }),
+      });
+      assert.equal(err.code, -32602);
+      assert.match(err.message, /network\.hard_deny_allowlist_misses/);
+    } finally {
+      agent.close();
+    }
+  });
+
+  test('N concurrent requests to the same host produce one prompt; one decision releases them all', async () => {
+    const agent = await open();
+    try {
+      const N = 5;
+      const script = `${Array.from({ length: N }, (_, i) => `${curl(`c${i}`, url(`/conc-${i}`))} &`).join(' ')} wait`;
+      await start(agent, 'conc', script);
+      const p = promptOf(await panel.waitFor((n) => isPrompt(n, (x) => x.processId === 'conc')));
+      await until(
+        async () => {
+          const l = await panel.request<ApprovalsState>('approvals/list', {});
+          return l.pending.find((x) => x.id === p.id)?.waiting === N;
+        },
+        10_000,
+        `${N} requests held on one prompt`,
+      );
+      const r = await panel.request<{ released: number }>('approvals/decide', {
+        id: p.id,
+        decision: 'allowOnce',
+      });
+      assert.equal(r.released, N);
+      await agent.collect('conc', 20_000);
+      const out = agent.output('conc', 'stdout');
+      for (let i = 0; i < N; i++) assert.match(out, new RegExp(`c${i}=200`));
+      assert.equal(panel.notifications.filter((n) => isPrompt(n, (x) => x.processId === 'conc')).length, 1);
+    } finally {
+      agent.close();
+    }
+  });
+
+  test('a process that exits cancels its pending prompts (the held request fails closed)', async () => {
+    const agent = await open();
+    try {
+      await start(agent, 'exits', `${curl('x', url('/exits'))} & read line; exit 0`, asking(), {
+        pipeStdin: true,
+      });
+      const p = promptOf(await panel.waitFor((n) => isPrompt(n, (x) => x.processId === 'exits')));
+      await agent.request('process/write', {
+        processId: 'exits',
+        chunk: Buffer.from('go\n').toString('base64'),
+      });
+      const r = await panel.waitFor((n) => n.method === 'approvals/resolved' && n.params.id === p.id);
+      assert.equal(r.params.outcome, 'cancelled');
+      await agent.collect('exits', 20_000);
+      assert.match(agent.output('exits', 'stdout'), /x=403/);
+      const l = await panel.request<ApprovalsState>('approvals/list', {});
+      assert.ok(!l.pending.some((x) => x.id === p.id));
+      assert.ok(!origin.requests.some((x) => x.url === '/exits'));
+    } finally {
+      agent.close();
+    }
+  });
+
+  test('a disconnected panel means a timeout, never an implicit allow; a reconnecting panel sees the prompt', async () => {
+    const agent = await open();
+    const gone = await open();
+    await gone.request('approvals/subscribe', {});
+    gone.close();
+    await gone.waitClose();
+    panel.request('approvals/unsubscribe', {});
+    try {
+      await start(agent, 'nopanel', curl('n', url('/nopanel'), true), asking({ approval_timeout_ms: 1500 }));
+      let seen: ApprovalPrompt | undefined;
+      await until(
+        async () => {
+          seen = (await panel.request<ApprovalsState>('approvals/list', {})).pending.find(
+            (x) => x.processId === 'nopanel',
+          );
+          return seen !== undefined;
+        },
+        10_000,
+        'the held request',
+      );
+      const late = await open();
+      const sub = await late.request<ApprovalsSubscribeResult>('approvals/subscribe', {});
+      assert.ok(
+        sub.pending.some((x) => x.id === seen!.id),
+        'a panel that connects sees the pending prompt',
+      );
+      late.close();
+      await agent.collect('nopanel', 20_000);
+      const out = agent.output('nopanel', 'stdout');
+      assert.match(out, /n=403/);
+      assert.match(out, /"decision":"ask"/);
+      assert.ok(!origin.requests.some((x) => x.url === '/nopanel'));
+    } finally {
+      agent.close();
+      await panel.request('approvals/subscribe', {});
+    }
+  });
+
+  test('unprivileged → -32600; bad input → -32602 naming the field; unknown id → -32600', async () => {
+    const plain = await startTestServer({});
+    const c = await plain.client();
+    try {
+      for (const m of ['approvals/subscribe', 'approvals/list', 'approvals/decide', 'approvals/export']) {
+        const e = await c.requestError(m, {});
+        assert.equal(e.code, -32600, m);
+        assert.match(e.message, /privileged/);
+      }
+    } finally {
+      await plain.close();
+    }
+    const bad = await panel.requestError('approvals/decide', { id: 'x', decision: 'maybe' });
+    assert.equal(bad.code, -32602);
+    assert.match(bad.message, /decision/);
+    const missing = await panel.requestError('approvals/revoke', {});
+    assert.equal(missing.code, -32602);
+    assert.match(missing.message, /`id`/);
+    const unknown = await panel.requestError('approvals/decide', { id: 'nope', decision: 'deny' });
+    assert.equal(unknown.code, -32600);
+  });
+});

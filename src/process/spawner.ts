@@ -151,6 +151,8 @@ interface NativeBinding {
   setExitHandler(fn: (pid: number, status: number, signo: number) => void): void;
   /** Whether this build can start children without waiting for their exec (x86_64, arm64). */
   asyncExec: boolean;
+  /** Absent from builds older than the function. false: the pid is already gone (fn is never called). */
+  watchExit?(pid: number, fn: () => void): boolean;
 }
 
 /**
@@ -337,6 +339,29 @@ export function spawnPipedWith(
   if (kind === 'node') return spawnNode(spec, opts);
   if (!native.binding) throw new Error(`native spawner unavailable: ${native.error}`);
   return spawnNative(native.binding, spec, opts, mode);
+}
+
+/**
+ * Calls `cb` once, on the event loop, when process `pid` has terminated: for processes this module did not start
+ * (node-pty's children). It polls a pidfd and never reaps: the process's own parent (node-pty's waitpid thread) does.
+ * A pid that is already gone calls back on a later turn. Returns false, and never calls `cb`, when no watcher is
+ * available (addon not built or older than this function, not Linux, kernel without pidfd_open): the caller must
+ * learn of the exit another way.
+ *
+ * Call it while the pid cannot have been reused, i.e. before the process can have been reaped (right after starting
+ * it, from the same synchronous code): a reaped pid is only reused after the kernel's pid counter wraps.
+ */
+export function watchExit(pid: number, cb: () => void): boolean {
+  const fn = native.binding?.watchExit;
+  if (!fn) return false;
+  let watching: boolean;
+  try {
+    watching = fn.call(native.binding, pid, cb);
+  } catch {
+    return false; // ENOSYS (Linux < 5.3), EMFILE, …
+  }
+  if (!watching) setImmediate(cb);
+  return true;
 }
 
 /** Starts `spec` with pipes. Throws SpawnError synchronously when the program cannot be started. */

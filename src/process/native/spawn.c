@@ -25,12 +25,17 @@
 //     throws Error { message: strerror text, errno: number } when the child could not be started
 //   setExitHandler(fn(pid, exitStatus /* -1 if signalled */, signo /* 0 if exited */))
 //   asyncExec: boolean   whether async mode is compiled in
+//   watchExit(pid, fn()) -> boolean
+//     for a process this addon did not start (node-pty's children): calls fn() once, on the loop, when the process has
+//     terminated, WITHOUT reaping it (its own parent's waitpid does that). false when pidfd_open says it is already
+//     gone (ESRCH: fn is never called); throws Error { errno } on other failures (ENOSYS before Linux 5.3).
 
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <node_api.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -55,6 +60,9 @@
 #endif
 #ifndef SYS_close_range
 #define SYS_close_range 436
+#endif
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
 #endif
 
 #define FD_CLOSED (-1)
@@ -255,6 +263,7 @@ static int child_main_async(void *p) {
 
 struct watched;
 struct pending_exec;
+struct exit_watch;
 
 #define STACK_CACHE 32
 
@@ -265,6 +274,7 @@ struct addon_state {
   uv_loop_t *loop;
   struct watched *head;
   struct pending_exec *pending;  // async mode: children that may still run in our memory
+  struct exit_watch *watches;    // watchExit: processes of others
   void *stacks[STACK_CACHE];     // free child stacks
   int nstacks;
   int devnull;
@@ -276,6 +286,15 @@ struct watched {
   int pidfd;
   pid_t pid;
   struct watched *prev, *next;
+};
+
+// watchExit: a process we did not start, watched through a pidfd that we only poll (never waitid on).
+struct exit_watch {
+  uv_poll_t poll;
+  struct addon_state *st;
+  int pidfd;
+  napi_ref cb;
+  struct exit_watch *prev, *next;
 };
 
 // Everything a child started in async mode may use until it has exec'd or exited.
@@ -298,6 +317,48 @@ static void unlink_watched(struct watched *w) {
 }
 
 static void free_handle_data(uv_handle_t *h) { free(h->data); }
+
+static void unlink_exit_watch(struct exit_watch *w) {
+  if (w->prev) w->prev->next = w->next;
+  else if (w->st) w->st->watches = w->next;
+  if (w->next) w->next->prev = w->prev;
+  w->prev = w->next = NULL;
+}
+
+// A pidfd polls readable once the process has terminated (zombie or reaped), whoever its parent is.
+static void on_exit_watch(uv_poll_t *handle, int status, int events) {
+  (void)events;
+  struct exit_watch *w = handle->data;
+  if (status == 0) {
+    struct pollfd p = {.fd = w->pidfd, .events = POLLIN, .revents = 0};
+    if (poll(&p, 1, 0) == 0) return;  // spurious wake-up: still running
+  }
+  struct addon_state *st = w->st;
+  napi_ref ref = w->cb;
+  w->cb = NULL;
+  uv_poll_stop(&w->poll);
+  close(w->pidfd);
+  w->pidfd = -1;
+  unlink_exit_watch(w);
+  uv_close((uv_handle_t *)&w->poll, free_handle_data);
+  if (!st || !ref) return;
+
+  napi_env env = st->env;
+  napi_handle_scope scope;
+  if (napi_open_handle_scope(env, &scope) != napi_ok) return;
+  napi_value fn, recv, result;
+  if (napi_get_reference_value(env, ref, &fn) == napi_ok && fn) {
+    napi_get_global(env, &recv);
+    napi_status s = napi_make_callback(env, st->async_ctx, recv, fn, 0, NULL, &result);
+    if (s == napi_pending_exception) {
+      napi_value err;
+      napi_get_and_clear_last_exception(env, &err);
+      napi_fatal_exception(env, err);
+    }
+  }
+  napi_delete_reference(env, ref);
+  napi_close_handle_scope(env, scope);
+}
 
 static void on_pidfd(uv_poll_t *handle, int status, int events) {
   (void)events;
@@ -395,6 +456,17 @@ static void on_status(uv_poll_t *handle, int status, int events) {
 
 static void cleanup_state(void *arg) {
   struct addon_state *st = arg;
+  while (st->watches) {
+    struct exit_watch *w = st->watches;
+    unlink_exit_watch(w);
+    w->st = NULL;
+    if (w->cb) napi_delete_reference(st->env, w->cb);
+    w->cb = NULL;
+    uv_poll_stop(&w->poll);
+    close(w->pidfd);
+    w->pidfd = -1;
+    uv_close((uv_handle_t *)&w->poll, free_handle_data);
+  }
   while (st->head) {
     struct watched *w = st->head;
     unlink_watched(w);
@@ -729,6 +801,56 @@ static napi_value js_set_exit_handler(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
+static napi_value js_watch_exit(napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value args[2];
+  struct addon_state *st;
+  int32_t pid = 0;
+  napi_valuetype fn_type = napi_undefined;
+  if (napi_get_cb_info(env, info, &argc, args, NULL, NULL) != napi_ok || argc < 2 ||
+      napi_get_value_int32(env, args[0], &pid) != napi_ok || pid <= 0 || napi_typeof(env, args[1], &fn_type) != napi_ok ||
+      fn_type != napi_function) {
+    napi_throw_type_error(env, NULL, "watchExit(pid: positive integer, fn: function)");
+    return NULL;
+  }
+  napi_get_instance_data(env, (void **)&st);
+  int pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);  // always O_CLOEXEC
+  if (pidfd < 0) {
+    if (errno == ESRCH) {
+      napi_value no;
+      napi_get_boolean(env, false, &no);
+      return no;
+    }
+    return throw_errno(env, errno);
+  }
+  struct exit_watch *w = calloc(1, sizeof *w);
+  if (!w) {
+    close(pidfd);
+    return throw_errno(env, ENOMEM);
+  }
+  int r = uv_poll_init(st->loop, &w->poll, pidfd);
+  if (r != 0) {
+    free(w);
+    close(pidfd);
+    return throw_errno(env, -r);
+  }
+  w->poll.data = w;
+  w->pidfd = pidfd;
+  if ((r = uv_poll_start(&w->poll, UV_READABLE, on_exit_watch)) != 0 || napi_create_reference(env, args[1], 1, &w->cb) != napi_ok) {
+    close(pidfd);
+    w->pidfd = -1;
+    uv_close((uv_handle_t *)&w->poll, free_handle_data);
+    return throw_errno(env, r != 0 ? -r : ENOMEM);
+  }
+  w->st = st;
+  w->next = st->watches;
+  if (st->watches) st->watches->prev = w;
+  st->watches = w;
+  napi_value yes;
+  napi_get_boolean(env, true, &yes);
+  return yes;
+}
+
 #ifdef HAVE_RAW_SYSCALL
 static void fill_errtext(void) {
   for (int e = 1; e < 256; e++) {
@@ -775,6 +897,7 @@ NAPI_MODULE_INIT(/* napi_env env, napi_value exports */) {
   napi_property_descriptor props[] = {
       {"spawn", NULL, js_spawn, NULL, NULL, NULL, napi_default, NULL},
       {"setExitHandler", NULL, js_set_exit_handler, NULL, NULL, NULL, napi_default, NULL},
+      {"watchExit", NULL, js_watch_exit, NULL, NULL, NULL, napi_default, NULL},
       {"asyncExec", NULL, NULL, NULL, NULL, async_ok, napi_default, NULL},
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);

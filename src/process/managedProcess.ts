@@ -1,8 +1,8 @@
 import type { Readable, Writable } from 'node:stream';
-import * as pty from 'node-pty';
 import type { OutputStream } from '../protocol/exec.js';
 import type { PreparedLaunch, SandboxType } from './launch.js';
 import { OutputBuffer, type RetainedChunk } from './outputBuffer.js';
+import { type PtyChild, spawnPty } from './pty.js';
 import { spawnPiped } from './spawner.js';
 
 /** Largest output chunk on the wire (protocol.md §5.9). */
@@ -52,7 +52,7 @@ export class ManagedProcess {
   private waiters: (() => void)[] = [];
   private stdin: Writable | null = null;
   private streams: Readable[] = [];
-  private term: pty.IPty | null = null;
+  private term: PtyChild | null = null;
   private openStreams = 0;
   private paused = false;
   /** Output events so far (pipes), to tell when a drain round saw no more data. */
@@ -89,19 +89,14 @@ export class ManagedProcess {
         args = ['-c', script, spec.argv[0] ?? spec.file, spec.file, ...args];
         file = '/bin/bash';
       }
-      const term = pty.spawn(file, args, {
-        cwd: spec.cwd,
-        env: spec.env,
-        cols: 80,
-        rows: 24,
-        encoding: null,
-      });
+      // spawnPty reports the exit only after the output the child wrote before it (src/process/pty.ts).
+      const term = spawnPty(file, args, { cwd: spec.cwd, env: spec.env, cols: 80, rows: 24 });
       this.term = term;
       this.pid = term.pid;
       this.openStreams = 1;
-      term.onData((d) => this.onData('pty', d as unknown as Buffer));
-      term.onExit(({ exitCode, signal }) => {
-        this.onExit(signal ? 128 + signal : exitCode);
+      term.onData((d) => this.onData('pty', d));
+      term.onExit((exitCode) => {
+        this.onExit(exitCode);
         this.streamEnded();
       });
       return;

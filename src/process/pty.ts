@@ -1,0 +1,203 @@
+/**
+ * PTY children (node-pty) whose last output is never lost.
+ *
+ * The problem: node-pty reads the master through a libuv stream. When the child exits, the last slave fd closes and
+ * the master polls readable *and* hung up. libuv reads once; when that read is short (the kernel's line discipline
+ * held only part of the output: the rest was still queued for the tty's flip-buffer worker) and the poll said
+ * POLLHUP, libuv reports end-of-file without reading again, node-pty destroys the stream, and the bytes the child
+ * wrote just before exiting are gone (~1% of runs on a loaded machine).
+ *
+ * The fix:
+ *  1. Right after the spawn we open the slave ourselves (O_NOCTTY: no controlling-tty side effects) and hold it, so
+ *     the master never hangs up while the child's output is still being read.
+ *  2. We learn of the child's exit independently of node-pty, from a pidfd (spawner's watchExit; it never reaps:
+ *     node-pty's waitpid thread does).
+ *  3. On that exit we drain the master ourselves with non-blocking reads until one reports EAGAIN: on Linux a tty
+ *     read that finds the line discipline empty first flushes the pending flip-buffer work, so EAGAIN means the
+ *     child's output has all been delivered. The drain reads only when node-pty's stream holds no buffered data and
+ *     is not paused, so the bytes keep their order. Then we close the held slave: the master reads EIO, node-pty
+ *     closes its stream and emits its 'exit' (with the status its waitpid got), which we report.
+ *  The drain is bounded (DRAIN_MS): a background grandchild that keeps the pty open and keeps writing does not hold
+ *  the exit back; its later output is then cut off as before (node-pty destroys its stream 200 ms after the reap).
+ *
+ * Fallback (no addon, a kernel without pidfd_open, a node-pty whose internals differ, or a slave we cannot open):
+ * node-pty's own behaviour, with the loss described above.
+ */
+import { closeSync, constants as fsConstants, openSync, readSync } from 'node:fs';
+import type { Socket } from 'node:net';
+import * as pty from 'node-pty';
+import { watchExit } from './spawner.js';
+
+/** How long, after the child's exit, output is still read before the pty is let go. */
+const DRAIN_MS = 100;
+/** Reads per drain turn, so a grandchild writing without pause cannot hog the event loop. */
+const READS_PER_TURN = 16;
+
+export interface PtyChild {
+  readonly pid: number;
+  /** Whether the lossless exit path is active (false: node-pty's own behaviour, see the module comment). */
+  readonly lossless: boolean;
+  onData(cb: (data: Buffer) => void): void;
+  /** Once, after the output: the exit status, 128+signo when killed by a signal. */
+  onExit(cb: (exitCode: number) => void): void;
+  write(data: Buffer): void;
+  pause(): void;
+  resume(): void;
+}
+
+/** node-pty 1.x UnixTerminal members we rely on (public getters `fd`, `ptsName`; internal `_socket`). */
+interface UnixTerminalInternals {
+  fd?: unknown;
+  ptsName?: unknown;
+  _socket?: unknown;
+}
+
+export interface PtySpawnOptions {
+  cwd: string;
+  env: Record<string, string>;
+  cols: number;
+  rows: number;
+}
+
+/**
+ * Starts `file args` on a new PTY, as pty.spawn does (binary output: Buffers). Throws node-pty's error when the start
+ * fails; nothing is held then.
+ */
+export function spawnPty(file: string, args: string[], opts: PtySpawnOptions): PtyChild {
+  const term = pty.spawn(file, args, { ...opts, encoding: null });
+  return new PtyProcess(term);
+}
+
+class PtyProcess implements PtyChild {
+  readonly pid: number;
+  lossless = false;
+  private dataCbs: ((data: Buffer) => void)[] = [];
+  private exitCbs: ((exitCode: number) => void)[] = [];
+  private paused = false;
+  /** Our hold on the slave side; null when not held (fallback) or let go. */
+  private slaveFd: number | null = null;
+  private masterFd = -1;
+  private socket: Socket | null = null;
+  /** Set once the child has terminated (pidfd): the drain runs until this deadline at most. */
+  private drainDeadline: number | null = null;
+  private drainScheduled = false;
+  private readBuf: Buffer | null = null;
+
+  constructor(private readonly term: pty.IPty) {
+    this.pid = term.pid;
+    term.onData((d) => this.emitData(d as unknown as Buffer));
+    term.onExit(({ exitCode, signal }) => {
+      this.releaseSlave(); // node-pty gave up waiting (its 200 ms timer) or the stream failed
+      const code = signal ? 128 + signal : exitCode;
+      for (const cb of this.exitCbs) cb(code);
+      this.exitCbs = [];
+    });
+    this.holdSlave();
+  }
+
+  private holdSlave(): void {
+    const t = this.term as unknown as UnixTerminalInternals;
+    const socket = t._socket as Socket | undefined;
+    if (typeof t.fd !== 'number' || typeof t.ptsName !== 'string' || typeof socket?.destroy !== 'function')
+      return;
+    let fd: number;
+    try {
+      // libuv adds O_CLOEXEC: no other child inherits the hold.
+      fd = openSync(t.ptsName, fsConstants.O_RDWR | fsConstants.O_NOCTTY | fsConstants.O_NONBLOCK);
+    } catch {
+      return;
+    }
+    this.slaveFd = fd;
+    this.masterFd = t.fd;
+    this.socket = socket;
+    if (!watchExit(this.pid, () => this.childExited())) {
+      this.releaseSlave(); // nobody would tell us when to let go
+      return;
+    }
+    this.lossless = true;
+  }
+
+  private childExited(): void {
+    if (this.slaveFd === null || this.drainDeadline !== null) return;
+    this.drainDeadline = Date.now() + DRAIN_MS;
+    this.drain();
+  }
+
+  /** Reads what is left on the master, then lets the slave go (see the module comment). */
+  private drain(): void {
+    this.drainScheduled = false;
+    const socket = this.socket;
+    if (this.slaveFd === null || socket === null) return;
+    if (socket.destroyed) {
+      this.releaseSlave(); // its fd is closed (its number may already be reused): never read it
+      return;
+    }
+    // Paused (backpressure): resume() continues. Bytes buffered in the stream must be delivered before ours.
+    if (this.paused) return;
+    if (socket.readableLength === 0) {
+      for (let i = 0; i < READS_PER_TURN; i++) {
+        this.readBuf ??= Buffer.allocUnsafe(64 * 1024);
+        let n: number;
+        try {
+          n = readSync(this.masterFd, this.readBuf, 0, this.readBuf.length, null);
+        } catch {
+          // EAGAIN: all delivered. EIO: nothing left to read either.
+          this.releaseSlave();
+          return;
+        }
+        if (n <= 0) {
+          this.releaseSlave();
+          return;
+        }
+        this.emitData(Buffer.from(this.readBuf.subarray(0, n)));
+        if (this.paused || this.slaveFd === null) return;
+      }
+    }
+    if (Date.now() >= (this.drainDeadline ?? 0)) this.releaseSlave();
+    else this.scheduleDrain();
+  }
+
+  private scheduleDrain(): void {
+    if (this.drainScheduled) return;
+    this.drainScheduled = true;
+    setImmediate(() => this.drain());
+  }
+
+  private releaseSlave(): void {
+    if (this.slaveFd === null) return;
+    const fd = this.slaveFd;
+    this.slaveFd = null;
+    try {
+      closeSync(fd);
+    } catch {
+      // already closed: nothing to release
+    }
+  }
+
+  private emitData(data: Buffer): void {
+    for (const cb of this.dataCbs) cb(data);
+  }
+
+  onData(cb: (data: Buffer) => void): void {
+    this.dataCbs.push(cb);
+  }
+
+  onExit(cb: (exitCode: number) => void): void {
+    this.exitCbs.push(cb);
+  }
+
+  write(data: Buffer): void {
+    this.term.write(data);
+  }
+
+  pause(): void {
+    this.paused = true;
+    this.term.pause();
+  }
+
+  resume(): void {
+    this.paused = false;
+    this.term.resume();
+    if (this.drainDeadline !== null && this.slaveFd !== null) this.scheduleDrain();
+  }
+}

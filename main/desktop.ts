@@ -3,7 +3,7 @@
 // renderer is one more privileged client over IPC, and a clean shutdown that kills every child.
 import type * as Electron from 'electron';
 import type { Logger } from '../src/server/execServer.js';
-import { type Host, type HostOptions, startHost } from './host.js';
+import { type Host, type HostOptions, startHost } from '../src/server/host.js';
 
 export type ElectronDeps = Pick<typeof Electron, 'app' | 'BrowserWindow' | 'ipcMain' | 'session' | 'shell'>;
 

@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
-import { startHost } from '../main/host.js';
 import { ExecServer } from './server/execServer.js';
+import { startHost } from './server/host.js';
 import { createLogger, type LogLevel } from './server/log.js';
 import { serveStdio } from './server/stdio.js';
 import { listenWebSocket } from './server/wsListener.js';

@@ -13,8 +13,8 @@ export interface ListenOptions {
   port?: number;
   /** Capability token: required as `Authorization: Bearer <token>` or `?token=` when set. */
   token?: string;
-  /** Browser origins allowed to open the WebSocket. Any other `Origin` header → 403. */
-  allowedOrigins?: string[];
+  /** Browser origins allowed to open the WebSocket (a list, or a predicate). Any other `Origin` header → 403. */
+  allowedOrigins?: string[] | ((origin: string) => boolean);
   /** Extra HTTP routes (the panel). Return true when handled. */
   httpHandler?: (req: IncomingMessage, res: ServerResponse, url: URL) => boolean;
   /** Called for each accepted connection, e.g. to mark privileged (token-holding) clients. */
@@ -76,7 +76,8 @@ export function webSocketTransport(ws: WebSocket, peer: string): Transport {
  */
 export async function listenWebSocket(server: ExecServer, opts: ListenOptions = {}): Promise<Listener> {
   const host = opts.host ?? '127.0.0.1';
-  const allowed = new Set(opts.allowedOrigins ?? []);
+  const list = opts.allowedOrigins;
+  const originAllowed = typeof list === 'function' ? list : (o: string) => (list ?? []).includes(o);
   const wss = new WebSocketServer({
     noServer: true,
     perMessageDeflate: false,
@@ -103,7 +104,7 @@ export async function listenWebSocket(server: ExecServer, opts: ListenOptions = 
     };
     if (url.pathname !== '/') return reject(404, 'Not Found');
     const origin = req.headers.origin ?? null;
-    if (origin !== null && !allowed.has(origin)) return reject(403, 'Forbidden');
+    if (origin !== null && !originAllowed(origin)) return reject(403, 'Forbidden');
     const hasToken = opts.token !== undefined && tokenMatches(opts.token, presentedToken(req, url));
     if (opts.token !== undefined && !hasToken) return reject(401, 'Unauthorized');
     wss.handleUpgrade(req, socket, head, (ws) => {

@@ -4,7 +4,6 @@
 import assert from 'node:assert/strict';
 import { EventEmitter } from 'node:events';
 import { after, before, describe, test } from 'node:test';
-import { type Host, startHost } from '../../main/host.js';
 import { createBridgeApi, TRANSPORT_CLOSED } from '../../preload/bridge.js';
 import {
   type ClientApi,
@@ -15,6 +14,7 @@ import {
   type IpcMainLike,
   type IpcSenderLike,
 } from '../../src/rpc/ipcTransport.js';
+import { type Host, startHost } from '../../src/server/host.js';
 import { alive, until } from '../helpers/server.js';
 
 class FakeWebContents extends EventEmitter implements IpcSenderLike {

@@ -6,18 +6,16 @@
 import { randomBytes } from 'node:crypto';
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { createServer } from 'node:net';
 import { dirname, extname, join, normalize, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { NetworkEvents } from '../src/network/events.js';
-import { resolveProgram } from '../src/process/resolveProgram.js';
-import { invalidRequest } from '../src/protocol/errors.js';
-import { type IpcMainLike, type IpcSenderLike, type IpcServer, serveIpc } from '../src/rpc/ipcTransport.js';
-import { type ParsedSandbox, previewLaunch } from '../src/sandbox/index.js';
-import { ExecServer, type LaunchPreparer, type Logger, silentLogger } from '../src/server/execServer.js';
-import { Launcher } from '../src/server/launcher.js';
-import { Monitor, NOT_PRIVILEGED, type PreviewFn } from '../src/server/monitor.js';
-import { type Listener, listenWebSocket } from '../src/server/wsListener.js';
+import type { NetworkEvents } from '../network/events.js';
+import { resolveProgram } from '../process/resolveProgram.js';
+import { invalidRequest } from '../protocol/errors.js';
+import { type IpcMainLike, type IpcSenderLike, type IpcServer, serveIpc } from '../rpc/ipcTransport.js';
+import { type ParsedSandbox, previewLaunch } from '../sandbox/index.js';
+import { ExecServer, type LaunchPreparer, type Logger, silentLogger } from './execServer.js';
+import { Monitor, NOT_PRIVILEGED, type PreviewFn } from './monitor.js';
+import { type Listener, listenWebSocket } from './wsListener.js';
 
 const VERSION = '0.1.0';
 
@@ -204,66 +202,51 @@ export const sandboxPreview: PreviewFn = ({ sandbox, argv, cwd }) => {
 };
 
 /** A free loopback port (so the panel's own origin can be allow-listed before the listener starts). */
-function freePort(host: string): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, host, () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
-    });
-  });
-}
-
 export async function startHost(opts: HostOptions = {}): Promise<Host> {
   const host = opts.host ?? '127.0.0.1';
   const token = opts.token ?? randomBytes(24).toString('base64url');
   const resumeGraceMs = opts.resumeGraceMs ?? 10_000;
   const log = opts.log ?? silentLogger;
-  const launcher = opts.preparer ? null : new Launcher({ log });
   const server = new ExecServer({
     resumeGraceMs,
     ...(opts.maxProcessesPerSession !== undefined
       ? { maxProcessesPerSession: opts.maxProcessesPerSession }
       : {}),
     log,
-    preparer: opts.preparer ?? launcher!,
-    ...(launcher ? { fsGuard: launcher.fsGuard } : {}),
+    ...(opts.preparer ? { preparer: opts.preparer } : {}),
   });
   const monitor = new Monitor(server, { resumeGraceMs, preview: opts.preview ?? sandboxPreview });
   // The proxies of process/start report blocked requests and policy decisions on the launcher's bus.
-  if (launcher) monitor.attachNetwork(launcher.networkEvents);
+  if (!opts.preparer) monitor.attachNetwork(server.launcher.networkEvents);
   for (const bus of opts.network ?? []) monitor.attachNetwork(bus);
 
   const panelDir = opts.servePanel ? (opts.panelDir ?? findPanelDir()) : null;
   if (opts.servePanel && !panelDir) throw new Error('the panel is not built: run `npm run build` first');
   const hostForUrl = host.includes(':') ? `[${host}]` : host;
 
-  let listener: Listener | undefined;
-  for (let attempt = 0; ; attempt++) {
-    const port = opts.port ?? (panelDir ? await freePort(host) : 0);
-    const origins = panelDir
+  // The panel's own origin is only known once the port is bound: the origin check and the CSP read it then.
+  let port = 0;
+  const panelOrigins = () =>
+    panelDir
       ? [`http://${hostForUrl}:${port}`, ...(host === '127.0.0.1' ? [`http://localhost:${port}`] : [])]
       : [];
-    const csp = () => panelCsp(origins.map((o) => o.replace(/^http/, 'ws')));
-    try {
-      listener = await listenWebSocket(server, {
-        host,
-        port,
-        token,
-        allowedOrigins: [...origins, ...(opts.allowedOrigins ?? [])],
-        ...(panelDir ? { httpHandler: panelHandler(panelDir, csp) } : {}),
-      });
-      break;
-    } catch (e) {
-      // The probed port was taken meanwhile: try another one.
-      if ((e as NodeJS.ErrnoException).code !== 'EADDRINUSE' || opts.port !== undefined || attempt >= 5)
-        throw e;
-    }
-  }
-  const l = listener;
-  const base = `http://${hostForUrl}:${l.port}`;
-  const execUrl = `${l.url}/?token=${encodeURIComponent(token)}`;
+  const extraOrigins = new Set(opts.allowedOrigins ?? []);
+  const listener = await listenWebSocket(server, {
+    host,
+    port: opts.port ?? 0,
+    token,
+    allowedOrigins: (origin) => extraOrigins.has(origin) || panelOrigins().includes(origin),
+    ...(panelDir
+      ? {
+          httpHandler: panelHandler(panelDir, () =>
+            panelCsp(panelOrigins().map((o) => o.replace(/^http/, 'ws'))),
+          ),
+        }
+      : {}),
+  });
+  port = listener.port;
+  const base = `http://${hostForUrl}:${listener.port}`;
+  const execUrl = `${listener.url}/?token=${encodeURIComponent(token)}`;
   const panelUrl = panelDir ? `${base}/panel/#token=${encodeURIComponent(token)}` : null;
   const info: HostInfo = {
     execUrl,
@@ -283,7 +266,7 @@ export async function startHost(opts: HostOptions = {}): Promise<Host> {
   return {
     server,
     monitor,
-    listener: l,
+    listener,
     token,
     execUrl,
     panelUrl,
@@ -301,7 +284,7 @@ export async function startHost(opts: HostOptions = {}): Promise<Host> {
         server.shutdown();
         for (const s of ipcServers) s.close();
         monitor.dispose();
-        await l.close();
+        await listener.close();
       })();
       return stopped;
     },

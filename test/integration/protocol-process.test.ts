@@ -349,20 +349,13 @@ describe('protocol process methods (§5)', () => {
     });
     const events = await c.collect(id);
     assert.ok(events.every((n) => n.method !== 'process/output' || n.params.stream === 'pty'));
-    // 0, or 129 in the node-pty hang-up race (see the todo test below)
-    assert.ok(
-      [0, 129].includes(events.find((n) => n.method === 'process/exited')?.params.exitCode as number),
-    );
+    assert.equal(events.find((n) => n.method === 'process/exited')?.params.exitCode, 0);
     assert.deepEqual(await c.request('process/write', { processId: id, chunk: b64('more\n') }), {
       status: 'accepted',
     });
   });
 
-  it('18: tty cat ended by \\x04 always reports exit code 0 (30 runs)', {
-    todo:
-      'node-pty closes the master on EIO while the exiting session leader is still in do_exit; the kernel hang-up ' +
-      'then turns the status into SIGHUP (129) in ~10% of runs. Codex 0.120: 100/100 exit 0.',
-  }, async () => {
+  it('18: tty cat ended by \\x04 always reports exit code 0 (30 runs; node-pty alone: 129 in 10-60%)', async () => {
     const codes: number[] = [];
     for (let i = 0; i < 30; i++) {
       const id = pid('ttyexit');

@@ -150,6 +150,7 @@ export class Launcher implements LaunchPreparer {
     const summary = {
       ...(launch.summary ?? {}),
       proxy: { httpPort: proxy.httpPort, socksPort: proxy.socksPort ?? null },
+      ...(proxy.spec.warnings.length > 0 ? { warnings: proxy.spec.warnings } : {}),
     };
     return {
       ...launch,

@@ -37,7 +37,8 @@ function tokenMatches(expected: string, given: string | null): boolean {
 
 function presentedToken(req: IncomingMessage, url: URL): string | null {
   const auth = req.headers.authorization;
-  if (auth?.startsWith('Bearer ')) return auth.slice(7).trim();
+  const m = auth ? /^bearer\s+(.+)$/i.exec(auth) : null;
+  if (m) return m[1]!.trim();
   return url.searchParams.get('token');
 }
 

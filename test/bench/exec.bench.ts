@@ -17,7 +17,11 @@ interface Server {
   proc: ChildProcess;
 }
 
-async function startServer(cmd: string, args: string[], env: NodeJS.ProcessEnv = process.env): Promise<Server> {
+async function startServer(
+  cmd: string,
+  args: string[],
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<Server> {
   const proc = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'ignore'], env });
   const rl = createInterface({ input: proc.stdout! });
   const url = await new Promise<string>((resolve, reject) => {
@@ -135,7 +139,9 @@ async function measure(url: string, tag: string): Promise<Figures> {
   const rounds = 5;
   const t2 = performance.now();
   for (let r = 0; r < rounds; r++) {
-    await Promise.all(Array.from({ length: 64 }, (_, i) => c.run(`${tag}-c${r}-${i}`, ['/bin/sh', '-c', script])));
+    await Promise.all(
+      Array.from({ length: 64 }, (_, i) => c.run(`${tag}-c${r}-${i}`, ['/bin/sh', '-c', script])),
+    );
   }
   const procsPerSec = (rounds * 64) / ((performance.now() - t2) / 1000);
   c.close();
@@ -144,7 +150,16 @@ async function measure(url: string, tag: string): Promise<Figures> {
 
 /** The reference server binary from the Codex npm package, when installed in .cache/codex/<version>. */
 export function findReferenceCodex(version = '0.120.0'): string | null {
-  const vendor = join(root, '.cache', 'codex', version, 'node_modules', '@openai', 'codex-linux-x64', 'vendor');
+  const vendor = join(
+    root,
+    '.cache',
+    'codex',
+    version,
+    'node_modules',
+    '@openai',
+    'codex-linux-x64',
+    'vendor',
+  );
   if (!existsSync(vendor)) return null;
   for (const triple of readdirSync(vendor)) {
     for (const rel of ['codex/codex', 'bin/codex']) {
@@ -156,7 +171,14 @@ export function findReferenceCodex(version = '0.120.0'): string | null {
 }
 
 export async function run(): Promise<BenchRow[]> {
-  const corral = await startServer(process.execPath, [join(root, 'dist', 'cli.js'), 'exec-server', '--listen', 'ws://127.0.0.1:0', '--log-level', 'warn']);
+  const corral = await startServer(process.execPath, [
+    join(root, 'dist', 'cli.js'),
+    'exec-server',
+    '--listen',
+    'ws://127.0.0.1:0',
+    '--log-level',
+    'warn',
+  ]);
   let ours: Figures;
   try {
     ours = await measure(corral.url, 'corral');
@@ -168,7 +190,10 @@ export async function run(): Promise<BenchRow[]> {
   if (codex) {
     const home = join(root, '.cache', 'codex-home-bench');
     mkdirSync(home, { recursive: true });
-    const server = await startServer(codex, ['exec-server', '--listen', 'ws://127.0.0.1:0'], { ...process.env, CODEX_HOME: home });
+    const server = await startServer(codex, ['exec-server', '--listen', 'ws://127.0.0.1:0'], {
+      ...process.env,
+      CODEX_HOME: home,
+    });
     try {
       ref = await measure(server.url, 'ref');
     } finally {
@@ -178,10 +203,43 @@ export async function run(): Promise<BenchRow[]> {
   const section = 'exec-server (pipes, no sandbox)';
   const r = (v: number) => Math.round(v * 100) / 100;
   return [
-    { section, metric: 'start→closed `true` p50', corral: r(ours.p50), reference: ref ? r(ref.p50) : undefined, unit: 'ms', target: '≤ 3' },
-    { section, metric: 'start→closed `true` p90', corral: r(ours.p90), reference: ref ? r(ref.p90) : undefined, unit: 'ms' },
-    { section, metric: 'start→closed `true` p99', corral: r(ours.p99), reference: ref ? r(ref.p99) : undefined, unit: 'ms' },
-    { section, metric: '64 MiB stdout via notifications', corral: r(ours.mibPerSec), reference: ref ? r(ref.mibPerSec) : undefined, unit: 'MiB/s', target: '≥ 500' },
-    { section, metric: '64 concurrent short processes', corral: Math.round(ours.procsPerSec), reference: ref ? Math.round(ref.procsPerSec) : undefined, unit: 'proc/s', target: '≥ 1500' },
+    {
+      section,
+      metric: 'start→closed `true` p50',
+      corral: r(ours.p50),
+      reference: ref ? r(ref.p50) : undefined,
+      unit: 'ms',
+      target: '≤ 3',
+    },
+    {
+      section,
+      metric: 'start→closed `true` p90',
+      corral: r(ours.p90),
+      reference: ref ? r(ref.p90) : undefined,
+      unit: 'ms',
+    },
+    {
+      section,
+      metric: 'start→closed `true` p99',
+      corral: r(ours.p99),
+      reference: ref ? r(ref.p99) : undefined,
+      unit: 'ms',
+    },
+    {
+      section,
+      metric: '64 MiB stdout via notifications',
+      corral: r(ours.mibPerSec),
+      reference: ref ? r(ref.mibPerSec) : undefined,
+      unit: 'MiB/s',
+      target: '≥ 500',
+    },
+    {
+      section,
+      metric: '64 concurrent short processes',
+      corral: Math.round(ours.procsPerSec),
+      reference: ref ? Math.round(ref.procsPerSec) : undefined,
+      unit: 'proc/s',
+      target: '≥ 1500',
+    },
   ];
 }

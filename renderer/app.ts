@@ -5,6 +5,7 @@ import type { MonitorSnapshot } from '../src/protocol/monitor.js';
 import { Connection } from './client.js';
 import { h, replace } from './dom.js';
 import { type HostInfo, Store } from './store.js';
+import { ApprovalsView } from './views/approvals.js';
 import { NetworkView } from './views/network.js';
 import { PolicyView } from './views/policy.js';
 import { ProcessesView } from './views/processes.js';
@@ -23,7 +24,7 @@ export interface AppContext {
   toast(text: string, kind?: 'info' | 'error'): void;
 }
 
-type ViewName = 'processes' | 'network' | 'policy' | 'run';
+type ViewName = 'processes' | 'network' | 'approvals' | 'policy' | 'run';
 
 const store = new Store();
 const views = {} as Record<ViewName, View>;
@@ -74,8 +75,13 @@ const conn = new Connection({
     store.info = info;
     store.loadSnapshot(snapshot);
     store.emit('info');
+    // Network approvals: the prompt stack over every view (issue 7).
+    await (views.approvals as ApprovalsView).subscribe(api);
   },
-  notification: (m, p) => store.notification(m, p),
+  notification: (m, p) => {
+    if (m.startsWith('approvals/')) (views.approvals as ApprovalsView | undefined)?.notification(m, p);
+    else store.notification(m, p);
+  },
 });
 
 const ctx: AppContext = {
@@ -97,6 +103,7 @@ const navItems: Record<ViewName, HTMLButtonElement> = {} as Record<ViewName, HTM
 const labels: [ViewName, string, string][] = [
   ['processes', 'Processes', '▤'],
   ['network', 'Network', '⇄'],
+  ['approvals', 'Approvals', '⚑'],
   ['policy', 'Policy debugger', '⚖'],
   ['run', 'Run a command', '▶'],
 ];
@@ -187,6 +194,12 @@ function updateCounters(): void {
 function boot(): void {
   views.processes = new ProcessesView(ctx);
   views.network = new NetworkView(ctx);
+  const approvals = new ApprovalsView(ctx);
+  approvals.onCount = (n) => {
+    counters.approvals!.textContent = n > 0 ? String(n) : '';
+    counters.approvals!.classList.toggle('alert', n > 0);
+  };
+  views.approvals = approvals;
   views.policy = new PolicyView(ctx);
   views.run = new RunView(ctx);
   const main = h('main', { class: 'main' }, banner);
@@ -204,7 +217,9 @@ function boot(): void {
     statusBox,
   );
   const side = h('aside', { class: 'sidebar' }, nav, h('div', { class: 'side-foot muted', id: 'side-foot' }));
-  document.body.appendChild(h('div', { class: 'shell' }, header, side, main, toastBox));
+  document.body.appendChild(
+    h('div', { class: 'shell' }, header, side, main, (views.approvals as ApprovalsView).prompts, toastBox),
+  );
   store.on((c) => {
     if (c === 'info') {
       renderConnectBox();

@@ -1,0 +1,377 @@
+// Network approvals (issue 7): a non-modal prompt stack visible from every view (process, command, host, port,
+// protocol, method; allow once / for this process / for the session / deny, with the time left), and a view listing
+// the pending prompts, the remembered decisions (revocable), the approval audit trail and the config export.
+import type {
+  ApprovalAuditEvent,
+  ApprovalDecision,
+  ApprovalPrompt,
+  ApprovalsSubscribeResult,
+  ExportResult,
+  RememberedDecision,
+} from '../../src/protocol/approvals.js';
+import type { ClientApi } from '../../src/rpc/ipcTransport.js';
+import type { AppContext, View } from '../app.js';
+import { h, replace, shellJoin } from '../dom.js';
+
+const MAX_AUDIT = 500;
+
+const BUTTONS: [ApprovalDecision, string, string][] = [
+  ['allowOnce', 'Allow once', 'btn small primary'],
+  ['allowProcess', 'Allow for this process', 'btn small'],
+  ['allowSession', 'Allow for the session', 'btn small'],
+  ['deny', 'Deny', 'btn small danger'],
+];
+
+const OUTCOME_TEXT: Record<string, string> = {
+  allowOnce: 'allowed once',
+  allowProcess: 'allowed for the process',
+  allowSession: 'allowed for the session',
+  deny: 'denied',
+  timeout: 'timed out (blocked)',
+  cancelled: 'cancelled: the process exited (blocked)',
+  requested: 'asked',
+  revoked: 'decision revoked',
+};
+
+function clock(ms: number): string {
+  return new Date(ms).toLocaleTimeString(undefined, { hour12: false });
+}
+
+function target(p: { host: string; port: number; protocol: string }): string {
+  const host = p.host.includes(':') ? `[${p.host}]` : p.host;
+  return `${p.protocol} ${host}:${p.port}`;
+}
+
+export class ApprovalsView implements View {
+  readonly el = h('section', { 'aria-label': 'Approvals' });
+  /** The prompt stack: appended once to the shell, shown over whatever view is open. */
+  readonly prompts = h('div', {
+    class: 'approval-prompts',
+    id: 'approval-prompts',
+    role: 'region',
+    'aria-label': 'Network approval requests',
+    'aria-live': 'polite',
+  });
+  /** Called with the number of pending prompts (the nav counter). */
+  onCount: (n: number) => void = () => {};
+  private readonly pending = new Map<string, ApprovalPrompt>();
+  private decisions: RememberedDecision[] = [];
+  private audit: ApprovalAuditEvent[] = [];
+  private skew = 0;
+  private readonly pendingBody = h('tbody');
+  private readonly decisionsBody = h('tbody');
+  private readonly auditBody = h('tbody');
+  private readonly exportBox = h('pre', { class: 'code approval-export', 'data-testid': 'approval-export' });
+  private readonly exportFormat = h(
+    'select',
+    { class: 'input', 'aria-label': 'Export format' },
+    h('option', { value: 'json' }, 'JSON (managedNetwork.config)'),
+    h('option', { value: 'toml' }, 'Codex TOML'),
+  );
+  private lastExport: ExportResult | null = null;
+  private readonly ticker: ReturnType<typeof setInterval>;
+
+  constructor(private readonly ctx: AppContext) {
+    const table = (testid: string, heads: string[], body: HTMLElement) =>
+      h(
+        'div',
+        { class: 'table-wrap' },
+        h(
+          'table',
+          { class: 'table compact', 'data-testid': testid },
+          h('thead', null, h('tr', null, ...heads.map((x) => h('th', null, x)))),
+          body,
+        ),
+      );
+    this.exportFormat.addEventListener('change', () => this.renderExport());
+    replace(
+      this.el,
+      h('div', { class: 'toolbar' }, h('h2', null, 'Network approvals')),
+      h(
+        'p',
+        { class: 'muted' },
+        'Requests to hosts that a managed network neither allows nor denies wait here when the config sets ',
+        h('code', null, 'hard_deny_allowlist_misses: false'),
+        '. Unanswered requests are blocked when their time runs out.',
+      ),
+      h(
+        'div',
+        { class: 'card' },
+        h('div', { class: 'card-head' }, h('h3', null, 'Pending')),
+        table(
+          'approvals-pending',
+          ['Requested', 'Process', 'Command', 'Target', 'Method', 'Held', ''],
+          this.pendingBody,
+        ),
+      ),
+      h(
+        'div',
+        { class: 'card' },
+        h('div', { class: 'card-head' }, h('h3', null, 'Remembered decisions')),
+        table(
+          'approvals-decisions',
+          ['Decided', 'Decision', 'Scope', 'Target', 'Session / process', ''],
+          this.decisionsBody,
+        ),
+      ),
+      h(
+        'div',
+        { class: 'card' },
+        h(
+          'div',
+          { class: 'card-head' },
+          h('h3', null, 'Export as policy'),
+          h(
+            'div',
+            { class: 'btn-row' },
+            this.exportFormat,
+            h('button', { class: 'btn small', onclick: () => this.refreshExport() }, 'Refresh'),
+            h(
+              'button',
+              {
+                class: 'btn small ghost',
+                onclick: () =>
+                  navigator.clipboard
+                    .writeText(this.exportBox.textContent ?? '')
+                    .then(() => this.ctx.toast('Copied the domains snippet'))
+                    .catch(() => this.ctx.toast('The clipboard is not available here', 'error')),
+              },
+              'Copy',
+            ),
+          ),
+        ),
+        h(
+          'p',
+          { class: 'muted small' },
+          'The remembered decisions as ',
+          h('code', null, 'domains'),
+          ' entries to paste into a policy.',
+        ),
+        this.exportBox,
+      ),
+      h(
+        'div',
+        { class: 'card' },
+        h('div', { class: 'card-head' }, h('h3', null, 'Audit')),
+        table('approvals-audit', ['Time', 'Event', 'Target', 'Process', 'Released'], this.auditBody),
+      ),
+    );
+    // The countdowns.
+    this.ticker = setInterval(() => this.tick(), 1000);
+  }
+
+  show(): void {
+    this.render();
+    this.refreshExport();
+  }
+
+  /** Subscribes (after each (re)connection) and loads the current state. */
+  async subscribe(api: ClientApi): Promise<void> {
+    const r = (await api.request('approvals/subscribe', {})) as ApprovalsSubscribeResult;
+    this.pending.clear();
+    for (const p of r.pending) this.pending.set(p.id, p);
+    this.decisions = r.decisions;
+    this.audit = r.audit.slice(-MAX_AUDIT);
+    this.skew = 0;
+    this.render();
+  }
+
+  notification(method: string, params: unknown): void {
+    const p = params as Record<string, unknown>;
+    switch (method) {
+      case 'approvals/requested': {
+        const prompt = p.prompt as ApprovalPrompt;
+        this.pending.set(prompt.id, prompt);
+        break;
+      }
+      case 'approvals/resolved':
+        this.pending.delete(p.id as string);
+        break;
+      case 'approvals/decisions':
+        this.decisions = p.decisions as RememberedDecision[];
+        if (!this.el.hidden) this.refreshExport();
+        break;
+      case 'approvals/audit':
+        this.audit.push(p.event as ApprovalAuditEvent);
+        if (this.audit.length > MAX_AUDIT) this.audit.shift();
+        break;
+      default:
+        return;
+    }
+    this.render();
+  }
+
+  private async decide(prompt: ApprovalPrompt, decision: ApprovalDecision, card: HTMLElement): Promise<void> {
+    for (const b of card.querySelectorAll('button')) b.disabled = true;
+    try {
+      await this.ctx.conn.request('approvals/decide', { id: prompt.id, decision });
+    } catch (e) {
+      this.ctx.toast(`Could not apply the decision: ${(e as Error).message}`, 'error');
+      for (const b of card.querySelectorAll('button')) b.disabled = false;
+    }
+  }
+
+  private async revoke(d: RememberedDecision): Promise<void> {
+    try {
+      await this.ctx.conn.request('approvals/revoke', { id: d.id });
+    } catch (e) {
+      this.ctx.toast(`Could not revoke: ${(e as Error).message}`, 'error');
+    }
+  }
+
+  private async refreshExport(): Promise<void> {
+    try {
+      this.lastExport = await this.ctx.conn.request<ExportResult>('approvals/export', {});
+    } catch {
+      this.lastExport = null;
+    }
+    this.renderExport();
+  }
+
+  private renderExport(): void {
+    const e = this.lastExport;
+    if (!e || Object.keys(e.domains).length === 0) {
+      this.exportBox.textContent = 'No remembered decisions yet.';
+      return;
+    }
+    this.exportBox.textContent = this.exportFormat.value === 'toml' ? e.toml : e.json;
+  }
+
+  private left(p: ApprovalPrompt): number {
+    return Math.max(0, Math.ceil((p.expiresAt - Date.now() - this.skew) / 1000));
+  }
+
+  private tick(): void {
+    const els = [
+      ...this.prompts.querySelectorAll<HTMLElement>('[data-expires]'),
+      ...this.el.querySelectorAll<HTMLElement>('[data-expires]'),
+    ];
+    for (const el of els) {
+      const at = Number(el.dataset.expires);
+      el.textContent = `${Math.max(0, Math.ceil((at - Date.now() - this.skew) / 1000))}s left`;
+    }
+  }
+
+  private processLabel(p: { processId: string | null; sessionId: string }): string {
+    return p.processId ? `${p.processId} · ${p.sessionId.slice(0, 8)}` : `session ${p.sessionId.slice(0, 8)}`;
+  }
+
+  private render(): void {
+    const list = [...this.pending.values()].sort((a, b) => a.requestedAt - b.requestedAt);
+    this.onCount(list.length);
+    replace(
+      this.prompts,
+      list.map((p) => {
+        const card = h('div', {
+          class: 'approval-prompt',
+          role: 'alertdialog',
+          'aria-label': `Network request from ${p.processId} to ${p.host}`,
+          'data-testid': 'approval-prompt',
+          'data-id': p.id,
+        });
+        replace(
+          card,
+          h(
+            'div',
+            { class: 'approval-head' },
+            h('strong', null, 'Allow network access?'),
+            h('span', { class: 'muted small', 'data-expires': String(p.expiresAt) }, `${this.left(p)}s left`),
+          ),
+          h(
+            'dl',
+            { class: 'approval-facts' },
+            h('dt', null, 'Process'),
+            h('dd', { 'data-field': 'process' }, `${p.processId} (${p.clientName})`),
+            h('dt', null, 'Command'),
+            h('dd', { 'data-field': 'command' }, h('code', null, shellJoin(p.command))),
+            h('dt', null, 'Host'),
+            h('dd', { 'data-field': 'host' }, h('code', null, p.host)),
+            h('dt', null, 'Port'),
+            h('dd', { 'data-field': 'port' }, String(p.port)),
+            h('dt', null, 'Protocol'),
+            h('dd', { 'data-field': 'protocol' }, p.protocol),
+            h('dt', null, 'Method'),
+            h('dd', { 'data-field': 'method' }, p.method ?? '—'),
+            p.waiting > 1 ? [h('dt', null, 'Held'), h('dd', null, `${p.waiting} requests`)] : null,
+          ),
+          h(
+            'div',
+            { class: 'btn-row' },
+            BUTTONS.map(([d, label, cls]) =>
+              h('button', { class: cls, 'data-decision': d, onclick: () => this.decide(p, d, card) }, label),
+            ),
+          ),
+        );
+        return card;
+      }),
+    );
+    replace(
+      this.pendingBody,
+      list.length === 0
+        ? h('tr', null, h('td', { colspan: '7', class: 'muted' }, 'Nothing is waiting.'))
+        : list.map((p) =>
+            h(
+              'tr',
+              null,
+              h('td', null, clock(p.requestedAt)),
+              h('td', null, this.processLabel(p)),
+              h('td', null, h('code', null, shellJoin(p.command))),
+              h('td', null, h('code', null, target(p))),
+              h('td', null, p.method ?? '—'),
+              h('td', { class: 'num' }, String(p.waiting)),
+              h('td', null, h('span', { class: 'muted small', 'data-expires': String(p.expiresAt) }, '')),
+            ),
+          ),
+    );
+    replace(
+      this.decisionsBody,
+      this.decisions.length === 0
+        ? h('tr', null, h('td', { colspan: '6', class: 'muted' }, 'No remembered decisions.'))
+        : this.decisions.map((d) =>
+            h(
+              'tr',
+              { 'data-decision-id': d.id },
+              h('td', null, clock(d.decidedAt)),
+              h('td', { class: d.decision === 'deny' ? 'bad' : '' }, d.decision),
+              h('td', null, d.scope),
+              h('td', null, h('code', null, target(d))),
+              h('td', null, this.processLabel(d)),
+              h(
+                'td',
+                null,
+                h('button', { class: 'btn small ghost', onclick: () => this.revoke(d) }, 'Revoke'),
+              ),
+            ),
+          ),
+    );
+    replace(
+      this.auditBody,
+      this.audit.length === 0
+        ? h('tr', null, h('td', { colspan: '5', class: 'muted' }, 'No approval events yet.'))
+        : [...this.audit]
+            .reverse()
+            .map((e) =>
+              h(
+                'tr',
+                null,
+                h('td', null, clock(e.timestamp)),
+                h(
+                  'td',
+                  null,
+                  e.kind === 'decided'
+                    ? (OUTCOME_TEXT[e.decision ?? ''] ?? e.decision)
+                    : (OUTCOME_TEXT[e.kind] ?? e.kind),
+                ),
+                h('td', null, h('code', null, target(e))),
+                h('td', null, this.processLabel(e)),
+                h('td', { class: 'num' }, String(e.released)),
+              ),
+            ),
+    );
+    this.tick();
+  }
+
+  dispose(): void {
+    clearInterval(this.ticker);
+  }
+}

@@ -111,10 +111,22 @@ describe('PTY output written right before exit is never lost', () => {
     assert.deepEqual(short, []);
   });
 
+  it('100 tty `cat` ended by Ctrl-D exit 0: the pty is never hung up before its session leader has exited (4 at a time)', async () => {
+    const codes: number[] = [];
+    await pool(100, 4, async () => {
+      const id = `cat-${++counter}`;
+      await c.request('process/start', { ...ttyParams(id, ''), argv: ['/bin/cat'] });
+      await c.request('process/write', { processId: id, chunk: b64('x\n\x04') });
+      const code = checkSequence(await c.collect(id, 30_000), id);
+      if (code !== 0) codes.push(code); // 129: SIGHUP from a hang-up while cat was still exiting
+    });
+    assert.deepEqual(codes, []);
+  });
+
   it('a background grandchild (ignoring SIGHUP) holding the pty open: exited, then closed last within 2 s; no zombie', async () => {
     const id = `grand-${++counter}`;
     const t0 = Date.now();
-    await c.request('process/start', ttyParams(id, '(trap "" HUP; sleep 5; echo late) & echo early; exit 7'));
+    await c.request('process/start', ttyParams(id, 'trap "" HUP; (sleep 5; echo late) & echo early; exit 7'));
     const events = await c.collect(id, 10_000);
     const ms = Date.now() - t0;
     assert.equal(checkSequence(events, id), 7);

@@ -365,6 +365,117 @@ describe('network approvals', { skip }, () => {
     }
   });
 
+  test('CONNECT and SOCKS5 requests prompt with their protocol; allow for this process covers only that process', async () => {
+    const agent = await open();
+    try {
+      // curl -p tunnels through the HTTP proxy with CONNECT; -x "$ALL_PROXY" goes through the SOCKS5 listener.
+      const script = [
+        `curl --noproxy '' -p -s -o /dev/null -w 'tunnel=%{http_code}\\n' ${url('/tunnel')}`,
+        `curl --noproxy '' -x "$ALL_PROXY" -s -o /dev/null -w 'socks=%{http_code}\\n' ${url('/socks')}`,
+        `curl --noproxy '' -p -s -o /dev/null -w 'tunnel2=%{http_code}\\n' ${url('/tunnel2')}`,
+      ].join('; ');
+      await start(agent, 'proto', script);
+      const pc = promptOf(
+        await panel.waitFor((n) =>
+          isPrompt(n, (x) => x.processId === 'proto' && x.protocol === 'https_connect'),
+        ),
+      );
+      assert.equal(pc.method, 'CONNECT');
+      await panel.request('approvals/decide', { id: pc.id, decision: 'allowProcess' });
+      const ps = promptOf(
+        await panel.waitFor((n) =>
+          isPrompt(n, (x) => x.processId === 'proto' && x.protocol === 'socks5_tcp'),
+        ),
+      );
+      assert.equal(ps.method, null);
+      assert.equal(ps.port, origin.port);
+      await panel.request('approvals/decide', { id: ps.id, decision: 'allowOnce' });
+      await agent.collect('proto', 20_000);
+      const out = agent.output('proto', 'stdout');
+      assert.match(out, /tunnel=200/);
+      assert.match(out, /socks=200/);
+      assert.match(out, /tunnel2=200/, 'the process allow covers the second CONNECT');
+      assert.equal(
+        panel.notifications.filter((n) => isPrompt(n, (x) => x.processId === 'proto')).length,
+        2,
+        'one prompt per protocol; none for the remembered CONNECT',
+      );
+      // Another process of the same session is asked again (process scope).
+      await start(
+        agent,
+        'proto-2',
+        `curl --noproxy '' -p -s -o /dev/null -w 'x=%{http_connect}\\n' ${url('/p2')}`,
+        asking({ approval_timeout_ms: 300 }),
+      );
+      const p2 = promptOf(await panel.waitFor((n) => isPrompt(n, (x) => x.processId === 'proto-2')));
+      await agent.collect('proto-2', 20_000);
+      assert.match(agent.output('proto-2', 'stdout'), /x=403/);
+      const r2 = await panel.waitFor((n) => n.method === 'approvals/resolved' && n.params.id === p2.id);
+      assert.equal(r2.params.outcome, 'timeout');
+      assert.ok(!origin.requests.some((x) => x.url === '/p2'));
+    } finally {
+      agent.close();
+    }
+  });
+
+  test('round trip: held request → prompt → allowOnce → response, measured', async (t) => {
+    const agent = await open();
+    const auto = await open();
+    await auto.request('approvals/subscribe', {});
+    panel.request('approvals/unsubscribe', {});
+    try {
+      const N = 30;
+      const script = `for i in $(seq 1 ${N}); do curl --noproxy '' -s -o /dev/null -w '%{http_code} %{time_total}\\n' ${url('/rt')}; done`;
+      // The auto-approver answers every prompt as soon as it arrives.
+      let answered = 0;
+      const answer = async () => {
+        for (;;) {
+          const n = await auto.waitFor(
+            (x) => isPrompt(x, (p) => p.processId === 'rt') && !(x.params as { done?: boolean }).done,
+            20_000,
+          );
+          (n.params as { done?: boolean }).done = true;
+          await auto.request('approvals/decide', { id: promptOf(n).id, decision: 'allowOnce' });
+          if (++answered === N) return;
+        }
+      };
+      const answering = answer();
+      await start(agent, 'rt', script);
+      await answering;
+      await agent.collect('rt', 30_000);
+      const lines = agent.output('rt', 'stdout').trim().split('\n');
+      assert.equal(lines.length, N);
+      const times = lines.map((l) => {
+        const [code, secs] = l.split(' ');
+        assert.equal(code, '200');
+        return Number(secs) * 1000;
+      });
+      times.sort((a, b) => a - b);
+      const median = times[Math.floor(N / 2)]!;
+      const p95 = times[Math.floor(N * 0.95)]!;
+      // The same loop with the host allowlisted (no approval in the path), for comparison.
+      await start(agent, 'rt-base', script, asking({ domains: { '127.0.0.1': 'allow' } }));
+      await agent.collect('rt-base', 30_000);
+      const base = agent
+        .output('rt-base', 'stdout')
+        .trim()
+        .split('\n')
+        .map((l) => Number(l.split(' ')[1]) * 1000)
+        .sort((a, b) => a - b);
+      t.diagnostic(
+        `curl time_total, host allowlisted: median ${base[Math.floor(N / 2)]!.toFixed(1)} ms, p95 ${base[Math.floor(N * 0.95)]!.toFixed(1)} ms (N=${N})`,
+      );
+      t.diagnostic(
+        `curl time_total with a WebSocket approver in the loop: median ${median.toFixed(1)} ms, p95 ${p95.toFixed(1)} ms (N=${N})`,
+      );
+      assert.ok(p95 < 2000);
+    } finally {
+      auto.close();
+      agent.close();
+      await panel.request('approvals/subscribe', {});
+    }
+  });
+
   test('unprivileged → -32600; bad input → -32602 naming the field; unknown id → -32600', async () => {
     const plain = await startTestServer({});
     const c = await plain.client();

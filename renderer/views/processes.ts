@@ -33,6 +33,31 @@ export function badge(b: string): HTMLElement {
   return h('span', { class: `badge badge-${b}`, title, 'data-badge': b }, label);
 }
 
+/** True when a 0.120–0.130 client wrapped the command and Corral unwrapped it into its own sandbox. */
+function clientUnwrapped(p: MonitorProcess): boolean {
+  return p.policy?.clientWrapped === true && p.policy?.unwrapped === true;
+}
+
+/** The sandbox badge, plus a "client-wrapped" one when Corral unwrapped the client's launcher. */
+export function badges(p: MonitorProcess): HTMLElement[] {
+  const out = [badge(p.badge)];
+  if (clientUnwrapped(p) && p.badge !== 'client-wrapped') {
+    out.push(
+      h(
+        'span',
+        {
+          class: 'badge badge-client-wrapped',
+          title:
+            "The client wrapped the command in its codex-linux-sandbox launcher; Corral unwrapped it and enforces the client's policy itself",
+          'data-badge-extra': 'client-unwrapped',
+        },
+        'client-wrapped, unwrapped',
+      ),
+    );
+  }
+  return out;
+}
+
 export function statePill(p: MonitorProcess): HTMLElement {
   const cls =
     p.state === 'running' ? 'running' : p.exitCode === 0 ? 'ok' : p.exitCode === null ? 'unknown' : 'failed';
@@ -273,7 +298,7 @@ class DetailPane {
         'div',
         { class: 'detail-sub' },
         statePill(p),
-        badge(p.badge),
+        ...badges(p),
         p.sandboxDenied ? h('span', { class: 'badge badge-denied' }, 'sandbox denied') : null,
       ),
     );
@@ -380,6 +405,13 @@ export function policyView(p: MonitorProcess): HTMLElement {
         { class: 'muted small' },
         'The client started its own codex-linux-sandbox launcher; Corral runs it as sent.',
       ),
+      typeof p.policy?.unwrapReason === 'string'
+        ? h(
+            'p',
+            { class: 'muted small', 'data-testid': 'unwrap-reason' },
+            `Not unwrapped: ${p.policy.unwrapReason}`,
+          )
+        : null,
       h(
         'dl',
         { class: 'kv' },
@@ -441,6 +473,13 @@ export function policyView(p: MonitorProcess): HTMLElement {
     'div',
     { class: 'policy-card', 'data-testid': 'policy' },
     h('h4', null, 'Effective policy'),
+    clientUnwrapped(p)
+      ? h(
+          'p',
+          { class: 'muted small', 'data-testid': 'client-unwrapped' },
+          "The client wrapped this command in its own codex-linux-sandbox launcher; Corral unwrapped it and enforces the client's policy in its own sandbox.",
+        )
+      : null,
     warnings.length > 0
       ? h(
           'ul',
@@ -704,7 +743,7 @@ export class ProcessesView implements View {
               ? h('span', { class: 'muted small self-tag' }, ' (panel)')
               : null,
           ),
-          h('td', null, badge(p.badge)),
+          h('td', null, ...badges(p)),
           h('td', { class: 'num mono col-opt' }, p.pid ? String(p.pid) : '–'),
           h(
             'td',

@@ -10,10 +10,12 @@ import {
   startManagedProxy,
 } from '../network/index.js';
 import type { LaunchSpec, PreparedLaunch, SandboxType } from '../process/launch.js';
+import { checkCwd, LaunchCheckError, resolveProgram } from '../process/resolveProgram.js';
 import { internalError, invalidParams, RpcError } from '../protocol/errors.js';
 import type { ExecParams } from '../protocol/exec.js';
 import { SandboxPolicySchema } from '../protocol/sandbox.js';
 import { serdeMessage } from '../protocol/serde.js';
+import { parseClientWrapped, shouldUnwrap, type UnwrapMode } from '../sandbox/codexWrapped.js';
 import {
   checkFsAccess,
   isLikelySandboxDenied,
@@ -36,6 +38,19 @@ export interface LauncherOptions {
   dialer?: Dialer;
   /** The approval hook for hosts neither allowed nor denied (interactive approvals plug in here). */
   decider?: (processId: string, sessionId: string) => Decider | undefined;
+  /**
+   * Codex 0.120–0.130 wrap sandboxed commands in their own `codex-linux-sandbox` launcher, which as root runs bwrap
+   * without `--cap-drop ALL` (sandbox.md §3.1, §7.1). `auto` (default): when this server runs as root, run the
+   * command after `--` under our own sandbox instead; `always` / `never` force it on / off.
+   */
+  unwrapClientSandbox?: UnwrapMode;
+}
+
+/** A client-wrapped command: either unwrapped (our sandbox + the inner command) or run as sent, with a panel note. */
+interface ClientUnwrap {
+  sandbox?: ParsedSandbox;
+  spec?: LaunchSpec;
+  note: Record<string, unknown>;
 }
 
 /** Parses the `sandbox` param of process/start (seed SandboxLaunchConfig or 0.169 FileSystemSandboxContext). */
@@ -76,7 +91,9 @@ export class Launcher implements LaunchPreparer {
     spec: LaunchSpec,
     ctx: { sessionId: string },
   ): PreparedLaunch | Promise<PreparedLaunch> {
-    const sandbox = parseSandbox(params.sandbox);
+    const client = this.clientWrapped(params, spec);
+    if (client?.spec) spec = client.spec;
+    const sandbox = client?.sandbox ?? parseSandbox(params.sandbox);
     let network: ReturnType<typeof parseProcessNetwork>;
     try {
       network = parseProcessNetwork({
@@ -95,8 +112,68 @@ export class Launcher implements LaunchPreparer {
       );
     }
     // Fast path: nothing to wrap, nothing to start.
-    if (!sandbox && !network && !enforce) return { spec, sandboxType: 'none', cleanup() {} };
-    return this.prepareAsync(params, spec, ctx, sandbox, network, enforce);
+    if (!sandbox && !network && !enforce)
+      return { spec, sandboxType: 'none', cleanup() {}, ...(client ? { summary: client.note } : {}) };
+    const launch = this.prepareAsync(params, spec, ctx, sandbox, network, enforce);
+    if (!client) return launch;
+    return launch.then((l) => {
+      if (client.sandbox && l.sandboxType === 'none') {
+        // Never run an unwrapped command with less isolation than the client's launcher would have applied.
+        l.cleanup();
+        throw internalError(
+          'the client-wrapped command could not be placed under our sandbox: refusing to start',
+        );
+      }
+      l.summary = { ...(l.summary ?? {}), ...client.note };
+      return l;
+    });
+  }
+
+  /**
+   * Recognises a 0.120–0.130 client-wrapped argv (`codex-linux-sandbox … -- cmd`). When unwrapping applies and every
+   * launcher flag is understood: the inner command (resolved against the child's PATH, in `--command-cwd`) and the
+   * equivalent sandbox param. Otherwise the argv runs as sent (today's behaviour) with a note saying why.
+   */
+  private clientWrapped(params: ExecParams, spec: LaunchSpec): ClientUnwrap | null {
+    if (params.sandbox !== undefined && params.sandbox !== null) return null;
+    const parsed = parseClientWrapped(params.argv);
+    if (parsed.kind === 'not-wrapped') return null;
+    const mode = this.opts.unwrapClientSandbox ?? 'auto';
+    if (!shouldUnwrap(mode, process.geteuid?.())) {
+      const why =
+        mode === 'never'
+          ? 'unwrapClientSandbox is "never"'
+          : 'the server does not run as root: the client launcher applies its sandbox';
+      return { note: { clientWrapped: true, unwrapped: false, unwrapReason: why } };
+    }
+    if (parsed.kind === 'refused') {
+      this.opts.log.warn(
+        `process ${params.processId}: client-wrapped command not unwrapped, run as sent: ${parsed.reason}`,
+      );
+      return { note: { clientWrapped: true, unwrapped: false, unwrapReason: parsed.reason } };
+    }
+    const cwd = parsed.cwd ?? spec.cwd;
+    let file: string;
+    try {
+      checkCwd(cwd);
+      file = resolveProgram(parsed.command[0]!, cwd, spec.env);
+    } catch (e) {
+      if (e instanceof LaunchCheckError) throw internalError(e.message);
+      throw e;
+    }
+    this.opts.log.info(
+      `process ${params.processId}: unwrapped the client's ${parsed.launcher} (${parsed.shape}); running ${file} under our sandbox`,
+    );
+    return {
+      sandbox: parsed.sandbox,
+      spec: { file, argv: parsed.command, env: spec.env, cwd },
+      note: {
+        clientWrapped: true,
+        unwrapped: true,
+        clientShape: parsed.shape,
+        clientLauncher: parsed.launcher,
+      },
+    };
   }
 
   private async prepareAsync(

@@ -158,6 +158,11 @@ export class ApprovalsView implements View {
     );
     // The countdowns.
     this.ticker = setInterval(() => this.tick(), 1000);
+    // While disconnected the prompts stay visible (the server keeps holding them until their timeout) but cannot
+    // be answered; a reconnection re-subscribes and reloads them.
+    ctx.store.on((c) => {
+      if (c === 'connection') this.render();
+    });
   }
 
   show(): void {
@@ -298,7 +303,16 @@ export class ApprovalsView implements View {
             'div',
             { class: 'btn-row' },
             BUTTONS.map(([d, label, cls]) =>
-              h('button', { class: cls, 'data-decision': d, onclick: () => this.decide(p, d, card) }, label),
+              h(
+                'button',
+                {
+                  class: cls,
+                  'data-decision': d,
+                  disabled: this.ctx.conn.state !== 'connected',
+                  onclick: () => this.decide(p, d, card),
+                },
+                label,
+              ),
             ),
           ),
         );

@@ -5,6 +5,7 @@ import assert from 'node:assert/strict';
 import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, readdirSync, readlinkSync } from 'node:fs';
 import { after, before, describe, it } from 'node:test';
+import { watchExit } from '../../src/process/spawner.js';
 import { b64, type Notification, type RpcClient } from '../helpers/client.js';
 import { startTestServer, type TestServer, until } from '../helpers/server.js';
 
@@ -146,5 +147,47 @@ describe('PTY output written right before exit is never lost', () => {
     const events = await c.collect(id, 10_000);
     assert.equal(checkSequence(events, id), 137);
     await until(() => heldSlaves().length === before0.length, 5000, 'held slaves released');
+  });
+});
+
+describe('watchExit (native addon): exit of a process we did not start', () => {
+  it('calls back once the process has terminated and leaves the reaping (and its status) to the parent', async () => {
+    const child = spawn('/bin/sh', ['-c', 'echo up; read x; exit 5'], { stdio: ['pipe', 'pipe', 'ignore'] });
+    const up = new Promise((resolve) => child.stdout!.once('data', resolve));
+    const status = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+    let calls = 0;
+    const fired = new Promise<void>((resolve) => {
+      assert.equal(
+        watchExit(child.pid!, () => {
+          calls++;
+          resolve();
+        }),
+        true,
+      );
+    });
+    await up; // running (blocked in `read`), and loop turns have passed: the watcher must not have fired
+    assert.equal(calls, 0);
+    child.stdin!.end('go\n');
+    await fired;
+    assert.equal(await status, 5); // child_process still reaped it, with its real status
+    await new Promise((r) => setImmediate(r));
+    assert.equal(calls, 1);
+  });
+
+  it('a pid that is already gone calls back on a later turn', async () => {
+    const child = spawn('/bin/true');
+    await new Promise((r) => child.once('exit', r));
+    let called = false;
+    const fired = new Promise<void>((resolve) => {
+      assert.equal(
+        watchExit(child.pid!, () => {
+          called = true;
+          resolve();
+        }),
+        true,
+      );
+      assert.equal(called, false);
+    });
+    await fired;
   });
 });

@@ -20,6 +20,7 @@ import {
   startHostBridges,
 } from './linux/managedNet.js';
 import { acquireSyntheticTargets, activeSyntheticTargets } from './linux/mountTargets.js';
+import { guardArgv, hostPidOf, UNSHARE } from './linux/pidGuard.js';
 import { buildSeccompFilter, hostSeccompArch, type SeccompArch, type SeccompMode } from './linux/seccomp.js';
 import { watchSandbox } from './linux/watchdog.js';
 import { buildSeatbelt, type SeatbeltProfile, seatbeltArgv } from './macos/seatbelt.js';
@@ -61,6 +62,10 @@ export interface LaunchPlan {
   managed?: ManagedRoutes;
   syntheticTargets: string[];
   seatbelt?: SeatbeltProfile;
+  /** bwrap runs under the pid-namespace guard: its info-fd pids are relative to the guard's namespace. */
+  pidGuard?: boolean;
+  /** PTY mode: where the slot paths start in the argv. */
+  slotArgIndex?: number;
 }
 
 interface HostFacts {
@@ -74,13 +79,16 @@ interface HostFacts {
    * otherwise write to it (e.g. with /tmp writable), so no sandbox can tamper with another launch's files.
    */
   privateDir?: string;
+  /** util-linux `unshare` for the pid-namespace guard (used when running as root; see linux/pidGuard.ts). */
+  unshare?: string;
+  euid: number;
 }
 
 const WINDOWS_ERROR = 'sandbox type windows-restricted-token is not supported by this exec-server';
-/** PTY mode: a shell opens the fd slots from files, then execs bwrap. */
-const TTY_WRAPPER: Record<number, string> = {
-  1: 'exec 3<"$1"; shift; exec "$@"',
-  3: 'exec 3<"$1" 4>"$2" 5<"$3"; shift 3; exec "$@"',
+/** PTY mode: a shell opens the fd slots from files, then runs bwrap (exec'ing it unless it is a guard's pid 1). */
+const TTY_OPEN: Record<number, string> = {
+  1: 'exec 3<"$1"; shift; ',
+  3: 'exec 3<"$1" 4>"$2" 5<"$3"; shift 3; ',
 };
 
 function unchanged(spec: LaunchSpec, sandboxType: SandboxType, summary: Record<string, unknown>): LaunchPlan {
@@ -297,13 +305,18 @@ function planLinux(
   const bw = host.bwrap.path;
   let argv: string[];
   let slotPaths: Record<FdSlot, string> | undefined;
-  if (cmd.tty && fdSlots.length > 0) {
+  const guard = host.euid === 0 && host.unshare !== undefined;
+  const ttyShell = cmd.tty && fdSlots.length > 0;
+  if (ttyShell) {
     slotPaths = { seccomp: '<seccomp.bpf>', info: '<info.fifo>', block: '<block.fifo>' };
-    const script = TTY_WRAPPER[fdSlots.length]!;
+    const script = TTY_OPEN[fdSlots.length]! + (guard ? '"$@"; exit $?' : 'exec "$@"');
     argv = ['/bin/sh', '-c', script, 'sh', ...fdSlots.map((s) => slotPaths![s]), bw, ...b.args];
   } else {
     argv = [bw, ...b.args];
   }
+  if (guard) argv = guardArgv(host.unshare!, argv, ttyShell);
+  else if (host.euid === 0)
+    summary.terminate = 'unshare not found: killing bwrap may leave the sandbox running';
   const spec: LaunchSpec = { file: argv[0]!, argv, env, cwd: cmd.spec.cwd };
   return {
     sandboxType: 'linuxSeccomp',
@@ -315,6 +328,8 @@ function planLinux(
     seccomp: mode ? { arch, mode, filter: seccompFilter(arch, mode) } : undefined,
     managed: routes,
     syntheticTargets: b.syntheticTargets,
+    pidGuard: guard,
+    slotArgIndex: guard ? 5 + 4 : 4,
   };
 }
 
@@ -349,6 +364,8 @@ const DEFAULT_FEATURES: BwrapFeatures = { argv0: false, perms: true };
 function hostFacts(opts: PrepareOptions | undefined, bwrap: BwrapHost): HostFacts {
   return {
     privateDir: sharedDir,
+    unshare: UNSHARE,
+    euid: process.geteuid?.() ?? -1,
     platform: opts?.platform ?? process.platform,
     arch: opts?.arch ?? os.arch(),
     machine: opts?.machine ?? os.machine(),
@@ -511,10 +528,11 @@ function materialize(plan: LaunchPlan, tty: boolean): PreparedLaunch {
     }
     let spec = plan.spec;
     if (tty && plan.fdSlots.length > 0) {
-      // The wrapper's argv is ['/bin/sh', '-c', script, 'sh', <slot paths…>, bwrap, …].
+      // The wrapper's argv is [(guard…,) '/bin/sh', '-c', script, 'sh', <slot paths…>, bwrap, …].
       const argv = [...plan.spec.argv];
+      const at = plan.slotArgIndex ?? 4;
       plan.fdSlots.forEach((s, i) => {
-        argv[4 + i] = slotPaths[s]!;
+        argv[at + i] = slotPaths[s]!;
       });
       spec = { ...plan.spec, argv };
     } else if (plan.fdSlots.length > 0) {
@@ -533,7 +551,13 @@ function materialize(plan: LaunchPlan, tty: boolean): PreparedLaunch {
         if (!managed) return;
         const bridge = await startHostBridges(dir!, managed.endpoints);
         bridges = bridge;
-        const nsPid = await pidReader!.promise;
+        let nsPid = await pidReader!.promise;
+        if (plan.pidGuard) {
+          const hostPid = hostPidOf(pid, nsPid);
+          if (hostPid === undefined)
+            throw new SandboxSetupError('managed network: cannot find the sandbox process');
+          nsPid = hostPid;
+        }
         if (cleaned) throw new SandboxSetupError('managed network: the process exited during setup');
         forwarder = await startForwarder(
           nsPid,

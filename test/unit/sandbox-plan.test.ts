@@ -60,8 +60,21 @@ test('pipes: bwrap argv with --seccomp 3 and a seccomp fd slot; env flags the re
   assert.equal(p.mechanism, 'bwrap');
   assert.deepEqual(p.fdSlots, ['seccomp']);
   assert.equal(p.spec.argv[0], p.spec.file);
-  assert.match(p.spec.file, /bwrap$/);
   const a = p.spec.argv;
+  if (process.geteuid?.() === 0) {
+    // Root: under the pid-namespace guard (unshare + a plain sh as the namespace's init).
+    assert.deepEqual(a.slice(1, 9), [
+      '--pid',
+      '--fork',
+      '--kill-child',
+      '--',
+      '/bin/sh',
+      '-c',
+      '"$@"; exit $?',
+      'sh',
+    ]);
+    assert.match(a[9]!, /bwrap$/);
+  } else assert.match(p.spec.file, /bwrap$/);
   assert.deepEqual(a.slice(a.indexOf('--cap-drop'), a.length), [
     '--cap-drop',
     'ALL',
@@ -81,11 +94,14 @@ test('pipes: bwrap argv with --seccomp 3 and a seccomp fd slot; env flags the re
 
 test('PTY: no extra fds; a sh wrapper opens the BPF file as fd 3, and no --new-session', () => {
   const p = previewLaunch(seed(), { spec: spec(), tty: true }, linux);
-  assert.equal(p.spec.file, '/bin/sh');
-  assert.deepEqual(p.spec.argv.slice(0, 5), [
+  const root = process.geteuid?.() === 0;
+  assert.equal(p.spec.file, root ? p.spec.argv[0] : '/bin/sh');
+  const at = p.spec.argv.indexOf('/bin/sh');
+  const run = root ? '"$@"; exit $?' : 'exec "$@"';
+  assert.deepEqual(p.spec.argv.slice(at, at + 5), [
     '/bin/sh',
     '-c',
-    'exec 3<"$1"; shift; exec "$@"',
+    `exec 3<"$1"; shift; ${run}`,
     'sh',
     '<seccomp.bpf>',
   ]);
@@ -109,7 +125,7 @@ test('managed network: proxy env rewritten (both cases), ProxyRouted, info/block
   assert.equal(p.spec.env.ALL_PROXY, 'socks5h://127.0.0.1:3128');
   assert.equal(p.spec.env.all_proxy, 'socks5h://127.0.0.1:3128');
   const a = p.spec.argv;
-  assert.deepEqual(a.slice(a.indexOf('--seccomp'), a.indexOf('--')), [
+  assert.deepEqual(a.slice(a.indexOf('--seccomp'), a.lastIndexOf('--')), [
     '--seccomp',
     '3',
     '--info-fd',
@@ -222,7 +238,7 @@ test('prepareLaunch: pipes get a real BPF fd (closed by cleanup); PTY gets a BPF
   pipes.cleanup();
   assert.throws(() => fstatSync(fd as number));
   const pty = await prepareLaunch(seed(), { spec: spec(), tty: true }, { tmpdir: '' });
-  const file = pty.spec.argv[4]!;
+  const file = pty.spec.argv[pty.spec.argv.indexOf('/bin/sh') + 4]!;
   assert.ok(existsSync(file));
   assert.equal(pty.spec.extraFds, undefined);
   pty.cleanup();

@@ -1,6 +1,8 @@
 /**
  * Sandboxed start → exit latency of `true` through prepareLaunch (workspace-write, network restricted, seccomp),
  * spawned with node:child_process as the server's pipe mode does, against the same unsandboxed, and bwrap alone.
+ * As root the launch also includes the pid-namespace guard (unshare + sh, see src/sandbox/linux/pidGuard.ts), and
+ * the workspace has no .codex, so each run also creates and removes the synthetic mount target.
  */
 import { spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';

@@ -8,6 +8,7 @@ import { after, before, describe, it } from 'node:test';
 import { watchExit } from '../../src/process/spawner.js';
 import { b64, type Notification, type RpcClient } from '../helpers/client.js';
 import { startTestServer, type TestServer, until } from '../helpers/server.js';
+import { type Fixture, fixture, special } from './sandbox-util.js';
 
 type Client = RpcClient & { sessionId: string };
 
@@ -106,7 +107,9 @@ describe('PTY output written right before exit is never lost', () => {
       const out = c.output(id);
       // The tty turns the final \n into \r\n.
       if (out !== `${'x'.repeat(60000)}END\r\n`)
-        short.push(`${id}: ${out.length} bytes, ends ${JSON.stringify(out.slice(-8))}`);
+        short.push(
+          `${id}: ${out.length} bytes, starts ${JSON.stringify(out.slice(0, 200))} ends ${JSON.stringify(out.slice(-8))}`,
+        );
       assert.equal(checkSequence(events, id), 3);
     });
     assert.deepEqual(short, []);
@@ -147,6 +150,64 @@ describe('PTY output written right before exit is never lost', () => {
     const events = await c.collect(id, 10_000);
     assert.equal(checkSequence(events, id), 137);
     await until(() => heldSlaves().length === before0.length, 5000, 'held slaves released');
+  });
+});
+
+describe('PTY tail under the sandbox (bwrap behind the `sh -c exec 3<…` wrapper)', () => {
+  let f: Fixture;
+  let ts: TestServer;
+  let c: Client;
+  before(async () => {
+    f = await fixture();
+    ts = await startTestServer({ launcher: { sandbox: { tmpdir: f.T } } });
+    c = await ts.client('pty-tail-sandbox');
+  });
+  after(async () => {
+    await ts.close();
+    await f.close();
+  });
+
+  it('60 KB written just before exit arrive whole (12 sandboxed processes, 3 at a time)', async () => {
+    const short: string[] = [];
+    await pool(12, 3, async () => {
+      const id = `sbx-${++counter}`;
+      const started = await c.request<{ sandboxType: string }>('process/start', {
+        ...ttyParams(id, 'head -c 60000 /dev/zero | tr "\\0" x; echo END; exit 3'),
+        cwd: f.W,
+        sandbox: {
+          sandbox: 'linux-seccomp',
+          policy: {
+            type: 'workspace-write',
+            network_access: false,
+            exclude_tmpdir_env_var: false,
+            exclude_slash_tmp: false,
+          },
+          fileSystemPolicy: {
+            kind: 'restricted',
+            entries: [
+              special('root', 'read'),
+              special('current_working_directory', 'write'),
+              special('tmpdir', 'write'),
+            ],
+          },
+          networkPolicy: 'restricted',
+          sandboxPolicyCwd: f.W,
+          additionalPermissions: null,
+          enforceManagedNetwork: false,
+          windowsSandboxLevel: 'disabled',
+          windowsSandboxPrivateDesktop: false,
+          useLegacyLandlock: false,
+        },
+      });
+      assert.equal(started.sandboxType, 'linuxSeccomp');
+      const events = await c.collect(id, 30_000);
+      const out = c.output(id);
+      // (The sandboxed bash may print complaints from the host's ~/.bashrc first: only the tail matters here.)
+      if (!out.endsWith(`\n${'x'.repeat(60000)}END\r\n`) && out !== `${'x'.repeat(60000)}END\r\n`)
+        short.push(`${id}: ${out.length} bytes, ends ${JSON.stringify(out.slice(-8))}`);
+      assert.equal(checkSequence(events, id), 3);
+    });
+    assert.deepEqual(short, []);
   });
 });
 

@@ -38,8 +38,11 @@ function clientUnwrapped(p: MonitorProcess): boolean {
   return p.policy?.clientWrapped === true && p.policy?.unwrapped === true;
 }
 
-/** The sandbox badge, plus a "client-wrapped" one when Corral unwrapped the client's launcher. */
-export function badges(p: MonitorProcess): HTMLElement[] {
+/**
+ * The sandbox badge, plus a "client-wrapped, unwrapped" one when Corral unwrapped the client's launcher (`compact`:
+ * a shorter label for the table).
+ */
+export function badges(p: MonitorProcess, compact = false): HTMLElement[] {
   const out = [badge(p.badge)];
   if (clientUnwrapped(p) && p.badge !== 'client-wrapped') {
     out.push(
@@ -51,7 +54,7 @@ export function badges(p: MonitorProcess): HTMLElement[] {
             "The client wrapped the command in its codex-linux-sandbox launcher; Corral unwrapped it and enforces the client's policy itself",
           'data-badge-extra': 'client-unwrapped',
         },
-        'client-wrapped, unwrapped',
+        compact ? 'unwrapped' : 'client-wrapped, unwrapped',
       ),
     );
   }
@@ -743,7 +746,7 @@ export class ProcessesView implements View {
               ? h('span', { class: 'muted small self-tag' }, ' (panel)')
               : null,
           ),
-          h('td', null, ...badges(p)),
+          h('td', null, ...badges(p, true)),
           h('td', { class: 'num mono col-opt' }, p.pid ? String(p.pid) : '–'),
           h(
             'td',

@@ -3,7 +3,9 @@ import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync }
 import { join } from 'node:path';
 import { after, before, beforeEach, describe, test } from 'node:test';
 import type { ManagedProcess } from '../../src/process/managedProcess.js';
-import type { RpcClient } from '../helpers/client.js';
+import { startHost } from '../../src/server/host.js';
+import { ensureBuilt, openBrowser, visibleText } from '../browser/harness.js';
+import { RpcClient } from '../helpers/client.js';
 import { startTestServer, type TestServer } from '../helpers/server.js';
 import { type Fixture, fixture, PATH } from './sandbox-util.js';
 
@@ -334,6 +336,53 @@ describe('anything not understood runs as sent (today’s behaviour)', {
       assert.match(String(r.summary?.unwrapReason), /never/);
     } finally {
       await never.close();
+    }
+  });
+});
+
+describe('the panel shows both: client-wrapped and unwrapped', { skip: !isRoot && 'needs root' }, () => {
+  test('an unwrapped process has the linux-seccomp badge plus "client-wrapped, unwrapped"', async () => {
+    const host = await startHost({ servePanel: true, panelDir: ensureBuilt(), resumeGraceMs: 0 });
+    const browser = await openBrowser();
+    const agent = await RpcClient.open(host.execUrl, 'codex-0.130');
+    try {
+      await browser.page.goto(host.panelUrl!);
+      await browser.page.locator('#conn-status', { hasText: 'connected' }).waitFor({ timeout: 15_000 });
+      const common = { cwd: f.W, env: { PATH }, tty: false, arg0: null };
+      await agent.request('process/start', {
+        processId: 'panel-unwrapped',
+        argv: [launcher, ...flags0130(), '--', '/bin/sh', '-c', 'echo unwrapped; exec sleep 300'],
+        ...common,
+      });
+      await agent.request('process/start', {
+        processId: 'panel-as-sent',
+        argv: [launcher, ...flags0130(), '--no-proc', '--', '/bin/sh', '-c', 'echo as-sent; exec sleep 300'],
+        ...common,
+      });
+      const page = browser.page;
+      const row = page.locator('tr[data-process-id="panel-unwrapped"]');
+      await row.waitFor();
+      assert.equal(await row.locator('[data-badge]').getAttribute('data-badge'), 'linux-seccomp');
+      assert.equal(
+        await row.locator('[data-badge-extra]').getAttribute('data-badge-extra'),
+        'client-unwrapped',
+      );
+      await row.click();
+      const detail = page.locator('[data-testid="process-detail"]');
+      await detail.locator('[data-testid="client-unwrapped"]').waitFor();
+      assert.match(await visibleText(detail), /Effective policy/);
+      await browser.screenshot('process-detail-client-unwrapped');
+      const sent = page.locator('tr[data-process-id="panel-as-sent"]');
+      assert.equal(await sent.locator('[data-badge]').getAttribute('data-badge'), 'client-wrapped');
+      assert.equal(await sent.locator('[data-badge-extra]').count(), 0);
+      await sent.click();
+      await detail
+        .locator('[data-testid="unwrap-reason"]', { hasText: 'unknown launcher flag --no-proc' })
+        .waitFor();
+    } finally {
+      agent.close();
+      await browser.close();
+      await host.shutdown();
     }
   });
 });

@@ -88,7 +88,7 @@ test('pipes: bwrap argv with --seccomp 3 and a seccomp fd slot; env flags the re
   ]);
   assert.ok(a.includes('--unshare-net') && a.includes('--new-session') && a.includes('--die-with-parent'));
   assert.equal(p.spec.env.CODEX_SANDBOX_NETWORK_DISABLED, '1');
-  assert.deepEqual(p.seccomp, { arch: 'x64', mode: 'restricted', instructions: 35 });
+  assert.deepEqual(p.seccomp, { arch: 'x64', mode: 'restricted', instructions: 36 });
   assert.equal(p.summary.arg0, undefined, 'argv[0] "echo" vs file: only a differing arg0 is reported');
 });
 
@@ -234,7 +234,7 @@ test('prepareLaunch: pipes get a real BPF fd (closed by cleanup); PTY gets a BPF
   const pipes = await prepareLaunch(seed(), { spec: spec(), tty: false }, { tmpdir: '' });
   const fd = pipes.spec.extraFds?.[0];
   assert.equal(typeof fd, 'number');
-  assert.equal(fstatSync(fd as number).size, 35 * 8);
+  assert.equal(fstatSync(fd as number).size, 36 * 8);
   pipes.cleanup();
   assert.throws(() => fstatSync(fd as number));
   const pty = await prepareLaunch(seed(), { spec: spec(), tty: true }, { tmpdir: '' });

@@ -10,6 +10,7 @@ import {
   evalSeccomp,
   hostSeccompArch,
   SECCOMP_RET_ALLOW,
+  SECCOMP_RET_ENOTSOCK,
   SECCOMP_RET_EPERM,
   SECCOMP_RET_KILL_PROCESS,
   type SeccompArch,
@@ -35,7 +36,7 @@ for (const arch of ARCHES) {
 test('seccomp layout: arch check first, KILL on mismatch; 8-byte little-endian insns', () => {
   const b = buildSeccompFilter('x64', 'restricted');
   assert.equal(b.length % 8, 0);
-  assert.equal(b.length / 8, 35);
+  assert.equal(b.length / 8, 36);
   assert.equal(b.subarray(0, 8).toString('hex'), '2000000004000000'); // ld [4] (arch)
   assert.equal(b.readUInt16LE(8), 0x15); // jeq
   assert.equal(b.readUInt32LE(12), 0xc000003e);
@@ -62,7 +63,6 @@ for (const arch of ARCHES) {
       'recvmmsg',
       'getsockopt',
       'setsockopt',
-      'getpeername',
       'getsockname',
       'shutdown',
       'ptrace',
@@ -74,6 +74,8 @@ for (const arch of ARCHES) {
     ] as const) {
       assert.equal(ev(nr[s]), SECCOMP_RET_EPERM, s);
     }
+    // ENOTSOCK, not EPERM: bash must not mistake stdin for a network connection (and source ~/.bashrc).
+    assert.equal(ev(nr.getpeername), SECCOMP_RET_ENOTSOCK);
     assert.equal(ev(nr.recvfrom), SECCOMP_RET_ALLOW);
     assert.equal(ev(nr.socket, AF.UNIX), SECCOMP_RET_ALLOW);
     for (const fam of [AF.INET, AF.INET6, AF.NETLINK, AF.PACKET, AF.VSOCK])

@@ -19,6 +19,12 @@ export const SECCOMP_RET_KILL_PROCESS = 0x80000000;
 export const SECCOMP_RET_ALLOW = 0x7fff0000;
 /** SECCOMP_RET_ERRNO | EPERM */
 export const SECCOMP_RET_EPERM = 0x00050001;
+/**
+ * SECCOMP_RET_ERRNO | ENOTSOCK, for `getpeername` in Restricted mode. With EPERM, bash's "started by a remote shell
+ * daemon" check (getpeername on stdin failing with anything but ENOTSOCK/ENOTCONN/EINVAL/EBADF) decides stdin is a
+ * network connection and sources ~/.bashrc into every sandboxed `bash -c`.
+ */
+export const SECCOMP_RET_ENOTSOCK = 0x00050000 | 88;
 
 export const AUDIT_ARCH = { x64: 0xc000003e, arm64: 0xc00000b7 } as const;
 export const X32_SYSCALL_BIT = 0x40000000;
@@ -116,7 +122,6 @@ const NETWORK_DENIED: SyscallName[] = [
   'accept4',
   'bind',
   'listen',
-  'getpeername',
   'getsockname',
   'shutdown',
   'sendto',
@@ -128,6 +133,8 @@ const NETWORK_DENIED: SyscallName[] = [
 
 export interface SeccompRules {
   denied: SyscallName[];
+  /** Denied with ENOTSOCK instead of EPERM. */
+  notSocket: SyscallName[];
   socketFamilies: number[];
   socketpairFamilies: number[];
 }
@@ -136,11 +143,17 @@ export function seccompRules(mode: SeccompMode): SeccompRules {
   if (mode === 'restricted') {
     return {
       denied: [...NETWORK_DENIED, ...ALWAYS_DENIED],
+      notSocket: ['getpeername'],
       socketFamilies: [AF.UNIX],
       socketpairFamilies: [AF.UNIX],
     };
   }
-  return { denied: [...ALWAYS_DENIED], socketFamilies: [AF.INET, AF.INET6], socketpairFamilies: [AF.UNIX] };
+  return {
+    denied: [...ALWAYS_DENIED],
+    notSocket: [],
+    socketFamilies: [AF.INET, AF.INET6],
+    socketpairFamilies: [AF.UNIX],
+  };
 }
 
 /** One instruction with symbolic jump targets (labels) or fall-through (null). */
@@ -190,6 +203,7 @@ export function buildSeccompFilter(arch: SeccompArch, mode: SeccompMode): Buffer
   p.push({ code: BPF_LD_W_ABS, k: OFF_NR });
   if (arch === 'x64') p.push({ code: BPF_JMP_JGE_K, k: X32_SYSCALL_BIT, jt: 'deny', jf: null });
   for (const name of rules.denied) p.push({ code: BPF_JMP_JEQ_K, k: nr[name], jt: 'deny', jf: null });
+  for (const name of rules.notSocket) p.push({ code: BPF_JMP_JEQ_K, k: nr[name], jt: 'notsock', jf: null });
   p.push({ code: BPF_JMP_JEQ_K, k: nr.socket, jt: 'socket', jf: null });
   p.push({ code: BPF_JMP_JEQ_K, k: nr.socketpair, jt: 'socketpair', jf: null });
   p.push({ code: BPF_RET_K, k: SECCOMP_RET_ALLOW });
@@ -201,6 +215,7 @@ export function buildSeccompFilter(arch: SeccompArch, mode: SeccompMode): Buffer
   p.push({ code: BPF_RET_K, k: SECCOMP_RET_EPERM });
   p.push({ code: BPF_RET_K, k: SECCOMP_RET_ALLOW, label: 'allow' });
   p.push({ code: BPF_RET_K, k: SECCOMP_RET_EPERM, label: 'deny' });
+  if (rules.notSocket.length > 0) p.push({ code: BPF_RET_K, k: SECCOMP_RET_ENOTSOCK, label: 'notsock' });
   p.push({ code: BPF_RET_K, k: SECCOMP_RET_KILL_PROCESS, label: 'kill' });
   return assemble(p);
 }

@@ -9,6 +9,7 @@ import type { Duplex } from 'node:stream';
 import tls from 'node:tls';
 import { blockMessage, blockTag } from './events.js';
 import { hostPort, normalizeHost } from './host.js';
+import { listenLoopback } from './listen.js';
 import type { PolicyEngine } from './policy.js';
 import type { Recorder } from './recorder.js';
 import { connectVia, mayUseUpstream, UpstreamAgents, type UpstreamProxies, upstreamFor } from './upstream.js';
@@ -313,14 +314,7 @@ export class HttpProxy {
   }
 
   listen(): Promise<number> {
-    return new Promise((resolve, reject) => {
-      this.server.once('error', reject);
-      this.server.listen({ host: '127.0.0.1', port: 0, exclusive: true }, () => {
-        this.server.off('error', reject);
-        const addr = this.server.address();
-        resolve(typeof addr === 'object' && addr ? addr.port : 0);
-      });
-    });
+    return listenLoopback(this.server);
   }
 
   async close(): Promise<void> {

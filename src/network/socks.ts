@@ -7,6 +7,7 @@ import net from 'node:net';
 import type { Duplex } from 'node:stream';
 import { canonicalIp, hostPort, normalizeHost } from './host.js';
 import { type Dialer, openTunnel, tunnel } from './http.js';
+import { listenLoopback } from './listen.js';
 import type { PolicyEngine } from './policy.js';
 import type { Recorder } from './recorder.js';
 import type { UpstreamProxies } from './upstream.js';
@@ -96,14 +97,7 @@ export class SocksProxy {
   }
 
   listen(): Promise<number> {
-    return new Promise((resolve, reject) => {
-      this.server.once('error', reject);
-      this.server.listen({ host: '127.0.0.1', port: 0, exclusive: true }, () => {
-        this.server.off('error', reject);
-        const addr = this.server.address();
-        resolve(typeof addr === 'object' && addr ? addr.port : 0);
-      });
-    });
+    return listenLoopback(this.server);
   }
 
   async close(): Promise<void> {

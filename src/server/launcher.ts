@@ -36,8 +36,6 @@ export interface LauncherOptions {
   /** Test seams for the managed proxy (tests never make real DNS lookups). */
   resolver?: Resolver;
   dialer?: Dialer;
-  /** The approval hook for hosts neither allowed nor denied (interactive approvals plug in here). */
-  decider?: (processId: string, sessionId: string) => Decider | undefined;
   /**
    * Codex 0.120–0.130 wrap sandboxed commands in their own `codex-linux-sandbox` launcher, which as root runs bwrap
    * without `--cap-drop ALL` (sandbox.md §3.1, §7.1). `auto` (default): when this server runs as root, run the
@@ -195,7 +193,6 @@ export class Launcher implements LaunchPreparer {
           log: (line) => this.opts.log.info(line),
           ...(this.opts.resolver ? { resolver: this.opts.resolver } : {}),
           ...(this.opts.dialer ? { dialer: this.opts.dialer } : {}),
-          ...(this.opts.decider ? { decider: this.opts.decider(params.processId, ctx.sessionId) } : {}),
         });
       } catch (e) {
         throw internalError(`failed to start the managed network proxy: ${(e as Error).message}`);

@@ -1,7 +1,6 @@
 import type { Dialer } from '../network/index.js';
 import {
   applyProxyEnv,
-  type Decider,
   type ManagedProxy,
   NetworkConfigError,
   NetworkEvents,

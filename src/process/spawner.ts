@@ -147,10 +147,13 @@ interface NativeBinding {
     cwd: string,
     fds: number[],
     waitExec: boolean,
+    newPidNs?: boolean,
   ): [number, number, number, number];
   setExitHandler(fn: (pid: number, status: number, signo: number) => void): void;
   /** Whether this build can start children without waiting for their exec (x86_64, arm64). */
   asyncExec: boolean;
+  /** Absent from builds older than spawn's newPidNs argument. */
+  newPidNs?: boolean;
   /** Absent from builds older than the function. false: the pid is already gone (fn is never called). */
   watchExit?(pid: number, fn: () => void): boolean;
 }
@@ -224,6 +227,29 @@ const nativeExits: Map<number, ExitLatch> = (() => {
 /** Why the native spawner is not available (null when it is). */
 export const nativeLoadError: string | null = native.error;
 
+/**
+ * The pid-namespace guard the sandbox puts around bwrap as root (src/sandbox/linux/pidGuard.ts):
+ * `unshare --pid --fork --kill-child -- <program> …` runs <program> as the init of a new pid namespace, with
+ * PR_SET_PDEATHSIG(SIGKILL) towards unshare. The native spawner does the same in one step, saving unshare's exec
+ * and fork (about 1 ms per sandboxed start): its child is cloned with CLONE_NEWPID, so it is already that init, and
+ * it has PR_SET_PDEATHSIG(SIGKILL) towards the server. Only as root (CLONE_NEWPID needs CAP_SYS_ADMIN) and for an
+ * absolute <program>; anything else, and every other spawner (child_process, node-pty), runs unshare as given.
+ * Env CORRAL_NATIVE_PIDNS=0 turns this off (diagnosis, benchmarks).
+ */
+const nativePidNs =
+  native.binding?.newPidNs === true && process.geteuid?.() === 0 && process.env.CORRAL_NATIVE_PIDNS !== '0';
+const GUARD_FLAGS = ['--pid', '--fork', '--kill-child', '--'];
+
+/** The spec without its `unshare --pid --fork --kill-child --` prefix, when the native spawner can do that itself. */
+export function withoutPidGuard(spec: LaunchSpec): LaunchSpec | undefined {
+  const a = spec.argv;
+  if (!nativePidNs || a.length < 6 || a[0] !== spec.file || !spec.file.endsWith('/unshare')) return undefined;
+  for (let i = 0; i < GUARD_FLAGS.length; i++) if (a[i + 1] !== GUARD_FLAGS[i]) return undefined;
+  const file = a[GUARD_FLAGS.length + 1]!;
+  if (!file.startsWith('/')) return undefined; // unshare would search PATH
+  return { ...spec, file, argv: a.slice(GUARD_FLAGS.length + 1) };
+}
+
 function spawnNative(
   binding: NativeBinding,
   spec: LaunchSpec,
@@ -231,6 +257,8 @@ function spawnNative(
   mode: NativeMode,
 ): SpawnedChild {
   checkNoNul(spec);
+  const unguarded = withoutPidGuard(spec);
+  if (unguarded) spec = unguarded;
   const fds = [opts.stdin === 'pipe' ? FD_PIPE : FD_DEVNULL, FD_PIPE, FD_PIPE];
   for (const fd of spec.extraFds ?? []) fds.push(fd ?? FD_CLOSED);
   let r: [number, number, number, number];
@@ -242,6 +270,7 @@ function spawnNative(
       spec.cwd,
       fds,
       mode === 'vfork' || !binding.asyncExec,
+      unguarded !== undefined,
     );
   } catch (e) {
     const errno = (e as { errno?: unknown }).errno;

@@ -20,11 +20,13 @@
 //
 // JS interface (see src/process/spawner.ts):
 //   spawn(file, argv: string[], env: string[] /* "K=V" */, cwd, fds: number[] /* child fd i <- fds[i], -1 = closed,
-//         -2 = create a pipe (0: parent writes, 1/2: parent reads), -3 = /dev/null */, waitExec: boolean)
+//         -2 = create a pipe (0: parent writes, 1/2: parent reads), -3 = /dev/null */, waitExec: boolean,
+//         newPidNs?: boolean /* CLONE_NEWPID: the child is the init of a new pid namespace (needs CAP_SYS_ADMIN) */)
 //     -> [pid, fd0, fd1, fd2]   parent ends of created pipes, -1 where none
 //     throws Error { message: strerror text, errno: number } when the child could not be started
 //   setExitHandler(fn(pid, exitStatus /* -1 if signalled */, signo /* 0 if exited */))
 //   asyncExec: boolean   whether async mode is compiled in
+//   newPidNs: true       spawn understands its newPidNs argument
 //   watchExit(pid, fn()) -> boolean
 //     for a process this addon did not start (node-pty's children): calls fn() once, on the loop, when the process has
 //     terminated, WITHOUT reaping it (its own parent's waitpid does that). false when pidfd_open says it is already
@@ -85,6 +87,7 @@ struct child_args {
   int tmp[MAX_CHILD_FDS];  // scratch: sources moved above nfds
   unsigned int close_from_max;
   pid_t parent_pid;
+  int parent_pidfd;  // async mode with newPidNs: a pidfd of this process (getppid() is 0 in a new pid namespace), or -1
   int restore_policy;  // async mode: SCHED_OTHER to restore in the child (it starts as SCHED_BATCH), or -1
   int status_fd;     // async mode: write end of a CLOEXEC pipe; its EOF tells the parent the child left our memory
   volatile int err;  // vfork mode: set by the child when it fails; 0 when execve succeeded
@@ -224,8 +227,15 @@ static int child_main_async(void *p) {
   }
   if ((r = raw_syscall(SYS_setsid, 0, 0, 0, 0)) < 0) child_die(a, r, 0);
   if ((r = raw_syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0)) < 0) child_die(a, r, 0);
-  // The parent may have died before PR_SET_PDEATHSIG took effect.
-  if (raw_syscall(SYS_getppid, 0, 0, 0, 0) != a->parent_pid) child_die(a, -ESRCH, 0);
+  // The parent may have died before PR_SET_PDEATHSIG took effect. In a new pid namespace getppid() is 0: ask the
+  // parent's pidfd instead (readable once the parent has exited).
+  if (a->parent_pidfd >= 0) {
+    struct pollfd pp = {.fd = a->parent_pidfd, .events = POLLIN, .revents = 0};
+    static const struct timespec no_wait;
+    if (raw_syscall(SYS_ppoll, (long)&pp, 1, (long)&no_wait, 0) != 0) child_die(a, -ESRCH, 0);
+  } else if (raw_syscall(SYS_getppid, 0, 0, 0, 0) != a->parent_pid) {
+    child_die(a, -ESRCH, 0);
+  }
 
   int status = a->status_fd;
   if (status < a->nfds) {
@@ -278,6 +288,7 @@ struct addon_state {
   void *stacks[STACK_CACHE];     // free child stacks
   int nstacks;
   int devnull;
+  int self_pidfd;  // a pidfd of this process for newPidNs children (opened on first use), or -1
 };
 
 struct watched {
@@ -487,6 +498,8 @@ static void cleanup_state(void *arg) {
   while (st->nstacks > 0) munmap(st->stacks[--st->nstacks], CHILD_STACK_SIZE);
   if (st->devnull >= 0) close(st->devnull);
   st->devnull = -1;
+  if (st->self_pidfd >= 0) close(st->self_pidfd);
+  st->self_pidfd = -1;
 }
 
 static void finalize_state(napi_env env, void *data, void *hint) {
@@ -570,16 +583,18 @@ static int precheck(const char *file, const char *cwd) {
 static __thread char *vfork_stack;
 
 static napi_value js_spawn(napi_env env, napi_callback_info info) {
-  size_t argc = 6;
-  napi_value args[6];
+  size_t argc = 7;
+  napi_value args[7];
   struct addon_state *st;
   if (napi_get_cb_info(env, info, &argc, args, NULL, NULL) != napi_ok || argc < 5) {
-    napi_throw_type_error(env, NULL, "spawn(file, argv, env, cwd, fds, waitExec) expects 5 or 6 arguments");
+    napi_throw_type_error(env, NULL, "spawn(file, argv, env, cwd, fds, waitExec, newPidNs) expects 5 to 7 arguments");
     return NULL;
   }
   napi_get_instance_data(env, (void **)&st);
   bool wait_exec = false;
   if (argc >= 6) napi_get_value_bool(env, args[5], &wait_exec);
+  bool new_pidns = false;
+  if (argc >= 7) napi_get_value_bool(env, args[6], &new_pidns);
 #ifndef HAVE_RAW_SYSCALL
   wait_exec = true;
 #endif
@@ -645,6 +660,7 @@ static napi_value js_spawn(napi_env env, napi_callback_info info) {
   a->envp = pe->envp;
   a->cwd = pe->cwd;
   a->parent_pid = getpid();
+  a->parent_pidfd = -1;
   a->status_fd = -1;
   struct rlimit rl;
   a->close_from_max = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < 65536
@@ -654,6 +670,17 @@ static napi_value js_spawn(napi_env env, napi_callback_info info) {
   char *stack;
   int (*child_fn)(void *);
   int flags = CLONE_VM | CLONE_PIDFD | SIGCHLD;
+  if (new_pidns) {
+    flags |= CLONE_NEWPID;
+    if (!wait_exec) {
+      if (st->self_pidfd < 0) st->self_pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);  // O_CLOEXEC
+      if (st->self_pidfd < 0) {
+        err = errno;
+        goto fail;
+      }
+      a->parent_pidfd = st->self_pidfd;
+    }
+  }
   if (wait_exec) {
     if (!vfork_stack) {
       void *m = mmap(NULL, CHILD_STACK_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
@@ -879,6 +906,7 @@ NAPI_MODULE_INIT(/* napi_env env, napi_value exports */) {
   if (!st) return NULL;
   st->env = env;
   st->devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  st->self_pidfd = -1;
   if (napi_get_uv_event_loop(env, &st->loop) != napi_ok) return NULL;
   napi_value name;
   napi_create_string_utf8(env, "corral.spawn", NAPI_AUTO_LENGTH, &name);
@@ -888,7 +916,8 @@ NAPI_MODULE_INIT(/* napi_env env, napi_value exports */) {
   napi_set_instance_data(env, st, finalize_state, NULL);
   napi_add_env_cleanup_hook(env, cleanup_state, st);
 
-  napi_value async_ok;
+  napi_value async_ok, new_pidns_ok;
+  napi_get_boolean(env, true, &new_pidns_ok);
 #ifdef HAVE_RAW_SYSCALL
   napi_get_boolean(env, true, &async_ok);
 #else
@@ -899,6 +928,7 @@ NAPI_MODULE_INIT(/* napi_env env, napi_value exports */) {
       {"setExitHandler", NULL, js_set_exit_handler, NULL, NULL, NULL, napi_default, NULL},
       {"watchExit", NULL, js_watch_exit, NULL, NULL, NULL, napi_default, NULL},
       {"asyncExec", NULL, NULL, NULL, NULL, async_ok, napi_default, NULL},
+      {"newPidNs", NULL, NULL, NULL, NULL, new_pidns_ok, napi_default, NULL},
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
   return exports;

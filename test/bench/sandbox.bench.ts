@@ -1,14 +1,17 @@
 /**
- * Sandboxed start → exit latency of `true` through prepareLaunch (workspace-write, network restricted, seccomp),
- * spawned with node:child_process as the server's pipe mode does, against the same unsandboxed, and bwrap alone.
- * As root the launch also includes the pid-namespace guard (unshare + sh, see src/sandbox/linux/pidGuard.ts), and
- * the workspace has no .codex, so each run also creates and removes the synthetic mount target.
+ * Sandboxed start → exit latency of `true` (workspace-write, network restricted, seccomp) as the server's pipe mode
+ * does it: prepareLaunch, spawnPiped (the native spawner when built), afterSpawn, until the exit and both pipes'
+ * close, cleanup. Against: the same unsandboxed, bwrap alone, and the sandboxed launch through child_process (the
+ * fallback spawner, which runs the root pid-namespace guard as `unshare … sh … bwrap`, see
+ * src/sandbox/linux/pidGuard.ts; the native spawner clones the guard's init itself). The workspace has no .codex,
+ * so each run also creates and removes the synthetic mount target. Variants alternate run by run, so machine load
+ * hits them alike.
  */
-import { spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
 import type { LaunchSpec } from '../../src/process/launch.js';
+import { type SpawnerKind, spawnerKind, spawnPipedWith } from '../../src/process/spawner.js';
 import { parseSandboxParam } from '../../src/protocol/sandbox.js';
 import { type ParsedSandbox, prepareLaunch } from '../../src/sandbox/index.js';
 import type { BenchRow } from './types.js';
@@ -16,31 +19,48 @@ import type { BenchRow } from './types.js';
 const RUNS = 60;
 const WARMUP = 5;
 
-function runSpec(s: LaunchSpec): Promise<number> {
+/** Spawns like the server's pipe mode and resolves with the exit code once the child exited and its pipes closed. */
+function runSpec(
+  s: LaunchSpec,
+  kind: SpawnerKind,
+  afterSpawn?: (pid: number) => Promise<void>,
+): Promise<number> {
   return new Promise((resolve, reject) => {
-    const c = spawn(s.file, s.argv.slice(1), {
-      argv0: s.argv[0],
-      cwd: s.cwd,
-      env: s.env,
-      stdio: ['ignore', 'ignore', 'ignore', ...(s.extraFds ?? []).map((fd) => (fd === null ? 'ignore' : fd))],
+    const c = spawnPipedWith(kind, s, { stdin: 'null' });
+    let open = 2;
+    let code: number | undefined;
+    const done = () => {
+      if (open === 0 && code !== undefined) resolve(code);
+    };
+    for (const st of [c.stdout, c.stderr]) {
+      st.resume();
+      st.once('close', () => {
+        open--;
+        done();
+      });
+    }
+    c.onExit((exitCode) => {
+      code = exitCode;
+      done();
     });
-    c.once('error', reject);
-    c.once('close', (code) => resolve(code ?? -1));
+    afterSpawn?.(c.pid).catch(reject);
   });
 }
 
-function pct(xs: number[], p: number): number {
-  const s = [...xs].sort((a, b) => a - b);
+function pct(xs: number[] | undefined, p: number): number {
+  const s = [...(xs ?? [])].sort((a, b) => a - b);
   return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))]!;
 }
 
-async function measure(once: () => Promise<void>): Promise<number[]> {
-  for (let i = 0; i < WARMUP; i++) await once();
-  const out: number[] = [];
-  for (let i = 0; i < RUNS; i++) {
-    const t0 = performance.now();
-    await once();
-    out.push(performance.now() - t0);
+/** Times each variant RUNS times, one run of each in turn. */
+async function measureAlternating(variants: (() => Promise<void>)[]): Promise<number[][]> {
+  const out = variants.map(() => [] as number[]);
+  for (let i = 0; i < WARMUP + RUNS; i++) {
+    for (const [k, once] of variants.entries()) {
+      const t0 = performance.now();
+      await once();
+      if (i >= WARMUP) out[k]!.push(performance.now() - t0);
+    }
   }
   return out;
 }
@@ -79,21 +99,17 @@ export async function run(): Promise<BenchRow[]> {
     if (!parsed.success) throw parsed.error;
     const sb = parsed.data as ParsedSandbox;
     const spec: LaunchSpec = { file: '/bin/true', argv: ['true'], env: { PATH: '/usr/bin:/bin' }, cwd: W };
-    const sandboxed = async () => {
+    const sandboxedWith = (kind: SpawnerKind) => async () => {
       const p = await prepareLaunch(sb, { spec, tty: false });
       try {
-        const done = runSpec(p.spec);
-        await p.afterSpawn?.(0);
-        if ((await done) !== 0) throw new Error('sandboxed true failed');
+        if ((await runSpec(p.spec, kind, p.afterSpawn?.bind(p))) !== 0)
+          throw new Error('sandboxed true failed');
       } finally {
         p.cleanup();
       }
     };
+    const sandboxed = sandboxedWith(spawnerKind);
     await sandboxed(); // probe bwrap once (cached for the process, as in the server)
-    const tSandboxed = await measure(sandboxed);
-    const tPlain = await measure(async () => {
-      await runSpec(spec);
-    });
     const bwrapOnly: LaunchSpec = {
       file: '/usr/bin/bwrap',
       argv: [
@@ -116,16 +132,23 @@ export async function run(): Promise<BenchRow[]> {
       env: spec.env,
       cwd: W,
     };
-    const tBwrap = await measure(async () => {
-      await runSpec(bwrapOnly);
-    });
-    const prepOnly = await measure(async () => {
-      (await prepareLaunch(sb, { spec, tty: false })).cleanup();
-    });
+    const [tSandboxed, tPlain, tBwrap, tViaNode, prepOnly] = await measureAlternating([
+      sandboxed,
+      async () => {
+        await runSpec(spec, spawnerKind);
+      },
+      async () => {
+        await runSpec(bwrapOnly, spawnerKind);
+      },
+      sandboxedWith('node'),
+      async () => {
+        (await prepareLaunch(sb, { spec, tty: false })).cleanup();
+      },
+    ]);
     return [
       {
         section: 'sandbox',
-        metric: 'start→exit `true`, sandboxed p50',
+        metric: `start→exit \`true\`, sandboxed p50 (${spawnerKind} spawner; ref: unsandboxed)`,
         corral: pct(tSandboxed, 50),
         reference: pct(tPlain, 50),
         unit: 'ms',
@@ -136,6 +159,12 @@ export async function run(): Promise<BenchRow[]> {
         metric: 'start→exit `true`, sandboxed p90',
         corral: pct(tSandboxed, 90),
         reference: pct(tPlain, 90),
+        unit: 'ms',
+      },
+      {
+        section: 'sandbox',
+        metric: 'start→exit `true`, sandboxed via child_process p50',
+        corral: pct(tViaNode, 50),
         unit: 'ms',
       },
       {

@@ -13,6 +13,8 @@ export interface ProcessEventSink {
   output(p: ManagedProcess, seq: number, stream: OutputStream, data: Buffer): void;
   exited(p: ManagedProcess, seq: number, exitCode: number): void;
   closed(p: ManagedProcess, seq: number): void;
+  /** Optional: the outputs of one read have all been reported (a sink may batch them until here). */
+  flush?(): void;
 }
 
 export interface ProcessInfo {
@@ -147,6 +149,7 @@ export class ManagedProcess {
       this.buffer.push({ seq, stream, data: piece });
       this.sink.output(this, seq, stream, piece);
     }
+    this.sink.flush?.();
     this.wake();
   }
 

@@ -4,6 +4,10 @@ import { ErrorCode, RpcError } from '../protocol/errors.js';
 export interface Transport {
   /** Sends one JSON-RPC message. `onWritten` (optional) runs once the bytes have left this process's buffers. */
   send(text: string, onWritten?: () => void): void;
+  /** Optional fast path: sends one message given as its UTF-8 bytes (a text frame; the caller no longer touches it). */
+  sendBuffer?(data: Buffer, onWritten?: () => void): void;
+  /** Optional fast path: sends several messages (UTF-8 bytes, in order) with one write; `onWritten` once for all. */
+  sendBatch?(messages: Buffer[], onWritten?: () => void): void;
   /** Closes the transport (WebSocket close code semantics: 1002 protocol error, 1009 too big, 1000 normal). */
   close(code: number, reason?: string): void;
   /** "ip:port" of the peer, used in parse-error texts. */
@@ -102,6 +106,25 @@ export class RpcConnection {
   sendRaw(text: string, onWritten?: () => void): void {
     if (this.closedFlag) return;
     this.transport.send(text, onWritten);
+  }
+
+  /** Sends a pre-serialised message given as UTF-8 bytes (output notifications), without a string round trip when
+   * the transport takes bytes. */
+  sendBuffer(data: Buffer, onWritten?: () => void): void {
+    if (this.closedFlag) return;
+    if (this.transport.sendBuffer) this.transport.sendBuffer(data, onWritten);
+    else this.transport.send(data.toString('utf8'), onWritten);
+  }
+
+  /** Sends several pre-serialised messages (UTF-8 bytes) in order; `onWritten` runs once all have been written. */
+  sendBatch(messages: Buffer[], onWritten?: () => void): void {
+    if (this.closedFlag) return;
+    if (this.transport.sendBatch) {
+      this.transport.sendBatch(messages, onWritten);
+      return;
+    }
+    const last = messages.length - 1;
+    for (let i = 0; i <= last; i++) this.sendBuffer(messages[i]!, i === last ? onWritten : undefined);
   }
 
   /** Closes the connection (transport close code). */

@@ -3,6 +3,34 @@ import type { OutputStream } from '../protocol/exec.js';
 import type { RpcConnection } from '../rpc/connection.js';
 import type { ServerEvents } from './events.js';
 
+function base64Length(n: number): number {
+  return Math.ceil(n / 3) * 4;
+}
+
+/** Node's base64 (SIMD) through a string still beats a scalar encoder into the buffer (measured: ~30 vs ~42 ms/64 MiB). */
+function base64Into(src: Buffer, dst: Buffer, off: number): number {
+  return dst.write(src.toString('base64'), off, 'latin1');
+}
+
+/**
+ * Output notifications are carved out of shared arenas (one allocation per ~20 notifications instead of one each).
+ * An arena is never reused: once full, a new one is started, and the old one lives as long as its last message.
+ */
+const ARENA_BYTES = 256 * 1024;
+let arena = Buffer.allocUnsafeSlow(ARENA_BYTES);
+let arenaUsed = 0;
+
+function messageBuffer(n: number): Buffer {
+  if (n > ARENA_BYTES / 8) return Buffer.allocUnsafeSlow(n);
+  if (arenaUsed + n > ARENA_BYTES) {
+    arena = Buffer.allocUnsafeSlow(ARENA_BYTES);
+    arenaUsed = 0;
+  }
+  const b = arena.subarray(arenaUsed, arenaUsed + n);
+  arenaUsed += (n + 7) & ~7;
+  return b;
+}
+
 /** Above this many bytes queued on the transport, the session pauses its children's output (protocol.md §5.9). */
 export const HIGH_WATER_BYTES = 8 * 1024 * 1024;
 const LOW_WATER_BYTES = 2 * 1024 * 1024;
@@ -13,8 +41,8 @@ interface Entry {
   held: boolean;
   /** seq of the last event delivered to an attached connection. */
   deliveredSeq: number;
-  /** Pre-built `{"method":"process/output","params":{"processId":…,"seq":` prefix. */
-  outputPrefix: string;
+  /** Pre-built `{"method":"process/output","params":{"processId":…,"seq":` prefix (UTF-8). */
+  outputPrefix: Buffer;
 }
 
 /**
@@ -33,6 +61,9 @@ export class Session implements ProcessEventSink {
   private queuedBytes = 0;
   private backpressured = false;
   private readonly onWrittenFns = new Map<number, () => void>();
+  /** Output notifications built but not yet handed to the connection (one write per read; see flush). */
+  private batch: Buffer[] = [];
+  private batchBytes = 0;
 
   constructor(
     readonly id: string,
@@ -78,7 +109,9 @@ export class Session implements ProcessEventSink {
       proc,
       held: true,
       deliveredSeq: 0,
-      outputPrefix: `{"method":"process/output","params":{"processId":${JSON.stringify(id)},"seq":`,
+      outputPrefix: Buffer.from(
+        `{"method":"process/output","params":{"processId":${JSON.stringify(id)},"seq":`,
+      ),
     });
     if (this.backpressured) proc.setPaused(true);
   }
@@ -107,6 +140,7 @@ export class Session implements ProcessEventSink {
   }
 
   detach(): void {
+    this.flush();
     this.conn = null;
     this.detachedAt = Date.now();
     this.setBackpressure(false);
@@ -161,15 +195,44 @@ export class Session implements ProcessEventSink {
       }
     }
     e.deliveredSeq = p.lastSeq;
+    this.flush();
   }
 
+  /** Builds the notification as one Buffer and queues it in the batch that `flush` writes. */
   private sendOutput(e: Entry, seq: number, stream: OutputStream, data: Buffer): void {
-    const text = `${e.outputPrefix}${seq},"stream":"${stream}","chunk":"${data.toString('base64')}"}}`;
     e.deliveredSeq = seq;
-    this.send(text);
+    const prefix = e.outputPrefix;
+    const mid = `${seq},"stream":"${stream}","chunk":"`;
+    const b64 = base64Length(data.length);
+    const buf = messageBuffer(prefix.length + mid.length + b64 + 3);
+    let off = prefix.copy(buf, 0);
+    off += buf.write(mid, off, 'latin1');
+    off += base64Into(data, buf, off);
+    buf[off] = 0x22; // "}}
+    buf[off + 1] = 0x7d;
+    buf[off + 2] = 0x7d;
+    if (this.batch.length === 0) process.nextTick(this.flushFn);
+    this.batch.push(buf);
+    this.batchBytes += buf.length;
+  }
+
+  private readonly flushFn = () => this.flush();
+
+  /** Hands the batched output notifications to the connection in one write (ProcessEventSink: end of a read). */
+  flush(): void {
+    if (this.batch.length === 0) return;
+    const batch = this.batch;
+    const len = this.batchBytes;
+    this.batch = [];
+    this.batchBytes = 0;
+    if (!this.conn) return;
+    this.queuedBytes += len;
+    this.conn.sendBatch(batch, this.writtenFn(len));
+    if (!this.backpressured && this.queuedBytes > HIGH_WATER_BYTES) this.setBackpressure(true);
   }
 
   private sendExited(e: Entry, seq: number, exitCode: number): void {
+    this.flush();
     e.deliveredSeq = seq;
     this.conn!.notify('process/exited', {
       processId: e.proc.info.processId,
@@ -180,15 +243,9 @@ export class Session implements ProcessEventSink {
   }
 
   private sendClosed(e: Entry, seq: number): void {
+    this.flush();
     e.deliveredSeq = seq;
     this.conn!.notify('process/closed', { processId: e.proc.info.processId, seq });
-  }
-
-  private send(text: string): void {
-    const len = text.length;
-    this.queuedBytes += len;
-    this.conn!.sendRaw(text, this.writtenFn(len));
-    if (!this.backpressured && this.queuedBytes > HIGH_WATER_BYTES) this.setBackpressure(true);
   }
 
   private writtenFn(len: number): () => void {

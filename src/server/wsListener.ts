@@ -42,6 +42,39 @@ function presentedToken(req: IncomingMessage, url: URL): string | null {
   return url.searchParams.get('token');
 }
 
+const TEXT_FRAME = { binary: false } as const;
+
+/** Whether ws's sender writes frames straight to the socket right now (nothing queued behind compression/Blobs). */
+function senderIdle(ws: WebSocket): boolean {
+  const sender = (ws as unknown as { _sender?: { _state?: number; _queue?: unknown[] } })._sender;
+  return sender?._state === 0 && sender._queue?.length === 0;
+}
+
+/** Unmasked (server → client) WebSocket text frames for `messages`, concatenated into one Buffer (RFC 6455 §5.2). */
+export function textFrames(messages: Buffer[]): Buffer {
+  let total = 0;
+  for (const m of messages) total += m.length + (m.length < 126 ? 2 : m.length < 65536 ? 4 : 10);
+  const out = Buffer.allocUnsafe(total);
+  let off = 0;
+  for (const m of messages) {
+    const n = m.length;
+    out[off++] = 0x81; // FIN + text
+    if (n < 126) out[off++] = n;
+    else if (n < 65536) {
+      out[off++] = 126;
+      out.writeUInt16BE(n, off);
+      off += 2;
+    } else {
+      out[off++] = 127;
+      out.writeUInt32BE(Math.floor(n / 2 ** 32), off);
+      out.writeUInt32BE(n >>> 0, off + 4);
+      off += 8;
+    }
+    off += m.copy(out, off);
+  }
+  return out;
+}
+
 /**
  * Wraps a `ws` WebSocket as an RPC transport. Messages sent within one tick are corked into a single socket write
  * (a 64 KiB pipe read becomes 8 notifications: one writev instead of eight).
@@ -53,17 +86,35 @@ export function webSocketTransport(ws: WebSocket, peer: string): Transport {
     corked = false;
     socket?.uncork();
   };
+  const cork = () => {
+    corked = true;
+    socket!.cork();
+    process.nextTick(uncork);
+  };
   return {
     peer,
     send(text, onWritten) {
       if (ws.readyState !== ws.OPEN) return;
-      if (socket && !corked) {
-        corked = true;
-        socket.cork();
-        process.nextTick(uncork);
-      }
+      if (socket && !corked) cork();
       if (onWritten) ws.send(text, onWritten);
       else ws.send(text);
+    },
+    sendBuffer(data, onWritten) {
+      if (ws.readyState !== ws.OPEN) return;
+      if (socket && !corked) cork();
+      ws.send(data, TEXT_FRAME, onWritten);
+    },
+    sendBatch(messages, onWritten) {
+      if (ws.readyState !== ws.OPEN) return;
+      if (!socket || !senderIdle(ws)) {
+        const last = messages.length - 1;
+        for (let i = 0; i <= last; i++) ws.send(messages[i]!, TEXT_FRAME, i === last ? onWritten : undefined);
+        return;
+      }
+      if (!corked) cork();
+      // ws writes every frame straight to the socket when its sender is idle (no compression, no Blob pending), so
+      // frames written here keep their order with ws's own.
+      socket.write(textFrames(messages), onWritten);
     },
     close(code, reason) {
       if (ws.readyState === ws.OPEN || ws.readyState === ws.CONNECTING) ws.close(code, reason);

@@ -460,6 +460,32 @@ export async function prepareLaunch(
   return materialize(plan, cmd.tty);
 }
 
+/** Per filter (they are cached per arch and mode): an fd of its unlinked BPF file, held for the process's life. */
+const heldFilters = new Map<Buffer, number>();
+
+/** A new read-only fd (own offset, at 0) of an unlinked 0600 file in the private dir holding `filter`. */
+function openFilter(filter: Buffer): number {
+  const held = heldFilters.get(filter);
+  if (held !== undefined) {
+    try {
+      // Reopening the held fd gives a fresh open file description without writing and unlinking a file again.
+      return openSync(`/proc/self/fd/${held}`, 'r');
+    } catch {
+      heldFilters.delete(filter);
+      closeQuietly(held);
+    }
+  }
+  const file = join(sharedPrivateDir(), `seccomp-${process.pid}-${++fileCounter}.bpf`);
+  writeFileSync(file, filter, { mode: 0o600, flag: 'wx' });
+  try {
+    const fd = openSync(file, 'r');
+    if (!heldFilters.has(filter)) heldFilters.set(filter, openSync(file, 'r'));
+    return fd;
+  } finally {
+    unlinkSync(file);
+  }
+}
+
 function materialize(plan: LaunchPlan, tty: boolean): PreparedLaunch {
   const fds: number[] = [];
   const toRemove: string[] = [];
@@ -493,14 +519,13 @@ function materialize(plan: LaunchPlan, tty: boolean): PreparedLaunch {
     const slotFds: Partial<Record<FdSlot, number>> = {};
     if (plan.managed || tty) dir = mkdtempSync(join(sharedPrivateDir(), 'launch-'));
     if (plan.seccomp) {
-      const file = join(dir ?? sharedPrivateDir(), `seccomp-${process.pid}-${++fileCounter}.bpf`);
-      writeFileSync(file, plan.seccomp.filter, { mode: 0o600, flag: 'wx' });
       if (tty) {
+        const file = join(dir ?? sharedPrivateDir(), `seccomp-${process.pid}-${++fileCounter}.bpf`);
+        writeFileSync(file, plan.seccomp.filter, { mode: 0o600, flag: 'wx' });
         slotPaths.seccomp = file;
         toRemove.push(file);
       } else {
-        const fd = openSync(file, 'r');
-        unlinkSync(file);
+        const fd = openFilter(plan.seccomp.filter);
         fds.push(fd);
         slotFds.seccomp = fd;
       }

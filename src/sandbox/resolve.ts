@@ -16,7 +16,9 @@ export interface FsProbe {
 export const realFsProbe: FsProbe = {
   kind(p) {
     try {
-      const st = lstatSync(p);
+      // No exception for the common missing path (.codex, .agents, …): building one costs more than the lstat.
+      const st = lstatSync(p, { throwIfNoEntry: false });
+      if (!st) return null;
       if (st.isSymbolicLink()) return 'symlink';
       if (st.isDirectory()) return 'dir';
       if (st.isFile()) return 'file';

@@ -1,4 +1,4 @@
-import { readdirSync, rmdirSync, statSync } from 'node:fs';
+import { rmdirSync } from 'node:fs';
 
 /**
  * Synthetic mount targets (sandbox.md §8.4.1): bwrap creates a missing protected path on the host (an empty
@@ -31,11 +31,11 @@ export function acquireSyntheticTargets(targets: string[]): () => void {
   };
 }
 
+/** rmdir(2) itself removes only an empty directory (ENOTEMPTY, ENOTDIR, ENOENT otherwise): no check before it. */
 function removeIfEmptyDir(p: string): void {
   try {
-    if (!statSync(p).isDirectory() || readdirSync(p).length > 0) return;
     rmdirSync(p);
   } catch {
-    // Already gone, or not ours to remove.
+    // Already gone, not empty, or not a directory: not ours to remove.
   }
 }

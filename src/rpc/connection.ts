@@ -1,5 +1,13 @@
 import { ErrorCode, RpcError } from '../protocol/errors.js';
 
+/** How a transport frames one message on the wire, for senders that build several framed messages into one buffer. */
+export interface Framing {
+  /** Bytes of framing in front of a message of `payloadLength` bytes. */
+  headerLength(payloadLength: number): number;
+  /** Writes that framing at `off` (exactly headerLength(payloadLength) bytes). */
+  writeHeader(buf: Buffer, off: number, payloadLength: number): void;
+}
+
 /** What a connection needs from its transport (a WebSocket, Electron IPC, stdio, or a test pipe). */
 export interface Transport {
   /** Sends one JSON-RPC message. `onWritten` (optional) runs once the bytes have left this process's buffers. */
@@ -8,6 +16,10 @@ export interface Transport {
   sendBuffer?(data: Buffer, onWritten?: () => void): void;
   /** Optional fast path: sends several messages (UTF-8 bytes, in order) with one write; `onWritten` once for all. */
   sendBatch?(messages: Buffer[], onWritten?: () => void): void;
+  /** Optional, with sendFramed: the framing of one message. */
+  readonly framing?: Framing;
+  /** Optional fast path: writes bytes holding whole messages, each already framed with `framing`. */
+  sendFramed?(data: Buffer, onWritten?: () => void): void;
   /** Closes the transport (WebSocket close code semantics: 1002 protocol error, 1009 too big, 1000 normal). */
   close(code: number, reason?: string): void;
   /** "ip:port" of the peer, used in parse-error texts. */
@@ -125,6 +137,17 @@ export class RpcConnection {
     }
     const last = messages.length - 1;
     for (let i = 0; i <= last; i++) this.sendBuffer(messages[i]!, i === last ? onWritten : undefined);
+  }
+
+  /** The transport's framing when it accepts pre-framed bytes (sendFramed), else null. */
+  get framing(): Framing | null {
+    return this.transport.sendFramed ? (this.transport.framing ?? null) : null;
+  }
+
+  /** Sends bytes holding whole messages framed with `framing` (only when `framing` is not null). */
+  sendFramed(data: Buffer, onWritten?: () => void): void {
+    if (this.closedFlag) return;
+    this.transport.sendFramed!(data, onWritten);
   }
 
   /** Closes the connection (transport close code). */

@@ -1,6 +1,6 @@
 import type { ManagedProcess, ProcessEventSink } from '../process/managedProcess.js';
 import type { OutputStream } from '../protocol/exec.js';
-import type { RpcConnection } from '../rpc/connection.js';
+import type { Framing, RpcConnection } from '../rpc/connection.js';
 import type { ServerEvents } from './events.js';
 
 function base64Length(n: number): number {
@@ -64,6 +64,12 @@ export class Session implements ProcessEventSink {
   /** Output notifications built but not yet handed to the connection (one write per read; see flush). */
   private batch: Buffer[] = [];
   private batchBytes = 0;
+  /** The connection's framing when it takes pre-framed bytes: notifications are then built, framed, straight into
+   * `frames` (never rewritten: a full one is replaced), and a batch is the bytes from `batchStart` to `framesUsed`. */
+  private framing: Framing | null = null;
+  private frames: Buffer | null = null;
+  private framesUsed = 0;
+  private batchStart = 0;
 
   constructor(
     readonly id: string,
@@ -125,7 +131,9 @@ export class Session implements ProcessEventSink {
   }
 
   attach(conn: RpcConnection): void {
+    this.flush();
     this.conn = conn;
+    this.framing = conn.framing;
     this.detachedAt = null;
     if (this.graceTimer) clearTimeout(this.graceTimer);
     this.graceTimer = null;
@@ -142,6 +150,7 @@ export class Session implements ProcessEventSink {
   detach(): void {
     this.flush();
     this.conn = null;
+    this.framing = null;
     this.detachedAt = Date.now();
     this.setBackpressure(false);
   }
@@ -198,36 +207,65 @@ export class Session implements ProcessEventSink {
     this.flush();
   }
 
-  /** Builds the notification as one Buffer and queues it in the batch that `flush` writes. */
+  /** Builds the notification as one Buffer (framed, when the transport takes that) and queues it for `flush`. */
   private sendOutput(e: Entry, seq: number, stream: OutputStream, data: Buffer): void {
     e.deliveredSeq = seq;
     const prefix = e.outputPrefix;
     const mid = `${seq},"stream":"${stream}","chunk":"`;
-    const b64 = base64Length(data.length);
-    const buf = messageBuffer(prefix.length + mid.length + b64 + 3);
-    let off = prefix.copy(buf, 0);
+    const length = prefix.length + mid.length + base64Length(data.length) + 3;
+    const framing = this.framing;
+    let buf: Buffer;
+    let off: number;
+    if (framing) {
+      const header = framing.headerLength(length);
+      if (!this.frames || this.framesUsed + header + length > this.frames.length) {
+        this.flush();
+        this.frames = Buffer.allocUnsafeSlow(Math.max(ARENA_BYTES, header + length));
+        this.framesUsed = 0;
+        this.batchStart = 0;
+      }
+      buf = this.frames;
+      framing.writeHeader(buf, this.framesUsed, length);
+      off = this.framesUsed + header;
+      this.framesUsed = off + length;
+      this.batchBytes += header + length;
+    } else {
+      buf = messageBuffer(length);
+      off = 0;
+      this.batch.push(buf);
+      this.batchBytes += length;
+    }
+    off += prefix.copy(buf, off);
     off += buf.write(mid, off, 'latin1');
     off += base64Into(data, buf, off);
     buf[off] = 0x22; // "}}
     buf[off + 1] = 0x7d;
     buf[off + 2] = 0x7d;
-    if (this.batch.length === 0) process.nextTick(this.flushFn);
-    this.batch.push(buf);
-    this.batchBytes += buf.length;
+    if (!this.flushQueued) {
+      this.flushQueued = true;
+      process.nextTick(this.flushFn);
+    }
   }
 
-  private readonly flushFn = () => this.flush();
+  private flushQueued = false;
+  private readonly flushFn = () => {
+    this.flushQueued = false;
+    this.flush();
+  };
 
   /** Hands the batched output notifications to the connection in one write (ProcessEventSink: end of a read). */
   flush(): void {
-    if (this.batch.length === 0) return;
-    const batch = this.batch;
     const len = this.batchBytes;
-    this.batch = [];
+    if (len === 0) return;
     this.batchBytes = 0;
+    const batch = this.batch;
+    if (batch.length > 0) this.batch = [];
+    const start = this.batchStart;
+    this.batchStart = this.framesUsed;
     if (!this.conn) return;
     this.queuedBytes += len;
-    this.conn.sendBatch(batch, this.writtenFn(len));
+    if (batch.length > 0) this.conn.sendBatch(batch, this.writtenFn(len));
+    else this.conn.sendFramed(this.frames!.subarray(start, this.framesUsed), this.writtenFn(len));
     if (!this.backpressured && this.queuedBytes > HIGH_WATER_BYTES) this.setBackpressure(true);
   }
 

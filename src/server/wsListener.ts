@@ -2,7 +2,7 @@ import { timingSafeEqual } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { type WebSocket, WebSocketServer } from 'ws';
-import type { RpcConnection, Transport } from '../rpc/connection.js';
+import type { Framing, RpcConnection, Transport } from '../rpc/connection.js';
 import type { ExecServer } from './execServer.js';
 
 /** Largest inbound WebSocket message (protocol.md §2.2); larger ones close the connection with 1009. */
@@ -50,26 +50,53 @@ function senderIdle(ws: WebSocket): boolean {
   return sender?._state === 0 && sender._queue?.length === 0;
 }
 
-/** Unmasked (server → client) WebSocket text frames for `messages`, concatenated into one Buffer (RFC 6455 §5.2). */
-export function textFrames(messages: Buffer[]): Buffer {
+/** Unmasked (server → client) WebSocket text frame headers, FIN set (RFC 6455 §5.2). */
+export const textFraming: Framing = {
+  headerLength: (n) => (n < 126 ? 2 : n < 65536 ? 4 : 10),
+  writeHeader(buf, off, n) {
+    buf[off] = 0x81; // FIN + text
+    if (n < 126) buf[off + 1] = n;
+    else if (n < 65536) {
+      buf[off + 1] = 126;
+      buf.writeUInt16BE(n, off + 2);
+    } else {
+      buf[off + 1] = 127;
+      buf.writeUInt32BE(Math.floor(n / 2 ** 32), off + 2);
+      buf.writeUInt32BE(n >>> 0, off + 6);
+    }
+  },
+};
+
+/** The payloads of the text frames `textFraming` wrote into `data`. */
+function framePayloads(data: Buffer): Buffer[] {
+  const out: Buffer[] = [];
+  let off = 0;
+  while (off < data.length) {
+    const b = data[off + 1]!;
+    let n = b;
+    let h = 2;
+    if (b === 126) {
+      n = data.readUInt16BE(off + 2);
+      h = 4;
+    } else if (b === 127) {
+      n = data.readUInt32BE(off + 2) * 2 ** 32 + data.readUInt32BE(off + 6);
+      h = 10;
+    }
+    out.push(data.subarray(off + h, off + h + n));
+    off += h + n;
+  }
+  return out;
+}
+
+/** `messages` as text frames, concatenated into one Buffer. */
+function textFrames(messages: Buffer[]): Buffer {
   let total = 0;
-  for (const m of messages) total += m.length + (m.length < 126 ? 2 : m.length < 65536 ? 4 : 10);
+  for (const m of messages) total += textFraming.headerLength(m.length) + m.length;
   const out = Buffer.allocUnsafe(total);
   let off = 0;
   for (const m of messages) {
-    const n = m.length;
-    out[off++] = 0x81; // FIN + text
-    if (n < 126) out[off++] = n;
-    else if (n < 65536) {
-      out[off++] = 126;
-      out.writeUInt16BE(n, off);
-      off += 2;
-    } else {
-      out[off++] = 127;
-      out.writeUInt32BE(Math.floor(n / 2 ** 32), off);
-      out.writeUInt32BE(n >>> 0, off + 4);
-      off += 8;
-    }
+    textFraming.writeHeader(out, off, m.length);
+    off += textFraming.headerLength(m.length);
     off += m.copy(out, off);
   }
   return out;
@@ -91,6 +118,19 @@ export function webSocketTransport(ws: WebSocket, peer: string): Transport {
     socket!.cork();
     process.nextTick(uncork);
   };
+  const sendFramed = (data: Buffer, onWritten?: () => void): void => {
+    if (ws.readyState !== ws.OPEN) return;
+    if (!socket || !senderIdle(ws)) {
+      const payloads = framePayloads(data);
+      const last = payloads.length - 1;
+      for (let i = 0; i <= last; i++) ws.send(payloads[i]!, TEXT_FRAME, i === last ? onWritten : undefined);
+      return;
+    }
+    if (!corked) cork();
+    // ws writes every frame straight to the socket when its sender is idle (no compression, no Blob pending), so
+    // frames written here keep their order with ws's own.
+    socket.write(data, onWritten);
+  };
   return {
     peer,
     send(text, onWritten) {
@@ -111,11 +151,10 @@ export function webSocketTransport(ws: WebSocket, peer: string): Transport {
         for (let i = 0; i <= last; i++) ws.send(messages[i]!, TEXT_FRAME, i === last ? onWritten : undefined);
         return;
       }
-      if (!corked) cork();
-      // ws writes every frame straight to the socket when its sender is idle (no compression, no Blob pending), so
-      // frames written here keep their order with ws's own.
-      socket.write(textFrames(messages), onWritten);
+      sendFramed(textFrames(messages), onWritten);
     },
+    framing: textFraming,
+    sendFramed,
     close(code, reason) {
       if (ws.readyState === ws.OPEN || ws.readyState === ws.CONNECTING) ws.close(code, reason);
     },

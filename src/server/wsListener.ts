@@ -68,7 +68,7 @@ export const textFraming: Framing = {
 };
 
 /** The payloads of the text frames `textFraming` wrote into `data`. */
-function framePayloads(data: Buffer): Buffer[] {
+export function framePayloads(data: Buffer): Buffer[] {
   const out: Buffer[] = [];
   let off = 0;
   while (off < data.length) {

@@ -426,14 +426,7 @@ export class HttpProxy {
       );
       return;
     }
-    recorder.audit({
-      ...base,
-      scope: 'domain',
-      decision: 'allow',
-      source: decision.source,
-      reason: 'allow',
-      override: decision.override,
-    });
+    recorder.allowed(base, decision);
     if (policy.mode === 'limited' && !LIMITED_METHODS.has(method)) {
       recorder.blocked({
         ...base,
@@ -565,14 +558,7 @@ export class HttpProxy {
       blocked = { reason: decision.reason, source: decision.source, decision: decision.decision };
       recorder.blocked({ ...base, scope: 'domain', ...blocked });
     } else {
-      recorder.audit({
-        ...base,
-        scope: 'domain',
-        decision: 'allow',
-        source: decision.source,
-        reason: 'allow',
-        override: decision.override,
-      });
+      recorder.allowed(base, decision);
       if (policy.mode === 'limited' && !LIMITED_METHODS.has(method)) {
         blocked = { reason: 'method_not_allowed', source: 'mode_guard', decision: 'deny' };
         recorder.blocked({ ...base, scope: 'non_domain', ...blocked });
@@ -653,13 +639,7 @@ export class HttpProxy {
       verdict = decision.decision;
       recorder.blocked({ ...base, scope: 'domain', reason, source, decision: verdict });
     } else if (policy.mode === 'limited') {
-      recorder.audit({
-        ...base,
-        scope: 'domain',
-        decision: 'allow',
-        source: decision.source,
-        reason: 'allow',
-      });
+      recorder.allowed(base, decision);
       reason = 'method_not_allowed';
       source = 'mode_guard';
       recorder.blocked({ ...base, scope: 'non_domain', reason, source, decision: 'deny' });
@@ -894,14 +874,7 @@ export class HttpProxy {
       reattach();
       return;
     }
-    recorder.audit({
-      ...base,
-      scope: 'domain',
-      decision: 'allow',
-      source: decision.source,
-      reason: 'allow',
-      override: decision.override,
-    });
+    recorder.allowed(base, decision);
     if (policy.mode === 'limited') {
       // No MITM here: limited-mode HTTPS cannot be method-checked, so it is refused (§3.5, §4.5).
       recorder.blocked({

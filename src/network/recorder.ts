@@ -37,6 +37,21 @@ export class Recorder {
     },
   ) {}
 
+  /** The audit event of a request the host policy allowed (reason `allow`). */
+  allowed(
+    base: Pick<DecisionInfo, 'protocol' | 'host' | 'port' | 'method' | 'client'>,
+    d: { source: PolicySource; override?: boolean | undefined },
+  ): void {
+    this.audit({
+      ...base,
+      scope: 'domain',
+      decision: 'allow',
+      source: d.source,
+      reason: 'allow',
+      override: d.override,
+    });
+  }
+
   /** §4.9: one audit event for every decision, allowed ones included. */
   audit(d: DecisionInfo): void {
     const events = this.opts.events;

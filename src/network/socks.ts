@@ -201,14 +201,7 @@ export class SocksProxy {
       socket.end(reply(2));
       return;
     }
-    recorder.audit({
-      ...base,
-      scope: 'domain',
-      decision: 'allow',
-      source: decision.source,
-      reason: 'allow',
-      override: decision.override,
-    });
+    recorder.allowed(base, decision);
     let upstream: Duplex;
     try {
       upstream = await openTunnel(this.deps, { host: decision.host, addresses: decision.addresses, port });
@@ -311,14 +304,7 @@ export class SocksProxy {
             });
             return;
           }
-          recorder.audit({
-            ...base,
-            scope: 'domain',
-            decision: 'allow',
-            source: d.source,
-            reason: 'allow',
-            override: d.override,
-          });
+          recorder.allowed(base, d);
           const address = d.addresses[0];
           if (address === undefined) return;
           allowedCache.set(key, address);

@@ -8,9 +8,10 @@ import { isIP } from 'node:net';
 import type { Duplex } from 'node:stream';
 import tls from 'node:tls';
 import { blockMessage, blockTag } from './events.js';
+import { FastHttp } from './fastpath.js';
 import { hostPort, normalizeHost } from './host.js';
 import { listenLoopback } from './listen.js';
-import type { PolicyEngine } from './policy.js';
+import type { HostDecision, PolicyEngine } from './policy.js';
 import type { Recorder } from './recorder.js';
 import { connectVia, mayUseUpstream, UpstreamAgents, type UpstreamProxies, upstreamFor } from './upstream.js';
 
@@ -221,6 +222,9 @@ export class HttpProxy {
   private readonly tlsAgent: https.Agent;
   private readonly upstreamAgents = new UpstreamAgents();
   private readonly sockets = new Set<Duplex>();
+  private readonly fast: FastHttp;
+  /** Decisions the fast path already took for the first request of a socket it handed over (see fastpath.ts). */
+  private readonly presetDecisions = new WeakMap<Duplex, HostDecision>();
   private closed = false;
 
   constructor(private readonly deps: HttpProxyDeps) {
@@ -292,7 +296,40 @@ export class HttpProxy {
       maxFreeSockets: 64,
       scheduling: 'lifo',
     });
-    this.server.on('connection', (socket) => this.onConnection(socket));
+    // New connections start on the fast path (fastpath.ts), which hands a socket to Node's own HTTP connection
+    // handling (captured here) at a request boundary whenever a request is not its simple case.
+    const nodeConnection = this.server.listeners('connection') as ((s: import('node:net').Socket) => void)[];
+    this.server.removeAllListeners('connection');
+    const toNode = (socket: import('node:net').Socket) => {
+      for (const l of nodeConnection) l.call(this.server, socket);
+    };
+    this.fast = new FastHttp({
+      policy: deps.policy,
+      recorder: deps.recorder,
+      dial,
+      idleTimeoutMs: idle,
+      keepAliveTimeoutMs: this.server.keepAliveTimeout,
+      enabled: () => upstreamFor('http', this.deps.upstream) === undefined,
+      handoff: (socket, buffered, decision) => {
+        if (decision) this.presetDecisions.set(socket, decision);
+        if (buffered.length > 0) socket.unshift(buffered);
+        toNode(socket);
+        socket.resume();
+      },
+      clientAddr,
+      hostHeaderMatches,
+      parseAbsoluteTarget,
+      limitedMethods: LIMITED_METHODS,
+      track: (s) => {
+        this.sockets.add(s);
+        s.once('close', () => this.sockets.delete(s));
+      },
+    });
+    this.server.on('connection', (socket: import('node:net').Socket) => {
+      this.onConnection(socket);
+      if (this.closed) socket.destroy();
+      else this.fast.accept(socket);
+    });
     this.server.on('request', (req, res) => {
       // The idle timer is for silent connections only: a request in flight may wait on its upstream for as long as
       // it takes (Node re-arms keepAliveTimeout once the response is done).
@@ -323,6 +360,7 @@ export class HttpProxy {
     const done = new Promise<void>((resolve) => this.server.close(() => resolve()));
     for (const s of this.sockets) s.destroy();
     this.server.closeAllConnections();
+    this.fast.destroy();
     this.agent.destroy();
     this.tlsAgent.destroy();
     this.upstreamAgents.destroy();
@@ -406,7 +444,10 @@ export class HttpProxy {
     const method = req.method ?? 'GET';
     const client = clientAddr(req.socket);
     const { policy, recorder } = this.deps;
-    const decision = await policy.evaluate(norm.host, target.port, { protocol: 'http', client, method });
+    const preset = this.presetDecisions.get(req.socket);
+    if (preset) this.presetDecisions.delete(req.socket);
+    const decision =
+      preset ?? (await policy.evaluate(norm.host, target.port, { protocol: 'http', client, method }));
     const base = { protocol: 'http' as const, host: decision.host, port: target.port, method, client };
     if (!decision.allowed) {
       recorder.blocked({

@@ -354,6 +354,8 @@ class ClientConn {
         return;
       }
       this.deps.track(socket);
+      // One lasting listener: an error between the relay letting go and the pool taking over is never unhandled.
+      socket.on('error', ignore);
     }
     const up: Upstream = { socket, key };
     this.upstream = up;
@@ -411,6 +413,8 @@ class ClientConn {
   }
 }
 
+function ignore(): void {}
+
 function keepAliveLines(ms: number): string {
   const s = Math.floor(ms / 1000);
   return ms > 0 ? `Connection: keep-alive\r\nKeep-Alive: timeout=${s}\r\n` : 'Connection: keep-alive\r\n';
@@ -422,6 +426,8 @@ type BodyMode = 'none' | 'length' | 'chunked' | 'close';
 class ResponseRelay {
   private buf: Buffer = Buffer.alloc(0);
   private headSent = false;
+  /** The rewritten response head, until it goes out with the first body bytes. */
+  private prefix: string | null = null;
   private mode: BodyMode = 'none';
   private left = 0;
   private reuse = false;
@@ -460,7 +466,6 @@ class ResponseRelay {
     this.settled = true;
     const s = this.up.socket;
     s.off('data', this.onData).off('close', this.onClose).off('error', this.onError);
-    s.on('error', () => {});
     return true;
   }
 
@@ -486,6 +491,11 @@ class ResponseRelay {
   }
 
   private write(b: Buffer): void {
+    if (this.prefix !== null) {
+      // The response head goes out with the first body bytes: one write, one syscall.
+      b = Buffer.concat([Buffer.from(this.prefix, 'latin1'), b]);
+      this.prefix = null;
+    }
     if (!this.client.write(b)) {
       const s = this.up.socket;
       s.pause();
@@ -512,11 +522,12 @@ class ResponseRelay {
       }
       d = this.buf;
       this.buf = Buffer.alloc(0);
-      if (this.mode === 'none') {
-        this.complete(d.length);
+      if (this.mode === 'none' || d.length === 0) {
+        this.client.write(this.prefix!, 'latin1');
+        this.prefix = null;
+        if (this.mode === 'none') this.complete(d.length);
         return;
       }
-      if (d.length === 0) return;
     }
     this.body(d);
   }
@@ -571,7 +582,7 @@ class ResponseRelay {
     this.reuse = http11 && !tokens.has('close') && this.mode !== 'close';
     out += closeClient ? 'Connection: close\r\n\r\n' : `${keepAliveLines(this.keepAliveMs)}\r\n`;
     this.headSent = true;
-    this.client.write(out, 'latin1');
+    this.prefix = out;
     return 'sent';
   }
 

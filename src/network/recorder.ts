@@ -42,6 +42,8 @@ export class Recorder {
     base: Pick<DecisionInfo, 'protocol' | 'host' | 'port' | 'method' | 'client'>,
     d: { source: PolicySource; override?: boolean | undefined },
   ): void {
+    const events = this.opts.events;
+    if (!events || events.listenerCount('audit') === 0) return;
     this.audit({
       ...base,
       scope: 'domain',

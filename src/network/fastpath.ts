@@ -24,8 +24,11 @@ export interface FastPathDeps {
   keepAliveTimeoutMs: number;
   /** True when plain HTTP may take the fast path now (no upstream proxy applies). */
   enabled(): boolean;
-  /** Gives the socket to the Node path with `buffered` unread; `decision` answers the first request's policy. */
-  handoff(socket: Socket, buffered: Buffer, decision?: HostDecision): void;
+  /**
+   * Gives the socket to the Node path with `buffered` unread; `decision` answers the first request's policy.
+   * `ended`: the client's end was already read here, so Node must be told of it too.
+   */
+  handoff(socket: Socket, buffered: Buffer, decision: HostDecision | undefined, ended: boolean): void;
   clientAddr(socket: Socket): string | null;
   hostHeaderMatches(header: string, target: { rawHost: string; port: number; scheme: string }): boolean;
   parseAbsoluteTarget(
@@ -185,7 +188,7 @@ class ClientConn {
     this.buf = Buffer.alloc(0);
     if (this.socket.destroyed) return;
     this.socket.setTimeout(this.deps.idleTimeoutMs);
-    this.deps.handoff(this.socket, rest, decision);
+    this.deps.handoff(this.socket, rest, decision, this.ended);
   }
 
   private data(d: Buffer): void {
@@ -204,12 +207,9 @@ class ClientConn {
   }
 
   /** The client half-closed with a partial request left: the Node path answers it as it would. */
+  /** The client half-closed with a partial request left: the Node path answers it as it would. */
   private handoffEnded(): void {
-    this.detach();
-    const rest = this.buf;
-    this.buf = Buffer.alloc(0);
-    this.deps.handoff(this.socket, rest);
-    this.socket.push(null);
+    this.handoff();
   }
 
   private next(): void {
@@ -235,7 +235,11 @@ class ClientConn {
     }
     const head = this.parse(end);
     if (head === null || this.buf.length < head.headLength + head.bodyLength) {
-      if (head !== null && head.bodyLength <= MAX_BODY_IN_HEAD && !this.ended) {
+      if (head !== null && this.ended) {
+        this.handoffEnded();
+        return;
+      }
+      if (head !== null && head.bodyLength <= MAX_BODY_IN_HEAD) {
         // Wait for a small body to arrive in full; a larger one goes to the Node path's streaming.
         if (this.buf.length < head.headLength + MAX_BODY_IN_HEAD) return;
       }

@@ -310,8 +310,15 @@ export class HttpProxy {
       idleTimeoutMs: idle,
       keepAliveTimeoutMs: this.server.keepAliveTimeout,
       enabled: () => upstreamFor('http', this.deps.upstream) === undefined,
-      handoff: (socket, buffered, decision) => {
+      handoff: (socket, buffered, decision, ended) => {
         if (decision) this.presetDecisions.set(socket, decision);
+        if (ended) {
+          // The stream has ended (nothing can be unshifted): give Node's handlers the bytes and the end directly.
+          toNode(socket);
+          if (buffered.length > 0) socket.emit('data', buffered);
+          socket.emit('end');
+          return;
+        }
         if (buffered.length > 0) socket.unshift(buffered);
         toNode(socket);
         socket.resume();

@@ -203,27 +203,38 @@ export function readChildPid(
   let buf = '';
   let settle: ((v: number | Error) => void) | undefined;
   const promise = new Promise<number>((resolve, reject) => {
-    const timer = setTimeout(
-      () => settle?.(new Error('timed out waiting for the sandbox namespace')),
-      timeoutMs,
-    );
+    const timer = setTimeout(() => {
+      settle?.(new Error('timed out waiting for the sandbox namespace'));
+      sock.destroy();
+    }, timeoutMs);
     settle = (v) => {
       settle = undefined;
       clearTimeout(timer);
-      sock.destroy();
       if (v instanceof Error) reject(new SandboxSetupError(`managed network: ${v.message}`));
       else resolve(v);
     };
   });
   sock.setEncoding('utf8');
+  // bwrap writes its info JSON in several writes and closes the fd after the last one. Keep reading until then even
+  // once the child pid is known: closing the read end early makes bwrap's next write raise SIGPIPE, which kills it
+  // (and the whole sandbox) — seen under load, where the writes arrive split across reads.
   sock.on('data', (d: string) => {
     buf += d;
     const m = /"child-pid"\s*:\s*(\d+)/.exec(buf);
     if (m) settle?.(Number(m[1]));
   });
   sock.on('error', (e) => settle?.(e));
-  sock.on('end', () => settle?.(new Error('the sandbox exited before reporting its namespace')));
-  return { promise, cancel: () => settle?.(new Error('cancelled')) };
+  sock.on('end', () => {
+    settle?.(new Error('the sandbox exited before reporting its namespace'));
+    sock.destroy();
+  });
+  return {
+    promise,
+    cancel: () => {
+      settle?.(new Error('cancelled'));
+      sock.destroy();
+    },
+  };
 }
 
 /** Starts the forwarder in the netns of `pid` and resolves once it is listening. */

@@ -4,6 +4,7 @@
  * `policy/preview` and `policy/checkUrl`. Pure: no Node imports, so the renderer imports these too.
  */
 import { z } from 'zod';
+import { OutputChunk, OutputStream, SandboxTypeWire } from './exec.js';
 
 /** What the panel shows as the sandbox badge. `client-wrapped`: a 0.120–0.130 client wrapped its own sandbox. */
 export const SandboxBadge = z.enum(['none', 'linux-seccomp', 'macos-seatbelt', 'client-wrapped']);
@@ -59,7 +60,7 @@ export const MonitorProcess = z.object({
   state: ProcessStateWire,
   exitCode: z.number().nullable(),
   sandboxDenied: z.boolean(),
-  sandboxType: z.enum(['none', 'linuxSeccomp', 'macosSeatbelt']),
+  sandboxType: SandboxTypeWire,
   badge: SandboxBadge,
   /** The effective policy summary of the sandbox/proxy layers (writable roots, network mode, …), redacted. */
   policy: z.record(z.string(), z.unknown()).nullable(),
@@ -186,9 +187,7 @@ export const MonitorReadParams = ProcessRef.extend({
 });
 export type MonitorReadParams = z.infer<typeof MonitorReadParams>;
 export const MonitorReadResult = z.object({
-  chunks: z.array(
-    z.object({ seq: z.number(), stream: z.enum(['stdout', 'stderr', 'pty']), chunk: z.string() }),
-  ),
+  chunks: z.array(OutputChunk),
   nextSeq: z.number(),
   retained: z.boolean(),
 });
@@ -216,7 +215,7 @@ export const PolicyPreviewResult = z.object({
   errors: z.array(FieldError),
   /** Which shape was recognised: `seed` SandboxLaunchConfig or `context` FileSystemSandboxContext. */
   shape: z.enum(['seed', 'context', 'none']).nullable(),
-  sandboxType: z.enum(['none', 'linuxSeccomp', 'macosSeatbelt']).nullable(),
+  sandboxType: SandboxTypeWire.nullable(),
   /** Human summary of the effective policy: writable roots, read-only carve-outs, network mode, … */
   summary: z.record(z.string(), z.unknown()).nullable(),
   /** The full command that would run (bwrap argv on Linux). */
@@ -269,7 +268,7 @@ export const MonitorOutputNotification = z.object({
   sessionId: z.string(),
   processId: z.string(),
   seq: z.number(),
-  stream: z.enum(['stdout', 'stderr', 'pty']),
+  stream: OutputStream,
   chunk: z.string(),
 });
 export type MonitorOutputNotification = z.infer<typeof MonitorOutputNotification>;

@@ -8,7 +8,7 @@ import { after, before, describe, it } from 'node:test';
 import { watchExit } from '../../src/process/spawner.js';
 import { b64, type Notification, type RpcClient } from '../helpers/client.js';
 import { startTestServer, type TestServer, until } from '../helpers/server.js';
-import { type Fixture, fixture, special } from './sandbox-util.js';
+import { type Fixture, fixture, seed, special } from './sandbox-util.js';
 
 type Client = RpcClient & { sessionId: string };
 
@@ -174,30 +174,14 @@ describe('PTY tail under the sandbox (bwrap behind the `sh -c exec 3<…` wrappe
       const started = await c.request<{ sandboxType: string }>('process/start', {
         ...ttyParams(id, 'head -c 60000 /dev/zero | tr "\\0" x; echo END; exit 3'),
         cwd: f.W,
-        sandbox: {
-          sandbox: 'linux-seccomp',
-          policy: {
-            type: 'workspace-write',
-            network_access: false,
-            exclude_tmpdir_env_var: false,
-            exclude_slash_tmp: false,
-          },
-          fileSystemPolicy: {
-            kind: 'restricted',
-            entries: [
-              special('root', 'read'),
-              special('current_working_directory', 'write'),
-              special('tmpdir', 'write'),
-            ],
-          },
-          networkPolicy: 'restricted',
-          sandboxPolicyCwd: f.W,
-          additionalPermissions: null,
-          enforceManagedNetwork: false,
-          windowsSandboxLevel: 'disabled',
-          windowsSandboxPrivateDesktop: false,
-          useLegacyLandlock: false,
-        },
+        sandbox: seed({
+          cwd: f.W,
+          entries: [
+            special('root', 'read'),
+            special('current_working_directory', 'write'),
+            special('tmpdir', 'write'),
+          ],
+        }),
       });
       assert.equal(started.sandboxType, 'linuxSeccomp');
       const events = await c.collect(id, 30_000);

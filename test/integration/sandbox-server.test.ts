@@ -13,6 +13,7 @@ import {
   PATH,
   PY,
   pidsMatching,
+  seed,
   special,
   waitFor,
 } from './sandbox-util.js';
@@ -33,31 +34,17 @@ after(async () => {
   await f.close();
 });
 
-function seedWire(o: { network?: string; enforceManagedNetwork?: boolean } = {}) {
-  return {
-    sandbox: 'linux-seccomp',
-    policy: {
-      type: 'workspace-write',
-      network_access: false,
-      exclude_tmpdir_env_var: false,
-      exclude_slash_tmp: false,
-    },
-    fileSystemPolicy: {
-      kind: 'restricted',
-      entries: [
-        special('root', 'read'),
-        special('current_working_directory', 'write'),
-        special('tmpdir', 'write'),
-      ],
-    },
-    networkPolicy: o.network ?? 'restricted',
-    sandboxPolicyCwd: f.W,
-    additionalPermissions: null,
-    enforceManagedNetwork: o.enforceManagedNetwork ?? false,
-    windowsSandboxLevel: 'disabled',
-    windowsSandboxPrivateDesktop: false,
-    useLegacyLandlock: false,
-  };
+function seedWire(o: { network?: 'restricted' | 'enabled'; enforceManagedNetwork?: boolean } = {}) {
+  return seed({
+    cwd: f.W,
+    entries: [
+      special('root', 'read'),
+      special('current_working_directory', 'write'),
+      special('tmpdir', 'write'),
+    ],
+    ...(o.network ? { network: o.network } : {}),
+    ...(o.enforceManagedNetwork !== undefined ? { enforceManagedNetwork: o.enforceManagedNetwork } : {}),
+  });
 }
 
 async function runVia(

@@ -1,9 +1,9 @@
-import type { Readable, Writable } from 'node:stream';
+import type { Writable } from 'node:stream';
 import type { OutputStream } from '../protocol/exec.js';
 import type { PreparedLaunch, SandboxType } from './launch.js';
 import { OutputBuffer, type RetainedChunk } from './outputBuffer.js';
 import { type PtyChild, spawnPty } from './pty.js';
-import { spawnPiped } from './spawner.js';
+import { type OutputPipe, spawnPiped } from './spawner.js';
 
 /** Largest output chunk on the wire (protocol.md §5.9). */
 export const MAX_CHUNK = 8192;
@@ -53,7 +53,7 @@ export class ManagedProcess {
   closeSeq = 0;
   private waiters: (() => void)[] = [];
   private stdin: Writable | null = null;
-  private streams: Readable[] = [];
+  private streams: OutputPipe[] = [];
   private term: PtyChild | null = null;
   private openStreams = 0;
   private paused = false;
@@ -117,10 +117,9 @@ export class ManagedProcess {
     });
   }
 
-  private attach(stream: Readable, name: OutputStream): void {
+  private attach(stream: OutputPipe, name: OutputStream): void {
     stream.on('data', (d: Buffer) => this.onData(name, d));
-    stream.on('error', () => {});
-    stream.once('close', () => this.streamEnded());
+    stream.on('close', () => this.streamEnded());
   }
 
   /**

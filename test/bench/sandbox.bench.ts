@@ -34,7 +34,7 @@ function runSpec(
     };
     for (const st of [c.stdout, c.stderr]) {
       st.resume();
-      st.once('close', () => {
+      st.on('close', () => {
         open--;
         done();
       });

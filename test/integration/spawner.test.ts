@@ -60,14 +60,18 @@ function finish(c: SpawnedChild): Promise<Result> {
     const done = () => {
       if (--left === 0) resolve({ stdout, stderr, code, signal });
     };
-    c.stdout.setEncoding('utf8').on('data', (d: string) => {
-      stdout += d;
+    const out: Buffer[] = [];
+    const err: Buffer[] = [];
+    c.stdout.on('data', (d) => out.push(d));
+    c.stderr.on('data', (d) => err.push(d));
+    c.stdout.on('close', () => {
+      stdout = Buffer.concat(out).toString('utf8');
+      done();
     });
-    c.stderr.setEncoding('utf8').on('data', (d: string) => {
-      stderr += d;
+    c.stderr.on('close', () => {
+      stderr = Buffer.concat(err).toString('utf8');
+      done();
     });
-    c.stdout.on('close', done);
-    c.stderr.on('close', done);
     c.onExit((exitCode, sig) => {
       code = exitCode;
       signal = sig;
@@ -555,7 +559,7 @@ for (const kind of ['native', 'vfork', 'node'] as const) {
            const c = ${helperSpawn(kind, "{ file: '/bin/ls', argv: ['ls', '-l', '/proc/self/fd'], env: {}, cwd: '/' }")};
            const fs = await import('node:fs');
            console.log(fs.readlinkSync('/proc/self/fd/3'));
-           c.stdout.pipe(process.stdout);`,
+           c.stdout.on('data', (d) => process.stdout.write(d));`,
         process.env,
         ['pipe'],
       );

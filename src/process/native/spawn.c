@@ -54,6 +54,8 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "pipes.h"
+
 #ifndef CLONE_PIDFD
 #define CLONE_PIDFD 0x00001000
 #endif
@@ -931,6 +933,7 @@ NAPI_MODULE_INIT(/* napi_env env, napi_value exports */) {
       {"newPidNs", NULL, NULL, NULL, NULL, new_pidns_ok, napi_default, NULL},
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
+  if (corral_pipes_init(env, exports, st->loop, st->async_ctx) != napi_ok) return NULL;
   return exports;
 }
 

@@ -1,0 +1,394 @@
+// Reading children's output pipes, and base64 for the output notifications (Linux; part of corral_spawn.node).
+//
+// A net.Socket per pipe costs the server a stream object, its state machine and a JS callback per 64 KiB read, and
+// about 60 us to create and tear down (two per child). Here a pipe is one uv_poll handle on the Node loop: when it is
+// readable we read(2) until it is empty (or 256 KiB were collected: other pipes get their turn) and hand JS one Buffer
+// per wake-up. EOF and read errors close the pipe and call back with null.
+//
+// JS interface (see src/process/spawner.ts, NativePipe):
+//   pipeOpen(fd, onData(buf: Buffer | null)) -> handle   takes ownership of fd (made non-blocking); null = EOF/closed
+//   pipePause(handle), pipeResume(handle)                 stop / restart polling (backpressure)
+//   pipeClose(handle)                                      closes fd and poll handle now; onData is not called again
+//   base64Into(src: Uint8Array, dst: Uint8Array, offset) -> bytes written   standard alphabet with padding; dst must
+//                                                          have room for 4 * ceil(src.length / 3) bytes at offset
+
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <node_api.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "pipes.h"
+
+#define COLLECT_MAX (256 * 1024)
+
+struct pipes_state {
+  napi_env env;
+  uv_loop_t *loop;
+  napi_async_context async_ctx;
+  struct pipe_reader *head;
+  uint8_t *scratch;  // COLLECT_MAX bytes: reads land here, then one copy into the JS Buffer
+};
+
+struct pipe_reader {
+  uv_poll_t poll;
+  struct pipes_state *st;
+  int fd;           // -1 once closed
+  bool polling;     // uv_poll_start is in effect
+  int refs;         // the uv handle (until its close callback) + the JS external (until finalized)
+  napi_ref cb;
+  struct pipe_reader *prev, *next;
+};
+
+static void release(struct pipe_reader *r) {
+  if (--r->refs == 0) free(r);
+}
+
+static void on_handle_closed(uv_handle_t *h) { release(h->data); }
+
+static void unlink_reader(struct pipe_reader *r) {
+  if (!r->st) return;
+  if (r->prev) r->prev->next = r->next;
+  else r->st->head = r->next;
+  if (r->next) r->next->prev = r->prev;
+  r->prev = r->next = NULL;
+}
+
+// Stops everything: the fd is closed, the handle closing; returns the callback reference (caller deletes it).
+static napi_ref shut(struct pipe_reader *r) {
+  napi_ref cb = r->cb;
+  r->cb = NULL;
+  if (r->fd < 0) return cb;
+  if (r->polling) uv_poll_stop(&r->poll);
+  r->polling = false;
+  close(r->fd);
+  r->fd = -1;
+  unlink_reader(r);
+  uv_close((uv_handle_t *)&r->poll, on_handle_closed);
+  return cb;
+}
+
+static void call_js(struct pipes_state *st, napi_ref ref, const uint8_t *data, size_t len, bool eof) {
+  napi_env env = st->env;
+  napi_handle_scope scope;
+  if (napi_open_handle_scope(env, &scope) != napi_ok) return;
+  napi_value fn, recv, arg, result;
+  if (napi_get_reference_value(env, ref, &fn) == napi_ok && fn) {
+    if (eof) napi_get_null(env, &arg);
+    else napi_create_buffer_copy(env, len, data, NULL, &arg);
+    napi_get_global(env, &recv);
+    napi_status s = napi_make_callback(env, st->async_ctx, recv, fn, 1, &arg, &result);
+    if (s == napi_pending_exception) {
+      napi_value err;
+      napi_get_and_clear_last_exception(env, &err);
+      napi_fatal_exception(env, err);
+    }
+  }
+  napi_close_handle_scope(env, scope);
+}
+
+static void on_readable(uv_poll_t *handle, int status, int events) {
+  (void)events;
+  struct pipe_reader *r = handle->data;
+  struct pipes_state *st = r->st;
+  size_t got = 0;
+  bool eof = status < 0;
+  while (!eof && got < COLLECT_MAX) {
+    ssize_t n = read(r->fd, st->scratch + got, COLLECT_MAX - got);
+    if (n > 0) got += (size_t)n;
+    else if (n == 0) eof = true;
+    else if (errno == EINTR) continue;
+    else if (errno == EAGAIN) break;
+    else eof = true;  // EIO and friends: nothing more will come
+  }
+  // The callback may pause or close this reader, or (through the JS it runs) free nothing we still use: r stays
+  // allocated while its uv handle is open, and we hold a reference across the calls.
+  r->refs++;
+  if (got > 0 && r->cb) call_js(st, r->cb, st->scratch, got, false);
+  if (eof && r->fd >= 0) {
+    napi_ref cb = shut(r);
+    if (cb) {
+      call_js(st, cb, NULL, 0, true);
+      napi_delete_reference(st->env, cb);
+    }
+  }
+  release(r);
+}
+
+static void finalize_external(napi_env env, void *data, void *hint) {
+  (void)env;
+  (void)hint;
+  release(data);
+}
+
+static struct pipes_state *state_of(napi_env env, napi_callback_info info, size_t *argc, napi_value *args) {
+  void *data = NULL;
+  if (napi_get_cb_info(env, info, argc, args, NULL, &data) != napi_ok) return NULL;
+  return data;
+}
+
+static struct pipe_reader *reader_arg(napi_env env, napi_value v) {
+  void *p = NULL;
+  if (napi_get_value_external(env, v, &p) != napi_ok || !p) {
+    napi_throw_type_error(env, NULL, "expected a pipe handle");
+    return NULL;
+  }
+  return p;
+}
+
+static napi_value js_pipe_open(napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value args[2];
+  struct pipes_state *st = state_of(env, info, &argc, args);
+  int32_t fd = -1;
+  napi_valuetype t = napi_undefined;
+  if (!st || argc < 2 || napi_get_value_int32(env, args[0], &fd) != napi_ok || fd < 0 ||
+      napi_typeof(env, args[1], &t) != napi_ok || t != napi_function) {
+    napi_throw_type_error(env, NULL, "pipeOpen(fd: non-negative integer, onData: function)");
+    return NULL;
+  }
+  int fl = fcntl(fd, F_GETFL);
+  if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) {
+    napi_throw_error(env, NULL, strerror(errno));
+    return NULL;
+  }
+  struct pipe_reader *r = calloc(1, sizeof *r);
+  if (!r) {
+    napi_throw_error(env, NULL, "out of memory");
+    return NULL;
+  }
+  r->fd = fd;
+  r->refs = 1;  // the uv handle
+  int e = uv_poll_init(st->loop, &r->poll, fd);
+  if (e != 0) {
+    free(r);
+    napi_throw_error(env, NULL, uv_strerror(e));
+    return NULL;
+  }
+  r->poll.data = r;
+  r->st = st;
+  if (napi_create_reference(env, args[1], 1, &r->cb) != napi_ok || (e = uv_poll_start(&r->poll, UV_READABLE, on_readable)) != 0) {
+    napi_ref cb = shut(r);
+    if (cb) napi_delete_reference(env, cb);
+    napi_throw_error(env, NULL, e != 0 ? uv_strerror(e) : "cannot reference onData");
+    return NULL;
+  }
+  r->polling = true;
+  r->next = st->head;
+  if (st->head) st->head->prev = r;
+  st->head = r;
+  napi_value ext;
+  r->refs++;  // the JS external
+  if (napi_create_external(env, r, finalize_external, NULL, &ext) != napi_ok) {
+    r->refs--;
+    napi_ref cb = shut(r);
+    if (cb) napi_delete_reference(env, cb);
+    napi_throw_error(env, NULL, "cannot create handle");
+    return NULL;
+  }
+  return ext;
+}
+
+static napi_value js_pipe_pause(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value arg;
+  if (!state_of(env, info, &argc, &arg) || argc < 1) return NULL;
+  struct pipe_reader *r = reader_arg(env, arg);
+  if (r && r->fd >= 0 && r->polling) {
+    uv_poll_stop(&r->poll);
+    r->polling = false;
+  }
+  return NULL;
+}
+
+static napi_value js_pipe_resume(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value arg;
+  if (!state_of(env, info, &argc, &arg) || argc < 1) return NULL;
+  struct pipe_reader *r = reader_arg(env, arg);
+  if (r && r->fd >= 0 && !r->polling && uv_poll_start(&r->poll, UV_READABLE, on_readable) == 0) r->polling = true;
+  return NULL;
+}
+
+static napi_value js_pipe_close(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value arg;
+  if (!state_of(env, info, &argc, &arg) || argc < 1) return NULL;
+  struct pipe_reader *r = reader_arg(env, arg);
+  if (!r) return NULL;
+  napi_ref cb = shut(r);
+  if (cb) napi_delete_reference(env, cb);
+  return NULL;
+}
+
+// ---- base64 ------------------------------------------------------------------------------------------------------
+
+#if defined(__x86_64__)
+static bool have_avx2;
+#endif
+static const char B64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+static uint16_t pair_table[4096];  // 12 input bits -> two output characters (little-endian byte order)
+
+static void init_pairs(void) {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  have_avx2 = __builtin_cpu_supports("avx2") && getenv("CORRAL_NO_AVX2") == NULL;
+#endif
+  for (int i = 0; i < 4096; i++) {
+    uint8_t two[2] = {(uint8_t)B64[i >> 6], (uint8_t)B64[i & 63]};
+    memcpy(&pair_table[i], two, 2);
+  }
+}
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+// 24 input bytes -> 32 characters per round (the multiply-shift method of Muła and Lemire): each 32-bit lane gets one
+// 3-byte group as [b1 b0 b2 b1], two multiplies move its four 6-bit fields into separate bytes, and a 16-entry
+// table maps each field's range to the offset of its character. Reads 4 bytes past the 24 it encodes.
+__attribute__((target("avx2"))) static size_t base64_avx2(const uint8_t *src, size_t n, uint8_t *out, size_t *used) {
+  const __m256i shuf = _mm256_setr_epi8(1, 0, 2, 1, 4, 3, 5, 4, 7, 6, 8, 7, 10, 9, 11, 10, 1, 0, 2, 1, 4, 3, 5, 4, 7, 6,
+                                        8, 7, 10, 9, 11, 10);
+  const __m256i offsets = _mm256_setr_epi8(71, -4, -4, -4, -4, -4, -4, -4, -4, -4, -4, -19, -16, 65, 0, 0, 71, -4, -4,
+                                           -4, -4, -4, -4, -4, -4, -4, -4, -19, -16, 65, 0, 0);
+  size_t i = 0, o = 0;
+  for (; i + 28 <= n; i += 24, o += 32) {
+    __m128i lo = _mm_loadu_si128((const __m128i *)(src + i));
+    __m128i hi = _mm_loadu_si128((const __m128i *)(src + i + 12));
+    __m256i in = _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
+    in = _mm256_shuffle_epi8(in, shuf);
+    __m256i t0 = _mm256_and_si256(in, _mm256_set1_epi32(0x0fc0fc00));
+    __m256i t1 = _mm256_mulhi_epu16(t0, _mm256_set1_epi32(0x04000040));
+    __m256i t2 = _mm256_and_si256(in, _mm256_set1_epi32(0x003f03f0));
+    __m256i t3 = _mm256_mullo_epi16(t2, _mm256_set1_epi32(0x01000010));
+    __m256i idx = _mm256_or_si256(t1, t3);
+    __m256i r = _mm256_subs_epu8(idx, _mm256_set1_epi8(51));
+    __m256i below26 = _mm256_cmpgt_epi8(_mm256_set1_epi8(26), idx);
+    r = _mm256_or_si256(r, _mm256_and_si256(below26, _mm256_set1_epi8(13)));
+    r = _mm256_add_epi8(_mm256_shuffle_epi8(offsets, r), idx);
+    _mm256_storeu_si256((__m256i *)(out + o), r);
+  }
+  *used = i;
+  return o;
+}
+#endif
+
+static size_t base64_encode(const uint8_t *src, size_t n, uint8_t *dst) {
+  uint8_t *out = dst;
+  size_t i = 0;
+#if defined(__x86_64__)
+  if (have_avx2) {
+    out += base64_avx2(src, n, out, &i);
+  }
+#endif
+  // 6 input bytes -> 8 output bytes per round, through two 24-bit groups.
+  for (; i + 6 <= n; i += 6) {
+    uint32_t a = ((uint32_t)src[i] << 16) | ((uint32_t)src[i + 1] << 8) | src[i + 2];
+    uint32_t b = ((uint32_t)src[i + 3] << 16) | ((uint32_t)src[i + 4] << 8) | src[i + 5];
+    uint64_t w = (uint64_t)pair_table[a >> 12] | ((uint64_t)pair_table[a & 0xfff] << 16) |
+                 ((uint64_t)pair_table[b >> 12] << 32) | ((uint64_t)pair_table[b & 0xfff] << 48);
+    memcpy(out, &w, 8);
+    out += 8;
+  }
+  for (; i + 3 <= n; i += 3) {
+    uint32_t a = ((uint32_t)src[i] << 16) | ((uint32_t)src[i + 1] << 8) | src[i + 2];
+    uint32_t w = (uint32_t)pair_table[a >> 12] | ((uint32_t)pair_table[a & 0xfff] << 16);
+    memcpy(out, &w, 4);
+    out += 4;
+  }
+  size_t rest = n - i;
+  if (rest == 1) {
+    uint32_t a = (uint32_t)src[i] << 16;
+    out[0] = (uint8_t)B64[(a >> 18) & 63];
+    out[1] = (uint8_t)B64[(a >> 12) & 63];
+    out[2] = '=';
+    out[3] = '=';
+    out += 4;
+  } else if (rest == 2) {
+    uint32_t a = ((uint32_t)src[i] << 16) | ((uint32_t)src[i + 1] << 8);
+    out[0] = (uint8_t)B64[(a >> 18) & 63];
+    out[1] = (uint8_t)B64[(a >> 12) & 63];
+    out[2] = (uint8_t)B64[(a >> 6) & 63];
+    out[3] = '=';
+    out += 4;
+  }
+  return (size_t)(out - dst);
+}
+
+static bool bytes_of(napi_env env, napi_value v, uint8_t **data, size_t *len) {
+  napi_typedarray_type type;
+  size_t length;
+  void *ptr;
+  napi_value ab;
+  size_t offset;
+  if (napi_get_typedarray_info(env, v, &type, &length, &ptr, &ab, &offset) != napi_ok || type != napi_uint8_array)
+    return false;
+  *data = ptr;
+  *len = length;
+  return true;
+}
+
+static napi_value js_base64_into(napi_env env, napi_callback_info info) {
+  size_t argc = 3;
+  napi_value args[3];
+  uint8_t *src, *dst;
+  size_t slen, dlen;
+  int64_t off = -1;
+  if (!state_of(env, info, &argc, args) || argc < 3 || !bytes_of(env, args[0], &src, &slen) ||
+      !bytes_of(env, args[1], &dst, &dlen) || napi_get_value_int64(env, args[2], &off) != napi_ok || off < 0) {
+    napi_throw_type_error(env, NULL, "base64Into(src: Uint8Array, dst: Uint8Array, offset: non-negative integer)");
+    return NULL;
+  }
+  size_t need = (slen + 2) / 3 * 4;
+  if ((size_t)off > dlen || dlen - (size_t)off < need) {
+    napi_throw_range_error(env, NULL, "base64Into: destination too small");
+    return NULL;
+  }
+  size_t n = base64_encode(src, slen, dst + off);
+  napi_value res;
+  napi_create_uint32(env, (uint32_t)n, &res);
+  return res;
+}
+
+// ---- set-up ------------------------------------------------------------------------------------------------------
+
+static void cleanup_pipes(void *arg) {
+  struct pipes_state *st = arg;
+  while (st->head) {
+    struct pipe_reader *r = st->head;
+    napi_ref cb = shut(r);  // unlinks r; the reference goes with the environment
+    (void)cb;
+    r->st = NULL;
+  }
+  free(st->scratch);
+  free(st);
+}
+
+napi_status corral_pipes_init(napi_env env, napi_value exports, uv_loop_t *loop, napi_async_context async_ctx) {
+  static uv_once_t once = UV_ONCE_INIT;
+  uv_once(&once, init_pairs);
+  struct pipes_state *st = calloc(1, sizeof *st);
+  if (!st) return napi_generic_failure;
+  st->scratch = malloc(COLLECT_MAX);
+  if (!st->scratch) {
+    free(st);
+    return napi_generic_failure;
+  }
+  st->env = env;
+  st->loop = loop;
+  st->async_ctx = async_ctx;
+  napi_add_env_cleanup_hook(env, cleanup_pipes, st);
+  napi_property_descriptor props[] = {
+      {"pipeOpen", NULL, js_pipe_open, NULL, NULL, NULL, napi_default, st},
+      {"pipePause", NULL, js_pipe_pause, NULL, NULL, NULL, napi_default, st},
+      {"pipeResume", NULL, js_pipe_resume, NULL, NULL, NULL, napi_default, st},
+      {"pipeClose", NULL, js_pipe_close, NULL, NULL, NULL, napi_default, st},
+      {"base64Into", NULL, js_base64_into, NULL, NULL, NULL, napi_default, st},
+  };
+  return napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
+}

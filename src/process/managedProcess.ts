@@ -145,7 +145,7 @@ export class ManagedProcess {
       const piece = off === 0 && data.length <= MAX_CHUNK ? data : data.subarray(off, off + MAX_CHUNK);
       const seq = ++this.lastSeq;
       this.bytesOut += piece.length;
-      this.buffer.push({ seq, stream, data: piece });
+      this.buffer.pushData(seq, stream, piece);
       this.sink.output(this, seq, stream, piece);
     }
     this.sink.flush?.();

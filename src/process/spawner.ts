@@ -25,7 +25,8 @@ import type { LaunchSpec } from './launch.js';
 
 /**
  * The read end of a child's stdout or stderr. Reading starts when the first 'data' listener is added (or on resume);
- * 'close' follows the last data, once the pipe is at EOF or destroyed.
+ * 'close' follows the last data, once the pipe is at EOF or destroyed. A 'data' Buffer is only valid during the
+ * callback (the native reader reuses its memory): copy what you keep.
  */
 export interface OutputPipe {
   on(event: 'data', cb: (data: Buffer) => void): this;
@@ -169,8 +170,11 @@ interface NativeBinding {
   newPidNs?: boolean;
   /** Absent from builds older than the function. false: the pid is already gone (fn is never called). */
   watchExit?(pid: number, fn: () => void): boolean;
-  /** Pipe reading on the loop (pipes.c); absent from older builds. onData(null): EOF, the fd is closed. */
-  pipeOpen?(fd: number, onData: (data: Buffer | null) => void): PipeHandle;
+  /**
+   * Pipe reading on the loop (pipes.c); absent from older builds. onData(n > 0): scratch[0, n) holds new bytes
+   * (valid during the call); onData(0): EOF, the fd is closed.
+   */
+  pipeOpen?(fd: number, scratch: Uint8Array, onData: (n: number) => void): PipeHandle;
   pipePause?(h: PipeHandle): void;
   pipeResume?(h: PipeHandle): void;
   pipeClose?(h: PipeHandle): void;
@@ -181,7 +185,10 @@ interface NativeBinding {
 declare const pipeHandleBrand: unique symbol;
 type PipeHandle = { readonly [pipeHandleBrand]: true };
 
-/** A pipe read by the addon (one uv_poll handle, one Buffer per wake-up) instead of a net.Socket. */
+/** Where every native pipe of this module reads into; its callbacks run one at a time on the loop. */
+const PIPE_SCRATCH = Buffer.allocUnsafeSlow(256 * 1024);
+
+/** A pipe read by the addon (one uv_poll handle, no allocation per read) instead of a net.Socket. */
 class NativePipe implements OutputPipe {
   private handle: PipeHandle | null = null;
   private dataCb: ((data: Buffer) => void) | null = null;
@@ -189,9 +196,10 @@ class NativePipe implements OutputPipe {
   private closeCbs: (() => void)[] = [];
   private paused = false;
   private closed = false;
-  private readonly onChunk = (data: Buffer | null) => {
-    if (data === null) this.finish();
+  private readonly onChunk = (n: number) => {
+    if (n === 0) this.finish();
     else {
+      const data = PIPE_SCRATCH.subarray(0, n);
       this.dataCb?.(data);
       for (const cb of this.extraDataCbs) cb(data);
     }
@@ -236,7 +244,7 @@ class NativePipe implements OutputPipe {
 
   private open(): void {
     if (this.handle || this.closed) return;
-    this.handle = this.binding.pipeOpen(this.fd, this.onChunk);
+    this.handle = this.binding.pipeOpen(this.fd, PIPE_SCRATCH, this.onChunk);
   }
 
   private finish(): void {

@@ -58,7 +58,8 @@ function scanOutput(data: Buffer): { processId: string; seq: number; bytes: numb
   if (p < 0 || s < 0 || c < 0) throw new Error(`malformed output notification: ${data.subarray(0, 200)}`);
   const processId = data.toString('utf8', p + ID_KEY.length, data.indexOf(0x22, p + ID_KEY.length));
   let seq = 0;
-  for (let i = s + SEQ_KEY.length; data[i]! >= 0x30 && data[i]! <= 0x39; i++) seq = seq * 10 + data[i]! - 0x30;
+  for (let i = s + SEQ_KEY.length; data[i]! >= 0x30 && data[i]! <= 0x39; i++)
+    seq = seq * 10 + data[i]! - 0x30;
   const start = c + CHUNK_KEY.length;
   const end = data.indexOf(0x22, start);
   if (end < 0 || (end - start) % 4 !== 0) throw new Error('malformed base64 chunk');

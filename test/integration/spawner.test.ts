@@ -62,8 +62,8 @@ function finish(c: SpawnedChild): Promise<Result> {
     };
     const out: Buffer[] = [];
     const err: Buffer[] = [];
-    c.stdout.on('data', (d) => out.push(d));
-    c.stderr.on('data', (d) => err.push(d));
+    c.stdout.on('data', (d) => out.push(Buffer.from(d)));
+    c.stderr.on('data', (d) => err.push(Buffer.from(d)));
     c.stdout.on('close', () => {
       stdout = Buffer.concat(out).toString('utf8');
       done();
@@ -559,7 +559,7 @@ for (const kind of ['native', 'vfork', 'node'] as const) {
            const c = ${helperSpawn(kind, "{ file: '/bin/ls', argv: ['ls', '-l', '/proc/self/fd'], env: {}, cwd: '/' }")};
            const fs = await import('node:fs');
            console.log(fs.readlinkSync('/proc/self/fd/3'));
-           c.stdout.on('data', (d) => process.stdout.write(d));`,
+           c.stdout.on('data', (d) => process.stdout.write(Buffer.from(d)));`,
         process.env,
         ['pipe'],
       );

@@ -135,4 +135,47 @@ describe('OutputBuffer retention and reads (protocol.md §5.3, §5.9)', () => {
     assert.ok(r.every((c, i) => i === 0 || c.seq === r[i - 1]!.seq + 1));
     assert.ok(b.retainedBytes + ((r[0]!.seq - 1) % 7) + 1 > 100, 'nothing more could have been kept');
   });
+
+  it('keeps a copy: the caller may reuse its buffer (the native pipe reader does)', () => {
+    const b = new OutputBuffer();
+    const scratch = Buffer.from('first');
+    b.pushData(1, 'stdout', scratch);
+    scratch.write('XXXXX');
+    b.pushData(2, 'stderr', scratch.subarray(0, 2));
+    assert.deepEqual(
+      b.read(0, null).map((c) => [c.seq, c.stream, c.data.toString()]),
+      [
+        [1, 'stdout', 'first'],
+        [2, 'stderr', 'XX'],
+      ],
+    );
+  });
+
+  it('matches a plain list model through ring wrap-arounds and growth (random sizes, seeded)', () => {
+    let state = 12345;
+    const rand = (n: number) => {
+      state = (state * 1103515245 + 12345) & 0x7fffffff;
+      return state % n;
+    };
+    for (const limit of [50, 1000, 64 * 1024]) {
+      const b = new OutputBuffer(limit);
+      const model: { seq: number; data: Buffer }[] = [];
+      for (let seq = 1; seq <= 3000; seq++) {
+        const size = rand(5) === 0 ? rand(limit + 10) : rand(Math.min(limit, 300)) + 1;
+        const data = Buffer.alloc(size, seq % 251);
+        b.push({ seq, stream: seq % 3 ? 'stdout' : 'stderr', data });
+        model.push({ seq, data });
+        let total = model.reduce((s, c) => s + c.data.length, 0);
+        while (total > limit && model.length > 0) total -= model.shift()!.data.length;
+        const got = b.read(0, null);
+        assert.deepEqual(
+          got.map((c) => c.seq),
+          model.map((c) => c.seq),
+          `limit ${limit}, after seq ${seq}`,
+        );
+        assert.ok(got.every((c, i) => c.data.equals(model[i]!.data)));
+        assert.equal(b.retainedBytes, total);
+      }
+    }
+  });
 });

@@ -2,11 +2,15 @@
 //
 // A net.Socket per pipe costs the server a stream object, its state machine and a JS callback per 64 KiB read, and
 // about 60 us to create and tear down (two per child). Here a pipe is one uv_poll handle on the Node loop: when it is
-// readable we read(2) until it is empty (or 256 KiB were collected: other pipes get their turn) and hand JS one Buffer
-// per wake-up. EOF and read errors close the pipe and call back with null.
+// readable we read(2) into the caller's scratch buffer until the pipe is empty or the buffer full (other pipes get
+// their turn then) and call JS once with the byte count. Nothing is allocated per read: JS copies what it keeps
+// before it returns. EOF and read errors close the pipe and call back with 0.
 //
 // JS interface (see src/process/spawner.ts, NativePipe):
-//   pipeOpen(fd, onData(buf: Buffer | null)) -> handle   takes ownership of fd (made non-blocking); null = EOF/closed
+//   pipeOpen(fd, scratch: Uint8Array, onData(n: number)) -> handle
+//                                                          takes ownership of fd (made non-blocking by uv_poll_init);
+//                                                          n > 0: scratch[0, n) holds new data, valid during the call;
+//                                                          n = 0: EOF, the fd is closed
 //   pipePause(handle), pipeResume(handle)                 stop / restart polling (backpressure)
 //   pipeClose(handle)                                      closes fd and poll handle now; onData is not called again
 //   base64Into(src: Uint8Array, dst: Uint8Array, offset) -> bytes written   standard alphabet with padding; dst must
@@ -25,14 +29,11 @@
 
 #include "pipes.h"
 
-#define COLLECT_MAX (256 * 1024)
-
 struct pipes_state {
   napi_env env;
   uv_loop_t *loop;
   napi_async_context async_ctx;
   struct pipe_reader *head;
-  uint8_t *scratch;  // COLLECT_MAX bytes: reads land here, then one copy into the JS Buffer
 };
 
 struct pipe_reader {
@@ -42,9 +43,14 @@ struct pipe_reader {
   bool polling;     // uv_poll_start is in effect
   int refs;         // the uv handle (until its close callback) + the JS external (until finalized)
   napi_ref cb;
+  napi_ref scratch_ref;  // keeps the scratch buffer alive
+  uint8_t *scratch;
+  size_t scratch_len;
   struct pipe_reader *prev, *next;
 };
 
+// Frees the record once both the uv handle and the JS external are done with it. Never touches references: this runs
+// from finalizers too, possibly while the environment is being torn down.
 static void release(struct pipe_reader *r) {
   if (--r->refs == 0) free(r);
 }
@@ -59,10 +65,13 @@ static void unlink_reader(struct pipe_reader *r) {
   r->prev = r->next = NULL;
 }
 
-// Stops everything: the fd is closed, the handle closing; returns the callback reference (caller deletes it).
-static napi_ref shut(struct pipe_reader *r) {
+// Stops everything: the fd is closed, the handle closing; returns the callback reference (caller deletes it). The
+// scratch reference is dropped here too, except during environment teardown (env_alive false), which frees it.
+static napi_ref shut(struct pipe_reader *r, bool env_alive) {
   napi_ref cb = r->cb;
   r->cb = NULL;
+  if (r->scratch_ref && env_alive && r->st) napi_delete_reference(r->st->env, r->scratch_ref);
+  r->scratch_ref = NULL;
   if (r->fd < 0) return cb;
   if (r->polling) uv_poll_stop(&r->poll);
   r->polling = false;
@@ -73,14 +82,13 @@ static napi_ref shut(struct pipe_reader *r) {
   return cb;
 }
 
-static void call_js(struct pipes_state *st, napi_ref ref, const uint8_t *data, size_t len, bool eof) {
+static void call_js(struct pipes_state *st, napi_ref ref, size_t len) {
   napi_env env = st->env;
   napi_handle_scope scope;
   if (napi_open_handle_scope(env, &scope) != napi_ok) return;
   napi_value fn, recv, arg, result;
   if (napi_get_reference_value(env, ref, &fn) == napi_ok && fn) {
-    if (eof) napi_get_null(env, &arg);
-    else napi_create_buffer_copy(env, len, data, NULL, &arg);
+    napi_create_uint32(env, (uint32_t)len, &arg);
     napi_get_global(env, &recv);
     napi_status s = napi_make_callback(env, st->async_ctx, recv, fn, 1, &arg, &result);
     if (s == napi_pending_exception) {
@@ -98,8 +106,8 @@ static void on_readable(uv_poll_t *handle, int status, int events) {
   struct pipes_state *st = r->st;
   size_t got = 0;
   bool eof = status < 0;
-  while (!eof && got < COLLECT_MAX) {
-    ssize_t n = read(r->fd, st->scratch + got, COLLECT_MAX - got);
+  while (!eof && got < r->scratch_len) {
+    ssize_t n = read(r->fd, r->scratch + got, r->scratch_len - got);
     if (n > 0) got += (size_t)n;
     else if (n == 0) eof = true;
     else if (errno == EINTR) continue;
@@ -109,11 +117,11 @@ static void on_readable(uv_poll_t *handle, int status, int events) {
   // The callback may pause or close this reader, or (through the JS it runs) free nothing we still use: r stays
   // allocated while its uv handle is open, and we hold a reference across the calls.
   r->refs++;
-  if (got > 0 && r->cb) call_js(st, r->cb, st->scratch, got, false);
+  if (got > 0 && r->cb) call_js(st, r->cb, got);
   if (eof && r->fd >= 0) {
-    napi_ref cb = shut(r);
+    napi_ref cb = shut(r, true);
     if (cb) {
-      call_js(st, cb, NULL, 0, true);
+      call_js(st, cb, 0);
       napi_delete_reference(st->env, cb);
     }
   }
@@ -141,20 +149,20 @@ static struct pipe_reader *reader_arg(napi_env env, napi_value v) {
   return p;
 }
 
+static bool bytes_of(napi_env env, napi_value v, uint8_t **data, size_t *len);
+
 static napi_value js_pipe_open(napi_env env, napi_callback_info info) {
-  size_t argc = 2;
-  napi_value args[2];
+  size_t argc = 3;
+  napi_value args[3];
   struct pipes_state *st = state_of(env, info, &argc, args);
   int32_t fd = -1;
   napi_valuetype t = napi_undefined;
-  if (!st || argc < 2 || napi_get_value_int32(env, args[0], &fd) != napi_ok || fd < 0 ||
-      napi_typeof(env, args[1], &t) != napi_ok || t != napi_function) {
-    napi_throw_type_error(env, NULL, "pipeOpen(fd: non-negative integer, onData: function)");
-    return NULL;
-  }
-  int fl = fcntl(fd, F_GETFL);
-  if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) {
-    napi_throw_error(env, NULL, strerror(errno));
+  uint8_t *scratch = NULL;
+  size_t scratch_len = 0;
+  if (!st || argc < 3 || napi_get_value_int32(env, args[0], &fd) != napi_ok || fd < 0 ||
+      !bytes_of(env, args[1], &scratch, &scratch_len) || scratch_len == 0 || napi_typeof(env, args[2], &t) != napi_ok ||
+      t != napi_function) {
+    napi_throw_type_error(env, NULL, "pipeOpen(fd: non-negative integer, scratch: non-empty Uint8Array, onData: function)");
     return NULL;
   }
   struct pipe_reader *r = calloc(1, sizeof *r);
@@ -172,8 +180,12 @@ static napi_value js_pipe_open(napi_env env, napi_callback_info info) {
   }
   r->poll.data = r;
   r->st = st;
-  if (napi_create_reference(env, args[1], 1, &r->cb) != napi_ok || (e = uv_poll_start(&r->poll, UV_READABLE, on_readable)) != 0) {
-    napi_ref cb = shut(r);
+  r->scratch = scratch;
+  r->scratch_len = scratch_len;
+  if (napi_create_reference(env, args[1], 1, &r->scratch_ref) != napi_ok ||
+      napi_create_reference(env, args[2], 1, &r->cb) != napi_ok ||
+      (e = uv_poll_start(&r->poll, UV_READABLE, on_readable)) != 0) {
+    napi_ref cb = shut(r, true);
     if (cb) napi_delete_reference(env, cb);
     napi_throw_error(env, NULL, e != 0 ? uv_strerror(e) : "cannot reference onData");
     return NULL;
@@ -186,7 +198,7 @@ static napi_value js_pipe_open(napi_env env, napi_callback_info info) {
   r->refs++;  // the JS external
   if (napi_create_external(env, r, finalize_external, NULL, &ext) != napi_ok) {
     r->refs--;
-    napi_ref cb = shut(r);
+    napi_ref cb = shut(r, true);
     if (cb) napi_delete_reference(env, cb);
     napi_throw_error(env, NULL, "cannot create handle");
     return NULL;
@@ -221,7 +233,7 @@ static napi_value js_pipe_close(napi_env env, napi_callback_info info) {
   if (!state_of(env, info, &argc, &arg) || argc < 1) return NULL;
   struct pipe_reader *r = reader_arg(env, arg);
   if (!r) return NULL;
-  napi_ref cb = shut(r);
+  napi_ref cb = shut(r, true);
   if (cb) napi_delete_reference(env, cb);
   return NULL;
 }
@@ -361,11 +373,10 @@ static void cleanup_pipes(void *arg) {
   struct pipes_state *st = arg;
   while (st->head) {
     struct pipe_reader *r = st->head;
-    napi_ref cb = shut(r);  // unlinks r; the reference goes with the environment
+    napi_ref cb = shut(r, false);  // unlinks r; the references go with the environment
     (void)cb;
     r->st = NULL;
   }
-  free(st->scratch);
   free(st);
 }
 
@@ -374,11 +385,6 @@ napi_status corral_pipes_init(napi_env env, napi_value exports, uv_loop_t *loop,
   uv_once(&once, init_pairs);
   struct pipes_state *st = calloc(1, sizeof *st);
   if (!st) return napi_generic_failure;
-  st->scratch = malloc(COLLECT_MAX);
-  if (!st->scratch) {
-    free(st);
-    return napi_generic_failure;
-  }
   st->env = env;
   st->loop = loop;
   st->async_ctx = async_ctx;

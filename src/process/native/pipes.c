@@ -1,14 +1,14 @@
 // Reading children's output pipes, and base64 for the output notifications (Linux; part of corral_spawn.node).
 //
 // A net.Socket per pipe costs the server a stream object, its state machine and a JS callback per 64 KiB read, and
-// about 60 us to create and tear down (two per child). Here a pipe is one uv_poll handle on the Node loop: when it is
-// readable we read(2) into the caller's scratch buffer until the pipe is empty or the buffer full (other pipes get
+// about 60 us to create and tear down (two per child). Here a pipe is one fd in the addon's epoll set (reactor.h): when
+// it is readable we read(2) into the caller's scratch buffer until the pipe is empty or the buffer full (other pipes get
 // their turn then) and call JS once with the byte count. Nothing is allocated per read: JS copies what it keeps
 // before it returns. EOF and read errors close the pipe and call back with 0.
 //
 // JS interface (see src/process/spawner.ts, NativePipe):
 //   pipeOpen(fd, scratch: Uint8Array, onData(n: number)) -> handle
-//                                                          takes ownership of fd (made non-blocking by uv_poll_init);
+//                                                          takes ownership of fd (made non-blocking);
 //                                                          n > 0: scratch[0, n) holds new data, valid during the call;
 //                                                          n = 0: EOF, the fd is closed
 //   pipePause(handle), pipeResume(handle)                 stop / restart polling (backpressure)
@@ -28,20 +28,19 @@
 #include <uv.h>
 
 #include "pipes.h"
+#include "reactor.h"
 
 struct pipes_state {
   napi_env env;
-  uv_loop_t *loop;
-  napi_async_context async_ctx;
+  struct reactor *reactor;
   struct pipe_reader *head;
 };
 
 struct pipe_reader {
-  uv_poll_t poll;
-  struct pipes_state *st;
-  int fd;           // -1 once closed
-  bool polling;     // uv_poll_start is in effect
-  int refs;         // the uv handle (until its close callback) + the JS external (until finalized)
+  struct reactor_item item;  // first: the reactor hands us this pointer
+  struct pipes_state *st;    // NULL after environment teardown
+  int fd;                    // -1 once closed
+  int refs;                  // the reactor registration (until retired) + the JS external (until finalized)
   napi_ref cb;
   napi_ref scratch_ref;  // keeps the scratch buffer alive
   uint8_t *scratch;
@@ -49,13 +48,13 @@ struct pipe_reader {
   struct pipe_reader *prev, *next;
 };
 
-// Frees the record once both the uv handle and the JS external are done with it. Never touches references: this runs
+// Frees the record once both the reactor and the JS external are done with it. Never touches references: this runs
 // from finalizers too, possibly while the environment is being torn down.
 static void release(struct pipe_reader *r) {
   if (--r->refs == 0) free(r);
 }
 
-static void on_handle_closed(uv_handle_t *h) { release(h->data); }
+static void on_retired(struct reactor_item *it) { release((struct pipe_reader *)it); }
 
 static void unlink_reader(struct pipe_reader *r) {
   if (!r->st) return;
@@ -65,47 +64,36 @@ static void unlink_reader(struct pipe_reader *r) {
   r->prev = r->next = NULL;
 }
 
-// Stops everything: the fd is closed, the handle closing; returns the callback reference (caller deletes it). The
-// scratch reference is dropped here too, except during environment teardown (env_alive false), which frees it.
+// Stops everything: retires the reader and closes its fd; returns the callback
+// reference (caller deletes it). The scratch reference is dropped here too, except during environment teardown
+// (env_alive false), which frees it.
 static napi_ref shut(struct pipe_reader *r, bool env_alive) {
   napi_ref cb = r->cb;
   r->cb = NULL;
   if (r->scratch_ref && env_alive && r->st) napi_delete_reference(r->st->env, r->scratch_ref);
   r->scratch_ref = NULL;
   if (r->fd < 0) return cb;
-  if (r->polling) uv_poll_stop(&r->poll);
-  r->polling = false;
-  close(r->fd);
-  r->fd = -1;
   unlink_reader(r);
-  uv_close((uv_handle_t *)&r->poll, on_handle_closed);
+  int fd = r->fd;
+  r->fd = -1;
+  reactor_retire(&r->item);  // before close(): see reactor.h
+  close(fd);
   return cb;
 }
 
-static void call_js(struct pipes_state *st, napi_ref ref, size_t len) {
-  napi_env env = st->env;
-  napi_handle_scope scope;
-  if (napi_open_handle_scope(env, &scope) != napi_ok) return;
-  napi_value fn, recv, arg, result;
-  if (napi_get_reference_value(env, ref, &fn) == napi_ok && fn) {
-    napi_create_uint32(env, (uint32_t)len, &arg);
-    napi_get_global(env, &recv);
-    napi_status s = napi_make_callback(env, st->async_ctx, recv, fn, 1, &arg, &result);
-    if (s == napi_pending_exception) {
-      napi_value err;
-      napi_get_and_clear_last_exception(env, &err);
-      napi_fatal_exception(env, err);
-    }
-  }
-  napi_close_handle_scope(env, scope);
+static void call_js(struct pipe_reader *r, napi_ref ref, size_t len) {
+  napi_env env = r->st->env;
+  napi_value fn, arg;
+  if (napi_get_reference_value(env, ref, &fn) != napi_ok || !fn) return;
+  napi_create_uint32(env, (uint32_t)len, &arg);
+  reactor_call(r->st->reactor, fn, 1, &arg);
 }
 
-static void on_readable(uv_poll_t *handle, int status, int events) {
+static void on_readable(struct reactor_item *it, uint32_t events) {
   (void)events;
-  struct pipe_reader *r = handle->data;
-  struct pipes_state *st = r->st;
+  struct pipe_reader *r = (struct pipe_reader *)it;
   size_t got = 0;
-  bool eof = status < 0;
+  bool eof = false;
   while (!eof && got < r->scratch_len) {
     ssize_t n = read(r->fd, r->scratch + got, r->scratch_len - got);
     if (n > 0) got += (size_t)n;
@@ -114,18 +102,15 @@ static void on_readable(uv_poll_t *handle, int status, int events) {
     else if (errno == EAGAIN) break;
     else eof = true;  // EIO and friends: nothing more will come
   }
-  // The callback may pause or close this reader, or (through the JS it runs) free nothing we still use: r stays
-  // allocated while its uv handle is open, and we hold a reference across the calls.
-  r->refs++;
-  if (got > 0 && r->cb) call_js(st, r->cb, got);
+  // The data callback may pause or close this reader: the reactor keeps r allocated until its dispatch is over.
+  if (got > 0 && r->cb) call_js(r, r->cb, got);
   if (eof && r->fd >= 0) {
     napi_ref cb = shut(r, true);
     if (cb) {
-      call_js(st, cb, 0);
-      napi_delete_reference(st->env, cb);
+      call_js(r, cb, 0);
+      napi_delete_reference(r->st->env, cb);
     }
   }
-  release(r);
 }
 
 static void finalize_external(napi_env env, void *data, void *hint) {
@@ -165,44 +150,44 @@ static napi_value js_pipe_open(napi_env env, napi_callback_info info) {
     napi_throw_type_error(env, NULL, "pipeOpen(fd: non-negative integer, scratch: non-empty Uint8Array, onData: function)");
     return NULL;
   }
+  // Our pipes are created O_CLOEXEC only, so O_NONBLOCK is the only status flag to set.
+  if (fcntl(fd, F_SETFL, O_NONBLOCK) < 0) {
+    napi_throw_error(env, NULL, strerror(errno));
+    return NULL;
+  }
   struct pipe_reader *r = calloc(1, sizeof *r);
-  if (!r) {
-    napi_throw_error(env, NULL, "out of memory");
-    return NULL;
-  }
-  r->fd = fd;
-  r->refs = 1;  // the uv handle
-  int e = uv_poll_init(st->loop, &r->poll, fd);
-  if (e != 0) {
+  napi_value ext;
+  if (!r || napi_create_reference(env, args[1], 1, &r->scratch_ref) != napi_ok ||
+      napi_create_reference(env, args[2], 1, &r->cb) != napi_ok ||
+      napi_create_external(env, r, finalize_external, NULL, &ext) != napi_ok) {
+    if (r && r->scratch_ref) napi_delete_reference(env, r->scratch_ref);
+    if (r && r->cb) napi_delete_reference(env, r->cb);
     free(r);
-    napi_throw_error(env, NULL, uv_strerror(e));
+    napi_throw_error(env, NULL, "pipeOpen: out of memory");
     return NULL;
   }
-  r->poll.data = r;
+  // From here on the external owns one reference to r.
+  r->refs = 1;
   r->st = st;
+  r->fd = fd;
   r->scratch = scratch;
   r->scratch_len = scratch_len;
-  if (napi_create_reference(env, args[1], 1, &r->scratch_ref) != napi_ok ||
-      napi_create_reference(env, args[2], 1, &r->cb) != napi_ok ||
-      (e = uv_poll_start(&r->poll, UV_READABLE, on_readable)) != 0) {
-    napi_ref cb = shut(r, true);
-    if (cb) napi_delete_reference(env, cb);
-    napi_throw_error(env, NULL, e != 0 ? uv_strerror(e) : "cannot reference onData");
+  r->item.on_event = on_readable;
+  r->item.on_retired = on_retired;
+  int e = reactor_add(st->reactor, &r->item, fd);
+  if (e != 0) {
+    napi_delete_reference(env, r->scratch_ref);
+    napi_delete_reference(env, r->cb);
+    r->scratch_ref = r->cb = NULL;
+    r->fd = -1;
+    close(fd);  // ours now, whatever happens
+    napi_throw_error(env, NULL, strerror(e));
     return NULL;
   }
-  r->polling = true;
+  r->refs++;  // the reactor's
   r->next = st->head;
   if (st->head) st->head->prev = r;
   st->head = r;
-  napi_value ext;
-  r->refs++;  // the JS external
-  if (napi_create_external(env, r, finalize_external, NULL, &ext) != napi_ok) {
-    r->refs--;
-    napi_ref cb = shut(r, true);
-    if (cb) napi_delete_reference(env, cb);
-    napi_throw_error(env, NULL, "cannot create handle");
-    return NULL;
-  }
   return ext;
 }
 
@@ -211,10 +196,7 @@ static napi_value js_pipe_pause(napi_env env, napi_callback_info info) {
   napi_value arg;
   if (!state_of(env, info, &argc, &arg) || argc < 1) return NULL;
   struct pipe_reader *r = reader_arg(env, arg);
-  if (r && r->fd >= 0 && r->polling) {
-    uv_poll_stop(&r->poll);
-    r->polling = false;
-  }
+  if (r && r->fd >= 0) reactor_enable(r->item.r, &r->item, r->fd, false);
   return NULL;
 }
 
@@ -223,7 +205,7 @@ static napi_value js_pipe_resume(napi_env env, napi_callback_info info) {
   napi_value arg;
   if (!state_of(env, info, &argc, &arg) || argc < 1) return NULL;
   struct pipe_reader *r = reader_arg(env, arg);
-  if (r && r->fd >= 0 && !r->polling && uv_poll_start(&r->poll, UV_READABLE, on_readable) == 0) r->polling = true;
+  if (r && r->fd >= 0) reactor_enable(r->item.r, &r->item, r->fd, true);
   return NULL;
 }
 
@@ -369,25 +351,25 @@ static napi_value js_base64_into(napi_env env, napi_callback_info info) {
 
 // ---- set-up ------------------------------------------------------------------------------------------------------
 
+// Environment teardown (runs before the reactor's, which spawn.c registered first): close every pipe; the references
+// go with the environment.
 static void cleanup_pipes(void *arg) {
   struct pipes_state *st = arg;
   while (st->head) {
     struct pipe_reader *r = st->head;
-    napi_ref cb = shut(r, false);  // unlinks r; the references go with the environment
-    (void)cb;
+    (void)shut(r, false);  // unlinks r from st->head and retires it
     r->st = NULL;
   }
   free(st);
 }
 
-napi_status corral_pipes_init(napi_env env, napi_value exports, uv_loop_t *loop, napi_async_context async_ctx) {
+napi_status corral_pipes_init(napi_env env, napi_value exports, struct reactor *reactor) {
   static uv_once_t once = UV_ONCE_INIT;
   uv_once(&once, init_pairs);
   struct pipes_state *st = calloc(1, sizeof *st);
   if (!st) return napi_generic_failure;
   st->env = env;
-  st->loop = loop;
-  st->async_ctx = async_ctx;
+  st->reactor = reactor;
   napi_add_env_cleanup_hook(env, cleanup_pipes, st);
   napi_property_descriptor props[] = {
       {"pipeOpen", NULL, js_pipe_open, NULL, NULL, NULL, napi_default, st},

@@ -1,6 +1,7 @@
 // Pipe reading and base64 (pipes.c): registered on the addon's exports by spawn.c's module init.
 #pragma once
 #include <node_api.h>
-#include <uv.h>
 
-napi_status corral_pipes_init(napi_env env, napi_value exports, uv_loop_t *loop, napi_async_context async_ctx);
+#include "reactor.h"
+
+napi_status corral_pipes_init(napi_env env, napi_value exports, struct reactor *reactor);

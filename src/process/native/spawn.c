@@ -3,8 +3,9 @@
 // Node's child_process forks the whole (large) Node process on its one JS thread, which caps it near 700-850
 // spawns/s on a 2-core machine. This addon starts children with clone(CLONE_VM): no page tables are copied. Two modes:
 //   * async (default on x86_64 and arm64): the parent returns as soon as the child exists and never waits for its
-//     execve. The child runs on a stack of ours in our memory until it execs, using raw system calls only; a CLOEXEC
-//     "status" pipe tells us (EOF) when it has exec'd or exited, and only then are its stack and arguments reused.
+//     execve. The child runs on a stack of ours in our memory until it execs, using raw system calls only. It is
+//     cloned with CLONE_CHILD_CLEARTID: the kernel zeroes a word of ours when the child leaves our memory (execve or
+//     exit), and only then are its stack and arguments reused.
 //     The errors a caller must get synchronously (missing or unusable program or cwd) are checked before the start;
 //     an exec failure only execve can see makes the child print it on its stderr and exit 127.
 //   * vfork (CLONE_VFORK): the parent thread waits until the child has exec'd; every exec failure comes back
@@ -15,8 +16,8 @@
 //   * gets PR_SET_PDEATHSIG(SIGKILL), so it dies when the spawning thread (the Node main thread) dies;
 //   * has all signal dispositions reset to default and an empty signal mask (Node ignores SIGPIPE);
 //   * receives exactly fds 0, 1, 2 and the requested extra fds at 3, 4, ...; everything else is closed.
-// Exit is observed with a pidfd (CLONE_PIDFD) polled on the libuv loop: waitid(P_PIDFD) reaps only our own child, so
-// children of child_process and node-pty are never touched.
+// Exit is observed with a pidfd (CLONE_PIDFD) in the addon's epoll set (reactor.h): waitid(P_PIDFD) reaps only our own
+// child, so children of child_process and node-pty are never touched.
 //
 // JS interface (see src/process/spawner.ts):
 //   spawn(file, argv: string[], env: string[] /* "K=V" */, cwd, fds: number[] /* child fd i <- fds[i], -1 = closed,
@@ -91,7 +92,6 @@ struct child_args {
   pid_t parent_pid;
   int parent_pidfd;  // async mode with newPidNs: a pidfd of this process (getppid() is 0 in a new pid namespace), or -1
   int restore_policy;  // async mode: SCHED_OTHER to restore in the child (it starts as SCHED_BATCH), or -1
-  int status_fd;     // async mode: write end of a CLOEXEC pipe; its EOF tells the parent the child left our memory
   volatile int err;  // vfork mode: set by the child when it fails; 0 when execve succeeded
 };
 
@@ -239,11 +239,6 @@ static int child_main_async(void *p) {
     child_die(a, -ESRCH, 0);
   }
 
-  int status = a->status_fd;
-  if (status < a->nfds) {
-    if ((r = raw_syscall(SYS_fcntl, status, F_DUPFD_CLOEXEC, a->nfds, 0)) < 0) child_die(a, r, 0);
-    status = (int)r;
-  }
   for (int i = 0; i < a->nfds; i++) {
     int s = a->src[i];
     a->tmp[i] = s;  // a->tmp belongs to this child alone until it execs
@@ -258,11 +253,9 @@ static int child_main_async(void *p) {
     else if ((r = raw_syscall(SYS_dup3, s, i, 0, 0)) < 0) child_die(a, r, i > 2);
   }
   if ((r = raw_syscall(SYS_chdir, (long)a->cwd, 0, 0, 0)) < 0) child_die(a, r, 1);
-  // Everything above the requested fds closes at exec (the status pipe included, which is the point).
-  if (raw_syscall(SYS_close_range, a->nfds, (long)~0U, CLOSE_RANGE_CLOEXEC, 0) < 0) {
-    for (unsigned int fd = (unsigned int)a->nfds; fd < a->close_from_max; fd++) {
-      if ((int)fd != status) raw_syscall(SYS_close, fd, 0, 0, 0);
-    }
+  // Everything above the requested fds goes, whatever flags it has.
+  if (raw_syscall(SYS_close_range, a->nfds, (long)~0U, 0, 0) < 0) {
+    for (unsigned int fd = (unsigned int)a->nfds; fd < a->close_from_max; fd++) raw_syscall(SYS_close, fd, 0, 0, 0);
   }
   raw_syscall(SYS_rt_sigprocmask, SIG_SETMASK, (long)&k_empty_mask, 0, sizeof(unsigned long));
   r = raw_syscall(SYS_execve, (long)a->file, (long)a->argv, (long)a->envp, 0);
@@ -284,6 +277,7 @@ struct addon_state {
   napi_ref exit_handler;
   napi_async_context async_ctx;
   uv_loop_t *loop;
+  struct reactor reactor;        // our children's pidfds and (pipes.c) their output pipes
   struct watched *head;
   struct pending_exec *pending;  // async mode: children that may still run in our memory
   struct exit_watch *watches;    // watchExit: processes of others
@@ -294,10 +288,11 @@ struct addon_state {
 };
 
 struct watched {
-  uv_poll_t poll;
+  struct reactor_item item;  // first: the reactor hands us this pointer
   struct addon_state *st;
   int pidfd;
   pid_t pid;
+  struct pending_exec *pe;  // async mode, until the child has left our memory
   struct watched *prev, *next;
 };
 
@@ -312,9 +307,10 @@ struct exit_watch {
 
 // Everything a child started in async mode may use until it has exec'd or exited.
 struct pending_exec {
-  uv_poll_t poll;  // on the read end of the status pipe; EOF = the child is done with our memory
+  // CLONE_CHILD_CLEARTID: non-zero until the kernel zeroes it when the child execs or exits (mm_release).
+  volatile pid_t ctid;
   struct addon_state *st;
-  int status_rd;
+  struct watched *w;  // the child's exit watch, while it exists
   void *stack;
   char *file, *cwd;
   char **argv, **envp;
@@ -373,16 +369,21 @@ static void on_exit_watch(uv_poll_t *handle, int status, int events) {
   napi_close_handle_scope(env, scope);
 }
 
-static void on_pidfd(uv_poll_t *handle, int status, int events) {
+static void release_pending(struct pending_exec *pe);
+
+static void free_watched(struct reactor_item *it) { free(it); }
+
+// The child's pidfd is readable: it has terminated. Reap it and report the exit to JS.
+static void on_pidfd(struct reactor_item *it, uint32_t events) {
   (void)events;
-  struct watched *w = handle->data;
+  struct watched *w = (struct watched *)it;
   siginfo_t info;
   memset(&info, 0, sizeof info);
   int r = waitid((idtype_t)P_PIDFD, (id_t)w->pidfd, &info, WEXITED | WNOHANG);
   if (r < 0 && errno == EINTR) return;
-  if (r == 0 && info.si_pid == 0 && status == 0) return;  // not exited yet (spurious wake-up)
+  if (r == 0 && info.si_pid == 0) return;  // not exited yet (spurious wake-up)
   int code = -1, signo = 0;
-  if (r == 0 && info.si_pid != 0) {
+  if (r == 0) {
     if (info.si_code == CLD_EXITED) code = info.si_status & 0xff;
     else signo = info.si_status;  // CLD_KILLED, CLD_DUMPED
   } else {
@@ -390,28 +391,19 @@ static void on_pidfd(uv_poll_t *handle, int status, int events) {
   }
   struct addon_state *st = w->st;
   pid_t pid = w->pid;
-  uv_poll_stop(&w->poll);
-  close(w->pidfd);
   unlink_watched(w);
-  uv_close((uv_handle_t *)&w->poll, free_handle_data);
+  if (w->pe) release_pending(w->pe);  // it has exited: done with our memory
+  reactor_retire(&w->item);           // before close(): see reactor.h
+  close(w->pidfd);
 
   napi_env env = st->env;
-  napi_handle_scope scope;
-  if (napi_open_handle_scope(env, &scope) != napi_ok) return;
-  napi_value fn, recv, argv[3], result;
+  napi_value fn, argv[3];
   if (st->exit_handler && napi_get_reference_value(env, st->exit_handler, &fn) == napi_ok && fn) {
-    napi_get_global(env, &recv);  // napi_make_callback wants an object receiver
     napi_create_int32(env, pid, &argv[0]);
     napi_create_int32(env, code, &argv[1]);
     napi_create_int32(env, signo, &argv[2]);
-    napi_status s = napi_make_callback(env, st->async_ctx, recv, fn, 3, argv, &result);
-    if (s == napi_pending_exception) {
-      napi_value err;
-      napi_get_and_clear_last_exception(env, &err);
-      napi_fatal_exception(env, err);
-    }
+    reactor_call(&st->reactor, fn, 3, argv);
   }
-  napi_close_handle_scope(env, scope);
 }
 
 static void free_string_array(char **v) {
@@ -449,22 +441,20 @@ static void unlink_pending(struct pending_exec *pe) {
   pe->prev = pe->next = NULL;
 }
 
-static void free_pending_handle(uv_handle_t *h) { free_pending(h->data); }
-
-static void on_status(uv_poll_t *handle, int status, int events) {
-  (void)status;
-  (void)events;
-  struct pending_exec *pe = handle->data;
-  char buf[64];
-  ssize_t n;
-  while ((n = read(pe->status_rd, buf, sizeof buf)) > 0) {
-  }
-  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
-  // EOF (or an error we cannot wait out): the child has exec'd or exited, our memory is ours again.
-  uv_poll_stop(&pe->poll);
-  close(pe->status_rd);
+// The child has left our memory (exec'd or exited): its stack and arguments are ours again.
+static void release_pending(struct pending_exec *pe) {
+  if (pe->w) pe->w->pe = NULL;
+  pe->w = NULL;
   unlink_pending(pe);
-  uv_close((uv_handle_t *)&pe->poll, free_pending_handle);
+  free_pending(pe);
+}
+
+// Reclaims what children that have exec'd since the last call no longer use.
+static void sweep_pending(struct addon_state *st) {
+  for (struct pending_exec *pe = st->pending, *next; pe; pe = next) {
+    next = pe->next;
+    if (__atomic_load_n(&pe->ctid, __ATOMIC_ACQUIRE) == 0) release_pending(pe);
+  }
 }
 
 static void cleanup_state(void *arg) {
@@ -483,20 +473,19 @@ static void cleanup_state(void *arg) {
   while (st->head) {
     struct watched *w = st->head;
     unlink_watched(w);
-    w->st = NULL;
-    uv_poll_stop(&w->poll);
-    close(w->pidfd);
-    uv_close((uv_handle_t *)&w->poll, free_handle_data);
+    int pidfd = w->pidfd;
+    if (w->pe) w->pe->w = NULL;
+    w->pe = NULL;
+    reactor_retire(&w->item);
+    close(pidfd);
   }
-  // Children still setting up may use these records and stacks: close the handles but leak the memory.
+  // Children still setting up may use these records and stacks: forget them but leak the memory.
   while (st->pending) {
     struct pending_exec *pe = st->pending;
     unlink_pending(pe);
     pe->st = NULL;
-    uv_poll_stop(&pe->poll);
-    close(pe->status_rd);
-    uv_close((uv_handle_t *)&pe->poll, NULL);
   }
+  reactor_close(&st->reactor);
   while (st->nstacks > 0) munmap(st->stacks[--st->nstacks], CHILD_STACK_SIZE);
   if (st->devnull >= 0) close(st->devnull);
   st->devnull = -1;
@@ -601,6 +590,7 @@ static napi_value js_spawn(napi_env env, napi_callback_info info) {
   wait_exec = true;
 #endif
 
+  sweep_pending(st);
   struct pending_exec *pe = calloc(1, sizeof *pe);
   if (!pe) {
     napi_throw_error(env, NULL, "spawn: out of memory");
@@ -608,7 +598,6 @@ static napi_value js_spawn(napi_env env, napi_callback_info info) {
   }
   struct child_args *a = &pe->a;
   pe->st = st;
-  pe->status_rd = -1;
   pe->file = get_string(env, args[0]);
   pe->argv = get_string_array(env, args[1]);
   pe->envp = get_string_array(env, args[2]);
@@ -618,7 +607,6 @@ static napi_value js_spawn(napi_env env, napi_callback_info info) {
   napi_value result = NULL;
   int parent_end[3] = {-1, -1, -1};
   int child_end[3] = {-1, -1, -1};
-  int status_wr = -1;
   int err = 0;
   bool keep_pe = false;
 
@@ -663,7 +651,6 @@ static napi_value js_spawn(napi_env env, napi_callback_info info) {
   a->cwd = pe->cwd;
   a->parent_pid = getpid();
   a->parent_pidfd = -1;
-  a->status_fd = -1;
   struct rlimit rl;
   a->close_from_max = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < 65536
                           ? (unsigned int)rl.rlim_cur
@@ -697,19 +684,14 @@ static napi_value js_spawn(napi_env env, napi_callback_info info) {
     flags |= CLONE_VFORK;
   } else {
 #ifdef HAVE_RAW_SYSCALL
-    int sp[2];
-    if (pipe2(sp, O_CLOEXEC) < 0) {
-      err = errno;
-      goto fail;
-    }
-    pe->status_rd = sp[0];
-    status_wr = a->status_fd = sp[1];
     if (!(pe->stack = get_stack(st))) {
       err = ENOMEM;
       goto fail;
     }
     stack = pe->stack;
     child_fn = child_main_async;
+    flags |= CLONE_CHILD_CLEARTID;
+    pe->ctid = 1;  // the kernel zeroes it when the child execs or exits
 #else
     err = ENOSYS;
     goto fail;
@@ -728,7 +710,7 @@ static napi_value js_spawn(napi_env env, napi_callback_info info) {
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
   int pidfd = -1;
-  pid_t pid = clone(child_fn, stack + CHILD_STACK_SIZE, flags, a, &pidfd);
+  pid_t pid = clone(child_fn, stack + CHILD_STACK_SIZE, flags, a, &pidfd, NULL, (pid_t *)&pe->ctid);
   int clone_errno = errno;
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   if (a->restore_policy >= 0) sched_setscheduler(0, SCHED_OTHER, &zero_param);
@@ -742,24 +724,10 @@ static napi_value js_spawn(napi_env env, napi_callback_info info) {
     child_end[i] = -1;
   }
   if (!wait_exec) {
-    close(status_wr);
-    status_wr = -1;
-    keep_pe = true;  // the child owns pe until the status pipe reports EOF
-    if (uv_poll_init(st->loop, &pe->poll, pe->status_rd) == 0) {
-      pe->poll.data = pe;
-      pe->next = st->pending;
-      if (st->pending) st->pending->prev = pe;
-      st->pending = pe;
-      uv_poll_start(&pe->poll, UV_READABLE, on_status);
-    } else {
-      // Cannot watch it: wait here for exec (EOF), as vfork mode would.
-      char buf[64];
-      ssize_t n;
-      while ((n = read(pe->status_rd, buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR)) {
-      }
-      close(pe->status_rd);
-      free_pending(pe);
-    }
+    keep_pe = true;  // the child uses pe until it has left our memory (ctid zeroed, or its exit)
+    pe->next = st->pending;
+    if (st->pending) st->pending->prev = pe;
+    st->pending = pe;
   } else if (a->err != 0) {
     // The child has already exited (CLONE_VFORK resumed us): reap it, it is ours.
     siginfo_t si;
@@ -771,22 +739,31 @@ static napi_value js_spawn(napi_env env, napi_callback_info info) {
   }
 
   struct watched *w = calloc(1, sizeof *w);
-  if (!w || uv_poll_init(st->loop, &w->poll, pidfd) != 0 || uv_poll_start(&w->poll, UV_READABLE, on_pidfd) != 0) {
+  int e = ENOMEM;
+  if (w) {
+    w->item.on_event = on_pidfd;
+    w->item.on_retired = free_watched;
+    e = reactor_add(&st->reactor, &w->item, pidfd);
+  }
+  if (e != 0) {
     // Should never happen; the child is running, so kill and reap it rather than leak it.
     kill(pid, SIGKILL);
     siginfo_t si;
     while (waitid((idtype_t)P_PIDFD, (id_t)pidfd, &si, WEXITED) < 0 && errno == EINTR) {
     }
-    if (w && w->poll.loop) uv_close((uv_handle_t *)&w->poll, free_handle_data);
-    else free(w);
+    free(w);
     close(pidfd);
-    err = ENOMEM;
+    if (keep_pe) release_pending(pe);  // it is gone; keep_pe stays true: pe is freed already
+    err = e;
     goto fail;
   }
-  w->poll.data = w;
   w->st = st;
   w->pidfd = pidfd;
   w->pid = pid;
+  if (keep_pe) {
+    w->pe = pe;
+    pe->w = w;
+  }
   w->next = st->head;
   if (st->head) st->head->prev = w;
   st->head = w;
@@ -805,11 +782,6 @@ fail:
   for (int i = 0; i < 3; i++) {
     if (child_end[i] >= 0) close(child_end[i]);
     if (parent_end[i] >= 0) close(parent_end[i]);
-  }
-  if (!keep_pe) {
-    if (status_wr >= 0) close(status_wr);
-    if (pe->status_rd >= 0) close(pe->status_rd);
-    pe->status_rd = -1;
   }
   throw_errno(env, err);
   result = NULL;
@@ -909,6 +881,7 @@ NAPI_MODULE_INIT(/* napi_env env, napi_value exports */) {
   st->env = env;
   st->devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
   st->self_pidfd = -1;
+  st->reactor.epfd = -1;
   if (napi_get_uv_event_loop(env, &st->loop) != napi_ok) return NULL;
   napi_value name;
   napi_create_string_utf8(env, "corral.spawn", NAPI_AUTO_LENGTH, &name);
@@ -933,7 +906,12 @@ NAPI_MODULE_INIT(/* napi_env env, napi_value exports */) {
       {"newPidNs", NULL, NULL, NULL, NULL, new_pidns_ok, napi_default, NULL},
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
-  if (corral_pipes_init(env, exports, st->loop, st->async_ctx) != napi_ok) return NULL;
+  int re = reactor_init(&st->reactor, env, st->loop, st->async_ctx);
+  if (re != 0) {
+    throw_errno(env, re);
+    return NULL;
+  }
+  if (corral_pipes_init(env, exports, &st->reactor) != napi_ok) return NULL;
   return exports;
 }
 

@@ -26,7 +26,7 @@
 import { closeSync, constants as fsConstants, openSync, readSync } from 'node:fs';
 import type { Socket } from 'node:net';
 import * as pty from 'node-pty';
-import { watchExit } from './spawner.js';
+import { endSpawnBatch, watchExit } from './spawner.js';
 
 /** How long, after the child's exit, output is still read before the pty is let go. */
 const DRAIN_MS = 100;
@@ -64,6 +64,7 @@ export interface PtySpawnOptions {
  * fails; nothing is held then.
  */
 export function spawnPty(file: string, args: string[], opts: PtySpawnOptions): PtyChild {
+  endSpawnBatch(); // node-pty forks this thread: its child must not inherit SCHED_BATCH
   const term = pty.spawn(file, args, { ...opts, encoding: null });
   return new PtyProcess(term);
 }

@@ -178,12 +178,18 @@ interface NativeBinding {
   pipePause?(h: PipeHandle): void;
   pipeResume?(h: PipeHandle): void;
   pipeClose?(h: PipeHandle): void;
+  /** 0, or the errno a chdir into (kind 0) or an execve of (kind 1) `path` would fail with. Absent from older builds. */
+  checkPath?(path: string, kind: 0 | 1): number;
+  /** Ends the spawning thread's SCHED_BATCH window of this loop turn (spawn.c, batch_begin). Absent from older builds. */
+  schedRestore?(): void;
   /** Standard base64 of `src` written into `dst` at `offset`; returns the bytes written. Absent from older builds. */
   base64Into?(src: Uint8Array, dst: Uint8Array, offset: number): number;
 }
 
 declare const pipeHandleBrand: unique symbol;
 type PipeHandle = { readonly [pipeHandleBrand]: true };
+
+type PipeMethods = Required<Pick<NativeBinding, 'pipeOpen' | 'pipePause' | 'pipeResume' | 'pipeClose'>>;
 
 /** Where every native pipe of this module reads into; its callbacks run one at a time on the loop. */
 const PIPE_SCRATCH = Buffer.allocUnsafeSlow(256 * 1024);
@@ -206,9 +212,7 @@ class NativePipe implements OutputPipe {
   };
 
   constructor(
-    private readonly binding: Required<
-      Pick<NativeBinding, 'pipeOpen' | 'pipePause' | 'pipeResume' | 'pipeClose'>
-    >,
+    private readonly binding: PipeMethods,
     private readonly fd: number,
   ) {}
 
@@ -272,19 +276,24 @@ function readablePipe(r: Readable): OutputPipe {
   return pipe;
 }
 
+const pipeMethods = new WeakMap<NativeBinding, PipeMethods | null>();
+
 function outputPipe(binding: NativeBinding, fd: number): OutputPipe {
-  const { pipeOpen, pipePause, pipeResume, pipeClose } = binding;
-  if (pipeOpen && pipePause && pipeResume && pipeClose) {
-    return new NativePipe(
-      {
-        pipeOpen: pipeOpen.bind(binding),
-        pipePause: pipePause.bind(binding),
-        pipeResume: pipeResume.bind(binding),
-        pipeClose: pipeClose.bind(binding),
-      },
-      fd,
-    );
+  let m = pipeMethods.get(binding);
+  if (m === undefined) {
+    const { pipeOpen, pipePause, pipeResume, pipeClose } = binding;
+    m =
+      pipeOpen && pipePause && pipeResume && pipeClose
+        ? {
+            pipeOpen: pipeOpen.bind(binding),
+            pipePause: pipePause.bind(binding),
+            pipeResume: pipeResume.bind(binding),
+            pipeClose: pipeClose.bind(binding),
+          }
+        : null;
+    pipeMethods.set(binding, m);
   }
+  if (m) return new NativePipe(m, fd);
   return readablePipe(new Socket({ fd, readable: true, writable: false }));
 }
 
@@ -361,6 +370,26 @@ const nativeExits: Map<number, ExitLatch> = (() => {
 export const base64Into: ((src: Uint8Array, dst: Uint8Array, offset: number) => number) | null =
   native.binding?.base64Into?.bind(native.binding) ?? null;
 
+/**
+ * The addon's check of a path before a launch (see NativeBinding.checkPath): an errno name, or null when usable;
+ * undefined when the addon cannot check (not built, older build) and the caller must check itself.
+ */
+export function nativeCheckPath(path: string, kind: 'cwd' | 'program'): string | null | undefined {
+  const fn = native.binding?.checkPath;
+  if (!fn) return undefined;
+  const err = fn.call(native.binding, path, kind === 'cwd' ? 0 : 1);
+  return err === 0 ? null : (ERRNO_NAMES.get(err) ?? `E${err}`);
+}
+
+/**
+ * Call before starting a process any other way than spawnPiped (node-pty, child_process): the native spawner keeps
+ * this thread SCHED_BATCH from its first spawn of a loop turn until the loop polls again, and a child forked meanwhile
+ * would inherit that policy for life.
+ */
+export function endSpawnBatch(): void {
+  native.binding?.schedRestore?.();
+}
+
 /** Why the native spawner is not available (null when it is). */
 export const nativeLoadError: string | null = native.error;
 
@@ -431,6 +460,7 @@ function spawnNative(
 
 function spawnNode(spec: LaunchSpec, opts: SpawnOptions): SpawnedChild {
   checkNoNul(spec);
+  endSpawnBatch();
   // ChildProcess#spawn (what child_process.spawn calls after normalising its arguments) returns the exec error
   // synchronously, where child_process.spawn would only emit it on the next tick.
   const cp = new ChildProcess();

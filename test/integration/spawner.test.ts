@@ -20,6 +20,7 @@ import { after, before, describe, it } from 'node:test';
 import { pathToFileURL } from 'node:url';
 import { build } from 'esbuild';
 import type { LaunchSpec } from '../../src/process/launch.js';
+import { spawnPty } from '../../src/process/pty.js';
 import {
   nativeLoadError,
   SpawnError,
@@ -350,6 +351,30 @@ for (const kind of ['native', 'vfork', 'node'] as const) {
         cwd: '/',
       });
       assert.match(r.stdout, /^policy\s+:\s+0\n$/);
+    });
+
+    it('the spawning thread is SCHED_OTHER again once the loop polls; a PTY child of the same turn is too', async () => {
+      // The native spawner keeps this thread SCHED_BATCH from its first spawn of a loop turn until the loop is
+      // about to poll (spawn.c, batch_begin); node-pty forks this thread, so it must end that window first.
+      const policy = () =>
+        Number(readFileSync('/proc/thread-self/stat', 'utf8').split(') ')[1]!.split(' ')[38]);
+      const c = spawnWith(kind, sh('exit 0'), { stdin: 'null' });
+      const term = spawnPty('/bin/grep', ['^policy', '/proc/self/sched'], {
+        cwd: '/',
+        env: {},
+        cols: 80,
+        rows: 24,
+      });
+      let out = '';
+      term.onData((d) => {
+        out += d.toString();
+      });
+      const exited = new Promise<void>((r) => term.onExit(() => r()));
+      await finish(c);
+      await exited;
+      assert.match(out, /^policy\s+:\s+0\r?\n$/);
+      await new Promise((r) => setImmediate(r));
+      assert.equal(policy(), 0, 'SCHED_OTHER');
     });
 
     it('stdin null is /dev/null; the child reads EOF at once', async () => {

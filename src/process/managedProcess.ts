@@ -11,6 +11,11 @@ export const MAX_CHUNK = 8192;
 /** Receives a process's events in seq order. */
 export interface ProcessEventSink {
   output(p: ManagedProcess, seq: number, stream: OutputStream, data: Buffer): void;
+  /**
+   * Optional, replaces `output` for a whole read: the chunks are `data` cut into MAX_CHUNK pieces, with seqs from
+   * firstSeq. `data` is only valid during the call.
+   */
+  outputs?(p: ManagedProcess, firstSeq: number, stream: OutputStream, data: Buffer): void;
   exited(p: ManagedProcess, seq: number, exitCode: number): void;
   closed(p: ManagedProcess, seq: number): void;
   /** Optional: the outputs of one read have all been reported (a sink may batch them until here). */
@@ -141,12 +146,20 @@ export class ManagedProcess {
 
   private onData(stream: OutputStream, data: Buffer): void {
     this.dataEvents++;
-    for (let off = 0; off < data.length; off += MAX_CHUNK) {
-      const piece = off === 0 && data.length <= MAX_CHUNK ? data : data.subarray(off, off + MAX_CHUNK);
-      const seq = ++this.lastSeq;
-      this.bytesOut += piece.length;
-      this.buffer.pushData(seq, stream, piece);
-      this.sink.output(this, seq, stream, piece);
+    this.bytesOut += data.length;
+    if (this.sink.outputs) {
+      const first = this.lastSeq + 1;
+      for (let off = 0; off < data.length; off += MAX_CHUNK) {
+        this.buffer.pushData(++this.lastSeq, stream, data, off, Math.min(off + MAX_CHUNK, data.length));
+      }
+      this.sink.outputs(this, first, stream, data);
+    } else {
+      for (let off = 0; off < data.length; off += MAX_CHUNK) {
+        const piece = off === 0 && data.length <= MAX_CHUNK ? data : data.subarray(off, off + MAX_CHUNK);
+        const seq = ++this.lastSeq;
+        this.buffer.pushData(seq, stream, piece);
+        this.sink.output(this, seq, stream, piece);
+      }
     }
     this.sink.flush?.();
     this.wake();

@@ -52,9 +52,9 @@ export class OutputBuffer {
     this.pushData(chunk.seq, chunk.stream, chunk.data);
   }
 
-  /** Retains a copy of `data` (which the caller may reuse afterwards). */
-  pushData(seq: number, stream: OutputStream, data: Uint8Array): void {
-    const n = data.length;
+  /** Retains a copy of data[start, end) (the caller may reuse `data` afterwards). */
+  pushData(seq: number, stream: OutputStream, data: Uint8Array, start = 0, end = data.length): void {
+    const n = end - start;
     if (n > this.limit) {
       // It could never be retained whole: everything older goes too (the newest bytes are not those).
       while (this.head < this.seqs.length) this.dropOldest();
@@ -68,7 +68,7 @@ export class OutputBuffer {
       else this.dropOldest();
       at = this.place(n);
     }
-    this.store.set(data, at);
+    this.store.set(start === 0 && end === data.length ? data : data.subarray(start, end), at);
     this.writePos = at + n;
     this.seqs.push(seq);
     this.starts.push(at);

@@ -184,6 +184,16 @@ interface NativeBinding {
   schedRestore?(): void;
   /** Standard base64 of `src` written into `dst` at `offset`; returns the bytes written. Absent from older builds. */
   base64Into?(src: Uint8Array, dst: Uint8Array, offset: number): number;
+  /** See frameOutputs below. Absent from older builds. */
+  frameOutputs?(
+    src: Uint8Array,
+    chunkSize: number,
+    prefix: Uint8Array,
+    firstSeq: number,
+    fields: Uint8Array,
+    dst: Uint8Array,
+    offset: number,
+  ): number;
 }
 
 declare const pipeHandleBrand: unique symbol;
@@ -364,11 +374,20 @@ const nativeExits: Map<number, ExitLatch> = (() => {
 })();
 
 /**
- * The addon's AVX2 base64 encoder writing straight into `dst` (about 2.5x Node's toString('base64') plus the copy
+ * The addon's SIMD base64 encoder writing straight into `dst` (about 2.5x Node's toString('base64') plus the copy
  * into a Buffer, and no string garbage), or null without the addon.
  */
 export const base64Into: ((src: Uint8Array, dst: Uint8Array, offset: number) => number) | null =
   native.binding?.base64Into?.bind(native.binding) ?? null;
+
+/**
+ * The process/output notifications of one read as unmasked WebSocket text frames, written into `dst` at `offset` by
+ * the addon (one call per read instead of JS work per chunk); null without the addon. `src` is cut into chunks of
+ * `chunkSize`; chunk k becomes `prefix + (firstSeq + k) + fields + base64(chunk) + '"}}'`. Returns the bytes written;
+ * throws a RangeError, writing nothing, when `dst` is too small.
+ */
+export const frameOutputs: NonNullable<NativeBinding['frameOutputs']> | null =
+  native.binding?.frameOutputs?.bind(native.binding) ?? null;
 
 /**
  * The addon's check of a path before a launch (see NativeBinding.checkPath): an errno name, or null when usable;

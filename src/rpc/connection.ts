@@ -6,6 +6,8 @@ export interface Framing {
   headerLength(payloadLength: number): number;
   /** Writes that framing at `off` (exactly headerLength(payloadLength) bytes). */
   writeHeader(buf: Buffer, off: number, payloadLength: number): void;
+  /** Set when this is unmasked WebSocket text framing (RFC 6455), which native code can also write. */
+  readonly webSocketText?: boolean;
 }
 
 /** What a connection needs from its transport (a WebSocket, Electron IPC, stdio, or a test pipe). */

@@ -1,8 +1,35 @@
 import type { ManagedProcess, ProcessEventSink } from '../process/managedProcess.js';
-import { base64Into as nativeBase64Into } from '../process/spawner.js';
+import { MAX_CHUNK } from '../process/managedProcess.js';
+import { frameOutputs, base64Into as nativeBase64Into } from '../process/spawner.js';
 import type { OutputStream } from '../protocol/exec.js';
 import type { Framing, RpcConnection } from '../rpc/connection.js';
 import type { ServerEvents } from './events.js';
+
+/** `,"stream":"<stream>","chunk":"` after the seq digits of an output notification, per stream. */
+const STREAM_FIELDS: Record<OutputStream, Buffer> = {
+  stdout: Buffer.from(',"stream":"stdout","chunk":"'),
+  stderr: Buffer.from(',"stream":"stderr","chunk":"'),
+  pty: Buffer.from(',"stream":"pty","chunk":"'),
+};
+
+function decimalLength(n: number): number {
+  let len = 1;
+  while (n >= 10) {
+    n = Math.floor(n / 10);
+    len++;
+  }
+  return len;
+}
+
+/** Writes the decimal digits of a non-negative integer at `off`; returns the offset after them. */
+function writeDecimal(buf: Buffer, off: number, n: number, len: number): number {
+  const end = off + len;
+  for (let i = end - 1; i >= off; i--) {
+    buf[i] = 0x30 + (n % 10);
+    n = Math.floor(n / 10);
+  }
+  return end;
+}
 
 function base64Length(n: number): number {
   return Math.ceil(n / 3) * 4;
@@ -32,15 +59,34 @@ function messageBuffer(n: number): Buffer {
 }
 
 /**
- * Frame buffers whose bytes have all been written out, for reuse: a fresh 256 KiB Buffer per ~22 notifications is
- * external memory churn that makes V8 run full GCs (measured: ~16 mark-compacts per 320 MiB of output without this).
+ * Frame buffers whose bytes have all been written out, for reuse. A fresh 256 KiB Buffer per ~22 notifications is
+ * external memory churn that makes V8 run full GCs (measured: ~16 mark-compacts per 320 MiB of output), and fresh
+ * memory costs a page fault per 4 KiB on first write (~4500 per 64 MiB streamed when only 8 were kept). Up to
+ * HIGH_WATER_BYTES can be in flight, so that much is kept while output flows; after FRAMES_IDLE_MS without a new
+ * buffer being taken, the pool shrinks back to FREE_FRAMES_IDLE.
  */
-const FREE_FRAMES_MAX = 8;
+const FREE_FRAMES_MAX = 40;
+const FREE_FRAMES_IDLE = 4;
+const FRAMES_IDLE_MS = 5000;
 const freeFrames: Buffer[] = [];
+let framesTakenAt = 0;
+let framesTrimTimer: NodeJS.Timeout | null = null;
+
+function trimFramesWhenIdle(): void {
+  if (framesTrimTimer || freeFrames.length <= FREE_FRAMES_IDLE) return;
+  framesTrimTimer = setTimeout(() => {
+    framesTrimTimer = null;
+    if (Date.now() - framesTakenAt >= FRAMES_IDLE_MS)
+      freeFrames.length = Math.min(freeFrames.length, FREE_FRAMES_IDLE);
+    trimFramesWhenIdle();
+  }, FRAMES_IDLE_MS);
+  framesTrimTimer.unref();
+}
 /** Writes still in flight per frame buffer, and whether the buffer has been replaced (no more writes into it). */
 const framesInFlight = new WeakMap<Buffer, { writes: number; retired: boolean }>();
 
 function takeFrames(minBytes: number): Buffer {
+  framesTakenAt = Date.now();
   if (minBytes <= ARENA_BYTES) {
     const b = freeFrames.pop();
     if (b) {
@@ -55,7 +101,10 @@ function takeFrames(minBytes: number): Buffer {
 
 function recycle(b: Buffer): void {
   framesInFlight.delete(b);
-  if (b.length === ARENA_BYTES && freeFrames.length < FREE_FRAMES_MAX) freeFrames.push(b);
+  if (b.length === ARENA_BYTES && freeFrames.length < FREE_FRAMES_MAX) {
+    freeFrames.push(b);
+    trimFramesWhenIdle();
+  }
 }
 
 function retireFrames(b: Buffer): void {
@@ -64,6 +113,9 @@ function retireFrames(b: Buffer): void {
   f.retired = true;
   if (f.writes === 0) recycle(b);
 }
+
+/** Chunks framed per native call: 16 × ~11 KiB stays well inside one ARENA_BYTES frame buffer. */
+const FRAME_GROUP = 16;
 
 /** Above this many bytes queued on the transport, the session pauses its children's output (protocol.md §5.9). */
 export const HIGH_WATER_BYTES = 8 * 1024 * 1024;
@@ -206,6 +258,45 @@ export class Session implements ProcessEventSink {
     this.sendOutput(e, seq, stream, data);
   }
 
+  outputs(p: ManagedProcess, firstSeq: number, stream: OutputStream, data: Buffer): void {
+    if (this.events.hasOutputListeners()) {
+      for (let off = 0, seq = firstSeq; off < data.length; off += MAX_CHUNK, seq++) {
+        this.events.emitOutput(p, seq, stream, data.subarray(off, off + MAX_CHUNK));
+      }
+    }
+    const e = this.entries.get(p.info.processId);
+    if (!e || e.held || !this.conn) return;
+    const chunks = Math.ceil(data.length / MAX_CHUNK);
+    if (frameOutputs && this.framing?.webSocketText) {
+      // Native code frames up to FRAME_GROUP chunks per call (the same bytes sendOutput builds chunk by chunk); a
+      // group's worst case fits a pooled frame buffer.
+      const fields = STREAM_FIELDS[stream];
+      const perChunk = 10 + e.outputPrefix.length + 16 + fields.length + 3 + base64Length(MAX_CHUNK);
+      for (let i = 0; i < chunks; i += FRAME_GROUP) {
+        const group = data.subarray(i * MAX_CHUNK, (i + FRAME_GROUP) * MAX_CHUNK);
+        this.reserveFrames(Math.ceil(group.length / MAX_CHUNK) * perChunk);
+        const frames = this.frames!;
+        const n = frameOutputs(
+          group,
+          MAX_CHUNK,
+          e.outputPrefix,
+          firstSeq + i,
+          fields,
+          frames,
+          this.framesUsed,
+        );
+        this.framesUsed += n;
+        this.batchBytes += n;
+      }
+      e.deliveredSeq = firstSeq + chunks - 1;
+      this.scheduleFlush();
+      return;
+    }
+    for (let i = 0; i < chunks; i++) {
+      this.sendOutput(e, firstSeq + i, stream, data.subarray(i * MAX_CHUNK, (i + 1) * MAX_CHUNK));
+    }
+  }
+
   exited(p: ManagedProcess, seq: number, exitCode: number): void {
     this.events.emitProcess('exited', p);
     const e = this.entries.get(p.info.processId);
@@ -245,21 +336,16 @@ export class Session implements ProcessEventSink {
   private sendOutput(e: Entry, seq: number, stream: OutputStream, data: Buffer): void {
     e.deliveredSeq = seq;
     const prefix = e.outputPrefix;
-    const mid = `${seq},"stream":"${stream}","chunk":"`;
-    const length = prefix.length + mid.length + base64Length(data.length) + 3;
+    const digits = decimalLength(seq);
+    const fields = STREAM_FIELDS[stream];
+    const length = prefix.length + digits + fields.length + base64Length(data.length) + 3;
     const framing = this.framing;
     let buf: Buffer;
     let off: number;
     if (framing) {
       const header = framing.headerLength(length);
-      if (!this.frames || this.framesUsed + header + length > this.frames.length) {
-        this.flush();
-        if (this.frames) retireFrames(this.frames);
-        this.frames = takeFrames(header + length);
-        this.framesUsed = 0;
-        this.batchStart = 0;
-      }
-      buf = this.frames;
+      this.reserveFrames(header + length);
+      buf = this.frames!;
       framing.writeHeader(buf, this.framesUsed, length);
       off = this.framesUsed + header;
       this.framesUsed = off + length;
@@ -270,12 +356,28 @@ export class Session implements ProcessEventSink {
       this.batch.push(buf);
       this.batchBytes += length;
     }
-    off += prefix.copy(buf, off);
-    off += buf.write(mid, off, 'latin1');
+    buf.set(prefix, off);
+    off = writeDecimal(buf, off + prefix.length, seq, digits);
+    buf.set(fields, off);
+    off += fields.length;
     off += base64Into(data, buf, off);
     buf[off] = 0x22; // "}}
     buf[off + 1] = 0x7d;
     buf[off + 2] = 0x7d;
+    this.scheduleFlush();
+  }
+
+  /** Makes room for `bytes` more in the current frame buffer (the batch so far is flushed if a new one is needed). */
+  private reserveFrames(bytes: number): void {
+    if (this.frames && this.framesUsed + bytes <= this.frames.length) return;
+    this.flush();
+    if (this.frames) retireFrames(this.frames);
+    this.frames = takeFrames(bytes);
+    this.framesUsed = 0;
+    this.batchStart = 0;
+  }
+
+  private scheduleFlush(): void {
     if (!this.flushQueued) {
       this.flushQueued = true;
       process.nextTick(this.flushFn);

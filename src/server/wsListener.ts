@@ -52,6 +52,7 @@ function senderIdle(ws: WebSocket): boolean {
 
 /** Unmasked (server → client) WebSocket text frame headers, FIN set (RFC 6455 §5.2). */
 export const textFraming: Framing = {
+  webSocketText: true,
   headerLength: (n) => (n < 126 ? 2 : n < 65536 ? 4 : 10),
   writeHeader(buf, off, n) {
     buf[off] = 0x81; // FIN + text

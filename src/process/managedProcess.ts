@@ -66,6 +66,8 @@ export class ManagedProcess {
   private dataEvents = 0;
   /** The child has been reaped (its exit may not be reported yet): never signal its pid again. */
   private reaped = false;
+  /** Ends the server-death protection of the child's process group (pipes: see SpawnedChild.releaseGroup). */
+  private releaseGroup: () => void = () => {};
 
   constructor(
     readonly info: ProcessInfo,
@@ -109,6 +111,7 @@ export class ManagedProcess {
       return;
     }
     const child = spawnPiped(spec, { stdin: this.info.pipeStdin ? 'pipe' : 'null' });
+    this.releaseGroup = child.releaseGroup;
     this.pid = child.pid;
     this.stdin = child.stdin;
     this.stdin?.on('error', () => {});
@@ -189,6 +192,7 @@ export class ManagedProcess {
     this.closeSeq = ++this.lastSeq;
     this.stdin?.destroy();
     this.term = null;
+    this.releaseGroup();
     try {
       this.launch.cleanup();
     } catch {

@@ -45,6 +45,11 @@ export interface SpawnedChild {
   stderr: OutputPipe;
   /** Exactly once: exitCode = status for normal exits (0..255), 128+signo when killed by a signal. */
   onExit(cb: (exitCode: number, signal: NodeJS.Signals | null) => void): void;
+  /**
+   * Call once the process is done (exited, pipes closed): until then its process group is SIGKILLed if the server
+   * dies, however it dies (the native spawner's group watchdog; a no-op elsewhere).
+   */
+  releaseGroup(): void;
 }
 
 export interface SpawnOptions {
@@ -162,7 +167,7 @@ interface NativeBinding {
     fds: number[],
     waitExec: boolean,
     newPidNs?: boolean,
-  ): [number, number, number, number];
+  ): [number, number, number, number, number?];
   setExitHandler(fn: (pid: number, status: number, signo: number) => void): void;
   /** Whether this build can start children without waiting for their exec (x86_64, arm64). */
   asyncExec: boolean;
@@ -180,6 +185,9 @@ interface NativeBinding {
   pipeClose?(h: PipeHandle): void;
   /** 0, or the errno a chdir into (kind 0) or an execve of (kind 1) `path` would fail with. Absent from older builds. */
   checkPath?(path: string, kind: 0 | 1): number;
+  /** Group watchdog (watchdog.c): forget a slot spawn returned; the watchdog's pid (0: none). Absent from older builds. */
+  unwatchGroup?(slot: number): void;
+  watchdogPid?(): number;
   /** Ends the spawning thread's SCHED_BATCH window of this loop turn (spawn.c, batch_begin). Absent from older builds. */
   schedRestore?(): void;
   /** Standard base64 of `src` written into `dst` at `offset`; returns the bytes written. Absent from older builds. */
@@ -409,6 +417,11 @@ export function endSpawnBatch(): void {
   native.binding?.schedRestore?.();
 }
 
+/** The group watchdog's pid while it runs (tests), else 0. */
+export function groupWatchdogPid(): number {
+  return native.binding?.watchdogPid?.() ?? 0;
+}
+
 /** Why the native spawner is not available (null when it is). */
 export const nativeLoadError: string | null = native.error;
 
@@ -446,7 +459,7 @@ function spawnNative(
   if (unguarded) spec = unguarded;
   const fds = [opts.stdin === 'pipe' ? FD_PIPE : FD_DEVNULL, FD_PIPE, FD_PIPE];
   for (const fd of spec.extraFds ?? []) fds.push(fd ?? FD_CLOSED);
-  let r: [number, number, number, number];
+  let r: [number, number, number, number, number?];
   try {
     r = binding.spawn(
       spec.file,
@@ -462,10 +475,16 @@ function spawnNative(
     if (typeof errno === 'number') throw spawnError(errno, (e as Error).message);
     throw e;
   }
-  const [pid, inFd, outFd, errFd] = r;
+  const [pid, inFd, outFd, errFd, slot = -1] = r;
   const latch = new ExitLatch();
   nativeExits.set(pid, latch);
+  let watched = slot >= 0;
   return {
+    releaseGroup: () => {
+      if (!watched) return;
+      watched = false;
+      binding.unwatchGroup?.(slot);
+    },
     pid,
     stdin: inFd >= 0 ? new Socket({ fd: inFd, readable: false, writable: true }) : null,
     stdout: outputPipe(binding, outFd),
@@ -516,6 +535,7 @@ function spawnNode(spec: LaunchSpec, opts: SpawnOptions): SpawnedChild {
     else latch.fire(code ?? 0, null);
   });
   return {
+    releaseGroup: () => {},
     pid: cp.pid,
     stdin: cp.stdin,
     stdout: readablePipe(cp.stdout),

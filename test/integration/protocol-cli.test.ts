@@ -2,7 +2,7 @@
 // before exit, --listen stdio, --ws-token-file, --allow-origin, and the server's own variables never reaching children.
 import assert from 'node:assert/strict';
 import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
@@ -156,7 +156,7 @@ describe('protocol CLI', () => {
   });
 
   it('a SIGKILLed server does not leave background grandchildren running', {
-    todo: 'protocol.md §8.4: needs a pid namespace or subreaper launcher; only the direct child gets PDEATHSIG',
+    skip: spawnerKind !== 'native' ? 'the group watchdog belongs to the native spawner' : false,
   }, async () => {
     const cli = await startCli(['--listen', 'ws://127.0.0.1:0']);
     const c = await RpcClient.open(cli.url!);
@@ -165,6 +165,36 @@ describe('protocol CLI', () => {
     await cli.exited;
     try {
       await until(() => !alive(child) && !alive(grandchild), 2000, 'the grandchild to die with the server');
+    } finally {
+      for (const pid of [child, grandchild]) if (alive(pid)) process.kill(pid, 'SIGKILL');
+    }
+  });
+
+  it('the group watchdog keeps no fd of the server but its pipe, and goes when the server goes', {
+    skip: spawnerKind !== 'native' ? 'the group watchdog belongs to the native spawner' : false,
+  }, async () => {
+    const cli = await startCli(['--listen', 'ws://127.0.0.1:0']);
+    const c = await RpcClient.open(cli.url!);
+    const [child, grandchild] = await startFamily(c, 'w');
+    const server = cli.proc.pid!;
+    const dogs = readFileSync(`/proc/${server}/task/${server}/children`, 'utf8')
+      .split(/\s+/)
+      .filter(Boolean)
+      .map(Number)
+      .filter((pid) => readFileSync(`/proc/${pid}/comm`, 'utf8').trim() === 'corral-watchdog');
+    assert.equal(dogs.length, 1, 'one watchdog per server');
+    const dog = dogs[0]!;
+    // Holding a copy of a client socket or a child's pipe would keep it open after the server closed it.
+    assert.equal(readdirSync(`/proc/${dog}/fd`).length, 1);
+    // Every signal blocked (our handlers must never run on its stack): SIGHUP, SIGINT, SIGTERM among them.
+    const blocked = BigInt(
+      `0x${readFileSync(`/proc/${dog}/status`, 'utf8').match(/^SigBlk:\s+(\S+)/m)?.[1]}`,
+    );
+    for (const sig of [1, 2, 15]) assert.ok(blocked & (1n << BigInt(sig - 1)), `signal ${sig} blocked`);
+    cli.proc.kill('SIGTERM');
+    await cli.exited;
+    try {
+      await until(() => !alive(dog) && !alive(child) && !alive(grandchild), 2000, 'the watchdog to exit');
     } finally {
       for (const pid of [child, grandchild]) if (alive(pid)) process.kill(pid, 'SIGKILL');
     }

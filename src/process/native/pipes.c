@@ -97,9 +97,12 @@ static void on_readable(struct reactor_item *it, uint32_t events) {
   size_t got = 0;
   bool eof = false;
   while (!eof && got < r->scratch_len) {
-    ssize_t n = read(r->fd, r->scratch + got, r->scratch_len - got);
-    if (n > 0) got += (size_t)n;
-    else if (n == 0) eof = true;
+    size_t want = r->scratch_len - got;
+    ssize_t n = read(r->fd, r->scratch + got, want);
+    if (n > 0) {
+      got += (size_t)n;
+      if ((size_t)n < want) break;  // the pipe is empty now: skip the read that would say EAGAIN
+    } else if (n == 0) eof = true;
     else if (errno == EINTR) continue;
     else if (errno == EAGAIN) break;
     else eof = true;  // EIO and friends: nothing more will come

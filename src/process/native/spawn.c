@@ -23,7 +23,9 @@
 //   spawn(file, argv: string[], env: string[] /* "K=V" */, cwd, fds: number[] /* child fd i <- fds[i], -1 = closed,
 //         -2 = create a pipe (0: parent writes, 1/2: parent reads), -3 = /dev/null */, waitExec: boolean,
 //         newPidNs?: boolean /* CLONE_NEWPID: the child is the init of a new pid namespace (needs CAP_SYS_ADMIN) */)
-//     -> [pid, fd0, fd1, fd2]   parent ends of created pipes, -1 where none
+//     -> [pid, fd0, fd1, fd2, slot]   parent ends of created pipes (-1 where none); slot: the child's process group
+//        in the group watchdog (watchdog.c), -1 if none: pass it to unwatchGroup once the group may outlive us
+//   unwatchGroup(slot), watchdogPid() -> pid or 0
 //     throws Error { message: strerror text, errno: number } when the child could not be started
 //   setExitHandler(fn(pid, exitStatus /* -1 if signalled */, signo /* 0 if exited */))
 //   asyncExec: boolean   whether async mode is compiled in
@@ -59,6 +61,7 @@
 #include <uv.h>
 
 #include "pipes.h"
+#include "watchdog.h"
 
 #ifndef CLONE_PIDFD
 #define CLONE_PIDFD 0x00001000
@@ -656,6 +659,24 @@ static napi_value js_sched_restore(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
+// unwatchGroup(slot): the group no longer needs to die with us (its process has closed).
+static napi_value js_unwatch_group(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value arg;
+  int32_t slot = -1;
+  if (napi_get_cb_info(env, info, &argc, &arg, NULL, NULL) == napi_ok && argc >= 1 &&
+      napi_get_value_int32(env, arg, &slot) == napi_ok)
+    watchdog_remove(slot);
+  return NULL;
+}
+
+static napi_value js_watchdog_pid(napi_env env, napi_callback_info info) {
+  (void)info;
+  napi_value v;
+  napi_create_int32(env, watchdog_pid(), &v);
+  return v;
+}
+
 static __thread char *vfork_stack;
 
 
@@ -848,7 +869,7 @@ static napi_value js_spawn(napi_env env, napi_callback_info info) {
   if (st->head) st->head->prev = w;
   st->head = w;
 
-  napi_create_array_with_length(env, 4, &result);
+  napi_create_array_with_length(env, 5, &result);
   napi_value v;
   napi_create_int32(env, pid, &v);
   napi_set_element(env, result, 0, v);
@@ -856,6 +877,9 @@ static napi_value js_spawn(napi_env env, napi_callback_info info) {
     napi_create_int32(env, parent_end[i], &v);
     napi_set_element(env, result, (uint32_t)i + 1, v);
   }
+  // The child leads its own process group (setsid): the watchdog kills that group if we die.
+  napi_create_int32(env, watchdog_add(pid), &v);
+  napi_set_element(env, result, 4, v);
   goto out;
 
 fail:
@@ -984,6 +1008,8 @@ NAPI_MODULE_INIT(/* napi_env env, napi_value exports */) {
       {"watchExit", NULL, js_watch_exit, NULL, NULL, NULL, napi_default, NULL},
       {"checkPath", NULL, js_check_path, NULL, NULL, NULL, napi_default, NULL},
       {"schedRestore", NULL, js_sched_restore, NULL, NULL, NULL, napi_default, NULL},
+      {"unwatchGroup", NULL, js_unwatch_group, NULL, NULL, NULL, napi_default, NULL},
+      {"watchdogPid", NULL, js_watchdog_pid, NULL, NULL, NULL, napi_default, NULL},
       {"asyncExec", NULL, NULL, NULL, NULL, async_ok, napi_default, NULL},
       {"newPidNs", NULL, NULL, NULL, NULL, new_pidns_ok, napi_default, NULL},
   };

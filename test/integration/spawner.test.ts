@@ -22,6 +22,7 @@ import { build } from 'esbuild';
 import type { LaunchSpec } from '../../src/process/launch.js';
 import { spawnPty } from '../../src/process/pty.js';
 import {
+  groupWatchdogPid,
   nativeLoadError,
   SpawnError,
   type SpawnedChild,
@@ -165,6 +166,37 @@ async function helperOutput(code: string, env: NodeJS.ProcessEnv = process.env, 
   assert.equal(status, 0, `helper failed: ${out}`);
   return out;
 }
+
+describe('group watchdog', { skip: nativeLoadError ? `addon not built: ${nativeLoadError}` : false }, () => {
+  it('keeps running through signal storms: no restart, no native child killed', async () => {
+    // Signals interrupt system calls (EINTR); mistaking an interrupted liveness check for the watchdog's death once
+    // restarted it, and the old watchdog killed every registered group (children exited 137).
+    const codes = [(await finish(spawnPipedWith('native', sh('exit 0'), { stdin: 'null' }))).code];
+    const dog = groupWatchdogPid();
+    assert.ok(dog > 0, 'a watchdog runs once a native child exists');
+    const onSignal = () => {};
+    process.on('SIGUSR2', onSignal);
+    const storm = spawn('/bin/sh', ['-c', `while kill -USR2 ${process.pid}; do :; done`], {
+      stdio: 'ignore',
+    });
+    try {
+      const until = Date.now() + 1000;
+      const lane = async () => {
+        while (Date.now() < until)
+          codes.push((await finish(spawnPipedWith('native', sh('exit 0'), { stdin: 'null' }))).code);
+      };
+      await Promise.all(Array.from({ length: 32 }, lane));
+    } finally {
+      storm.kill('SIGKILL');
+      process.off('SIGUSR2', onSignal);
+    }
+    assert.deepEqual(
+      codes.filter((c) => c !== 0),
+      [],
+    );
+    assert.equal(groupWatchdogPid(), dog);
+  });
+});
 
 describe('spawner selection', () => {
   it('uses the native addon on Linux unless CORRAL_SPAWNER=node', () => {

@@ -105,8 +105,13 @@ static int watchdog_main(void *arg) {
 // Whether the watchdog is running; reaps it if it has died (someone killed it). Called with the lock held.
 static int dog_alive(void) {
   if (dog_pidfd < 0) return 0;
+  // A pidfd polls readable once its process has exited. Anything else (no event, EINTR from a SIGCHLD, any error)
+  // means alive: wrongly deciding it is dead would close its pipe, and it would kill every registered group.
   struct pollfd p = {.fd = dog_pidfd, .events = POLLIN, .revents = 0};
-  if (poll(&p, 1, 0) == 0) return 1;
+  int n;
+  do n = poll(&p, 1, 0);
+  while (n < 0 && errno == EINTR);
+  if (n <= 0 || !(p.revents & POLLIN)) return 1;
   siginfo_t si;
   waitid((idtype_t)P_PIDFD, (id_t)dog_pidfd, &si, WEXITED | WNOHANG);
   close(dog_pidfd);

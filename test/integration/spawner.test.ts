@@ -180,9 +180,9 @@ describe('group watchdog', { skip: nativeLoadError ? `addon not built: ${nativeL
       stdio: 'ignore',
     });
     try {
-      const until = Date.now() + 1000;
+      const end = Date.now() + 1000;
       const lane = async () => {
-        while (Date.now() < until)
+        while (Date.now() < end)
           codes.push((await finish(spawnPipedWith('native', sh('exit 0'), { stdin: 'null' }))).code);
       };
       await Promise.all(Array.from({ length: 32 }, lane));
@@ -195,6 +195,26 @@ describe('group watchdog', { skip: nativeLoadError ? `addon not built: ${nativeL
       [],
     );
     assert.equal(groupWatchdogPid(), dog);
+  });
+});
+
+describe('group watchdog (restart)', {
+  skip: nativeLoadError ? `addon not built: ${nativeLoadError}` : false,
+}, () => {
+  it('a killed watchdog is replaced at the next spawn, and the replacement holds only its pipe', async () => {
+    await finish(spawnPipedWith('native', sh('exit 0'), { stdin: 'null' }));
+    const dog = groupWatchdogPid();
+    assert.ok(dog > 0);
+    process.kill(dog, 'SIGKILL');
+    await until('the old watchdog to be a zombie', () =>
+      readFileSync(`/proc/${dog}/stat`, 'utf8').split(') ')[1]!.startsWith('Z'),
+    );
+    const r = await finish(spawnPipedWith('native', sh('exit 3'), { stdin: 'null' }));
+    assert.equal(r.code, 3);
+    const next = groupWatchdogPid();
+    assert.ok(next > 0 && next !== dog, 'a new watchdog');
+    assert.throws(() => readFileSync(`/proc/${dog}/stat`), 'the old one is reaped');
+    await until('the new watchdog to drop our fds', () => readdirSync(`/proc/${next}/fd`).length === 1);
   });
 });
 

@@ -112,7 +112,11 @@ static int dog_alive(void) {
   do n = poll(&p, 1, 0);
   while (n < 0 && errno == EINTR);
   if (n <= 0 || !(p.revents & POLLIN)) return 1;
+  // Only our watchdog's own exit counts (should this fd number have been closed and reused behind our back, never act
+  // on, or reap, another process).
   siginfo_t si;
+  memset(&si, 0, sizeof si);
+  if (waitid((idtype_t)P_PIDFD, (id_t)dog_pidfd, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid != dog_pid) return 1;
   waitid((idtype_t)P_PIDFD, (id_t)dog_pidfd, &si, WEXITED | WNOHANG);
   close(dog_pidfd);
   dog_pidfd = -1;

@@ -152,9 +152,8 @@ export class ManagedProcess {
     this.bytesOut += data.length;
     if (this.sink.outputs) {
       const first = this.lastSeq + 1;
-      for (let off = 0; off < data.length; off += MAX_CHUNK) {
-        this.buffer.pushData(++this.lastSeq, stream, data, off, Math.min(off + MAX_CHUNK, data.length));
-      }
+      this.lastSeq += Math.ceil(data.length / MAX_CHUNK);
+      this.buffer.pushRead(first, stream, data, MAX_CHUNK);
       this.sink.outputs(this, first, stream, data);
     } else {
       for (let off = 0; off < data.length; off += MAX_CHUNK) {

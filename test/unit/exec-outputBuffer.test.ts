@@ -178,4 +178,43 @@ describe('OutputBuffer retention and reads (protocol.md §5.3, §5.9)', () => {
       }
     }
   });
+
+  it('pushRead keeps exactly what pushData chunk by chunk keeps (random reads and chunk sizes, seeded)', () => {
+    let state = 777;
+    const rand = (n: number) => {
+      state = (state * 1103515245 + 12345) & 0x7fffffff;
+      return state % n;
+    };
+    for (const [limit, chunk] of [
+      [100, 7],
+      [1000, 64],
+      [64 * 1024, 8192],
+      [1024 * 1024, 8192],
+    ] as const) {
+      const batched = new OutputBuffer(limit);
+      const single = new OutputBuffer(limit);
+      let seq = 1;
+      for (let i = 0; i < 400; i++) {
+        const size = rand(8) === 0 ? rand(limit * 2) : rand(Math.min(limit, 4 * chunk)) + 1;
+        const data = Buffer.alloc(size);
+        for (let k = 0; k < size; k++) data[k] = (seq + k) & 0xff;
+        batched.pushRead(seq, 'stdout', data, chunk);
+        for (let off = 0; off < size; off += chunk)
+          single.pushData(seq++, 'stdout', data.subarray(off, off + chunk));
+        data.fill(0); // the caller reuses its buffer: retention must have copied
+        const a = batched.read(0, null);
+        const b = single.read(0, null);
+        assert.deepEqual(
+          a.map((c) => c.seq),
+          b.map((c) => c.seq),
+          `limit ${limit}, read ${i}`,
+        );
+        assert.ok(
+          a.every((c, j) => c.data.equals(b[j]!.data)),
+          `bytes, limit ${limit}, read ${i}`,
+        );
+        assert.equal(batched.retainedBytes, single.retainedBytes);
+      }
+    }
+  });
 });

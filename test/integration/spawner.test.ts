@@ -196,11 +196,7 @@ describe('group watchdog', { skip: nativeLoadError ? `addon not built: ${nativeL
     );
     assert.equal(groupWatchdogPid(), dog);
   });
-});
 
-describe('group watchdog (restart)', {
-  skip: nativeLoadError ? `addon not built: ${nativeLoadError}` : false,
-}, () => {
   it('a killed watchdog is replaced at the next spawn, and the replacement holds only its pipe', async () => {
     await finish(spawnPipedWith('native', sh('exit 0'), { stdin: 'null' }));
     const dog = groupWatchdogPid();

@@ -33,6 +33,7 @@ import {
 const root = join(import.meta.dirname, '..', '..');
 const SPAWNER = join(root, 'src', 'process', 'spawner.ts');
 const PATH = '/usr/local/bin:/usr/bin:/bin';
+const BUNDLE_DIR = join(root, 'test-artifacts', 'spawner-bundle');
 
 let dir = '';
 before(() => {
@@ -167,6 +168,22 @@ async function helperOutput(code: string, env: NodeJS.ProcessEnv = process.env, 
   return out;
 }
 
+/** Bundles `entry` with esbuild into test-artifacts/spawner-bundle/<name> (outside src/, like dist/); returns its path. */
+async function bundleInto(entry: string, name: string): Promise<string> {
+  const outfile = join(BUNDLE_DIR, name);
+  mkdirSync(BUNDLE_DIR, { recursive: true });
+  await build({
+    entryPoints: [entry],
+    outfile,
+    bundle: true,
+    platform: 'node',
+    format: 'esm',
+    packages: 'external',
+    logLevel: 'error',
+  });
+  return outfile;
+}
+
 describe('group watchdog', { skip: nativeLoadError ? `addon not built: ${nativeLoadError}` : false }, () => {
   it('keeps running through signal storms: no restart, no native child killed', async () => {
     // Signals interrupt system calls (EINTR); mistaking an interrupted liveness check for the watchdog's death once
@@ -252,9 +269,8 @@ describe('spawner selection', () => {
   });
 
   it('an esbuild bundle outside src/ finds the addon from the package root', async () => {
-    const outDir = join(root, 'test-artifacts', 'spawner-bundle');
-    mkdirSync(outDir, { recursive: true });
-    const entry = join(outDir, 'entry.ts');
+    mkdirSync(BUNDLE_DIR, { recursive: true });
+    const entry = join(BUNDLE_DIR, 'entry.ts');
     writeFileSync(
       entry,
       `import { spawnerKind, spawnPiped } from ${JSON.stringify(SPAWNER.replace(/\.ts$/, '.js'))};\n` +
@@ -263,16 +279,10 @@ describe('spawner selection', () => {
         `let code = -1; let left = 2; const done = () => { if (--left === 0) console.log(spawnerKind, code, out.trim()); };\n` +
         `c.onExit((c2) => { code = c2; done(); }); c.stdout.on('close', done);\n`,
     );
-    await build({
-      entryPoints: [entry],
-      outfile: join(outDir, 'bundle.js'),
-      bundle: true,
-      platform: 'node',
-      format: 'esm',
-      packages: 'external',
-      logLevel: 'error',
+    await bundleInto(entry, 'bundle.js');
+    const p = spawn(process.execPath, [join(BUNDLE_DIR, 'bundle.js')], {
+      stdio: ['ignore', 'pipe', 'inherit'],
     });
-    const p = spawn(process.execPath, [join(outDir, 'bundle.js')], { stdio: ['ignore', 'pipe', 'inherit'] });
     let out = '';
     p.stdout.setEncoding('utf8').on('data', (d: string) => {
       out += d;
@@ -283,18 +293,7 @@ describe('spawner selection', () => {
     assert.equal(out.trim(), `${expected} 0 bundled`);
   });
   it('two copies of the module in one process (sources and a bundle) both get their exits', async () => {
-    const outDir = join(root, 'test-artifacts', 'spawner-bundle');
-    mkdirSync(outDir, { recursive: true });
-    const bundle = join(outDir, 'spawner-copy.mjs');
-    await build({
-      entryPoints: [SPAWNER],
-      outfile: bundle,
-      bundle: true,
-      platform: 'node',
-      format: 'esm',
-      packages: 'external',
-      logLevel: 'error',
-    });
+    const bundle = await bundleInto(SPAWNER, 'spawner-copy.mjs');
     const copy = (await import(pathToFileURL(bundle).href)) as typeof import('../../src/process/spawner.js');
     const exitOf = (c: SpawnedChild) => new Promise<number>((r) => c.onExit((code) => r(code)));
     const codes = await Promise.all([
@@ -305,24 +304,13 @@ describe('spawner selection', () => {
     assert.deepEqual(codes, [11, 12, 13]);
   });
 
-  it('works in a worker thread, whose teardown leaves the addon usable', async () => {
     // The worker cannot load TypeScript: give it a bundle of the spawner, outside src/ like dist/.
-    const outDir = join(root, 'test-artifacts', 'spawner-bundle');
-    mkdirSync(outDir, { recursive: true });
-    const bundle = join(outDir, 'spawner.mjs');
-    await build({
-      entryPoints: [SPAWNER],
-      outfile: bundle,
-      bundle: true,
-      platform: 'node',
-      format: 'esm',
-      packages: 'external',
-      logLevel: 'error',
-    });
+    const outDir = BUNDLE_DIR;
+    const bundle = await bundleInto(SPAWNER, 'spawner.mjs');
     const spawnSh = (script: string) =>
       `m.spawnPiped({ file: '/bin/sh', argv: ['sh', '-c', '${script}'], env: {}, cwd: '/' }, { stdin: 'null' })`;
     writeFileSync(
-      join(outDir, 'worker.mjs'),
+      join(BUNDLE_DIR, 'worker.mjs'),
       [
         "import { parentPort } from 'node:worker_threads';",
         `import * as m from ${JSON.stringify(bundle)};`,
@@ -335,10 +323,10 @@ describe('spawner selection', () => {
       ].join('\n'),
     );
     writeFileSync(
-      join(outDir, 'main.mjs'),
+      join(BUNDLE_DIR, 'main.mjs'),
       [
         "import { Worker } from 'node:worker_threads';",
-        `const worker = new Worker(${JSON.stringify(join(outDir, 'worker.mjs'))});`,
+        `const worker = new Worker(${JSON.stringify(join(BUNDLE_DIR, 'worker.mjs'))});`,
         "const kind = await new Promise((r) => worker.once('message', r));",
         'await worker.terminate();',
         `const m = await import(${JSON.stringify(bundle)});`,
@@ -346,7 +334,7 @@ describe('spawner selection', () => {
         'c.onExit((code) => console.log(kind, code));',
       ].join('\n'),
     );
-    const p = spawn(process.execPath, [join(outDir, 'main.mjs')], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const p = spawn(process.execPath, [join(BUNDLE_DIR, 'main.mjs')], { stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     p.stdout.setEncoding('utf8').on('data', (d: string) => {
       out += d;

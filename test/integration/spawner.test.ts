@@ -304,8 +304,8 @@ describe('spawner selection', () => {
     assert.deepEqual(codes, [11, 12, 13]);
   });
 
+  it('works in a worker thread, whose teardown leaves the addon usable', async () => {
     // The worker cannot load TypeScript: give it a bundle of the spawner, outside src/ like dist/.
-    const outDir = BUNDLE_DIR;
     const bundle = await bundleInto(SPAWNER, 'spawner.mjs');
     const spawnSh = (script: string) =>
       `m.spawnPiped({ file: '/bin/sh', argv: ['sh', '-c', '${script}'], env: {}, cwd: '/' }, { stdin: 'null' })`;

@@ -13,6 +13,7 @@ import { hostPort, normalizeHost } from './host.js';
 import { listenLoopback } from './listen.js';
 import type { HostDecision, PolicyEngine } from './policy.js';
 import type { Recorder } from './recorder.js';
+import { tunnel } from './tunnel.js';
 import { connectVia, mayUseUpstream, UpstreamAgents, type UpstreamProxies, upstreamFor } from './upstream.js';
 
 export type Dialer = (target: { host: string; port: number; hostname: string }) => Promise<Duplex>;
@@ -958,20 +959,4 @@ export class HttpProxy {
     upstream.once('close', () => this.sockets.delete(upstream));
     tunnel(socket, upstream, head);
   }
-}
-
-/** Bidirectional pipe with half-close and error teardown. */
-export function tunnel(a: Duplex, b: Duplex, headToB?: Buffer): void {
-  if (headToB && headToB.length > 0) b.write(headToB);
-  const destroyBoth = () => {
-    a.destroy();
-    b.destroy();
-  };
-  a.on('error', destroyBoth);
-  b.on('error', destroyBoth);
-  a.on('close', () => b.destroy());
-  b.on('close', () => a.destroy());
-  a.pipe(b);
-  b.pipe(a);
-  a.resume();
 }

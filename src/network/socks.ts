@@ -6,10 +6,11 @@ import dgram from 'node:dgram';
 import net from 'node:net';
 import type { Duplex } from 'node:stream';
 import { canonicalIp, hostPort, normalizeHost } from './host.js';
-import { type Dialer, openTunnel, tunnel } from './http.js';
+import { type Dialer, openTunnel } from './http.js';
 import { listenLoopback } from './listen.js';
 import type { PolicyEngine } from './policy.js';
 import type { Recorder } from './recorder.js';
+import { tunnel } from './tunnel.js';
 import type { UpstreamProxies } from './upstream.js';
 
 export interface SocksProxyDeps {

@@ -192,6 +192,14 @@ interface NativeBinding {
   schedRestore?(): void;
   /** Standard base64 of `src` written into `dst` at `offset`; returns the bytes written. Absent from older builds. */
   base64Into?(src: Uint8Array, dst: Uint8Array, offset: number): number;
+  /**
+   * splice(2) relay between two connected sockets (relay.c), on duplicates of the fds; onDone(err, aToB, bToA) once
+   * both directions have ended (err 0) or at the first error (an errno value), never from within relayOpen. Absent
+   * from older builds.
+   */
+  relayOpen?(fdA: number, fdB: number, onDone: (err: number, aToB: number, bToA: number) => void): unknown;
+  /** Stops a relay now; its onDone is not called. */
+  relayClose?(handle: unknown): void;
   /** See frameOutputs below. Absent from older builds. */
   frameOutputs?(
     src: Uint8Array,
@@ -396,6 +404,16 @@ export const base64Into: ((src: Uint8Array, dst: Uint8Array, offset: number) => 
  */
 export const frameOutputs: NonNullable<NativeBinding['frameOutputs']> | null =
   native.binding?.frameOutputs?.bind(native.binding) ?? null;
+
+/** The addon's splice relay for the proxy's tunnels (see NativeBinding.relayOpen), or null without it. */
+export const nativeRelay: {
+  open(fdA: number, fdB: number, onDone: (err: number, aToB: number, bToA: number) => void): unknown;
+  close(handle: unknown): void;
+} | null = (() => {
+  const b = native.binding;
+  if (!b?.relayOpen || !b.relayClose) return null;
+  return { open: b.relayOpen.bind(b), close: b.relayClose.bind(b) };
+})();
 
 /**
  * The addon's check of a path before a launch (see NativeBinding.checkPath): an errno name, or null when usable;

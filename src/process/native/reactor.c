@@ -84,8 +84,10 @@ int reactor_init(struct reactor *r, napi_env env, uv_loop_t *loop, napi_async_co
   return 0;
 }
 
-int reactor_add(struct reactor *r, struct reactor_item *it, int fd) {
-  struct epoll_event ev = {.events = EPOLLIN, .data.ptr = it};
+int reactor_add(struct reactor *r, struct reactor_item *it, int fd) { return reactor_add_events(r, it, fd, EPOLLIN); }
+
+int reactor_add_events(struct reactor *r, struct reactor_item *it, int fd, uint32_t events) {
+  struct epoll_event ev = {.events = events, .data.ptr = it};
   if (epoll_ctl(r->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) return errno;
   it->r = r;
   it->fd = fd;

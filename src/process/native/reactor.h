@@ -42,6 +42,8 @@ struct reactor {
 int reactor_init(struct reactor *r, napi_env env, uv_loop_t *loop, napi_async_context async_ctx);
 // Starts watching fd for input (EPOLLIN; hang-up and errors are always reported). Returns 0 or an errno value.
 int reactor_add(struct reactor *r, struct reactor_item *it, int fd);
+// Starts watching fd for the given epoll events (EPOLLIN, EPOLLOUT, EPOLLET, ...). Returns 0 or an errno value.
+int reactor_add_events(struct reactor *r, struct reactor_item *it, int fd, uint32_t events);
 // Stops (false) or restarts (true) reporting fd's input. Returns 0 or an errno value.
 int reactor_enable(struct reactor *r, struct reactor_item *it, int fd, bool on);
 // Stops watching the item's fd; call it BEFORE closing the fd. (Closing does not take an fd out of epoll while another

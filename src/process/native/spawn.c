@@ -61,6 +61,7 @@
 #include <uv.h>
 
 #include "pipes.h"
+#include "relay.h"
 #include "watchdog.h"
 
 #ifndef CLONE_PIDFD
@@ -1020,6 +1021,7 @@ NAPI_MODULE_INIT(/* napi_env env, napi_value exports */) {
     return NULL;
   }
   if (corral_pipes_init(env, exports, &st->reactor) != napi_ok) return NULL;
+  if (corral_relay_init(env, exports, &st->reactor) != napi_ok) return NULL;
   return exports;
 }
 

@@ -1,5 +1,7 @@
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
+import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -97,6 +99,47 @@ describe('managed network (enforceManagedNetwork)', () => {
     assert.equal(f.hits.tcp6, before.tcp6);
     assert.equal(f.hits.uds, before.uds);
     assert.equal(f.hits.udp, before.udp);
+  });
+
+  test('the bridge carries 4 MiB and a half-close: the endpoint answers after the sandbox stops sending', async () => {
+    // The proxy endpoint here is a digest server: it reads until EOF, then answers with the SHA-256 of what it got.
+    // In between are the forwarder in the sandbox's netns and the host bridge (a splice relay): a FIN that tore the
+    // connection down, or a lost byte, would show.
+    const digest = net.createServer({ allowHalfOpen: true }, (s) => {
+      const h = createHash('sha256');
+      s.on('data', (d) => h.update(d));
+      s.on('end', () => s.end(`${h.digest('hex')}\n`));
+      s.on('error', () => {});
+    });
+    await new Promise<void>((r) => digest.listen(0, '127.0.0.1', () => r()));
+    try {
+      const port = (digest.address() as net.AddressInfo).port;
+      const sb = seed({ cwd: f.W, enforceManagedNetwork: true });
+      const client = `
+import os, socket, sys
+u = os.environ['HTTP_PROXY'].rsplit(':', 1)
+s = socket.create_connection((u[0].split('//')[-1], int(u[1])), timeout=10)
+s.sendall(bytes(range(256)) * 16384)
+s.shutdown(socket.SHUT_WR)
+reply = b''
+while True:
+    d = s.recv(65536)
+    if not d: break
+    reply += d
+sys.stdout.write(reply.decode())
+`;
+      const r = await run(sb, [PY, '-c', client], {
+        cwd: f.W,
+        env: envFor({ HTTP_PROXY: `http://127.0.0.1:${port}` }),
+        opts: opts(),
+      });
+      assert.equal(r.code, 0, r.stderr);
+      const sent = Buffer.alloc(256 * 16384);
+      for (let i = 0; i < sent.length; i++) sent[i] = i & 255;
+      assert.equal(r.stdout, `${createHash('sha256').update(sent).digest('hex')}\n`);
+    } finally {
+      await new Promise((r) => digest.close(r));
+    }
   });
 
   test('the scheme is kept (socks5h stays socks5h) and the bridge directory and forwarder are removed', async () => {

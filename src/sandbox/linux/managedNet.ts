@@ -2,6 +2,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { closeSync, constants, openSync, writeSync } from 'node:fs';
 import net from 'node:net';
 import { join } from 'node:path';
+import { tunnel } from '../../network/tunnel.js';
 import { SandboxSetupError } from '../errors.js';
 
 /**
@@ -125,8 +126,9 @@ const a = process.argv.slice(1);
 let pending = a.length / 2;
 for (let i = 0; i < a.length; i += 2) {
   const sock = a[i], port = Number(a[i + 1]);
-  const srv = net.createServer((c) => {
-    const u = net.connect(sock);
+  // allowHalfOpen: a FIN from one side ends the other side's output and nothing more (no cut-off replies).
+  const srv = net.createServer({ allowHalfOpen: true }, (c) => {
+    const u = net.connect({ path: sock, allowHalfOpen: true });
     const done = () => { c.destroy(); u.destroy(); };
     c.on('error', done); u.on('error', done); c.on('close', done); u.on('close', done);
     c.pipe(u); u.pipe(c);
@@ -156,22 +158,31 @@ export async function startHostBridges(
   try {
     for (const [i, ep] of endpoints.entries()) {
       const sock = join(dir, `proxy-route-${i}.sock`);
-      const srv = net.createServer((c) => {
-        const up = net.connect({ host: ep.host, port: ep.port });
+      // allowHalfOpen: a tunnel forwards half-closes (tunnel.ts); the bytes move by splice once the upstream socket
+      // is connected (until then Node buffers what the sandbox sends).
+      const srv = net.createServer({ allowHalfOpen: true }, (c) => {
+        const up = net.connect({ host: ep.host, port: ep.port, allowHalfOpen: true });
         conns.add(c);
         conns.add(up);
-        const done = () => {
-          c.destroy();
-          up.destroy();
+        const forget = () => {
           conns.delete(c);
           conns.delete(up);
         };
-        c.on('error', done);
-        up.on('error', done);
-        c.on('close', done);
-        up.on('close', done);
-        c.pipe(up);
-        up.pipe(c);
+        c.once('close', forget);
+        up.once('close', forget);
+        const early = () => {
+          c.destroy();
+          up.destroy();
+        };
+        c.once('error', early);
+        up.once('error', early);
+        c.once('close', early);
+        up.once('connect', () => {
+          c.off('error', early);
+          up.off('error', early);
+          c.off('close', early);
+          tunnel(c, up);
+        });
       });
       await new Promise<void>((resolve, reject) => {
         srv.once('error', reject);

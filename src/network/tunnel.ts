@@ -34,15 +34,16 @@ export function tunnel(a: Duplex, b: Duplex, headToB?: Buffer): void {
   b.on('error', resetBoth);
   a.on('close', () => b.destroy());
   b.on('close', () => a.destroy());
+  // Half-close: a side whose input has ended keeps its output instead of being ended and closed by Node, which tore
+  // the whole tunnel down on the first FIN (for the splice path: a FIN Node read before the relay took over).
+  for (const s of [a, b]) if (s instanceof Socket) s.allowHalfOpen = true;
   if (spliceEnabled() && spliceable(a) && spliceable(b)) {
     stats.spliced++;
     spliceTunnel(a as Socket, b as Socket, headToB, destroyBoth, resetBoth);
     return;
   }
   stats.piped++;
-  // Half-close: a side whose input has ended keeps its output (pipe() ends the other side's output in turn) instead
-  // of being ended and closed by Node, which tore the whole tunnel down on the first FIN.
-  for (const s of [a, b]) if (s instanceof Socket) s.allowHalfOpen = true;
+  // pipe() ends the other side's output when one side's input ends
   if (headToB && headToB.length > 0) b.write(headToB);
   a.pipe(b);
   b.pipe(a);

@@ -124,6 +124,21 @@ for (const mode of ['splice', 'streams'] as const) {
       });
     });
 
+    test('64 tunnels at once, 512 KiB each way each, all intact', { skip }, async () => {
+      await onPath(64, async () => {
+        await Promise.all(
+          Array.from({ length: 64 }, async () => {
+            const data = randomBytes(512 * 1024);
+            const t = await connectTunnel(fx.proxy.httpPort, echo.port);
+            t.socket.end(data);
+            await t.ended;
+            assert.equal(sha(Buffer.concat(t.received)), sha(data));
+            await t.closed;
+          }),
+        );
+      });
+    });
+
     test('half-close from the client: the origin answers after our FIN and the answer arrives', {
       skip,
     }, async () => {

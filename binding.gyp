@@ -6,7 +6,7 @@
       'target_name': 'corral_spawn',
       'conditions': [
         ['OS=="linux"', {
-          'sources': ['src/process/native/spawn.c', 'src/process/native/pipes.c', 'src/process/native/reactor.c', 'src/process/native/watchdog.c', 'src/process/native/relay.c'],
+          'sources': ['src/process/native/spawn.c', 'src/process/native/pipes.c', 'src/process/native/reactor.c', 'src/process/native/watchdog.c', 'src/process/native/relay.c', 'src/process/native/netns.c'],
           'cflags': ['-O2', '-Wall', '-Wextra', '-Wno-unused-parameter', '-Wno-missing-field-initializers'],
           # Bind every symbol at load time: a child running in our memory before exec must never enter the lazy
           # PLT resolver.

@@ -200,6 +200,8 @@ interface NativeBinding {
   relayOpen?(fdA: number, fdB: number, onDone: (err: number, aToB: number, bToA: number) => void): unknown;
   /** Stops a relay now; its onDone is not called. */
   relayClose?(handle: unknown): void;
+  /** Listening sockets on 127.0.0.1:port in pid's network namespace (netns.c). Absent from older builds. */
+  listenInNetns?(pid: number, ports: number[]): number[];
   /** See frameOutputs below. Absent from older builds. */
   frameOutputs?(
     src: Uint8Array,
@@ -404,6 +406,13 @@ export const base64Into: ((src: Uint8Array, dst: Uint8Array, offset: number) => 
  */
 export const frameOutputs: NonNullable<NativeBinding['frameOutputs']> | null =
   native.binding?.frameOutputs?.bind(native.binding) ?? null;
+
+/**
+ * Listening TCP sockets on 127.0.0.1:port inside pid's network namespace, made by the addon (see
+ * NativeBinding.listenInNetns); throws an Error with `errno` when that fails. Null without the addon.
+ */
+export const nativeListenInNetns: ((pid: number, ports: number[]) => number[]) | null =
+  native.binding?.listenInNetns?.bind(native.binding) ?? null;
 
 /** The addon's splice relay for the proxy's tunnels (see NativeBinding.relayOpen), or null without it. */
 export const nativeRelay: {

@@ -12,6 +12,7 @@ import { type BwrapHost, findBwrap, knownBwrap, probeBwrap, SYSTEM_BWRAP } from 
 import {
   closeQuietly,
   FORWARD_BASE_PORT,
+  listenInSandboxNetns,
   type ManagedRoutes,
   planManagedRoutes,
   readChildPid,
@@ -574,8 +575,6 @@ function materialize(plan: LaunchPlan, tty: boolean): PreparedLaunch {
         closeFds();
         if (!cleaned) unwatch = watchSandbox(pid);
         if (!managed) return;
-        const bridge = await startHostBridges(dir!, managed.endpoints);
-        bridges = bridge;
         let nsPid = await pidReader!.promise;
         if (plan.pidGuard) {
           const hostPid = hostPidOf(pid, nsPid);
@@ -584,12 +583,29 @@ function materialize(plan: LaunchPlan, tty: boolean): PreparedLaunch {
           nsPid = hostPid;
         }
         if (cleaned) throw new SandboxSetupError('managed network: the process exited during setup');
-        forwarder = await startForwarder(
-          nsPid,
-          bridge.sockets.map((sock, i) => ({ sock, port: FORWARD_BASE_PORT + i })),
-        );
+        // Listeners made inside the sandbox's network namespace by the addon; else (no addon, the namespace cannot
+        // be entered, or CORRAL_SANDBOX_FORWARDER=1) a forwarder process in the namespace and a unix-socket bridge.
+        let direct: { close(): void } | null = null;
+        if (process.env.CORRAL_SANDBOX_FORWARDER !== '1') {
+          try {
+            direct = listenInSandboxNetns(nsPid, managed.endpoints);
+          } catch {
+            direct = null;
+          }
+        }
+        if (direct) {
+          bridges = direct;
+        } else {
+          const bridge = await startHostBridges(dir!, managed.endpoints);
+          bridges = bridge;
+          if (cleaned) throw new SandboxSetupError('managed network: the process exited during setup');
+          forwarder = await startForwarder(
+            nsPid,
+            bridge.sockets.map((sock, i) => ({ sock, port: FORWARD_BASE_PORT + i })),
+          );
+        }
         if (cleaned) {
-          forwarder.kill('SIGKILL');
+          forwarder?.kill('SIGKILL');
           throw new SandboxSetupError('managed network: the process exited during setup');
         }
         release(blockFd!);

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { existsSync } from 'node:fs';
+import { existsSync, readdirSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -101,21 +101,27 @@ describe('managed network (enforceManagedNetwork)', () => {
     assert.equal(f.hits.udp, before.udp);
   });
 
-  test('the bridge carries 4 MiB and a half-close: the endpoint answers after the sandbox stops sending', async () => {
-    // The proxy endpoint here is a digest server: it reads until EOF, then answers with the SHA-256 of what it got.
-    // In between are the forwarder in the sandbox's netns and the host bridge (a splice relay): a FIN that tore the
-    // connection down, or a lost byte, would show.
-    const digest = net.createServer({ allowHalfOpen: true }, (s) => {
-      const h = createHash('sha256');
-      s.on('data', (d) => h.update(d));
-      s.on('end', () => s.end(`${h.digest('hex')}\n`));
-      s.on('error', () => {});
-    });
-    await new Promise<void>((r) => digest.listen(0, '127.0.0.1', () => r()));
-    try {
-      const port = (digest.address() as net.AddressInfo).port;
-      const sb = seed({ cwd: f.W, enforceManagedNetwork: true });
-      const client = `
+  for (const path of ['listeners made in the namespace', 'forwarder process and bridge'] as const) {
+    test(`${path}: 4 MiB and a half-close get through; the endpoint answers after the sandbox stops sending`, async () => {
+      // The proxy endpoint here is a digest server: it reads until EOF, then answers with the SHA-256 of what it
+      // got. A FIN that tore the connection down on the way, or a lost byte, would show.
+      let forwarderSeen: boolean | undefined;
+      const digest = net.createServer({ allowHalfOpen: true }, (s) => {
+        // the forwarder process (named by its unix socket argument) runs only on the fallback path
+        forwarderSeen = pidsMatching('proxy-route-0.sock').length > 0;
+        const h = createHash('sha256');
+        s.on('data', (d) => h.update(d));
+        s.on('end', () => s.end(`${h.digest('hex')}\n`));
+        s.on('error', () => {});
+      });
+      await new Promise<void>((r) => digest.listen(0, '127.0.0.1', () => r()));
+      const saved = process.env.CORRAL_SANDBOX_FORWARDER;
+      if (path === 'forwarder process and bridge') process.env.CORRAL_SANDBOX_FORWARDER = '1';
+      else delete process.env.CORRAL_SANDBOX_FORWARDER;
+      try {
+        const port = (digest.address() as net.AddressInfo).port;
+        const sb = seed({ cwd: f.W, enforceManagedNetwork: true });
+        const client = `
 import os, socket, sys
 u = os.environ['HTTP_PROXY'].rsplit(':', 1)
 s = socket.create_connection((u[0].split('//')[-1], int(u[1])), timeout=10)
@@ -128,18 +134,44 @@ while True:
     reply += d
 sys.stdout.write(reply.decode())
 `;
-      const r = await run(sb, [PY, '-c', client], {
+        const r = await run(sb, [PY, '-c', client], {
+          cwd: f.W,
+          env: envFor({ HTTP_PROXY: `http://127.0.0.1:${port}` }),
+          opts: opts(),
+        });
+        assert.equal(r.code, 0, r.stderr);
+        assert.equal(forwarderSeen, path === 'forwarder process and bridge', 'the path taken');
+        const sent = Buffer.alloc(256 * 16384);
+        for (let i = 0; i < sent.length; i++) sent[i] = i & 255;
+        assert.equal(r.stdout, `${createHash('sha256').update(sent).digest('hex')}\n`);
+      } finally {
+        if (saved === undefined) delete process.env.CORRAL_SANDBOX_FORWARDER;
+        else process.env.CORRAL_SANDBOX_FORWARDER = saved;
+        await new Promise((r) => digest.close(r));
+      }
+    });
+  }
+
+  test('the in-namespace listeners are closed with the process: no fd is left behind', async () => {
+    const fdCount = () => readdirSync('/proc/self/fd').length;
+    const sb = () => seed({ cwd: f.W, enforceManagedNetwork: true });
+    // one run first: lazily created things (the addon's state, the proxy's keep-alive sockets) are not leaks
+    await run(sb(), ['sh', '-c', 'curl -sS -m5 http://example.invalid/a'], {
+      cwd: f.W,
+      env: envFor(),
+      opts: opts(),
+    });
+    const before = fdCount();
+    for (let i = 0; i < 5; i++) {
+      const r = await run(sb(), ['sh', '-c', 'curl -sS -m5 http://example.invalid/b'], {
         cwd: f.W,
-        env: envFor({ HTTP_PROXY: `http://127.0.0.1:${port}` }),
+        env: envFor(),
         opts: opts(),
       });
       assert.equal(r.code, 0, r.stderr);
-      const sent = Buffer.alloc(256 * 16384);
-      for (let i = 0; i < sent.length; i++) sent[i] = i & 255;
-      assert.equal(r.stdout, `${createHash('sha256').update(sent).digest('hex')}\n`);
-    } finally {
-      await new Promise((r) => digest.close(r));
+      assert.match(r.stdout, /proxied: GET http:\/\/example.invalid\/b/);
     }
+    assert.ok(await waitFor(() => fdCount() <= before, 2000), `fds: ${before} before, ${fdCount()} after`);
   });
 
   test('the scheme is kept (socks5h stays socks5h) and the bridge directory and forwarder are removed', async () => {

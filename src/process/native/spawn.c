@@ -60,6 +60,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "netns.h"
 #include "pipes.h"
 #include "relay.h"
 #include "watchdog.h"
@@ -1022,6 +1023,7 @@ NAPI_MODULE_INIT(/* napi_env env, napi_value exports */) {
   }
   if (corral_pipes_init(env, exports, &st->reactor) != napi_ok) return NULL;
   if (corral_relay_init(env, exports, &st->reactor) != napi_ok) return NULL;
+  if (corral_netns_init(env, exports) != napi_ok) return NULL;
   return exports;
 }
 

@@ -3,6 +3,7 @@ import { closeSync, constants, openSync, writeSync } from 'node:fs';
 import net from 'node:net';
 import { join } from 'node:path';
 import { tunnel } from '../../network/tunnel.js';
+import { nativeListenInNetns } from '../../process/spawner.js';
 import { SandboxSetupError } from '../errors.js';
 
 /**
@@ -147,6 +148,69 @@ process.stdin.on('error', () => process.exit(0));
 process.stdin.resume();
 `;
 
+/**
+ * Connects an accepted connection to a proxy endpoint and tunnels it (tunnel.ts: half-closes forwarded, the bytes
+ * moved by splice once the upstream socket is connected; until then Node buffers what the sandbox sends).
+ */
+function forwardTo(c: net.Socket, ep: ProxyEndpoint, conns: Set<net.Socket>): void {
+  const up = net.connect({ host: ep.host, port: ep.port, allowHalfOpen: true });
+  conns.add(c);
+  conns.add(up);
+  const forget = () => {
+    conns.delete(c);
+    conns.delete(up);
+  };
+  c.once('close', forget);
+  up.once('close', forget);
+  const early = () => {
+    c.destroy();
+    up.destroy();
+  };
+  c.once('error', early);
+  up.once('error', early);
+  c.once('close', early);
+  up.once('connect', () => {
+    c.off('error', early);
+    up.off('error', early);
+    c.off('close', early);
+    tunnel(c, up);
+  });
+}
+
+/**
+ * Listens on 127.0.0.1:FORWARD_BASE_PORT + i inside the network namespace of `pid` (the sockets are created there by
+ * the native addon, netns.c) and forwards each connection to endpoint i from this process: no forwarder process and
+ * no bridge. Null without the addon; throws when the namespace cannot be entered (the caller falls back to the
+ * forwarder).
+ */
+export function listenInSandboxNetns(pid: number, endpoints: ProxyEndpoint[]): { close(): void } | null {
+  if (!nativeListenInNetns) return null;
+  const fds = nativeListenInNetns(
+    pid,
+    endpoints.map((_, i) => FORWARD_BASE_PORT + i),
+  );
+  const servers: net.Server[] = [];
+  const conns = new Set<net.Socket>();
+  try {
+    for (const [i, ep] of endpoints.entries()) {
+      const srv = net.createServer({ allowHalfOpen: true }, (c) => forwardTo(c, ep, conns));
+      srv.on('error', () => {});
+      srv.listen({ fd: fds[i]! });
+      servers.push(srv);
+    }
+  } catch (e) {
+    for (const s of servers) s.close();
+    for (const fd of fds.slice(servers.length)) closeQuietly(fd);
+    throw e;
+  }
+  return {
+    close() {
+      for (const s of servers) s.close();
+      for (const c of conns) c.destroy();
+    },
+  };
+}
+
 /** Host side of the bridge: one UDS listener per endpoint, each forwarding to the proxy over loopback TCP. */
 export async function startHostBridges(
   dir: string,
@@ -158,32 +222,7 @@ export async function startHostBridges(
   try {
     for (const [i, ep] of endpoints.entries()) {
       const sock = join(dir, `proxy-route-${i}.sock`);
-      // allowHalfOpen: a tunnel forwards half-closes (tunnel.ts); the bytes move by splice once the upstream socket
-      // is connected (until then Node buffers what the sandbox sends).
-      const srv = net.createServer({ allowHalfOpen: true }, (c) => {
-        const up = net.connect({ host: ep.host, port: ep.port, allowHalfOpen: true });
-        conns.add(c);
-        conns.add(up);
-        const forget = () => {
-          conns.delete(c);
-          conns.delete(up);
-        };
-        c.once('close', forget);
-        up.once('close', forget);
-        const early = () => {
-          c.destroy();
-          up.destroy();
-        };
-        c.once('error', early);
-        up.once('error', early);
-        c.once('close', early);
-        up.once('connect', () => {
-          c.off('error', early);
-          up.off('error', early);
-          c.off('close', early);
-          tunnel(c, up);
-        });
-      });
+      const srv = net.createServer({ allowHalfOpen: true }, (c) => forwardTo(c, ep, conns));
       await new Promise<void>((resolve, reject) => {
         srv.once('error', reject);
         srv.listen(sock, () => resolve());

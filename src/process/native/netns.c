@@ -1,0 +1,198 @@
+// Listening sockets inside another process's network namespace (Linux; part of corral_spawn.node), for the managed
+// network of a sandbox: the sandbox's proxy variables point at 127.0.0.1:<port> in its own network namespace, and
+// the server accepts there and tunnels to the proxy itself. Before, a Node forwarder process was started in the
+// namespace for every such sandbox (nsenter + node: ~50 ms per start and a ~40 MB process for the command's life).
+//
+// A socket stays in the namespace it was created in, whoever holds it. A short-lived helper process (a plain fork: a
+// process that shares its memory may not enter a user namespace) joins the target's user namespace (when it differs
+// from ours) and network namespace, creates, binds and listens, passes the fds back over a socketpair and exits.
+// The helper runs only system calls after the fork.
+//
+// JS interface (see src/sandbox/linux/managedNet.ts):
+//   listenInNetns(pid, ports: number[]) -> fds: number[]   listening TCP sockets on 127.0.0.1:port in pid's network
+//                                                           namespace (O_CLOEXEC, blocking: hand them to libuv);
+//                                                           throws Error { errno } when that fails
+
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <node_api.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "netns.h"
+
+#define MAX_PORTS 16
+
+// The helper's work. Returns 0 or an errno value; on success fds[0..n) are listening sockets.
+static int listen_in(int userns, int netns, const uint32_t *ports, int n, int *fds) {
+  if (userns >= 0 && setns(userns, CLONE_NEWUSER) < 0) return errno;
+  if (setns(netns, CLONE_NEWNET) < 0) return errno;
+  for (int i = 0; i < n; i++) {
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0) return errno;
+    int one = 1;
+    setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)ports[i]),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (bind(s, (struct sockaddr *)&a, sizeof a) < 0 || listen(s, 128) < 0) return errno;
+    fds[i] = s;
+  }
+  return 0;
+}
+
+// Sends err and, when 0, the fds.
+static void send_result(int sock, int err, const int *fds, int n) {
+  char control[CMSG_SPACE(sizeof(int) * MAX_PORTS)];
+  memset(control, 0, sizeof control);
+  struct iovec iov = {.iov_base = &err, .iov_len = sizeof err};
+  struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
+  if (err == 0 && n > 0) {
+    m.msg_control = control;
+    m.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)n);
+    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)n);
+    memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)n);
+  }
+  while (sendmsg(sock, &m, MSG_NOSIGNAL) < 0 && errno == EINTR) {
+  }
+}
+
+// Opens pid's user namespace into *fd when it is not ours (*fd = -1 when it is). Returns 0 or an errno value.
+static int other_userns(int pid, int *fd) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/ns/user", pid);
+  *fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (*fd < 0) return errno;
+  struct stat theirs, ours;
+  if (fstat(*fd, &theirs) < 0 || stat("/proc/self/ns/user", &ours) < 0) {
+    int e = errno;
+    close(*fd);
+    *fd = -1;
+    return e;
+  }
+  if (theirs.st_dev == ours.st_dev && theirs.st_ino == ours.st_ino) {
+    close(*fd);
+    *fd = -1;  // the same namespace: nothing to join
+  }
+  return 0;
+}
+
+static napi_value throw_errno(napi_env env, int e, const char *what) {
+  char text[256];
+  snprintf(text, sizeof text, "%s: %s", what, strerror(e));
+  napi_value msg, err, code;
+  napi_create_string_utf8(env, text, NAPI_AUTO_LENGTH, &msg);
+  napi_create_error(env, NULL, msg, &err);
+  napi_create_int32(env, e, &code);
+  napi_set_named_property(env, err, "errno", code);
+  napi_throw(env, err);
+  return NULL;
+}
+
+static napi_value js_listen_in_netns(napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value args[2];
+  int32_t pid = 0;
+  uint32_t n = 0;
+  bool is_array = false;
+  if (napi_get_cb_info(env, info, &argc, args, NULL, NULL) != napi_ok || argc < 2 ||
+      napi_get_value_int32(env, args[0], &pid) != napi_ok || pid <= 0 ||
+      napi_is_array(env, args[1], &is_array) != napi_ok || !is_array ||
+      napi_get_array_length(env, args[1], &n) != napi_ok || n == 0 || n > MAX_PORTS) {
+    napi_throw_type_error(env, NULL, "listenInNetns(pid: positive integer, ports: 1..16 port numbers)");
+    return NULL;
+  }
+  uint32_t ports[MAX_PORTS];
+  for (uint32_t i = 0; i < n; i++) {
+    napi_value e;
+    if (napi_get_element(env, args[1], i, &e) != napi_ok || napi_get_value_uint32(env, e, &ports[i]) != napi_ok ||
+        ports[i] == 0 || ports[i] > 65535) {
+      napi_throw_type_error(env, NULL, "listenInNetns: ports must be integers in 1..65535");
+      return NULL;
+    }
+  }
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/ns/net", pid);
+  int netns = open(path, O_RDONLY | O_CLOEXEC);
+  if (netns < 0) return throw_errno(env, errno, "listenInNetns: open net namespace");
+  int userns = -1;
+  int ue = other_userns(pid, &userns);
+  if (ue != 0) {
+    close(netns);
+    return throw_errno(env, ue, "listenInNetns: open user namespace");
+  }
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
+    int e = errno;
+    close(netns);
+    if (userns >= 0) close(userns);
+    return throw_errno(env, e, "listenInNetns: socketpair");
+  }
+  // A raw fork: no atfork handlers run, and the child makes system calls only.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  long child = syscall(SYS_clone, SIGCHLD, NULL, NULL, NULL, NULL);
+  if (child == 0) {
+    close(sv[0]);
+    int fds[MAX_PORTS];
+    int err = listen_in(userns, netns, ports, (int)n, fds);
+    send_result(sv[1], err, fds, (int)n);
+    _exit(0);
+  }
+  int fork_errno = errno;
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  close(sv[1]);
+  close(netns);
+  if (userns >= 0) close(userns);
+  if (child < 0) {
+    close(sv[0]);
+    return throw_errno(env, fork_errno, "listenInNetns: fork");
+  }
+  int err = 0;
+  int fds[MAX_PORTS];
+  char control[CMSG_SPACE(sizeof(int) * MAX_PORTS)];
+  struct iovec iov = {.iov_base = &err, .iov_len = sizeof err};
+  struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control, .msg_controllen = sizeof control};
+  ssize_t got;
+  do got = recvmsg(sv[0], &m, MSG_CMSG_CLOEXEC);
+  while (got < 0 && errno == EINTR);
+  int recv_errno = errno;
+  close(sv[0]);
+  while (waitpid((pid_t)child, NULL, 0) < 0 && errno == EINTR) {
+  }
+  if (got != (ssize_t)sizeof err) return throw_errno(env, got < 0 ? recv_errno : EPROTO, "listenInNetns: helper");
+  if (err != 0) return throw_errno(env, err, "listenInNetns");
+  struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+  if (!c || c->cmsg_type != SCM_RIGHTS || c->cmsg_len != CMSG_LEN(sizeof(int) * n)) {
+    return throw_errno(env, EPROTO, "listenInNetns: helper");
+  }
+  memcpy(fds, CMSG_DATA(c), sizeof(int) * n);
+  napi_value result;
+  napi_create_array_with_length(env, n, &result);
+  for (uint32_t i = 0; i < n; i++) {
+    napi_value v;
+    napi_create_int32(env, fds[i], &v);
+    napi_set_element(env, result, i, v);
+  }
+  return result;
+}
+
+napi_status corral_netns_init(napi_env env, napi_value exports) {
+  napi_property_descriptor props[] = {
+      {"listenInNetns", NULL, js_listen_in_netns, NULL, NULL, NULL, napi_default, NULL},
+  };
+  return napi_define_properties(env, exports, 1, props);
+}

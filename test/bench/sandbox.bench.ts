@@ -109,6 +109,24 @@ export async function run(): Promise<BenchRow[]> {
       }
     };
     const sandboxed = sandboxedWith(spawnerKind);
+    // Managed network (enforceManagedNetwork): the proxy variables are rewritten to an endpoint inside the sandbox's
+    // network namespace; `true` never connects, so nothing needs to listen on the host port. forwarder: the fallback
+    // path (a node process entered into the namespace and a unix-socket bridge) for comparison.
+    const managedSpec: LaunchSpec = { ...spec, env: { ...spec.env, HTTP_PROXY: 'http://127.0.0.1:9' } };
+    const managedWith = (forwarder: boolean) => async () => {
+      if (forwarder) process.env.CORRAL_SANDBOX_FORWARDER = '1';
+      try {
+        const p = await prepareLaunch(sb, { spec: managedSpec, tty: false, enforceManagedNetwork: true });
+        try {
+          if ((await runSpec(p.spec, spawnerKind, p.afterSpawn?.bind(p))) !== 0)
+            throw new Error('sandboxed true with managed network failed');
+        } finally {
+          p.cleanup();
+        }
+      } finally {
+        delete process.env.CORRAL_SANDBOX_FORWARDER;
+      }
+    };
     await sandboxed(); // probe bwrap once (cached for the process, as in the server)
     const bwrapOnly: LaunchSpec = {
       file: '/usr/bin/bwrap',
@@ -132,7 +150,7 @@ export async function run(): Promise<BenchRow[]> {
       env: spec.env,
       cwd: W,
     };
-    const [tSandboxed, tPlain, tBwrap, tViaNode, prepOnly] = await measureAlternating([
+    const [tSandboxed, tPlain, tBwrap, tViaNode, prepOnly, tManaged, tForwarder] = await measureAlternating([
       sandboxed,
       async () => {
         await runSpec(spec, spawnerKind);
@@ -144,6 +162,8 @@ export async function run(): Promise<BenchRow[]> {
       async () => {
         (await prepareLaunch(sb, { spec, tty: false })).cleanup();
       },
+      managedWith(false),
+      managedWith(true),
     ]);
     return [
       {
@@ -159,6 +179,18 @@ export async function run(): Promise<BenchRow[]> {
         metric: 'start→exit `true`, sandboxed p90',
         corral: pct(tSandboxed, 90),
         reference: pct(tPlain, 90),
+        unit: 'ms',
+      },
+      {
+        section: 'sandbox',
+        metric: 'same with managed network (listeners made in the netns) p50',
+        corral: pct(tManaged, 50),
+        unit: 'ms',
+      },
+      {
+        section: 'sandbox',
+        metric: '  managed network via the fallback forwarder process p50',
+        corral: pct(tForwarder, 50),
         unit: 'ms',
       },
       {

@@ -4,8 +4,8 @@
 // namespace for every such sandbox (nsenter + node: ~50 ms per start and a ~40 MB process for the command's life).
 //
 // A socket stays in the namespace it was created in, whoever holds it. A short-lived helper process (a plain fork: a
-// process that shares its memory may not enter a user namespace) joins the target's user namespace (when it differs
-// from ours) and network namespace, creates, binds and listens, passes the fds back over a socketpair and exits.
+// process that shares its memory may not enter a user namespace) joins the user namespace that owns the target's
+// network namespace (when it is not ours) and that network namespace, creates, binds and listens, passes the fds back over a socketpair and exits.
 // The helper runs only system calls after the fork.
 //
 // JS interface (see src/sandbox/linux/managedNet.ts):
@@ -23,6 +23,8 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <linux/nsfs.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -69,11 +71,12 @@ static void send_result(int sock, int err, const int *fds, int n) {
   }
 }
 
-// Opens pid's user namespace into *fd when it is not ours (*fd = -1 when it is). Returns 0 or an errno value.
-static int other_userns(int pid, int *fd) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%d/ns/user", pid);
-  *fd = open(path, O_RDONLY | O_CLOEXEC);
+// Opens the user namespace that owns the network namespace `netns` into *fd when it is not ours (*fd = -1 when it
+// is). Returns 0 or an errno value. The owner, not the process's current user namespace: bubblewrap creates the
+// network namespace in one user namespace and then moves the sandboxed process into a nested one, and entering
+// that nested one gives no rights over its parent's network namespace (setns fails with EPERM).
+static int owner_userns(int netns, int *fd) {
+  *fd = ioctl(netns, NS_GET_USERNS);
   if (*fd < 0) return errno;
   struct stat theirs, ours;
   if (fstat(*fd, &theirs) < 0 || stat("/proc/self/ns/user", &ours) < 0) {
@@ -84,7 +87,7 @@ static int other_userns(int pid, int *fd) {
   }
   if (theirs.st_dev == ours.st_dev && theirs.st_ino == ours.st_ino) {
     close(*fd);
-    *fd = -1;  // the same namespace: nothing to join
+    *fd = -1;  // our own: nothing to join
   }
   return 0;
 }
@@ -128,7 +131,7 @@ static napi_value js_listen_in_netns(napi_env env, napi_callback_info info) {
   int netns = open(path, O_RDONLY | O_CLOEXEC);
   if (netns < 0) return throw_errno(env, errno, "listenInNetns: open net namespace");
   int userns = -1;
-  int ue = other_userns(pid, &userns);
+  int ue = owner_userns(netns, &userns);
   if (ue != 0) {
     close(netns);
     return throw_errno(env, ue, "listenInNetns: open user namespace");

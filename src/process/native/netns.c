@@ -31,6 +31,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common.h"
 #include "netns.h"
 
 #define MAX_PORTS 16
@@ -92,18 +93,6 @@ static int owner_userns(int netns, int *fd) {
   return 0;
 }
 
-static napi_value throw_errno(napi_env env, int e, const char *what) {
-  char text[256];
-  snprintf(text, sizeof text, "%s: %s", what, strerror(e));
-  napi_value msg, err, code;
-  napi_create_string_utf8(env, text, NAPI_AUTO_LENGTH, &msg);
-  napi_create_error(env, NULL, msg, &err);
-  napi_create_int32(env, e, &code);
-  napi_set_named_property(env, err, "errno", code);
-  napi_throw(env, err);
-  return NULL;
-}
-
 static napi_value js_listen_in_netns(napi_env env, napi_callback_info info) {
   size_t argc = 2;
   napi_value args[2];
@@ -129,19 +118,19 @@ static napi_value js_listen_in_netns(napi_env env, napi_callback_info info) {
   char path[64];
   snprintf(path, sizeof path, "/proc/%d/ns/net", pid);
   int netns = open(path, O_RDONLY | O_CLOEXEC);
-  if (netns < 0) return throw_errno(env, errno, "listenInNetns: open net namespace");
+  if (netns < 0) return corral_throw_errno(env, errno, "listenInNetns: open net namespace");
   int userns = -1;
   int ue = owner_userns(netns, &userns);
   if (ue != 0) {
     close(netns);
-    return throw_errno(env, ue, "listenInNetns: open user namespace");
+    return corral_throw_errno(env, ue, "listenInNetns: open user namespace");
   }
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
     int e = errno;
     close(netns);
     if (userns >= 0) close(userns);
-    return throw_errno(env, e, "listenInNetns: socketpair");
+    return corral_throw_errno(env, e, "listenInNetns: socketpair");
   }
   // A raw fork: no atfork handlers run, and the child makes system calls only.
   sigset_t all, old;
@@ -162,7 +151,7 @@ static napi_value js_listen_in_netns(napi_env env, napi_callback_info info) {
   if (userns >= 0) close(userns);
   if (child < 0) {
     close(sv[0]);
-    return throw_errno(env, fork_errno, "listenInNetns: fork");
+    return corral_throw_errno(env, fork_errno, "listenInNetns: fork");
   }
   int err = 0;
   int fds[MAX_PORTS];
@@ -176,11 +165,11 @@ static napi_value js_listen_in_netns(napi_env env, napi_callback_info info) {
   close(sv[0]);
   while (waitpid((pid_t)child, NULL, 0) < 0 && errno == EINTR) {
   }
-  if (got != (ssize_t)sizeof err) return throw_errno(env, got < 0 ? recv_errno : EPROTO, "listenInNetns: helper");
-  if (err != 0) return throw_errno(env, err, "listenInNetns");
+  if (got != (ssize_t)sizeof err) return corral_throw_errno(env, got < 0 ? recv_errno : EPROTO, "listenInNetns: helper");
+  if (err != 0) return corral_throw_errno(env, err, "listenInNetns");
   struct cmsghdr *c = CMSG_FIRSTHDR(&m);
   if (!c || c->cmsg_type != SCM_RIGHTS || c->cmsg_len != CMSG_LEN(sizeof(int) * n)) {
-    return throw_errno(env, EPROTO, "listenInNetns: helper");
+    return corral_throw_errno(env, EPROTO, "listenInNetns: helper");
   }
   memcpy(fds, CMSG_DATA(c), sizeof(int) * n);
   napi_value result;

@@ -31,6 +31,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common.h"
 #include "reactor.h"
 #include "relay.h"
 
@@ -190,15 +191,6 @@ static struct relay_state *state_of(napi_env env, napi_callback_info info, size_
   return data;
 }
 
-static void throw_errno(napi_env env, int e) {
-  napi_value msg, err, code;
-  napi_create_string_utf8(env, strerror(e), NAPI_AUTO_LENGTH, &msg);
-  napi_create_error(env, NULL, msg, &err);
-  napi_create_int32(env, e, &code);
-  napi_set_named_property(env, err, "errno", code);
-  napi_throw(env, err);
-}
-
 static napi_value js_relay_open(napi_env env, napi_callback_info info) {
   size_t argc = 3;
   napi_value args[3];
@@ -213,7 +205,7 @@ static napi_value js_relay_open(napi_env env, napi_callback_info info) {
   }
   struct relay *r = calloc(1, sizeof *r);
   if (!r) {
-    throw_errno(env, ENOMEM);
+    corral_throw_errno(env, ENOMEM, "relayOpen");
     return NULL;
   }
   r->fd[0] = r->fd[1] = -1;
@@ -247,7 +239,7 @@ static napi_value js_relay_open(napi_env env, napi_callback_info info) {
     r->stopped = false;
     (void)stop(r);  // nothing is registered yet: closes the fds and pipes
     free(r);
-    throw_errno(env, e);
+    corral_throw_errno(env, e, "relayOpen");
     return NULL;
   }
   // From here on the external owns the first reference.
@@ -267,7 +259,7 @@ static napi_value js_relay_open(napi_env env, napi_callback_info info) {
   if (e != 0) {
     napi_ref cb = stop(r);
     if (cb) napi_delete_reference(env, cb);
-    throw_errno(env, e);
+    corral_throw_errno(env, e, "relayOpen");
     return NULL;
   }
   // No pump here: EPOLL_CTL_ADD reports what is already readable or writable, so the first pump runs on the next loop

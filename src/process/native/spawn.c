@@ -60,17 +60,12 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "common.h"
 #include "netns.h"
 #include "pipes.h"
 #include "relay.h"
 #include "watchdog.h"
 
-#ifndef CLONE_PIDFD
-#define CLONE_PIDFD 0x00001000
-#endif
-#ifndef P_PIDFD
-#define P_PIDFD 3
-#endif
 #ifndef SYS_close_range
 #define SYS_close_range 436
 #endif
@@ -524,17 +519,7 @@ static void finalize_state(napi_env env, void *data, void *hint) {
 // ---------------------------------------------------------------------------------------------------------------
 // JS entry points.
 
-static napi_value throw_errno(napi_env env, int err) {
-  char buf[256];
-  const char *msg = strerror_r(err, buf, sizeof buf);  // GNU variant
-  napi_value message, error, code;
-  napi_create_string_utf8(env, msg, NAPI_AUTO_LENGTH, &message);
-  napi_create_error(env, NULL, message, &error);
-  napi_create_int32(env, err, &code);
-  napi_set_named_property(env, error, "errno", code);
-  napi_throw(env, error);
-  return NULL;
-}
+static napi_value throw_errno(napi_env env, int err) { return corral_throw_errno(env, err, NULL); }
 
 // Reads a JS string into a fresh malloc'd buffer.
 static char *get_string(napi_env env, napi_value v) {

@@ -26,12 +26,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#ifndef CLONE_PIDFD
-#define CLONE_PIDFD 0x00001000
-#endif
-#ifndef P_PIDFD
-#define P_PIDFD 3
-#endif
+#include "common.h"  // after the system headers: its fallbacks must not shadow their definitions
+
 
 #define SLOTS 65536
 #define STACK_SIZE (64 * 1024)

@@ -69,12 +69,7 @@ export class OutputBuffer {
       at = this.place(n);
     }
     this.store.set(start === 0 && end === data.length ? data : data.subarray(start, end), at);
-    this.writePos = at + n;
-    this.seqs.push(seq);
-    this.starts.push(at);
-    this.lens.push(n);
-    this.streams.push(stream);
-    this.bytes += n;
+    this.record(seq, stream, at, n);
   }
 
   /**
@@ -117,14 +112,19 @@ export class OutputBuffer {
         runDst = at;
         runLen = n;
       }
-      this.writePos = at + n;
-      this.seqs.push(seq);
-      this.starts.push(at);
-      this.lens.push(n);
-      this.streams.push(stream);
-      this.bytes += n;
+      this.record(seq, stream, at, n);
     }
     copyRun();
+  }
+
+  /** Books a chunk whose n bytes are (or are about to be) at store[at, at + n). */
+  private record(seq: number, stream: OutputStream, at: number, n: number): void {
+    this.writePos = at + n;
+    this.seqs.push(seq);
+    this.starts.push(at);
+    this.lens.push(n);
+    this.streams.push(stream);
+    this.bytes += n;
   }
 
   /** Chunks with seq > afterSeq, stopping before the chunk that would exceed maxBytes (but always at least one). */

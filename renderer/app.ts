@@ -66,8 +66,9 @@ const conn = new Connection({
     }
     store.emit('connection');
   },
-  async ready(api, sessionId) {
-    store.selfSession = sessionId;
+  async ready(api) {
+    // The panel's own session is the one the snapshot marks `self` (the sessionId initialize returned is its resume
+    // key, a secret that nothing else shows).
     const [snapshot, info] = await Promise.all([
       api.request('monitor/subscribe', { output: 'followed' }) as Promise<MonitorSnapshot>,
       (api.request('host/info', {}) as Promise<HostInfo>).catch(() => null),

@@ -1,6 +1,7 @@
-import { readFileSync } from 'node:fs';
+import { closeSync, constants, fstatSync, openSync, readFileSync, realpathSync } from 'node:fs';
 import { parseArgs } from 'node:util';
-import { ExecServer } from './server/execServer.js';
+import { generateToken, openAccess, tokenAuth } from './server/auth.js';
+import { ExecServer, type ExecServerOptions } from './server/execServer.js';
 import { startHost } from './server/host.js';
 import { createLogger, type LogLevel } from './server/log.js';
 import { serveStdio } from './server/stdio.js';
@@ -8,22 +9,95 @@ import { listenWebSocket } from './server/wsListener.js';
 
 const USAGE = `usage: corral exec-server --listen ws://127.0.0.1:0 [options]
        corral exec-server --listen stdio
-       corral serve [--port N] [--resume-grace-ms N] [--log-level L] [--log-file F]
-                               exec server with a generated token + the panel at /panel/
+       corral serve [--port N] [--resume-grace-ms N] [limits] [--log-level L] [--log-file F]
+                               exec server with an agent token + the panel (its own token) at /panel/
 
 options:
   --listen URL            ws://HOST:PORT (PORT 0 picks a free port) or stdio  [ws://127.0.0.1:0]
-  --ws-token-file FILE    require this token (Authorization: Bearer, or ?token=) on WebSocket upgrades
+  --ws-auth MODE          capability-token: a token is required on WebSocket upgrades (generated per start and
+                          printed in the URL, ws://HOST:PORT/?token=…), or none: anyone who can reach the port
+                          (every local user, any sandbox with network) may connect  [capability-token]
+  --ws-token-file FILE    the token to require instead of a generated one (the file: mode 0600, owned by you)
   --allow-origin ORIGIN   allow a browser Origin to connect (repeatable); any other Origin gets 403
   --resume-grace-ms N     keep a disconnected session's processes N ms for resume, then kill them  [10000]
-  --max-processes N       live processes allowed per session  [1024]
   --log-level LEVEL       error | warn | info | debug  [info]
   --log-file FILE         also log to FILE
-  --allow-non-loopback    permit --listen on a non-loopback address`;
+  --allow-non-loopback    permit --listen on a non-loopback address
+
+limits (exec-server and serve):
+  --max-processes N            live processes allowed per session  [1024]
+  --max-total-processes N      live processes allowed on the whole server  [4096]
+  --max-sessions N             agent sessions (attached or detached) allowed at once  [256]
+  --max-retained-mib N         MiB of finished processes' output kept for process/read, per session  [64]
+  --max-total-retained-mib N   the same, for all sessions together  [1024]
+  --max-approval-timeout-ms N  longest a network approval prompt may wait, whatever the config asks  [120000]`;
 
 function fail(message: string): never {
   process.stderr.write(`corral: ${message}\n${USAGE}\n`);
   process.exit(2);
+}
+
+/** The limit options shared by `exec-server` and `serve`. */
+const LIMIT_OPTIONS = {
+  'max-processes': { type: 'string', default: '1024' },
+  'max-total-processes': { type: 'string', default: '4096' },
+  'max-sessions': { type: 'string', default: '256' },
+  'max-retained-mib': { type: 'string', default: '64' },
+  'max-total-retained-mib': { type: 'string', default: '1024' },
+  'max-approval-timeout-ms': { type: 'string', default: '120000' },
+} as const;
+
+type LimitValues = { [K in keyof typeof LIMIT_OPTIONS]: string };
+
+function positiveInt(flag: string, text: string): number {
+  const n = Number(text);
+  if (!Number.isSafeInteger(n) || n < 1) fail(`--${flag} must be a whole number ≥ 1`);
+  return n;
+}
+
+function parseLimits(v: LimitValues): Partial<ExecServerOptions> {
+  const MiB = 1024 * 1024;
+  return {
+    maxProcessesPerSession: positiveInt('max-processes', v['max-processes']),
+    maxProcessesTotal: positiveInt('max-total-processes', v['max-total-processes']),
+    maxSessions: positiveInt('max-sessions', v['max-sessions']),
+    retention: {
+      sessionBytes: positiveInt('max-retained-mib', v['max-retained-mib']) * MiB,
+      serverBytes: positiveInt('max-total-retained-mib', v['max-total-retained-mib']) * MiB,
+    },
+    approvals: { maxTimeoutMs: positiveInt('max-approval-timeout-ms', v['max-approval-timeout-ms']) },
+  };
+}
+
+/**
+ * Reads `--ws-token-file`: a regular file of this user (or root) that neither group nor others can read, holding a
+ * token of at least 16 characters. Returns the token and the file's real path (hidden from every sandbox).
+ */
+function readTokenFile(file: string): { token: string; path: string } {
+  let fd: number;
+  try {
+    fd = openSync(file, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+  } catch (e) {
+    fail(`--ws-token-file: ${(e as Error).message}`);
+  }
+  try {
+    const st = fstatSync(fd);
+    if (!st.isFile()) fail(`--ws-token-file: ${file} is not a regular file`);
+    const me = process.geteuid?.() ?? st.uid;
+    if (st.uid !== me && st.uid !== 0) fail(`--ws-token-file: ${file} is owned by uid ${st.uid}, not by you`);
+    if ((st.mode & 0o077) !== 0) {
+      fail(
+        `--ws-token-file: ${file} can be read by others (mode ${(st.mode & 0o777).toString(8).padStart(4, '0')}): chmod 600 it`,
+      );
+    }
+    const token = readFileSync(fd, 'utf8').trim();
+    if (!token) fail('--ws-token-file: the file is empty');
+    if (token.length < 16) fail('--ws-token-file: the token must be at least 16 characters');
+    if (/\s/.test(token)) fail('--ws-token-file: the token must not contain white space');
+    return { token, path: realpathSync(file) };
+  } finally {
+    closeSync(fd);
+  }
 }
 
 function isLoopback(host: string): boolean {
@@ -35,10 +109,11 @@ async function execServerCommand(argv: string[]): Promise<void> {
     args: argv,
     options: {
       listen: { type: 'string', default: 'ws://127.0.0.1:0' },
+      'ws-auth': { type: 'string', default: 'capability-token' },
       'ws-token-file': { type: 'string' },
       'allow-origin': { type: 'string', multiple: true, default: [] },
       'resume-grace-ms': { type: 'string', default: '10000' },
-      'max-processes': { type: 'string', default: '1024' },
+      ...LIMIT_OPTIONS,
       'log-level': { type: 'string', default: 'info' },
       'log-file': { type: 'string' },
       'allow-non-loopback': { type: 'boolean', default: false },
@@ -56,19 +131,26 @@ async function execServerCommand(argv: string[]): Promise<void> {
   const resumeGraceMs = Number(values['resume-grace-ms']);
   if (!Number.isInteger(resumeGraceMs) || resumeGraceMs < 0)
     fail('--resume-grace-ms must be a whole number ≥ 0');
-  const maxProcesses = Number(values['max-processes']);
-  if (!Number.isInteger(maxProcesses) || maxProcesses < 1) fail('--max-processes must be a whole number ≥ 1');
-  let token: string | undefined;
-  if (values['ws-token-file']) {
-    try {
-      token = readFileSync(values['ws-token-file'], 'utf8').trim();
-    } catch (e) {
-      fail(`--ws-token-file: ${(e as Error).message}`);
-    }
-    if (!token) fail('--ws-token-file: the file is empty');
+  const limits = parseLimits(values);
+  const mode = values['ws-auth'];
+  if (mode !== 'capability-token' && mode !== 'none') {
+    fail(`--ws-auth: unknown mode ${mode} (capability-token or none)`);
   }
+  if (mode === 'none' && values['ws-token-file'])
+    fail('--ws-auth none and --ws-token-file exclude each other');
+  const tokenFile = values['ws-token-file'] ? readTokenFile(values['ws-token-file']) : null;
+  // The token lives in this process's memory only: never in argv, the environment, a log line or a file we write.
+  const token = mode === 'none' ? null : (tokenFile?.token ?? generateToken());
+  const auth = token === null ? openAccess() : tokenAuth(token);
+  // No sandbox may read the token file or our log (sandbox.md: masked like any unreadable path).
+  const hiddenPaths = [tokenFile?.path, values['log-file']].filter((p): p is string => !!p);
 
-  const server = new ExecServer({ resumeGraceMs, maxProcessesPerSession: maxProcesses, log });
+  const server = new ExecServer({
+    resumeGraceMs,
+    ...limits,
+    log,
+    launcher: { sandbox: { hiddenPaths } },
+  });
   let stopping = false;
   let closeListener: (() => Promise<void>) | null = null;
   const stop = (why: string) => {
@@ -103,12 +185,29 @@ async function execServerCommand(argv: string[]): Promise<void> {
   const listener = await listenWebSocket(server, {
     host,
     port: url.port === '' ? 0 : Number(url.port),
-    token,
+    auth,
     allowedOrigins: values['allow-origin'],
   });
   closeListener = () => listener.close();
-  process.stdout.write(`${listener.url}\n`);
-  log.info(`exec-server listening on ${listener.url}${token ? ' (token required)' : ''}`);
+  // The first line is what a client connects to; a token from --ws-token-file is the caller's and is not echoed.
+  const printed =
+    token !== null && !tokenFile ? `${listener.url}/?token=${encodeURIComponent(token)}` : listener.url;
+  process.stdout.write(`${printed}\n`);
+  if (token === null) {
+    process.stderr.write(
+      `corral: WARNING: --ws-auth none: anyone who can reach ${listener.url} (every local user, and any sandboxed ` +
+        'process with network access) can run commands as this user, unsandboxed\n',
+    );
+  }
+  log.info(
+    `exec-server listening on ${listener.url} (${
+      token === null
+        ? 'no authentication'
+        : tokenFile
+          ? `token from ${tokenFile.path} required`
+          : 'token required: see the URL on stdout'
+    })`,
+  );
 }
 
 /** `corral serve`: the headless host — exec server with a generated token, and the panel at /panel/ on that port. */
@@ -119,6 +218,7 @@ async function serveCommand(argv: string[]): Promise<void> {
       host: { type: 'string', default: '127.0.0.1' },
       port: { type: 'string', default: '0' },
       'resume-grace-ms': { type: 'string', default: '10000' },
+      ...LIMIT_OPTIONS,
       'log-level': { type: 'string', default: 'info' },
       'log-file': { type: 'string' },
     },
@@ -137,6 +237,7 @@ async function serveCommand(argv: string[]): Promise<void> {
     host: values.host,
     ...(port !== 0 ? { port } : {}),
     resumeGraceMs,
+    server: parseLimits(values),
     log,
     servePanel: true,
     logFile: values['log-file'] ?? null,

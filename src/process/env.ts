@@ -60,3 +60,23 @@ export function buildChildEnv(
   Object.assign(base, env);
   return { env: base, inherited: inherited.filter((k) => !(k in env)) };
 }
+
+/**
+ * The environment without every variable whose value (or name) contains one of `secrets` — the server's credentials.
+ * Codex 0.120 forwards `CODEX_EXEC_SERVER_URL`, token included, to every command it runs; a sandboxed command that
+ * learnt it could connect back and start an unsandboxed process. Applied to every child, sandboxed or not.
+ */
+export function withoutSecrets(
+  env: Record<string, string>,
+  secrets: Iterable<string>,
+): { env: Record<string, string>; removed: string[] } {
+  const list = [...secrets].filter((s) => s !== '');
+  if (list.length === 0) return { env, removed: [] };
+  const out: Record<string, string> = {};
+  const removed: string[] = [];
+  for (const [k, v] of Object.entries(env)) {
+    if (list.some((s) => v.includes(s) || k.includes(s))) removed.push(k);
+    else out[k] = v;
+  }
+  return { env: removed.length === 0 ? env : out, removed };
+}

@@ -20,6 +20,8 @@ export interface ProcessEventSink {
   closed(p: ManagedProcess, seq: number): void;
   /** Optional: the outputs of one read have all been reported (a sink may batch them until here). */
   flush?(): void;
+  /** Optional: the memory the process's retained output holds changed by `delta` bytes (a retention budget). */
+  retainedResized?(p: ManagedProcess, delta: number): void;
 }
 
 export interface ProcessInfo {
@@ -51,6 +53,8 @@ export class ManagedProcess {
   exitedAt: number | null = null;
   closedAt: number | null = null;
   sandboxDenied = false;
+  /** The retained output was freed (a closed process, past its session's retention budget): reads return nothing. */
+  outputEvicted = false;
   bytesOut = 0;
   /** seq of the last event (0 before any). */
   lastSeq = 0;
@@ -74,7 +78,15 @@ export class ManagedProcess {
     readonly launch: PreparedLaunch,
     private readonly sink: ProcessEventSink,
     private readonly classify: DenialClassifier,
-  ) {}
+  ) {
+    if (sink.retainedResized) this.buffer.onResize = (delta) => sink.retainedResized!(this, delta);
+  }
+
+  /** Frees the retained output for good (later reads say `outputEvicted`); returns the bytes released. */
+  evictOutput(): number {
+    this.outputEvicted = true;
+    return this.buffer.release();
+  }
 
   get sandboxType(): SandboxType {
     return this.launch.sandboxType;

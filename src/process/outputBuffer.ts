@@ -39,13 +39,43 @@ export class OutputBuffer {
   private writePos = 0;
   /** The store's largest allowed size: limit + max(STORE_SLACK, largest chunk so far). */
   private maxStore: number;
+  /** Told the change in bytes held (the store's size) whenever it changes: a retention budget books memory by it. */
+  onResize: ((delta: number) => void) | null = null;
 
-  constructor(private readonly limit = RETAINED_BYTES) {
+  constructor(private limit = RETAINED_BYTES) {
     this.maxStore = limit + STORE_SLACK;
   }
 
   get retainedBytes(): number {
     return this.bytes;
+  }
+
+  /** Bytes of memory the store holds (≥ retainedBytes). */
+  get capacity(): number {
+    return this.store.length;
+  }
+
+  /** Frees everything retained; returns the bytes of memory released. */
+  release(): number {
+    const n = this.store.length;
+    this.store = EMPTY;
+    this.seqs.length = this.starts.length = this.lens.length = this.streams.length = 0;
+    this.head = 0;
+    this.bytes = 0;
+    this.writePos = 0;
+    if (n > 0) this.onResize?.(-n);
+    return n;
+  }
+
+  /** Lowers the limit (never raises it): the oldest chunks beyond it go, and the store shrinks to what is left. */
+  shrinkTo(limit: number): void {
+    if (limit >= this.limit) return;
+    this.limit = limit;
+    this.maxStore = limit + STORE_SLACK;
+    while (this.bytes > limit) this.dropOldest();
+    if (this.store.length > this.maxStore) {
+      this.relocate(Math.min(this.maxStore, Math.max(STORE_MIN, 1 << Math.ceil(Math.log2(this.bytes + 1)))));
+    }
   }
 
   push(chunk: RetainedChunk): void {
@@ -183,10 +213,17 @@ export class OutputBuffer {
 
   /** A bigger store, the retained chunks copied to its start in order. */
   private grow(n: number): void {
-    const cap = Math.min(
-      this.maxStore,
-      Math.max(STORE_MIN, this.store.length * 2, 1 << Math.ceil(Math.log2(this.bytes + n + 1))),
+    this.relocate(
+      Math.min(
+        this.maxStore,
+        Math.max(STORE_MIN, this.store.length * 2, 1 << Math.ceil(Math.log2(this.bytes + n + 1))),
+      ),
     );
+  }
+
+  /** A store of `cap` bytes (≥ the retained bytes), the retained chunks copied to its start in order. */
+  private relocate(cap: number): void {
+    const before = this.store.length;
     const next = Buffer.allocUnsafe(cap);
     let off = 0;
     for (let i = this.head; i < this.seqs.length; i++) {
@@ -197,6 +234,7 @@ export class OutputBuffer {
     }
     this.store = next;
     this.writePos = off;
+    this.onResize?.(cap - before);
   }
 
   private dropOldest(): void {

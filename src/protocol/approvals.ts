@@ -41,6 +41,10 @@ export interface ApprovalPrompt {
   requestedAt: number;
   /** Epoch ms: the prompt fails closed (the normal blocked response) at this time. */
   expiresAt: number;
+  /** How long the prompt waits (ms): the config's `approval_timeout_ms`, the server's default, or its maximum. */
+  timeoutMs: number;
+  /** Set when the config asked for longer than the server allows (`--max-approval-timeout-ms`): what it asked. */
+  requestedTimeoutMs: number | null;
 }
 
 /** A remembered decision: later matching requests follow it without a prompt. Deny entries always win. */
@@ -66,7 +70,8 @@ export interface ApprovalAuditEvent {
   seq: number;
   /** Epoch ms. */
   timestamp: number;
-  kind: 'requested' | 'decided' | 'timeout' | 'cancelled' | 'revoked';
+  /** `refused`: a prompt was not shown (a cap on pending prompts; see `note`), the request failed closed at once. */
+  kind: 'requested' | 'decided' | 'timeout' | 'cancelled' | 'revoked' | 'refused';
   promptId: string | null;
   decisionId: string | null;
   /** For `decided`: the button pressed. */
@@ -80,6 +85,8 @@ export interface ApprovalAuditEvent {
   method: string | null;
   /** Requests released (allowed or blocked) by this event. */
   released: number;
+  /** Why, when the server changed or refused what was asked (a clamped timeout, a cap on pending prompts). */
+  note: string | null;
 }
 
 export interface ApprovalsState {

@@ -75,6 +75,11 @@ export const ReadResult = z.object({
   closed: z.boolean(),
   failure: z.string().nullable(),
   sandboxDenied: z.boolean(),
+  /**
+   * Ours, additive, present only when true: the process had closed and its retained output was freed to stay within
+   * the session's retention budget (`--max-retained-mib`); `chunks` is then empty whatever `afterSeq` says.
+   */
+  outputEvicted: z.boolean().optional(),
 });
 export type ReadResult = z.infer<typeof ReadResult>;
 

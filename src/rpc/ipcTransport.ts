@@ -7,6 +7,7 @@
  * The second half, `RpcClientCore`, is the pure client side (ids, pending requests, notification handlers) used by
  * the preload script and by the panel's WebSocket transport. It imports nothing from Node.
  */
+import type { Principal } from '../server/auth.js';
 import type { RpcConnection, Transport } from './connection.js';
 
 /** JSON-RPC text, both directions. */
@@ -33,13 +34,15 @@ export interface IpcMainLike {
 }
 
 export interface ConnectTarget {
-  connect(transport: Transport): RpcConnection;
+  connect(transport: Transport, principal?: Principal): RpcConnection;
 }
 
 export interface IpcServeOptions {
   /** Only these senders may talk to the server (the app's own window). Others are ignored and logged. */
   isTrusted?: (sender: IpcSenderLike) => boolean;
   onRejected?: (sender: IpcSenderLike) => void;
+  /** What the renderer's connection is: the app's own window is the panel (the default). */
+  principal?: Principal;
 }
 
 export interface IpcServer {
@@ -102,7 +105,7 @@ export function ipcTransport(sender: IpcSenderLike, opts: { acks?: boolean } = {
 }
 
 /**
- * Serves the exec server to renderers over IPC: one privileged connection per renderer (webContents), replaced when
+ * Serves the exec server to renderers over IPC: one panel connection per renderer (webContents), replaced when
  * the page (re)opens it, closed when the webContents is destroyed.
  */
 export function serveIpc(server: ConnectTarget, ipcMain: IpcMainLike, opts: IpcServeOptions = {}): IpcServer {
@@ -116,8 +119,7 @@ export function serveIpc(server: ConnectTarget, ipcMain: IpcMainLike, opts: IpcS
     connections.get(sender.id)?.transportClosed();
     const transport = ipcTransport(sender, { acks: ackMode.get(sender.id) ?? false });
     transports.set(sender.id, transport);
-    const conn = server.connect(transport);
-    conn.privileged = true;
+    const conn = server.connect(transport, opts.principal ?? { role: 'panel', credential: 'ipc' });
     connections.set(sender.id, conn);
     if (!watched.has(sender.id)) {
       watched.add(sender.id);

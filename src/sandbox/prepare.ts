@@ -1,6 +1,15 @@
 import type { ChildProcess } from 'node:child_process';
 import { spawnSync } from 'node:child_process';
-import { constants, mkdtempSync, openSync, realpathSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
+import {
+  constants,
+  lstatSync,
+  mkdtempSync,
+  openSync,
+  realpathSync,
+  rmSync,
+  unlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
 import type { LaunchSpec, PreparedLaunch, SandboxType } from '../process/launch.js';
@@ -44,6 +53,11 @@ export interface PrepareOptions {
   /** Node's arch and the kernel's `uname -m` (defaults: os.arch(), os.machine()). */
   arch?: string;
   machine?: string;
+  /**
+   * Files of the server that no sandbox may read, whatever its policy (the `--ws-token-file`, the log file): each is
+   * masked like an unreadable path (a file by /dev/null, a directory by an empty tmpfs). Canonical paths.
+   */
+  hiddenPaths?: readonly string[];
 }
 
 /** A file descriptor the wrapped command needs at fd 3, 4, 5 (in that order). */
@@ -83,6 +97,7 @@ interface HostFacts {
   /** util-linux `unshare` for the pid-namespace guard (used when running as root; see linux/pidGuard.ts). */
   unshare?: string;
   euid: number;
+  hiddenPaths?: readonly string[];
 }
 
 const WINDOWS_ERROR = 'sandbox type windows-restricted-token is not supported by this exec-server';
@@ -145,6 +160,20 @@ function hidePrivateDir(r: ResolvedPolicy, dir: string): void {
     if (dir !== w.root && isUnder(dir, w.root) && !w.readOnlySubpaths.some((s) => s.path === dir)) {
       w.readOnlySubpaths.push({ path: dir, access: 'none', state: 'dir' });
     }
+  }
+}
+
+/** Masks the server's own files (PrepareOptions.hiddenPaths) in the sandbox, on top of every other mount. */
+function hideServerPaths(r: ResolvedPolicy, paths: readonly string[]): void {
+  for (const path of paths) {
+    let dir: boolean;
+    try {
+      dir = lstatSync(path).isDirectory();
+    } catch {
+      continue; // nothing there to read
+    }
+    if (r.unreadable.some((u) => u.path === path)) continue;
+    r.unreadable.push({ path, access: 'none', state: dir ? 'dir' : 'file' });
   }
 }
 
@@ -270,6 +299,7 @@ function planLinux(
   }
   adoptActiveSynthetic(r, active);
   if (host.privateDir) hidePrivateDir(r, host.privateDir);
+  if (host.hiddenPaths) hideServerPaths(r, host.hiddenPaths);
   const mode: SeccompMode | undefined = managed
     ? 'proxy-routed'
     : eff.network === 'restricted'
@@ -367,6 +397,7 @@ function hostFacts(opts: PrepareOptions | undefined, bwrap: BwrapHost): HostFact
     privateDir: sharedDir,
     unshare: UNSHARE,
     euid: process.geteuid?.() ?? -1,
+    ...(opts?.hiddenPaths ? { hiddenPaths: opts.hiddenPaths } : {}),
     platform: opts?.platform ?? process.platform,
     arch: opts?.arch ?? os.arch(),
     machine: opts?.machine ?? os.machine(),

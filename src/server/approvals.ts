@@ -6,6 +6,10 @@
  *
  * - A held request waits while a prompt goes to every subscribed privileged client; concurrent requests of one
  *   (session, process, protocol, host, port) share one prompt.
+ * - Pending prompts are capped per process, per session and server-wide, so one process cannot crowd out another
+ *   session's prompt: past its own caps a miss fails closed at once (audited as `refused`), and when the server-wide
+ *   cap is reached a session holding fewer prompts than the largest holder takes the oldest prompt of that holder.
+ *   A config's `approval_timeout_ms` is clamped to the server's maximum (said in the prompt and its audit event).
  * - `allowOnce` releases the requests held on the prompt, and the next request prompts again; `allowProcess` and
  *   `allowSession` are remembered for the process or for every process of the session; `deny` is remembered for the
  *   session. Remembered denies always win over remembered allows. All of them are revocable.
@@ -46,8 +50,14 @@ import { parseParams } from './params.js';
 import type { Session } from './session.js';
 
 export const DEFAULT_APPROVAL_TIMEOUT_MS = 30_000;
-/** Prompts pending at once, server-wide; past it a new miss fails closed at once. */
-export const MAX_PENDING_PROMPTS = 256;
+/** The longest a prompt may wait, whatever its config asks (`--max-approval-timeout-ms`). */
+export const DEFAULT_MAX_APPROVAL_TIMEOUT_MS = 120_000;
+/** Prompts pending at once, server-wide. */
+export const MAX_PENDING_PROMPTS = 1024;
+/** Prompts pending at once for one process; past it a new miss of that process fails closed at once. */
+export const MAX_PENDING_PER_PROCESS = 16;
+/** Prompts pending at once for one session. */
+export const MAX_PENDING_PER_SESSION = 64;
 /** Requests held on one prompt; past it a further request fails closed at once. */
 export const MAX_WAITERS_PER_PROMPT = 1024;
 /** Remembered decisions kept, server-wide (the oldest allow goes first). */
@@ -64,6 +74,11 @@ export const APPROVAL_BLOCK_REASON = 'not_allowed';
 export interface ApprovalOptions {
   /** Default prompt timeout (ms) when the config sets none. */
   timeoutMs?: number;
+  /** Longest prompt timeout (ms): a config asking for more is clamped to it. */
+  maxTimeoutMs?: number;
+  maxPending?: number;
+  maxPendingPerProcess?: number;
+  maxPendingPerSession?: number;
 }
 
 interface Waiter {
@@ -86,7 +101,16 @@ const procKey = (sessionId: string, processId: string) => `${sessionId}/${proces
 
 export class ApprovalBroker {
   readonly timeoutMs: number;
+  readonly maxTimeoutMs: number;
+  private readonly maxPending: number;
+  private readonly maxPerProcess: number;
+  private readonly maxPerSession: number;
   private readonly pending = new Map<string, Pending>();
+  /** Pending prompts per `session/process` and per session. */
+  private readonly perProcess = new Map<string, number>();
+  private readonly perSession = new Map<string, number>();
+  /** Processes whose refusals have been audited since they last had room (one `refused` event per episode). */
+  private readonly refusedNoted = new Set<string>();
   private readonly pendingById = new Map<string, Pending>();
   private readonly decisions = new Map<string, RememberedDecision>();
   private readonly audit: ApprovalAuditEvent[] = [];
@@ -99,7 +123,11 @@ export class ApprovalBroker {
     private readonly server: ExecServer,
     opts: ApprovalOptions = {},
   ) {
-    this.timeoutMs = opts.timeoutMs ?? DEFAULT_APPROVAL_TIMEOUT_MS;
+    this.maxTimeoutMs = opts.maxTimeoutMs ?? DEFAULT_MAX_APPROVAL_TIMEOUT_MS;
+    this.timeoutMs = Math.min(opts.timeoutMs ?? DEFAULT_APPROVAL_TIMEOUT_MS, this.maxTimeoutMs);
+    this.maxPending = opts.maxPending ?? MAX_PENDING_PROMPTS;
+    this.maxPerProcess = opts.maxPendingPerProcess ?? MAX_PENDING_PER_PROCESS;
+    this.maxPerSession = opts.maxPendingPerSession ?? MAX_PENDING_PER_SESSION;
     server.events.on('process', (kind, proc) => this.onProcess(kind, proc));
     server.events.on('session', (kind, session) => {
       if (kind === 'expired') this.forgetSession(session);
@@ -200,8 +228,13 @@ export class ApprovalBroker {
     let p = this.pending.get(key);
     if (p && p.waiters.length >= MAX_WAITERS_PER_PROMPT) return Promise.resolve(UNANSWERED);
     if (!p) {
-      if (this.pending.size >= MAX_PENDING_PROMPTS) return Promise.resolve(UNANSWERED);
-      const timeoutMs = this.asking.get(k) ?? this.timeoutMs;
+      const refusal = this.makeRoom(sessionId, k);
+      if (refusal) {
+        this.refuse(k, refusal, { sessionId, processId, argv: proc.info.argv, protocol, req });
+        return Promise.resolve(UNANSWERED);
+      }
+      const asked = this.asking.get(k) ?? this.timeoutMs;
+      const timeoutMs = Math.min(asked, this.maxTimeoutMs);
       const now = Date.now();
       const prompt: ApprovalPrompt = {
         id: randomUUID(),
@@ -217,6 +250,8 @@ export class ApprovalBroker {
         waiting: 0,
         requestedAt: now,
         expiresAt: now + timeoutMs,
+        timeoutMs,
+        requestedTimeoutMs: asked > timeoutMs ? asked : null,
       };
       const created: Pending = {
         prompt,
@@ -228,31 +263,122 @@ export class ApprovalBroker {
       p = created;
       this.pending.set(key, p);
       this.pendingById.set(prompt.id, p);
+      this.count(prompt, +1);
     }
     const pending = p;
     return new Promise<DeciderResult>((resolve) => {
       pending.waiters.push({ resolve });
       pending.prompt.waiting = pending.waiters.length;
       if (pending.waiters.length === 1) {
-        this.record('requested', pending.prompt, { released: 0 });
+        const asked = pending.prompt.requestedTimeoutMs;
+        this.record('requested', pending.prompt, {
+          released: 0,
+          note:
+            asked === null
+              ? null
+              : `approval_timeout_ms ${asked} clamped to the server's maximum ${this.maxTimeoutMs} (--max-approval-timeout-ms)`,
+        });
         this.broadcast('approvals/requested', { prompt: pending.prompt });
       }
     });
   }
 
+  /**
+   * Room for one more prompt of this process, or why there is none. When the server-wide cap is reached, the oldest
+   * prompt of the session holding the most is cancelled if that session holds more than this one.
+   */
+  private makeRoom(sessionId: string, k: string): string | null {
+    if ((this.perProcess.get(k) ?? 0) >= this.maxPerProcess)
+      return `this process already has ${this.maxPerProcess} approval prompts pending (the per-process cap)`;
+    const mine = this.perSession.get(sessionId) ?? 0;
+    if (mine >= this.maxPerSession)
+      return `this session already has ${this.maxPerSession} approval prompts pending (the per-session cap)`;
+    if (this.pendingById.size < this.maxPending) return null;
+    let top: string | null = null;
+    let most = 0;
+    for (const [s, n] of this.perSession) {
+      if (n > most) {
+        most = n;
+        top = s;
+      }
+    }
+    if (top === null || most <= mine + 1)
+      return `the server has ${this.maxPending} approval prompts pending (the server-wide cap)`;
+    for (const victim of this.pendingById.values()) {
+      if (victim.prompt.sessionId !== top) continue;
+      this.finish(
+        victim,
+        'cancelled',
+        null,
+        'cancelled to make room for another session (the server-wide cap)',
+      );
+      break;
+    }
+    return null;
+  }
+
+  /** A miss that gets no prompt: fails closed at once; audited once per process until it has room again. */
+  private refuse(
+    k: string,
+    note: string,
+    o: {
+      sessionId: string;
+      processId: string;
+      argv: string[];
+      protocol: ApprovalProtocol;
+      req: DeciderRequest;
+    },
+  ): void {
+    if (this.refusedNoted.has(k)) return;
+    this.refusedNoted.add(k);
+    const { host, port, method } = o.req;
+    this.record(
+      'refused',
+      {
+        id: null,
+        sessionId: o.sessionId,
+        processId: o.processId,
+        command: [...o.argv],
+        host,
+        port,
+        protocol: o.protocol,
+        method,
+      },
+      { released: 1, note },
+    );
+  }
+
+  private count(prompt: ApprovalPrompt, delta: 1 | -1): void {
+    const k = procKey(prompt.sessionId, prompt.processId);
+    const bump = (m: Map<string, number>, key: string) => {
+      const n = (m.get(key) ?? 0) + delta;
+      if (n <= 0) m.delete(key);
+      else m.set(key, n);
+    };
+    bump(this.perProcess, k);
+    bump(this.perSession, prompt.sessionId);
+    if (delta < 0) this.refusedNoted.delete(k);
+  }
+
   /** Ends a prompt: releases its held requests with the outcome's answer and tells the subscribers. */
-  private finish(p: Pending, outcome: ApprovalOutcome, decisionId: string | null = null): number {
+  private finish(
+    p: Pending,
+    outcome: ApprovalOutcome,
+    decisionId: string | null = null,
+    note: string | null = null,
+  ): number {
     if (this.pendingById.get(p.prompt.id) !== p) return 0;
     clearTimeout(p.timer);
     this.pending.delete(p.key);
     this.pendingById.delete(p.prompt.id);
+    this.count(p.prompt, -1);
     const answer =
       outcome === 'deny' ? DENIED : outcome === 'timeout' || outcome === 'cancelled' ? UNANSWERED : ALLOW;
     const released = p.waiters.length;
     for (const w of p.waiters) w.resolve(answer);
     p.waiters.length = 0;
     p.prompt.waiting = 0;
-    if (outcome === 'timeout' || outcome === 'cancelled') this.record(outcome, p.prompt, { released });
+    if (outcome === 'timeout' || outcome === 'cancelled') this.record(outcome, p.prompt, { released, note });
     else this.record('decided', p.prompt, { released, decision: outcome, decisionId });
     this.broadcast('approvals/resolved', { id: p.prompt.id, outcome, released, resolvedAt: Date.now() });
     return released;
@@ -360,11 +486,17 @@ export class ApprovalBroker {
 
   private record(
     kind: ApprovalAuditEvent['kind'],
-    prompt: Pick<ApprovalPrompt, 'id' | 'sessionId' | 'host' | 'port' | 'protocol' | 'method'> & {
+    prompt: Pick<ApprovalPrompt, 'sessionId' | 'host' | 'port' | 'protocol' | 'method'> & {
+      id: string | null;
       processId: string | null;
       command: string[] | null;
     },
-    extra: { released: number; decision?: ApprovalDecision; decisionId?: string | null },
+    extra: {
+      released: number;
+      decision?: ApprovalDecision;
+      decisionId?: string | null;
+      note?: string | null;
+    },
   ): void {
     const event: ApprovalAuditEvent = {
       seq: this.auditSeq++,
@@ -381,6 +513,7 @@ export class ApprovalBroker {
       protocol: prompt.protocol,
       method: prompt.method,
       released: extra.released,
+      note: extra.note ?? null,
     };
     this.audit.push(event);
     if (this.audit.length > APPROVAL_AUDIT_RING) this.audit.shift();

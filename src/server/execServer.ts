@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { buildChildEnv, sanitizedServerEnv } from '../process/env.js';
+import { buildChildEnv, sanitizedServerEnv, withoutSecrets } from '../process/env.js';
 import type { LaunchSpec, PreparedLaunch } from '../process/launch.js';
 import { type DenialClassifier, ManagedProcess } from '../process/managedProcess.js';
 import { checkCwd, LaunchCheckError, resolveProgram } from '../process/resolveProgram.js';
@@ -23,11 +23,13 @@ import {
   type Transport,
 } from '../rpc/connection.js';
 import { ApprovalBroker, type ApprovalOptions } from './approvals.js';
+import { LOCAL_AGENT, type Principal } from './auth.js';
 import { decodeBase64Strict } from './base64.js';
 import { ServerEvents } from './events.js';
 import { createFsMethods, type FsGuard } from './fsHandlers.js';
 import { Launcher, type LauncherOptions } from './launcher.js';
 import { parseParams } from './params.js';
+import { RetentionLedger, type RetentionLimits } from './retention.js';
 import { Session } from './session.js';
 
 export interface Logger {
@@ -52,8 +54,14 @@ export interface LaunchPreparer {
 export interface ExecServerOptions {
   /** How long a detached session survives for `initialize {resumeSessionId}` (ms). 0 kills at once. */
   resumeGraceMs?: number;
-  /** Live (not yet closed) processes allowed per session. */
+  /** Live (not yet closed) processes allowed per session (`--max-processes`). */
   maxProcessesPerSession?: number;
+  /** Live processes allowed at once on the whole server (`--max-total-processes`). */
+  maxProcessesTotal?: number;
+  /** Sessions of agents allowed at once, attached or detached (`--max-sessions`); panel sessions are not counted. */
+  maxSessions?: number;
+  /** Bytes of retained output (for process/read) per session and server-wide. */
+  retention?: Partial<RetentionLimits>;
   log?: Logger;
   /** Options of the default launch pipeline (sandbox engine + managed proxy). */
   launcher?: Omit<LauncherOptions, 'log'>;
@@ -73,7 +81,13 @@ interface ConnState {
   phase: Phase;
   session: Session | null;
   clientName: string;
+  /** What the connection proved (src/server/auth.ts): sessions it creates are bound to it. */
+  principal: Principal;
 }
+
+export const DEFAULT_MAX_PROCESSES = 1024;
+export const DEFAULT_MAX_TOTAL_PROCESSES = 4096;
+export const DEFAULT_MAX_SESSIONS = 256;
 
 type MethodKind = 'exec' | 'fs' | 'handshake';
 interface Method {
@@ -91,6 +105,14 @@ export class ExecServer implements Dispatcher {
   readonly log: Logger;
   private readonly resumeGraceMs: number;
   private readonly maxProcesses: number;
+  private readonly maxProcessesTotal: number;
+  private readonly maxSessions: number;
+  /** Sessions by their resume key (the `sessionId` a client was given; the panel never sees it). */
+  private readonly byResumeKey = new Map<string, Session>();
+  private agentSessions = 0;
+  /** Credential strings no child may see in its environment. */
+  private readonly secrets = new Set<string>();
+  readonly retention: RetentionLedger;
   readonly launcher: Launcher;
   preparer: LaunchPreparer;
   private readonly baseEnv: Record<string, string>;
@@ -102,7 +124,10 @@ export class ExecServer implements Dispatcher {
 
   constructor(opts: ExecServerOptions = {}) {
     this.resumeGraceMs = opts.resumeGraceMs ?? 10_000;
-    this.maxProcesses = opts.maxProcessesPerSession ?? 1024;
+    this.maxProcesses = opts.maxProcessesPerSession ?? DEFAULT_MAX_PROCESSES;
+    this.maxProcessesTotal = opts.maxProcessesTotal ?? DEFAULT_MAX_TOTAL_PROCESSES;
+    this.maxSessions = opts.maxSessions ?? DEFAULT_MAX_SESSIONS;
+    this.retention = new RetentionLedger(opts.retention);
     this.log = opts.log ?? silentLogger;
     this.launcher = new Launcher({ log: this.log, ...opts.launcher });
     this.preparer = opts.preparer ?? this.launcher;
@@ -112,10 +137,29 @@ export class ExecServer implements Dispatcher {
     this.approvals = new ApprovalBroker(this, opts.approvals);
   }
 
-  connect(transport: Transport): RpcConnection {
+  /** A client connection, as `principal` (what its transport authenticated; the panel's gates read it). */
+  connect(transport: Transport, principal: Principal = LOCAL_AGENT): RpcConnection {
     const conn = new RpcConnection(transport, this);
-    conn.state = { phase: 'new', session: null, clientName: '' } satisfies ConnState;
+    conn.privileged = principal.role === 'panel';
+    conn.state = { phase: 'new', session: null, clientName: '', principal } satisfies ConnState;
     return conn;
+  }
+
+  /** Values that must never reach a child: any variable whose value contains one is dropped (src/process/env.ts). */
+  protectSecrets(values: Iterable<string>): void {
+    for (const v of values) if (v !== '') this.secrets.add(v);
+  }
+
+  /** The session a client's `sessionId` (its resume key) names. */
+  sessionByResumeKey(key: string): Session | undefined {
+    return this.byResumeKey.get(key);
+  }
+
+  /** Live processes (and starts in progress) of every session. */
+  liveProcessCount(): number {
+    let n = 0;
+    for (const s of this.sessions.values()) n += s.liveProcessCount();
+    return n;
   }
 
   /** Registers (or replaces) a method. Used by the panel's monitor/policy methods. */
@@ -164,7 +208,9 @@ export class ExecServer implements Dispatcher {
   private expire(session: Session): void {
     if (session.conn) return;
     session.killAll();
-    this.sessions.delete(session.id);
+    if (this.sessions.delete(session.id) && session.owner.role !== 'panel') this.agentSessions--;
+    this.byResumeKey.delete(session.resumeKey);
+    this.retention.forget(session.retention);
     this.events.emitSession('expired', session);
   }
 
@@ -214,14 +260,29 @@ export class ExecServer implements Dispatcher {
     const p = parseParams(InitializeParams, params, 'InitializeParams');
     let session: Session;
     if (p.resumeSessionId) {
-      const existing = this.sessions.get(p.resumeSessionId);
-      if (!existing) throw invalidRequest(`unknown session id ${p.resumeSessionId}`);
+      // The resume key is a secret only its creator was given, and the session is bound to the creator's credential:
+      // another agent (even one holding the same token) cannot take over a detached session.
+      const existing = this.byResumeKey.get(p.resumeSessionId);
+      if (!existing || !sameCredential(existing.owner, state.principal))
+        throw invalidRequest(`unknown session id ${p.resumeSessionId}`);
       if (existing.conn)
         throw invalidRequest(`session ${p.resumeSessionId} is already attached to another connection`);
       session = existing;
     } else {
-      session = new Session(randomUUID(), p.clientName, this.events);
+      const panel = state.principal.role === 'panel';
+      if (!panel && this.agentSessions >= this.maxSessions) {
+        throw invalidRequest(
+          `too many sessions on this server (limit ${this.maxSessions}, --max-sessions): close or let detached sessions expire first`,
+        );
+      }
+      session = new Session(randomUUID(), p.clientName, this.events, {
+        resumeKey: randomUUID(),
+        owner: state.principal,
+        retention: this.retention.share(() => session.processes),
+      });
       this.sessions.set(session.id, session);
+      this.byResumeKey.set(session.resumeKey, session);
+      if (!panel) this.agentSessions++;
       this.events.emitSession('created', session);
     }
     session.attach(conn);
@@ -229,7 +290,7 @@ export class ExecServer implements Dispatcher {
     state.clientName = p.clientName;
     state.phase = 'initializing';
     this.events.emitSession('attached', session);
-    return new ResultWithCallback({ sessionId: session.id }, () => session.replayAll());
+    return new ResultWithCallback({ sessionId: session.resumeKey }, () => session.replayAll());
   }
 
   private start(params: unknown, session: Session): unknown {
@@ -237,11 +298,18 @@ export class ExecServer implements Dispatcher {
     if (p.argv.length === 0) throw invalidParams('argv must not be empty');
     if (session.has(p.processId)) throw invalidRequest(`process ${p.processId} already exists`);
     if (session.liveProcessCount() >= this.maxProcesses) {
-      throw invalidRequest(`too many live processes in this session (limit ${this.maxProcesses})`);
+      throw invalidRequest(
+        `too many live processes in this session (limit ${this.maxProcesses}, --max-processes)`,
+      );
+    }
+    if (this.liveProcessCount() >= this.maxProcessesTotal) {
+      throw invalidRequest(
+        `too many live processes on this server (limit ${this.maxProcessesTotal}, --max-total-processes)`,
+      );
     }
     const program = p.argv[0]!;
     if (program === '') throw internalError(`missing program for ${p.tty ? 'pty' : 'pipe'} spawn`);
-    const { env } = buildChildEnv(p.env, p.envPolicy, this.baseEnv);
+    const { env } = withoutSecrets(buildChildEnv(p.env, p.envPolicy, this.baseEnv).env, this.secrets);
     let file: string;
     try {
       checkCwd(p.cwd);
@@ -398,5 +466,11 @@ function readResult(proc: ManagedProcess, afterSeq: number, maxBytes: number | n
     closed: proc.state === 'closed',
     failure: null,
     sandboxDenied: proc.sandboxDenied,
+    // Additive (protocol.md §5.3, ours): the session's retention budget freed this closed process's output.
+    ...(proc.outputEvicted ? { outputEvicted: true } : {}),
   };
+}
+
+function sameCredential(a: Principal, b: Principal): boolean {
+  return a.role === b.role && a.credential === b.credential;
 }

@@ -3,7 +3,6 @@
  * generated token, the monitor feed, and (headless) the panel served at `/panel/` on the same port. No Electron
  * import here, so it runs under plain Node and in tests.
  */
-import { randomBytes } from 'node:crypto';
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { dirname, extname, join, normalize, sep } from 'node:path';
@@ -13,7 +12,14 @@ import { resolveProgram } from '../process/resolveProgram.js';
 import { invalidRequest } from '../protocol/errors.js';
 import { type IpcMainLike, type IpcSenderLike, type IpcServer, serveIpc } from '../rpc/ipcTransport.js';
 import { type ParsedSandbox, previewLaunch } from '../sandbox/index.js';
-import { ExecServer, type LaunchPreparer, type Logger, silentLogger } from './execServer.js';
+import { type HostTokens, hostAuth, hostTokens, IPC_PANEL } from './auth.js';
+import {
+  ExecServer,
+  type ExecServerOptions,
+  type LaunchPreparer,
+  type Logger,
+  silentLogger,
+} from './execServer.js';
 import { Monitor, NOT_PRIVILEGED, type PreviewFn } from './monitor.js';
 import { type Listener, listenWebSocket } from './wsListener.js';
 
@@ -23,10 +29,12 @@ export interface HostOptions {
   host?: string;
   /** 0 (default) picks a free port. */
   port?: number;
-  /** Defaults to a fresh random token. */
-  token?: string;
+  /** The agent and panel tokens; each defaults to a fresh random one. */
+  tokens?: Partial<HostTokens>;
   resumeGraceMs?: number;
   maxProcessesPerSession?: number;
+  /** More ExecServer options (the limits of `corral serve`). */
+  server?: Partial<ExecServerOptions>;
   log?: Logger;
   /** The sandbox/proxy launch layer. Default: the Launcher (sandbox engine + a managed proxy per process). */
   preparer?: LaunchPreparer;
@@ -59,10 +67,11 @@ export interface Host {
   server: ExecServer;
   monitor: Monitor;
   listener: Listener;
-  token: string;
-  /** ws://127.0.0.1:P/?token=… — what an agent's exec-server client connects to. */
+  /** `agent`: process/* and fs/* on its own sessions; `panel`: everything (monitor, approvals, policy, host/info). */
+  tokens: HostTokens;
+  /** ws://127.0.0.1:P/?token=<agent token> — what an agent's exec-server client connects to. */
   execUrl: string;
-  /** http://127.0.0.1:P/panel/#token=… — only when the panel is served. */
+  /** http://127.0.0.1:P/panel/#token=<panel token> — only when the panel is served. */
   panelUrl: string | null;
   /** Serves the app's own renderer(s) over IPC (privileged connections of the same dispatcher). */
   serveIpc(ipcMain: IpcMainLike, isTrusted?: (sender: IpcSenderLike) => boolean): IpcServer;
@@ -204,10 +213,11 @@ export const sandboxPreview: PreviewFn = ({ sandbox, argv, cwd }) => {
 /** A free loopback port (so the panel's own origin can be allow-listed before the listener starts). */
 export async function startHost(opts: HostOptions = {}): Promise<Host> {
   const host = opts.host ?? '127.0.0.1';
-  const token = opts.token ?? randomBytes(24).toString('base64url');
+  const tokens = hostTokens(opts.tokens);
   const resumeGraceMs = opts.resumeGraceMs ?? 10_000;
   const log = opts.log ?? silentLogger;
   const server = new ExecServer({
+    ...opts.server,
     resumeGraceMs,
     ...(opts.maxProcessesPerSession !== undefined
       ? { maxProcessesPerSession: opts.maxProcessesPerSession }
@@ -234,7 +244,7 @@ export async function startHost(opts: HostOptions = {}): Promise<Host> {
   const listener = await listenWebSocket(server, {
     host,
     port: opts.port ?? 0,
-    token,
+    auth: hostAuth(tokens),
     allowedOrigins: (origin) => extraOrigins.has(origin) || panelOrigins().includes(origin),
     ...(panelDir
       ? {
@@ -246,8 +256,8 @@ export async function startHost(opts: HostOptions = {}): Promise<Host> {
   });
   port = listener.port;
   const base = `http://${hostForUrl}:${listener.port}`;
-  const execUrl = `${listener.url}/?token=${encodeURIComponent(token)}`;
-  const panelUrl = panelDir ? `${base}/panel/#token=${encodeURIComponent(token)}` : null;
+  const execUrl = `${listener.url}/?token=${encodeURIComponent(tokens.agent)}`;
+  const panelUrl = panelDir ? `${base}/panel/#token=${encodeURIComponent(tokens.panel)}` : null;
   const info: HostInfo = {
     execUrl,
     panelUrl,
@@ -267,11 +277,12 @@ export async function startHost(opts: HostOptions = {}): Promise<Host> {
     server,
     monitor,
     listener,
-    token,
+    tokens,
     execUrl,
     panelUrl,
     serveIpc(ipcMain, isTrusted) {
       const s = serveIpc(server, ipcMain, {
+        principal: IPC_PANEL,
         ...(isTrusted ? { isTrusted } : {}),
         onRejected: (sender) =>
           server.log.warn(`ignored IPC from an untrusted renderer (webContents ${sender.id})`),

@@ -3,7 +3,9 @@ import { MAX_CHUNK } from '../process/managedProcess.js';
 import { frameOutputs, base64Into as nativeBase64Into } from '../process/spawner.js';
 import type { OutputStream } from '../protocol/exec.js';
 import type { Framing, RpcConnection } from '../rpc/connection.js';
+import type { Principal } from './auth.js';
 import type { ServerEvents } from './events.js';
+import type { RetentionShare } from './retention.js';
 
 /** `,"stream":"<stream>","chunk":"` after the seq digits of an output notification, per stream. */
 const STREAM_FIELDS: Record<OutputStream, Buffer> = {
@@ -157,11 +159,26 @@ export class Session implements ProcessEventSink {
   private framesUsed = 0;
   private batchStart = 0;
 
+  /** The `sessionId` its creator was given, and the only thing `resumeSessionId` matches: never shown elsewhere. */
+  readonly resumeKey: string;
+  /** The credential that created the session; only it may resume the session. */
+  readonly owner: Principal;
+  readonly retention: RetentionShare;
+
+  /**
+   * `id` is the session's public name (the panel, logs, proxy audit events, approvals); `resumeKey` is what the
+   * client holds.
+   */
   constructor(
     readonly id: string,
     readonly clientName: string,
     private readonly events: ServerEvents,
-  ) {}
+    opts: { resumeKey: string; owner: Principal; retention: RetentionShare },
+  ) {
+    this.resumeKey = opts.resumeKey;
+    this.owner = opts.owner;
+    this.retention = opts.retention;
+  }
 
   get processes(): IterableIterator<ManagedProcess> {
     return Array.from(this.entries.values(), (e) => e.proc)[Symbol.iterator]();
@@ -306,10 +323,15 @@ export class Session implements ProcessEventSink {
 
   closed(p: ManagedProcess, seq: number): void {
     this.live--;
+    this.retention.processClosed(p);
     this.events.emitProcess('closed', p);
     const e = this.entries.get(p.info.processId);
     if (!e || e.held || !this.conn) return;
     this.sendClosed(e, seq);
+  }
+
+  retainedResized(_p: ManagedProcess, delta: number): void {
+    this.retention.resized(delta);
   }
 
   // ---- delivery ------------------------------------------------------------------------------------------------

@@ -1,8 +1,9 @@
-import { timingSafeEqual } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { type AddressInfo, isIP } from 'node:net';
+import { networkInterfaces } from 'node:os';
 import { type WebSocket, WebSocketServer } from 'ws';
 import type { Framing, RpcConnection, Transport } from '../rpc/connection.js';
+import type { Authenticator, Principal } from './auth.js';
 import type { ExecServer } from './execServer.js';
 
 /** Largest inbound WebSocket message (protocol.md §2.2); larger ones close the connection with 1009. */
@@ -11,14 +12,14 @@ export const MAX_MESSAGE_BYTES = 16 * 1024 * 1024;
 export interface ListenOptions {
   host?: string;
   port?: number;
-  /** Capability token: required as `Authorization: Bearer <token>` or `?token=` when set. */
-  token?: string;
+  /** Who may connect, and as what (src/server/auth.ts). `openAccess()` is the explicit "anyone" (`--ws-auth none`). */
+  auth: Authenticator;
   /** Browser origins allowed to open the WebSocket (a list, or a predicate). Any other `Origin` header → 403. */
   allowedOrigins?: string[] | ((origin: string) => boolean);
   /** Extra HTTP routes (the panel). Return true when handled. */
   httpHandler?: (req: IncomingMessage, res: ServerResponse, url: URL) => boolean;
-  /** Called for each accepted connection, e.g. to mark privileged (token-holding) clients. */
-  onConnection?: (conn: RpcConnection, info: { privileged: boolean; origin: string | null }) => void;
+  /** Called for each accepted connection. */
+  onConnection?: (conn: RpcConnection, info: { principal: Principal; origin: string | null }) => void;
 }
 
 export interface Listener {
@@ -28,19 +29,30 @@ export interface Listener {
   close(): Promise<void>;
 }
 
-function tokenMatches(expected: string, given: string | null): boolean {
-  if (given === null) return false;
-  const a = Buffer.from(expected);
-  const b = Buffer.from(given);
-  return a.length === b.length && timingSafeEqual(a, b);
+const LOOPBACK_NAMES = new Set(['localhost', '127.0.0.1', '::1']);
+const WILDCARD = new Set(['0.0.0.0', '::', '']);
+
+/**
+ * Whether a request's `Host` header names this server: a loopback name or the bound address, with the bound port.
+ * A page that rebinds its own DNS name to 127.0.0.1 still sends its own name, and gets nothing (421). Bound to a
+ * wildcard address (`--allow-non-loopback`), the addresses of this machine's interfaces count as well.
+ */
+export function hostHeaderAllowed(header: string | undefined, boundHost: string, port: number): boolean {
+  if (!header) return false;
+  const m = /^(\[[0-9a-f:.]+\]|[^:[\]]+):(\d{1,5})$/i.exec(header.trim());
+  if (!m || Number(m[2]) !== port) return false;
+  const name = m[1]!.replace(/^\[|\]$/g, '').toLowerCase();
+  if (LOOPBACK_NAMES.has(name) || name === boundHost.toLowerCase()) return true;
+  if (!WILDCARD.has(boundHost) || isIP(name) === 0) return false;
+  return Object.values(networkInterfaces()).some((list) => list?.some((a) => a.address === name));
 }
 
-function presentedToken(req: IncomingMessage, url: URL): string | null {
-  const auth = req.headers.authorization;
-  const m = auth ? /^bearer\s+(.+)$/i.exec(auth) : null;
-  if (m) return m[1]!.trim();
-  return url.searchParams.get('token');
-}
+/** Headers on every response of the listener itself (the panel's files add CSP and more, src/server/host.ts). */
+const BASE_HEADERS = {
+  'x-content-type-options': 'nosniff',
+  'referrer-policy': 'no-referrer',
+  'cache-control': 'no-store',
+} as const;
 
 const TEXT_FRAME = { binary: false } as const;
 
@@ -164,9 +176,10 @@ export function webSocketTransport(ws: WebSocket, peer: string): Transport {
 
 /**
  * Serves the exec server over WebSocket (protocol.md §2): upgrade on `/` only, `GET /readyz` → 200, plain `GET /` →
- * 400, other paths → 404; no compression; 16 MiB messages; browser origins refused unless allow-listed; optional token.
+ * 400, other paths → 404; no compression; 16 MiB messages; a `Host` that does not name this server → 421; browser
+ * origins refused unless allow-listed (403); a credential `auth` refuses → 401, all before the upgrade.
  */
-export async function listenWebSocket(server: ExecServer, opts: ListenOptions = {}): Promise<Listener> {
+export async function listenWebSocket(server: ExecServer, opts: ListenOptions): Promise<Listener> {
   const host = opts.host ?? '127.0.0.1';
   const list = opts.allowedOrigins;
   const originAllowed = typeof list === 'function' ? list : (o: string) => (list ?? []).includes(o);
@@ -175,18 +188,28 @@ export async function listenWebSocket(server: ExecServer, opts: ListenOptions = 
     perMessageDeflate: false,
     maxPayload: MAX_MESSAGE_BYTES,
   });
+  const auth = opts.auth;
+  // Whatever the listener accepts as a credential, no child may see (src/process/env.ts).
+  server.protectSecrets(auth.secrets);
+  let port = 0;
   const http = createServer((req, res) => {
+    if (!hostHeaderAllowed(req.headers.host, host, port)) {
+      res.writeHead(421, { ...BASE_HEADERS, 'content-type': 'text/plain' }).end('unknown Host');
+      return;
+    }
     const url = new URL(req.url ?? '/', 'http://localhost');
     if (req.method === 'GET' && url.pathname === '/readyz') {
-      res.writeHead(200, { 'content-type': 'text/plain' }).end('ok');
+      res.writeHead(200, { ...BASE_HEADERS, 'content-type': 'text/plain' }).end('ok');
       return;
     }
     if (opts.httpHandler?.(req, res, url)) return;
     if (url.pathname === '/') {
-      res.writeHead(400, { 'content-type': 'text/plain' }).end('expected a WebSocket upgrade');
+      res
+        .writeHead(400, { ...BASE_HEADERS, 'content-type': 'text/plain' })
+        .end('expected a WebSocket upgrade');
       return;
     }
-    res.writeHead(404, { 'content-type': 'text/plain' }).end('not found');
+    res.writeHead(404, { ...BASE_HEADERS, 'content-type': 'text/plain' }).end('not found');
   });
 
   http.on('upgrade', (req, socket, head) => {
@@ -194,21 +217,22 @@ export async function listenWebSocket(server: ExecServer, opts: ListenOptions = 
     const reject = (status: number, text: string) => {
       socket.end(`HTTP/1.1 ${status} ${text}\r\nconnection: close\r\ncontent-length: 0\r\n\r\n`);
     };
+    if (!hostHeaderAllowed(req.headers.host, host, port)) return reject(421, 'Misdirected Request');
     if (url.pathname !== '/') return reject(404, 'Not Found');
     const origin = req.headers.origin ?? null;
     if (origin !== null && !originAllowed(origin)) return reject(403, 'Forbidden');
-    const hasToken = opts.token !== undefined && tokenMatches(opts.token, presentedToken(req, url));
-    if (opts.token !== undefined && !hasToken) return reject(401, 'Unauthorized');
+    const result = auth.authenticate(req, url);
+    if (!result) return reject(401, 'Unauthorized');
+    if (result.presented !== null) server.protectSecrets([result.presented]);
     wss.handleUpgrade(req, socket, head, (ws) => {
       const peer = `${req.socket.remoteAddress ?? '?'}:${req.socket.remotePort ?? 0}`;
-      const conn = server.connect(webSocketTransport(ws, peer));
-      conn.privileged = hasToken;
+      const conn = server.connect(webSocketTransport(ws, peer), result.principal);
       ws.on('message', (data, isBinary) => {
         conn.receive(isBinary || typeof data !== 'string' ? data.toString() : data);
       });
       ws.on('close', () => conn.transportClosed());
       ws.on('error', () => conn.transportClosed());
-      opts.onConnection?.(conn, { privileged: hasToken, origin });
+      opts.onConnection?.(conn, { principal: result.principal, origin });
     });
   });
 
@@ -219,7 +243,7 @@ export async function listenWebSocket(server: ExecServer, opts: ListenOptions = 
       resolve();
     });
   });
-  const port = (http.address() as AddressInfo).port;
+  port = (http.address() as AddressInfo).port;
   const hostForUrl = host.includes(':') ? `[${host}]` : host;
   return {
     url: `ws://${hostForUrl}:${port}`,

@@ -1,34 +1,61 @@
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { type HostTokens, hostAuth, hostTokens, openAccess } from '../../src/server/auth.js';
 import { ExecServer, type ExecServerOptions } from '../../src/server/execServer.js';
+import type { Session } from '../../src/server/session.js';
 import { type Listener, type ListenOptions, listenWebSocket } from '../../src/server/wsListener.js';
 import { RpcClient } from './client.js';
 
 export interface TestServer {
   server: ExecServer;
   listener: Listener;
+  /** ws://127.0.0.1:P, without a token. */
   url: string;
-  /** Connects a client and completes the handshake. */
+  /** With `tokens: true`: the agent and panel tokens. */
+  tokens: HostTokens | null;
+  /** Connects a client (with the agent token, if any) and completes the handshake. */
   client(name?: string): Promise<RpcClient & { sessionId: string }>;
+  /** With `tokens: true`: a client holding the panel token. */
+  panel(name?: string): Promise<RpcClient & { sessionId: string }>;
+  /** The session a client was given (its `sessionId` is the session's resume key, not its public id). */
+  sessionOf(client: { sessionId: string }): Session;
   close(): Promise<void>;
 }
 
-/** Starts an in-process exec server on an ephemeral loopback port. */
+/**
+ * Starts an in-process exec server on an ephemeral loopback port. By default anyone may connect (`openAccess`, as
+ * `--ws-auth none`); `tokens: true` gives it an agent and a panel token, as `corral serve` has.
+ */
 export async function startTestServer(
-  opts: ExecServerOptions & { listen?: ListenOptions } = {},
+  opts: ExecServerOptions & { listen?: Partial<ListenOptions>; tokens?: boolean } = {},
 ): Promise<TestServer> {
   const server = new ExecServer({ resumeGraceMs: 0, ...opts });
-  const listener = await listenWebSocket(server, opts.listen ?? {});
+  const tokens = opts.tokens ? hostTokens() : null;
+  const listener = await listenWebSocket(server, {
+    auth: tokens ? hostAuth(tokens) : openAccess(),
+    ...opts.listen,
+  });
   const clients: RpcClient[] = [];
+  const open = async (token: string | null, name: string) => {
+    const c = await RpcClient.open(token ? `${listener.url}/?token=${token}` : listener.url, name);
+    clients.push(c);
+    return c;
+  };
   return {
     server,
     listener,
     url: listener.url,
-    async client(name = 'test') {
-      const c = await RpcClient.open(listener.url, name);
-      clients.push(c);
-      return c;
+    tokens,
+    client: (name = 'test') => open(tokens?.agent ?? null, name),
+    panel(name = 'panel') {
+      if (!tokens) throw new Error('panel() needs startTestServer({ tokens: true })');
+      return open(tokens.panel, name);
+    },
+    sessionOf(client) {
+      const s = server.sessionByResumeKey(client.sessionId);
+      if (!s) throw new Error(`no session for ${client.sessionId}`);
+      return s;
     },
     async close() {
       for (const c of clients) c.close();

@@ -11,12 +11,11 @@ import type {
   ApprovalsSubscribeResult,
   ExportResult,
 } from '../../src/protocol/approvals.js';
-import { type Notification, RpcClient } from '../helpers/client.js';
+import type { Notification, RpcClient } from '../helpers/client.js';
 import { startTestServer, type TestServer, until } from '../helpers/server.js';
 import { startOrigin, stubResolver } from './network-helpers.js';
 
 const CURL = '/usr/bin/curl';
-const TOKEN = 'approvals-test-token';
 const skip = existsSync(CURL) ? false : 'curl is not installed';
 
 type Client = RpcClient & { sessionId: string };
@@ -52,7 +51,8 @@ describe('network approvals', { skip }, () => {
   let panel: Client;
   const offMachine: string[] = [];
   const url = (path: string) => `http://127.0.0.1:${origin.port}${path}`;
-  const open = () => RpcClient.open(`${ts.url}/?token=${TOKEN}`, 'approvals-test');
+  /** An agent: holds the agent token (it can never see or answer approvals). */
+  const open = () => ts.client('approvals-test');
 
   before(async () => {
     origin = await startOrigin();
@@ -64,11 +64,11 @@ describe('network approvals', { skip }, () => {
       return defaultDialer(t);
     };
     ts = await startTestServer({
-      listen: { token: TOKEN },
+      tokens: true,
       launcher: { resolver: stubResolver, dialer },
       approvals: { timeoutMs: 15_000 },
     });
-    panel = await open();
+    panel = await ts.panel();
     const sub = await panel.request<ApprovalsSubscribeResult>('approvals/subscribe', {});
     assert.deepEqual(sub.pending, []);
     assert.equal(sub.timeoutMs, 15_000);
@@ -110,7 +110,7 @@ describe('network approvals', { skip }, () => {
       assert.equal(p1.port, origin.port);
       assert.equal(p1.protocol, 'http');
       assert.equal(p1.method, 'GET');
-      assert.equal(p1.sessionId, agent.sessionId);
+      assert.equal(p1.sessionId, ts.sessionOf(agent).id);
       assert.deepEqual(p1.command.slice(0, 2), ['/bin/sh', '-c']);
       assert.equal(
         origin.requests.some((r) => r.url === '/once-1'),
@@ -146,7 +146,7 @@ describe('network approvals', { skip }, () => {
       const list = await panel.request<ApprovalsState>('approvals/list', {});
       const kinds = list.audit.filter((e) => e.processId === 'once').map((e) => `${e.kind}:${e.decision}`);
       assert.deepEqual(kinds, ['requested:null', 'decided:allowOnce', 'requested:null', 'decided:deny']);
-      const denies = list.decisions.filter((d) => d.sessionId === agent.sessionId);
+      const denies = list.decisions.filter((d) => d.sessionId === ts.sessionOf(agent).id);
       assert.equal(denies.length, 1);
       assert.equal(denies[0]!.decision, 'deny');
       assert.equal(denies[0]!.scope, 'session');
@@ -178,22 +178,24 @@ describe('network approvals', { skip }, () => {
       await agent.collect('sess-b', 20_000);
       assert.match(agent.output('sess-b', 'stdout'), /b=200/);
       assert.equal(prompts(), count, 'no prompt for a later process of the same session');
-      const exp = await panel.request<ExportResult>('approvals/export', { sessionId: agent.sessionId });
+      const exp = await panel.request<ExportResult>('approvals/export', {
+        sessionId: ts.sessionOf(agent).id,
+      });
       assert.deepEqual(exp.domains, { '127.0.0.1': 'allow' });
       assert.deepEqual(JSON.parse(exp.json), { network: { domains: { '127.0.0.1': 'allow' } } });
       assert.match(exp.toml, /^"127\.0\.0\.1" = "allow"$/m);
       // Another session is asked.
       await start(other, 'other-sess', curl('o', url('/other')));
       const po = promptOf(await panel.waitFor((n) => isPrompt(n, (x) => x.processId === 'other-sess')));
-      assert.equal(po.sessionId, other.sessionId);
+      assert.equal(po.sessionId, ts.sessionOf(other).id);
       await panel.request('approvals/decide', { id: po.id, decision: 'allowProcess' });
       await other.collect('other-sess', 20_000);
       assert.match(other.output('other-sess', 'stdout'), /o=200/);
       // Revoking the session allow: the next request prompts again.
       const list = await panel.request<ApprovalsState>('approvals/list', {});
-      const d = list.decisions.find((x) => x.sessionId === agent.sessionId && x.scope === 'session');
+      const d = list.decisions.find((x) => x.sessionId === ts.sessionOf(agent).id && x.scope === 'session');
       assert.ok(d);
-      const processScoped = list.decisions.filter((x) => x.sessionId === other.sessionId);
+      const processScoped = list.decisions.filter((x) => x.sessionId === ts.sessionOf(other).id);
       assert.deepEqual(processScoped, [], 'a process-scoped allow goes when its process closes');
       await panel.request('approvals/revoke', { id: d.id });
       await start(agent, 'sess-c', curl('c', url('/sess-c')));

@@ -6,9 +6,9 @@ import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import WebSocket from 'ws';
 import { spawnerKind } from '../../src/process/spawner.js';
 import { RpcClient } from '../helpers/client.js';
+import { upgradeStatus } from '../helpers/http.js';
 import { alive, tempDir, until } from '../helpers/server.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
@@ -44,24 +44,6 @@ async function startCli(args: string[], env: NodeJS.ProcessEnv = process.env, st
     url = first.value;
   }
   return { proc, url, lines, exited, stderr: () => err };
-}
-
-function upgradeStatus(url: string, opts: WebSocket.ClientOptions = {}): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const ws = new WebSocket(url, { perMessageDeflate: false, ...opts });
-    ws.once('open', () => {
-      ws.close();
-      resolve(101);
-    });
-    ws.once('unexpected-response', (_req, res) => {
-      resolve(res.statusCode ?? 0);
-      res.resume();
-      ws.terminate();
-    });
-    ws.once('error', (e) => {
-      if (!/Unexpected server response/.test(e.message)) reject(e);
-    });
-  });
 }
 
 /** Starts `sh` with a background grandchild; returns both OS pids. */

@@ -81,7 +81,7 @@ describe('protocol output ordering and backpressure (§5.8, §5.9)', () => {
   it('backpressure: an endless writer with a stalled client is paused (bounded memory), and resumes losslessly', async () => {
     const c = await ts.client();
     await c.request('process/start', params('endless', ['cat', '/dev/zero']));
-    const proc = () => ts.server.sessions.get(c.sessionId)!.get('endless')!;
+    const proc = () => ts.sessionOf(c).get('endless')!;
     c.ws.pause();
     await until(() => proc().bytesOut > 4 * 1024 * 1024, 10_000, 'output to flow');
     await new Promise((r) => setTimeout(r, 1500));

@@ -54,7 +54,7 @@ describe('protocol sessions: resumeGraceMs 0 (§8)', () => {
     const id = c.sessionId;
     c.close();
     await c.waitClose();
-    await until(() => !ts.server.sessions.has(id), 1000, 'session forgotten');
+    await until(() => !ts.server.sessionByResumeKey(id), 1000, 'session forgotten');
     const d = await RpcClient.connect(ts.url);
     const e = await d.requestError('initialize', { clientName: 't', resumeSessionId: id });
     assert.equal(e.code, -32600);
@@ -113,9 +113,9 @@ describe('protocol sessions: resume within the grace period', () => {
     assert.equal(seenLive, 1);
     a.close();
     await a.waitClose();
-    await until(() => ts.server.sessions.get(sid)?.conn === null, 1000, 'detached');
+    await until(() => ts.server.sessionByResumeKey(sid)?.conn === null, 1000, 'detached');
     writeFileSync(trigger, '');
-    const proc = () => ts.server.sessions.get(sid)?.get('p');
+    const proc = () => ts.server.sessionByResumeKey(sid)?.get('p');
     await until(() => proc()?.state === 'closed', 2000, 'p to close while detached');
     const missed = a.notifications.filter((n) => n.params.processId === 'p');
     assert.equal(missed.length, 0, 'nothing reached the closed socket');
@@ -179,7 +179,7 @@ describe('protocol sessions: resume within the grace period', () => {
     await until(() => !alive(child) && !alive(grandchild), 3000, 'the family to die');
     const took = Date.now() - t0;
     assert.ok(took >= 1400, `killed after ${took} ms, not before the grace period`);
-    await until(() => !ts.server.sessions.has(sid), 1000, 'session forgotten');
+    await until(() => !ts.server.sessionByResumeKey(sid), 1000, 'session forgotten');
     const b = await RpcClient.connect(ts.url);
     const e = await b.requestError('initialize', { clientName: 'b', resumeSessionId: sid });
     assert.equal(e.code, -32600);
@@ -194,7 +194,7 @@ describe('protocol sessions: resume within the grace period', () => {
     await a.collect('old');
     a.close();
     await a.waitClose();
-    await until(() => ts.server.sessions.get(sid)?.conn === null, 1000, 'detached');
+    await until(() => ts.server.sessionByResumeKey(sid)?.conn === null, 1000, 'detached');
     const b = await RpcClient.connect(ts.url);
     await b.request('initialize', { clientName: 'b', resumeSessionId: sid });
     b.notify('initialized');
@@ -243,7 +243,7 @@ describe('protocol sessions: a start still being prepared when the session expir
       await preparing;
       c.close();
       await c.waitClose();
-      await until(() => !ts.server.sessions.has(c.sessionId), 1000, 'the session to expire');
+      await until(() => !ts.server.sessionByResumeKey(c.sessionId), 1000, 'the session to expire');
       release();
       let timer: NodeJS.Timeout | undefined;
       const outcome = await Promise.race([

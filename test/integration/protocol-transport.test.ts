@@ -1,40 +1,11 @@
 // Conformance: transport and message dialect (protocol.md §2, §3; checklist items 1–5, 7, 8, 25; token and Origin).
 import assert from 'node:assert/strict';
-import { request as httpRequest } from 'node:http';
 import { after, before, describe, it } from 'node:test';
 import WebSocket from 'ws';
+import { tokenAuth } from '../../src/server/auth.js';
 import { b64, RpcClient } from '../helpers/client.js';
+import { httpGet, upgradeStatus } from '../helpers/http.js';
 import { startTestServer, type TestServer, tempDir } from '../helpers/server.js';
-
-function httpGet(url: string, headers: Record<string, string> = {}): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const req = httpRequest(url.replace(/^ws:/, 'http:'), { method: 'GET', headers }, (res) => {
-      res.resume();
-      resolve(res.statusCode ?? 0);
-    });
-    req.on('error', reject);
-    req.end();
-  });
-}
-
-/** Attempts a WebSocket upgrade; resolves with 101 on success or the HTTP status of the refusal. */
-function upgradeStatus(url: string, opts: WebSocket.ClientOptions = {}): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const ws = new WebSocket(url, { perMessageDeflate: false, ...opts });
-    ws.once('open', () => {
-      ws.close();
-      resolve(101);
-    });
-    ws.once('unexpected-response', (_req, res) => {
-      resolve(res.statusCode ?? 0);
-      res.resume();
-      ws.terminate();
-    });
-    ws.once('error', (e) => {
-      if (!/Unexpected server response/.test(e.message)) reject(e);
-    });
-  });
-}
 
 /** The next raw frame a client receives after `n` frames already seen. */
 async function frameAt(c: RpcClient, n: number, timeoutMs = 5000): Promise<string> {
@@ -301,12 +272,22 @@ describe('protocol transport: token and Origin allow-list', () => {
   let ts: TestServer;
   const token = 's3cret-token-value';
   before(async () => {
-    ts = await startTestServer({ listen: { token, allowedOrigins: ['http://127.0.0.1:5173'] } });
+    ts = await startTestServer({
+      listen: { auth: tokenAuth(token), allowedOrigins: ['http://127.0.0.1:5173'] },
+    });
   });
   after(() => ts.close());
 
-  it('Bearer header and ?token= are accepted; wrong or missing → 401', async () => {
+  it('Bearer header, X-Corral-Token and ?token= are accepted; wrong or missing → 401', async () => {
     assert.equal(await upgradeStatus(ts.url, { headers: { Authorization: `Bearer ${token}` } }), 101);
+    assert.equal(await upgradeStatus(ts.url, { headers: { 'X-Corral-Token': token } }), 101);
+    assert.equal(await upgradeStatus(ts.url, { headers: { 'X-Corral-Token': `${token}x` } }), 401);
+    // The first credential presented is the one checked: a wrong header is not rescued by a right query.
+    assert.equal(
+      await upgradeStatus(`${ts.url}/?token=${token}`, { headers: { Authorization: 'Bearer wrong' } }),
+      401,
+    );
+    assert.equal(await upgradeStatus(ts.url, { headers: { Authorization: `Basic ${token}` } }), 401);
     assert.equal(await upgradeStatus(`${ts.url}/?token=${token}`), 101);
     assert.equal(await upgradeStatus(ts.url), 401);
     assert.equal(await upgradeStatus(ts.url, { headers: { Authorization: 'Bearer wrong' } }), 401);

@@ -202,7 +202,7 @@ describe('desktop main (fake Electron, real dispatcher)', () => {
       env: {},
       tty: false,
     });
-    const pid = d.host.server.sessions.get(r.sessionId)!.get('bg')!.pid;
+    const pid = d.host.server.sessionByResumeKey(r.sessionId)!.get('bg')!.pid;
     assert.ok(alive(pid));
 
     // A webContents that is not the app's window gets no answer at all.

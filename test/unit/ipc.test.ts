@@ -173,11 +173,11 @@ describe('IPC: main + preload against the same dispatcher', () => {
       env: {},
       tty: false,
     });
-    const pid = host.server.sessions.get(sessionId)!.get('long')!.pid;
+    const pid = host.server.sessionByResumeKey(sessionId)!.get('long')!.pid;
     assert.ok(alive(pid));
     wc.destroy();
     await until(() => !alive(pid), 5000, 'child killed');
-    assert.equal(host.server.sessions.has(sessionId), false);
+    assert.equal(!!host.server.sessionByResumeKey(sessionId), false);
   });
 
   test('reloading the page (a new open) replaces the connection; the old session is gone', async () => {
@@ -188,7 +188,7 @@ describe('IPC: main + preload against the same dispatcher', () => {
     const second = createBridgeApi(ipcRenderer); // the preload runs again on reload
     const s2 = await handshake(second, 'panel-2');
     assert.notEqual(s1, s2);
-    await until(() => !host.server.sessions.has(s1), 5000, 'old session expired');
+    await until(() => !host.server.sessionByResumeKey(s1), 5000, 'old session expired');
     wc.destroy();
   });
 
@@ -205,7 +205,7 @@ describe('IPC: main + preload against the same dispatcher', () => {
       env: {},
       tty: false,
     });
-    const proc = host.server.sessions.get(sessionId)!.get('flood')!;
+    const proc = host.server.sessionByResumeKey(sessionId)!.get('flood')!;
     // The session's high-water mark (8 MiB queued) pauses the child's output.
     await until(() => (proc as unknown as { paused: boolean }).paused, 10_000, 'child paused');
     const sentBytes = () => wc.received.reduce((n, t) => n + t.length, 0);

@@ -4,14 +4,8 @@ import { NetworkEvents } from '../../src/network/events.js';
 import { REDACTED, redact, sandboxBadge } from '../../src/protocol/monitor.js';
 import type { Transport } from '../../src/rpc/connection.js';
 import { Monitor, NOT_PRIVILEGED, parseTarget } from '../../src/server/monitor.js';
-import { b64, RpcClient } from '../helpers/client.js';
+import { b64 } from '../helpers/client.js';
 import { startTestServer, type TestServer, until } from '../helpers/server.js';
-
-const TOKEN = 'test-token-123';
-
-async function privileged(ts: TestServer, name = 'panel'): Promise<RpcClient & { sessionId: string }> {
-  return RpcClient.open(`${ts.url}/?token=${TOKEN}`, name);
-}
 
 describe('monitor feed', () => {
   let ts: TestServer;
@@ -19,7 +13,7 @@ describe('monitor feed', () => {
   let bus: NetworkEvents;
 
   before(async () => {
-    ts = await startTestServer({ listen: { token: TOKEN } });
+    ts = await startTestServer({ tokens: true });
     monitor = new Monitor(ts.server, { resumeGraceMs: 0, resolver: async () => ['127.0.0.1'] });
     bus = new NetworkEvents();
     monitor.attachNetwork(bus);
@@ -53,8 +47,8 @@ describe('monitor feed', () => {
   });
 
   test('snapshot, then live processes and output of every session; env values never sent', async () => {
-    const panel = await privileged(ts);
-    const agent = await privileged(ts, 'codex-agent');
+    const panel = await ts.panel();
+    const agent = await ts.client('codex-agent');
     await agent.request('process/start', {
       processId: 'before',
       argv: ['/bin/sh', '-c', 'echo early'],
@@ -80,7 +74,7 @@ describe('monitor feed', () => {
     assert.equal(early.state, 'closed');
     assert.deepEqual(early.envKeys, ['PATH', 'SECRET_THING']);
     assert.deepEqual(early.metadata, { threadId: 't-1', apiKey: REDACTED });
-    assert.ok(snap.sessions.some((s) => s.sessionId === panel.sessionId && s.self));
+    assert.ok(snap.sessions.some((s) => s.sessionId === ts.sessionOf(panel).id && s.self));
 
     await agent.request('process/start', {
       processId: 'live',
@@ -114,7 +108,10 @@ describe('monitor feed', () => {
     for (const f of panel.frames) assert.ok(!f.includes('sk-should-not-leak'), 'secret metadata leaked');
 
     // Retained output of another session's process can be read back.
-    const read = (await panel.request('monitor/read', { sessionId: agent.sessionId, processId: 'live' })) as {
+    const read = (await panel.request('monitor/read', {
+      sessionId: ts.sessionOf(agent).id,
+      processId: 'live',
+    })) as {
       chunks: { chunk: string }[];
     };
     assert.equal(read.chunks.length, 2);
@@ -123,8 +120,8 @@ describe('monitor feed', () => {
   });
 
   test('followed mode: output only for followed processes; byte counts refresh while running', async () => {
-    const panel = await privileged(ts);
-    const agent = await privileged(ts, 'agent-f');
+    const panel = await ts.panel();
+    const agent = await ts.client('agent-f');
     await panel.request('monitor/subscribe', { output: 'followed' });
     await agent.request('process/start', {
       processId: 'chatty',
@@ -144,14 +141,26 @@ describe('monitor feed', () => {
     );
     assert.ok(grown);
     assert.equal(panel.notifications.filter((n) => n.method === 'monitor/output').length, 0);
-    await panel.request('monitor/follow', { sessionId: agent.sessionId, processId: 'chatty', follow: true });
+    await panel.request('monitor/follow', {
+      sessionId: ts.sessionOf(agent).id,
+      processId: 'chatty',
+      follow: true,
+    });
     await panel.waitFor((n) => n.method === 'monitor/output' && n.params.processId === 'chatty');
-    await panel.request('monitor/follow', { sessionId: agent.sessionId, processId: 'chatty', follow: false });
+    await panel.request('monitor/follow', {
+      sessionId: ts.sessionOf(agent).id,
+      processId: 'chatty',
+      follow: false,
+    });
     const count = panel.notifications.filter((n) => n.method === 'monitor/output').length;
-    await panel.request('monitor/terminate', { sessionId: agent.sessionId, processId: 'chatty' });
+    await panel.request('monitor/terminate', { sessionId: ts.sessionOf(agent).id, processId: 'chatty' });
     await agent.collect('chatty');
     // Round trip after the close: nothing more was streamed once unfollowed (at most what was in flight).
-    await panel.request('monitor/read', { sessionId: agent.sessionId, processId: 'chatty', afterSeq: 0 });
+    await panel.request('monitor/read', {
+      sessionId: ts.sessionOf(agent).id,
+      processId: 'chatty',
+      afterSeq: 0,
+    });
     assert.ok(panel.notifications.filter((n) => n.method === 'monitor/output').length <= count + 1);
     const e = await agent.requestError('monitor/follow', { sessionId: 'x', processId: 'y', follow: true });
     assert.equal(e.code, -32600);
@@ -160,8 +169,8 @@ describe('monitor feed', () => {
   });
 
   test('monitor/terminate and monitor/write act on another client’s processes', async () => {
-    const panel = await privileged(ts);
-    const agent = await privileged(ts, 'agent-2');
+    const panel = await ts.panel();
+    const agent = await ts.client('agent-2');
     await panel.request('monitor/subscribe', {});
     await agent.request('process/start', {
       processId: 'cat',
@@ -179,7 +188,7 @@ describe('monitor feed', () => {
       tty: false,
     });
     const w = await panel.request('monitor/write', {
-      sessionId: agent.sessionId,
+      sessionId: ts.sessionOf(agent).id,
       processId: 'cat',
       chunk: b64('via-panel\n'),
     });
@@ -187,21 +196,24 @@ describe('monitor feed', () => {
     await agent.waitFor((n) => n.method === 'process/output' && n.params.processId === 'cat');
     assert.equal(agent.output('cat'), 'via-panel\n');
     const bad = await panel.requestError('monitor/write', {
-      sessionId: agent.sessionId,
+      sessionId: ts.sessionOf(agent).id,
       processId: 'cat',
       chunk: '!!',
     });
     assert.equal(bad.code, -32602);
     assert.deepEqual(
       await panel.request('monitor/write', {
-        sessionId: agent.sessionId,
+        sessionId: ts.sessionOf(agent).id,
         processId: 'nope',
         chunk: b64('x'),
       }),
       { status: 'unknownProcess' },
     );
 
-    const t = await panel.request('monitor/terminate', { sessionId: agent.sessionId, processId: 'sleeper' });
+    const t = await panel.request('monitor/terminate', {
+      sessionId: ts.sessionOf(agent).id,
+      processId: 'sleeper',
+    });
     assert.deepEqual(t, { running: true });
     const exited = await agent.waitFor(
       (n) => n.method === 'process/exited' && n.params.processId === 'sleeper',
@@ -209,7 +221,7 @@ describe('monitor feed', () => {
     assert.equal(exited.params.exitCode, 137);
     await agent.collect('sleeper');
     assert.deepEqual(
-      await panel.request('monitor/terminate', { sessionId: agent.sessionId, processId: 'sleeper' }),
+      await panel.request('monitor/terminate', { sessionId: ts.sessionOf(agent).id, processId: 'sleeper' }),
       {
         running: false,
       },
@@ -222,7 +234,7 @@ describe('monitor feed', () => {
   });
 
   test('network events: blocked and audit, tagged with the process; counts per host', async () => {
-    const panel = await privileged(ts);
+    const panel = await ts.panel();
     const snap = (await panel.request('monitor/subscribe', {})) as { networkWired: boolean };
     assert.equal(snap.networkWired, true);
     bus.emit('blocked', {
@@ -302,7 +314,7 @@ describe('monitor feed', () => {
   });
 
   test('policy/preview reports validation errors by field; policy/checkUrl decides with a reason', async () => {
-    const panel = await privileged(ts);
+    const panel = await ts.panel();
     const bad = (await panel.request('policy/preview', {
       sandbox: { sandbox: 'linux-seccmp', policy: { type: 'read-only' } },
     })) as { valid: boolean; errors: { path: string; message: string }[]; shape: string };

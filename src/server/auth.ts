@@ -1,0 +1,152 @@
+/**
+ * Who may talk to the server, and as what. An upgrade (or any other way in) presents a credential; a verifier turns it
+ * into a Principal or refuses it. Two roles:
+ *
+ * - `agent`: the exec-server methods (process/*, fs/*) on the sessions it creates. What an agent's client holds.
+ * - `panel`: additionally monitor/*, approvals/*, policy/*, host/info — every session. The app's own window (IPC)
+ *   and a browser holding the panel token.
+ *
+ * Credentials are presented as `Authorization: Bearer <token>`, `X-Corral-Token: <token>` or `?token=<token>` (the
+ * Codex CLI can only send the last: it keeps the query of CODEX_EXEC_SERVER_URL). Static tokens are compared as
+ * SHA-256 digests with timingSafeEqual, so neither the length nor the content of the expected token leaks through
+ * timing. A verifier is pluggable (`CredentialVerifier`): a JWT or a digest-only verifier fits behind the same API.
+ */
+import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+import type { IncomingMessage } from 'node:http';
+
+export type Role = 'agent' | 'panel';
+
+/** What a connection proved. `credential` names the credential (never its secret): sessions are bound to it. */
+export interface Principal {
+  readonly role: Role;
+  readonly credential: string;
+}
+
+/** The app's own window over IPC: always the panel. */
+export const IPC_PANEL: Principal = Object.freeze({ role: 'panel', credential: 'ipc' });
+/** A transport that needs no credential (stdio: whoever started the process owns its stdin). */
+export const LOCAL_AGENT: Principal = Object.freeze({ role: 'agent', credential: 'local' });
+/** Everyone, with `--ws-auth none`. */
+export const ANONYMOUS_AGENT: Principal = Object.freeze({ role: 'agent', credential: 'anonymous' });
+
+/** Turns a presented credential into a principal. Implementations must not leak the secret through timing. */
+export interface CredentialVerifier {
+  verify(presented: string): Principal | null;
+  /**
+   * Secret strings that must never reach a child process (their environment is scrubbed of any variable whose value
+   * contains one). A verifier that only knows digests has none; the server then scrubs credentials as presented.
+   */
+  readonly secrets: readonly string[];
+}
+
+/** A request that passed: who it is, and the credential it presented (scrubbed from children from then on). */
+export interface Authenticated {
+  principal: Principal;
+  presented: string | null;
+}
+
+/** The upgrade-time check of a listener. */
+export interface Authenticator {
+  /** null: refuse with 401. */
+  authenticate(req: IncomingMessage, url: URL): Authenticated | null;
+  /** False only for `--ws-auth none`. */
+  readonly required: boolean;
+  readonly secrets: readonly string[];
+}
+
+/** A fresh capability token: 256 random bits, base64url (so it goes into a URL query unescaped). */
+export function generateToken(): string {
+  return randomBytes(32).toString('base64url');
+}
+
+const digest = (s: string): Buffer => createHash('sha256').update(s, 'utf8').digest();
+
+/** Accepts credentials whose SHA-256 is one of `entries` (e.g. from `--ws-token-sha256`); knows no secrets. */
+export function digestVerifier(entries: { sha256: Buffer; principal: Principal }[]): CredentialVerifier {
+  for (const e of entries)
+    if (e.sha256.length !== 32) throw new Error('a token digest must be 32 bytes (SHA-256)');
+  return {
+    secrets: [],
+    verify(presented) {
+      const d = digest(presented);
+      let found: Principal | null = null;
+      // Every entry is compared (no early exit), so the time does not tell which one matched.
+      for (const e of entries) if (timingSafeEqual(d, e.sha256) && found === null) found = e.principal;
+      return found;
+    },
+  };
+}
+
+/** Accepts these tokens, each as its principal. */
+export function tokenVerifier(entries: { token: string; principal: Principal }[]): CredentialVerifier {
+  for (const e of entries) if (e.token === '') throw new Error('a token must not be empty');
+  const inner = digestVerifier(entries.map((e) => ({ sha256: digest(e.token), principal: e.principal })));
+  return { secrets: entries.map((e) => e.token), verify: (p) => inner.verify(p) };
+}
+
+/**
+ * The credential a request presents: `Authorization: Bearer`, then `X-Corral-Token`, then `?token=`. Only the first one
+ * present is considered (a wrong header is not rescued by a right query).
+ */
+export function presentedCredential(req: IncomingMessage, url: URL): string | null {
+  const auth = req.headers.authorization;
+  const bearer = auth ? /^bearer[ \t]+(\S+)[ \t]*$/i.exec(auth) : null;
+  if (bearer) return bearer[1]!;
+  const header = req.headers['x-corral-token'];
+  if (typeof header === 'string' && header !== '') return header.trim();
+  return url.searchParams.get('token');
+}
+
+/** Requires a credential that `verifier` accepts. */
+export function credentialAuth(verifier: CredentialVerifier): Authenticator {
+  return {
+    required: true,
+    get secrets() {
+      return verifier.secrets;
+    },
+    authenticate(req, url) {
+      const presented = presentedCredential(req, url);
+      const principal = presented === null ? null : verifier.verify(presented);
+      return principal ? { principal, presented } : null;
+    },
+  };
+}
+
+/** One token (`corral exec-server`): its holders are agents. */
+export function tokenAuth(
+  token: string,
+  principal: Principal = { role: 'agent', credential: 'token' },
+): Authenticator {
+  return credentialAuth(tokenVerifier([{ token, principal }]));
+}
+
+/** `--ws-auth none`: everyone who can reach the port is an agent (never the panel). */
+export function openAccess(): Authenticator {
+  return {
+    required: false,
+    secrets: [],
+    authenticate: () => ({ principal: ANONYMOUS_AGENT, presented: null }),
+  };
+}
+
+/** The agent and panel tokens of a host (`corral serve`, the desktop app). */
+export interface HostTokens {
+  agent: string;
+  panel: string;
+}
+
+export function hostTokens(given: Partial<HostTokens> = {}): HostTokens {
+  const agent = given.agent ?? generateToken();
+  const panel = given.panel ?? generateToken();
+  if (agent === panel) throw new Error('the agent and panel tokens must differ');
+  return { agent, panel };
+}
+
+export function hostAuth(tokens: HostTokens): Authenticator {
+  return credentialAuth(
+    tokenVerifier([
+      { token: tokens.agent, principal: { role: 'agent', credential: 'agent-token' } },
+      { token: tokens.panel, principal: { role: 'panel', credential: 'panel-token' } },
+    ]),
+  );
+}

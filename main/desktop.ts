@@ -85,7 +85,8 @@ export async function runDesktop(e: ElectronDeps, opts: DesktopOptions): Promise
     else app.exit(1);
     return null;
   }
-  log.info(`exec server listening: ${host.execUrl}`);
+  // Never the token in a log line: the log file is not a secret store (and no sandbox may read it anyway).
+  log.info(`exec server listening on ${host.listener.url} (the agent URL with its token is printed on stdout)`);
 
   const createWindow = () => {
     const w = new BrowserWindow({

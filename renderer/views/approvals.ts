@@ -31,6 +31,7 @@ const OUTCOME_TEXT: Record<string, string> = {
   cancelled: 'cancelled: the process exited (blocked)',
   requested: 'asked',
   revoked: 'decision revoked',
+  refused: 'not asked: too many prompts pending (blocked)',
 };
 
 function clock(ms: number): string {
@@ -375,6 +376,7 @@ export class ApprovalsView implements View {
                   e.kind === 'decided'
                     ? (OUTCOME_TEXT[e.decision ?? ''] ?? e.decision)
                     : (OUTCOME_TEXT[e.kind] ?? e.kind),
+                  e.note ? h('div', { class: 'muted small' }, e.note) : null,
                 ),
                 h('td', null, h('code', null, target(e))),
                 h('td', null, this.processLabel(e)),

@@ -1,6 +1,6 @@
 /**
- * Wire shapes of interactive network approvals (GitHub issue 7), for privileged connections only (the panel, or a
- * WebSocket client holding the server token). A managed proxy whose config asks for approvals holds a request to a
+ * Wire shapes of interactive network approvals (GitHub issue 7), for panel connections only (the app window, or a
+ * WebSocket client holding the panel token). A managed proxy whose config asks for approvals holds a request to a
  * host that is neither allowed nor denied and asks the subscribed clients:
  *
  * - `approvals/subscribe` → `{pending, decisions, audit, timeoutMs}`, then live notifications

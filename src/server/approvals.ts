@@ -65,8 +65,8 @@ export const MAX_REMEMBERED = 4096;
 export const APPROVAL_AUDIT_RING = 500;
 
 export const APPROVALS_NOT_PRIVILEGED =
-  'approval methods need a privileged connection: the desktop app itself, or a WebSocket client that presented ' +
-  'the server token';
+  'approval methods need a panel connection: the desktop app itself, or a WebSocket client that presented the ' +
+  'panel token (an agent can never see or decide an approval)';
 
 /** The reason in the blocked response when a prompt is denied, times out or is cancelled (§4.7 `not_allowed`). */
 export const APPROVAL_BLOCK_REASON = 'not_allowed';

@@ -60,8 +60,8 @@ const MAX_HOSTS = 2000;
 const BYTES_TICK_MS = 1000;
 
 export const NOT_PRIVILEGED =
-  'monitor and policy methods need a privileged connection: the desktop app itself, or a WebSocket client that ' +
-  'presented the server token';
+  'monitor and policy methods need a panel connection: the desktop app itself, or a WebSocket client that ' +
+  'presented the panel token (the agent token is not enough)';
 
 /** What the sandbox engine answers for a preview (src/sandbox `previewLaunch`). */
 export type PreviewFn = (req: {
@@ -290,7 +290,7 @@ export class Monitor {
     return {
       chunks: chunks.map((c) => ({ seq: c.seq, stream: c.stream, chunk: c.data.toString('base64') })),
       nextSeq: last ? last.seq + 1 : proc.lastSeq + 1,
-      retained: true,
+      retained: !proc.outputEvicted,
     };
   }
 
@@ -518,7 +518,7 @@ export class Monitor {
       closedAt: p.closedAt,
       bytesOut: p.bytesOut,
       lastSeq: p.lastSeq,
-      retained: true,
+      retained: !p.outputEvicted,
     };
   }
 

@@ -1,50 +1,16 @@
 // Conformance: the CLI entry point (protocol.md §2.1, §8 shutdown): URL on stdout, SIGINT/SIGTERM kill every child
 // before exit, --listen stdio, --ws-token-file, --allow-origin, and the server's own variables never reaching children.
 import assert from 'node:assert/strict';
-import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { createInterface } from 'node:readline';
 import { after, before, describe, it } from 'node:test';
-import { fileURLToPath } from 'node:url';
 import { spawnerKind } from '../../src/process/spawner.js';
+import { ROOT, startCli } from '../helpers/cli.js';
 import { RpcClient } from '../helpers/client.js';
 import { upgradeStatus } from '../helpers/http.js';
 import { alive, tempDir, until } from '../helpers/server.js';
 
-const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const PATH = '/usr/local/bin:/usr/bin:/bin';
-
-interface Cli {
-  proc: ChildProcessWithoutNullStreams;
-  /** The first stdout line (the URL), or null for stdio. */
-  url: string | null;
-  lines: AsyncIterableIterator<string>;
-  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-  stderr(): string;
-}
-
-async function startCli(args: string[], env: NodeJS.ProcessEnv = process.env, stdio = false): Promise<Cli> {
-  const proc = spawn(process.execPath, ['--import', 'tsx', 'src/cli.ts', 'exec-server', ...args], {
-    cwd: ROOT,
-    env,
-    stdio: 'pipe',
-  });
-  let err = '';
-  proc.stderr.on('data', (d) => {
-    err += d;
-  });
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
-    proc.once('exit', (code, signal) => resolve({ code, signal })),
-  );
-  const lines = createInterface({ input: proc.stdout })[Symbol.asyncIterator]();
-  let url: string | null = null;
-  if (!stdio) {
-    const first = await lines.next();
-    if (first.done) throw new Error(`the CLI printed nothing: ${err}`);
-    url = first.value;
-  }
-  return { proc, url, lines, exited, stderr: () => err };
-}
 
 /** Starts `sh` with a background grandchild; returns both OS pids. */
 async function startFamily(c: RpcClient, processId: string, tty = false): Promise<[number, number]> {
@@ -72,10 +38,10 @@ describe('protocol CLI', () => {
   });
   after(() => dir.cleanup());
 
-  it('prints exactly one line ws://127.0.0.1:<port> on stdout and serves the protocol', async () => {
-    const cli = await startCli(['--listen', 'ws://127.0.0.1:0']);
+  it('prints exactly one line ws://127.0.0.1:<port>/?token=<generated> on stdout and serves the protocol', async () => {
+    const cli = await startCli(['exec-server', '--listen', 'ws://127.0.0.1:0']);
     try {
-      assert.match(cli.url!, /^ws:\/\/127\.0\.0\.1:\d+$/);
+      assert.match(cli.url!, /^ws:\/\/127\.0\.0\.1:\d+\/\?token=[\w-]{43}$/);
       const c = await RpcClient.open(cli.url!);
       assert.match(c.sessionId, /^[0-9a-f-]{36}$/);
       c.close();
@@ -87,7 +53,7 @@ describe('protocol CLI', () => {
 
   for (const signal of ['SIGINT', 'SIGTERM'] as const) {
     it(`${signal} to the CLI kills every child and grandchild (pipes and tty, two sessions) before exit`, async () => {
-      const cli = await startCli(['--listen', 'ws://127.0.0.1:0']);
+      const cli = await startCli(['exec-server', '--listen', 'ws://127.0.0.1:0']);
       const a = await RpcClient.open(cli.url!);
       const b = await RpcClient.open(cli.url!);
       const pids = [
@@ -112,7 +78,7 @@ describe('protocol CLI', () => {
   it('a SIGKILLed server does not leave its direct children running (pdeathsig)', {
     skip: spawnerKind !== 'native' ? 'the child_process spawner cannot set PR_SET_PDEATHSIG' : false,
   }, async () => {
-    const cli = await startCli(['--listen', 'ws://127.0.0.1:0']);
+    const cli = await startCli(['exec-server', '--listen', 'ws://127.0.0.1:0']);
     const c = await RpcClient.open(cli.url!);
     const [child, grandchild] = await startFamily(c, 'p');
     cli.proc.kill('SIGKILL');
@@ -125,7 +91,7 @@ describe('protocol CLI', () => {
   });
 
   it('a SIGKILLed server: tty children and their grandchildren die by hang-up', async () => {
-    const cli = await startCli(['--listen', 'ws://127.0.0.1:0']);
+    const cli = await startCli(['exec-server', '--listen', 'ws://127.0.0.1:0']);
     const c = await RpcClient.open(cli.url!);
     const family = await startFamily(c, 't', true);
     cli.proc.kill('SIGKILL');
@@ -140,7 +106,7 @@ describe('protocol CLI', () => {
   it('a SIGKILLed server does not leave background grandchildren running', {
     skip: spawnerKind !== 'native' ? 'the group watchdog belongs to the native spawner' : false,
   }, async () => {
-    const cli = await startCli(['--listen', 'ws://127.0.0.1:0']);
+    const cli = await startCli(['exec-server', '--listen', 'ws://127.0.0.1:0']);
     const c = await RpcClient.open(cli.url!);
     const [child, grandchild] = await startFamily(c, 'p');
     cli.proc.kill('SIGKILL');
@@ -155,7 +121,7 @@ describe('protocol CLI', () => {
   it('the group watchdog keeps no fd of the server but its pipe, and goes when the server goes', {
     skip: spawnerKind !== 'native' ? 'the group watchdog belongs to the native spawner' : false,
   }, async () => {
-    const cli = await startCli(['--listen', 'ws://127.0.0.1:0']);
+    const cli = await startCli(['exec-server', '--listen', 'ws://127.0.0.1:0']);
     const c = await RpcClient.open(cli.url!);
     const [child, grandchild] = await startFamily(c, 'w');
     const server = cli.proc.pid!;
@@ -183,7 +149,7 @@ describe('protocol CLI', () => {
   });
 
   it('--listen stdio: newline-delimited JSON-RPC; closing stdin stops the server and kills its children', async () => {
-    const cli = await startCli(['--listen', 'stdio'], process.env, true);
+    const cli = await startCli(['exec-server', '--listen', 'stdio'], { stdio: true });
     const send = (m: unknown) => cli.proc.stdin.write(`${JSON.stringify(m)}\n`);
     const next = async () => {
       const r = await cli.lines.next();
@@ -240,8 +206,9 @@ describe('protocol CLI', () => {
 
   it('--ws-token-file: Bearer header and ?token= accepted; wrong or missing → 401; --allow-origin', async () => {
     const tokenFile = `${dir.path}/token`;
-    writeFileSync(tokenFile, 'tok-123\n');
+    writeFileSync(tokenFile, 'tok-123-0123456789\n', { mode: 0o600 });
     const cli = await startCli([
+      'exec-server',
       '--listen',
       'ws://127.0.0.1:0',
       '--ws-token-file',
@@ -250,15 +217,29 @@ describe('protocol CLI', () => {
       'http://localhost:3000',
     ]);
     try {
+      // The token is the caller's: the printed URL does not echo it.
       const url = cli.url!;
-      assert.equal(await upgradeStatus(url, { headers: { Authorization: 'Bearer tok-123' } }), 101);
-      assert.equal(await upgradeStatus(`${url}/?token=tok-123`), 101);
+      assert.match(url, /^ws:\/\/127\.0\.0\.1:\d+$/);
+      assert.equal(
+        await upgradeStatus(url, { headers: { Authorization: 'Bearer tok-123-0123456789' } }),
+        101,
+      );
+      assert.equal(await upgradeStatus(`${url}/?token=tok-123-0123456789`), 101);
       assert.equal(await upgradeStatus(url), 401);
-      assert.equal(await upgradeStatus(url, { headers: { Authorization: 'Bearer tok-124' } }), 401);
+      assert.equal(
+        await upgradeStatus(url, { headers: { Authorization: 'Bearer tok-124-0123456789' } }),
+        401,
+      );
       assert.equal(await upgradeStatus(`${url}/?token=nope`), 401);
-      assert.equal(await upgradeStatus(`${url}/?token=tok-123`, { origin: 'http://localhost:3000' }), 101);
-      assert.equal(await upgradeStatus(`${url}/?token=tok-123`, { origin: 'https://evil.example' }), 403);
-      const c = await RpcClient.connect(url, { headers: { Authorization: 'Bearer tok-123' } });
+      assert.equal(
+        await upgradeStatus(`${url}/?token=tok-123-0123456789`, { origin: 'http://localhost:3000' }),
+        101,
+      );
+      assert.equal(
+        await upgradeStatus(`${url}/?token=tok-123-0123456789`, { origin: 'https://evil.example' }),
+        403,
+      );
+      const c = await RpcClient.connect(url, { headers: { Authorization: 'Bearer tok-123-0123456789' } });
       await c.request('initialize', { clientName: 't' });
       c.close();
     } finally {
@@ -298,7 +279,7 @@ describe('protocol CLI', () => {
       PLAIN_VAR: 'plain',
       LANG: 'C.UTF-8',
     };
-    const cli = await startCli(['--listen', 'ws://127.0.0.1:0'], env);
+    const cli = await startCli(['exec-server', '--listen', 'ws://127.0.0.1:0'], { env });
     const c = await RpcClient.open(cli.url!);
     const run = async (processId: string, envPolicy: unknown, childEnv: Record<string, string> = {}) => {
       await c.request('process/start', {

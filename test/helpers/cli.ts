@@ -1,0 +1,57 @@
+import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+
+export const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+
+export interface Cli {
+  proc: ChildProcessWithoutNullStreams;
+  /** The first stdout line (the URL), or null for stdio. */
+  url: string | null;
+  lines: AsyncIterableIterator<string>;
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  stderr(): string;
+  stop(): Promise<void>;
+}
+
+/**
+ * Runs `corral <args>`: from source through tsx (default), or the built bundle (`built: true`, needed for `serve`,
+ * which serves dist/renderer), or `script: true` a script of the repo (`args[0]`). Resolves once the first stdout line is there (unless `stdio`).
+ */
+export async function startCli(
+  args: string[],
+  opts: { env?: NodeJS.ProcessEnv; stdio?: boolean; built?: boolean; script?: boolean } = {},
+): Promise<Cli> {
+  // script: args[0] is a script of the repo to run instead of the CLI (scripts/start.mjs).
+  const entry = opts.script ? [] : opts.built ? ['bin/corral.js'] : ['--import', 'tsx', 'src/cli.ts'];
+  const proc = spawn(process.execPath, [...entry, ...args], {
+    cwd: ROOT,
+    env: opts.env ?? process.env,
+    stdio: 'pipe',
+  });
+  let err = '';
+  proc.stderr.on('data', (d) => {
+    err += d;
+  });
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+    proc.once('exit', (code, signal) => resolve({ code, signal })),
+  );
+  const lines = createInterface({ input: proc.stdout })[Symbol.asyncIterator]();
+  let url: string | null = null;
+  if (!opts.stdio) {
+    const first = await lines.next();
+    if (first.done) throw new Error(`the CLI printed nothing: ${err}`);
+    url = first.value;
+  }
+  return {
+    proc,
+    url,
+    lines,
+    exited,
+    stderr: () => err,
+    async stop() {
+      if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGTERM');
+      await exited;
+    },
+  };
+}

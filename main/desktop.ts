@@ -86,7 +86,9 @@ export async function runDesktop(e: ElectronDeps, opts: DesktopOptions): Promise
     return null;
   }
   // Never the token in a log line: the log file is not a secret store (and no sandbox may read it anyway).
-  log.info(`exec server listening on ${host.listener.url} (the agent URL with its token is printed on stdout)`);
+  log.info(
+    `exec server listening on ${host.listener.url} (the agent URL with its token is printed on stdout)`,
+  );
 
   const createWindow = () => {
     const w = new BrowserWindow({

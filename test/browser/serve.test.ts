@@ -50,7 +50,9 @@ describe('serve and start', () => {
     assert.ok(execUrl, execLine);
     assert.ok(panelUrl, panelLine);
     assert.equal(new URL(execUrl).port, new URL(panelUrl).port, 'one port for both');
-    assert.equal(new URL(execUrl).searchParams.get('token'), new URL(panelUrl).hash.replace('#token=', ''));
+    // Two credentials: the agent's token is not the panel's.
+    const panelToken = new URL(panelUrl).hash.replace('#token=', '');
+    assert.notEqual(new URL(execUrl).searchParams.get('token'), panelToken);
 
     const page = await fetch(panelUrl.replace(/#.*/, ''));
     assert.equal(page.status, 200);
@@ -66,7 +68,8 @@ describe('serve and start', () => {
       env: {},
       tty: false,
     });
-    const snap = (await c.request('monitor/subscribe', {})) as {
+    const panel = await RpcClient.open(execUrl.replace(/\?token=.*/, `?token=${panelToken}`), 'serve-panel');
+    const snap = (await panel.request('monitor/subscribe', {})) as {
       processes: { processId: string; pid: number }[];
     };
     const pid = snap.processes.find((p) => p.processId === 'k')!.pid;

@@ -331,7 +331,7 @@ describe('network approvals', { skip }, () => {
 
   test('a disconnected panel means a timeout, never an implicit allow; a reconnecting panel sees the prompt', async () => {
     const agent = await open();
-    const gone = await open();
+    const gone = await ts.panel();
     await gone.request('approvals/subscribe', {});
     gone.close();
     await gone.waitClose();
@@ -349,7 +349,7 @@ describe('network approvals', { skip }, () => {
         10_000,
         'the held request',
       );
-      const late = await open();
+      const late = await ts.panel();
       const sub = await late.request<ApprovalsSubscribeResult>('approvals/subscribe', {});
       assert.ok(
         sub.pending.some((x) => x.id === seen!.id),
@@ -422,7 +422,7 @@ describe('network approvals', { skip }, () => {
 
   test('round trip: held request → prompt → allowOnce → response, measured', async (t) => {
     const agent = await open();
-    const auto = await open();
+    const auto = await ts.panel();
     await auto.request('approvals/subscribe', {});
     panel.request('approvals/unsubscribe', {});
     try {
@@ -478,6 +478,91 @@ describe('network approvals', { skip }, () => {
     }
   });
 
+  test('an agent cannot answer its own prompt, even knowing its id: the request stays held for the panel', async () => {
+    const agent = await open();
+    try {
+      await start(agent, 'self-answer', curl('self', url('/self-answer')));
+      const prompt = promptOf(await panel.waitFor((n) => isPrompt(n, (p) => p.processId === 'self-answer')));
+      for (const decision of ['allowOnce', 'allowSession']) {
+        const e = await agent.requestError('approvals/decide', { id: prompt.id, decision });
+        assert.equal(e.code, -32600);
+        assert.match(e.message, /an agent can never see or decide an approval/);
+      }
+      const list = await panel.request<ApprovalsState>('approvals/list', {});
+      assert.ok(
+        list.pending.some((p) => p.id === prompt.id),
+        'still pending: the agent decided nothing',
+      );
+      assert.ok(!origin.requests.some((r) => r.url === '/self-answer'));
+      await panel.request('approvals/decide', { id: prompt.id, decision: 'deny' });
+      await agent.collect('self-answer', 20_000);
+      assert.match(agent.output('self-answer', 'stdout'), /self=403/);
+    } finally {
+      agent.close();
+    }
+  });
+
+  test("a flood of one session's processes cannot keep another session's prompt from being shown", async () => {
+    // Five processes of one session each ask for 60 different targets with a 10-minute timeout: 300 prompts wanted,
+    // more than the old server-wide 256. The caps keep them to 16 per process, 64 for the session.
+    const flooder = await open();
+    const other = await open();
+    const flood = asking({ approval_timeout_ms: 600_000 });
+    const script = (from: number) =>
+      `for p in $(seq ${from} ${from + 59}); do curl --noproxy '' -s -o /dev/null -m 700 http://127.0.0.1:$p/ & done; wait`;
+    try {
+      for (let i = 0; i < 5; i++) await start(flooder, `flood-${i}`, script(41000 + i * 60), flood);
+      const floodSession = ts.sessionOf(flooder).id;
+      const pendingOf = async () =>
+        (await panel.request<ApprovalsState>('approvals/list', {})).pending.filter(
+          (p) => p.sessionId === floodSession,
+        );
+      const refusedOf = () =>
+        panel.notifications.filter(
+          (n) =>
+            n.method === 'approvals/audit' &&
+            (n.params.event as { kind: string; sessionId: string }).kind === 'refused' &&
+            (n.params.event as { sessionId: string }).sessionId === floodSession,
+        );
+      // Every process hit its cap or the session's: each was refused at least once (audited once per process).
+      await until(() => refusedOf().length >= 5, 30_000, 'a refused event from each flooding process');
+      const pending = await pendingOf();
+      assert.ok(pending.length <= 64, `the session holds ${pending.length} prompts`);
+      const perProcess = new Map<string, number>();
+      for (const p of pending) perProcess.set(p.processId, (perProcess.get(p.processId) ?? 0) + 1);
+      for (const [id, n] of perProcess) assert.ok(n <= 16, `${id} holds ${n} prompts`);
+      const notes = refusedOf().map((n) => (n.params.event as { note: string }).note);
+      assert.ok(
+        notes.every((t) => /per-process cap|per-session cap/.test(t)),
+        notes.join('\n'),
+      );
+      // The config asked for 10 minutes: clamped to the server's maximum, and the prompt and its audit say so.
+      assert.equal(pending[0]!.timeoutMs, 120_000);
+      assert.equal(pending[0]!.requestedTimeoutMs, 600_000);
+      assert.ok(pending[0]!.expiresAt - pending[0]!.requestedAt <= 120_000);
+      const requested = panel.notifications.find(
+        (n) =>
+          n.method === 'approvals/audit' &&
+          (n.params.event as { kind: string; promptId: string }).promptId === pending[0]!.id,
+      );
+      assert.match(
+        (requested?.params.event as { note: string }).note,
+        /approval_timeout_ms 600000 clamped to the server's maximum 120000 \(--max-approval-timeout-ms\)/,
+      );
+
+      // Another session's request is still shown, and the panel can let it through.
+      await start(other, 'victim', curl('victim', url('/not-starved')));
+      const shown = await panel.waitFor((n) => isPrompt(n, (p) => p.processId === 'victim'), 10_000);
+      await panel.request('approvals/decide', { id: promptOf(shown).id, decision: 'allowOnce' });
+      await other.collect('victim', 20_000);
+      assert.match(other.output('victim', 'stdout'), /victim=200/);
+    } finally {
+      for (let i = 0; i < 5; i++) await flooder.request('process/terminate', { processId: `flood-${i}` });
+      flooder.close();
+      other.close();
+    }
+  });
+
   test('unprivileged → -32600; bad input → -32602 naming the field; unknown id → -32600', async () => {
     const plain = await startTestServer({});
     const c = await plain.client();
@@ -485,7 +570,7 @@ describe('network approvals', { skip }, () => {
       for (const m of ['approvals/subscribe', 'approvals/list', 'approvals/decide', 'approvals/export']) {
         const e = await c.requestError(m, {});
         assert.equal(e.code, -32600, m);
-        assert.match(e.message, /privileged/);
+        assert.match(e.message, /panel connection/);
       }
     } finally {
       await plain.close();

@@ -33,14 +33,15 @@ const LOOPBACK_NAMES = new Set(['localhost', '127.0.0.1', '::1']);
 const WILDCARD = new Set(['0.0.0.0', '::', '']);
 
 /**
- * Whether a request's `Host` header names this server: a loopback name or the bound address, with the bound port.
- * A page that rebinds its own DNS name to 127.0.0.1 still sends its own name, and gets nothing (421). Bound to a
- * wildcard address (`--allow-non-loopback`), the addresses of this machine's interfaces count as well.
+ * Whether a request's `Host` header names this server: a loopback name or the bound address. A page that rebinds its
+ * own DNS name to 127.0.0.1 still sends its own name, and gets nothing (421). The port is not checked: a client behind
+ * a port forward (`ssh -L`, a relay) names the forwarder's port. Bound to a wildcard address (`--allow-non-loopback`),
+ * the addresses of this machine's interfaces count as well.
  */
-export function hostHeaderAllowed(header: string | undefined, boundHost: string, port: number): boolean {
+export function hostHeaderAllowed(header: string | undefined, boundHost: string): boolean {
   if (!header) return false;
-  const m = /^(\[[0-9a-f:.]+\]|[^:[\]]+):(\d{1,5})$/i.exec(header.trim());
-  if (!m || Number(m[2]) !== port) return false;
+  const m = /^(\[[0-9a-f:.]+\]|[^:[\]]+)(?::\d{1,5})?$/i.exec(header.trim());
+  if (!m) return false;
   const name = m[1]!.replace(/^\[|\]$/g, '').toLowerCase();
   if (LOOPBACK_NAMES.has(name) || name === boundHost.toLowerCase()) return true;
   if (!WILDCARD.has(boundHost) || isIP(name) === 0) return false;
@@ -191,9 +192,8 @@ export async function listenWebSocket(server: ExecServer, opts: ListenOptions): 
   const auth = opts.auth;
   // Whatever the listener accepts as a credential, no child may see (src/process/env.ts).
   server.protectSecrets(auth.secrets);
-  let port = 0;
   const http = createServer((req, res) => {
-    if (!hostHeaderAllowed(req.headers.host, host, port)) {
+    if (!hostHeaderAllowed(req.headers.host, host)) {
       res.writeHead(421, { ...BASE_HEADERS, 'content-type': 'text/plain' }).end('unknown Host');
       return;
     }
@@ -217,7 +217,7 @@ export async function listenWebSocket(server: ExecServer, opts: ListenOptions): 
     const reject = (status: number, text: string) => {
       socket.end(`HTTP/1.1 ${status} ${text}\r\nconnection: close\r\ncontent-length: 0\r\n\r\n`);
     };
-    if (!hostHeaderAllowed(req.headers.host, host, port)) return reject(421, 'Misdirected Request');
+    if (!hostHeaderAllowed(req.headers.host, host)) return reject(421, 'Misdirected Request');
     if (url.pathname !== '/') return reject(404, 'Not Found');
     const origin = req.headers.origin ?? null;
     if (origin !== null && !originAllowed(origin)) return reject(403, 'Forbidden');
@@ -243,7 +243,7 @@ export async function listenWebSocket(server: ExecServer, opts: ListenOptions): 
       resolve();
     });
   });
-  port = (http.address() as AddressInfo).port;
+  const port = (http.address() as AddressInfo).port;
   const hostForUrl = host.includes(':') ? `[${host}]` : host;
   return {
     url: `ws://${hostForUrl}:${port}`,

@@ -100,6 +100,21 @@ function assertCompleted(run: RunResult): void {
   for (const e of starts(run)) {
     assert.equal(e.error, undefined, `process/start failed\n  ${describeExchange(e)}\n${why}`);
   }
+  if (target === 'corral') assertTokenKept(run);
+}
+
+/**
+ * Corral requires its capability token (`?token=`, printed in its URL): the unmodified CLI was given that URL and
+ * every upgrade it made kept the query (the relay passes the request line on unchanged; the server let it in).
+ */
+function assertTokenKept(run: RunResult): void {
+  const token = new URL(run.clientUrl).searchParams.get('token');
+  assert.match(token ?? '', /^[\w-]{43}$/, `the client URL has no token: ${run.clientUrl}`);
+  assert.ok(run.handshakes.length > 0, 'no upgrade seen');
+  for (const h of run.handshakes) {
+    const line = h.split('\r\n')[0];
+    assert.equal(line, `GET /?token=${token} HTTP/1.1`, `the client dropped the query: ${line}`);
+  }
 }
 
 function output(run: RunResult, n: number): string {
@@ -111,6 +126,8 @@ function assertBasic(run: RunResult, serverPid: number, checkAncestry: boolean):
   const why = explain(run, ['process/start']);
   assert.equal(run.files['out.txt'], 'hello\n', `out.txt is not "hello"\n${why}`);
   assert.match(output(run, 1), /^hello$/m, `the basic step's output lacks "hello"\n${why}`);
+  // The command's environment holds no exec-server token, even where the CLI forwards CODEX_EXEC_SERVER_URL (0.120).
+  assert.match(output(run, 1), /^token-vars 0$/m, `a variable with the token reached the command\n${why}`);
   if (checkAncestry) {
     const pids = ancestorPids(output(run, 1));
     assert.ok(

@@ -159,7 +159,7 @@ describe('corral serve: the agent token is not the panel', {
   it('a foreign Host gets 421 (DNS rebinding); the panel page has CSP, nosniff, no-store, no-referrer', async () => {
     const page = panelUrl.replace(/#.*/, '');
     const port = new URL(page).port;
-    for (const host of [`rebind.example:${port}`, `127.0.0.1.nip.example:${port}`, 'localhost:1']) {
+    for (const host of [`rebind.example:${port}`, `127.0.0.1.nip.example:${port}`, `localhost.:${port}`]) {
       const r = await httpFetch(page, { host });
       assert.equal(r.status, 421, host);
       assert.doesNotMatch(r.body, /app\.js/, host);

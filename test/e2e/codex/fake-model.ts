@@ -27,8 +27,11 @@ const ANCESTORS =
   'p=$$; for i in 1 2 3; do p=$(sed -n "s/^PPid:[[:space:]]*//p" /proc/$p/status); ' +
   '[ -n "$p" ] && [ "$p" != 0 ] || break; echo "ancestor $p $(tr "\\0" " " < /proc/$p/cmdline)"; done';
 
+/** How many variables of the command's environment hold a `token=` (the exec-server URL's capability token). */
+const TOKEN_VARS = `echo "token-vars $(env | grep -c 'token=')"`;
+
 /** The command of the `basic` step. */
-export const BASIC_CMD = `echo hello > out.txt && cat out.txt && ${ANCESTORS}`;
+export const BASIC_CMD = `echo hello > out.txt && cat out.txt && ${ANCESTORS}; ${TOKEN_VARS}`;
 export const PATCH_INPUT =
   '*** Begin Patch\n*** Add File: patched.txt\n+written by apply_patch\n*** End Patch\n';
 export const OUTSIDE_CMD = 'echo x > ../outside.txt';

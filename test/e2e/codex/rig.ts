@@ -229,6 +229,8 @@ export interface RunResult {
   modelErrors: string[];
   frames: Frame[];
   handshakes: string[];
+  /** The URL the client was given (CODEX_EXEC_SERVER_URL or environments.toml). */
+  clientUrl: string;
   /** Top-level regular files of the workspace (except .git), with their contents. */
   files: Record<string, string>;
   workspace: string;
@@ -301,8 +303,11 @@ export async function runCodex(o: RunOptions): Promise<RunResult> {
   const dnsBefore = o.dns?.queries.length ?? 0;
   const gitLogBefore = o.gitLog ? readFileSync(o.gitLog, 'utf8').split('\n').filter(Boolean).length : 0;
   writeFileSync(join(home, 'config.toml'), clientConfig(model.url, o.sandbox));
-  // With noServer the client gets the dead port itself, not the relay (which would accept and then drop).
-  const clientUrl = o.noServer ? await closedPortUrl() : relay.url;
+  // With noServer the client gets the dead port itself, not the relay (which would accept and then drop). The
+  // server's query (Corral's `?token=`) goes into the client's URL: the relay passes the upgrade on unchanged, so the
+  // server only lets the client in if the unmodified CLI kept the query when it connected.
+  const query = new URL(o.serverUrl).search;
+  const clientUrl = o.noServer ? await closedPortUrl() : `${relay.url}${query ? `/${query}` : ''}`;
   const env: Record<string, string> = {
     PATH: BASE_PATH,
     HOME: userHome,
@@ -375,6 +380,7 @@ export async function runCodex(o: RunOptions): Promise<RunResult> {
     modelErrors: model.errors,
     frames: relay.frames,
     handshakes: relay.handshakes,
+    clientUrl,
     files: readFiles(workspace),
     workspace,
     outsideExists: existsSync(join(o.dir, 'outside.txt')),

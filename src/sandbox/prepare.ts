@@ -55,7 +55,7 @@ export interface PrepareOptions {
   machine?: string;
   /**
    * Files of the server that no sandbox may read, whatever its policy (the `--ws-token-file`, the log file): each is
-   * masked like an unreadable path (a file by /dev/null, a directory by an empty tmpfs). Canonical paths.
+   * masked like an unreadable path (a file by /dev/null, a directory by an empty tmpfs).
    */
   hiddenPaths?: readonly string[];
 }
@@ -165,9 +165,11 @@ function hidePrivateDir(r: ResolvedPolicy, dir: string): void {
 
 /** Masks the server's own files (PrepareOptions.hiddenPaths) in the sandbox, on top of every other mount. */
 function hideServerPaths(r: ResolvedPolicy, paths: readonly string[]): void {
-  for (const path of paths) {
+  for (const given of paths) {
+    let path: string;
     let dir: boolean;
     try {
+      path = realpathSync(given); // canonical, as every mount target (a log file may appear later: then it counts)
       dir = lstatSync(path).isDirectory();
     } catch {
       continue; // nothing there to read

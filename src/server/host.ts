@@ -216,8 +216,12 @@ export async function startHost(opts: HostOptions = {}): Promise<Host> {
   const tokens = hostTokens(opts.tokens);
   const resumeGraceMs = opts.resumeGraceMs ?? 10_000;
   const log = opts.log ?? silentLogger;
+  // The log file is ours: no sandbox may read it (it names every session's commands).
+  const launcher = opts.server?.launcher;
+  const hiddenPaths = [...(launcher?.sandbox?.hiddenPaths ?? []), ...(opts.logFile ? [opts.logFile] : [])];
   const server = new ExecServer({
     ...opts.server,
+    launcher: { ...launcher, sandbox: { ...launcher?.sandbox, hiddenPaths } },
     resumeGraceMs,
     ...(opts.maxProcessesPerSession !== undefined
       ? { maxProcessesPerSession: opts.maxProcessesPerSession }

@@ -226,13 +226,21 @@ describe('--ws-token-file and --ws-auth none', () => {
     assert.match(b.stderr(), /at least 16 characters/);
   });
 
-  it("no sandbox can read the token file, even one that may read everything and write the file's directory", async () => {
+  it('no sandbox can read the token file or the log, even one that may read everything and write their directory', async () => {
     const file = join(dir, 'token');
     const token = 'file-token-0123456789abcdef';
     writeFileSync(file, `${token}\n`, { mode: 0o600 });
-    const cli = await startCli(['exec-server', '--ws-token-file', file]);
+    const log = join(dir, 'corral.log');
+    const cli = await startCli(['exec-server', '--ws-token-file', file, '--log-file', log]);
     const c = await RpcClient.open(`${cli.url}/?token=${token}`);
     try {
+      // Nor the server's log (every session's commands are in it).
+      const logged = await run(c, 'cat-log', ['/bin/sh', '-c', `cat '${log}'; echo "rc=$?"`], {
+        cwd: dir,
+        sandbox: sandbox(dir, 'restricted'),
+      });
+      assert.match(readFileSync(log, 'utf8'), /exec-server listening/);
+      assert.doesNotMatch(logged.out, /listening/, logged.out);
       for (const network of ['restricted', 'enabled'] as const) {
         const r = await run(c, `cat-${network}`, ['/bin/sh', '-c', `cat '${file}'; echo "rc=$?"`], {
           cwd: dir,

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { buildChildEnv, sanitizedServerEnv } from '../../src/process/env.js';
+import { buildChildEnv, sanitizedServerEnv, withoutSecrets } from '../../src/process/env.js';
 import { EnvPolicy } from '../../src/protocol/exec.js';
 
 const server = {
@@ -100,5 +100,22 @@ describe('child environment (protocol.md §5.10)', () => {
       set: {},
       includeOnly: [],
     });
+  });
+});
+
+describe('the server credentials never reach a child (issue 13)', () => {
+  it('drops every variable whose value or name contains a secret; keeps the rest untouched', () => {
+    const env = {
+      CODEX_EXEC_SERVER_URL: 'ws://127.0.0.1:1/?token=sekrit-123',
+      ELSEWHERE: 'x sekrit-123 y',
+      sekrit_123: 'no', // a name is not the secret: kept
+      named: 'ok',
+      PATH: '/bin',
+    };
+    const r = withoutSecrets(env, ['sekrit-123', '']);
+    assert.deepEqual(r.env, { sekrit_123: 'no', named: 'ok', PATH: '/bin' });
+    assert.deepEqual(r.removed.sort(), ['CODEX_EXEC_SERVER_URL', 'ELSEWHERE']);
+    assert.deepEqual(withoutSecrets({ a: 'b' }, []).env, { a: 'b' });
+    assert.deepEqual(withoutSecrets({ 'k-sekrit-123': 'v' }, ['sekrit-123']).removed, ['k-sekrit-123']);
   });
 });

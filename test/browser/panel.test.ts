@@ -385,8 +385,10 @@ describe('panel in a browser against the headless host', () => {
       tty: false,
     });
     await page.locator('tr[data-process-id="orphan"] [data-state="running"]').waitFor();
+    // The panel names sessions by their public id (the client's sessionId is its secret resume key).
+    const publicId = host.server.sessionByResumeKey(gone.sessionId)!.id;
     gone.close();
-    const chip = page.locator(`[data-testid="detached-sessions"] [data-session="${gone.sessionId}"]`);
+    const chip = page.locator(`[data-testid="detached-sessions"] [data-session="${publicId}"]`);
     await chip.waitFor();
     assert.match(
       await visibleText(chip),

@@ -545,8 +545,9 @@ describe('network approvals', { skip }, () => {
           n.method === 'approvals/audit' &&
           (n.params.event as { kind: string; promptId: string }).promptId === pending[0]!.id,
       );
+      assert.ok(requested, 'no requested audit event for the prompt');
       assert.match(
-        (requested?.params.event as { note: string }).note,
+        (requested.params.event as { note: string }).note,
         /approval_timeout_ms 600000 clamped to the server's maximum 120000 \(--max-approval-timeout-ms\)/,
       );
 

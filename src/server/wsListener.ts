@@ -5,6 +5,7 @@ import { type WebSocket, WebSocketServer } from 'ws';
 import type { Framing, RpcConnection, Transport } from '../rpc/connection.js';
 import type { Authenticator, Principal } from './auth.js';
 import type { ExecServer } from './execServer.js';
+import { answerHealth, defaultReadiness, type Readiness } from './health.js';
 
 /** Largest inbound WebSocket message (protocol.md §2.2); larger ones close the connection with 1009. */
 export const MAX_MESSAGE_BYTES = 16 * 1024 * 1024;
@@ -20,12 +21,16 @@ export interface ListenOptions {
   httpHandler?: (req: IncomingMessage, res: ServerResponse, url: URL) => boolean;
   /** Called for each accepted connection. */
   onConnection?: (conn: RpcConnection, info: { principal: Principal; origin: string | null }) => void;
+  /** The checks behind `GET /readyz` (src/server/health.ts); default: the sandbox backend. */
+  readiness?: Readiness;
 }
 
 export interface Listener {
   readonly url: string;
   readonly port: number;
   readonly http: Server;
+  /** Register more readiness checks here (e.g. the audit database). */
+  readonly readiness: Readiness;
   close(): Promise<void>;
 }
 
@@ -176,9 +181,10 @@ export function webSocketTransport(ws: WebSocket, peer: string): Transport {
 }
 
 /**
- * Serves the exec server over WebSocket (protocol.md §2): upgrade on `/` only, `GET /readyz` → 200, plain `GET /` →
- * 400, other paths → 404; no compression; 16 MiB messages; a `Host` that does not name this server → 421; browser
- * origins refused unless allow-listed (403); a credential `auth` refuses → 401, all before the upgrade.
+ * Serves the exec server over WebSocket (protocol.md §2): upgrade on `/` only, `GET /healthz` and `GET /readyz`
+ * without credentials and whatever the Host (src/server/health.ts), plain `GET /` → 400, other paths → 404; no
+ * compression; 16 MiB messages; a `Host` that does not name this server → 421; browser origins refused unless
+ * allow-listed (403); a credential `auth` refuses → 401, all before the upgrade.
  */
 export async function listenWebSocket(server: ExecServer, opts: ListenOptions): Promise<Listener> {
   const host = opts.host ?? '127.0.0.1';
@@ -192,14 +198,14 @@ export async function listenWebSocket(server: ExecServer, opts: ListenOptions): 
   const auth = opts.auth;
   // Whatever the listener accepts as a credential, no child may see (src/process/env.ts).
   server.protectSecrets(auth.secrets);
+  const readiness =
+    opts.readiness ?? defaultReadiness({ onFailure: (n, why) => server.log.warn(`not ready: ${n}: ${why}`) });
   const http = createServer((req, res) => {
+    const url = new URL(req.url ?? '/', 'http://localhost');
+    // Probes name the pod by whatever address reached it; the answer reveals nothing, so it needs no Host check.
+    if (answerHealth(req, res, url, readiness)) return;
     if (!hostHeaderAllowed(req.headers.host, host)) {
       res.writeHead(421, { ...BASE_HEADERS, 'content-type': 'text/plain' }).end('unknown Host');
-      return;
-    }
-    const url = new URL(req.url ?? '/', 'http://localhost');
-    if (req.method === 'GET' && url.pathname === '/readyz') {
-      res.writeHead(200, { ...BASE_HEADERS, 'content-type': 'text/plain' }).end('ok');
       return;
     }
     if (opts.httpHandler?.(req, res, url)) return;
@@ -249,6 +255,7 @@ export async function listenWebSocket(server: ExecServer, opts: ListenOptions): 
     url: `ws://${hostForUrl}:${port}`,
     port,
     http,
+    readiness,
     close: () =>
       new Promise<void>((resolve) => {
         for (const ws of wss.clients) ws.terminate();

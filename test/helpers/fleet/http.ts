@@ -52,10 +52,12 @@ export function exchange(
       if (!parsed)
         return reject(new Error(`connection closed before a response: ${JSON.stringify(buf.toString())}`));
       const end = parsed.length === null ? buf.length : parsed.bodyAt + parsed.length;
+      const raw = buf.subarray(parsed.bodyAt, end);
+      const chunked = parsed.headers.some(([k, v]) => k === 'transfer-encoding' && /chunked/i.test(v));
       resolve({
         status: parsed.status,
         headers: parsed.headers,
-        body: buf.subarray(parsed.bodyAt, end).toString(),
+        body: (chunked ? dechunk(raw) : raw).toString(),
       });
       socket.destroy();
     };
@@ -86,6 +88,21 @@ export function exchange(
     socket.write(head);
     if (req.body !== undefined) socket.write(req.body);
   });
+}
+
+/** The payload of a chunked body (RFC 9112 §7.1; extensions and trailers ignored). */
+function dechunk(raw: Buffer): Buffer {
+  const parts: Buffer[] = [];
+  let at = 0;
+  for (;;) {
+    const eol = raw.indexOf('\r\n', at);
+    if (eol < 0) break;
+    const size = Number.parseInt(raw.subarray(at, eol).toString('latin1').split(';')[0]!, 16);
+    if (!(size > 0)) break;
+    parts.push(raw.subarray(eol + 2, eol + 2 + size));
+    at = eol + 2 + size + 2;
+  }
+  return Buffer.concat(parts);
 }
 
 /** The headers of a WebSocket upgrade request (a fixed key: these exchanges never speak WebSocket afterwards). */

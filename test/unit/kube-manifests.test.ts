@@ -117,7 +117,10 @@ describe('deploy/kubernetes manifests', () => {
       valueFrom: { secretKeyRef: { name: 'corral-token', key: 'token' } },
     });
     ((c.readinessProbe as Json).httpGet as Json).path = '/healthz';
+    const ingress = ((t.spec as Json).networkPolicy as { ingress: { ports: Json[] }[] }).ingress;
+    ingress[0]!.ports[0]!.port = 9000;
     assert.deepEqual(corralDeploymentProblems(bad), [
+      'template: the NetworkPolicy must let the router reach port 8888',
       'corral container: a non-loopback --listen needs --allow-non-loopback',
       'corral container: --listen port must be 8888 (the router default X-Sandbox-Port)',
       'corral container: containerPort 9000 is not declared',

@@ -204,6 +204,17 @@ export function corralDeploymentProblems(docs: Json[]): string[] {
   if (tspec.envVarsInjectionPolicy !== 'Disallowed') {
     problems.push('template: envVarsInjectionPolicy must be Disallowed (claim env bypasses the warm pool)');
   }
+  const policy = tspec.networkPolicy as { ingress?: Json[] } | undefined;
+  if (tspec.networkPolicyManagement !== 'Unmanaged' && policy) {
+    const fromRouter = (policy.ingress ?? []).some(
+      (r) =>
+        ((r.from as Json[] | undefined) ?? []).some(
+          (f) =>
+            ((f.podSelector as Json | undefined)?.matchLabels as Json | undefined)?.app === 'sandbox-router',
+        ) && ((r.ports as Json[] | undefined) ?? []).some((p) => p.port === 8888),
+    );
+    if (!fromRouter) problems.push('template: the NetworkPolicy must let the router reach port 8888');
+  }
   const c = corralContainer(template);
   const args = (c.args as string[] | undefined) ?? [];
   if (args[0] !== 'exec-server') problems.push('corral container: args must start with exec-server');

@@ -137,6 +137,27 @@ describe('Corral pods behind the agent-sandbox router', { skip }, () => {
     assert.equal(await status(`${base}?token=wrong-${fleet.token}`, r.headers), 401);
   });
 
+  // The token is the pool's (one Secret for every pod of the template): a sandboxed command that read it could reach
+  // every other pod through the router. Unsandboxed (full access) commands run as the server's uid and can read it
+  // by design; docs/kubernetes.md says so. On this branch the file is still readable inside a sandbox: hiding the
+  // --ws-token-file path from every sandbox is part of the server-trust work; drop the todo once that is merged.
+  it('a sandboxed command in a pod cannot read the pod’s token file', {
+    todo: 'needs the token file hidden from sandboxes (server-trust)',
+  }, async () => {
+    const pod = fleet.pod('pod-1');
+    const workspace = pod.volumes.get('/workspace')!;
+    const tokenFile = join(pod.volumes.get('/run/corral/token')!, 'token');
+    const c = await fleet.connect('pod-1');
+    try {
+      const r = await run(c, ['/bin/cat', tokenFile], { cwd: workspace, sandbox: seed({ cwd: workspace }) });
+      assert.equal(r.sandboxType, 'linuxSeccomp');
+      assert.ok(!r.stdout.includes(fleet.token), 'the sandbox read the pool token');
+      assert.notEqual(r.exitCode, 0);
+    } finally {
+      c.close();
+    }
+  });
+
   it('a client that can only be given a URL (the Codex CLI) reaches a pod through a header-injecting hop', async () => {
     const r = fleet.route('pod-3');
     const hop = await startHeaderHop(fleet.router.url, r.headers);

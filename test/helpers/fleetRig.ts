@@ -83,7 +83,8 @@ interface PodTemplate {
   uid: number;
   gid: number;
   workingDir: string;
-  env: [string, string][];
+  /** name → a value, or the pod field (downward API `fieldRef`) it comes from. */
+  env: [string, { value: string } | { field: string }][];
   mounts: { name: string; mountPath: string }[];
   port: number;
   readinessPath: string;
@@ -104,7 +105,12 @@ function readTemplate(file: string): PodTemplate {
     uid: (sc.runAsUser as number) ?? 0,
     gid: (sc.runAsGroup as number) ?? 0,
     workingDir: (c.workingDir as string) ?? '/',
-    env: ((c.env as Json[]) ?? []).map((e) => [e.name as string, e.value as string]),
+    env: ((c.env as Json[]) ?? []).map((e) => {
+      const field = ((e.valueFrom as Json | undefined)?.fieldRef as Json | undefined)?.fieldPath as
+        | string
+        | undefined;
+      return [e.name as string, field ? { field } : { value: e.value as string }];
+    }),
     mounts: ((c.volumeMounts as Json[]) ?? []).map((m) => ({
       name: m.name as string,
       mountPath: m.mountPath as string,
@@ -197,7 +203,15 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
     mkdirSync(dir, { mode: 0o755 });
     const volumes = makeVolumes(dir);
     const env: Record<string, string> = { PATH: '/usr/local/bin:/usr/bin:/bin' };
-    for (const [k, v] of template.env) env[k] = mapPath(volumes, v);
+    // The container's variables: values (paths on volumes mapped), and the downward API fields the rig knows.
+    const fields: Record<string, string> = { 'metadata.name': name, 'metadata.namespace': namespace };
+    for (const [k, v] of template.env) {
+      if ('value' in v) env[k] = mapPath(volumes, v.value);
+      else if (fields[v.field] !== undefined) env[k] = fields[v.field]!;
+      else throw new Error(`the rig has no value for the pod field ${v.field}`);
+    }
+    // Kubernetes expands $(VAR) in args from the container's variables.
+    const expand = (a: string) => a.replace(/\$\(([A-Za-z_][A-Za-z0-9_]*)\)/g, (m, n: string) => env[n] ?? m);
     if (volumes.has('/tmp')) env.TMPDIR = volumes.get('/tmp')!;
     const argv = [
       ...[
@@ -208,7 +222,11 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
         '--pdeathsig=KILL',
         '--',
       ],
-      ...[process.execPath, join(REPO, 'bin', 'corral.js'), ...template.args.map((a) => mapPath(volumes, a))],
+      ...[
+        process.execPath,
+        join(REPO, 'bin', 'corral.js'),
+        ...template.args.map((a) => mapPath(volumes, expand(a))),
+      ],
     ];
     // Resolves once the server printed its URL: it listens, in its own namespace.
     const proc = await spawnInNetns(argv, { cwd: mapPath(volumes, template.workingDir), env });

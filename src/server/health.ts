@@ -32,7 +32,7 @@ export interface ReadinessOptions {
   cacheMs?: number;
   /** A check that has not settled after this long is failing (ms). */
   timeoutMs?: number;
-  /** Where a failing check's reason is written (never sent to the caller). */
+  /** Where a failing check's reason is written when it starts failing or its reason changes (never to the caller). */
   onFailure?: (name: string, reason: string) => void;
 }
 
@@ -45,6 +45,8 @@ export class Readiness {
   private readonly timeoutMs: number;
   private readonly onFailure: (name: string, reason: string) => void;
   private last: { at: number; report: Promise<ReadinessReport> } | null = null;
+  /** The last reason reported per failing check: a failure is logged when it starts or changes, not per probe. */
+  private readonly reported = new Map<string, string>();
 
   constructor(opts: ReadinessOptions = {}) {
     this.cacheMs = opts.cacheMs ?? 1000;
@@ -92,16 +94,21 @@ export class Readiness {
       timer = setTimeout(() => reject(new Error(`no answer within ${this.timeoutMs} ms`)), this.timeoutMs);
       timer.unref();
     });
+    let reason: string | null;
     try {
       const ok = await Promise.race([Promise.resolve().then(check), timeout]);
-      if (ok !== true) this.onFailure(name, 'the check reported not ready');
-      return ok === true;
+      reason = ok === true ? null : 'the check reported not ready';
     } catch (e) {
-      this.onFailure(name, e instanceof Error ? e.message : String(e));
-      return false;
+      reason = e instanceof Error ? e.message : String(e);
     } finally {
       clearTimeout(timer);
     }
+    if (reason === null) this.reported.delete(name);
+    else if (this.reported.get(name) !== reason) {
+      this.reported.set(name, reason);
+      this.onFailure(name, reason);
+    }
+    return reason === null;
   }
 }
 

@@ -165,6 +165,25 @@ describe('readiness: checks registered by other modules', () => {
     assert.deepEqual(r.names(), ['sandbox']);
   });
 
+  it('a failing check is logged when it starts failing or its reason changes, not on every probe', async () => {
+    const logged: string[] = [];
+    let reason = 'disk gone';
+    let ok = false;
+    const r = new Readiness({ cacheMs: 0, onFailure: (name, why) => logged.push(`${name}: ${why}`) });
+    r.register('audit', () => {
+      if (ok) return true;
+      throw new Error(reason);
+    });
+    for (let i = 0; i < 3; i++) assert.equal((await r.evaluate()).ready, false);
+    reason = 'database locked';
+    await r.evaluate();
+    ok = true;
+    assert.equal((await r.evaluate()).ready, true);
+    ok = false;
+    await r.evaluate();
+    assert.deepEqual(logged, ['audit: disk gone', 'audit: database locked', 'audit: database locked']);
+  });
+
   it('a flood of probes runs the checks once per cache period', async () => {
     let runs = 0;
     const r = new Readiness({ cacheMs: 60_000 });

@@ -19,6 +19,7 @@ options:
                           (every local user, any sandbox with network) may connect  [capability-token]
   --ws-token-file FILE    the token to require instead of a generated one (the file: mode 0600, owned by you)
   --allow-origin ORIGIN   allow a browser Origin to connect (repeatable); any other Origin gets 403
+  --allow-host NAME       also answer requests whose Host is NAME (repeatable), e.g. a Kubernetes Service name
   --resume-grace-ms N     keep a disconnected session's processes N ms for resume, then kill them  [10000]
   --log-level LEVEL       error | warn | info | debug  [info]
   --log-file FILE         also log to FILE
@@ -112,6 +113,7 @@ async function execServerCommand(argv: string[]): Promise<void> {
       'ws-auth': { type: 'string', default: 'capability-token' },
       'ws-token-file': { type: 'string' },
       'allow-origin': { type: 'string', multiple: true, default: [] },
+      'allow-host': { type: 'string', multiple: true, default: [] },
       'resume-grace-ms': { type: 'string', default: '10000' },
       ...LIMIT_OPTIONS,
       'log-level': { type: 'string', default: 'info' },
@@ -187,6 +189,7 @@ async function execServerCommand(argv: string[]): Promise<void> {
     port: url.port === '' ? 0 : Number(url.port),
     auth,
     allowedOrigins: values['allow-origin'],
+    allowedHosts: values['allow-host'],
   });
   closeListener = () => listener.close();
   // The first line is what a client connects to; a token from --ws-token-file is the caller's and is not echoed.

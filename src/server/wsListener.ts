@@ -15,6 +15,8 @@ export interface ListenOptions {
   port?: number;
   /** Who may connect, and as what (src/server/auth.ts). `openAccess()` is the explicit "anyone" (`--ws-auth none`). */
   auth: Authenticator;
+  /** More names a request's `Host` may carry (`--allow-host`), e.g. the Kubernetes Service name of the pod. */
+  allowedHosts?: readonly string[];
   /** Browser origins allowed to open the WebSocket (a list, or a predicate). Any other `Origin` header → 403. */
   allowedOrigins?: string[] | ((origin: string) => boolean);
   /** Extra HTTP routes (the panel). Return true when handled. */
@@ -43,12 +45,17 @@ const WILDCARD = new Set(['0.0.0.0', '::', '']);
  * a port forward (`ssh -L`, a relay) names the forwarder's port. Bound to a wildcard address (`--allow-non-loopback`),
  * the addresses of this machine's interfaces count as well.
  */
-export function hostHeaderAllowed(header: string | undefined, boundHost: string): boolean {
+export function hostHeaderAllowed(
+  header: string | undefined,
+  boundHost: string,
+  extraHosts: readonly string[] = [],
+): boolean {
   if (!header) return false;
   const m = /^(\[[0-9a-f:.]+\]|[^:[\]]+)(?::\d{1,5})?$/i.exec(header.trim());
   if (!m) return false;
   const name = m[1]!.replace(/^\[|\]$/g, '').toLowerCase();
   if (LOOPBACK_NAMES.has(name) || name === boundHost.toLowerCase()) return true;
+  if (extraHosts.some((h) => h.toLowerCase() === name)) return true;
   if (!WILDCARD.has(boundHost) || isIP(name) === 0) return false;
   return Object.values(networkInterfaces()).some((list) => list?.some((a) => a.address === name));
 }
@@ -182,7 +189,7 @@ export function webSocketTransport(ws: WebSocket, peer: string): Transport {
 
 /**
  * Serves the exec server over WebSocket (protocol.md §2): upgrade on `/` only, `GET /healthz` and `GET /readyz`
- * without credentials and whatever the Host (src/server/health.ts), plain `GET /` → 400, other paths → 404; no
+ * without credentials (src/server/health.ts), plain `GET /` → 400, other paths → 404; no
  * compression; 16 MiB messages; a `Host` that does not name this server → 421; browser origins refused unless
  * allow-listed (403); a credential `auth` refuses → 401, all before the upgrade.
  */
@@ -201,13 +208,13 @@ export async function listenWebSocket(server: ExecServer, opts: ListenOptions): 
   const readiness =
     opts.readiness ?? defaultReadiness({ onFailure: (n, why) => server.log.warn(`not ready: ${n}: ${why}`) });
   const http = createServer((req, res) => {
-    const url = new URL(req.url ?? '/', 'http://localhost');
-    // Probes name the pod by whatever address reached it; the answer reveals nothing, so it needs no Host check.
-    if (answerHealth(req, res, url, readiness)) return;
-    if (!hostHeaderAllowed(req.headers.host, host)) {
+    // Kubelet probes name the pod by its IP, an address of this machine's interfaces: allowed when bound to a wildcard.
+    if (!hostHeaderAllowed(req.headers.host, host, opts.allowedHosts)) {
       res.writeHead(421, { ...BASE_HEADERS, 'content-type': 'text/plain' }).end('unknown Host');
       return;
     }
+    const url = new URL(req.url ?? '/', 'http://localhost');
+    if (answerHealth(req, res, url, readiness)) return;
     if (opts.httpHandler?.(req, res, url)) return;
     if (url.pathname === '/') {
       res
@@ -223,7 +230,8 @@ export async function listenWebSocket(server: ExecServer, opts: ListenOptions): 
     const reject = (status: number, text: string) => {
       socket.end(`HTTP/1.1 ${status} ${text}\r\nconnection: close\r\ncontent-length: 0\r\n\r\n`);
     };
-    if (!hostHeaderAllowed(req.headers.host, host)) return reject(421, 'Misdirected Request');
+    if (!hostHeaderAllowed(req.headers.host, host, opts.allowedHosts))
+      return reject(421, 'Misdirected Request');
     if (url.pathname !== '/') return reject(404, 'Not Found');
     const origin = req.headers.origin ?? null;
     if (origin !== null && !originAllowed(origin)) return reject(403, 'Forbidden');

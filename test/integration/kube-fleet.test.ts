@@ -65,6 +65,8 @@ describe('Corral pods behind the agent-sandbox router', { skip }, () => {
         '--allow-non-loopback',
         '--ws-token-file',
         tokenFile,
+        '--allow-host',
+        `${p.name}.${p.namespace}.svc.cluster.local`,
       ]);
       assert.ok(!argv.join(' ').includes(fleet.token), 'the token is not on the command line');
     }
@@ -120,7 +122,7 @@ describe('Corral pods behind the agent-sandbox router', { skip }, () => {
     }
   });
 
-  it('the token travels as ?token= (or X-Corral-Token once server auth lands): Authorization is stripped', async () => {
+  it('the token travels as ?token= or X-Corral-Token: Authorization is stripped', async () => {
     const r = fleet.route('pod-1');
     const base = r.url.replace(/\?token=.*$/, '');
     const status = (url: string, headers: Record<string, string>) =>
@@ -132,6 +134,7 @@ describe('Corral pods behind the agent-sandbox router', { skip }, () => {
         (e: Error) => Number(/HTTP (\d+)/.exec(e.message)?.[1] ?? 0),
       );
     assert.equal(await status(r.url, r.headers), 101);
+    assert.equal(await status(base, { ...r.headers, 'X-Corral-Token': fleet.token }), 101);
     assert.equal(await status(base, { ...r.headers, Authorization: `Bearer ${fleet.token}` }), 401);
     assert.equal(await status(base, r.headers), 401);
     assert.equal(await status(`${base}?token=wrong-${fleet.token}`, r.headers), 401);
@@ -139,11 +142,8 @@ describe('Corral pods behind the agent-sandbox router', { skip }, () => {
 
   // The token is the pool's (one Secret for every pod of the template): a sandboxed command that read it could reach
   // every other pod through the router. Unsandboxed (full access) commands run as the server's uid and can read it
-  // by design; docs/kubernetes.md says so. On this branch the file is still readable inside a sandbox: hiding the
-  // --ws-token-file path from every sandbox is part of the server-trust work; drop the todo once that is merged.
-  it('a sandboxed command in a pod cannot read the pod’s token file', {
-    todo: 'needs the token file hidden from sandboxes (server-trust)',
-  }, async () => {
+  // by design; docs/kubernetes.md says so.
+  it('a sandboxed command in a pod cannot read the pod’s token file', async () => {
     const pod = fleet.pod('pod-1');
     const workspace = pod.volumes.get('/workspace')!;
     const tokenFile = join(pod.volumes.get('/run/corral/token')!, 'token');

@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import { tokenAuth } from '../../src/server/auth.js';
 import { defaultReadiness, Readiness } from '../../src/server/health.js';
 import { RpcCallError, RpcClient } from '../helpers/client.js';
 import { dialUrl, type Exchange, exchange, header, UPGRADE_HEADERS } from '../helpers/fleet/http.js';
@@ -48,7 +49,7 @@ for (const withToken of [false, true]) {
   describe(`health endpoints, ${withToken ? 'token required' : 'no token'}`, () => {
     let ts: TestServer;
     before(async () => {
-      ts = await startTestServer({ listen: withToken ? { token: TOKEN } : {} });
+      ts = await startTestServer({ listen: withToken ? { auth: tokenAuth(TOKEN) } : {} });
     });
     after(() => ts.close());
 
@@ -96,7 +97,10 @@ describe('readiness: the sandbox backend', () => {
   before(async () => {
     ts = await startTestServer({
       launcher: { sandbox: { bwrapPath: missing } },
-      listen: { token: TOKEN, readiness: defaultReadiness({ cacheMs: 0, sandbox: { bwrapPath: missing } }) },
+      listen: {
+        auth: tokenAuth(TOKEN),
+        readiness: defaultReadiness({ cacheMs: 0, sandbox: { bwrapPath: missing } }),
+      },
     });
   });
   after(() => ts.close());

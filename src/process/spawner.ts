@@ -449,6 +449,13 @@ export function groupWatchdogPid(): number {
   return native.binding?.watchdogPid?.() ?? 0;
 }
 
+/**
+ * The addon's exports when they hold the fd-relative fs calls of fsat.c (typed and checked by src/server/fsNative.ts,
+ * their only user), else null.
+ */
+export const nativeFsCalls: object | null =
+  native.binding && 'fsOpenAt' in native.binding ? (native.binding as object) : null;
+
 /** Why the native spawner is not available (null when it is). */
 export const nativeLoadError: string | null = native.error;
 

@@ -28,6 +28,7 @@ export const DirectoryEntry = z.object({
   isDirectory: z.boolean(),
   isFile: z.boolean(),
 });
+export type DirectoryEntry = z.infer<typeof DirectoryEntry>;
 export const ReadDirectoryResult = z.object({ entries: z.array(DirectoryEntry) });
 export const RemoveParams = z.object({
   path: AbsolutePath,

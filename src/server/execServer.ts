@@ -26,7 +26,8 @@ import { ApprovalBroker, type ApprovalOptions } from './approvals.js';
 import { LOCAL_AGENT, type Principal } from './auth.js';
 import { decodeBase64Strict } from './base64.js';
 import { ServerEvents } from './events.js';
-import { createFsMethods, type FsGuard } from './fsHandlers.js';
+import { createFsMethods, type FsContextResolver, FsLane } from './fsHandlers.js';
+import type { FsLimits } from './fsIo.js';
 import { Launcher, type LauncherOptions } from './launcher.js';
 import { parseParams } from './params.js';
 import { RetentionLedger, type RetentionLimits } from './retention.js';
@@ -69,8 +70,10 @@ export interface ExecServerOptions {
   preparer?: LaunchPreparer;
   /** The environment `envPolicy` inherits from (already sanitised). Defaults to this process's, sanitised. */
   baseEnv?: Record<string, string>;
-  /** Enforces the sandbox context that fs/* requests may carry. */
-  fsGuard?: FsGuard;
+  /** Resolves the sandbox context that fs/* requests may carry (default: the launcher's, as for processes). */
+  fsContext?: FsContextResolver;
+  /** Bounds of fs/* requests (read size cap, timeout, listing size). */
+  fsLimits?: Partial<FsLimits>;
   /** Interactive network approvals (the `approvals/*` methods; default prompt timeout). */
   approvals?: ApprovalOptions;
 }
@@ -83,6 +86,8 @@ interface ConnState {
   clientName: string;
   /** What the connection proved (src/server/auth.ts): sessions it creates are bound to it. */
   principal: Principal;
+  /** This connection's fs/* requests, in order among themselves but apart from its process/* requests. */
+  fsLane: FsLane;
 }
 
 export const DEFAULT_MAX_PROCESSES = 1024;
@@ -118,7 +123,8 @@ export class ExecServer implements Dispatcher {
   private readonly baseEnv: Record<string, string>;
   private readonly methods = new Map<string, Method>();
   private shuttingDown = false;
-  private readonly fsGuard: FsGuard;
+  private readonly fsContext: FsContextResolver;
+  private readonly fsLimits: Partial<FsLimits> | undefined;
   /** Holds allowlist misses of proxies that ask for approvals and asks the subscribed panel(s). */
   readonly approvals: ApprovalBroker;
 
@@ -132,7 +138,8 @@ export class ExecServer implements Dispatcher {
     this.launcher = new Launcher({ log: this.log, ...opts.launcher });
     this.preparer = opts.preparer ?? this.launcher;
     this.baseEnv = opts.baseEnv ?? sanitizedServerEnv();
-    this.fsGuard = opts.fsGuard ?? this.launcher.fsGuard;
+    this.fsContext = opts.fsContext ?? this.launcher.fsContext;
+    this.fsLimits = opts.fsLimits;
     this.registerMethods();
     this.approvals = new ApprovalBroker(this, opts.approvals);
   }
@@ -141,7 +148,13 @@ export class ExecServer implements Dispatcher {
   connect(transport: Transport, principal: Principal = LOCAL_AGENT): RpcConnection {
     const conn = new RpcConnection(transport, this);
     conn.privileged = principal.role === 'panel';
-    conn.state = { phase: 'new', session: null, clientName: '', principal } satisfies ConnState;
+    conn.state = {
+      phase: 'new',
+      session: null,
+      clientName: '',
+      principal,
+      fsLane: new FsLane(),
+    } satisfies ConnState;
     return conn;
   }
 
@@ -250,8 +263,11 @@ export class ExecServer implements Dispatcher {
     this.registerMethod('process/write', 'exec', (p, _c, st) => this.write(p, st.session!));
     this.registerMethod('process/terminate', 'exec', (p, _c, st) => this.terminate(p, st.session!));
     this.registerMethod('process/signal', 'exec', (p, _c, st) => this.signal(p, st.session!));
-    for (const [name, handle] of Object.entries(createFsMethods(this.fsGuard))) {
-      this.registerMethod(name, 'fs', (p) => handle(p));
+    const fs = createFsMethods({ rulesFor: this.fsContext, limits: this.fsLimits });
+    for (const [name, handle] of Object.entries(fs)) {
+      // Answered when done, without holding the connection's queue (protocol.md §3.6): a FIFO, a slow disk or a
+      // big copy must not delay process/terminate.
+      this.registerMethod(name, 'fs', (p, _c, st) => new Deferred(st.fsLane.run(() => handle(p))));
     }
   }
 

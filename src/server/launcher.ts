@@ -12,11 +12,11 @@ import type { LaunchSpec, PreparedLaunch, SandboxType } from '../process/launch.
 import { checkCwd, LaunchCheckError, resolveProgram } from '../process/resolveProgram.js';
 import { internalError, invalidParams, RpcError } from '../protocol/errors.js';
 import type { ExecParams } from '../protocol/exec.js';
-import { SandboxPolicySchema } from '../protocol/sandbox.js';
+import { type SandboxPolicy, SandboxPolicySchema } from '../protocol/sandbox.js';
 import { serdeMessage } from '../protocol/serde.js';
 import { parseClientWrapped, shouldUnwrap, type UnwrapMode } from '../sandbox/codexWrapped.js';
+import { fsRulesFor } from '../sandbox/fsAccess.js';
 import {
-  checkFsAccess,
   isLikelySandboxDenied,
   type ParsedSandbox,
   type PrepareOptions,
@@ -25,7 +25,7 @@ import {
   SandboxSetupError,
 } from '../sandbox/index.js';
 import type { LaunchPreparer, Logger } from './execServer.js';
-import type { FsGuard } from './fsHandlers.js';
+import type { FsContextResolver } from './fsHandlers.js';
 
 export interface LauncherOptions {
   log: Logger;
@@ -239,10 +239,10 @@ export class Launcher implements LaunchPreparer {
     };
   }
 
-  /** Enforces the sandbox context carried by fs/* requests. */
-  fsGuard: FsGuard = (context, path, access) => {
-    if (context === null || context === undefined) return;
-    let parsed: Parameters<typeof checkFsAccess>[0];
+  /** Resolves the sandbox context carried by fs/* requests exactly as for a process (same TMPDIR). */
+  fsContext: FsContextResolver = (context) => {
+    if (context === null || context === undefined) return null;
+    let parsed: ParsedSandbox | SandboxPolicy;
     const asSandbox = parseSandboxParam(context);
     if (asSandbox.success) parsed = asSandbox.data as ParsedSandbox;
     else {
@@ -251,7 +251,8 @@ export class Launcher implements LaunchPreparer {
         throw invalidParams(serdeMessage(asSandbox.error, context, 'FileSystemSandboxContext'));
       parsed = legacy.data;
     }
-    const denied = checkFsAccess(parsed, path, access);
-    if (denied !== null) throw internalError(denied);
+    const rules = fsRulesFor(parsed, { tmpdir: this.opts.sandbox?.tmpdir });
+    if (typeof rules === 'string') throw internalError(rules);
+    return rules;
   };
 }

@@ -61,6 +61,7 @@
 #include <uv.h>
 
 #include "common.h"
+#include "fsat.h"
 #include "netns.h"
 #include "pipes.h"
 #include "relay.h"
@@ -1009,6 +1010,7 @@ NAPI_MODULE_INIT(/* napi_env env, napi_value exports */) {
   if (corral_pipes_init(env, exports, &st->reactor) != napi_ok) return NULL;
   if (corral_relay_init(env, exports, &st->reactor) != napi_ok) return NULL;
   if (corral_netns_init(env, exports) != napi_ok) return NULL;
+  if (corral_fsat_init(env, exports) != napi_ok) return NULL;
   return exports;
 }
 

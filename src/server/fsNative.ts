@@ -1,0 +1,123 @@
+import { constants } from 'node:os';
+import { nativeFsCalls, nativeLoadError } from '../process/spawner.js';
+
+/** statx of an fd (fsat.c fsStat). `ident` ("dev:ino") names the inode, whatever path reaches it. */
+export interface FdStat {
+  ident: string;
+  /** st_mode, type bits included. */
+  mode: number;
+  size: number;
+  mtimeMs: number;
+  /** 0 when the filesystem does not report it. */
+  birthtimeMs: number;
+  nlink: number;
+}
+
+/**
+ * The fd-relative calls of the addon (src/process/native/fsat.c) that confined fs/* is built on. Every `name` is one
+ * path component (no "/", not "." or ".."); calls that return a number give an fd or 0 on success and -errno on
+ * failure; the others throw an Error with `code`.
+ */
+export interface NativeFs {
+  /** O_PATH fd of "/". */
+  openRoot(): number;
+  /**
+   * openat2(dirfd, name, flags | O_NOFOLLOW | O_CLOEXEC) with RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
+   * RESOLVE_NO_MAGICLINKS: with O_PATH a symlink is opened itself, otherwise it is ELOOP.
+   */
+  openAt(dirfd: number, name: string, flags: number, mode?: number): number;
+  stat(fd: number): FdStat;
+  /** A close-on-exec duplicate of fd (or -errno). */
+  dup(fd: number): number;
+  /** The target of the symlink an O_PATH fd refers to. */
+  readlink(fd: number): string;
+  mkdirAt(dirfd: number, name: string, mode: number): number;
+  unlinkAt(dirfd: number, name: string, isDir: boolean): number;
+  symlinkAt(target: string, dirfd: number, name: string): number;
+  /** The entries of the directory fd refers to (d_type values), at most max + 1 of them. */
+  readDir(fd: number, max: number): { name: string; type: number }[];
+}
+
+/** Whether confined fs/* can run here; when not, why (sandboxed fs/* requests are then refused with that reason). */
+export type NativeFsAvailability = { available: true; fs: NativeFs } | { available: false; reason: string };
+
+interface Calls {
+  fsProbe(): number;
+  fsOpenRoot(): number;
+  fsOpenAt(dirfd: number, name: string, flags: number, mode: number): number;
+  fsStat(fd: number): number | [string, number, number, number, number, number];
+  fsDup(fd: number): number;
+  fsReadlink(fd: number): number | string;
+  fsMkdirAt(dirfd: number, name: string, mode: number): number;
+  fsUnlinkAt(dirfd: number, name: string, isDir: boolean): number;
+  fsSymlinkAt(target: string, dirfd: number, name: string): number;
+  fsReadDir(fd: number, max: number): number | (string | number)[];
+}
+
+const ERRNO_NAMES = new Map(Object.entries(constants.errno).map(([k, v]) => [v, k]));
+
+/** The name of an errno value ("ENOENT"), as Node's errors carry it in `code`. */
+export function errnoName(errno: number): string {
+  return ERRNO_NAMES.get(Math.abs(errno)) ?? `E${Math.abs(errno)}`;
+}
+
+/** An Error shaped like Node's fs errors (`code`, `errno`, `syscall`), so that one mapping serves both backends. */
+export function errnoError(errno: number, syscall: string): NodeJS.ErrnoException {
+  const code = errnoName(errno);
+  const e = new Error(`${code}: ${syscall}`) as NodeJS.ErrnoException;
+  e.code = code;
+  e.errno = -Math.abs(errno);
+  e.syscall = syscall;
+  return e;
+}
+
+function wrap(c: Calls): NativeFs {
+  return {
+    openRoot: () => c.fsOpenRoot(),
+    openAt: (dirfd, name, flags, mode = 0) => c.fsOpenAt(dirfd, name, flags, mode),
+    stat(fd) {
+      const r = c.fsStat(fd);
+      if (typeof r === 'number') throw errnoError(r, 'statx');
+      return { ident: r[0], mode: r[1], size: r[2], mtimeMs: r[3], birthtimeMs: r[4], nlink: r[5] };
+    },
+    dup: (fd) => c.fsDup(fd),
+    readlink(fd) {
+      const r = c.fsReadlink(fd);
+      if (typeof r === 'number') throw errnoError(r, 'readlinkat');
+      return r;
+    },
+    mkdirAt: (dirfd, name, mode) => c.fsMkdirAt(dirfd, name, mode),
+    unlinkAt: (dirfd, name, isDir) => c.fsUnlinkAt(dirfd, name, isDir),
+    symlinkAt: (target, dirfd, name) => c.fsSymlinkAt(target, dirfd, name),
+    readDir(fd, max) {
+      const r = c.fsReadDir(fd, max);
+      if (typeof r === 'number') throw errnoError(r, 'getdents64');
+      const out: { name: string; type: number }[] = [];
+      for (let i = 0; i < r.length; i += 2) out.push({ name: r[i] as string, type: r[i + 1] as number });
+      return out;
+    },
+  };
+}
+
+function load(): NativeFsAvailability {
+  if (process.platform !== 'linux')
+    return { available: false, reason: `${process.platform} has no openat2 (Linux 5.6+)` };
+  if (process.env.CORRAL_NATIVE_FS === '0')
+    return { available: false, reason: 'confined fs calls are turned off (CORRAL_NATIVE_FS=0)' };
+  if (!nativeFsCalls)
+    return {
+      available: false,
+      reason: `Corral's native addon is not loaded (${nativeLoadError ?? 'a build without fsat.c'})`,
+    };
+  const c = nativeFsCalls as Calls;
+  const probe = c.fsProbe();
+  if (probe !== 0)
+    return {
+      available: false,
+      reason: `openat2 does not work on this kernel (${errnoName(probe)}; needs Linux 5.6+)`,
+    };
+  return { available: true, fs: wrap(c) };
+}
+
+/** Decided once, at load. */
+export const nativeFs: NativeFsAvailability = load();

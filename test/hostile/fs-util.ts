@@ -29,8 +29,17 @@ export function hostileFixture(prefix = 'corral-hostile-'): HostileFixture {
 
 const uri = (p: string) => pathToFileURL(p).href;
 
-/** The 0.169 `sandbox` object (sandbox.md §3.2): read everything but $OUT, write the workspace. */
-export function sandboxContext(f: HostileFixture): Record<string, unknown> {
+/** A `{path, access}` entry of the 0.169 shape for an absolute path. */
+export const entry = (path: string, access: 'read' | 'write' | 'none') => ({
+  path: { type: 'path', path: pathToFileURL(path).href },
+  access,
+});
+
+/**
+ * The 0.169 `sandbox` object (sandbox.md §3.2): read everything but $OUT, write the workspace (and whatever
+ * `extra` entries say).
+ */
+export function sandboxContext(f: HostileFixture, extra: unknown[] = []): Record<string, unknown> {
   return {
     permissions: {
       type: 'managed',
@@ -40,6 +49,7 @@ export function sandboxContext(f: HostileFixture): Record<string, unknown> {
           { path: { type: 'special', value: { kind: 'root' } }, access: 'read' },
           { path: { type: 'path', path: uri(f.W) }, access: 'write' },
           { path: { type: 'path', path: uri(f.OUT) }, access: 'none' },
+          ...extra,
         ],
       },
       network: 'restricted',

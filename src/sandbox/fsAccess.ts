@@ -136,9 +136,8 @@ export class FsRules {
     if (mode === 'read') return this.canRead(step) ? null : 'unreadable';
     const a = this.access(step);
     if (a === 'write') return null;
-    if (step.protectedName !== null && accessOf([...this.entries, ...step.seen], step.path) === 'write')
-      return 'protected';
-    return a === 'read' ? 'read-only' : 'outside';
+    if (a === 'none') return 'outside';
+    return step.protectedName !== null ? 'protected' : 'read-only';
   }
 
   /** The -32603 text for a denial: names the requested path and, when it differs, where it leads. */

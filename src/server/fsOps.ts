@@ -204,7 +204,15 @@ export async function remove<D>(
   recursive: boolean,
   force: boolean,
 ): Promise<void> {
-  await using(r, await r.b.locate(path, false), async (at) => {
+  let found: Located<D>;
+  try {
+    found = await r.b.locate(path, false);
+  } catch (e) {
+    // rm -f of a path whose directory is missing too.
+    if (force && (e as NodeJS.ErrnoException).code === 'ENOENT') return;
+    throw e;
+  }
+  await using(r, found, async (at) => {
     if (!at.info) {
       r.b.check(at, 'write');
       if (force) return;
@@ -224,14 +232,18 @@ async function removeTree<D>(r: FsRun<D>, at: Located<D>): Promise<void> {
     for (;;) {
       const batch = await r.b.list(dir, dirPath, 1024);
       if (batch.length === 0) break;
+      let gone = 0;
       for (const e of batch) {
         await r.d.pace();
         await using(r, await r.b.lookup(dir, dirPath, e.name), async (c) => {
           if (!c.info) return;
           if (c.info.kind === 'dir') await removeTree(r, c);
           else await r.b.unlink(c).catch(ignoreGone);
+          gone++;
         });
       }
+      // Listed but not found by name (a name that is not valid UTF-8 comes back mangled): it would be listed forever.
+      if (gone === 0) throw internalError(`fs/remove: cannot remove ${joinPath(dirPath, batch[0]!.name)}`);
     }
   });
   await r.b.unlink(at).catch(ignoreGone);

@@ -60,11 +60,12 @@ static int openat2_confined(int dirfd, const char *name, int flags, mode_t mode)
   // The kernel rejects a mode with flags that create nothing.
   if (flags & (O_CREAT | O_TMPFILE)) how.mode = mode & 07777;
   how.resolve = RESOLVE_CONFINED;
-  for (;;) {
+  for (int tries = 0;; tries++) {
     long fd = syscall(SYS_openat2, dirfd, name, &how, sizeof how);
     if (fd >= 0) return (int)fd;
-    // EAGAIN: a concurrent rename elsewhere in the mount made the kernel give up (RESOLVE_BENEATH); just retry.
-    if (errno != EINTR && errno != EAGAIN) return -errno;
+    // EAGAIN: a concurrent rename or mount made the kernel give up on a RESOLVE_BENEATH lookup; retry a few times.
+    if (errno == EINTR || (errno == EAGAIN && tries < 16)) continue;
+    return -errno;
   }
 }
 

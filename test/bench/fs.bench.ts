@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { pathToFileURL } from 'node:url';
 import { RpcClient } from '../helpers/client.js';
+import { entry, managedContext, rootEntry } from '../hostile/fs-util.js';
 import type { BenchRow } from './types.js';
 
 const root = join(import.meta.dirname, '..', '..');
@@ -30,29 +31,18 @@ export async function run(): Promise<BenchRow[]> {
   mkdirSync(join(ws, '.git'), { recursive: true });
   mkdirSync(out);
   const uri = (p: string) => pathToFileURL(p).href;
+  // As 0.169 sends it: the protected names as read entries, policyContext and userHomeDir.
   const sandbox = {
-    permissions: {
-      type: 'managed',
-      file_system: {
-        type: 'restricted',
-        entries: [
-          { path: { type: 'special', value: { kind: 'root' } }, access: 'read' },
-          { path: { type: 'special', value: { kind: 'project_roots' } }, access: 'write' },
-          { path: { type: 'path', path: uri(out) }, access: 'none' },
-          ...['.git', '.agents', '.codex', '.aws'].map((subpath) => ({
-            path: { type: 'special', value: { kind: 'project_roots', subpath } },
-            access: 'read',
-            missing_path_behavior: 'skip',
-          })),
-        ],
-      },
-      network: 'restricted',
-    },
-    cwd: uri(ws),
-    workspaceRoots: [uri(ws)],
-    windowsSandboxLevel: 'disabled',
-    windowsSandboxProxySettingsMode: 'reconcile',
-    useLegacyLandlock: false,
+    ...managedContext(ws, [
+      rootEntry('read'),
+      { path: { type: 'special', value: { kind: 'project_roots' } }, access: 'write' },
+      entry(out, 'none'),
+      ...['.git', '.agents', '.codex', '.aws'].map((subpath) => ({
+        path: { type: 'special', value: { kind: 'project_roots', subpath } },
+        access: 'read',
+        missing_path_behavior: 'skip',
+      })),
+    ]),
     policyContext: { cwd: uri(ws), workspaceRoots: [uri(ws)] },
     userHomeDir: uri(join(base, 'home', 'alice')),
   };

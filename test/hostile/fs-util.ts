@@ -31,35 +31,31 @@ const uri = (p: string) => pathToFileURL(p).href;
 
 /** A `{path, access}` entry of the 0.169 shape for an absolute path. */
 export const entry = (path: string, access: 'read' | 'write' | 'none') => ({
-  path: { type: 'path', path: pathToFileURL(path).href },
+  path: { type: 'path', path: uri(path) },
   access,
 });
 
-/**
- * The 0.169 `sandbox` object (sandbox.md §3.2): read everything but $OUT, write the workspace (and whatever
- * `extra` entries say).
- */
-export function sandboxContext(f: HostileFixture, extra: unknown[] = []): Record<string, unknown> {
+/** The `{special: root}` entry of the 0.169 shape. */
+export const rootEntry = (access: 'read' | 'write' | 'none') => ({
+  path: { type: 'special', value: { kind: 'root' } },
+  access,
+});
+
+/** A 0.169 `sandbox` object (sandbox.md §3.2) with these file-system entries and workspace `cwd`. */
+export function managedContext(cwd: string, entries: unknown[]): Record<string, unknown> {
   return {
-    permissions: {
-      type: 'managed',
-      file_system: {
-        type: 'restricted',
-        entries: [
-          { path: { type: 'special', value: { kind: 'root' } }, access: 'read' },
-          { path: { type: 'path', path: uri(f.W) }, access: 'write' },
-          { path: { type: 'path', path: uri(f.OUT) }, access: 'none' },
-          ...extra,
-        ],
-      },
-      network: 'restricted',
-    },
-    cwd: uri(f.W),
-    workspaceRoots: [uri(f.W)],
+    permissions: { type: 'managed', file_system: { type: 'restricted', entries }, network: 'restricted' },
+    cwd: uri(cwd),
+    workspaceRoots: [uri(cwd)],
     windowsSandboxLevel: 'disabled',
     windowsSandboxProxySettingsMode: 'reconcile',
     useLegacyLandlock: false,
   };
+}
+
+/** The context of the hostile suites: read everything but $OUT, write the workspace (and what `extra` says). */
+export function sandboxContext(f: HostileFixture, extra: unknown[] = []): Record<string, unknown> {
+  return managedContext(f.W, [rootEntry('read'), entry(f.W, 'write'), entry(f.OUT, 'none'), ...extra]);
 }
 
 /**

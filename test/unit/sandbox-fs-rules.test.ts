@@ -5,7 +5,10 @@ import { mkdirSync, mkdtempSync, realpathSync, rmSync, writeFileSync } from 'nod
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
+import { parseSandboxParam } from '../../src/protocol/sandbox.js';
 import { type FsRules, type FsStep, fsRulesFor } from '../../src/sandbox/fsAccess.js';
+import type { ParsedSandbox } from '../../src/sandbox/index.js';
+import { entry, managedContext, rootEntry } from '../hostile/fs-util.js';
 
 const base = realpathSync(mkdtempSync(join(tmpdir(), 'corral-fs-rules-')));
 after(() => rmSync(base, { recursive: true, force: true }));
@@ -15,29 +18,18 @@ writeFileSync(join(base, 'ws/secret/key'), 'k');
 /** `/ws/…` → the same path under the scratch tree. */
 const P = (p: string) => `${base}${p}`;
 
-const entry = (path: string, access: string) => ({ path: { type: 'path', path: P(path) }, access });
-
 function rules(): FsRules {
-  const ctx = {
-    permissions: {
-      type: 'managed',
-      file_system: {
-        type: 'restricted',
-        entries: [
-          { path: { type: 'special', value: { kind: 'root' } }, access: 'read' },
-          entry('/ws', 'write'),
-          entry('/ws/sub', 'read'),
-          entry('/ws/sub/out', 'write'),
-          entry('/ws/secret', 'none'),
-          entry('/tmpdir', 'write'),
-        ],
-      },
-      network: 'restricted',
-    },
-    cwd: P('/ws'),
-    windowsSandboxLevel: 'disabled',
-  };
-  const out = fsRulesFor(ctx as never, { tmpdir: P('/tmpdir') });
+  const ctx = managedContext(P('/ws'), [
+    rootEntry('read'),
+    entry(P('/ws'), 'write'),
+    entry(P('/ws/sub'), 'read'),
+    entry(P('/ws/sub/out'), 'write'),
+    entry(P('/ws/secret'), 'none'),
+    entry(P('/tmpdir'), 'write'),
+  ]);
+  const parsed = parseSandboxParam(ctx);
+  assert.ok(parsed.success);
+  const out = fsRulesFor(parsed.data as ParsedSandbox, { tmpdir: P('/tmpdir') });
   assert.ok(out && typeof out !== 'string', String(out));
   return out;
 }

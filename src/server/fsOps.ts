@@ -100,6 +100,8 @@ export async function createDirectory<D>(r: FsRun<D>, path: string, recursive: b
           if (e.code !== 'EEXIST') throw e;
         });
       if (at.info.kind !== 'dir') throw errnoError(i === names.length ? EEXIST : ENOTDIR, 'mkdir');
+      // Already there: still only where the request may write (nothing is told about other places).
+      if (i === names.length) r.b.check(at, 'write');
     });
   }
 }

@@ -122,6 +122,12 @@ describe('fs/* with a sandbox context', () => {
       );
     }
     await refused('fs/readDirectory', { path: `${W}/o`, sandbox: sb }, `${W}/o`);
+    mkdirSync(join(f.OUT, 'exists'));
+    await refused(
+      'fs/createDirectory',
+      { path: join(f.OUT, 'exists'), recursive: true, sandbox: sb },
+      join(f.OUT, 'exists'),
+    );
     await refused(
       'fs/remove',
       { path: `${W}/o/secret`, recursive: false, force: true, sandbox: sb },

@@ -41,7 +41,7 @@ export interface FsBackend<D> {
   locate(path: string, follow: boolean): Promise<Located<D>>;
   /** `name` in `dir` (dirPath: its path), not following a symlink. */
   lookup(dir: D, dirPath: string, name: string): Promise<Located<D>>;
-  /** A handle of the located directory (released on its own; `at` stays usable). */
+  /** A handle of the located directory (released on its own; `at` stays usable, and may be entered again). */
   enter(at: Located<D>): Promise<D>;
   /** The names in a directory, at most `max` + 1 of them; kinds where the directory says (else 'unknown'). */
   list(dir: D, dirPath: string, max: number): Promise<{ name: string; kind: NodeKind }[]>;

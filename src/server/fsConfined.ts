@@ -234,8 +234,15 @@ export class ConfinedFs implements FsBackend<ConfinedDir> {
 
   async enter(at: Located<ConfinedDir>): Promise<ConfinedDir> {
     const a = at as ConfinedLocated;
-    if (a.info?.kind !== 'dir' || a.fd < 0) throw errnoError(a.info ? ENOTDIR : ENOENT, 'openat2');
-    const fd = this.n.dup(a.fd);
+    if (a.info?.kind !== 'dir') throw errnoError(a.info ? ENOTDIR : ENOENT, 'openat2');
+    let fd: number;
+    if (a.fd >= 0 && a.parent) {
+      // The Located's own fd moves into the handle (a deep walk then holds one fd per level); it stays usable by
+      // name (unlink, check), and a second enter opens the directory again by name.
+      fd = a.fd;
+      a.fd = -1;
+    } else if (a.fd >= 0) fd = this.n.dup(a.fd);
+    else fd = this.reopen(a, 'fs/*', O_PATH | fsc.O_DIRECTORY).fd;
     if (fd < 0) throw errnoError(fd, 'dup');
     return this.dirOf(a.step, fd);
   }

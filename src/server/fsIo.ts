@@ -11,6 +11,8 @@ export interface FsLimits {
   timeoutMs: number;
   /** Most entries fs/readDirectory lists (a listing must fit in one message too). */
   maxDirectoryEntries: number;
+  /** Deepest nesting a recursive fs/copy or fs/remove walks (each level holds an fd or two while it runs). */
+  maxDepth: number;
 }
 
 /** The frame around a readFile result (`{"id":…,"result":{"dataBase64":"…"}}`), generously. */
@@ -21,6 +23,7 @@ export const DEFAULT_FS_LIMITS: FsLimits = {
   timeoutMs: 30_000,
   // An entry costs at least ~45 bytes of JSON (`{"fileName":"x","isDirectory":false,"isFile":true},`).
   maxDirectoryEntries: Math.floor(MAX_MESSAGE_BYTES / 45),
+  maxDepth: 256,
 };
 
 export type NodeKind = 'file' | 'dir' | 'symlink' | 'fifo' | 'socket' | 'char' | 'block' | 'unknown';

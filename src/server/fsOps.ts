@@ -184,20 +184,32 @@ export async function readDirectory<D>(r: FsRun<D>, path: string): Promise<Direc
  * Visits every entry under a directory (depth first, not following symlinks), before anything is changed: a
  * recursive copy or remove is refused as a whole, naming the first entry it may not touch.
  */
-async function scanTree<D>(r: FsRun<D>, at: Located<D>, mode: 'read' | 'write', what: string): Promise<void> {
+async function scanTree<D>(
+  r: FsRun<D>,
+  at: Located<D>,
+  mode: 'read' | 'write',
+  what: string,
+  depth = 0,
+): Promise<void> {
   r.b.check(at, mode);
   if (at.info?.kind !== 'dir') {
     if (mode === 'read' && at.info && !['file', 'symlink'].includes(at.info.kind))
       throw internalError(`${what} refused: ${at.path} is neither a regular file, a directory nor a symlink`);
     return;
   }
+  notTooDeep(r, at.path, depth, what);
   const dirPath = at.path;
   await inDir(r, at, async (dir) => {
     for (const e of await listAll(r, dir, dirPath)) {
       await r.d.pace();
-      await using(r, await r.b.lookup(dir, dirPath, e.name), (c) => scanTree(r, c, mode, what));
+      await using(r, await r.b.lookup(dir, dirPath, e.name), (c) => scanTree(r, c, mode, what, depth + 1));
     }
   });
+}
+
+function notTooDeep<D>(r: FsRun<D>, path: string, depth: number, what: string): void {
+  if (depth >= r.limits.maxDepth)
+    throw internalError(`${what} refused: ${path} is nested more than ${r.limits.maxDepth} directories deep`);
 }
 
 export async function remove<D>(
@@ -227,7 +239,8 @@ export async function remove<D>(
   });
 }
 
-async function removeTree<D>(r: FsRun<D>, at: Located<D>): Promise<void> {
+async function removeTree<D>(r: FsRun<D>, at: Located<D>, depth = 0): Promise<void> {
+  notTooDeep(r, at.path, depth, 'fs/remove');
   const dirPath = at.path;
   await inDir(r, at, async (dir) => {
     // Listed in batches until empty, so that a huge directory costs no huge listing.
@@ -239,7 +252,7 @@ async function removeTree<D>(r: FsRun<D>, at: Located<D>): Promise<void> {
         await r.d.pace();
         await using(r, await r.b.lookup(dir, dirPath, e.name), async (c) => {
           if (!c.info) return;
-          if (c.info.kind === 'dir') await removeTree(r, c);
+          if (c.info.kind === 'dir') await removeTree(r, c, depth + 1);
           else await r.b.unlink(c).catch(ignoreGone);
           gone++;
         });
@@ -274,7 +287,7 @@ export async function copy<D>(r: FsRun<D>, src: string, dst: string, recursive: 
       await using(r, await r.b.locate(to.path, false), async (root) => {
         if (root.info?.kind !== 'dir') throw errnoError(ENOTDIR, 'mkdir');
         await inDir(r, root, (dd) =>
-          inDir(r, from, (sd) => copyTree(r, sd, from.path, dd, root.path, root.info!.ident)),
+          inDir(r, from, (sd) => copyTree(r, sd, from.path, dd, root.path, root.info!.ident, 0)),
         );
       });
     });
@@ -305,7 +318,16 @@ async function copyFile<D>(r: FsRun<D>, from: Located<D>, to: Located<D>): Promi
  * Symlinks are copied as links with their target as written. `skipIdent`: the destination root, never copied into
  * itself (a bind mount or a rename can put it inside the source).
  */
-async function copyTree<D>(r: FsRun<D>, sd: D, sPath: string, dd: D, dPath: string, skipIdent?: string) {
+async function copyTree<D>(
+  r: FsRun<D>,
+  sd: D,
+  sPath: string,
+  dd: D,
+  dPath: string,
+  skipIdent: string | undefined,
+  depth: number,
+) {
+  notTooDeep(r, sPath, depth, 'fs/copy');
   for (const e of await listAll(r, sd, sPath)) {
     await r.d.pace();
     await using(r, await r.b.lookup(sd, sPath, e.name), async (s) => {
@@ -322,9 +344,12 @@ async function copyTree<D>(r: FsRun<D>, sd: D, sPath: string, dd: D, dPath: stri
             );
           r.b.check(s, 'read');
           if (!d.info) await r.b.mkdir(d, s.info!.mode & 0o777);
+          r.b.release(d); // one handle per level and side while the walk goes deeper
           await using(r, await r.b.lookup(dd, dPath, e.name), (made) =>
             inDir(r, made, (dChildDir) =>
-              inDir(r, s, (sChildDir) => copyTree(r, sChildDir, sChild, dChildDir, dChild, skipIdent)),
+              inDir(r, s, (sChildDir) =>
+                copyTree(r, sChildDir, sChild, dChildDir, dChild, skipIdent, depth + 1),
+              ),
             ),
           );
           return;

@@ -33,16 +33,23 @@ interface Cli {
   rssMiB(): number;
 }
 
-async function startCli(f: HostileFixture): Promise<Cli> {
-  const proc = spawn(
+/** The CLI server; `prefix` runs it through another command (prlimit). */
+async function startCli(f: HostileFixture, prefix: string[] = []): Promise<Cli> {
+  const argv = [
     process.execPath,
-    ['--import', 'tsx', 'src/cli.ts', 'exec-server', '--listen', 'ws://127.0.0.1:0'],
-    {
-      cwd: ROOT,
-      env: { ...process.env, TMPDIR: f.T },
-      stdio: ['ignore', 'pipe', 'ignore'],
-    },
-  );
+    '--import',
+    'tsx',
+    'src/cli.ts',
+    'exec-server',
+    '--listen',
+    'ws://127.0.0.1:0',
+  ];
+  const [cmd, ...args] = [...prefix, ...argv] as [string, ...string[]];
+  const proc = spawn(cmd, args, {
+    cwd: ROOT,
+    env: { ...process.env, TMPDIR: f.T },
+    stdio: ['ignore', 'pipe', 'ignore'],
+  });
   const exited = new Promise<number | null>((resolve) => proc.once('exit', (code) => resolve(code)));
   const first = await createInterface({ input: proc.stdout! })[Symbol.asyncIterator]().next();
   if (first.done) throw new Error('the CLI printed no URL');
@@ -89,8 +96,8 @@ after(() => {
   f.close();
 });
 
-async function server(): Promise<Cli> {
-  const s = await startCli(f);
+async function server(prefix: string[] = []): Promise<Cli> {
+  const s = await startCli(f, prefix);
   servers.push(s);
   return s;
 }
@@ -255,6 +262,52 @@ describe('fs/* is bounded whatever it meets', () => {
     const code = await within(5000, s.exited);
     assert.notEqual(code, 'no answer', 'the server did not exit within 5 s of SIGTERM');
     await Promise.all(sent);
+  });
+
+  test('deep trees: a recursive copy or remove holds few fds per level, and refuses past 256 levels', async () => {
+    // 150 levels in a server allowed 400 open files: fine; 300 levels: refused before anything changes.
+    const s = await server(['prlimit', '--nofile=400', '--']);
+    const c = await RpcClient.open(s.url);
+    const chain = (levels: number) => Array.from({ length: levels }, () => 'd');
+    const deep = (name: string, levels: number) => {
+      const top = join(f.W, name);
+      mkdirSync(join(top, ...chain(levels)), { recursive: true });
+      writeFileSync(join(top, ...chain(levels), 'leaf'), 'leaf');
+      return top;
+    };
+    const ok = deep('deep150', 150);
+    for (const sandbox of [sandboxContext(f), undefined]) {
+      const copy = `${ok}-copy${sandbox ? 's' : 'u'}`;
+      await c.request('fs/copy', { sourcePath: ok, destinationPath: copy, recursive: true, sandbox });
+      assert.ok(existsSync(join(copy, ...chain(150), 'leaf')));
+      await c.request('fs/remove', { path: copy, recursive: true, force: false, sandbox });
+      assert.ok(!existsSync(copy));
+    }
+    const tooDeep = deep('deep300', 300);
+    for (const sandbox of [sandboxContext(f), undefined]) {
+      const dst = `${tooDeep}-copy`;
+      const copied = c.request('fs/copy', {
+        sourcePath: tooDeep,
+        destinationPath: dst,
+        recursive: true,
+        sandbox,
+      });
+      refusal(await within(10_000, copied), 'nested more than 256 directories deep');
+    }
+    // Sandboxed, the remove is refused before anything goes (the scan); without a context it stops at that depth.
+    refusal(
+      await within(
+        10_000,
+        c.request('fs/remove', { path: tooDeep, recursive: true, sandbox: sandboxContext(f) }),
+      ),
+      'nested more than 256 directories deep',
+    );
+    assert.ok(existsSync(join(tooDeep, ...chain(300), 'leaf')));
+    refusal(
+      await within(10_000, c.request('fs/remove', { path: tooDeep, recursive: true })),
+      'nested more than 256',
+    );
+    c.close();
   });
 
   test('a request that runs out of time is answered with an error naming it, and stops', async () => {

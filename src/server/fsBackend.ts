@@ -7,6 +7,7 @@ export interface FsNodeInfo {
   size: number;
   mtimeMs: number;
   birthtimeMs: number;
+  uid: number;
   ident: string;
 }
 

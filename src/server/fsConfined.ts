@@ -13,11 +13,13 @@ import { errnoError, type NativeFs } from './fsNative.js';
  * happens relative to those fds: a swapped-in symlink can only ever make a step fail, never lead it elsewhere.
  */
 
-/** An opened directory: its O_PATH fd and its step. */
+/** An opened directory: its O_PATH fd and its step (and, for the walk's link rule, its mode and owner). */
 export interface ConfinedDir {
   fd: number;
   step: FsStep;
   path: string;
+  mode?: number;
+  uid?: number;
 }
 
 interface ConfinedLocated extends Located<ConfinedDir> {
@@ -59,6 +61,11 @@ function joinPath(dir: string, name: string): string {
 }
 
 let rootFd = -1;
+const EUID = process.geteuid?.() ?? -1;
+
+function sticky(d: ConfinedDir): boolean {
+  return d.mode !== undefined && (d.mode & 0o1002) === 0o1002;
+}
 
 export class ConfinedFs implements FsBackend<ConfinedDir> {
   private readonly root: ConfinedDir;
@@ -72,7 +79,8 @@ export class ConfinedFs implements FsBackend<ConfinedDir> {
       if (rootFd < 0) throw errnoError(rootFd, 'open /');
     }
     this.learnIdentities();
-    this.root = { fd: rootFd, step: rules.root(n.stat(rootFd).ident), path: '/' };
+    const st = this.info(rootFd);
+    this.root = this.dirOf(rules.root(st.ident), rootFd, st);
   }
 
   /** The identities the policy's read and `none` paths have right now (opened without following any symlink). */
@@ -117,8 +125,8 @@ export class ConfinedFs implements FsBackend<ConfinedDir> {
     if (why) throw internalError(this.rules.message(requested, step, mode, why));
   }
 
-  private dirOf(step: FsStep, fd: number): ConfinedDir {
-    return { fd, step, path: step.path };
+  private dirOf(step: FsStep, fd: number, info: FsNodeInfo | null): ConfinedDir {
+    return { fd, step, path: step.path, mode: info?.mode, uid: info?.uid };
   }
 
   async locate(path: string, follow: boolean): Promise<ConfinedLocated> {
@@ -173,6 +181,12 @@ export class ConfinedFs implements FsBackend<ConfinedDir> {
           try {
             // Following a link reads it.
             this.deny(path, step, 'read');
+            // The kernel's protected_symlinks rule, which a walk by hand would bypass otherwise: in a sticky
+            // world-writable directory (/tmp) only links of ours or of the directory's owner are followed.
+            if (sticky(top) && info.uid !== EUID && info.uid !== top.uid)
+              throw internalError(
+                `sandbox denied following ${step.path}: a symlink owned by uid ${info.uid} in the sticky, world-writable ${top.path}`,
+              );
             if (++links > MAX_LINKS) throw errnoError(ELOOP, 'openat2');
             const target = this.n.readlink(fd);
             if (step.protectedName !== null) through = step;
@@ -194,7 +208,7 @@ export class ConfinedFs implements FsBackend<ConfinedDir> {
           closeFd(fd);
           throw errnoError(ENOTDIR, 'openat2');
         }
-        stack.push(this.dirOf(step, fd));
+        stack.push(this.dirOf(step, fd, info));
       }
       // The walk ended on a directory itself (`/`, or a path ending in `..` or a link to one).
       const top = stack[stack.length - 1]!;
@@ -244,7 +258,7 @@ export class ConfinedFs implements FsBackend<ConfinedDir> {
     } else if (a.fd >= 0) fd = this.n.dup(a.fd);
     else fd = this.reopen(a, 'fs/*', O_PATH | fsc.O_DIRECTORY).fd;
     if (fd < 0) throw errnoError(fd, 'dup');
-    return this.dirOf(a.step, fd);
+    return this.dirOf(a.step, fd, a.info);
   }
 
   async list(dir: ConfinedDir, dirPath: string, max: number) {
@@ -307,6 +321,12 @@ export class ConfinedFs implements FsBackend<ConfinedDir> {
       return { fd, info: this.info(fd) };
     }
     this.regular(method, a);
+    // The kernel's protected_regular rule, as for an open(O_CREAT) by name: another user's file in a sticky
+    // world-writable directory is not written.
+    if (a.parent && sticky(a.parent) && a.info!.uid !== EUID && a.info!.uid !== a.parent.uid)
+      throw internalError(
+        `sandbox denied write to ${a.requested}: a file owned by uid ${a.info!.uid} in the sticky, world-writable ${a.parent.path}`,
+      );
     return this.reopen(a, method, fsc.O_WRONLY | fsc.O_NONBLOCK);
   }
 

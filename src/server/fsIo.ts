@@ -45,7 +45,7 @@ export function kindOfMode(mode: number): NodeKind {
 
 /** What a backend reports of an object, from its stat fields and identity. */
 export function nodeInfo(
-  st: { mode: number; size: number; mtimeMs: number; birthtimeMs: number },
+  st: { mode: number; size: number; mtimeMs: number; birthtimeMs: number; uid: number },
   ident: string,
 ): FsNodeInfo {
   return {
@@ -54,6 +54,7 @@ export function nodeInfo(
     size: st.size,
     mtimeMs: st.mtimeMs,
     birthtimeMs: st.birthtimeMs,
+    uid: st.uid,
     ident,
   };
 }

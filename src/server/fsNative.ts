@@ -11,6 +11,7 @@ export interface FdStat {
   /** 0 when the filesystem does not report it. */
   birthtimeMs: number;
   nlink: number;
+  uid: number;
 }
 
 /**
@@ -45,7 +46,7 @@ interface Calls {
   fsProbe(): number;
   fsOpenRoot(): number;
   fsOpenAt(dirfd: number, name: string, flags: number, mode: number): number;
-  fsStat(fd: number): number | [string, number, number, number, number, number];
+  fsStat(fd: number): number | [string, number, number, number, number, number, number];
   fsDup(fd: number): number;
   fsReadlink(fd: number): number | string;
   fsMkdirAt(dirfd: number, name: string, mode: number): number;
@@ -78,7 +79,7 @@ function wrap(c: Calls): NativeFs {
     stat(fd) {
       const r = c.fsStat(fd);
       if (typeof r === 'number') throw errnoError(r, 'statx');
-      return { ident: r[0], mode: r[1], size: r[2], mtimeMs: r[3], birthtimeMs: r[4], nlink: r[5] };
+      return { ident: r[0], mode: r[1], size: r[2], mtimeMs: r[3], birthtimeMs: r[4], nlink: r[5], uid: r[6] };
     },
     dup: (fd) => c.fsDup(fd),
     readlink(fd) {

@@ -5,7 +5,10 @@
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
 import {
+  chmodSync,
+  chownSync,
   existsSync,
+  lchownSync,
   linkSync,
   lstatSync,
   mkdirSync,
@@ -279,6 +282,35 @@ describe('fs/* with a sandbox context', () => {
     } finally {
       execFileSync('umount', [`${W}/alias`]);
     }
+  });
+
+  test("in a sticky world-writable root, another user's links are not followed nor their files written (as the kernel's protected_symlinks/protected_regular)", async () => {
+    if (process.getuid?.() !== 0) return; // needs chown
+    const S = join(f.root, 'sticky');
+    mkdirSync(S);
+    chmodSync(S, 0o1777);
+    writeFileSync(`${f.W}/victim`, 'keep');
+    const sb = sandboxContext(f, [entry(S, 'write')]);
+    symlinkSync(`${f.W}/victim`, `${S}/theirs`);
+    lchownSync(`${S}/theirs`, 65534, 65534);
+    writeFileSync(`${S}/their-file`, 'theirs');
+    chownSync(`${S}/their-file`, 65534, 65534);
+    await refused(
+      'fs/writeFile',
+      { path: `${S}/theirs`, dataBase64: b64('pwned'), sandbox: sb },
+      'owned by uid 65534',
+    );
+    await refused(
+      'fs/writeFile',
+      { path: `${S}/their-file`, dataBase64: b64('pwned'), sandbox: sb },
+      'owned by uid 65534',
+    );
+    assert.equal(readFileSync(`${f.W}/victim`, 'utf8'), 'keep');
+    assert.equal(readFileSync(`${S}/their-file`, 'utf8'), 'theirs');
+    // Our own link and file there are used as usual.
+    symlinkSync(`${f.W}/victim`, `${S}/mine`);
+    await c.request('fs/writeFile', { path: `${S}/mine`, dataBase64: b64('mine'), sandbox: sb });
+    assert.equal(readFileSync(`${f.W}/victim`, 'utf8'), 'mine');
   });
 
   test('without the addon (CORRAL_NATIVE_FS=0) sandboxed fs/* is refused, saying why; unsandboxed fs/* works', async () => {

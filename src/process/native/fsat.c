@@ -18,7 +18,7 @@
 //   fsOpenAt(dirfd, name, flags, mode) -> fd | -errno
 //                                     openat2 with the RESOLVE_* flags above and O_NOFOLLOW | O_CLOEXEC added:
 //                                     O_PATH opens a symlink itself, anything else gets ELOOP for a symlink
-//   fsStat(fd) -> [ident, mode, size, mtimeMs, birthtimeMs, nlink] | -errno
+//   fsStat(fd) -> [ident, mode, size, mtimeMs, birthtimeMs, nlink, uid] | -errno
 //                                     statx of the fd itself; ident is "dev:ino", birthtimeMs 0 when unknown
 //   fsDup(fd) -> fd | -errno          a close-on-exec duplicate
 //   fsReadlink(fd) -> string | -errno the target of the symlink an O_PATH fd refers to
@@ -138,7 +138,7 @@ static napi_value js_stat(napi_env env, napi_callback_info info) {
   char ident[64];
   snprintf(ident, sizeof ident, "%u.%u:%llu", sx.stx_dev_major, sx.stx_dev_minor, (unsigned long long)sx.stx_ino);
   napi_value r, s;
-  napi_create_array_with_length(env, 6, &r);
+  napi_create_array_with_length(env, 7, &r);
   napi_create_string_utf8(env, ident, NAPI_AUTO_LENGTH, &s);
   napi_set_element(env, r, 0, s);
   napi_set_element(env, r, 1, num(env, sx.stx_mode));
@@ -147,6 +147,7 @@ static napi_value js_stat(napi_env env, napi_callback_info info) {
   double birth = (sx.stx_mask & STATX_BTIME) ? (double)sx.stx_btime.tv_sec * 1e3 + sx.stx_btime.tv_nsec / 1e6 : 0;
   napi_set_element(env, r, 4, num(env, birth));
   napi_set_element(env, r, 5, num(env, sx.stx_nlink));
+  napi_set_element(env, r, 6, num(env, sx.stx_uid));
   return r;
 }
 

@@ -79,7 +79,15 @@ function wrap(c: Calls): NativeFs {
     stat(fd) {
       const r = c.fsStat(fd);
       if (typeof r === 'number') throw errnoError(r, 'statx');
-      return { ident: r[0], mode: r[1], size: r[2], mtimeMs: r[3], birthtimeMs: r[4], nlink: r[5], uid: r[6] };
+      return {
+        ident: r[0],
+        mode: r[1],
+        size: r[2],
+        mtimeMs: r[3],
+        birthtimeMs: r[4],
+        nlink: r[5],
+        uid: r[6],
+      };
     },
     dup: (fd) => c.fsDup(fd),
     readlink(fd) {

@@ -44,10 +44,19 @@ export interface FsStep {
   readonly seen: readonly ConcreteEntry[];
   /** Set once the walk went through a protected name of a writable root (`.git`, `.codex`, …): read-only below. */
   readonly protectedName: string | null;
+  /** Set once the walk reached the server's own /proc or /dev (by path or identity): never the sandbox's view. */
+  readonly hostOnly: boolean;
 }
 
+/**
+ * What a sandbox has of its own instead of the host's (bwrap `--proc /proc`, `--dev /dev`): through fs/* with a
+ * sandbox context these would be the server's (`/proc/self/environ` is the server's environment), so they are
+ * neither read nor written, whatever the entries say.
+ */
+const HOST_ONLY = ['/proc', '/dev'];
+
 /** The ways an fs access is decided (for the error texts). */
-export type FsDenial = 'outside' | 'read-only' | 'protected' | 'unreadable';
+export type FsDenial = 'outside' | 'read-only' | 'protected' | 'unreadable' | 'host-only';
 
 /**
  * The fs/* view of a sandbox context: the policy resolved exactly as for a process (sandbox.md §4), decided one walked
@@ -58,6 +67,7 @@ export class FsRules {
   private readonly writableRoots: Set<string>;
   private readonly explicitWrite: Set<string>;
   private readonly identities = new Map<string, ConcreteEntry>();
+  private readonly hostOnlyIdents = new Set<string>();
 
   constructor(readonly policy: ResolvedPolicy) {
     this.entries = policy.entries;
@@ -67,15 +77,15 @@ export class FsRules {
     );
   }
 
-  /** The read and `none` paths (other than `/`) whose identity a walk compares with what it opens. */
+  /** The read and `none` paths (other than `/`), and /proc and /dev, whose identity a walk compares with what it opens. */
   get guardedPaths(): string[] {
-    return [
-      ...new Set(this.entries.filter((e) => e.access !== 'write' && e.path !== '/').map((e) => e.path)),
-    ];
+    const paths = this.entries.filter((e) => e.access !== 'write' && e.path !== '/').map((e) => e.path);
+    return [...new Set([...HOST_ONLY, ...paths])];
   }
 
   /** Records the identity (dev:ino) that a guarded path has now. */
   addIdentity(path: string, ident: string): void {
+    if (HOST_ONLY.includes(path)) this.hostOnlyIdents.add(ident);
     const access = accessOf(this.entries, path);
     if (access === 'write') return;
     const prev = this.identities.get(ident);
@@ -85,7 +95,7 @@ export class FsRules {
 
   /** The step of `/`. */
   root(ident: string | null): FsStep {
-    return this.seenAs({ path: '/', seen: [], protectedName: null }, ident);
+    return this.seenAs({ path: '/', seen: [], protectedName: null, hostOnly: false }, ident);
   }
 
   /**
@@ -102,7 +112,11 @@ export class FsRules {
       !this.explicitWrite.has(path)
     )
       protectedName = path;
-    return this.seenAs({ path, seen: parent.seen, protectedName }, ident);
+    const hostOnly =
+      parent.hostOnly ||
+      (parent.path === '/' && HOST_ONLY.includes(path)) ||
+      (ident !== null && this.hostOnlyIdents.has(ident));
+    return this.seenAs({ path, seen: parent.seen, protectedName, hostOnly }, ident);
   }
 
   /** A step reached through a symlink at `link`: a protected name stays protected wherever its link points. */
@@ -119,11 +133,13 @@ export class FsRules {
 
   /** The access of a step: the most specific entry (§4.2), the identities seen on the way, protected names. */
   access(step: FsStep): Access {
+    if (step.hostOnly) return 'none';
     const a = accessOf(step.seen.length ? [...this.entries, ...step.seen] : this.entries, step.path);
     return a === 'write' && step.protectedName !== null ? 'read' : a;
   }
 
   canRead(step: FsStep): boolean {
+    if (step.hostOnly) return false;
     return this.policy.fullRead || this.access(step) !== 'none';
   }
 
@@ -133,6 +149,7 @@ export class FsRules {
 
   /** Why `step` may not be accessed in `mode` (null when it may). */
   denial(step: FsStep, mode: 'read' | 'write'): FsDenial | null {
+    if (step.hostOnly) return 'host-only';
     if (mode === 'read') return this.canRead(step) ? null : 'unreadable';
     const a = this.access(step);
     if (a === 'write') return null;
@@ -148,6 +165,7 @@ export class FsRules {
       'read-only': 'it is read-only in the sandbox',
       protected: `${step.protectedName} is protected in a writable root`,
       unreadable: 'it is not readable in the sandbox',
+      'host-only': "it is the server's own /proc or /dev, not the sandbox's",
     };
     return `sandbox denied ${mode === 'read' ? 'read of' : 'write to'} ${requested}${via}: ${text[why]}`;
   }

@@ -14,6 +14,7 @@ import {
   mkdirSync,
   readFileSync,
   readlinkSync,
+  rmSync,
   symlinkSync,
   writeFileSync,
 } from 'node:fs';
@@ -150,6 +151,27 @@ describe('fs/* with a sandbox context', () => {
     );
     assert.equal(readFileSync(join(f.OUT, 'secret'), 'utf8'), 'SECRET');
     assert.ok(!existsSync(join(f.OUT, 'c')) && !existsSync(join(f.OUT, 'd')) && !existsSync(`${W}/c`));
+  });
+
+  test("the server's own /proc and /dev are not the sandbox's: refused, through a link too", async () => {
+    const sb = sandboxContext(f);
+    const W = join(f.W, 'host-only');
+    mkdirSync(W);
+    symlinkSync('/proc/self/environ', `${W}/env`);
+    const shm = `/dev/shm/corral-fs-test-${process.pid}`;
+    writeFileSync(shm, 'host shm');
+    try {
+      for (const p of [`${W}/env`, '/proc/self/environ', '/proc/self/status', shm]) {
+        const m = await refused('fs/readFile', { path: p, sandbox: sb }, p);
+        assert.match(m, /the server's own \/proc or \/dev/);
+      }
+      await refused('fs/writeFile', { path: shm, dataBase64: b64('x'), sandbox: sb }, shm);
+      await refused('fs/readDirectory', { path: '/proc', sandbox: sb }, '/proc');
+      // Without a context (full access) the agent reads what the server reads, as before.
+      assert.ok(text(await c.request('fs/readFile', { path: shm })).includes('host shm'));
+    } finally {
+      rmSync(shm, { force: true });
+    }
   });
 
   test('protected names (.git .codex .agents .aws) are read-only in every writable root, links to them too', async () => {

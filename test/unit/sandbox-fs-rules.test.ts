@@ -57,6 +57,14 @@ test('by walked path: the most specific entry decides (sandbox.md §4.2)', () =>
   assert.equal(r.denial(walk(r, '/etc/passwd'), 'write'), 'read-only');
   assert.equal(r.denial(walk(r, '/ws/secret/key'), 'read'), 'unreadable');
   assert.equal(r.denial(walk(r, '/ws/secret/key'), 'write'), 'outside');
+  // The sandbox has its own /proc and /dev: the server's are neither read nor written, whatever the entries say.
+  assert.equal(r.denial(walk(r, '/proc/self/environ'), 'read'), 'host-only');
+  assert.equal(r.denial(walk(r, '/dev/shm/x'), 'write'), 'host-only');
+  r.addIdentity('/proc', 'ino:procroot');
+  assert.equal(
+    r.denial(walk(r, '/ws/proc-bind/self', { '/ws/proc-bind': 'ino:procroot' }), 'read'),
+    'host-only',
+  );
 });
 
 test('by identity: a read-only or none path reached by another name keeps its access', () => {

@@ -109,18 +109,16 @@ describe('fs/* is bounded whatever it meets', () => {
     const link = join(f.W, 'package.json');
     symlinkSync('/dev/zero', link);
     for (const sandbox of [undefined, sandboxContext(f)]) {
-      refusal(
-        await within(5000, c.request('fs/readFile', { path: link, sandbox })),
-        link,
-        'character device',
-      );
+      // Without a context it is opened and found to be a device; with one, /dev is not even reached.
+      const what = sandbox ? "the server's own /proc or /dev" : 'character device';
+      refusal(await within(5000, c.request('fs/readFile', { path: link, sandbox })), link, what);
       refusal(
         await within(
           5000,
           c.request('fs/copy', { sourcePath: link, destinationPath: `${f.W}/z`, recursive: false, sandbox }),
         ),
         link,
-        'character device',
+        what,
       );
       refusal(
         await within(5000, c.request('fs/writeFile', { path: link, dataBase64: b64('x'), sandbox })),
@@ -322,13 +320,12 @@ describe('fs/* is bounded whatever it meets', () => {
       assert.equal(e.code, -32603);
       assert.match(e.message, /^fs\/copy of .*\/big timed out after 100 ms$/);
       // The copy stopped with the answer (at most the entry in hand is finished): what it made no longer grows.
-      const n = readdirSync(dst).length;
+      // (Under load it can run out before the destination is even made.)
+      const copied = () => (existsSync(dst) ? readdirSync(dst).length : 0);
+      const n = copied();
       assert.ok(n < 2000, `${n} files copied`);
-      for (let i = 0; i < 5; i++) await c.request('fs/getMetadata', { path: dst });
-      assert.ok(
-        readdirSync(dst).length <= n + 1,
-        `${readdirSync(dst).length} files copied after the answer, ${n} before`,
-      );
+      for (let i = 0; i < 5; i++) await c.request('fs/getMetadata', { path: f.W });
+      assert.ok(copied() <= n + 1, `${copied()} files copied after the answer, ${n} before`);
     } finally {
       await ts.close();
     }

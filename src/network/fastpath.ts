@@ -11,9 +11,10 @@
  */
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
-import { normalizeHost } from './host.js';
+import { type FastHead, readFastHead } from './fastHead.js';
 import type { HostDecision, PolicyEngine } from './policy.js';
 import type { Recorder } from './recorder.js';
+import { keepAliveLines, type RelayClient, ResponseRelay, type Upstream } from './responseRelay.js';
 
 export interface FastPathDeps {
   policy: PolicyEngine;
@@ -30,54 +31,13 @@ export interface FastPathDeps {
    */
   handoff(socket: Socket, buffered: Buffer, decision: HostDecision | undefined, ended: boolean): void;
   clientAddr(socket: Socket): string | null;
-  hostHeaderMatches(header: string, target: { rawHost: string; port: number; scheme: string }): boolean;
-  parseAbsoluteTarget(
-    url: string,
-  ): { scheme: string; rawHost: string; port: number; path: string; authority: string } | null;
   limitedMethods: ReadonlySet<string>;
   track(s: Duplex): void;
 }
 
-/** Far under the Node path's 16 KiB / 100-line / 64 KiB URI rules: anything near them goes there for the answer. */
-const MAX_HEAD = 8 * 1024;
-const MAX_LINES = 64;
 const MAX_BODY_IN_HEAD = 64 * 1024;
-const MAX_RESPONSE_HEAD = 16 * 1024;
 const MAX_FREE_PER_KEY = 64;
 const MAX_PENDING = 1024 * 1024;
-
-const REQUEST_LINE = /^([A-Z]{1,20}) (http:\/\/[!-~]+) HTTP\/1\.1$/;
-const HEADER_LINE = /^([!#$%&'*+\-.^_`|~0-9A-Za-z]+):[ \t]*(.*?)[ \t]*$/;
-const BAD_BYTES = /[^\t\x20-\x7e]/;
-const STATUS_LINE = /^HTTP\/1\.([01]) ([1-9][0-9]{2})(?: ([\t\x20-\x7e]*))?$/;
-const DIGITS = /^[0-9]{1,15}$/;
-const HOP_BY_HOP = new Set([
-  'connection',
-  'keep-alive',
-  'proxy-connection',
-  'proxy-authorization',
-  'proxy-authenticate',
-  'trailer',
-  'transfer-encoding',
-  'upgrade',
-  'te',
-]);
-
-interface ParsedHead {
-  method: string;
-  path: string;
-  port: number;
-  authority: string;
-  host: string;
-  lines: string[];
-  bodyLength: number;
-  headLength: number;
-}
-
-interface Upstream {
-  socket: Duplex;
-  key: string;
-}
 
 export class FastHttp {
   private readonly free = new Map<string, Duplex[]>();
@@ -141,7 +101,7 @@ export class FastHttp {
   }
 }
 
-class ClientConn {
+class ClientConn implements RelayClient {
   private buf: Buffer = Buffer.alloc(0);
   private busy = false;
   private ended = false;
@@ -229,11 +189,7 @@ class ClientConn {
       else this.handoff();
       return;
     }
-    if (end + 4 > MAX_HEAD) {
-      this.handoff();
-      return;
-    }
-    const head = this.parse(end);
+    const head = readFastHead(this.buf, end);
     if (head === null || this.buf.length < head.headLength + head.bodyLength) {
       if (head !== null && this.ended) {
         this.handoffEnded();
@@ -251,71 +207,7 @@ class ClientConn {
     this.run(head).catch(() => this.socket.destroy());
   }
 
-  /** Strict parse of one request head; null means "let the Node path have it". */
-  private parse(end: number): ParsedHead | null {
-    const text = this.buf.toString('latin1', 0, end);
-    if (BAD_BYTES.test(text.replaceAll('\r\n', ''))) return null;
-    const lines = text.split('\r\n');
-    if (lines.length > MAX_LINES) return null;
-    const rl = REQUEST_LINE.exec(lines[0]!);
-    if (!rl) return null;
-    const method = rl[1]!;
-    if (method === 'CONNECT') return null;
-    const target = this.deps.parseAbsoluteTarget(rl[2]!);
-    if (target?.scheme !== 'http' || target.rawHost === '' || Number.isNaN(target.port)) return null;
-    const norm = normalizeHost(target.rawHost);
-    if (!norm.ok || norm.host === '') return null;
-    const out: string[] = [];
-    let host: string | undefined;
-    let bodyLength = 0;
-    let sawLength = false;
-    for (let i = 1; i < lines.length; i++) {
-      const m = HEADER_LINE.exec(lines[i]!);
-      if (!m) return null;
-      const name = m[1]!;
-      const value = m[2]!;
-      const lk = name.toLowerCase();
-      switch (lk) {
-        case 'host':
-          if (host !== undefined) return null;
-          host = value;
-          break;
-        case 'content-length':
-          if (sawLength || !DIGITS.test(value)) return null;
-          sawLength = true;
-          bodyLength = Number(value);
-          break;
-        case 'connection':
-        case 'proxy-connection':
-          for (const t of value.split(',')) {
-            const tok = t.trim().toLowerCase();
-            if (tok !== '' && tok !== 'keep-alive') return null;
-          }
-          continue;
-        case 'transfer-encoding':
-        case 'expect':
-        case 'upgrade':
-        case 'x-unix-socket':
-          return null;
-      }
-      if (HOP_BY_HOP.has(lk)) continue;
-      out.push(`${name}: ${value}\r\n`);
-    }
-    if (host !== undefined && !this.deps.hostHeaderMatches(host, target)) return null;
-    if (host === undefined) out.unshift(`host: ${target.authority}\r\n`);
-    return {
-      method,
-      path: target.path,
-      port: target.port,
-      authority: target.authority,
-      host: norm.host,
-      lines: out,
-      bodyLength,
-      headLength: end + 4,
-    };
-  }
-
-  private async run(head: ParsedHead): Promise<void> {
+  private async run(head: FastHead): Promise<void> {
     const { policy, recorder } = this.deps;
     const client = this.deps.clientAddr(this.socket);
     const decision = await policy.evaluate(head.host, head.port, {
@@ -340,7 +232,10 @@ class ClientConn {
       { protocol: 'http', host: decision.host, port: head.port, method: head.method, client },
       decision,
     );
-    const reqHead = `${head.method} ${head.path} HTTP/1.1\r\n${head.lines.join('')}Connection: keep-alive\r\n\r\n`;
+    let reqHead = `${head.method} ${head.path} HTTP/1.1\r\n`;
+    for (let i = 0; i < head.headers.length; i += 2)
+      reqHead += `${head.headers[i]}: ${head.headers[i + 1]}\r\n`;
+    reqHead += 'Connection: keep-alive\r\n\r\n';
     const total = head.headLength + head.bodyLength;
     const body = head.bodyLength > 0 ? this.buf.subarray(head.headLength, total) : null;
     this.buf = this.buf.length === total ? Buffer.alloc(0) : this.buf.subarray(total);
@@ -418,245 +313,3 @@ class ClientConn {
 }
 
 function ignore(): void {}
-
-function keepAliveLines(ms: number): string {
-  const s = Math.floor(ms / 1000);
-  return ms > 0 ? `Connection: keep-alive\r\nKeep-Alive: timeout=${s}\r\n` : 'Connection: keep-alive\r\n';
-}
-
-type BodyMode = 'none' | 'length' | 'chunked' | 'close';
-
-/** Relays one response from the upstream socket to the client, parsing only its framing. */
-class ResponseRelay {
-  private buf: Buffer = Buffer.alloc(0);
-  private headSent = false;
-  /** The rewritten response head, until it goes out with the first body bytes. */
-  private prefix: string | null = null;
-  private mode: BodyMode = 'none';
-  private left = 0;
-  private reuse = false;
-  /** Chunked decoder state: 'size' line, 'data' bytes, 'crlf' after data, 'trailer' lines. */
-  private cstate: 'size' | 'data' | 'crlf' | 'trailer' = 'size';
-  private line = '';
-  private readonly client: Socket;
-
-  constructor(
-    private readonly conn: ClientConn,
-    private readonly up: Upstream,
-    private readonly isHead: boolean,
-    private readonly keepAliveMs: number,
-  ) {
-    this.client = conn.client;
-  }
-
-  private settled = false;
-  private readonly onData = (d: Buffer) => {
-    if (!this.settled) this.data(d);
-  };
-  private readonly onError = () => this.broken();
-  private readonly onClose = () => this.closed();
-
-  start(): void {
-    const s = this.up.socket;
-    s.on('data', this.onData);
-    s.on('error', this.onError);
-    s.on('close', this.onClose);
-    s.resume();
-  }
-
-  /** Stops listening to the upstream socket; true the first time only. */
-  private settle(): boolean {
-    if (this.settled) return false;
-    this.settled = true;
-    const s = this.up.socket;
-    s.off('data', this.onData).off('close', this.onClose).off('error', this.onError);
-    return true;
-  }
-
-  private fail(): void {
-    if (this.settle()) this.conn.fail();
-  }
-
-  private abort(): void {
-    if (this.settle()) this.conn.abort();
-  }
-
-  private broken(): void {
-    if (!this.headSent) this.fail();
-    else this.abort();
-  }
-
-  private closed(): void {
-    if (this.headSent && this.mode === 'close') {
-      if (this.settle()) this.conn.finished(false, true);
-      return;
-    }
-    this.broken();
-  }
-
-  private write(b: Buffer): void {
-    if (this.prefix !== null) {
-      // The response head goes out with the first body bytes: one write, one syscall.
-      b = Buffer.concat([Buffer.from(this.prefix, 'latin1'), b]);
-      this.prefix = null;
-    }
-    if (!this.client.write(b)) {
-      const s = this.up.socket;
-      s.pause();
-      this.client.once('drain', () => s.resume());
-    }
-  }
-
-  private data(d: Buffer): void {
-    if (!this.headSent) {
-      this.buf = this.buf.length === 0 ? d : Buffer.concat([this.buf, d]);
-      for (;;) {
-        const end = this.buf.indexOf('\r\n\r\n');
-        if (end < 0) {
-          if (this.buf.length > MAX_RESPONSE_HEAD) this.fail();
-          return;
-        }
-        const r = this.head(end);
-        if (r === 'fail') {
-          this.fail();
-          return;
-        }
-        this.buf = this.buf.subarray(end + 4);
-        if (r === 'sent') break;
-      }
-      d = this.buf;
-      this.buf = Buffer.alloc(0);
-      if (this.mode === 'none' || d.length === 0) {
-        this.client.write(this.prefix!, 'latin1');
-        this.prefix = null;
-        if (this.mode === 'none') this.complete(d.length);
-        return;
-      }
-    }
-    this.body(d);
-  }
-
-  /** Parses one response head: 'skip' for a 1xx, 'sent' once the head went to the client. */
-  private head(end: number): 'skip' | 'sent' | 'fail' {
-    const text = this.buf.toString('latin1', 0, end);
-    const lines = text.split('\r\n');
-    const st = STATUS_LINE.exec(lines[0]!);
-    if (!st) return 'fail';
-    const status = Number(st[2]);
-    if (status < 200) return status === 101 ? 'fail' : 'skip';
-    const tokens = new Set<string>();
-    let te: string | undefined;
-    let cl: string | undefined;
-    const kept: [string, string, string][] = [];
-    for (let i = 1; i < lines.length; i++) {
-      const m = HEADER_LINE.exec(lines[i]!);
-      if (!m) return 'fail';
-      const lk = m[1]!.toLowerCase();
-      if (lk === 'connection') {
-        for (const t of m[2]!.split(',')) tokens.add(t.trim().toLowerCase());
-      } else if (lk === 'transfer-encoding') {
-        if (te !== undefined) return 'fail';
-        te = m[2]!.toLowerCase();
-      } else if (lk === 'content-length') {
-        if ((cl !== undefined && cl !== m[2]) || !DIGITS.test(m[2]!)) return 'fail';
-        cl = m[2]!;
-      }
-      kept.push([lk, m[1]!, m[2]!]);
-    }
-    let out = `HTTP/1.1 ${st[2]} ${st[3] ?? ''}\r\n`;
-    for (const [lk, name, value] of kept) {
-      if (HOP_BY_HOP.has(lk) || tokens.has(lk)) continue;
-      out += `${name}: ${value}\r\n`;
-    }
-    const http11 = st[1] === '1';
-    let closeClient = false;
-    if (this.isHead || status === 204 || status === 304) {
-      this.mode = 'none';
-    } else if (te !== undefined) {
-      if (te !== 'chunked' || cl !== undefined) return 'fail';
-      this.mode = 'chunked';
-      out += 'Transfer-Encoding: chunked\r\n';
-    } else if (cl !== undefined) {
-      this.left = Number(cl);
-      this.mode = this.left === 0 ? 'none' : 'length';
-    } else {
-      this.mode = 'close';
-      closeClient = true;
-    }
-    this.reuse = http11 && !tokens.has('close') && this.mode !== 'close';
-    out += closeClient ? 'Connection: close\r\n\r\n' : `${keepAliveLines(this.keepAliveMs)}\r\n`;
-    this.headSent = true;
-    this.prefix = out;
-    return 'sent';
-  }
-
-  private body(d: Buffer): void {
-    if (this.mode === 'close') {
-      this.write(d);
-      return;
-    }
-    if (this.mode === 'length') {
-      if (d.length < this.left) {
-        this.left -= d.length;
-        this.write(d);
-        return;
-      }
-      const extra = d.length - this.left;
-      this.write(extra > 0 ? d.subarray(0, this.left) : d);
-      this.left = 0;
-      this.complete(extra);
-      return;
-    }
-    // chunked: forward bytes verbatim while tracking where the message ends.
-    let i = 0;
-    while (i < d.length) {
-      if (this.cstate === 'data') {
-        const n = Math.min(this.left, d.length - i);
-        i += n;
-        this.left -= n;
-        if (this.left === 0) {
-          this.cstate = 'crlf';
-          this.line = '';
-        }
-        continue;
-      }
-      const nl = d.indexOf(10, i);
-      const stop = nl < 0 ? d.length : nl + 1;
-      this.line += d.toString('latin1', i, stop);
-      i = stop;
-      if (this.line.length > 4096) {
-        this.abort();
-        return;
-      }
-      if (nl < 0) break;
-      const l = this.line.slice(0, -1).replace(/\r$/, '');
-      this.line = '';
-      if (this.cstate === 'crlf') {
-        if (l !== '') {
-          this.abort();
-          return;
-        }
-        this.cstate = 'size';
-      } else if (this.cstate === 'size') {
-        const m = /^([0-9a-fA-F]{1,12})[ \t]*(;.*)?$/.exec(l);
-        if (!m) {
-          this.abort();
-          return;
-        }
-        this.left = Number.parseInt(m[1]!, 16);
-        this.cstate = this.left === 0 ? 'trailer' : 'data';
-      } else if (l === '') {
-        // End of the trailer section: the message is complete.
-        this.write(d.subarray(0, i));
-        this.complete(d.length - i);
-        return;
-      }
-    }
-    this.write(d);
-  }
-
-  /** The response is complete; `extra` bytes beyond it mean the upstream connection cannot be trusted again. */
-  private complete(extra: number): void {
-    if (this.settle()) this.conn.finished(this.reuse && extra === 0, false);
-  }
-}

@@ -9,10 +9,13 @@ import type { Duplex } from 'node:stream';
 import tls from 'node:tls';
 import { blockMessage, blockTag } from './events.js';
 import { FastHttp } from './fastpath.js';
+import { endToEndHeaders, forwardedRequestHeaders } from './headers.js';
 import { hostPort, normalizeHost } from './host.js';
+import { limitStatus, overflowStatus, PARSER_MAX_HEADERS_COUNT, PARSER_OPTIONS } from './limits.js';
 import { listenLoopback } from './listen.js';
 import type { HostDecision, PolicyEngine } from './policy.js';
 import type { Recorder } from './recorder.js';
+import { hostHeaderMatches, parseAbsoluteTarget, splitAuthority } from './target.js';
 import { tunnel } from './tunnel.js';
 import { connectVia, mayUseUpstream, UpstreamAgents, type UpstreamProxies, upstreamFor } from './upstream.js';
 
@@ -50,25 +53,7 @@ export function openTunnel(
   return attempt(0);
 }
 
-const MAX_HEADER_BYTES = 16 * 1024;
-const MAX_HEADER_LINES = 100;
-const MAX_URI_BYTES = 64 * 1024;
-/** Node's own parser limit: above the 16 KiB rule so that long URIs reach the 414 check. */
-const PARSER_MAX_HEADER_SIZE = 256 * 1024;
-
 const LIMITED_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
-const HOP_BY_HOP = new Set([
-  'connection',
-  'keep-alive',
-  'proxy-connection',
-  'proxy-authorization',
-  'proxy-authenticate',
-  'trailer',
-  'transfer-encoding',
-  'upgrade',
-  'te',
-]);
-const DEFAULT_PORTS: Record<string, number> = { http: 80, https: 443, ws: 80, wss: 443, ftp: 21 };
 
 function rawResponse(status: string, headers: [string, string][], body = ''): string {
   const lines = headers.map(([k, v]) => `${k}: ${v}\r\n`).join('');
@@ -106,59 +91,6 @@ function sendText(
   res.end(buf);
 }
 
-/** Parses `scheme://[user@]host[:port]/path` (absolute-form). Null for origin-form or garbage. */
-export function parseAbsoluteTarget(url: string): {
-  scheme: string;
-  rawHost: string;
-  port: number;
-  explicitPort: boolean;
-  path: string;
-  authority: string;
-} | null {
-  const m = /^([a-zA-Z][a-zA-Z0-9+.-]*):\/\/([^/?#]*)(.*)$/.exec(url);
-  if (!m) return null;
-  const scheme = m[1]!.toLowerCase();
-  let authority = m[2]!;
-  const at = authority.lastIndexOf('@');
-  if (at >= 0) authority = authority.slice(at + 1);
-  let path = m[3]!;
-  if (path === '' || path.startsWith('?')) path = `/${path}`;
-  const hash = path.indexOf('#');
-  if (hash >= 0) path = path.slice(0, hash);
-  const { host, port } = splitAuthority(authority);
-  const defaultPort = DEFAULT_PORTS[scheme] ?? 80;
-  return {
-    scheme,
-    rawHost: host,
-    port: port ?? defaultPort,
-    explicitPort: port !== null,
-    path,
-    authority,
-  };
-}
-
-/** Splits `host:port` / `[v6]:port` / `host`. A port that is not a number in range gives port NaN. */
-export function splitAuthority(authority: string): { host: string; port: number | null } {
-  if (authority.startsWith('[')) {
-    const end = authority.indexOf(']');
-    if (end < 0) return { host: authority, port: null };
-    const rest = authority.slice(end + 1);
-    const host = authority.slice(0, end + 1);
-    if (rest === '') return { host, port: null };
-    if (!rest.startsWith(':')) return { host: authority, port: Number.NaN };
-    return { host, port: parsePort(rest.slice(1)) };
-  }
-  const first = authority.indexOf(':');
-  if (first < 0 || first !== authority.lastIndexOf(':')) return { host: authority, port: null };
-  return { host: authority.slice(0, first), port: parsePort(authority.slice(first + 1)) };
-}
-
-function parsePort(s: string): number {
-  if (!/^[0-9]{1,5}$/.test(s)) return Number.NaN;
-  const n = Number(s);
-  return n <= 65535 ? n : Number.NaN;
-}
-
 /** The §4.7 JSON body, in Codex's key order. */
 function blockedJsonBody(
   reason: string,
@@ -188,33 +120,9 @@ function clientAddr(socket: {
   return hostPort(a, socket.remotePort);
 }
 
-/** Header-block size and line-count limits on a parsed request (§4.10): 431 / 414, or null when fine. */
-function limitStatus(req: http.IncomingMessage): 431 | 414 | null {
-  const url = req.url ?? '';
-  if (url.length >= MAX_URI_BYTES) return 414;
-  const raw = req.rawHeaders;
-  if (raw.length / 2 > MAX_HEADER_LINES) return 431;
-  let size = (req.method?.length ?? 0) + url.length + 12;
-  for (let i = 0; i < raw.length; i++) size += raw[i]!.length + 2;
-  return size > MAX_HEADER_BYTES ? 431 : null;
-}
-
 function headerValue(req: http.IncomingMessage, name: string): string | undefined {
   const v = req.headers[name];
   return Array.isArray(v) ? v[0] : v;
-}
-
-/** Host header vs absolute target (§4.2 step 3). */
-function hostHeaderMatches(
-  header: string,
-  target: { rawHost: string; port: number; scheme: string },
-): boolean {
-  const { host, port } = splitAuthority(header.trim());
-  const h = normalizeHost(host);
-  const t = normalizeHost(target.rawHost);
-  if (!h.ok || !t.ok || h.host !== t.host) return false;
-  if (port === null) return target.port === (DEFAULT_PORTS[target.scheme] ?? 80);
-  return port === target.port;
 }
 
 export class HttpProxy {
@@ -231,8 +139,7 @@ export class HttpProxy {
   constructor(private readonly deps: HttpProxyDeps) {
     const idle = deps.idleTimeoutMs;
     this.server = http.createServer({
-      maxHeaderSize: PARSER_MAX_HEADER_SIZE,
-      requireHostHeader: false,
+      ...PARSER_OPTIONS,
       headersTimeout: idle,
       requestTimeout: 0,
       // Node adds a 1 s grace to keepAliveTimeout: subtract it so quiet keep-alive connections close at `idle` too.
@@ -240,7 +147,7 @@ export class HttpProxy {
       connectionsCheckingInterval: Math.max(50, Math.min(1000, Math.floor(idle / 10))),
       noDelay: true,
     });
-    this.server.maxHeadersCount = 2000;
+    this.server.maxHeadersCount = PARSER_MAX_HEADERS_COUNT;
     this.server.timeout = 0;
     const dial = deps.dial;
     class PinnedAgent extends http.Agent {
@@ -325,8 +232,6 @@ export class HttpProxy {
         socket.resume();
       },
       clientAddr,
-      hostHeaderMatches,
-      parseAbsoluteTarget,
       limitedMethods: LIMITED_METHODS,
       track: (s) => {
         this.sockets.add(s);
@@ -401,14 +306,7 @@ export class HttpProxy {
       }
     }
     if (err.code === 'HPE_HEADER_OVERFLOW') {
-      // Past the parser's own limit: if the request line is still open, or is itself huge, the URI is at fault.
-      const packet = err.rawPacket;
-      const eol = packet ? packet.indexOf('\r\n') : -1;
-      const firstLine =
-        packet && eol >= 0 ? packet.subarray(Math.max(0, eol - 10), eol).toString('latin1') : '';
-      const longUri =
-        packet !== undefined && (eol < 0 || (eol > MAX_HEADER_BYTES && / HTTP\/1\.[01]$/.test(firstLine)));
-      reply = statusOnly(longUri ? 414 : 431);
+      reply = statusOnly(overflowStatus(err.rawPacket));
     }
     socket.end(reply);
   }
@@ -739,24 +637,7 @@ export class HttpProxy {
     hostname: string,
     addresses: readonly string[],
   ): void {
-    const raw = req.rawHeaders;
-    const connectionTokens = new Set<string>();
-    for (let i = 0; i < raw.length; i += 2) {
-      const k = raw[i]!.toLowerCase();
-      if (k === 'connection' || k === 'proxy-connection') {
-        for (const t of raw[i + 1]!.split(',')) connectionTokens.add(t.trim().toLowerCase());
-      }
-    }
-    const headers: string[] = [];
-    let hasHost = false;
-    for (let i = 0; i < raw.length; i += 2) {
-      const k = raw[i]!;
-      const lk = k.toLowerCase();
-      if (HOP_BY_HOP.has(lk) || connectionTokens.has(lk)) continue;
-      if (lk === 'host') hasHost = true;
-      headers.push(k, raw[i + 1]!);
-    }
-    if (!hasHost) headers.unshift('host', target.authority);
+    const headers = forwardedRequestHeaders(req.rawHeaders, target.authority);
     const secure = target.scheme === 'https' || target.scheme === 'wss';
     let upstream: http.ClientRequest;
     if ('address' in route) {
@@ -816,19 +697,7 @@ export class HttpProxy {
     let responded = false;
     upstream.on('response', (up) => {
       responded = true;
-      const out: string[] = [];
-      const uraw = up.rawHeaders;
-      const tokens = new Set<string>();
-      for (let i = 0; i < uraw.length; i += 2) {
-        if (uraw[i]!.toLowerCase() === 'connection') {
-          for (const t of uraw[i + 1]!.split(',')) tokens.add(t.trim().toLowerCase());
-        }
-      }
-      for (let i = 0; i < uraw.length; i += 2) {
-        const lk = uraw[i]!.toLowerCase();
-        if (HOP_BY_HOP.has(lk) || tokens.has(lk)) continue;
-        out.push(uraw[i]!, uraw[i + 1]!);
-      }
+      const out = endToEndHeaders(up.rawHeaders, 'response');
       res.sendDate = false;
       try {
         res.writeHead(up.statusCode ?? 502, up.statusMessage, out as unknown as http.OutgoingHttpHeaders);

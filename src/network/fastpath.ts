@@ -1,20 +1,24 @@
 /**
  * Fast path of the HTTP proxy for the common case: plain absolute-form `http://` HTTP/1.1 requests with no body or a
- * small Content-Length body already received, on raw sockets. The request head is parsed here (strictly, with
- * smaller bounds than the Node path's limits), the same policy runs, and the rewritten head goes to a pooled
- * upstream socket for the checked address; the response is relayed parsing only its framing.
+ * small Content-Length body already received, on raw sockets. The request head is read by fastHead.ts (strictly,
+ * with smaller bounds than the Node path's limits; a differential test holds it against Node's parser), admitted by
+ * the same `admit` as every other entry point, and the rewritten head goes to a pooled upstream socket for the
+ * checked address; the response is relayed parsing only its framing (responseRelay.ts).
  *
  * Anything unusual (parse doubts, limits, Expect/Upgrade/Transfer-Encoding, `Connection: close`, https targets,
- * blocked requests, upstream proxies) is handed to the Node path at a request boundary with the bytes unread, so
- * every answer and event of the Node path stays exactly as it is. A blocked decision is handed over with the request
- * so that the policy is not asked twice.
+ * refused requests, upstream proxies) is handed to the Node path at a request boundary with the bytes unread, so
+ * every answer and event of the Node path stays exactly as it is. A refusal is handed over with the request, so
+ * that the policy is not asked twice.
  */
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
+import { type Admission, type AdmissionRequest, admit } from './admission.js';
 import { type FastHead, readFastHead } from './fastHead.js';
-import type { HostDecision, PolicyEngine } from './policy.js';
+import { clientAddr } from './host.js';
+import type { PolicyEngine } from './policy.js';
 import type { Recorder } from './recorder.js';
 import { keepAliveLines, type RelayClient, ResponseRelay, type Upstream } from './responseRelay.js';
+import { serialize, textResponse } from './responses.js';
 
 export interface FastPathDeps {
   policy: PolicyEngine;
@@ -26,13 +30,18 @@ export interface FastPathDeps {
   /** True when plain HTTP may take the fast path now (no upstream proxy applies). */
   enabled(): boolean;
   /**
-   * Gives the socket to the Node path with `buffered` unread; `decision` answers the first request's policy.
+   * Gives the socket to the Node path with `buffered` unread; `preset` is the first request's admission.
    * `ended`: the client's end was already read here, so Node must be told of it too.
    */
-  handoff(socket: Socket, buffered: Buffer, decision: HostDecision | undefined, ended: boolean): void;
-  clientAddr(socket: Socket): string | null;
-  limitedMethods: ReadonlySet<string>;
+  handoff(socket: Socket, buffered: Buffer, preset: Preset | undefined, ended: boolean): void;
   track(s: Duplex): void;
+}
+
+/** The admission the fast path took for the request it hands over, with that request's method and target. */
+export interface Preset {
+  method: string;
+  url: string;
+  admission: Admission;
 }
 
 const MAX_BODY_IN_HEAD = 64 * 1024;
@@ -142,13 +151,13 @@ class ClientConn implements RelayClient {
     s.off('close', this.onClose);
   }
 
-  private handoff(decision?: HostDecision): void {
+  private handoff(preset?: Preset): void {
     this.detach();
     const rest = this.buf;
     this.buf = Buffer.alloc(0);
     if (this.socket.destroyed) return;
     this.socket.setTimeout(this.deps.idleTimeoutMs);
-    this.deps.handoff(this.socket, rest, decision, this.ended);
+    this.deps.handoff(this.socket, rest, preset, this.ended);
   }
 
   private data(d: Buffer): void {
@@ -208,30 +217,23 @@ class ClientConn implements RelayClient {
   }
 
   private async run(head: FastHead): Promise<void> {
-    const { policy, recorder } = this.deps;
-    const client = this.deps.clientAddr(this.socket);
-    const decision = await policy.evaluate(head.host, head.port, {
+    const r: AdmissionRequest = {
       protocol: 'http',
-      client,
+      host: head.host,
+      port: head.port,
       method: head.method,
-    });
+      client: clientAddr(this.socket),
+    };
+    const a = await admit(this.deps.policy, r);
     if (this.gone) return;
-    const address = decision.allowed ? decision.addresses[0] : undefined;
-    if (
-      !decision.allowed ||
-      address === undefined ||
-      (policy.mode === 'limited' && !this.deps.limitedMethods.has(head.method)) ||
-      !this.deps.enabled()
-    ) {
-      // Blocked answers, events and odd cases stay with the Node path, which gets this decision with the request.
+    const address = a.allowed ? a.addresses[0] : undefined;
+    if (address === undefined || !this.deps.enabled()) {
+      // Blocked answers, events and odd cases stay with the Node path, which gets this admission with the request.
       this.busy = false;
-      this.handoff(decision);
+      this.handoff({ method: head.method, url: head.url, admission: a });
       return;
     }
-    recorder.allowed(
-      { protocol: 'http', host: decision.host, port: head.port, method: head.method, client },
-      decision,
-    );
+    this.deps.recorder.record(r, a);
     let reqHead = `${head.method} ${head.path} HTTP/1.1\r\n`;
     for (let i = 0; i < head.headers.length; i += 2)
       reqHead += `${head.headers[i]}: ${head.headers[i + 1]}\r\n`;
@@ -272,9 +274,8 @@ class ClientConn implements RelayClient {
     this.upstream?.socket.destroy();
     this.upstream = null;
     if (this.gone) return;
-    const body = 'upstream failure';
     this.socket.write(
-      `HTTP/1.1 502 Bad Gateway\r\ncontent-type: text/plain\r\ncontent-length: ${body.length}\r\ndate: ${new Date().toUTCString()}\r\n${keepAliveLines(this.deps.keepAliveTimeoutMs)}\r\n${body}`,
+      serialize(textResponse(502, 'upstream failure'), keepAliveLines(this.deps.keepAliveTimeoutMs)),
     );
     this.done();
   }

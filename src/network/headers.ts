@@ -1,4 +1,5 @@
-/** Hop-by-hop headers (network-proxy.md §4.2 step 6): what the proxy never passes on, in either direction. */
+/** Request and response headers: hop-by-hop ones (network-proxy.md §4.2 step 6) are never passed on either way. */
+import type { IncomingMessage } from 'node:http';
 
 const HOP_BY_HOP: ReadonlySet<string> = new Set([
   'connection',
@@ -49,4 +50,10 @@ export function forwardedRequestHeaders(raw: readonly string[], authority: strin
   for (let i = 0; i < out.length; i += 2) if (out[i]!.toLowerCase() === 'host') hasHost = true;
   if (!hasHost) out.unshift('host', authority);
   return out;
+}
+
+/** The first value of a request header. */
+export function headerValue(req: IncomingMessage, name: string): string | undefined {
+  const v = req.headers[name];
+  return Array.isArray(v) ? v[0] : v;
 }

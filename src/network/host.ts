@@ -211,3 +211,12 @@ export function isNonPublicIp(input: string): boolean {
 export function hostPort(host: string, port: number): string {
   return host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`;
 }
+
+/** The `client` field of events: `ip:port` of a connected socket (IPv4-mapped IPv6 as IPv4), or null. */
+export function clientAddr(socket: {
+  remoteAddress?: string | undefined;
+  remotePort?: number | undefined;
+}): string | null {
+  if (!socket.remoteAddress || socket.remotePort === undefined) return null;
+  return hostPort(socket.remoteAddress.replace(/^::ffff:/, ''), socket.remotePort);
+}

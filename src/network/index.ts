@@ -11,6 +11,7 @@ export {
   parseProcessNetwork,
   validateAgainstConstraints,
 } from './config.js';
+export type { Dialer } from './dial.js';
 export { applyProxyEnv, buildProxyEnv, DEFAULT_NO_PROXY, PROXY_ENV_KEYS } from './env.js';
 export {
   BlockedRing,
@@ -21,7 +22,6 @@ export {
   NetworkEvents,
 } from './events.js';
 export { canonicalIp, isNonPublicIp, normalizeHost } from './host.js';
-export type { Dialer } from './http.js';
 export { compilePatterns, normalizePattern } from './patterns.js';
 export {
   type Decider,

@@ -1,5 +1,6 @@
 /** Per-proxy bookkeeping of decisions: the blocked ring, the audit events, the event bus and the violation log. */
 import type { AuditMetadata, BlockedRequest, NetworkAuditEvent } from '../protocol/network.js';
+import type { Admission, AdmissionRequest } from './admission.js';
 import { BlockedRing, blockedRecord, type NetworkEvents, violationLine } from './events.js';
 import type { PolicyProtocol, PolicySource } from './policy.js';
 
@@ -36,6 +37,20 @@ export class Recorder {
       mode: 'full' | 'limited';
     },
   ) {}
+
+  /**
+   * Records one admission: an allowed request's audit event; a block in the ring with its audit event, preceded by
+   * the host policy's allow when it was the mode guard that refused.
+   */
+  record(r: AdmissionRequest, a: Admission): void {
+    const base = { protocol: r.protocol, host: a.host, port: r.port, method: r.method, client: r.client };
+    if (a.allowed) {
+      this.allowed(base, a);
+      return;
+    }
+    if (a.hostAllowed) this.allowed(base, a.hostAllowed);
+    this.blocked({ ...base, scope: a.scope, reason: a.reason, source: a.source, decision: a.decision });
+  }
 
   /** The audit event of a request the host policy allowed (reason `allow`). */
   allowed(

@@ -5,11 +5,14 @@
 import dgram from 'node:dgram';
 import net from 'node:net';
 import type { Duplex } from 'node:stream';
-import { canonicalIp, hostPort, normalizeHost } from './host.js';
-import { type Dialer, openTunnel } from './http.js';
+import { type AdmissionRequest, admit } from './admission.js';
+import { type Dialer, type TunnelOrigin, tunnelFor } from './dial.js';
+import { canonicalIp, clientAddr, hostPort, normalizeHost } from './host.js';
 import { listenLoopback } from './listen.js';
 import type { PolicyEngine } from './policy.js';
 import type { Recorder } from './recorder.js';
+import { blockedSocksReply } from './responses.js';
+import { dialFailureReply, parseAddress, REP, reply } from './socksWire.js';
 import { tunnel } from './tunnel.js';
 import type { UpstreamProxies } from './upstream.js';
 
@@ -24,77 +27,24 @@ export interface SocksProxyDeps {
 
 const MAX_HANDSHAKE_BYTES = 600;
 
-function reply(rep: number, addr = '0.0.0.0', port = 0): Buffer {
-  const ip = canonicalIp(addr) ?? '0.0.0.0';
-  if (net.isIPv6(ip)) {
-    const b = Buffer.alloc(22);
-    b[0] = 5;
-    b[1] = rep;
-    b[3] = 4;
-    ipv6Bytes(ip).copy(b, 4);
-    b.writeUInt16BE(port, 20);
-    return b;
-  }
-  const b = Buffer.alloc(10);
-  b[0] = 5;
-  b[1] = rep;
-  b[3] = 1;
-  ip.split('.').forEach((o, i) => {
-    b[4 + i] = Number(o);
-  });
-  b.writeUInt16BE(port, 8);
-  return b;
-}
-
-function ipv6Bytes(ip: string): Buffer {
-  const b = Buffer.alloc(16);
-  const halves = ip.replace(/%.*$/, '').split('::');
-  const parse = (h: string) => (h === '' ? [] : h.split(':').map((g) => Number.parseInt(g, 16)));
-  const a = parse(halves[0]!);
-  const c = halves.length > 1 ? parse(halves[1]!) : [];
-  const groups = [...a, ...new Array<number>(8 - a.length - c.length).fill(0), ...c];
-  groups.forEach((g, i) => {
-    b.writeUInt16BE(g, i * 2);
-  });
-  return b;
-}
-
-/** Parses ATYP + address + port at `off`; returns the raw host text, port and end offset, or null if incomplete. */
-function parseAddress(
-  buf: Buffer,
-  off: number,
-): { host: string; port: number; end: number; bad?: boolean } | null {
-  if (buf.length < off + 1) return null;
-  const atyp = buf[off]!;
-  if (atyp === 1) {
-    if (buf.length < off + 7) return null;
-    const host = [...buf.subarray(off + 1, off + 5)].join('.');
-    return { host, port: buf.readUInt16BE(off + 5), end: off + 7 };
-  }
-  if (atyp === 3) {
-    if (buf.length < off + 2) return null;
-    const len = buf[off + 1]!;
-    if (buf.length < off + 2 + len + 2) return null;
-    const host = buf.subarray(off + 2, off + 2 + len).toString('latin1');
-    return { host, port: buf.readUInt16BE(off + 2 + len), end: off + 4 + len };
-  }
-  if (atyp === 4) {
-    if (buf.length < off + 19) return null;
-    const groups: string[] = [];
-    for (let i = 0; i < 8; i++) groups.push(buf.readUInt16BE(off + 1 + i * 2).toString(16));
-    return { host: `[${groups.join(':')}]`, port: buf.readUInt16BE(off + 17), end: off + 19 };
-  }
-  return { host: '', port: 0, end: off + 1, bad: true };
-}
-
 export class SocksProxy {
   readonly server: net.Server;
   private readonly sockets = new Set<Duplex>();
   private readonly udpSockets = new Set<dgram.Socket>();
   private closed = false;
+  private readonly origin: TunnelOrigin;
 
   constructor(private readonly deps: SocksProxyDeps) {
     this.server = net.createServer({ noDelay: true }, (socket) => this.onConnection(socket));
+    const isClosed = () => this.closed;
+    this.origin = {
+      dial: deps.dial,
+      upstream: deps.upstream,
+      get closed() {
+        return isClosed();
+      },
+      track: (s) => this.track(s),
+    };
   }
 
   listen(): Promise<number> {
@@ -157,76 +107,52 @@ export class SocksProxy {
         socket.off('data', onData);
         socket.pause();
         if (addr.bad) {
-          socket.end(reply(8));
+          socket.end(reply(REP.addressTypeNotSupported));
           return;
         }
         if (cmd === 1) void this.onConnect(socket, addr.host, addr.port, rest).catch(() => socket.destroy());
         else if (cmd === 3 && this.deps.udpEnabled)
           void this.onUdpAssociate(socket).catch(() => socket.destroy());
-        else socket.end(reply(7));
+        else socket.end(reply(REP.commandNotSupported));
       }
     };
     socket.on('data', onData);
   }
 
   private async onConnect(socket: net.Socket, rawHost: string, port: number, rest: Buffer): Promise<void> {
-    const { policy, recorder } = this.deps;
     const norm = normalizeHost(rawHost);
     if (!norm.ok) {
-      socket.end(reply(1));
+      socket.end(reply(REP.generalFailure));
       return;
     }
-    const client = hostPort((socket.remoteAddress ?? '').replace(/^::ffff:/, ''), socket.remotePort ?? 0);
-    const base = { protocol: 'socks5_tcp' as const, host: norm.host, port, method: null, client };
-    if (policy.mode === 'limited') {
-      // [seed]: every SOCKS TCP connect is blocked in limited mode, before the host policy (§3.5).
-      recorder.blocked({
-        ...base,
-        scope: 'non_domain',
-        reason: 'method_not_allowed',
-        source: 'mode_guard',
-        decision: 'deny',
-      });
-      socket.end(reply(2));
+    const r: AdmissionRequest = {
+      protocol: 'socks5_tcp',
+      host: norm.host,
+      port,
+      method: null,
+      client: clientAddr(socket),
+    };
+    const a = await admit(this.deps.policy, r);
+    this.deps.recorder.record(r, a);
+    if (!a.allowed) {
+      socket.end(blockedSocksReply());
       return;
     }
-    const decision = await policy.evaluate(norm.host, port, { protocol: 'socks5_tcp', client, method: null });
-    if (!decision.allowed) {
-      recorder.blocked({
-        ...base,
-        scope: 'domain',
-        reason: decision.reason,
-        source: decision.source,
-        decision: decision.decision,
-      });
-      socket.end(reply(2));
-      return;
-    }
-    recorder.allowed(base, decision);
-    let upstream: Duplex;
+    let upstream: Duplex | null;
     try {
-      upstream = await openTunnel(this.deps, { host: decision.host, addresses: decision.addresses, port });
+      upstream = await tunnelFor(this.origin, socket, { host: a.host, addresses: a.addresses, port });
     } catch (e) {
-      const code = (e as NodeJS.ErrnoException).code;
-      socket.end(
-        reply(code === 'ECONNREFUSED' ? 5 : code === 'EHOSTUNREACH' || code === 'ENETUNREACH' ? 4 : 1),
-      );
+      socket.end(reply(dialFailureReply((e as NodeJS.ErrnoException).code)));
       return;
     }
-    if (socket.destroyed || this.closed) {
-      upstream.destroy();
-      socket.destroy();
-      return;
-    }
-    this.track(upstream);
+    if (!upstream) return;
     const local = upstream as Partial<net.Socket>;
     socket.setTimeout(0);
-    socket.write(reply(0, local.localAddress ?? '0.0.0.0', local.localPort ?? 0));
+    socket.write(reply(REP.succeeded, local.localAddress ?? '0.0.0.0', local.localPort ?? 0));
     tunnel(socket, upstream, rest);
   }
 
   private async onUdpAssociate(control: net.Socket): Promise<void> {
-    const { policy, recorder } = this.deps;
     const clientIp = canonicalIp((control.remoteAddress ?? '').replace(/^::ffff:/, '')) ?? '';
     const relay = dgram.createSocket('udp4');
     const out4 = dgram.createSocket('udp4');
@@ -275,38 +201,18 @@ export class SocksProxy {
         send(cached, addr.port, data);
         return;
       }
-      const base = {
-        protocol: 'socks5_udp' as const,
+      const r: AdmissionRequest = {
+        protocol: 'socks5_udp',
         host: norm.host,
         port: addr.port,
         method: null,
         client: client(),
       };
-      if (policy.mode === 'limited') {
-        recorder.blocked({
-          ...base,
-          scope: 'non_domain',
-          reason: 'method_not_allowed',
-          source: 'mode_guard',
-          decision: 'deny',
-        });
-        return;
-      }
-      void policy
-        .evaluate(norm.host, addr.port, { protocol: 'socks5_udp', client: client(), method: null })
-        .then((d) => {
-          if (!d.allowed) {
-            recorder.blocked({
-              ...base,
-              scope: 'domain',
-              reason: d.reason,
-              source: d.source,
-              decision: d.decision,
-            });
-            return;
-          }
-          recorder.allowed(base, d);
-          const address = d.addresses[0];
+      // A refused datagram is dropped (and recorded); an allowed destination is remembered for the association.
+      void admit(this.deps.policy, r)
+        .then((a) => {
+          this.deps.recorder.record(r, a);
+          const address = a.allowed ? a.addresses[0] : undefined;
           if (address === undefined) return;
           allowedCache.set(key, address);
           send(address, addr.port, data);
@@ -328,7 +234,7 @@ export class SocksProxy {
     const onReply = (msg: Buffer, rinfo: dgram.RemoteInfo) => {
       const from = canonicalIp(rinfo.address) ?? rinfo.address;
       if (!targets.has(hostPort(from, rinfo.port)) || clientUdp === null) return;
-      const header = reply(0, from, rinfo.port);
+      const header = reply(REP.succeeded, from, rinfo.port);
       header[1] = 0; // RSV RSV FRAG ATYP …: the reply header starts 00 00 00
       header[0] = 0;
       if (this.udpSockets.has(relay))
@@ -338,7 +244,7 @@ export class SocksProxy {
     out6.on('message', onReply);
 
     // The relay reports 0.0.0.0 like Codex; clients then send to the proxy's own address.
-    control.write(reply(0, '0.0.0.0', relay.address().port));
+    control.write(reply(REP.succeeded, '0.0.0.0', relay.address().port));
     control.resume();
     control.on('data', () => {});
   }

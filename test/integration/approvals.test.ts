@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
-import type { Dialer } from '../../src/network/http.js';
+import type { Dialer } from '../../src/network/dial.js';
 import { defaultDialer } from '../../src/network/proxy.js';
 import type {
   ApprovalPrompt,

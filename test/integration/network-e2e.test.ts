@@ -2,8 +2,8 @@
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { test } from 'node:test';
+import type { Dialer } from '../../src/network/dial.js';
 import { NetworkEvents } from '../../src/network/events.js';
-import type { Dialer } from '../../src/network/http.js';
 import { defaultDialer } from '../../src/network/proxy.js';
 import type { BlockedEvent, NetworkAuditEvent } from '../../src/protocol/network.js';
 import { startTestServer } from '../helpers/server.js';

@@ -11,6 +11,7 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import net from 'node:net';
 import { after, before, test } from 'node:test';
+import { admit } from '../../src/network/admission.js';
 import { parseNetworkConfig } from '../../src/network/config.js';
 import { readFastHead } from '../../src/network/fastHead.js';
 import { forwardedRequestHeaders } from '../../src/network/headers.js';
@@ -137,12 +138,10 @@ const policy = new PolicyEngine(
   { resolver: async () => ['127.0.0.1'] },
 );
 
+/** The admission of a plain request, as the proxy takes it on either path. */
 async function decisionOf(method: string, host: string, port: number): Promise<string> {
-  const d = await policy.evaluate(host, port, { protocol: 'http', client: null, method });
-  if (!d.allowed) return `deny ${d.reason}`;
-  return policy.mode === 'limited' && !['GET', 'HEAD', 'OPTIONS'].includes(method)
-    ? 'deny method_not_allowed'
-    : `allow ${d.addresses.join(',')}`;
+  const a = await admit(policy, { protocol: 'http', host, port, method, client: null });
+  return a.allowed ? `allow ${a.addresses.join(',')}` : `deny ${a.reason}`;
 }
 
 function headerOf(raw: string[], name: string): string | undefined {

@@ -1,0 +1,85 @@
+/**
+ * Admission: the one rule that decides whether the managed proxy lets a request through (network-proxy.md §3.3,
+ * §3.5, §4.2 step 5, §4.3 steps 3–4, §4.4). Plain HTTP, upgrades, CONNECT, SOCKS5 TCP and UDP, the fast path and the
+ * policy debugger all ask `admit`, so they cannot disagree. It has no effects of its own: the host policy it consults
+ * may resolve a name or ask the decider, and the caller records the result (`Recorder.record`) and answers.
+ *
+ * The order of checks per protocol:
+ * - `http` (a plain request, the proxy sees its method): the host policy, then limited mode's method rule.
+ * - `https_connect` (an opaque tunnel): the host policy, then limited mode refuses it as `mitm_required`, since the
+ *   proxy cannot see the methods inside without terminating TLS, which it does not do (§4.5).
+ * - `socks5_tcp`, `socks5_udp`: limited mode refuses first (`method_not_allowed`, [seed]), then the host policy.
+ */
+import type { HostDecision, PolicyEngine, PolicyProtocol, PolicySource } from './policy.js';
+
+/** The methods limited mode lets through (§2.2): case-sensitive, so `post` is not GET and is blocked. */
+export const LIMITED_METHODS: ReadonlySet<string> = new Set(['GET', 'HEAD', 'OPTIONS']);
+
+/** What the proxy knows of a request when it decides: the normalised target and how it came. */
+export interface AdmissionRequest {
+  protocol: PolicyProtocol;
+  /** Normalised and canonical (`normalizeHost`); '' is blocked as `not_allowed`. */
+  host: string;
+  port: number;
+  /** The HTTP method (`CONNECT` for a tunnel); null for SOCKS. */
+  method: string | null;
+  /** `ip:port` of the client, or null. */
+  client: string | null;
+}
+
+/** An admitted request: the host policy's allow, with the checked addresses to dial (and nothing else). */
+export type Admitted = Extract<HostDecision, { allowed: true }>;
+
+/** A refused request: the reason, who refused (`source`), and whether it was the host policy or the mode guard. */
+export type Refused = Extract<HostDecision, { allowed: false }> & {
+  /** `domain` when the host policy refused; `non_domain` for the mode guard. */
+  scope: 'domain' | 'non_domain';
+  /** Set when the host policy allowed the request before the mode guard refused it (its allow is audited). */
+  hostAllowed?: { source: PolicySource; override: boolean };
+};
+
+export type Admission = Admitted | Refused;
+
+/** The policy as admission sees it: the mode and the host decision (§3.3). */
+export type AdmissionPolicy = Pick<PolicyEngine, 'mode' | 'evaluate'>;
+
+/** Limited mode's refusal for a request, and whether it comes before the host policy or after it (§3.5). */
+function limitedModeRefusal(r: AdmissionRequest): { reason: string; beforeHost: boolean } | null {
+  switch (r.protocol) {
+    case 'http':
+      return r.method !== null && LIMITED_METHODS.has(r.method)
+        ? null
+        : { reason: 'method_not_allowed', beforeHost: false };
+    case 'https_connect':
+      return { reason: 'mitm_required', beforeHost: false };
+    case 'socks5_tcp':
+    case 'socks5_udp':
+      return { reason: 'method_not_allowed', beforeHost: true };
+  }
+}
+
+function modeGuard(host: string, reason: string, hostAllowed?: Admitted): Refused {
+  return {
+    allowed: false,
+    host,
+    reason,
+    source: 'mode_guard',
+    decision: 'deny',
+    scope: 'non_domain',
+    ...(hostAllowed ? { hostAllowed: { source: hostAllowed.source, override: hostAllowed.override } } : {}),
+  };
+}
+
+/** Decides one request: the host policy and the mode guard, in the order its protocol takes them. */
+export async function admit(policy: AdmissionPolicy, r: AdmissionRequest): Promise<Admission> {
+  const limited = policy.mode === 'limited' ? limitedModeRefusal(r) : null;
+  if (limited?.beforeHost) return modeGuard(r.host, limited.reason);
+  const d = await policy.evaluate(r.host, r.port, {
+    protocol: r.protocol,
+    client: r.client,
+    method: r.method,
+  });
+  if (!d.allowed) return { ...d, scope: 'domain' };
+  if (limited) return modeGuard(d.host, limited.reason, d);
+  return d;
+}

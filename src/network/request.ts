@@ -1,0 +1,127 @@
+/**
+ * Plain HTTP requests on the proxy port (network-proxy.md §4.2, §3.8, §4.10): the limits, the unix-socket branch,
+ * the target, admission, then a block answer or forwarding. Also the requests whose method token Node's parser
+ * refuses (`post`): those are admitted the same way and never forwarded.
+ */
+import type http from 'node:http';
+import type { Duplex } from 'node:stream';
+import { type AdmissionRequest, admit, LIMITED_METHODS } from './admission.js';
+import { forward } from './forward.js';
+import { headerValue } from './headers.js';
+import { clientAddr } from './host.js';
+import type { HttpContext } from './httpContext.js';
+import { limitStatus } from './limits.js';
+import {
+  blockedHttpResponse,
+  blockedUnixSocketResponse,
+  CLOSE,
+  emptyResponse,
+  PARSE_ERROR,
+  send,
+  serialize,
+  textResponse,
+} from './responses.js';
+import { readRequestTarget } from './target.js';
+
+export async function onRequest(
+  ctx: HttpContext,
+  req: http.IncomingMessage,
+  res: http.ServerResponse,
+): Promise<void> {
+  const preset = ctx.takeAdmission(req);
+  const limit = limitStatus(req);
+  if (limit !== null) {
+    res.socket?.end(serialize(emptyResponse(limit), CLOSE));
+    return;
+  }
+  const unixSocket = req.headers['x-unix-socket'];
+  if (unixSocket !== undefined) {
+    onUnixSocket(ctx, req, res, unixSocket);
+    return;
+  }
+  const t = readRequestTarget(req.url ?? '', headerValue(req, 'host'));
+  if (!t.ok) {
+    send(res, textResponse(400, t.error));
+    return;
+  }
+  const r: AdmissionRequest = {
+    protocol: 'http',
+    host: t.host,
+    port: t.port,
+    method: req.method ?? 'GET',
+    client: clientAddr(req.socket),
+  };
+  const a = preset ?? (await admit(ctx.policy, r));
+  ctx.recorder.record(r, a);
+  if (!a.allowed) {
+    send(res, blockedHttpResponse(a, t.port));
+    return;
+  }
+  forward(ctx, req, res, t.target, a);
+}
+
+/**
+ * §3.8 on Linux: unix-socket forwarding is macOS-only. A limited-mode write method gets the short 403 JSON; anything
+ * else gets 501. Audit events only: these blocks are not recorded in the ring.
+ */
+function onUnixSocket(
+  ctx: HttpContext,
+  req: http.IncomingMessage,
+  res: http.ServerResponse,
+  header: string | string[],
+): void {
+  const path = Array.isArray(header) ? header[0] : header;
+  if (path === undefined || !path.startsWith('/') || Array.isArray(header)) {
+    send(res, textResponse(400, 'invalid x-unix-socket header'));
+    return;
+  }
+  const method = req.method ?? 'GET';
+  if (ctx.policy.mode === 'limited' && !LIMITED_METHODS.has(method)) {
+    ctx.recorder.audit({
+      protocol: 'http',
+      host: 'unix-socket',
+      port: 0,
+      method,
+      client: clientAddr(req.socket),
+      scope: 'non_domain',
+      decision: 'deny',
+      source: 'mode_guard',
+      reason: 'method_not_allowed',
+    });
+    send(res, blockedUnixSocketResponse());
+    return;
+  }
+  send(res, textResponse(501, 'unix sockets unsupported'));
+}
+
+/**
+ * A request whose method token Node's parser cannot read (it knows only upper-case tokens; Codex takes `post` as a
+ * method, which limited mode then blocks, T13). A refusal is answered and recorded like any other; a request that
+ * would pass is a parse error, as it cannot be forwarded.
+ */
+export async function onOddMethod(
+  ctx: HttpContext,
+  socket: Duplex,
+  method: string,
+  url: string,
+): Promise<void> {
+  const t = readRequestTarget(url, undefined);
+  if (!t.ok || t.host === '') {
+    socket.end(PARSE_ERROR);
+    return;
+  }
+  const r: AdmissionRequest = {
+    protocol: 'http',
+    host: t.host,
+    port: t.port,
+    method,
+    client: clientAddr(socket as Partial<import('node:net').Socket>),
+  };
+  const a = await admit(ctx.policy, r);
+  if (a.allowed) {
+    socket.end(PARSE_ERROR);
+    return;
+  }
+  ctx.recorder.record(r, a);
+  socket.end(serialize(blockedHttpResponse(a, t.port), CLOSE));
+}

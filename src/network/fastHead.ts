@@ -12,9 +12,8 @@ import { readRequestTarget } from './target.js';
 export const MAX_FAST_HEAD = 8 * 1024;
 const MAX_LINES = 64;
 
-/** `http://` + an authority of RFC 3986 characters only (llhttp refuses some others there) + a path or query. */
-const REQUEST_LINE =
-  /^([A-Z]{1,20}) (http:\/\/[A-Za-z0-9\-._~%!$&'()*+,;=:@[\]]*(?:[/?][!-~]*)?) HTTP\/1\.1$/;
+/** `http://` + an authority + a path or a query (a fragment right after the authority: llhttp refuses it). */
+const REQUEST_LINE = /^([A-Z]{1,20}) (http:\/\/[^/?#\s]*(?:[/?][!-~]*)?) HTTP\/1\.1$/;
 const HEADER_LINE = /^([!#$%&'*+\-.^_`|~0-9A-Za-z]+):[ \t]*(.*?)[ \t]*$/;
 const BAD_BYTES = /[^\t\x20-\x7e]/;
 const DIGITS = /^[0-9]{1,15}$/;

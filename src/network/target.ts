@@ -26,10 +26,16 @@ export interface AbsoluteTarget {
   authority: string;
 }
 
-/** Parses `scheme://[user@]host[:port]/path` (absolute-form). Null for origin-form or garbage. */
+/** The characters of an RFC 3986 authority (userinfo, host, port); Node's parser refuses some others there. */
+const AUTHORITY_CHARS = /^[A-Za-z0-9\-._~%!$&'()*+,;=:@[\]]*$/;
+
+/**
+ * Parses `scheme://[user@]host[:port]/path` (absolute-form). Null for origin-form or garbage, and for an authority
+ * with characters outside RFC 3986's.
+ */
 export function parseAbsoluteTarget(url: string): AbsoluteTarget | null {
   const m = /^([a-zA-Z][a-zA-Z0-9+.-]*):\/\/([^/?#]*)(.*)$/.exec(url);
-  if (!m) return null;
+  if (!m || !AUTHORITY_CHARS.test(m[2]!)) return null;
   const scheme = m[1]!.toLowerCase();
   let authority = m[2]!;
   const at = authority.lastIndexOf('@');
@@ -128,4 +134,21 @@ export function readConnectTarget(authority: string): TargetRead<object> {
   const norm = normalizeHost(rawHost);
   if (!norm.ok || norm.host === '') return { ok: false, error: 'invalid host' };
   return { ok: true, host: norm.host, port: port ?? 443 };
+}
+
+/**
+ * A target as a person writes it (the policy debugger): a URL is read as a request target, `host[:port]` as a
+ * CONNECT authority but with port 80 when none is given. `scheme` says how the proxy would meet it: `https` (such a
+ * URL, or port 443) arrives as a CONNECT.
+ */
+export function readTargetText(text: string): TargetRead<{ scheme: string }> {
+  const t = text.trim();
+  if (/^[a-z][a-z0-9+.-]*:\/\//i.test(t)) {
+    const r = readRequestTarget(t, undefined);
+    return r.ok ? { ok: true, host: r.host, port: r.port, scheme: r.target.scheme } : r;
+  }
+  const c = readConnectTarget(t);
+  if (!c.ok) return c;
+  const port = splitAuthority(t).port ?? 80;
+  return { ok: true, host: c.host, port, scheme: port === 443 ? 'https' : 'http' };
 }

@@ -2,28 +2,22 @@
  * The panel's monitor feed: a subscription any privileged connection (the app's IPC, or a WebSocket client holding
  * the token) opens with `monitor/subscribe` to see ALL sessions — processes, their output, proxy audit events and
  * blocked requests — as a snapshot followed by live `monitor/*` notifications. Also the privileged actions on other
- * clients' processes (`monitor/terminate`, `monitor/write`, `monitor/read`) and the policy debugger
- * (`policy/preview`, `policy/checkUrl`).
+ * clients' processes (`monitor/terminate`, `monitor/write`, `monitor/read`), and the gate in front of the policy
+ * debugger (policyDebugger.ts: `policy/preview`, `policy/checkUrl`).
  *
  * Memory is bounded: the network events live in fixed rings, finished processes of expired sessions in a fixed list,
  * and each subscriber has a byte budget for what is queued on its transport; past it, output chunks and network
  * events are dropped (and counted, reported as `monitor/dropped`), and process/session updates are coalesced into a
  * set of dirty keys that is flushed once the subscriber has drained. Env values are never sent.
  */
-import { NetworkConfigError, parseManagedNetwork, parseNetworkConfig } from '../network/config.js';
-import { blockMessage, type NetworkEvents } from '../network/events.js';
-import { normalizeHost } from '../network/host.js';
-import { PolicyEngine, type Resolver } from '../network/policy.js';
+import type { NetworkEvents } from '../network/events.js';
+import type { Resolver } from '../network/policy.js';
 import type { ManagedProcess } from '../process/managedProcess.js';
 import { invalidRequest } from '../protocol/errors.js';
 import type { OutputStream } from '../protocol/exec.js';
 import {
-  CheckUrlParams,
-  type CheckUrlResult,
   type DroppedCounts,
-  type FieldError,
   FollowParams,
-  fieldErrors,
   type HostCount,
   type MonitorAudit,
   type MonitorBlocked,
@@ -33,8 +27,6 @@ import {
   type MonitorSession,
   type MonitorSnapshot,
   MonitorWriteParams,
-  PolicyPreviewParams,
-  type PolicyPreviewResult,
   ProcessRef,
   redact,
   SessionRef,
@@ -42,13 +34,14 @@ import {
   sandboxBadge,
 } from '../protocol/monitor.js';
 import type { BlockedEvent, NetworkAuditEvent } from '../protocol/network.js';
-import { NetworkSettingsWireSchema } from '../protocol/network.js';
-import { parseSandboxParam } from '../protocol/sandbox.js';
 import { ResultWithCallback, type RpcConnection } from '../rpc/connection.js';
 import { decodeBase64Strict } from './base64.js';
 import type { ExecServer } from './execServer.js';
 import { parseParams } from './params.js';
+import { type PreviewFn, registerPolicyDebugger } from './policyDebugger.js';
 import type { Session } from './session.js';
+
+export type { PreviewFn };
 
 /** Above this many bytes queued on a subscriber's transport, output and network events are dropped for it. */
 export const SUBSCRIBER_HIGH_WATER = 4 * 1024 * 1024;
@@ -62,14 +55,6 @@ const BYTES_TICK_MS = 1000;
 export const NOT_PRIVILEGED =
   'monitor and policy methods need a panel connection: the desktop app itself, or a WebSocket client that ' +
   'presented the panel token (the agent token is not enough)';
-
-/** What the sandbox engine answers for a preview (src/sandbox `previewLaunch`). */
-export type PreviewFn = (req: {
-  sandbox: unknown;
-  argv: string[];
-  cwd: string;
-  managedNetwork?: unknown;
-}) => Promise<Partial<PolicyPreviewResult>> | Partial<PolicyPreviewResult>;
 
 export interface MonitorOptions {
   /** The server's resume grace (ms), to show detached sessions' countdown. */
@@ -223,16 +208,7 @@ export class Monitor {
       'exec',
       priv((p) => this.killSession(p)),
     );
-    s.registerMethod(
-      'policy/preview',
-      'exec',
-      priv((p) => this.preview(p)),
-    );
-    s.registerMethod(
-      'policy/checkUrl',
-      'exec',
-      priv((p) => this.checkUrl(p)),
-    );
+    registerPolicyDebugger(this.opts, (method, handle) => s.registerMethod(method, 'exec', priv(handle)));
   }
 
   private subscribe(params: unknown, conn: RpcConnection): unknown {
@@ -324,172 +300,6 @@ export class Monitor {
     const proc = this.lookup(p);
     if (!proc) return { status: 'unknownProcess' };
     return { status: proc.write(data) };
-  }
-
-  // ---- policy debugger ---------------------------------------------------------------------------------------
-
-  private async preview(params: unknown): Promise<PolicyPreviewResult> {
-    const p = parseParams(PolicyPreviewParams, params, 'PolicyPreviewParams');
-    const empty: PolicyPreviewResult = {
-      valid: false,
-      errors: [],
-      shape: null,
-      sandboxType: null,
-      summary: null,
-      argv: null,
-      seatbeltProfile: null,
-      note: null,
-    };
-    if (p.sandbox === null || p.sandbox === undefined) {
-      return {
-        ...empty,
-        valid: true,
-        shape: 'none',
-        sandboxType: 'none',
-        note: 'no sandbox: the command runs as is',
-      };
-    }
-    const parsed = parseSandboxParam(p.sandbox);
-    const shape =
-      typeof p.sandbox === 'object' &&
-      'permissions' in (p.sandbox as object) &&
-      !('sandbox' in (p.sandbox as object))
-        ? 'context'
-        : 'seed';
-    if (!parsed.success) return { ...empty, shape, errors: fieldErrors(parsed.error, 'sandbox') };
-    const errors: FieldError[] = [];
-    if (p.managedNetwork !== undefined && p.managedNetwork !== null) {
-      errors.push(...this.networkErrors(p.managedNetwork, 'managedNetwork'));
-      if (errors.length > 0) return { ...empty, shape, errors };
-    }
-    if (!this.opts.preview) {
-      return {
-        ...empty,
-        valid: true,
-        shape,
-        note: 'valid; the sandbox engine is not wired into this server, so no launch preview is available',
-      };
-    }
-    const cwd = p.cwd ?? '/';
-    const argv = p.argv && p.argv.length > 0 ? p.argv : ['/bin/sh', '-c', 'true'];
-    try {
-      const r = await this.opts.preview({
-        sandbox: parsed.data,
-        argv,
-        cwd,
-        managedNetwork: p.managedNetwork,
-      });
-      return {
-        ...empty,
-        valid: true,
-        shape,
-        ...r,
-        summary: r.summary ? (redact(r.summary) as Record<string, unknown>) : null,
-        errors: r.errors ?? [],
-      };
-    } catch (e) {
-      return { ...empty, shape, errors: [{ path: 'sandbox', message: (e as Error).message }] };
-    }
-  }
-
-  /** Field errors of a managedNetwork (or bare config) object; [] when it is valid. */
-  private networkErrors(raw: unknown, prefix: string): FieldError[] {
-    const obj = raw as Record<string, unknown> | null;
-    const isObj = obj !== null && typeof obj === 'object' && !Array.isArray(obj);
-    if (isObj && 'config' in obj) {
-      const cfg = obj.config as Record<string, unknown> | null;
-      const inner = cfg && typeof cfg === 'object' && 'network' in cfg ? cfg.network : cfg;
-      const innerPrefix =
-        cfg && typeof cfg === 'object' && 'network' in cfg ? `${prefix}.config.network` : `${prefix}.config`;
-      if (inner !== null && inner !== undefined) {
-        const r = NetworkSettingsWireSchema.safeParse(inner);
-        if (!r.success) return fieldErrors(r.error, innerPrefix);
-      }
-      try {
-        parseManagedNetwork(raw);
-      } catch (e) {
-        if (e instanceof NetworkConfigError) return [{ path: prefix, message: e.message }];
-        throw e;
-      }
-      return [];
-    }
-    const inner = isObj && 'network' in obj ? obj.network : raw;
-    const innerPrefix = isObj && 'network' in obj ? `${prefix}.network` : prefix;
-    if (inner !== null && inner !== undefined) {
-      const r = NetworkSettingsWireSchema.safeParse(inner);
-      if (!r.success) return fieldErrors(r.error, innerPrefix);
-    }
-    try {
-      parseNetworkConfig(raw);
-    } catch (e) {
-      if (e instanceof NetworkConfigError) return [{ path: prefix, message: e.message }];
-      throw e;
-    }
-    return [];
-  }
-
-  private async checkUrl(params: unknown): Promise<CheckUrlResult> {
-    const p = parseParams(CheckUrlParams, params, 'CheckUrlParams');
-    const base: CheckUrlResult = {
-      valid: false,
-      errors: [],
-      host: null,
-      port: null,
-      decision: null,
-      reason: null,
-      source: null,
-      message: null,
-      mode: null,
-      warnings: [],
-    };
-    const errors = this.networkErrors(p.config, 'config');
-    if (errors.length > 0) return { ...base, errors };
-    const raw = p.config as Record<string, unknown> | null;
-    const managed = raw && typeof raw === 'object' && 'config' in raw ? raw : { config: p.config };
-    const settings = parseNetworkConfig(managed.config);
-    const warnings = settings.enabled ? (parseManagedNetwork(managed)?.warnings ?? []) : [];
-    const target = parseTarget(p.target);
-    if (!target)
-      return { ...base, errors: [{ path: 'target', message: `not a URL or host:port: ${p.target}` }] };
-    const norm = normalizeHost(target.host);
-    if (!norm.ok) return { ...base, errors: [{ path: 'target', message: `invalid host: ${target.host}` }] };
-    const method = (p.method ?? (target.scheme === 'https' ? 'CONNECT' : 'GET')).toUpperCase();
-    const result = {
-      ...base,
-      valid: true,
-      host: norm.host,
-      port: target.port,
-      mode: settings.mode,
-      warnings,
-    };
-    const deny = (reason: string, source: string) => ({
-      ...result,
-      decision: 'deny' as const,
-      reason,
-      source,
-      message: blockMessage(reason),
-    });
-    if (!settings.enabled) {
-      return {
-        ...result,
-        decision: null,
-        reason: 'proxy_disabled',
-        source: 'proxy_state',
-        message: 'network.enabled is false: no proxy is started and the process gets no proxy environment',
-      };
-    }
-    const engine = new PolicyEngine(settings, this.opts.resolver ? { resolver: this.opts.resolver } : {});
-    const d = await engine.evaluate(norm.host, target.port, {
-      protocol: method === 'CONNECT' ? 'https_connect' : 'http',
-      client: null,
-      method,
-    });
-    if (!d.allowed) return { ...deny(d.reason, d.source), decision: d.decision };
-    if (settings.mode === 'limited') {
-      if (method === 'CONNECT') return deny('mitm_required', 'mode_guard');
-      if (!['GET', 'HEAD', 'OPTIONS'].includes(method)) return deny('method_not_allowed', 'mode_guard');
-    }
-    return { ...result, decision: 'allow', reason: 'allow', source: d.source, message: null };
   }
 
   // ---- events ------------------------------------------------------------------------------------------------
@@ -795,25 +605,4 @@ export class Monitor {
 
 function notification(method: string, params: unknown): string {
   return `{"method":${JSON.stringify(method)},"params":${JSON.stringify(params)}}`;
-}
-
-/** `https://h/p`, `http://h:8080/…`, `h:443`, `[::1]:80`, or a bare host (port 80). */
-export function parseTarget(text: string): { scheme: string; host: string; port: number } | null {
-  const t = text.trim();
-  if (t === '') return null;
-  if (/^[a-z][a-z0-9+.-]*:\/\//i.test(t)) {
-    try {
-      const u = new URL(t);
-      const scheme = u.protocol.replace(/:$/, '');
-      const port = u.port !== '' ? Number(u.port) : scheme === 'https' ? 443 : 80;
-      return { scheme, host: u.hostname.replace(/^\[|\]$/g, ''), port };
-    } catch {
-      return null;
-    }
-  }
-  const m = /^(\[[^\]]+\]|[^:/\s]+)(?::(\d{1,5}))?$/.exec(t);
-  if (!m) return null;
-  const port = m[2] !== undefined ? Number(m[2]) : 80;
-  if (port < 1 || port > 65535) return null;
-  return { scheme: port === 443 ? 'https' : 'http', host: m[1]!.replace(/^\[|\]$/g, ''), port };
 }

@@ -3,7 +3,8 @@ import { after, before, describe, test } from 'node:test';
 import { NetworkEvents } from '../../src/network/events.js';
 import { REDACTED, redact, sandboxBadge } from '../../src/protocol/monitor.js';
 import type { Transport } from '../../src/rpc/connection.js';
-import { Monitor, NOT_PRIVILEGED, parseTarget } from '../../src/server/monitor.js';
+import { Monitor, NOT_PRIVILEGED } from '../../src/server/monitor.js';
+import { parseTarget } from '../../src/server/policyDebugger.js';
 import { b64 } from '../helpers/client.js';
 import { startTestServer, type TestServer, until } from '../helpers/server.js';
 

@@ -36,8 +36,12 @@ const NO_PROXY_KEYS = [
 ] as const;
 const ALL_KEYS = ['ALL_PROXY', 'all_proxy', 'FTP_PROXY', 'ftp_proxy'] as const;
 
-/** Every key this module sets (33). */
-export const PROXY_ENV_KEYS: readonly string[] = [
+/**
+ * The 33 variables the managed proxy writes over a child's environment (§4.6). Not to be confused with the proxy
+ * URL variables the sandbox reads from a command's environment to route it (sandbox/linux/managedNet.ts
+ * `PROXY_ENV_KEYS`): those are the upper-case names of the URL-valued keys here.
+ */
+export const MANAGED_PROXY_ENV_KEYS: readonly string[] = [
   'CODEX_NETWORK_ALLOW_LOCAL_BINDING',
   ...HTTP_KEYS,
   ...NO_PROXY_KEYS,

@@ -12,7 +12,7 @@ export {
   validateAgainstConstraints,
 } from './config.js';
 export type { Dialer } from './dial.js';
-export { applyProxyEnv, buildProxyEnv, DEFAULT_NO_PROXY, PROXY_ENV_KEYS } from './env.js';
+export { applyProxyEnv, buildProxyEnv, DEFAULT_NO_PROXY, MANAGED_PROXY_ENV_KEYS } from './env.js';
 export {
   BlockedRing,
   blockMessage,

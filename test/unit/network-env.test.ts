@@ -1,6 +1,12 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { applyProxyEnv, buildProxyEnv, DEFAULT_NO_PROXY, PROXY_ENV_KEYS } from '../../src/network/env.js';
+import {
+  applyProxyEnv,
+  buildProxyEnv,
+  DEFAULT_NO_PROXY,
+  MANAGED_PROXY_ENV_KEYS,
+} from '../../src/network/env.js';
+import { PROXY_ENV_KEYS as SANDBOX_PROXY_URL_KEYS } from '../../src/sandbox/linux/managedNet.js';
 
 const EXPECTED_KEYS =
   `CODEX_NETWORK_ALLOW_LOCAL_BINDING HTTP_PROXY HTTPS_PROXY http_proxy https_proxy YARN_HTTP_PROXY
@@ -13,7 +19,7 @@ test('T1: exactly the 33 keys; ALL_PROXY is socks5h; the seed NO_PROXY list', ()
   const env = buildProxyEnv({ httpPort: 1111, socksPort: 2222, allowLocalBinding: false });
   assert.equal(Object.keys(env).length, 33);
   assert.deepEqual(Object.keys(env).sort(), [...EXPECTED_KEYS].sort());
-  assert.deepEqual([...PROXY_ENV_KEYS].sort(), [...EXPECTED_KEYS].sort());
+  assert.deepEqual([...MANAGED_PROXY_ENV_KEYS].sort(), [...EXPECTED_KEYS].sort());
   assert.equal(env.HTTP_PROXY, 'http://127.0.0.1:1111');
   assert.equal(env.wss_proxy, 'http://127.0.0.1:1111');
   assert.equal(env.ALL_PROXY, 'socks5h://127.0.0.1:2222');
@@ -44,4 +50,14 @@ test('applyProxyEnv overwrites stale proxy variables, drops other-case spellings
   assert.equal(out.Http_Proxy, undefined);
   assert.equal(out.PATH, '/usr/bin');
   assert.equal(Object.keys(out).length, 34);
+});
+
+test('the proxy URL variables the sandbox routes by are exactly the URL-valued keys the proxy sets, upper-cased', () => {
+  const env = buildProxyEnv({ httpPort: 1111, socksPort: 2222, allowLocalBinding: false });
+  const urlKeys = new Set(
+    Object.entries(env)
+      .filter(([, v]) => /^[a-z0-9]+:\/\/127\.0\.0\.1:/.test(v))
+      .map(([k]) => k.toUpperCase()),
+  );
+  assert.deepEqual([...SANDBOX_PROXY_URL_KEYS].sort(), [...urlKeys].sort());
 });

@@ -16,7 +16,8 @@ const MAX_LINES = 64;
 const REQUEST_LINE = /^([A-Z]{1,20}) (http:\/\/[^/?#\s]*(?:[/?][!-~]*)?) HTTP\/1\.1$/;
 const HEADER_LINE = /^([!#$%&'*+\-.^_`|~0-9A-Za-z]+):[ \t]*(.*?)[ \t]*$/;
 const BAD_BYTES = /[^\t\x20-\x7e]/;
-const DIGITS = /^[0-9]{1,15}$/;
+/** A Content-Length line as llhttp takes it: digits, with spaces (not tabs: llhttp refuses a trailing one) around. */
+const CONTENT_LENGTH_LINE = /^[^:]*: *([0-9]{1,15}) *$/;
 /** The methods llhttp knows (it answers 400 to any other token), except CONNECT, which is never forwarded as is. */
 const METHODS_TAKEN: ReadonlySet<string> = new Set(METHODS.filter((m) => m !== 'CONNECT'));
 
@@ -65,11 +66,13 @@ export function readFastHead(buf: Buffer, end: number): FastHead | null {
         if (hostHeader !== undefined) return null;
         hostHeader = value;
         break;
-      case 'content-length':
-        if (sawLength || !DIGITS.test(value)) return null;
+      case 'content-length': {
+        const cl = CONTENT_LENGTH_LINE.exec(lines[i]!);
+        if (sawLength || !cl) return null;
         sawLength = true;
-        bodyLength = Number(value);
+        bodyLength = Number(cl[1]);
         break;
+      }
       case 'connection':
       case 'proxy-connection':
         for (const t of value.split(',')) {

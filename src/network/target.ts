@@ -24,18 +24,20 @@ export interface AbsoluteTarget {
   path: string;
   /** `host[:port]` as written, without any `user@`. */
   authority: string;
+  /**
+   * False when the authority as written (`user@` included) has characters outside RFC 3986's, which parsers read
+   * differently (`http://a.test\\@b.test/` is b.test here and a.test to a WHATWG URL parser): not a valid target.
+   */
+  wellFormed: boolean;
 }
 
-/** The characters of an RFC 3986 authority (userinfo, host, port); Node's parser refuses some others there. */
+/** The characters of an RFC 3986 authority (userinfo, host, port). */
 const AUTHORITY_CHARS = /^[A-Za-z0-9\-._~%!$&'()*+,;=:@[\]]*$/;
 
-/**
- * Parses `scheme://[user@]host[:port]/path` (absolute-form). Null for origin-form or garbage, and for an authority
- * with characters outside RFC 3986's.
- */
+/** Parses `scheme://[user@]host[:port]/path` (absolute-form). Null for origin-form or garbage. */
 export function parseAbsoluteTarget(url: string): AbsoluteTarget | null {
   const m = /^([a-zA-Z][a-zA-Z0-9+.-]*):\/\/([^/?#]*)(.*)$/.exec(url);
-  if (!m || !AUTHORITY_CHARS.test(m[2]!)) return null;
+  if (!m) return null;
   const scheme = m[1]!.toLowerCase();
   let authority = m[2]!;
   const at = authority.lastIndexOf('@');
@@ -52,6 +54,7 @@ export function parseAbsoluteTarget(url: string): AbsoluteTarget | null {
     explicitPort: port !== null,
     path,
     authority,
+    wellFormed: AUTHORITY_CHARS.test(m[2]!),
   };
 }
 
@@ -121,7 +124,8 @@ export function readRequestTarget(
     return { ok: false, error: 'Host header does not match request target' };
   }
   const norm = normalizeHost(target.rawHost);
-  if (!norm.ok || Number.isNaN(target.port)) return { ok: false, error: 'invalid host' };
+  if (!norm.ok || !target.wellFormed || Number.isNaN(target.port))
+    return { ok: false, error: 'invalid host' };
   return { ok: true, host: norm.host, port: target.port, target };
 }
 

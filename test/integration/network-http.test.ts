@@ -406,6 +406,24 @@ test('hosts with control characters, spaces or non-ASCII are rejected (400)', as
   }
 });
 
+test('an authority that URL parsers read differently (a backslash before the @) is not a target: 400, no dial', async () => {
+  // Here the host is what follows the last @ (127.0.0.1); a WHATWG URL parser reads evil.test. Neither is dialled.
+  const origin = await startOrigin();
+  const fx = await startProxy({ domains: { '127.0.0.1': 'allow' }, allow_local_binding: true });
+  try {
+    const res = await request(
+      fx.proxy.httpPort,
+      `GET http://evil.test\\@127.0.0.1:${origin.port}/ HTTP/1.1\r\n\r\n`,
+    );
+    assert.equal(res.status, 400);
+    assert.deepEqual(fx.dials, []);
+    assert.equal(origin.requests.length, 0);
+  } finally {
+    await fx.close();
+    await origin.close();
+  }
+});
+
 test('T18: garbage and a TLS ClientHello get 400, empty body, connection: close', async () => {
   const fx = await startProxy({});
   try {

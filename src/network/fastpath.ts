@@ -13,6 +13,7 @@
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { type Admission, type AdmissionRequest, admit } from './admission.js';
+import type { Dialer } from './dial.js';
 import { type FastHead, readFastHead } from './fastHead.js';
 import { clientAddr } from './host.js';
 import type { PolicyEngine } from './policy.js';
@@ -23,7 +24,7 @@ import { serialize, textResponse } from './responses.js';
 export interface FastPathDeps {
   policy: PolicyEngine;
   recorder: Recorder;
-  dial: (target: { host: string; port: number; hostname: string }) => Promise<Duplex>;
+  dial: Dialer;
   idleTimeoutMs: number;
   /** Node's keepAliveTimeout on the server, for the `Keep-Alive: timeout=` header Node would write. */
   keepAliveTimeoutMs: number;
@@ -169,16 +170,11 @@ class ClientConn implements RelayClient {
     this.next();
   }
 
+  /** The client half-closed: with a partial request left, the Node path answers it as it would. */
   private end(): void {
     this.ended = true;
     if (!this.busy && this.buf.length === 0) this.socket.end();
-    else if (!this.busy) this.handoffEnded();
-  }
-
-  /** The client half-closed with a partial request left: the Node path answers it as it would. */
-  /** The client half-closed with a partial request left: the Node path answers it as it would. */
-  private handoffEnded(): void {
-    this.handoff();
+    else if (!this.busy) this.handoff();
   }
 
   private next(): void {
@@ -194,17 +190,12 @@ class ClientConn implements RelayClient {
     if (end < 0) {
       // A head split over reads (rare: clients write it at once) goes to the Node path, whose headers timeout
       // then bounds a trickling client.
-      if (this.ended) this.handoffEnded();
-      else this.handoff();
+      this.handoff();
       return;
     }
     const head = readFastHead(this.buf, end);
     if (head === null || this.buf.length < head.headLength + head.bodyLength) {
-      if (head !== null && this.ended) {
-        this.handoffEnded();
-        return;
-      }
-      if (head !== null && head.bodyLength <= MAX_BODY_IN_HEAD) {
+      if (head !== null && !this.ended && head.bodyLength <= MAX_BODY_IN_HEAD) {
         // Wait for a small body to arrive in full; a larger one goes to the Node path's streaming.
         if (this.buf.length < head.headLength + MAX_BODY_IN_HEAD) return;
       }

@@ -4,6 +4,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { app, BrowserWindow, ipcMain, session, shell } from 'electron';
 import log from 'electron-log/main';
+import { defaultAuditPath } from '../src/audit/index.js';
 import type { Logger } from '../src/server/execServer.js';
 import { runDesktop } from './desktop.js';
 
@@ -29,6 +30,8 @@ async function main(): Promise<void> {
       logFile: log.transports.file.getFile().path,
       preloadPath: join(here, '..', 'preload', 'preload.cjs'),
       indexHtml: join(here, '..', 'renderer', 'index.html'),
+      // The audit trail, as `corral serve` keeps it (src/audit).
+      host: { audit: { dbPath: defaultAuditPath() } },
     },
   );
   if (!desktop) return;

@@ -14,7 +14,8 @@ const common = { absWorkingDir: root, bundle: true, sourcemap: true, logLevel: '
 await Promise.all([
   build({
     ...common,
-    entryPoints: { cli: 'src/cli.ts' },
+    // The audit worker thread is a script of its own next to the CLI (src/audit/trail.ts finds it).
+    entryPoints: { cli: 'src/cli.ts', 'audit/worker': 'src/audit/worker.ts' },
     outdir: out,
     platform: 'node',
     format: 'esm',

@@ -1,5 +1,7 @@
 import { closeSync, constants, fstatSync, openSync, readFileSync, realpathSync } from 'node:fs';
 import { parseArgs } from 'node:util';
+import { exportAudit } from './audit/cli.js';
+import { type AuditOptions, defaultAuditPath, startAudit } from './audit/index.js';
 import { generateToken, openAccess, tokenAuth } from './server/auth.js';
 import { ExecServer, type ExecServerOptions } from './server/execServer.js';
 import { startHost } from './server/host.js';
@@ -9,8 +11,10 @@ import { listenWebSocket } from './server/wsListener.js';
 
 const USAGE = `usage: corral exec-server --listen ws://127.0.0.1:0 [options]
        corral exec-server --listen stdio
-       corral serve [--port N] [--resume-grace-ms N] [limits] [--log-level L] [--log-file F]
+       corral serve [--port N] [--resume-grace-ms N] [limits] [audit options] [--log-level L] [--log-file F]
                                exec server with an agent token + the panel (its own token) at /panel/
+       corral audit export [--db FILE] --format jsonl [--since ISO] [--session ID]
+                               every stored event as one JSON object per line, oldest first
 
 options:
   --listen URL            ws://HOST:PORT (PORT 0 picks a free port) or stdio  [ws://127.0.0.1:0]
@@ -31,7 +35,15 @@ limits (exec-server and serve):
   --max-sessions N             agent sessions (attached or detached) allowed at once  [256]
   --max-retained-mib N         MiB of finished processes' output kept for process/read, per session  [64]
   --max-total-retained-mib N   the same, for all sessions together  [1024]
-  --max-approval-timeout-ms N  longest a network approval prompt may wait, whatever the config asks  [120000]`;
+  --max-approval-timeout-ms N  longest a network approval prompt may wait, whatever the config asks  [120000]
+
+audit options (exec-server and serve):
+  --audit-db FILE         the audit database  [$XDG_STATE_HOME/corral/audit.db, ~/.local/state/corral/audit.db]
+  --no-audit              store nothing
+  --audit-output-bytes N  keep the first and the last N bytes of each process's output; 0 keeps none  [65536]
+  --audit-retention-days N  delete events older than N days  [30]
+  --audit-max-bytes N     above N bytes, delete the oldest events  [1073741824]
+  --otlp-endpoint URL     also send every event to an OpenTelemetry collector (OTLP/HTTP logs, e.g. http://127.0.0.1:4318)`;
 
 function fail(message: string): never {
   process.stderr.write(`corral: ${message}\n${USAGE}\n`);
@@ -101,6 +113,57 @@ function readTokenFile(file: string): { token: string; path: string } {
   }
 }
 
+const AUDIT_OPTIONS = {
+  'audit-db': { type: 'string' },
+  'no-audit': { type: 'boolean', default: false },
+  'audit-output-bytes': { type: 'string', default: '65536' },
+  'audit-retention-days': { type: 'string', default: '30' },
+  'audit-max-bytes': { type: 'string', default: String(1024 * 1024 * 1024) },
+  'otlp-endpoint': { type: 'string' },
+} as const;
+
+/** The audit options of exec-server and serve; null: off (--no-audit without a collector). */
+function auditOptions(values: {
+  'audit-db'?: string | undefined;
+  'no-audit'?: boolean | undefined;
+  'audit-output-bytes'?: string | undefined;
+  'audit-retention-days'?: string | undefined;
+  'audit-max-bytes'?: string | undefined;
+  'otlp-endpoint'?: string | undefined;
+}): AuditOptions | null {
+  const whole = (name: keyof typeof AUDIT_OPTIONS, min: number) => {
+    const n = Number(values[name]);
+    if (!Number.isInteger(n) || n < min) fail(`--${name} must be a whole number ≥ ${min}`);
+    return n;
+  };
+  const outputBytes = whole('audit-output-bytes', 0);
+  if (outputBytes > 1024 * 1024) fail('--audit-output-bytes must be at most 1048576');
+  const endpoint = values['otlp-endpoint'] ?? null;
+  if (endpoint !== null) {
+    try {
+      const u = new URL(endpoint);
+      if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new Error('not http');
+    } catch {
+      fail(`--otlp-endpoint: expected an http(s) URL, got ${endpoint}`);
+    }
+  }
+  if (values['no-audit'] && values['audit-db']) fail('--no-audit and --audit-db exclude each other');
+  if (values['no-audit'] && endpoint === null) return null;
+  return {
+    dbPath: values['no-audit'] ? null : (values['audit-db'] ?? defaultAuditPath()),
+    outputBytes,
+    retentionDays: whole('audit-retention-days', 1),
+    maxBytes: whole('audit-max-bytes', 1024 * 1024),
+    otlpEndpoint: endpoint,
+  };
+}
+
+/** Reports a startup failure (no usage text: the arguments were fine) and exits 1. */
+function fatal(message: string): never {
+  process.stderr.write(`corral: ${message}\n`);
+  process.exit(1);
+}
+
 function isLoopback(host: string): boolean {
   return host === 'localhost' || host === '::1' || host === '[::1]' || /^127\.\d+\.\d+\.\d+$/.test(host);
 }
@@ -120,6 +183,7 @@ async function execServerCommand(argv: string[]): Promise<void> {
       'log-file': { type: 'string' },
       'allow-non-loopback': { type: 'boolean', default: false },
       help: { type: 'boolean', short: 'h', default: false },
+      ...AUDIT_OPTIONS,
     },
     strict: true,
   });
@@ -145,7 +209,9 @@ async function execServerCommand(argv: string[]): Promise<void> {
   const token = mode === 'none' ? null : (tokenFile?.token ?? generateToken());
   const auth = token === null ? openAccess() : tokenAuth(token);
   // No sandbox may read the token file or our log (sandbox.md: masked like any unreadable path).
-  const hiddenPaths = [tokenFile?.path, values['log-file']].filter((p): p is string => !!p);
+  const audit = await startAudit(auditOptions(values), log).catch((e: Error) => fatal(e.message));
+  // …nor the audit database (its directory).
+  const hiddenPaths = [tokenFile?.path, values['log-file'], ...audit.hiddenPaths].filter((p): p is string => !!p);
 
   const server = new ExecServer({
     resumeGraceMs,
@@ -153,6 +219,7 @@ async function execServerCommand(argv: string[]): Promise<void> {
     log,
     launcher: { sandbox: { hiddenPaths } },
   });
+  audit.attach(server);
   let stopping = false;
   let closeListener: (() => Promise<void>) | null = null;
   const stop = (why: string) => {
@@ -162,6 +229,8 @@ async function execServerCommand(argv: string[]): Promise<void> {
     void server
       .shutdown()
       .then(() => closeListener?.())
+      .then(() => audit.stop())
+      .catch((e: Error) => log.error(`stopping: ${e.message}`))
       .finally(() => process.exit(0));
   };
   process.on('SIGINT', () => stop('SIGINT'));
@@ -224,11 +293,13 @@ async function serveCommand(argv: string[]): Promise<void> {
       ...LIMIT_OPTIONS,
       'log-level': { type: 'string', default: 'info' },
       'log-file': { type: 'string' },
+      ...AUDIT_OPTIONS,
     },
     strict: true,
   });
   const level = values['log-level'] as LogLevel;
   if (!['error', 'warn', 'info', 'debug'].includes(level)) fail(`--log-level: unknown level ${level}`);
+  const audit = auditOptions(values);
   const port = Number(values.port);
   if (!Number.isInteger(port) || port < 0 || port > 65535) fail('--port must be 0..65535');
   const resumeGraceMs = Number(values['resume-grace-ms']);
@@ -244,7 +315,8 @@ async function serveCommand(argv: string[]): Promise<void> {
     log,
     servePanel: true,
     logFile: values['log-file'] ?? null,
-  });
+    audit,
+  }).catch((e: Error) => fatal(e.message));
   let stopping = false;
   const stop = (why: string) => {
     if (stopping) return;
@@ -259,6 +331,34 @@ async function serveCommand(argv: string[]): Promise<void> {
   log.info(`panel at ${host.listener.url.replace(/^ws/, 'http')}/panel/ (token in the URL fragment)`);
 }
 
+/** `corral audit export …`. */
+async function auditCommand(argv: string[]): Promise<void> {
+  const [sub, ...rest] = argv;
+  if (sub !== 'export') fail(`audit: unknown subcommand ${sub ?? '(none)'}; expected export`);
+  const { values } = parseArgs({
+    args: rest,
+    options: {
+      db: { type: 'string' },
+      format: { type: 'string', default: 'jsonl' },
+      since: { type: 'string' },
+      session: { type: 'string' },
+    },
+    strict: true,
+  });
+  if (values.format !== 'jsonl') fail(`--format: only jsonl is supported, got ${values.format}`);
+  let since: number | null = null;
+  if (values.since !== undefined) {
+    since = Date.parse(values.since);
+    if (Number.isNaN(since)) fail(`--since: not an ISO 8601 time: ${values.since}`);
+  }
+  await exportAudit({
+    dbPath: values.db ?? defaultAuditPath(),
+    since,
+    sessionId: values.session ?? null,
+    out: process.stdout,
+  }).catch((e: Error) => fatal(e.message));
+}
+
 async function main(): Promise<void> {
   const [command, ...rest] = process.argv.slice(2);
   switch (command) {
@@ -267,6 +367,9 @@ async function main(): Promise<void> {
       break;
     case 'serve':
       await serveCommand(rest);
+      break;
+    case 'audit':
+      await auditCommand(rest);
       break;
     case undefined:
     case '--help':

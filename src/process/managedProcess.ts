@@ -55,6 +55,8 @@ export class ManagedProcess {
   sandboxDenied = false;
   /** The retained output was freed (a closed process, past its session's retention budget): reads return nothing. */
   outputEvicted = false;
+  /** The signal that ended the child, when the spawner reports it (pipes; a PTY's exit code says 128+n). */
+  exitSignal: NodeJS.Signals | null = null;
   bytesOut = 0;
   /** seq of the last event (0 before any). */
   lastSeq = 0;
@@ -70,6 +72,10 @@ export class ManagedProcess {
   private dataEvents = 0;
   /** The child has been reaped (its exit may not be reported yet): never signal its pid again. */
   private reaped = false;
+  /** The first output bytes, kept for an observer that asked (keepHead: the audit trail). */
+  private headLimit = 0;
+  private headParts: Buffer[] = [];
+  private headBytes = 0;
   /** Ends the server-death protection of the child's process group (pipes: see SpawnedChild.releaseGroup). */
   private releaseGroup: () => void = () => {};
 
@@ -131,8 +137,9 @@ export class ManagedProcess {
     this.openStreams = 2;
     this.attach(child.stdout, 'stdout');
     this.attach(child.stderr, 'stderr');
-    child.onExit((code) => {
+    child.onExit((code, signal) => {
       this.reaped = true;
+      this.exitSignal = signal;
       this.drainThen(() => this.onExit(code));
     });
   }
@@ -162,6 +169,7 @@ export class ManagedProcess {
   private onData(stream: OutputStream, data: Buffer): void {
     this.dataEvents++;
     this.bytesOut += data.length;
+    if (this.headBytes < this.headLimit) this.takeHead(data);
     if (this.sink.outputs) {
       const first = this.lastSeq + 1;
       this.lastSeq += Math.ceil(data.length / MAX_CHUNK);
@@ -177,6 +185,23 @@ export class ManagedProcess {
     }
     this.sink.flush?.();
     this.wake();
+  }
+
+  /** Keeps a copy of the first `bytes` of output (all streams, in order) until the process is dropped. */
+  keepHead(bytes: number): void {
+    this.headLimit = Math.max(this.headLimit, bytes);
+  }
+
+  /** The first output bytes kept by keepHead (at most its limit). */
+  head(): Buffer {
+    return this.headParts.length === 1 ? this.headParts[0]! : Buffer.concat(this.headParts);
+  }
+
+  private takeHead(data: Buffer): void {
+    const n = Math.min(data.length, this.headLimit - this.headBytes);
+    // A copy: `data` may be a view of a buffer the reader reuses.
+    this.headParts.push(Buffer.from(data.subarray(0, n)));
+    this.headBytes += n;
   }
 
   private onExit(code: number): void {

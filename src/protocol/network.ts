@@ -187,3 +187,23 @@ export const NetworkAuditEventSchema = z.object({
   'network.policy.override': z.boolean(),
 });
 export type NetworkAuditEvent = z.infer<typeof NetworkAuditEventSchema>;
+
+/** The audit metadata fields an audit event may carry (from the request's `auditMetadata`). */
+export const AUDIT_METADATA_FIELDS = [
+  'conversation.id',
+  'app.version',
+  'user.account_id',
+  'user.email',
+  'auth_mode',
+  'originator',
+  'terminal.type',
+  'model',
+  'slug',
+] as const;
+
+/** The audit metadata an event carries, as an object of the fields that are set. */
+export function auditMetadataOf(e: NetworkAuditEvent): Record<string, unknown> {
+  const metadata: Record<string, unknown> = {};
+  for (const k of AUDIT_METADATA_FIELDS) if (e[k] !== undefined) metadata[k] = e[k];
+  return metadata;
+}

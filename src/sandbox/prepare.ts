@@ -246,6 +246,7 @@ export function planLaunch(
 
 function planSeatbelt(eff: EffectiveSandbox, cmd: LaunchCommand, host: HostFacts): LaunchPlan {
   const r = resolvePolicy(eff, { tmpdir: host.tmpdir });
+  if (host.hiddenPaths) hideServerPaths(r, host.hiddenPaths);
   let proxyPorts: number[] = [];
   try {
     proxyPorts = planManagedRoutes(cmd.spec.env).endpoints.map((e) => e.port);

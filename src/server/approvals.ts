@@ -518,6 +518,7 @@ export class ApprovalBroker {
     this.audit.push(event);
     if (this.audit.length > APPROVAL_AUDIT_RING) this.audit.shift();
     this.server.log.info(`CORRAL_NETWORK_APPROVAL ${JSON.stringify(event)}`);
+    this.server.events.emit('approval', event);
     this.broadcast('approvals/audit', { event });
   }
 

@@ -4,7 +4,7 @@ import type { LaunchSpec, PreparedLaunch } from '../process/launch.js';
 import { type DenialClassifier, ManagedProcess } from '../process/managedProcess.js';
 import { checkCwd, LaunchCheckError, resolveProgram } from '../process/resolveProgram.js';
 import { SpawnError } from '../process/spawner.js';
-import { internalError, invalidParams, invalidRequest, methodNotFound } from '../protocol/errors.js';
+import { ErrorCode, internalError, invalidParams, invalidRequest, methodNotFound, RpcError } from '../protocol/errors.js';
 import {
   ExecParams,
   InitializeParams,
@@ -267,7 +267,37 @@ export class ExecServer implements Dispatcher {
     for (const [name, handle] of Object.entries(fs)) {
       // Answered when done, without holding the connection's queue (protocol.md §3.6): a FIFO, a slow disk or a
       // big copy must not delay process/terminate.
-      this.registerMethod(name, 'fs', (p, _c, st) => new Deferred(st.fsLane.run(() => handle(p))));
+      this.registerMethod(
+        name,
+        'fs',
+        (p, _c, st) =>
+          new Deferred(
+            st.fsLane.run(() => (this.events.hasFsListeners() ? this.observedFs(name, handle, p, st) : handle(p))),
+          ),
+      );
+    }
+  }
+
+  /** Runs an fs/* handler and reports how it ended on the event bus (the audit trail listens). */
+  private async observedFs(
+    method: string,
+    handle: (params: unknown) => Promise<unknown>,
+    params: unknown,
+    state: ConnState,
+  ): Promise<unknown> {
+    const time = Date.now();
+    const session = state.session;
+    try {
+      const result = await handle(params);
+      this.events.emit('fs', { method, time, params, session, error: null, refused: false });
+      return result;
+    } catch (e) {
+      const error = e instanceof Error ? e : new Error(String(e));
+      // The fs layer words every refusal of a request's sandbox context "sandbox denied …" / "sandbox: …" (-32603).
+      const refused =
+        e instanceof RpcError && e.code === ErrorCode.InternalError && /^sandbox( denied|:)/.test(e.message);
+      this.events.emit('fs', { method, time, params, session, error, refused });
+      throw e;
     }
   }
 

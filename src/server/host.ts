@@ -7,6 +7,7 @@ import { existsSync, readFileSync, statSync } from 'node:fs';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { dirname, extname, join, normalize, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { type AuditOptions, startAudit } from '../audit/index.js';
 import type { NetworkEvents } from '../network/events.js';
 import { resolveProgram } from '../process/resolveProgram.js';
 import { invalidRequest } from '../protocol/errors.js';
@@ -50,6 +51,8 @@ export interface HostOptions {
   /** Shown by `host/info`. */
   logFile?: string | null;
   mode?: 'desktop' | 'headless';
+  /** The audit trail (null or absent: off). */
+  audit?: AuditOptions | null;
 }
 
 /** What `host/info` tells a privileged client (the panel's "Connect an agent" box). */
@@ -216,9 +219,14 @@ export async function startHost(opts: HostOptions = {}): Promise<Host> {
   const tokens = hostTokens(opts.tokens);
   const resumeGraceMs = opts.resumeGraceMs ?? 10_000;
   const log = opts.log ?? silentLogger;
-  // The log file is ours: no sandbox may read it (it names every session's commands).
+  const audit = await startAudit(opts.audit ?? null, log);
+  // The log file is ours: no sandbox may read it (it names every session's commands); nor the audit database.
   const launcher = opts.server?.launcher;
-  const hiddenPaths = [...(launcher?.sandbox?.hiddenPaths ?? []), ...(opts.logFile ? [opts.logFile] : [])];
+  const hiddenPaths = [
+    ...(launcher?.sandbox?.hiddenPaths ?? []),
+    ...(opts.logFile ? [opts.logFile] : []),
+    ...audit.hiddenPaths,
+  ];
   const server = new ExecServer({
     ...opts.server,
     launcher: { ...launcher, sandbox: { ...launcher?.sandbox, hiddenPaths } },
@@ -232,7 +240,11 @@ export async function startHost(opts: HostOptions = {}): Promise<Host> {
   const monitor = new Monitor(server, { resumeGraceMs, preview: opts.preview ?? sandboxPreview });
   // The proxies of process/start report blocked requests and policy decisions on the launcher's bus.
   if (!opts.preparer) monitor.attachNetwork(server.launcher.networkEvents);
-  for (const bus of opts.network ?? []) monitor.attachNetwork(bus);
+  audit.attach(server);
+  for (const bus of opts.network ?? []) {
+    monitor.attachNetwork(bus);
+    audit.attachNetwork(bus);
+  }
 
   const panelDir = opts.servePanel ? (opts.panelDir ?? findPanelDir()) : null;
   if (opts.servePanel && !panelDir) throw new Error('the panel is not built: run `npm run build` first');
@@ -296,10 +308,11 @@ export async function startHost(opts: HostOptions = {}): Promise<Host> {
     },
     shutdown() {
       stopped ??= (async () => {
-        server.shutdown();
+        await server.shutdown();
         for (const s of ipcServers) s.close();
         monitor.dispose();
         await listener.close();
+        await audit.stop();
       })();
       return stopped;
     },

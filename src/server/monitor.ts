@@ -33,7 +33,7 @@ import {
   SubscribeParams,
   sandboxBadge,
 } from '../protocol/monitor.js';
-import type { BlockedEvent, NetworkAuditEvent } from '../protocol/network.js';
+import { auditMetadataOf, type BlockedEvent, type NetworkAuditEvent } from '../protocol/network.js';
 import { ResultWithCallback, type RpcConnection } from '../rpc/connection.js';
 import { decodeBase64Strict } from './base64.js';
 import type { ExecServer } from './execServer.js';
@@ -449,20 +449,7 @@ export class Monitor {
   }
 
   private onAudit(e: NetworkAuditEvent): void {
-    const metadata: Record<string, unknown> = {};
-    for (const k of [
-      'conversation.id',
-      'app.version',
-      'user.account_id',
-      'user.email',
-      'auth_mode',
-      'originator',
-      'terminal.type',
-      'model',
-      'slug',
-    ] as const) {
-      if (e[k] !== undefined) metadata[k] = e[k];
-    }
+    const metadata = auditMetadataOf(e);
     const rec: MonitorAudit = {
       id: this.nextEventId++,
       processId: e.processId,

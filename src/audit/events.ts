@@ -1,0 +1,112 @@
+/**
+ * The records the audit trail stores, as the server side hands them to the store (through the worker): plain data
+ * that survives a structured clone. Times are ms since the epoch. Env values never appear here, only names.
+ */
+import type { FsOperation } from '../protocol/audit.js';
+
+export interface SessionRecord {
+  kind: 'session';
+  time: number;
+  sessionId: string;
+  clientName: string;
+  event: 'connect' | 'resume' | 'detach' | 'end';
+}
+
+export interface ProcessStartRecord {
+  kind: 'processStart';
+  time: number;
+  sessionId: string;
+  processId: string;
+  clientName: string;
+  argv: string[];
+  cwd: string;
+  tty: boolean;
+  envNames: string[];
+  sandboxType: string;
+  policy: Record<string, unknown> | null;
+  network: Record<string, unknown> | null;
+  metadata: Record<string, unknown> | null;
+  pid: number;
+}
+
+export interface ProcessExitRecord {
+  kind: 'processExit';
+  time: number;
+  sessionId: string;
+  processId: string;
+  exitCode: number;
+  signal: string | null;
+  sandboxDenied: boolean;
+  limitHit: string | null;
+}
+
+export interface ProcessCloseRecord {
+  kind: 'processClose';
+  time: number;
+  sessionId: string;
+  processId: string;
+  outputBytes: number;
+  /** The first bytes of output (own ArrayBuffer: it is transferred to the worker). */
+  head: Uint8Array | null;
+  tail: Uint8Array | null;
+  omittedBytes: number;
+}
+
+export interface NetworkRecord {
+  kind: 'network';
+  time: number;
+  sessionId: string | null;
+  processId: string | null;
+  host: string;
+  port: number;
+  protocol: string;
+  method: string | null;
+  decision: 'allow' | 'deny' | 'ask';
+  reason: string;
+  source: string;
+  scope: string | null;
+  override: boolean;
+  clientAddress: string | null;
+  /** conversation.id, app.version, … as the proxy's auditMetadata carried them (secret-looking fields redacted). */
+  metadata: Record<string, unknown> | null;
+}
+
+export interface ApprovalRecord {
+  kind: 'approval';
+  time: number;
+  event: string;
+  promptId: string | null;
+  decision: string | null;
+  scope: string | null;
+  decidedBy: string | null;
+  sessionId: string;
+  processId: string | null;
+  command: string[] | null;
+  host: string;
+  port: number;
+  protocol: string;
+  method: string | null;
+  released: number;
+}
+
+export interface FsRecord {
+  kind: 'fs';
+  time: number;
+  sessionId: string | null;
+  clientName: string | null;
+  op: FsOperation;
+  path: string;
+  destination: string | null;
+  bytes: number | null;
+  outcome: 'allowed' | 'refused' | 'failed';
+  error: string | null;
+}
+
+export type AuditRecord =
+  | SessionRecord
+  | ProcessStartRecord
+  | ProcessExitRecord
+  | ProcessCloseRecord
+  | NetworkRecord
+  | ApprovalRecord
+  | FsRecord;

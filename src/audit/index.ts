@@ -1,0 +1,65 @@
+/**
+ * The audit trail (GitHub issue 15): every session, process, network decision, approval and fs/* change of every
+ * client, stored in a local SQLite database that outlives the server, queried by the panel (`audit/*`), exported as
+ * JSON Lines (`corral audit export`) and, optionally, sent live to an OpenTelemetry collector.
+ *
+ * Its parts: the records (events.ts), the sink the server side feeds (trail.ts, with the worker thread that owns
+ * the database and the exporter: worker.ts, store.ts, otlp.ts), the observers on the server's seams (observe.ts),
+ * the JSON-RPC methods (methods.ts) and the export (export.ts).
+ */
+import type { NetworkEvents } from '../network/events.js';
+import type { ExecServer, Logger } from '../server/execServer.js';
+import { registerAuditMethods } from './methods.js';
+import { type AuditObserver, observeServer } from './observe.js';
+import { type AuditOptions, AuditTrail } from './trail.js';
+
+export { type AuditOptions, AuditTrail, defaultAuditPath } from './trail.js';
+
+export interface Audit {
+  /** null: the trail is off (no database and no collector). */
+  readonly trail: AuditTrail | null;
+  /** Directories every sandbox must hide (the database's). */
+  readonly hiddenPaths: string[];
+  /** Observes the server's seams and registers the audit/* methods. Once per server. */
+  attach(server: ExecServer): void;
+  /** Also records the decisions of another proxy event bus. */
+  attachNetwork(bus: NetworkEvents): void;
+  /** Records the end of open sessions, commits what is queued and closes the database. */
+  stop(): Promise<void>;
+}
+
+/**
+ * Opens the trail (null options: off). Rejects with a message naming the database when it cannot be used; problems
+ * it could handle (a corrupt or unreadable file moved aside) are logged as warnings with both paths.
+ */
+export async function startAudit(opts: AuditOptions | null, log: Logger): Promise<Audit> {
+  const trail = opts && (opts.dbPath !== null || opts.otlpEndpoint) ? await AuditTrail.open(opts) : null;
+  if (trail) {
+    for (const n of trail.startupNotices) log.warn(n);
+    trail.onNotice = (n) => log.warn(n);
+    if (trail.options.dbPath) log.info(`audit trail: ${trail.options.dbPath}`);
+    if (trail.options.otlpEndpoint)
+      log.info(`audit trail: exporting to ${trail.options.otlpEndpoint} (OTLP/HTTP)`);
+  }
+  let observer: AuditObserver | null = null;
+  const pendingBuses: NetworkEvents[] = [];
+  return {
+    trail,
+    hiddenPaths: trail?.directory ? [trail.directory] : [],
+    attach(server) {
+      registerAuditMethods(server, trail);
+      if (!trail) return;
+      observer = observeServer(server, trail);
+      for (const b of pendingBuses) observer.attachNetwork(b);
+    },
+    attachNetwork(bus) {
+      if (observer) observer.attachNetwork(bus);
+      else pendingBuses.push(bus);
+    },
+    async stop() {
+      observer?.end();
+      observer = null;
+      await trail?.close();
+    },
+  };
+}

@@ -1,0 +1,283 @@
+/**
+ * Feeds the audit trail from the server's existing seams, without changing them: the ServerEvents bus (sessions,
+ * processes, fs/* calls, approvals) and the proxies' NetworkEvents buses (every policy decision). Each listener
+ * builds a plain record and hands it to the sink, which only queues it: nothing here touches the disk.
+ *
+ * What is recorded never includes an env value (names only); policy summaries and metadata go through the monitor's
+ * redaction (secret-looking fields removed).
+ */
+import type { ManagedNetworkSpec } from '../network/config.js';
+import type { NetworkEvents } from '../network/events.js';
+import type { ManagedProcess } from '../process/managedProcess.js';
+import type { ApprovalAuditEvent } from '../protocol/approvals.js';
+import type { FsOperation } from '../protocol/audit.js';
+import { redact } from '../protocol/monitor.js';
+import { auditMetadataOf, type NetworkAuditEvent } from '../protocol/network.js';
+import type { FsCallEvent } from '../server/events.js';
+import type { ExecServer } from '../server/execServer.js';
+import type { Session } from '../server/session.js';
+import type { AuditRecord, FsRecord } from './events.js';
+import type { AuditSink } from './trail.js';
+
+/** fs/* requests that change files: recorded always. Reads are recorded only when the sandbox context refused them. */
+const FS_CHANGES = new Set(['fs/writeFile', 'fs/createDirectory', 'fs/copy', 'fs/remove']);
+
+export interface AuditObserver {
+  /** Also records the policy decisions of this proxy event bus. */
+  attachNetwork(bus: NetworkEvents): void;
+  /** Records the end of every session still open (server shutdown), then stops listening. */
+  end(): void;
+}
+
+/** What the process's managed proxy enforces, for the record (null: no managed network). */
+function networkSummary(spec: ManagedNetworkSpec | undefined): Record<string, unknown> | null {
+  if (!spec) return null;
+  const s = spec.settings;
+  return {
+    mode: s.mode,
+    allowedDomains: s.allowed_domains,
+    deniedDomains: s.denied_domains,
+    allowLocalBinding: s.allow_local_binding,
+    socks5: s.enable_socks5,
+    upstreamProxy: s.allow_upstream_proxy,
+    approvals: spec.approvals !== undefined,
+    ...(spec.warnings.length > 0 ? { warnings: spec.warnings } : {}),
+  };
+}
+
+/** The last `n` bytes of a process's retained output (the ring holds the newest 1 MiB), as its own buffer. */
+function tailOf(proc: ManagedProcess, n: number): Uint8Array | null {
+  if (n <= 0) return null;
+  const chunks = proc.buffer.since(0);
+  let total = 0;
+  let i = chunks.length;
+  while (i > 0 && total < n) total += chunks[--i]!.data.length;
+  const out = new Uint8Array(Math.min(n, total));
+  let skip = total - out.length;
+  let at = 0;
+  for (; i < chunks.length; i++) {
+    const d = chunks[i]!.data;
+    const from = Math.min(skip, d.length);
+    skip -= from;
+    out.set(d.subarray(from), at);
+    at += d.length - from;
+  }
+  return out;
+}
+
+function own(b: Buffer): Uint8Array | null {
+  if (b.length === 0) return null;
+  const out = new Uint8Array(b.length);
+  out.set(b);
+  return out;
+}
+
+function fsRecord(e: FsCallEvent): FsRecord | null {
+  const read = !FS_CHANGES.has(e.method);
+  if (read && !e.refused) return null;
+  const p = (e.params ?? {}) as Record<string, unknown>;
+  const path = typeof p.path === 'string' ? p.path : typeof p.sourcePath === 'string' ? p.sourcePath : null;
+  if (path === null) return null;
+  const data = typeof p.dataBase64 === 'string' ? p.dataBase64 : null;
+  return {
+    kind: 'fs',
+    time: Date.now(),
+    sessionId: e.session?.id ?? null,
+    clientName: e.session?.clientName ?? null,
+    op: e.method.slice('fs/'.length) as FsOperation,
+    path,
+    destination: typeof p.destinationPath === 'string' ? p.destinationPath : null,
+    bytes:
+      data !== null
+        ? Math.floor((data.length * 3) / 4) - (data.endsWith('==') ? 2 : data.endsWith('=') ? 1 : 0)
+        : null,
+    outcome: e.error === null ? 'allowed' : e.refused ? 'refused' : 'failed',
+    error: e.error?.message ?? null,
+  };
+}
+
+function approvalRecord(e: ApprovalAuditEvent): AuditRecord {
+  const scope =
+    e.decision === null
+      ? null
+      : e.decision === 'allowOnce'
+        ? 'once'
+        : e.decision === 'allowProcess'
+          ? 'process'
+          : 'session';
+  const decidedBy =
+    e.kind === 'decided' || e.kind === 'revoked'
+      ? 'panel'
+      : e.kind === 'timeout'
+        ? 'timeout'
+        : e.kind === 'cancelled'
+          ? 'process-exit'
+          : null;
+  return {
+    kind: 'approval',
+    time: e.timestamp,
+    event: e.kind,
+    promptId: e.promptId,
+    decision: e.decision,
+    scope,
+    decidedBy,
+    sessionId: e.sessionId,
+    processId: e.processId,
+    command: e.command,
+    host: e.host,
+    port: e.port,
+    protocol: e.protocol,
+    method: e.method,
+    released: e.released,
+  };
+}
+
+function networkRecord(e: NetworkAuditEvent): AuditRecord {
+  const metadata = auditMetadataOf(e);
+  const time = Date.parse(e['event.timestamp']);
+  return {
+    kind: 'network',
+    time: Number.isNaN(time) ? Date.now() : time,
+    sessionId: e.sessionId ?? null,
+    processId: e.processId ?? null,
+    host: e['server.address'],
+    port: e['server.port'],
+    protocol: e['network.transport.protocol'],
+    method: e['http.request.method'] === 'none' ? null : e['http.request.method'],
+    decision: e['network.policy.decision'],
+    reason: e['network.policy.reason'],
+    source: e['network.policy.source'],
+    scope: e['network.policy.scope'],
+    override: e['network.policy.override'],
+    clientAddress: e['client.address'] === 'unknown' ? null : e['client.address'],
+    metadata: Object.keys(metadata).length > 0 ? (redact(metadata) as Record<string, unknown>) : null,
+  };
+}
+
+/** Subscribes the sink to everything the server does. */
+export function observeServer(server: ExecServer, sink: AuditSink): AuditObserver {
+  const open = new Map<string, Session>();
+  const fresh = new Set<string>();
+  const offs: (() => void)[] = [];
+
+  const proxySpec = (sessionId: string, processId: string): ManagedNetworkSpec | undefined => {
+    const k = `${sessionId}/${processId}`;
+    const prep = server.preparer as { proxies?: unknown };
+    const map = prep.proxies instanceof Map ? prep.proxies : server.launcher.proxies;
+    return (map.get(k) as { spec?: ManagedNetworkSpec } | undefined)?.spec;
+  };
+
+  const onSession = (kind: 'created' | 'attached' | 'detached' | 'expired', s: Session) => {
+    const record = (event: 'connect' | 'resume' | 'detach' | 'end') =>
+      sink.record({ kind: 'session', time: Date.now(), sessionId: s.id, clientName: s.clientName, event });
+    if (kind === 'created') {
+      fresh.add(s.id);
+      open.set(s.id, s);
+      return;
+    }
+    if (kind === 'attached') {
+      record(fresh.delete(s.id) ? 'connect' : 'resume');
+      return;
+    }
+    if (kind === 'detached') record('detach');
+    else {
+      open.delete(s.id);
+      record('end');
+    }
+  };
+
+  const onProcess = (kind: 'started' | 'exited' | 'closed', p: ManagedProcess) => {
+    const { sessionId, processId } = p.info;
+    if (kind === 'started') {
+      if (sink.outputBytes > 0) p.keepHead(sink.outputBytes);
+      const summary = p.launch.summary;
+      sink.record({
+        kind: 'processStart',
+        time: p.startedAt,
+        sessionId,
+        processId,
+        clientName: p.info.clientName,
+        argv: p.info.argv,
+        cwd: p.info.cwd,
+        tty: p.info.tty,
+        envNames: Object.keys(p.launch.spec.env).sort(),
+        sandboxType: p.sandboxType,
+        policy: summary ? (redact(summary) as Record<string, unknown>) : null,
+        network: networkSummary(proxySpec(sessionId, processId)),
+        metadata: p.info.metadata ? (redact(p.info.metadata) as Record<string, unknown>) : null,
+        pid: p.pid,
+      });
+      return;
+    }
+    if (kind === 'exited') {
+      const limitHit = (p as { limitHit?: unknown }).limitHit;
+      sink.record({
+        kind: 'processExit',
+        time: p.exitedAt ?? Date.now(),
+        sessionId,
+        processId,
+        exitCode: p.exitCode ?? -1,
+        signal: p.exitSignal,
+        sandboxDenied: p.sandboxDenied,
+        limitHit: typeof limitHit === 'string' ? limitHit : null,
+      });
+      return;
+    }
+    const n = sink.outputBytes;
+    const head = n > 0 ? own(p.head()) : null;
+    const headLen = head?.length ?? 0;
+    const tail = tailOf(p, Math.min(n, p.bytesOut - headLen));
+    const tailLen = tail?.length ?? 0;
+    sink.record({
+      kind: 'processClose',
+      time: p.closedAt ?? Date.now(),
+      sessionId,
+      processId,
+      outputBytes: p.bytesOut,
+      head,
+      tail,
+      omittedBytes: n > 0 ? p.bytesOut - headLen - tailLen : p.bytesOut,
+    });
+  };
+
+  const onFs = (e: FsCallEvent) => {
+    const r = fsRecord(e);
+    if (r) sink.record(r);
+  };
+  const onApproval = (e: ApprovalAuditEvent) => sink.record(approvalRecord(e));
+
+  server.events.on('session', onSession);
+  server.events.on('process', onProcess);
+  server.events.on('fs', onFs);
+  server.events.on('approval', onApproval);
+  offs.push(
+    () => server.events.off('session', onSession),
+    () => server.events.off('process', onProcess),
+    () => server.events.off('fs', onFs),
+    () => server.events.off('approval', onApproval),
+  );
+  const buses = new Set<NetworkEvents>();
+  const observer: AuditObserver = {
+    attachNetwork(bus) {
+      if (buses.has(bus)) return;
+      buses.add(bus);
+      offs.push(bus.on('audit', (e) => sink.record(networkRecord(e))));
+    },
+    end() {
+      for (const s of open.values()) {
+        sink.record({
+          kind: 'session',
+          time: Date.now(),
+          sessionId: s.id,
+          clientName: s.clientName,
+          event: 'end',
+        });
+      }
+      open.clear();
+      for (const off of offs) off();
+      offs.length = 0;
+    },
+  };
+  observer.attachNetwork(server.launcher.networkEvents);
+  return observer;
+}

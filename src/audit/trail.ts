@@ -1,0 +1,289 @@
+/**
+ * The server side of the audit trail: an AuditSink that observers feed records into (observe.ts), and the way to the
+ * worker thread that stores and exports them (worker.ts). `record()` only appends to an in-memory queue; the queue
+ * goes to the worker every FLUSH_MS (or at once past FLUSH_RECORDS), and the worker commits each batch in one
+ * transaction. Queries go to the worker too. So the event loop never waits on the disk.
+ */
+import { existsSync, realpathSync } from 'node:fs';
+import { homedir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { Worker } from 'node:worker_threads';
+import type { AuditInfoResult, AuditProcessResult, AuditQuery, AuditQueryResult } from '../protocol/audit.js';
+import type { AuditRecord } from './events.js';
+import type { WorkerConfig, WorkerMessage, WorkerRequest } from './worker.js';
+
+/** Records wait at most this long in memory before they go to the worker (which commits them as they arrive). */
+export const FLUSH_MS = 100;
+/** …or go at once when this many are queued. */
+export const FLUSH_RECORDS = 1000;
+export const DEFAULT_OUTPUT_BYTES = 64 * 1024;
+/** The largest --audit-output-bytes: a process's retained output ring (outputBuffer.ts) holds 1 MiB. */
+export const MAX_OUTPUT_BYTES = 1024 * 1024;
+export const DEFAULT_RETENTION_DAYS = 30;
+export const DEFAULT_MAX_BYTES = 1024 * 1024 * 1024;
+const RETENTION_INTERVAL_MS = 10 * 60 * 1000;
+
+/** What observers of the server hand their records to. */
+export interface AuditSink {
+  /** First and last bytes of each process's output to keep (0: none). */
+  readonly outputBytes: number;
+  record(r: AuditRecord): void;
+}
+
+export interface AuditOptions {
+  /** The database file. null: store nothing (only export to OTLP, when an endpoint is given). */
+  dbPath: string | null;
+  outputBytes?: number;
+  retentionDays?: number;
+  maxBytes?: number;
+  otlpEndpoint?: string | null;
+  serviceVersion?: string;
+  /** Tests: how often the OTLP batch goes out (ms). */
+  otlpDelayMs?: number;
+}
+
+/** `$XDG_STATE_HOME/corral/audit.db`, else `~/.local/state/corral/audit.db`. */
+export function defaultAuditPath(env: NodeJS.ProcessEnv = process.env): string {
+  const xdg = env.XDG_STATE_HOME;
+  const base = xdg?.startsWith('/') ? xdg : join(env.HOME || homedir(), '.local', 'state');
+  return join(base, 'corral', 'audit.db');
+}
+
+/** The worker's script: next to this module (tsx, sources) or dist/audit/worker.js next to the bundle. */
+function workerScript(): string {
+  const here = dirname(fileURLToPath(import.meta.url));
+  for (const c of [
+    join(here, 'worker.ts'),
+    join(here, 'worker.js'),
+    join(here, 'audit', 'worker.js'),
+    join(here, '..', 'audit', 'worker.js'),
+  ]) {
+    if (existsSync(c)) return c;
+  }
+  throw new Error('the audit worker is not built: run `npm run build` first');
+}
+
+/**
+ * Starts the worker thread. From sources (tests, benches under tsx) the .ts script is loaded through tsx's loader,
+ * which a worker does not inherit from the main thread.
+ */
+function startWorker(script: string, workerData: WorkerConfig): Worker {
+  if (!script.endsWith('.ts')) return new Worker(script, { workerData, name: 'corral-audit' });
+  const boot =
+    `import('tsx/esm/api').then((m) => { m.register(); return import(${JSON.stringify(pathToFileURL(script).href)}); })` +
+    '.catch((e) => { throw e; });';
+  return new Worker(boot, { eval: true, workerData, name: 'corral-audit' });
+}
+
+/** The directory that holds the database, as the sandboxes must hide it (canonical, even before it exists). */
+export function auditDirectory(dbPath: string): string {
+  let dir = resolve(dirname(dbPath));
+  const missing: string[] = [];
+  while (!existsSync(dir) && dirname(dir) !== dir) {
+    missing.unshift(dir.slice(dirname(dir).length).replace(/^\//, ''));
+    dir = dirname(dir);
+  }
+  return join(realpathSync(dir), ...missing);
+}
+
+export class AuditTrail implements AuditSink {
+  readonly outputBytes: number;
+  /** The database's directory (hidden from every sandbox), or null without a database. */
+  readonly directory: string | null;
+  private queue: AuditRecord[] = [];
+  private transfer: ArrayBuffer[] = [];
+  private timer: NodeJS.Timeout | null = null;
+  private nextId = 1;
+  private readonly replies = new Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void }>();
+  private closed = false;
+  private exited: Error | null = null;
+  /** Notices of the worker (a file moved aside, a failing disk, …): the server logs them. */
+  onNotice: (text: string) => void = () => {};
+
+  private constructor(
+    private readonly worker: Worker,
+    readonly options: Required<Omit<AuditOptions, 'otlpDelayMs'>>,
+    readonly startupNotices: string[],
+  ) {
+    this.outputBytes = options.outputBytes;
+    this.directory = options.dbPath ? auditDirectory(options.dbPath) : null;
+    worker.on('message', (m: WorkerMessage) => this.onMessage(m));
+    worker.on('error', (e) => this.fail(e));
+    worker.on('exit', (code) => this.fail(new Error(`the audit worker exited (${code})`)));
+  }
+
+  /**
+   * Starts the worker and opens the database. Rejects with a message naming the path when the database cannot be
+   * used (a newer schema, an unwritable directory); a corrupt or unreadable file is moved aside instead, and said so
+   * in `startupNotices`.
+   */
+  static async open(opts: AuditOptions): Promise<AuditTrail> {
+    const options: Required<Omit<AuditOptions, 'otlpDelayMs'>> = {
+      dbPath: opts.dbPath === null ? null : resolve(opts.dbPath),
+      outputBytes: opts.outputBytes ?? DEFAULT_OUTPUT_BYTES,
+      retentionDays: opts.retentionDays ?? DEFAULT_RETENTION_DAYS,
+      maxBytes: opts.maxBytes ?? DEFAULT_MAX_BYTES,
+      otlpEndpoint: opts.otlpEndpoint ?? null,
+      serviceVersion: opts.serviceVersion ?? '0.1.0',
+    };
+    if (
+      !Number.isInteger(options.outputBytes) ||
+      options.outputBytes < 0 ||
+      options.outputBytes > MAX_OUTPUT_BYTES
+    )
+      throw new Error(`audit output bytes must be a whole number 0..${MAX_OUTPUT_BYTES}`);
+    if (options.dbPath) {
+      const dir = auditDirectory(options.dbPath);
+      if (dir === '/' || dir === auditDirectory(join(homedir(), 'x')))
+        throw new Error(
+          `audit database ${options.dbPath}: give it a directory of its own (its directory is hidden from every sandbox)`,
+        );
+    }
+    const config: WorkerConfig = {
+      dbPath: options.dbPath,
+      ownDirectory: options.dbPath !== null && options.dbPath === defaultAuditPath(),
+      retention: { maxAgeMs: options.retentionDays * 86_400_000, maxBytes: options.maxBytes },
+      retentionIntervalMs: RETENTION_INTERVAL_MS,
+      retentionEveryRecords: 20_000,
+      outputBytes: options.outputBytes,
+      otlp: options.otlpEndpoint
+        ? {
+            endpoint: options.otlpEndpoint,
+            serviceVersion: options.serviceVersion,
+            ...(opts.otlpDelayMs !== undefined ? { scheduledDelayMillis: opts.otlpDelayMs } : {}),
+          }
+        : null,
+    };
+    const worker = startWorker(workerScript(), config);
+    const ready = await new Promise<Extract<WorkerMessage, { type: 'ready' }>>((resolveReady, reject) => {
+      const onMessage = (m: WorkerMessage) => {
+        if (m.type === 'ready') {
+          cleanup();
+          resolveReady(m);
+        } else if (m.type === 'failed') {
+          cleanup();
+          void worker.terminate();
+          reject(new Error(m.message));
+        }
+      };
+      const onError = (e: Error) => {
+        cleanup();
+        reject(e);
+      };
+      const onExit = (code: number) => {
+        cleanup();
+        reject(new Error(`the audit worker exited (${code}) before it was ready`));
+      };
+      const cleanup = () => {
+        worker.off('message', onMessage);
+        worker.off('error', onError);
+        worker.off('exit', onExit);
+      };
+      worker.on('message', onMessage);
+      worker.on('error', onError);
+      worker.on('exit', onExit);
+    });
+    worker.unref();
+    return new AuditTrail(worker, options, ready.notices);
+  }
+
+  // ---- AuditSink -------------------------------------------------------------------------------------------------
+
+  record(r: AuditRecord): void {
+    if (this.closed) return;
+    this.queue.push(r);
+    if (r.kind === 'processClose') {
+      if (r.head) this.transfer.push(r.head.buffer as ArrayBuffer);
+      if (r.tail) this.transfer.push(r.tail.buffer as ArrayBuffer);
+    }
+    if (this.queue.length >= FLUSH_RECORDS) this.post();
+    else if (!this.timer) {
+      this.timer = setTimeout(() => this.post(), FLUSH_MS);
+      this.timer.unref();
+    }
+  }
+
+  /** Hands the queued records to the worker. */
+  private post(): void {
+    if (this.timer) {
+      clearTimeout(this.timer);
+      this.timer = null;
+    }
+    if (this.queue.length === 0 || this.exited) return;
+    const records = this.queue;
+    const transfer = this.transfer;
+    this.queue = [];
+    this.transfer = [];
+    this.worker.postMessage({ type: 'records', records } satisfies WorkerRequest, transfer);
+  }
+
+  // ---- requests --------------------------------------------------------------------------------------------------
+
+  private request<T>(m: WorkerRequest & { id: number }): Promise<T> {
+    if (this.exited) return Promise.reject(this.exited);
+    this.post();
+    return new Promise<T>((resolve, reject) => {
+      this.replies.set(m.id, { resolve: resolve as (v: unknown) => void, reject });
+      this.worker.ref();
+      this.worker.postMessage(m);
+    });
+  }
+
+  query(query: AuditQuery): Promise<AuditQueryResult> {
+    return this.request({ type: 'query', id: this.nextId++, query });
+  }
+
+  process(sessionId: string, processId: string): Promise<AuditProcessResult> {
+    return this.request({ type: 'process', id: this.nextId++, sessionId, processId });
+  }
+
+  info(): Promise<AuditInfoResult> {
+    return this.request({ type: 'info', id: this.nextId++ });
+  }
+
+  /** Resolves once every record so far is committed (and sent to the OTLP collector, if any). */
+  async flush(): Promise<void> {
+    await this.request({ type: 'flush', id: this.nextId++ });
+  }
+
+  /** Runs a retention pass now (tests; normally every 10 minutes and every 20 000 records). */
+  async retention(now?: number): Promise<void> {
+    await this.request({ type: 'retention', id: this.nextId++, ...(now !== undefined ? { now } : {}) });
+  }
+
+  /** Commits what is queued, closes the database and ends the worker. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.post();
+    this.closed = true;
+    if (this.exited) return;
+    try {
+      await this.request({ type: 'close', id: this.nextId++ });
+    } finally {
+      await this.worker.terminate();
+    }
+  }
+
+  private onMessage(m: WorkerMessage): void {
+    if (m.type === 'notice') {
+      this.onNotice(m.text);
+      return;
+    }
+    if (m.type !== 'reply') return;
+    const r = this.replies.get(m.id);
+    if (!r) return;
+    this.replies.delete(m.id);
+    if (this.replies.size === 0) this.worker.unref();
+    if (m.error !== undefined) r.reject(new Error(m.error));
+    else r.resolve(m.result);
+  }
+
+  private fail(e: Error): void {
+    if (this.exited) return;
+    this.exited = e;
+    if (!this.closed) this.onNotice(`audit: ${e.message}; events are no longer stored`);
+    for (const r of this.replies.values()) r.reject(e);
+    this.replies.clear();
+  }
+}

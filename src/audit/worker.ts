@@ -1,0 +1,247 @@
+/**
+ * The audit worker thread: owns the database (store.ts) and the OTLP exporter (otlp.ts), so that no write, query,
+ * retention pass or export ever blocks the server's event loop. The main thread (trail.ts) posts batches of records;
+ * each batch is committed in one transaction as it arrives. Requests (query, process, info, flush, close) are
+ * answered in order with the writes: a flush answered means every record posted before it is committed.
+ */
+import { parentPort, workerData } from 'node:worker_threads';
+import type { AuditInfoResult, AuditQuery } from '../protocol/audit.js';
+import type { AuditRecord } from './events.js';
+import { OtlpExporter } from './otlp.js';
+import { type AuditStore, isCorruption, moveAside, openAuditStore, type RetentionOptions } from './store.js';
+
+export interface WorkerConfig {
+  dbPath: string | null;
+  ownDirectory: boolean;
+  retention: RetentionOptions;
+  /** Run retention this often (ms) and after this many records. */
+  retentionIntervalMs: number;
+  retentionEveryRecords: number;
+  outputBytes: number;
+  otlp: { endpoint: string; serviceVersion: string; scheduledDelayMillis?: number } | null;
+}
+
+export type WorkerRequest =
+  | { type: 'records'; records: AuditRecord[] }
+  | { type: 'query'; id: number; query: AuditQuery }
+  | { type: 'process'; id: number; sessionId: string; processId: string }
+  | { type: 'info'; id: number }
+  | { type: 'flush'; id: number }
+  | { type: 'retention'; id: number; now?: number }
+  | { type: 'close'; id: number };
+
+export type WorkerMessage =
+  | { type: 'ready'; schemaVersion: number | null; notices: string[] }
+  | { type: 'failed'; message: string }
+  | { type: 'notice'; text: string }
+  | { type: 'reply'; id: number; result?: unknown; error?: string };
+
+/** Records kept for a retry while the database is busy or failing; past it the oldest are dropped (and said so). */
+const MAX_PENDING = 200_000;
+
+const port = parentPort!;
+const config = workerData as WorkerConfig;
+const notices: string[] = [];
+const notice = (text: string) => {
+  notices.push(text);
+  if (notices.length > 50) notices.shift();
+  port.postMessage({ type: 'notice', text } satisfies WorkerMessage);
+};
+
+let store: AuditStore | null = null;
+let otlp: OtlpExporter | null = null;
+let pending: AuditRecord[] = [];
+let retryTimer: NodeJS.Timeout | null = null;
+let sinceRetention = 0;
+let retentionRunning = false;
+
+function open(): void {
+  if (config.dbPath) store = openAuditStore(config.dbPath, { ownDirectory: config.ownDirectory, notice });
+}
+
+function write(records: AuditRecord[]): void {
+  if (!store) return;
+  if (pending.length > 0 || retryTimer) {
+    pending = pending.concat(records);
+    if (pending.length > MAX_PENDING) {
+      const dropped = pending.length - MAX_PENDING;
+      pending.splice(0, dropped);
+      notice(`audit: dropped the ${dropped} oldest unwritten events (the database has been failing)`);
+    }
+    return;
+  }
+  try {
+    store.write(records);
+  } catch (e) {
+    if (isCorruption(e)) {
+      recoverCorruption(e as Error);
+      try {
+        store?.write(records);
+        return;
+      } catch {
+        // fall through to the retry path
+      }
+    }
+    notice(`audit: writing to ${config.dbPath} failed (${(e as Error).message}); retrying every second`);
+    pending = records;
+    scheduleRetry();
+    return;
+  }
+  sinceRetention += records.length;
+  if (sinceRetention >= config.retentionEveryRecords) scheduleRetention();
+}
+
+function scheduleRetry(): void {
+  retryTimer = setTimeout(() => {
+    retryTimer = null;
+    const batch = pending;
+    pending = [];
+    write(batch);
+  }, 1000);
+}
+
+/** The file went bad under us: keep it aside for inspection and carry on in a fresh one. */
+function recoverCorruption(e: Error): void {
+  const path = config.dbPath!;
+  try {
+    store?.close();
+  } catch {
+    // closing a broken database may fail too
+  }
+  store = null;
+  try {
+    const aside = moveAside(path);
+    notice(`audit database ${path} is corrupt (${e.message}): moved it to ${aside}, started a fresh one`);
+    open();
+  } catch (err) {
+    notice(`audit: cannot recover ${path} (${(err as Error).message}); events are no longer stored`);
+  }
+}
+
+/** Retention in steps, yielding between them so batches keep being committed. */
+function scheduleRetention(now?: number): Promise<void> {
+  if (!store || retentionRunning) return Promise.resolve();
+  retentionRunning = true;
+  sinceRetention = 0;
+  return new Promise((resolve) => {
+    const step = () => {
+      let more = false;
+      try {
+        more = store ? store.retentionStep(config.retention, now) : false;
+      } catch (e) {
+        if (isCorruption(e)) recoverCorruption(e as Error);
+        else notice(`audit: retention failed: ${(e as Error).message}`);
+      }
+      if (more) setImmediate(step);
+      else {
+        retentionRunning = false;
+        resolve();
+      }
+    };
+    setImmediate(step);
+  });
+}
+
+function info(): AuditInfoResult {
+  const s = store;
+  const empty = { session: 0, process: 0, network: 0, approval: 0, fs: 0 };
+  return {
+    enabled: s !== null,
+    path: config.dbPath,
+    schemaVersion: s ? s.schemaVersion : null,
+    retentionDays: config.retention.maxAgeMs / 86_400_000,
+    maxBytes: config.retention.maxBytes,
+    sizeBytes: s ? s.fileBytes() : 0,
+    outputBytes: config.outputBytes,
+    ...(s ? s.span() : { oldest: null, newest: null }),
+    counts: s ? s.counts() : empty,
+    otlpEndpoint: config.otlp?.endpoint ?? null,
+    notices: [...notices],
+  };
+}
+
+function reply(id: number, work: () => unknown): void {
+  try {
+    const result = work();
+    if (result instanceof Promise) {
+      result.then(
+        (r) => port.postMessage({ type: 'reply', id, result: r } satisfies WorkerMessage),
+        (e: Error) => port.postMessage({ type: 'reply', id, error: e.message } satisfies WorkerMessage),
+      );
+    } else port.postMessage({ type: 'reply', id, result } satisfies WorkerMessage);
+  } catch (e) {
+    if (isCorruption(e)) recoverCorruption(e as Error);
+    port.postMessage({ type: 'reply', id, error: (e as Error).message } satisfies WorkerMessage);
+  }
+}
+
+function requireStore(): AuditStore {
+  if (!store) throw new Error('the audit trail is off (--no-audit) or its database could not be opened');
+  return store;
+}
+
+port.on('message', (m: WorkerRequest) => {
+  switch (m.type) {
+    case 'records':
+      write(m.records);
+      try {
+        otlp?.emit(m.records);
+      } catch (e) {
+        notice(`audit: OTLP export failed: ${(e as Error).message}`);
+      }
+      return;
+    case 'query':
+      reply(m.id, () => requireStore().query(m.query));
+      return;
+    case 'process':
+      reply(m.id, () => requireStore().process(m.sessionId, m.processId));
+      return;
+    case 'info':
+      reply(m.id, info);
+      return;
+    case 'flush':
+      reply(m.id, async () => {
+        if (retryTimer && pending.length > 0)
+          throw new Error('the audit database is failing; events are pending');
+        await otlp?.flush();
+        return {};
+      });
+      return;
+    case 'retention':
+      reply(m.id, () => scheduleRetention(m.now).then(() => ({})));
+      return;
+    case 'close':
+      reply(m.id, async () => {
+        if (retryTimer) clearTimeout(retryTimer);
+        if (pending.length > 0) {
+          try {
+            store?.write(pending);
+          } catch {
+            // nothing more can be done at shutdown
+          }
+        }
+        await otlp?.shutdown().catch(() => {});
+        store?.close();
+        store = null;
+        return {};
+      });
+      return;
+  }
+});
+
+try {
+  open();
+  if (config.otlp) otlp = new OtlpExporter(config.otlp);
+  const opened = store as AuditStore | null;
+  port.postMessage({
+    type: 'ready',
+    schemaVersion: opened?.schemaVersion ?? null,
+    notices: [...notices],
+  } satisfies WorkerMessage);
+  if (opened) {
+    void scheduleRetention();
+    setInterval(() => void scheduleRetention(), config.retentionIntervalMs).unref();
+  }
+} catch (e) {
+  port.postMessage({ type: 'failed', message: (e as Error).message } satisfies WorkerMessage);
+}

@@ -53,7 +53,7 @@ let otlp: OtlpExporter | null = null;
 let pending: AuditRecord[] = [];
 let retryTimer: NodeJS.Timeout | null = null;
 let sinceRetention = 0;
-let retentionRunning = false;
+let retentionRunning: Promise<void> | null = null;
 
 function open(): void {
   if (config.dbPath) store = openAuditStore(config.dbPath, { ownDirectory: config.ownDirectory, notice });
@@ -118,12 +118,15 @@ function recoverCorruption(e: Error): void {
   }
 }
 
-/** Retention in steps, yielding between them so batches keep being committed. */
-function scheduleRetention(now?: number): Promise<void> {
-  if (!store || retentionRunning) return Promise.resolve();
-  retentionRunning = true;
+/**
+ * Retention in steps, yielding between them so batches keep being committed. A pass asked for while one runs starts
+ * after it (`chain`), or is skipped (the periodic ones).
+ */
+function scheduleRetention(now?: number, chain = false): Promise<void> {
+  if (!store) return Promise.resolve();
+  if (retentionRunning) return chain ? retentionRunning.then(() => scheduleRetention(now, true)) : retentionRunning;
   sinceRetention = 0;
-  return new Promise((resolve) => {
+  const pass = new Promise<void>((resolve) => {
     const step = () => {
       let more = false;
       try {
@@ -133,13 +136,14 @@ function scheduleRetention(now?: number): Promise<void> {
         else notice(`audit: retention failed: ${(e as Error).message}`);
       }
       if (more) setImmediate(step);
-      else {
-        retentionRunning = false;
-        resolve();
-      }
+      else resolve();
     };
     setImmediate(step);
+  }).finally(() => {
+    retentionRunning = null;
   });
+  retentionRunning = pass;
+  return pass;
 }
 
 function info(): AuditInfoResult {
@@ -208,7 +212,7 @@ port.on('message', (m: WorkerRequest) => {
       });
       return;
     case 'retention':
-      reply(m.id, () => scheduleRetention(m.now).then(() => ({})));
+      reply(m.id, () => scheduleRetention(m.now, true).then(() => ({})));
       return;
     case 'close':
       reply(m.id, async () => {

@@ -1,0 +1,221 @@
+// The audit trail of `corral exec-server` as a user runs it (issue 15): where the database goes by default,
+// --no-audit, and that a SIGKILL of the server during a flood loses nothing older than the flush interval.
+import assert from 'node:assert/strict';
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { existsSync, readdirSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import { after, describe, test } from 'node:test';
+import Database from 'better-sqlite3';
+import { b64, RpcClient } from '../helpers/client.js';
+import { tempDir } from '../helpers/server.js';
+
+const ROOT = join(import.meta.dirname, '..', '..');
+const CLI = join(ROOT, 'dist', 'cli.js');
+/** What the issue allows to be lost: events younger than the flush interval (records go out every 100 ms). */
+const FLUSH_INTERVAL_MS = 250;
+
+interface Server {
+  child: ChildProcess;
+  url: string;
+  stderr(): string;
+  exit: Promise<number | null>;
+}
+
+async function startServer(args: string[], env: NodeJS.ProcessEnv = process.env): Promise<Server> {
+  const child = spawn(process.execPath, [CLI, 'exec-server', '--listen', 'ws://127.0.0.1:0', ...args], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env,
+  });
+  let err = '';
+  child.stderr!.on('data', (d: Buffer) => {
+    err += d.toString();
+  });
+  const exit = new Promise<number | null>((resolve) => child.once('exit', (c) => resolve(c)));
+  const url = await new Promise<string>((resolve, reject) => {
+    child.stdout!.once('data', (d: Buffer) => resolve(d.toString().trim()));
+    child.once('exit', (c) => reject(new Error(`server exited ${c}: ${err}`)));
+  });
+  return { child, url, stderr: () => err, exit };
+}
+
+async function stop(s: Server): Promise<void> {
+  if (s.child.exitCode !== null || s.child.signalCode !== null) return;
+  s.child.kill('SIGTERM');
+  await s.exit;
+}
+
+describe('corral exec-server and its audit database', () => {
+  const dirs: { path: string; cleanup(): void }[] = [];
+  const fresh = () => {
+    const d = tempDir('corral-audit-cli-');
+    dirs.push(d);
+    return d.path;
+  };
+  after(() => {
+    for (const d of dirs) d.cleanup();
+  });
+
+  test('by default the database is $XDG_STATE_HOME/corral/audit.db: directory 0700, file 0600', async () => {
+    const state = join(fresh(), 'xdg-state');
+    const s = await startServer([], { ...process.env, XDG_STATE_HOME: state });
+    const c = await RpcClient.open(s.url, 'default-path');
+    await c.request('process/start', {
+      processId: 'p',
+      argv: ['/bin/true'],
+      cwd: '/tmp',
+      env: {},
+      tty: false,
+    });
+    await c.collect('p');
+    c.close();
+    await stop(s);
+    const path = join(state, 'corral', 'audit.db');
+    assert.equal(statSync(join(state, 'corral')).mode & 0o777, 0o700);
+    assert.equal(statSync(path).mode & 0o777, 0o600);
+    assert.match(s.stderr(), new RegExp(`audit trail: ${path}`));
+    const db = new Database(path, { readonly: true });
+    const rows = db.prepare('SELECT process_id, client_name, exit_code FROM processes').all();
+    db.close();
+    assert.deepEqual(rows, [{ process_id: 'p', client_name: 'default-path', exit_code: 0 }]);
+    // Without XDG_STATE_HOME: ~/.local/state/corral/audit.db.
+    const home = fresh();
+    const env: NodeJS.ProcessEnv = { ...process.env, HOME: home };
+    delete env.XDG_STATE_HOME;
+    const s2 = await startServer([], env);
+    await stop(s2);
+    assert.ok(existsSync(join(home, '.local', 'state', 'corral', 'audit.db')));
+  });
+
+  test('--no-audit stores nothing, and audit/info says the trail is off', async () => {
+    const state = join(fresh(), 'xdg-state');
+    const tokenFile = join(fresh(), 'token');
+    execFileSync('sh', ['-c', `printf tok > ${tokenFile}`]);
+    const s = await startServer(['--no-audit', '--ws-token-file', tokenFile], {
+      ...process.env,
+      XDG_STATE_HOME: state,
+    });
+    const c = await RpcClient.open(`${s.url}/?token=tok`, 'no-audit');
+    await c.request('process/start', {
+      processId: 'p',
+      argv: ['/bin/true'],
+      cwd: '/tmp',
+      env: {},
+      tty: false,
+    });
+    await c.collect('p');
+    const info = await c.request<{ enabled: boolean; path: string | null }>('audit/info', {});
+    assert.deepEqual([info.enabled, info.path], [false, null]);
+    const e = await c.requestError('audit/query', {});
+    assert.equal(e.code, -32600);
+    assert.match(e.message, /audit trail is off/);
+    c.close();
+    await stop(s);
+    assert.equal(existsSync(state), false, 'nothing was created');
+    const both = spawn(process.execPath, [
+      CLI,
+      'exec-server',
+      '--no-audit',
+      '--audit-db',
+      join(state, 'x.db'),
+    ]);
+    let err = '';
+    both.stderr.on('data', (d: Buffer) => {
+      err += d.toString();
+    });
+    assert.equal(await new Promise((r) => both.once('exit', r)), 2);
+    assert.match(err, /--no-audit and --audit-db exclude each other/);
+  });
+
+  test('SIGKILL during a flood: the database opens, passes integrity_check and holds every event acknowledged more than the flush interval before', async () => {
+    const dir = fresh();
+    const dbPath = join(dir, 'audit.db');
+    const s = await startServer(['--audit-db', dbPath, '--log-level', 'warn']);
+    const c = await RpcClient.open(s.url, 'flood');
+    const closedAt = new Map<string, number>();
+    const wroteAt = new Map<string, number>();
+    c.ws.on('message', (data) => {
+      const m = /"method":"process\/closed","params":\{"processId":"([^"]+)"/.exec(data.toString());
+      if (m) closedAt.set(m[1]!, Date.now());
+    });
+    let stopFlood = false;
+    let n = 0;
+    const starter = async () => {
+      while (!stopFlood) {
+        const id = `f${n++}`;
+        try {
+          await c.request('process/start', {
+            processId: id,
+            argv: ['/bin/sh', '-c', 'echo flood'],
+            cwd: '/tmp',
+            env: { PATH: '/usr/bin:/bin' },
+            tty: false,
+          });
+        } catch {
+          return; // the server is gone
+        }
+      }
+    };
+    const writer = async () => {
+      for (let i = 0; !stopFlood; i++) {
+        const path = join(dir, `w${i}`);
+        try {
+          await c.request('fs/writeFile', { path, dataBase64: b64(`w${i}`) });
+          wroteAt.set(path, Date.now());
+        } catch {
+          return;
+        }
+      }
+    };
+    const flood = [...Array.from({ length: 8 }, starter), writer(), writer()];
+    // Flood until well past the first flushes, then kill the server mid-stream.
+    await new Promise((r) => setTimeout(r, 2500));
+    const killedAt = Date.now();
+    s.child.kill('SIGKILL');
+    stopFlood = true;
+    await s.exit;
+    await Promise.all(flood);
+    c.close();
+
+    assert.ok(readdirSync(dir).includes('audit.db-wal'), 'killed with its WAL in place (recovered on open)');
+    const db = new Database(dbPath);
+    assert.equal(db.pragma('integrity_check', { simple: true }), 'ok');
+    const procs = new Map(
+      (
+        db.prepare('SELECT process_id, closed_at, exit_code FROM processes').all() as {
+          process_id: string;
+          closed_at: number | null;
+          exit_code: number | null;
+        }[]
+      ).map((r) => [r.process_id, r]),
+    );
+    const files = new Set(
+      (db.prepare("SELECT path FROM fs_events WHERE outcome = 'allowed'").all() as { path: string }[]).map(
+        (r) => r.path,
+      ),
+    );
+    db.close();
+    const due = killedAt - FLUSH_INTERVAL_MS;
+    let checkedProcs = 0;
+    for (const [id, at] of closedAt) {
+      if (at > due) continue;
+      checkedProcs++;
+      const row = procs.get(id);
+      assert.ok(row, `process ${id} closed ${killedAt - at} ms before the kill is missing`);
+      assert.ok(row.closed_at !== null && row.exit_code === 0, `process ${id}: ${JSON.stringify(row)}`);
+    }
+    let checkedFiles = 0;
+    for (const [path, at] of wroteAt) {
+      if (at > due) continue;
+      checkedFiles++;
+      assert.ok(
+        files.has(path),
+        `fs/writeFile of ${path} answered ${killedAt - at} ms before the kill is missing`,
+      );
+    }
+    process.stdout.write(
+      `# checked ${checkedProcs} of ${closedAt.size} processes, ${checkedFiles} of ${wroteAt.size} writes\n`,
+    );
+    assert.ok(checkedProcs > 200, `only ${checkedProcs} processes to check`);
+    assert.ok(checkedFiles > 100, `only ${checkedFiles} writes to check`);
+  });
+});

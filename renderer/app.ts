@@ -6,6 +6,7 @@ import { Connection } from './client.js';
 import { h, replace } from './dom.js';
 import { type HostInfo, Store } from './store.js';
 import { ApprovalsView } from './views/approvals.js';
+import { HistoryView } from './views/history.js';
 import { NetworkView } from './views/network.js';
 import { PolicyView } from './views/policy.js';
 import { ProcessesView } from './views/processes.js';
@@ -24,7 +25,7 @@ export interface AppContext {
   toast(text: string, kind?: 'info' | 'error'): void;
 }
 
-type ViewName = 'processes' | 'network' | 'approvals' | 'policy' | 'run';
+type ViewName = 'processes' | 'network' | 'approvals' | 'history' | 'policy' | 'run';
 
 const store = new Store();
 const views = {} as Record<ViewName, View>;
@@ -105,6 +106,7 @@ const labels: [ViewName, string, string][] = [
   ['processes', 'Processes', '▤'],
   ['network', 'Network', '⇄'],
   ['approvals', 'Approvals', '⚑'],
+  ['history', 'History', '⟲'],
   ['policy', 'Policy debugger', '⚖'],
   ['run', 'Run a command', '▶'],
 ];
@@ -201,6 +203,7 @@ function boot(): void {
     counters.approvals!.classList.toggle('alert', n > 0);
   };
   views.approvals = approvals;
+  views.history = new HistoryView(ctx);
   views.policy = new PolicyView(ctx);
   views.run = new RunView(ctx);
   const main = h('main', { class: 'main' }, banner);

@@ -1,0 +1,590 @@
+// History: the audit trail the host keeps on disk (audit/query, audit/process, audit/info), so it survives
+// restarts. Search and filters over processes, network decisions, approvals, file changes and sessions; a process's
+// detail with its stored output, its network decisions and the files its session changed while it ran; what the
+// database keeps (retention). Everything shown comes from the server: this view only formats it.
+import type {
+  AuditApprovalItem,
+  AuditEventType,
+  AuditFsItem,
+  AuditInfoResult,
+  AuditItem,
+  AuditNetworkItem,
+  AuditProcessItem,
+  AuditProcessResult,
+  AuditQueryParams,
+  AuditQueryResult,
+  AuditSessionItem,
+} from '../../src/protocol/audit.js';
+import type { AppContext, View } from '../app.js';
+import { b64ToBytes, fmtBytes, fmtDuration, h, replace, shellJoin } from '../dom.js';
+
+const PAGE = 100;
+
+const SINCE: [string, string, number | null][] = [
+  ['all', 'All kept', null],
+  ['1h', 'Last hour', 3_600_000],
+  ['24h', 'Last 24 hours', 86_400_000],
+  ['7d', 'Last 7 days', 7 * 86_400_000],
+];
+
+function option(value: string, label: string): HTMLOptionElement {
+  return h('option', { value }, label);
+}
+
+function when(ms: number | null): string {
+  if (ms === null) return '–';
+  const d = new Date(ms);
+  return `${d.toLocaleDateString(undefined, { month: 'short', day: 'numeric' })} ${d.toLocaleTimeString(undefined, { hour12: false })}`;
+}
+
+function exitText(p: AuditProcessItem): string {
+  if (p.exitedAt === null) return p.closedAt === null ? 'no exit recorded' : 'closed';
+  if (p.signal) return `killed (${p.signal})`;
+  return `exit ${p.exitCode}`;
+}
+
+function exitClass(p: AuditProcessItem): string {
+  if (p.exitedAt === null) return 'unknown';
+  return p.exitCode === 0 ? 'ok' : 'failed';
+}
+
+/** Output bytes as text (invalid UTF-8 shows as U+FFFD; the export keeps the exact bytes). */
+function decode(b64: string): string {
+  return new TextDecoder('utf-8').decode(b64ToBytes(b64));
+}
+
+export class HistoryView implements View {
+  readonly el = h('section', { 'aria-label': 'History' });
+  private readonly search = h('input', {
+    class: 'input grow',
+    type: 'search',
+    placeholder: 'Search command, cwd, host or path…',
+    'aria-label': 'Search the history',
+    'data-testid': 'history-search',
+  });
+  private readonly type = h(
+    'select',
+    { class: 'input', 'aria-label': 'What to list', 'data-testid': 'history-type' },
+    option('process', 'Processes'),
+    option('network', 'Network decisions'),
+    option('approval', 'Approvals'),
+    option('fs', 'File changes'),
+    option('session', 'Sessions'),
+  );
+  private readonly since = h(
+    'select',
+    { class: 'input', 'aria-label': 'Time range', 'data-testid': 'history-since' },
+    ...SINCE.map(([v, l]) => option(v, l)),
+  );
+  private readonly status = h(
+    'select',
+    { class: 'input', 'aria-label': 'Exit status', 'data-testid': 'history-status' },
+    option('', 'Any exit'),
+    option('success', 'Succeeded'),
+    option('failure', 'Failed'),
+    option('signal', 'Killed by a signal'),
+    option('denied', 'Sandbox denied'),
+    option('running', 'No exit recorded'),
+  );
+  private readonly decision = h('select', {
+    class: 'input',
+    'aria-label': 'Decision',
+    'data-testid': 'history-decision',
+  });
+  private readonly client = h('input', {
+    class: 'input',
+    type: 'search',
+    placeholder: 'Client',
+    'aria-label': 'Client name',
+    'data-testid': 'history-client',
+    size: 10,
+  });
+  private readonly retention = h('div', {
+    class: 'muted small history-retention',
+    'data-testid': 'history-retention',
+  });
+  private readonly notice = h('div', { class: 'notice', hidden: true, 'data-testid': 'history-notice' });
+  private readonly head = h('thead');
+  private readonly body = h('tbody');
+  private readonly more = h(
+    'button',
+    { class: 'btn small', hidden: true, 'data-testid': 'history-more', onclick: () => void this.load(true) },
+    'Load older',
+  );
+  private readonly split = h('div', { class: 'split' });
+  private readonly detail = h('div', { class: 'detail', hidden: true, 'data-testid': 'history-detail' });
+  private items: AuditItem[] = [];
+  private cursor: string | null = null;
+  private selected: string | null = null;
+  private generation = 0;
+  private timer: ReturnType<typeof setTimeout> | null = null;
+  private visible = false;
+  private connected = false;
+
+  constructor(private readonly ctx: AppContext) {
+    const refresh = () => this.refreshSoon(0);
+    this.search.addEventListener('input', () => this.refreshSoon(250));
+    this.client.addEventListener('input', () => this.refreshSoon(250));
+    for (const s of [this.since, this.status, this.decision]) s.addEventListener('change', refresh);
+    this.type.addEventListener('change', () => {
+      this.selected = null;
+      this.detail.hidden = true;
+      this.split.classList.remove('with-detail');
+      this.decisionOptions();
+      refresh();
+    });
+    this.decisionOptions();
+    this.split.append(
+      h(
+        'div',
+        { class: 'table-wrap' },
+        h('table', { class: 'table proc-table', 'data-testid': 'history-table' }, this.head, this.body),
+        h('div', { class: 'history-more' }, this.more),
+      ),
+      this.detail,
+    );
+    this.el.append(
+      h(
+        'div',
+        { class: 'toolbar' },
+        h('h2', null, 'History'),
+        this.search,
+        this.type,
+        this.since,
+        this.status,
+        this.decision,
+        this.client,
+        h('button', { class: 'btn small', onclick: refresh, 'data-testid': 'history-refresh' }, 'Refresh'),
+      ),
+      this.retention,
+      this.notice,
+      this.split,
+    );
+    ctx.store.on((c) => {
+      if (c !== 'connection') return;
+      const now = ctx.conn.state === 'connected';
+      if (now && !this.connected && this.visible) this.refreshSoon(0);
+      this.connected = now;
+    });
+  }
+
+  show(): void {
+    this.visible = true;
+    this.refreshSoon(0);
+  }
+
+  hide(): void {
+    this.visible = false;
+  }
+
+  private decisionOptions(): void {
+    const t = this.type.value as AuditEventType;
+    const opts: [string, string][] =
+      t === 'network'
+        ? [
+            ['', 'Any decision'],
+            ['allow', 'Allowed'],
+            ['deny', 'Denied'],
+            ['ask', 'Asked, unanswered'],
+          ]
+        : t === 'approval'
+          ? [
+              ['', 'Any outcome'],
+              ['allowOnce', 'Allowed once'],
+              ['allowProcess', 'Allowed for the process'],
+              ['allowSession', 'Allowed for the session'],
+              ['deny', 'Denied'],
+              ['timeout', 'Timed out'],
+              ['requested', 'Requested'],
+            ]
+          : t === 'fs'
+            ? [
+                ['', 'Any outcome'],
+                ['allowed', 'Done'],
+                ['refused', 'Refused by the sandbox'],
+                ['failed', 'Failed'],
+              ]
+            : [];
+    replace(this.decision, ...opts.map(([v, l]) => option(v, l)));
+    this.decision.hidden = opts.length === 0;
+    this.status.hidden = t !== 'process';
+  }
+
+  private refreshSoon(ms: number): void {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = setTimeout(() => {
+      this.timer = null;
+      void this.load(false);
+      void this.loadInfo();
+    }, ms);
+  }
+
+  private params(): AuditQueryParams {
+    const type = this.type.value as AuditEventType;
+    const range = SINCE.find(([v]) => v === this.since.value)?.[2] ?? null;
+    const p: AuditQueryParams = { type, limit: PAGE };
+    if (this.search.value.trim()) p.text = this.search.value.trim();
+    if (this.client.value.trim()) p.clientName = this.client.value.trim();
+    if (range !== null) p.since = Date.now() - range;
+    if (type === 'process' && this.status.value)
+      p.exitStatus = this.status.value as AuditQueryParams['exitStatus'];
+    if (!this.decision.hidden && this.decision.value) p.decision = this.decision.value;
+    return p;
+  }
+
+  private async load(older: boolean): Promise<void> {
+    if (!this.ctx.conn.api) return;
+    const gen = ++this.generation;
+    const params = this.params();
+    if (older && this.cursor) params.cursor = this.cursor;
+    let r: AuditQueryResult;
+    try {
+      r = await this.ctx.conn.request<AuditQueryResult>('audit/query', params);
+    } catch (e) {
+      if (gen !== this.generation) return;
+      this.items = [];
+      this.cursor = null;
+      this.renderTable();
+      this.showNotice((e as Error).message);
+      return;
+    }
+    if (gen !== this.generation) return;
+    this.items = older ? [...this.items, ...r.items] : r.items;
+    this.cursor = r.nextCursor;
+    this.renderTable();
+  }
+
+  private async loadInfo(): Promise<void> {
+    if (!this.ctx.conn.api) return;
+    let info: AuditInfoResult;
+    try {
+      info = await this.ctx.conn.request<AuditInfoResult>('audit/info', {});
+    } catch {
+      return;
+    }
+    if (!info.enabled) {
+      replace(this.retention, 'The audit trail is off on this host (started with --no-audit).');
+      return;
+    }
+    const counts = `${info.counts.process} processes, ${info.counts.network} network decisions, ${info.counts.fs} file changes`;
+    replace(
+      this.retention,
+      `Keeps the last ${info.retentionDays} days, at most ${fmtBytes(info.maxBytes)} (oldest first out); `,
+      `now ${fmtBytes(info.sizeBytes)}: ${counts}`,
+      info.oldest !== null ? `, since ${when(info.oldest)}` : '',
+      `. Output: the first and last ${fmtBytes(info.outputBytes)} of each process. `,
+      h(
+        'span',
+        { class: 'mono', title: 'The database (mode 600, hidden from every sandbox)' },
+        info.path ?? '',
+      ),
+      info.otlpEndpoint ? ` · exported to ${info.otlpEndpoint}` : '',
+    );
+    this.showNotice(info.notices.join(' '));
+  }
+
+  private showNotice(text: string): void {
+    this.notice.hidden = text === '';
+    replace(this.notice, text);
+  }
+
+  // ---- the list ------------------------------------------------------------------------------------------------
+
+  private renderTable(): void {
+    const type = this.type.value as AuditEventType;
+    const cols: Record<AuditEventType, string[]> = {
+      process: ['Started', 'Command', 'Client', 'Sandbox', 'Exit', 'Output'],
+      network: ['Time', 'Decision', 'Host', 'Method', 'Process'],
+      approval: ['Time', 'Event', 'Host', 'Decided by', 'Command'],
+      fs: ['Time', 'Operation', 'Path', 'Outcome', 'Client'],
+      session: ['Time', 'Event', 'Client', 'Session'],
+    };
+    const optional = new Set(['Client', 'Sandbox', 'Output']);
+    replace(
+      this.head,
+      h('tr', null, ...cols[type].map((c) => h('th', { class: optional.has(c) ? 'col-opt' : '' }, c))),
+    );
+    this.more.hidden = this.cursor === null;
+    if (this.items.length === 0) {
+      replace(
+        this.body,
+        h(
+          'tr',
+          null,
+          h('td', { colspan: String(cols[type].length), class: 'empty-cell' }, 'Nothing recorded matches.'),
+        ),
+      );
+      return;
+    }
+    replace(this.body, ...this.items.map((i) => this.row(i)));
+  }
+
+  private row(i: AuditItem): HTMLElement {
+    switch (i.type) {
+      case 'process':
+        return this.processRow(i);
+      case 'network':
+        return this.networkRow(i);
+      case 'approval':
+        return this.approvalRow(i);
+      case 'fs':
+        return this.fsRow(i);
+      case 'session':
+        return this.sessionRow(i);
+    }
+  }
+
+  private processRow(p: AuditProcessItem): HTMLElement {
+    const key = `${p.sessionId}/${p.processId}`;
+    return h(
+      'tr',
+      {
+        class: key === this.selected ? 'selected' : '',
+        'data-process-id': p.processId,
+        'data-session-id': p.sessionId,
+        onclick: () => void this.open(p),
+      },
+      h('td', { class: 'small' }, when(p.startedAt)),
+      h('td', { class: 'cmd mono', title: shellJoin(p.argv) }, shellJoin(p.argv)),
+      h('td', { class: 'small col-opt' }, p.clientName),
+      h(
+        'td',
+        { class: 'col-opt' },
+        h(
+          'span',
+          { class: `badge badge-${p.sandboxType === 'none' ? 'none' : 'linux-seccomp'}` },
+          p.sandboxType === 'none' ? 'no sandbox' : p.sandboxType,
+        ),
+        p.sandboxDenied ? h('span', { class: 'badge badge-denied' }, 'denied') : null,
+      ),
+      h(
+        'td',
+        null,
+        h('span', { class: `state state-${exitClass(p)}`, 'data-exit': String(p.exitCode) }, exitText(p)),
+      ),
+      h('td', { class: 'small num col-opt' }, fmtBytes(p.outputBytes)),
+    );
+  }
+
+  private networkRow(n: AuditNetworkItem): HTMLElement {
+    return h(
+      'tr',
+      { 'data-host': n.host },
+      h('td', { class: 'small' }, when(n.time)),
+      h(
+        'td',
+        null,
+        h('span', { class: `decision decision-${n.decision}` }, n.decision),
+        n.decision !== 'allow' ? h('div', { class: 'muted small' }, n.reason) : null,
+      ),
+      h('td', { class: 'mono' }, `${n.host}:${n.port}`),
+      h('td', { class: 'small' }, n.method ?? '–', h('div', { class: 'muted small' }, n.protocol)),
+      h('td', { class: 'mono small' }, n.processId ?? '–'),
+    );
+  }
+
+  private approvalRow(a: AuditApprovalItem): HTMLElement {
+    return h(
+      'tr',
+      { 'data-host': a.host },
+      h('td', { class: 'small' }, when(a.time)),
+      h(
+        'td',
+        null,
+        a.kind,
+        a.decision ? h('div', { class: 'muted small' }, `${a.decision} (${a.scope})`) : null,
+      ),
+      h('td', { class: 'mono' }, `${a.host}:${a.port}`),
+      h('td', { class: 'small' }, a.decidedBy ?? '–'),
+      h('td', { class: 'cmd mono small' }, a.command ? shellJoin(a.command) : '–'),
+    );
+  }
+
+  private fsRow(f: AuditFsItem): HTMLElement {
+    return h(
+      'tr',
+      { 'data-path': f.path },
+      h('td', { class: 'small' }, when(f.time)),
+      h('td', null, f.op, f.bytes !== null ? h('div', { class: 'muted small' }, fmtBytes(f.bytes)) : null),
+      h('td', { class: 'mono small' }, f.path, f.destination ? ` → ${f.destination}` : ''),
+      h(
+        'td',
+        null,
+        h('span', { class: `decision decision-${f.outcome === 'allowed' ? 'allow' : 'deny'}` }, f.outcome),
+        f.error ? h('div', { class: 'muted small' }, f.error) : null,
+      ),
+      h('td', { class: 'small' }, f.clientName ?? '–'),
+    );
+  }
+
+  private sessionRow(s: AuditSessionItem): HTMLElement {
+    return h(
+      'tr',
+      null,
+      h('td', { class: 'small' }, when(s.time)),
+      h('td', null, s.event),
+      h('td', { class: 'small' }, s.clientName),
+      h('td', { class: 'mono small' }, s.sessionId),
+    );
+  }
+
+  // ---- a process's detail --------------------------------------------------------------------------------------
+
+  private async open(p: AuditProcessItem): Promise<void> {
+    this.selected = `${p.sessionId}/${p.processId}`;
+    this.renderTable();
+    this.split.classList.add('with-detail');
+    this.detail.hidden = false;
+    replace(this.detail, h('div', { class: 'detail-bar' }, 'Loading…'));
+    let d: AuditProcessResult;
+    try {
+      d = await this.ctx.conn.request<AuditProcessResult>('audit/process', {
+        sessionId: p.sessionId,
+        processId: p.processId,
+      });
+    } catch (e) {
+      replace(this.detail, h('div', { class: 'detail-bar' }, (e as Error).message));
+      return;
+    }
+    if (this.selected !== `${p.sessionId}/${p.processId}`) return;
+    this.renderDetail(d);
+  }
+
+  private renderDetail(d: AuditProcessResult): void {
+    const p = d.process;
+    if (!p) {
+      replace(this.detail, h('div', { class: 'detail-bar' }, 'This process is no longer kept.'));
+      return;
+    }
+    const close = h(
+      'button',
+      {
+        class: 'btn small ghost',
+        onclick: () => {
+          this.selected = null;
+          this.detail.hidden = true;
+          this.split.classList.remove('with-detail');
+          this.renderTable();
+        },
+      },
+      'Close',
+    );
+    const ran = p.closedAt !== null ? fmtDuration(p.closedAt - p.startedAt) : '–';
+    const facts = h(
+      'dl',
+      { class: 'kv kv4' },
+      h('dt', null, 'Client'),
+      h('dd', null, p.clientName),
+      h('dt', null, 'Session'),
+      h('dd', { class: 'mono small' }, p.sessionId),
+      h('dt', null, 'Started'),
+      h('dd', null, when(p.startedAt)),
+      h('dt', null, 'Ran'),
+      h('dd', null, ran),
+      h('dt', null, 'Exit'),
+      h('dd', { 'data-testid': 'history-exit' }, exitText(p)),
+      h('dt', null, 'PID'),
+      h('dd', null, String(p.pid ?? '–')),
+      h('dt', null, 'Sandbox'),
+      h('dd', null, p.sandboxType, p.sandboxDenied ? ' (denied something)' : ''),
+      h('dt', null, 'Terminal'),
+      h('dd', null, p.tty ? 'yes' : 'no'),
+      h('dt', null, 'Directory'),
+      h('dd', { class: 'mono small' }, p.cwd),
+      h('dt', null, 'Limit hit'),
+      h('dd', null, p.limitHit ?? '–'),
+    );
+    const pre = (v: unknown) => h('pre', { class: 'pipe-output small' }, JSON.stringify(v, null, 2));
+    replace(
+      this.detail,
+      h(
+        'div',
+        { class: 'detail-bar' },
+        h(
+          'div',
+          { class: 'detail-head' },
+          h('div', { class: 'detail-title mono', title: shellJoin(p.argv) }, shellJoin(p.argv)),
+          h('div', { class: 'muted small' }, `process ${p.processId}`),
+        ),
+        close,
+      ),
+      h('div', { class: 'detail-facts' }, facts),
+      h(
+        'div',
+        { class: 'detail-policy' },
+        h(
+          'details',
+          { class: 'env' },
+          h('summary', null, `Environment: ${p.envNames.length} names (values are never stored)`),
+          h('div', { class: 'env-keys mono small' }, p.envNames.join(' ')),
+        ),
+        p.policy ? h('details', { class: 'env' }, h('summary', null, 'Sandbox policy'), pre(p.policy)) : null,
+        p.network
+          ? h('details', { class: 'env' }, h('summary', null, 'Managed network'), pre(p.network))
+          : null,
+        p.metadata ? h('details', { class: 'env' }, h('summary', null, 'Metadata'), pre(p.metadata)) : null,
+        h('h4', null, 'Output'),
+        this.output(d, p.outputBytes),
+        h('h4', null, `Network decisions (${d.network.length})`),
+        this.miniTable(
+          'history-network',
+          ['Time', 'Decision', 'Host', 'Reason'],
+          d.network.map((n) => [
+            when(n.time),
+            h('span', { class: `decision decision-${n.decision}` }, n.decision),
+            h('span', { class: 'mono' }, `${n.host}:${n.port}`),
+            n.reason,
+          ]),
+          'No network decisions.',
+        ),
+        h('h4', null, `Files changed by its session while it ran (${d.files.length})`),
+        this.miniTable(
+          'history-files',
+          ['Time', 'Operation', 'Path', 'Outcome'],
+          d.files.map((f) => [
+            when(f.time),
+            f.op,
+            h('span', { class: 'mono small' }, f.path, f.destination ? ` → ${f.destination}` : ''),
+            f.outcome,
+          ]),
+          'No fs/* changes.',
+        ),
+      ),
+    );
+  }
+
+  private output(d: AuditProcessResult, total: number): HTMLElement {
+    const box = h('pre', { class: 'pipe-output', 'data-testid': 'history-output', tabindex: '0' });
+    if (!d.output) {
+      box.append(
+        h(
+          'span',
+          { class: 'out-note' },
+          total === 0 ? 'No output.' : `${fmtBytes(total)} of output, none stored.`,
+        ),
+      );
+      return box;
+    }
+    box.append(decode(d.output.head));
+    if (d.output.omittedBytes > 0) {
+      box.append(h('span', { class: 'out-note' }, `\n… ${fmtBytes(d.output.omittedBytes)} not stored …\n`));
+    }
+    if (d.output.tail) box.append(decode(d.output.tail));
+    return box;
+  }
+
+  private miniTable(testid: string, cols: string[], rows: (string | Node)[][], empty: string): HTMLElement {
+    return h(
+      'table',
+      { class: 'table compact', 'data-testid': testid },
+      h('thead', null, h('tr', null, ...cols.map((c) => h('th', null, c)))),
+      h(
+        'tbody',
+        null,
+        rows.length === 0
+          ? h('tr', null, h('td', { colspan: String(cols.length), class: 'empty-cell' }, empty))
+          : rows.map((r) => h('tr', null, ...r.map((c) => h('td', null, c)))),
+      ),
+    );
+  }
+}

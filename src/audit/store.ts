@@ -206,13 +206,14 @@ const json = (v: unknown) => (v === null || v === undefined ? null : JSON.string
 const parse = <T>(v: unknown, fallback: T): T => (typeof v === 'string' ? (JSON.parse(v) as T) : fallback);
 const likePattern = (text: string) => `%${text.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
 
-/** Opaque keyset cursor: the (time, id) of the last item of a page. */
-function encodeCursor(time: number, id: number): string {
-  return `${time}.${id}`;
-}
-function decodeCursor(cursor: string): { time: number; id: number } | null {
-  const m = /^(\d+)\.(\d+)$/.exec(cursor);
-  return m ? { time: Number(m[1]), id: Number(m[2]) } : null;
+/**
+ * The keyset cursor: the id of the last item of a page. Lists go newest first by id, that is in the order events
+ * were recorded (their time order, give or take one batch when several servers share the file): a search then scans
+ * the table in its own order, ~3x faster than through the time index (a text search over 100k processes: ~45 ms vs
+ * ~130 ms on the 2-core machine).
+ */
+function decodeCursor(cursor: string): number | null {
+  return /^\d+$/.test(cursor) ? Number(cursor) : null;
 }
 
 export interface RetentionOptions {
@@ -472,10 +473,10 @@ export class AuditStore {
       }
     }
     if (q.cursor) {
-      const c = decodeCursor(q.cursor);
-      if (c) {
-        where.push(`(${time} < ? OR (${time} = ? AND ${col('id')} < ?))`);
-        args.push(c.time, c.time, c.id);
+      const before = decodeCursor(q.cursor);
+      if (before !== null) {
+        where.push(`${col('id')} < ?`);
+        args.push(before);
       }
     }
     const from =
@@ -483,12 +484,12 @@ export class AuditStore {
     const select = q.type === 'process' ? 'p.*, d.argv AS argv' : 'e.*';
     const sql =
       `SELECT ${select} FROM ${from}${where.length > 0 ? ` WHERE ${where.join(' AND ')}` : ''} ` +
-      `ORDER BY ${time} DESC, ${col('id')} DESC LIMIT ?`;
+      `ORDER BY ${col('id')} DESC LIMIT ?`;
     const rows = this.db.prepare(sql).all(...args, q.limit + 1) as Row[];
     const more = rows.length > q.limit;
     const items = rows.slice(0, q.limit).map((r) => toItem(q.type, r));
     const last = items[items.length - 1];
-    return { items, nextCursor: more && last ? encodeCursor(last.time, last.id) : null };
+    return { items, nextCursor: more && last ? String(last.id) : null };
   }
 
   /** One process with its stored output, its network decisions and its session's fs changes while it ran. */

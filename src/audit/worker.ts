@@ -124,7 +124,8 @@ function recoverCorruption(e: Error): void {
  */
 function scheduleRetention(now?: number, chain = false): Promise<void> {
   if (!store) return Promise.resolve();
-  if (retentionRunning) return chain ? retentionRunning.then(() => scheduleRetention(now, true)) : retentionRunning;
+  if (retentionRunning)
+    return chain ? retentionRunning.then(() => scheduleRetention(now, true)) : retentionRunning;
   sinceRetention = 0;
   const pass = new Promise<void>((resolve) => {
     const step = () => {

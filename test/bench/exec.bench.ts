@@ -4,7 +4,8 @@
  * `codex exec-server` 0.120.0, each server in its own process, on loopback.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import WebSocket, { WebSocketServer } from 'ws';
@@ -17,7 +18,7 @@ interface Server {
   proc: ChildProcess;
 }
 
-async function startServer(
+export async function startServer(
   cmd: string,
   args: string[],
   env: NodeJS.ProcessEnv = process.env,
@@ -31,7 +32,7 @@ async function startServer(
   return { url, proc };
 }
 
-function stopServer(s: Server): Promise<void> {
+export function stopServer(s: Server): Promise<void> {
   return new Promise((resolve) => {
     s.proc.once('exit', () => resolve());
     s.proc.kill('SIGTERM');
@@ -68,7 +69,7 @@ function scanOutput(data: Buffer): { processId: string; seq: number; bytes: numb
 }
 
 /** A minimal protocol client: request/response by id, notifications by processId. */
-class BenchClient {
+export class BenchClient {
   private id = 0;
   private pending = new Map<number, (m: Record<string, unknown>) => void>();
   private closedWaiters = new Map<string, () => void>();
@@ -195,10 +196,6 @@ async function warmUpClient(bytes: number): Promise<void> {
   await new Promise((r) => wss.close(r));
 }
 
-function pct(sorted: number[], p: number): number {
-  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
-}
-
 interface Figures {
   p50: number;
   p90: number;
@@ -232,9 +229,8 @@ function cpuMs(pid: number): number {
   return ns / 1e6;
 }
 
-async function measure(url: string, tag: string, serverPid: number): Promise<Figures> {
-  const c = await BenchClient.open(url);
-  // warm-up
+/** start→closed of `/bin/true`, one at a time: 20 warm-up runs, then 200 measured (ms, sorted). */
+export async function startLatencies(c: BenchClient, tag: string): Promise<number[]> {
   for (let i = 0; i < 20; i++) await c.run(`${tag}-w${i}`, ['/bin/true']);
   const lat: number[] = [];
   for (let i = 0; i < 200; i++) {
@@ -242,7 +238,37 @@ async function measure(url: string, tag: string, serverPid: number): Promise<Fig
     await c.run(`${tag}-t${i}`, ['/bin/true']);
     lat.push(performance.now() - t0);
   }
-  lat.sort((a, b) => a - b);
+  return lat.sort((a, b) => a - b);
+}
+
+/**
+ * Concurrency: rounds of 64 processes started at once. The first 10 rounds are reported on their own; then 60 more
+ * rounds of warm-up and 10 measured rounds. Corral's per-process path runs through ~140 JavaScript functions that
+ * V8 optimises only after they have run about a thousand times (TurboFan takes 5-20 ms per function on this
+ * machine): here a fresh server does ~1300 /s and reaches ~2100 /s after ~4500 processes. The reference server
+ * gets exactly the same sequence.
+ */
+export async function concurrency(c: BenchClient, tag: string): Promise<{ cold: number; warm: number }> {
+  const script = 'for i in 1 2 3 4 5; do echo line $i; done';
+  const round = (name: string) =>
+    Promise.all(Array.from({ length: 64 }, (_, i) => c.run(`${name}-${i}`, ['/bin/sh', '-c', script])));
+  const rounds = async (name: string, n: number): Promise<number> => {
+    const t = performance.now();
+    for (let r = 0; r < n; r++) await round(`${name}${r}`);
+    return (n * 64) / ((performance.now() - t) / 1000);
+  };
+  const cold = await rounds(`${tag}-c-cold`, 10);
+  await rounds(`${tag}-c-w`, 60);
+  return { cold, warm: await rounds(`${tag}-c`, 10) };
+}
+
+export function pct(sorted: number[], p: number): number {
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
+}
+
+async function measure(url: string, tag: string, serverPid: number): Promise<Figures> {
+  const c = await BenchClient.open(url);
+  const lat = await startLatencies(c, tag);
 
   // Throughput. The first 64 MiB after start-up is reported on its own: Corral's hot path is JavaScript that V8 is
   // still optimising then (the first two or three 64 MiB runs are 30-40 % slower than the rest). Then three more
@@ -276,22 +302,7 @@ async function measure(url: string, tag: string, serverPid: number): Promise<Fig
   cpuRuns.sort((a, b) => a - b);
   const parsedMibPerSec = await stream(`${tag}-big-parsed`, total, false);
 
-  // Concurrency: rounds of 64 processes started at once. The first 10 rounds are reported on their own; then 60 more
-  // rounds of warm-up and 10 measured rounds. Corral's per-process path runs through ~140 JavaScript functions that
-  // V8 optimises only after they have run about a thousand times (TurboFan takes 5-20 ms per function on this
-  // machine): here a fresh server does ~1300 /s and reaches ~2100 /s after ~4500 processes. The reference server
-  // gets exactly the same sequence.
-  const script = 'for i in 1 2 3 4 5; do echo line $i; done';
-  const round = (name: string) =>
-    Promise.all(Array.from({ length: 64 }, (_, i) => c.run(`${name}-${i}`, ['/bin/sh', '-c', script])));
-  const rounds = async (name: string, n: number): Promise<number> => {
-    const t = performance.now();
-    for (let r = 0; r < n; r++) await round(`${name}${r}`);
-    return (n * 64) / ((performance.now() - t) / 1000);
-  };
-  const coldProcsPerSec = await rounds(`${tag}-c-cold`, 10);
-  await rounds(`${tag}-c-w`, 60);
-  const procsPerSec = await rounds(`${tag}-c`, 10);
+  const procs = await concurrency(c, tag);
   c.close();
   return {
     p50: pct(lat, 50),
@@ -303,8 +314,8 @@ async function measure(url: string, tag: string, serverPid: number): Promise<Fig
     coldCpuMs,
     warmCpuMs: cpuRuns[2]!,
     parsedMibPerSec,
-    coldProcsPerSec,
-    procsPerSec,
+    coldProcsPerSec: procs.cold,
+    procsPerSec: procs.warm,
   };
 }
 
@@ -332,6 +343,8 @@ export function findReferenceCodex(version = '0.120.0'): string | null {
 
 export async function run(): Promise<BenchRow[]> {
   await warmUpClient(64 * 1024 * 1024);
+  // Corral as it runs by default: with its audit trail on (in a scratch database, not the user's).
+  const auditDir = mkdtempSync(join(tmpdir(), 'corral-bench-audit-'));
   const corral = await startServer(process.execPath, [
     join(root, 'dist', 'cli.js'),
     'exec-server',
@@ -339,12 +352,15 @@ export async function run(): Promise<BenchRow[]> {
     'ws://127.0.0.1:0',
     '--log-level',
     'warn',
+    '--audit-db',
+    join(auditDir, 'audit.db'),
   ]);
   let ours: Figures;
   try {
     ours = await measure(corral.url, 'corral', corral.proc.pid!);
   } finally {
     await stopServer(corral);
+    rmSync(auditDir, { recursive: true, force: true });
   }
   let ref: Figures | null = null;
   const codex = findReferenceCodex();
@@ -361,7 +377,7 @@ export async function run(): Promise<BenchRow[]> {
       await stopServer(server);
     }
   }
-  const section = 'exec-server (pipes, no sandbox)';
+  const section = 'exec-server (pipes, no sandbox, audit on)';
   const r = (v: number) => Math.round(v * 100) / 100;
   return [
     {

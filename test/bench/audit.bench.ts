@@ -1,0 +1,278 @@
+/**
+ * Audit-trail benchmarks (issue 15): what the trail costs the hot path (start→closed p50 and 64 concurrent short
+ * processes, with the trail on and off, next to the reference server), and how fast audit/query answers a text
+ * search over 100 000 stored processes (the store alone, and through the protocol).
+ */
+import { mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { AuditRecord } from '../../src/audit/events.js';
+import { openAuditStore } from '../../src/audit/store.js';
+import { AuditQueryParams } from '../../src/protocol/audit.js';
+import { RpcClient } from '../helpers/client.js';
+import {
+  BenchClient,
+  concurrency,
+  findReferenceCodex,
+  pct,
+  startLatencies,
+  startServer,
+  stopServer,
+} from './exec.bench.js';
+import type { BenchRow } from './types.js';
+
+const root = join(import.meta.dirname, '..', '..');
+const CLI = join(root, 'dist', 'cli.js');
+const PROCESSES = 100_000;
+
+interface HotPath {
+  p50: number;
+  procsPerSec: number;
+}
+
+async function hotPath(url: string, tag: string): Promise<HotPath> {
+  const c = await BenchClient.open(url);
+  const lat = await startLatencies(c, tag);
+  const procs = await concurrency(c, tag);
+  c.close();
+  return { p50: pct(lat, 50), procsPerSec: procs.warm };
+}
+
+const corralServer = (args: string[]) =>
+  startServer(process.execPath, [
+    CLI,
+    'exec-server',
+    '--listen',
+    'ws://127.0.0.1:0',
+    '--log-level',
+    'warn',
+    ...args,
+  ]);
+
+async function corral(tag: string, args: string[]): Promise<HotPath> {
+  const s = await corralServer(args);
+  try {
+    return await hotPath(s.url, tag);
+  } finally {
+    await stopServer(s);
+  }
+}
+
+const WORDS = [
+  'npm',
+  'test',
+  'cargo',
+  'build',
+  'git',
+  'status',
+  'ls',
+  '-la',
+  'python3',
+  'pytest',
+  'grep',
+  '-rn',
+  'src',
+  'make',
+];
+
+/** 100k processes shaped like an agent's (argv, env names, policy, 1 KiB of output each), in one database. */
+export function fill(path: string): void {
+  const store = openAuditStore(path);
+  const out = new Uint8Array(1024).fill(0x2e);
+  const t0 = Date.now() - 20 * 86_400_000;
+  for (let b = 0; b < PROCESSES; b += 5000) {
+    const batch: AuditRecord[] = [];
+    for (let i = b; i < b + 5000; i++) {
+      const t = t0 + i * 15_000;
+      const words = Array.from({ length: 5 }, (_, j) => WORDS[(i * 7 + j * 13) % WORDS.length]);
+      batch.push({
+        kind: 'processStart',
+        time: t,
+        sessionId: `session-${Math.floor(i / 300)}`,
+        processId: `call_${i.toString(36)}`,
+        clientName: i % 3 === 0 ? 'codex_exec' : 'codex-tui',
+        argv: ['/bin/bash', '-lc', `${words.join(' ')} ${i.toString(36)}`],
+        cwd: `/home/user/projects/repo-${i % 40}`,
+        tty: i % 10 === 0,
+        envNames: ['HOME', 'LANG', 'PATH', 'TERM', 'USER', 'CODEX_SANDBOX'],
+        sandboxType: 'linuxSeccomp',
+        policy: {
+          sandbox: 'linux-seccomp',
+          writableRoots: [{ root: `/home/user/projects/repo-${i % 40}` }],
+          network: 'restricted',
+        },
+        network: null,
+        metadata: { threadId: `thread-${Math.floor(i / 50)}`, toolCallId: `call_${i}` },
+        pid: 1000 + (i % 30000),
+      });
+      batch.push({
+        kind: 'processExit',
+        time: t + 40,
+        sessionId: `session-${Math.floor(i / 300)}`,
+        processId: `call_${i.toString(36)}`,
+        exitCode: i % 7 === 0 ? 1 : 0,
+        signal: null,
+        sandboxDenied: false,
+        limitHit: null,
+      });
+      batch.push({
+        kind: 'processClose',
+        time: t + 41,
+        sessionId: `session-${Math.floor(i / 300)}`,
+        processId: `call_${i.toString(36)}`,
+        outputBytes: out.length,
+        head: out,
+        tail: null,
+        omittedBytes: 0,
+      });
+    }
+    store.write(batch);
+  }
+  store.db.pragma('wal_checkpoint(TRUNCATE)');
+  store.close();
+}
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)]!;
+}
+
+export async function run(): Promise<BenchRow[]> {
+  const dir = mkdtempSync(join(tmpdir(), 'corral-bench-audit-'));
+  const rows: BenchRow[] = [];
+  try {
+    // ---- the hot path, audit off / on, and the reference -------------------------------------------------------
+    const off = await corral('off', ['--no-audit']);
+    const on = await corral('on', ['--audit-db', join(dir, 'hot.db')]);
+    let ref: HotPath | null = null;
+    const codex = findReferenceCodex();
+    if (codex) {
+      const s = await startServer(codex, ['exec-server', '--listen', 'ws://127.0.0.1:0'], {
+        ...process.env,
+        CODEX_HOME: join(root, '.cache', 'codex-home-bench'),
+      });
+      try {
+        ref = await hotPath(s.url, 'ref');
+      } finally {
+        await stopServer(s);
+      }
+    }
+    const section = 'audit trail: hot path';
+    const r2 = (v: number) => Math.round(v * 100) / 100;
+    rows.push(
+      {
+        section,
+        metric: 'start→closed `true` p50, audit off',
+        corral: r2(off.p50),
+        reference: ref ? r2(ref.p50) : undefined,
+        unit: 'ms',
+        target: '≤ 3',
+      },
+      {
+        section,
+        metric: 'start→closed `true` p50, audit on',
+        corral: r2(on.p50),
+        reference: ref ? r2(ref.p50) : undefined,
+        unit: 'ms',
+        target: '≤ 3',
+      },
+      {
+        section,
+        metric: '64 concurrent short processes, audit off',
+        corral: Math.round(off.procsPerSec),
+        reference: ref ? Math.round(ref.procsPerSec) : undefined,
+        unit: 'proc/s',
+      },
+      {
+        section,
+        metric: '64 concurrent short processes, audit on',
+        corral: Math.round(on.procsPerSec),
+        reference: ref ? Math.round(ref.procsPerSec) : undefined,
+        unit: 'proc/s',
+        target: '≥ 1.8× ref',
+      },
+    );
+
+    // ---- text search over 100k processes ---------------------------------------------------------------------
+    const dbPath = join(dir, 'big.db');
+    const t0 = performance.now();
+    fill(dbPath);
+    const fillSecs = (performance.now() - t0) / 1000;
+    const store = openAuditStore(dbPath);
+    const search = (text: string) => {
+      const q = AuditQueryParams.parse({ type: 'process', text, limit: 100 });
+      const times: number[] = [];
+      let n = 0;
+      for (let i = 0; i < 7; i++) {
+        const t = performance.now();
+        n = store.query(q).items.length;
+        times.push(performance.now() - t);
+      }
+      return { ms: median(times.slice(2)), n };
+    };
+    const rare = search('no-such-command-anywhere');
+    const common = search('status');
+    store.close();
+    // Through the protocol: a server on that database, a privileged client, audit/query round trips.
+    const tokenFile = join(dir, 'token');
+    writeFileSync(tokenFile, 'bench-token');
+    const s = await corralServer(['--audit-db', dbPath, '--ws-token-file', tokenFile]);
+    let wire = 0;
+    let wireCommon = 0;
+    try {
+      const c = await RpcClient.open(`${s.url}/?token=bench-token`, 'bench');
+      const ask = async (text: string) => {
+        const times: number[] = [];
+        for (let i = 0; i < 7; i++) {
+          const t = performance.now();
+          await c.request('audit/query', { type: 'process', text, limit: 100 });
+          times.push(performance.now() - t);
+        }
+        return median(times.slice(2));
+      };
+      wire = await ask('no-such-command-anywhere');
+      wireCommon = await ask('status');
+      c.close();
+    } finally {
+      await stopServer(s);
+    }
+    const q = 'audit trail: audit/query, 100k processes';
+    rows.push(
+      {
+        section: q,
+        metric: `database: ${PROCESSES} processes (filled in ${fillSecs.toFixed(1)} s)`,
+        corral: Math.round(statSync(dbPath).size / 1048576),
+        unit: 'MiB',
+      },
+      {
+        section: q,
+        metric: 'text search, no match (scans all), store',
+        corral: r2(rare.ms),
+        unit: 'ms',
+        target: '≤ 100',
+      },
+      {
+        section: q,
+        metric: `text search, common word (${common.n} rows), store`,
+        corral: r2(common.ms),
+        unit: 'ms',
+      },
+      {
+        section: q,
+        metric: 'text search, no match, audit/query round trip',
+        corral: r2(wire),
+        unit: 'ms',
+        target: '≤ 100',
+      },
+      {
+        section: q,
+        metric: 'text search, common word, audit/query round trip',
+        corral: r2(wireCommon),
+        unit: 'ms',
+      },
+    );
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+  return rows;
+}

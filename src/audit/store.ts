@@ -73,7 +73,12 @@ function inspectHeader(path: string): { state: 'absent' | 'empty' | 'sqlite' | '
   const fd = openSync(path, 'r');
   try {
     const head = Buffer.alloc(100);
-    const n = readSync(fd, head, 0, 100, 0);
+    let n = readSync(fd, head, 0, 100, 0);
+    // Another Corral may be creating the file this instant: give a short header a moment before calling it bad.
+    for (let i = 0; i < 4 && n > 0 && n < 100; i++) {
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 50);
+      n = readSync(fd, head, 0, 100, 0);
+    }
     if (n === 0) return { state: 'empty', version: 0 };
     if (n < 100 || !head.subarray(0, 16).equals(SQLITE_MAGIC)) return { state: 'garbage', version: 0 };
     return { state: 'sqlite', version: head.readUInt32BE(60) };
@@ -128,15 +133,17 @@ function configure(db: Db, opts: StoreOptions): void {
   db.pragma('synchronous = NORMAL');
 }
 
+/**
+ * Brings the schema up to date in one IMMEDIATE transaction (several Corral servers may open a new file at once: the
+ * second waits for the first and then finds nothing to do).
+ */
 function migrate(db: Db, path: string): number {
-  const version = db.pragma('user_version', { simple: true }) as number;
-  if (version > SCHEMA_VERSION) throw newerError(path, version);
-  for (let v = version; v < SCHEMA_VERSION; v++) {
-    db.transaction(() => {
-      db.exec(MIGRATIONS[v]!);
-      db.pragma(`user_version = ${v + 1}`);
-    })();
-  }
+  db.transaction(() => {
+    const version = db.pragma('user_version', { simple: true }) as number;
+    if (version > SCHEMA_VERSION) throw newerError(path, version);
+    for (let v = version; v < SCHEMA_VERSION; v++) db.exec(MIGRATIONS[v]!);
+    if (version !== SCHEMA_VERSION) db.pragma(`user_version = ${SCHEMA_VERSION}`);
+  }).immediate();
   return SCHEMA_VERSION;
 }
 

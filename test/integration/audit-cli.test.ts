@@ -86,6 +86,33 @@ describe('corral exec-server and its audit database', () => {
     assert.ok(existsSync(join(home, '.local', 'state', 'corral', 'audit.db')));
   });
 
+  test('several servers may create and share one database at once', async () => {
+    const path = join(fresh(), 'shared', 'audit.db');
+    const servers = await Promise.all(Array.from({ length: 4 }, () => startServer(['--audit-db', path])));
+    await Promise.all(
+      servers.map(async (s, i) => {
+        const c = await RpcClient.open(s.url, `sharer-${i}`);
+        await c.request('process/start', {
+          processId: 'p',
+          argv: ['/bin/true'],
+          cwd: '/tmp',
+          env: {},
+          tty: false,
+        });
+        await c.collect('p');
+        c.close();
+      }),
+    );
+    await Promise.all(servers.map(stop));
+    for (const s of servers) assert.doesNotMatch(s.stderr(), /corrupt|moved it|cannot open/, s.stderr());
+    const db = new Database(path, { readonly: true });
+    const clients = (
+      db.prepare('SELECT client_name FROM processes ORDER BY client_name').all() as { client_name: string }[]
+    ).map((r) => r.client_name);
+    db.close();
+    assert.deepEqual(clients, ['sharer-0', 'sharer-1', 'sharer-2', 'sharer-3']);
+  });
+
   test('--no-audit stores nothing, and audit/info says the trail is off', async () => {
     const state = join(fresh(), 'xdg-state');
     const tokenFile = join(fresh(), 'token');

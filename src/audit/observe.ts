@@ -210,6 +210,7 @@ export function observeServer(server: ExecServer, sink: AuditSink): AuditObserve
       return;
     }
     if (kind === 'exited') {
+      // Which resource limit ended the process, where the process layer reports one (`limitHit`).
       const limitHit = (p as { limitHit?: unknown }).limitHit;
       sink.record({
         kind: 'processExit',
@@ -219,7 +220,12 @@ export function observeServer(server: ExecServer, sink: AuditSink): AuditObserve
         exitCode: p.exitCode ?? -1,
         signal: p.exitSignal,
         sandboxDenied: p.sandboxDenied,
-        limitHit: typeof limitHit === 'string' ? limitHit : null,
+        limitHit:
+          limitHit === undefined || limitHit === null
+            ? null
+            : typeof limitHit === 'string'
+              ? limitHit
+              : JSON.stringify(limitHit),
       });
       return;
     }

@@ -151,6 +151,22 @@ describe('corral exec-server and its audit database', () => {
     });
     assert.equal(await new Promise((r) => both.once('exit', r)), 2);
     assert.match(err, /--no-audit and --audit-db exclude each other/);
+    for (const [args, message] of [
+      [['--audit-output-bytes', '2000000'], /--audit-output-bytes must be at most 1048576/],
+      [['--audit-output-bytes', 'lots'], /--audit-output-bytes must be a whole number ≥ 0/],
+      [['--audit-retention-days', '0'], /--audit-retention-days must be a whole number ≥ 1/],
+      [['--otlp-endpoint', 'ftp://127.0.0.1/'], /--otlp-endpoint: expected an http\(s\) URL, got ftp:/],
+      [['--audit-db', '/audit.db'], /give it a directory of its own/],
+    ] as const) {
+      const bad = spawn(process.execPath, [CLI, 'exec-server', ...args]);
+      let text = '';
+      bad.stderr.on('data', (d: Buffer) => {
+        text += d.toString();
+      });
+      const code = await new Promise((r) => bad.once('exit', r));
+      assert.match(text, message, args.join(' '));
+      assert.ok(code === 1 || code === 2, `${args.join(' ')}: exit ${code}`);
+    }
   });
 
   test('SIGKILL during a flood: the database opens, passes integrity_check and holds every event acknowledged more than the flush interval before', async () => {

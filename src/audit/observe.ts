@@ -81,7 +81,7 @@ function fsRecord(e: FsCallEvent): FsRecord | null {
   const data = typeof p.dataBase64 === 'string' ? p.dataBase64 : null;
   return {
     kind: 'fs',
-    time: Date.now(),
+    time: e.time,
     sessionId: e.session?.id ?? null,
     clientName: e.session?.clientName ?? null,
     op: e.method.slice('fs/'.length) as FsOperation,

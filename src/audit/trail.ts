@@ -50,18 +50,27 @@ export function defaultAuditPath(env: NodeJS.ProcessEnv = process.env): string {
   return join(base, 'corral', 'audit.db');
 }
 
-/** The worker's script: next to this module (tsx, sources) or dist/audit/worker.js next to the bundle. */
+/**
+ * The worker's script: next to this module (tsx, sources), dist/audit/worker.js next to the bundle (dist/cli.js,
+ * dist/main/main.js), or, for a copy of the bundle elsewhere in the package, the package's own dist/.
+ */
 function workerScript(): string {
   const here = dirname(fileURLToPath(import.meta.url));
-  for (const c of [
+  const candidates = [
     join(here, 'worker.ts'),
     join(here, 'worker.js'),
     join(here, 'audit', 'worker.js'),
     join(here, '..', 'audit', 'worker.js'),
-  ]) {
-    if (existsSync(c)) return c;
+  ];
+  for (let dir = here; dirname(dir) !== dir; dir = dirname(dir)) {
+    if (existsSync(join(dir, 'package.json'))) {
+      candidates.push(join(dir, 'dist', 'audit', 'worker.js'));
+      break;
+    }
   }
-  throw new Error('the audit worker is not built: run `npm run build` first');
+  const found = candidates.find((c) => existsSync(c));
+  if (!found) throw new Error('the audit worker is not built: run `npm run build` first');
+  return found;
 }
 
 /**

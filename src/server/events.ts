@@ -9,6 +9,8 @@ export type ProcessEventKind = 'started' | 'exited' | 'closed';
 /** One finished fs/* request (emitted only while someone listens). */
 export interface FsCallEvent {
   method: string;
+  /** When the request began (ms since the epoch). */
+  time: number;
   /** The params as sent (validated or not). */
   params: unknown;
   session: Session | null;

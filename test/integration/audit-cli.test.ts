@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import Database from 'better-sqlite3';
 import { b64, RpcClient } from '../helpers/client.js';
-import { tempDir } from '../helpers/server.js';
+import { tempDir, until } from '../helpers/server.js';
 
 const ROOT = join(import.meta.dirname, '..', '..');
 const CLI = join(ROOT, 'dist', 'cli.js');
@@ -210,8 +210,8 @@ describe('corral exec-server and its audit database', () => {
       }
     };
     const flood = [...Array.from({ length: 8 }, starter), writer(), writer()];
-    // Flood until well past the first flushes, then kill the server mid-stream.
-    await new Promise((r) => setTimeout(r, 2500));
+    // Flood until plenty is acknowledged (well past the first flushes), then kill the server mid-stream.
+    await until(() => closedAt.size >= 400 && wroteAt.size >= 120, 60_000, 'the flood to get going');
     const killedAt = Date.now();
     s.child.kill('SIGKILL');
     stopFlood = true;
@@ -258,7 +258,7 @@ describe('corral exec-server and its audit database', () => {
     process.stdout.write(
       `# checked ${checkedProcs} of ${closedAt.size} processes, ${checkedFiles} of ${wroteAt.size} writes\n`,
     );
-    assert.ok(checkedProcs > 200, `only ${checkedProcs} processes to check`);
-    assert.ok(checkedFiles > 100, `only ${checkedFiles} writes to check`);
+    assert.ok(checkedProcs > 100, `only ${checkedProcs} processes to check`);
+    assert.ok(checkedFiles > 30, `only ${checkedFiles} writes to check`);
   });
 });

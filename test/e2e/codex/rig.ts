@@ -12,6 +12,7 @@ import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import {
   copyFileSync,
+  cpSync,
   existsSync,
   mkdirSync,
   readdirSync,
@@ -90,6 +91,8 @@ export async function snapshotCorralCli(waitMs = 60_000): Promise<string> {
   mkdirSync(dir, { recursive: true });
   const copy = join(dir, `cli-${process.pid}.js`);
   copyFileSync(built, copy);
+  // The audit trail's worker thread is a script of its own, found next to the bundle.
+  cpSync(join(ROOT, 'dist', 'audit'), join(dir, 'audit'), { recursive: true });
   return copy;
 }
 export type SandboxMode = 'danger-full-access' | 'workspace-write' | 'read-only';

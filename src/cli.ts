@@ -211,7 +211,9 @@ async function execServerCommand(argv: string[]): Promise<void> {
   // No sandbox may read the token file or our log (sandbox.md: masked like any unreadable path).
   const audit = await startAudit(auditOptions(values), log).catch((e: Error) => fatal(e.message));
   // …nor the audit database (its directory).
-  const hiddenPaths = [tokenFile?.path, values['log-file'], ...audit.hiddenPaths].filter((p): p is string => !!p);
+  const hiddenPaths = [tokenFile?.path, values['log-file'], ...audit.hiddenPaths].filter(
+    (p): p is string => !!p,
+  );
 
   const server = new ExecServer({
     resumeGraceMs,

@@ -4,7 +4,14 @@ import type { LaunchSpec, PreparedLaunch } from '../process/launch.js';
 import { type DenialClassifier, ManagedProcess } from '../process/managedProcess.js';
 import { checkCwd, LaunchCheckError, resolveProgram } from '../process/resolveProgram.js';
 import { SpawnError } from '../process/spawner.js';
-import { ErrorCode, internalError, invalidParams, invalidRequest, methodNotFound, RpcError } from '../protocol/errors.js';
+import {
+  ErrorCode,
+  internalError,
+  invalidParams,
+  invalidRequest,
+  methodNotFound,
+  RpcError,
+} from '../protocol/errors.js';
 import {
   ExecParams,
   InitializeParams,
@@ -272,7 +279,9 @@ export class ExecServer implements Dispatcher {
         'fs',
         (p, _c, st) =>
           new Deferred(
-            st.fsLane.run(() => (this.events.hasFsListeners() ? this.observedFs(name, handle, p, st) : handle(p))),
+            st.fsLane.run(() =>
+              this.events.hasFsListeners() ? this.observedFs(name, handle, p, st) : handle(p),
+            ),
           ),
       );
     }

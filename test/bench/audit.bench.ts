@@ -3,9 +3,11 @@
  * processes, with the trail on and off, next to the reference server), and how fast audit/query answers a text
  * search over 100 000 stored processes (the store alone, and through the protocol).
  */
-import { mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { createInterface } from 'node:readline';
 import type { AuditRecord } from '../../src/audit/events.js';
 import { openAuditStore } from '../../src/audit/store.js';
 import { AuditQueryParams } from '../../src/protocol/audit.js';
@@ -48,6 +50,23 @@ const corralServer = (args: string[]) =>
     'warn',
     ...args,
   ]);
+
+/** `corral serve`; `url` is the panel's WebSocket URL with the panel token (audit/* is for the panel). */
+async function startServe(args: string[]): Promise<{ url: string; proc: ChildProcess }> {
+  const proc = spawn(process.execPath, [CLI, 'serve', '--log-level', 'warn', ...args], {
+    stdio: ['ignore', 'pipe', 'ignore'],
+  });
+  const rl = createInterface({ input: proc.stdout! });
+  const panel = await new Promise<string>((resolve, reject) => {
+    rl.on('line', (l) => {
+      if (l.startsWith('panel: ')) resolve(l.slice('panel: '.length));
+    });
+    proc.once('exit', (c) => reject(new Error(`corral serve exited ${c}`)));
+  });
+  const u = new URL(panel);
+  const token = new URLSearchParams(u.hash.slice(1)).get('token') ?? '';
+  return { url: `ws://${u.host}/?token=${encodeURIComponent(token)}`, proc };
+}
 
 async function corral(tag: string, args: string[]): Promise<HotPath> {
   const s = await corralServer(args);
@@ -239,14 +258,12 @@ export async function run(): Promise<BenchRow[]> {
     const rare = search('no-such-command-anywhere');
     const common = search('status');
     store.close();
-    // Through the protocol: a server on that database, a privileged client, audit/query round trips.
-    const tokenFile = join(dir, 'token');
-    writeFileSync(tokenFile, 'bench-token');
-    const s = await corralServer(['--audit-db', dbPath, '--ws-token-file', tokenFile]);
+    // Through the protocol: `corral serve` on that database, a panel client, audit/query round trips.
+    const s = await startServe(['--audit-db', dbPath]);
     let wire = 0;
     let wireCommon = 0;
     try {
-      const c = await RpcClient.open(`${s.url}/?token=bench-token`, 'bench');
+      const c = await RpcClient.open(s.url, 'bench');
       const ask = async (text: string) => {
         const times: number[] = [];
         for (let i = 0; i < 7; i++) {

@@ -11,7 +11,8 @@ import { type Browser, ensureBuilt, openBrowser, visibleText } from './harness.j
 describe('History view across a host restart', () => {
   const dir = tempDir('corral-history-');
   const dbPath = join(dir.path, 'state', 'audit.db');
-  const token = 'history-browser-test-token';
+  // Fixed tokens, so that the page reconnects to the restarted host by itself.
+  const tokens = { agent: 'history-agent-token-0123456789', panel: 'history-panel-token-0123456789' };
   let host: Host | null = null;
   let browser: Browser | null = null;
 
@@ -23,7 +24,7 @@ describe('History view across a host restart', () => {
 
   test('processes of the previous run are listed, searched and opened with their output, decisions and files', async () => {
     const panelDir = ensureBuilt();
-    const opts = { servePanel: true, panelDir, token, audit: { dbPath, outputBytes: 4096 } } as const;
+    const opts = { servePanel: true, panelDir, tokens, audit: { dbPath, outputBytes: 4096 } } as const;
     // First run: an agent works, then the host stops.
     host = await startHost(opts);
     const port = host.listener.port;
@@ -61,7 +62,7 @@ describe('History view across a host restart', () => {
     browser = await openBrowser();
     const page = browser.page;
     host = await startHost({ ...opts, port });
-    await page.goto(`${host.panelUrl!.replace(/#.*$/, '')}#token=${token}&view=history`);
+    await page.goto(`${host.panelUrl!}&view=history`);
     await page.locator('#conn-status', { hasText: 'connected' }).waitFor({ timeout: 15_000 });
     const table = page.getByTestId('history-table');
     await table.locator('tr[data-process-id="quiet"]').waitFor({ timeout: 10_000 });

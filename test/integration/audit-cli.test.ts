@@ -1,7 +1,7 @@
 // The audit trail of `corral exec-server` as a user runs it (issue 15): where the database goes by default,
 // --no-audit, and that a SIGKILL of the server during a flood loses nothing older than the flush interval.
 import assert from 'node:assert/strict';
-import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
@@ -115,13 +115,9 @@ describe('corral exec-server and its audit database', () => {
 
   test('--no-audit stores nothing, and audit/info says the trail is off', async () => {
     const state = join(fresh(), 'xdg-state');
-    const tokenFile = join(fresh(), 'token');
-    execFileSync('sh', ['-c', `printf tok > ${tokenFile}`]);
-    const s = await startServer(['--no-audit', '--ws-token-file', tokenFile], {
-      ...process.env,
-      XDG_STATE_HOME: state,
-    });
-    const c = await RpcClient.open(`${s.url}/?token=tok`, 'no-audit');
+    const env = { ...process.env, XDG_STATE_HOME: state };
+    const s = await startServer(['--no-audit'], env);
+    const c = await RpcClient.open(s.url, 'no-audit');
     await c.request('process/start', {
       processId: 'p',
       argv: ['/bin/true'],
@@ -130,13 +126,27 @@ describe('corral exec-server and its audit database', () => {
       tty: false,
     });
     await c.collect('p');
-    const info = await c.request<{ enabled: boolean; path: string | null }>('audit/info', {});
-    assert.deepEqual([info.enabled, info.path], [false, null]);
-    const e = await c.requestError('audit/query', {});
-    assert.equal(e.code, -32600);
-    assert.match(e.message, /audit trail is off/);
     c.close();
     await stop(s);
+    // The panel of `corral serve --no-audit` is told the trail is off.
+    const serve = spawn(process.execPath, [CLI, 'serve', '--no-audit'], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env,
+    });
+    const out: string[] = [];
+    serve.stdout!.on('data', (d: Buffer) => out.push(...d.toString().split('\n')));
+    await until(() => out.some((l) => l.startsWith('panel: ')), 15_000, 'serve to print its URLs');
+    const panelUrl = new URL(out.find((l) => l.startsWith('panel: '))!.slice('panel: '.length));
+    const token = new URLSearchParams(panelUrl.hash.slice(1)).get('token')!;
+    const p = await RpcClient.open(`ws://${panelUrl.host}/?token=${encodeURIComponent(token)}`, 'panel');
+    const info = await p.request<{ enabled: boolean; path: string | null }>('audit/info', {});
+    assert.deepEqual([info.enabled, info.path], [false, null]);
+    const e = await p.requestError('audit/query', {});
+    assert.equal(e.code, -32600);
+    assert.match(e.message, /audit trail is off/);
+    p.close();
+    serve.kill('SIGTERM');
+    await new Promise((r) => serve.once('exit', r));
     assert.equal(existsSync(state), false, 'nothing was created');
     const both = spawn(process.execPath, [
       CLI,

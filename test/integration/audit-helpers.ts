@@ -1,28 +1,21 @@
 /** Shared helpers of the audit-trail tests: an in-process server with a real audit database, and raw db reads. */
 import Database from 'better-sqlite3';
 import { type Audit, type AuditOptions, startAudit } from '../../src/audit/index.js';
-import { type ExecServer, type ExecServerOptions, silentLogger } from '../../src/server/execServer.js';
-import { type Listener, listenWebSocket } from '../../src/server/wsListener.js';
-import { RpcClient } from '../helpers/client.js';
-import { startTestServer } from '../helpers/server.js';
+import { type ExecServerOptions, silentLogger } from '../../src/server/execServer.js';
+import type { RpcClient } from '../helpers/client.js';
+import { startTestServer, type TestServer } from '../helpers/server.js';
 
-export const TOKEN = 'audit-test-token';
-
-export interface AuditedServer {
-  server: ExecServer;
+export interface AuditedServer extends TestServer {
   audit: Audit;
-  /** Requires the token: its clients are privileged (the panel's way in). */
-  listener: Listener;
-  /** No token: its clients are ordinary agents, not privileged. */
-  agentListener: Listener;
-  /** An agent (not privileged). */
+  /** An agent (the agent token: not privileged). */
   agent(name?: string): Promise<RpcClient & { sessionId: string }>;
-  /** A privileged client (holds the token), as the panel is. */
-  panel(name?: string): Promise<RpcClient & { sessionId: string }>;
-  close(): Promise<void>;
+  /** The public id of a client's session (what the audit trail records; its `sessionId` is the secret resume key). */
+  publicId(client: { sessionId: string }): string;
+  /** The URL an agent connects to, token included. */
+  agentUrl: string;
 }
 
-/** An exec server with the audit trail on, recording into `audit.dbPath`, listening on loopback with a token. */
+/** An exec server with the audit trail on, recording into `audit.dbPath`, with an agent and a panel token. */
 export async function startAuditedServer(
   audit: AuditOptions,
   opts: Omit<ExecServerOptions, 'log'> = {},
@@ -31,36 +24,23 @@ export async function startAuditedServer(
   const ts = await startTestServer({
     ...opts,
     launcher: { ...opts.launcher, sandbox: { ...opts.launcher?.sandbox, hiddenPaths: a.hiddenPaths } },
-    listen: { token: TOKEN },
+    tokens: true,
   });
   a.attach(ts.server);
-  const agentListener = await listenWebSocket(ts.server, {});
-  const agents: RpcClient[] = [];
   return {
-    server: ts.server,
+    ...ts,
     audit: a,
-    listener: ts.listener,
-    agentListener,
-    async agent(name = 'agent') {
-      const c = await RpcClient.open(agentListener.url, name);
-      agents.push(c);
-      return c;
-    },
-    panel: (name = 'panel') =>
-      RpcClient.open(`${ts.url}/?token=${TOKEN}`, name).then((c) => {
-        agents.push(c);
-        return c;
-      }),
+    agent: (name = 'agent') => ts.client(name),
+    publicId: (c) => ts.sessionOf(c).id,
+    agentUrl: `${ts.url}/?token=${ts.tokens!.agent}`,
     async close() {
-      for (const c of agents) c.close();
       await ts.close();
-      await agentListener.close();
       await a.stop();
     },
   };
 }
 
-/** Runs a command to its process/closed and returns its notifications. */
+/** Runs a command to its process/closed. */
 export async function run(
   c: RpcClient,
   processId: string,

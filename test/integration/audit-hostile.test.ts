@@ -114,7 +114,7 @@ describe('the audit database and a hostile process', {
     assert.ok(existsSync(dbPath) && !existsSync(join(ws, 'gone')));
     // The attack itself is on record, with what it printed.
     const d = await (await as.panel()).request<AuditProcessResult>('audit/process', {
-      sessionId: agent.sessionId,
+      sessionId: as.publicId(agent),
       processId: `h${n - 1}`,
     });
     assert.equal(d.process?.sandboxType, 'linuxSeccomp');

@@ -71,7 +71,7 @@ describe('audit trail of a running server', () => {
       metadata: { threadId: 'th-1', toolCallId: 'call-1' },
     });
     await committed();
-    const d = await detail(agent.sessionId, 'big');
+    const d = await detail(as.publicId(agent), 'big');
     const p = d.process!;
     assert.deepEqual(p.argv, ['/bin/sh', '-c', script]);
     assert.equal(p.cwd, '/tmp');
@@ -118,10 +118,10 @@ describe('audit trail of a running server', () => {
     await agent.collect('sleeper');
     await run(agent, 'term', ['/bin/sh', '-c', 'echo on-a-tty; tty >/dev/null && echo yes'], { tty: true });
     await committed();
-    const killed = (await detail(agent.sessionId, 'sleeper')).process!;
+    const killed = (await detail(as.publicId(agent), 'sleeper')).process!;
     assert.equal(killed.signal, 'SIGKILL');
     assert.equal(killed.exitCode, 137);
-    const term = await detail(agent.sessionId, 'term');
+    const term = await detail(as.publicId(agent), 'term');
     assert.equal(term.process!.tty, true);
     assert.match(Buffer.from(term.output!.head, 'base64').toString(), /on-a-tty[\s\S]*yes/);
     const signalled = await query({ type: 'process', exitStatus: 'signal', clientName: 'claude' });
@@ -144,14 +144,15 @@ describe('audit trail of a running server', () => {
     );
     try {
       const agent = await other.agent('resumer');
-      const sid = agent.sessionId;
+      const resumeKey = agent.sessionId;
+      const sid = other.publicId(agent);
       agent.close();
       await agent.waitClose();
-      const again = await RpcClient.connect(other.agentListener.url);
+      const again = await RpcClient.connect(other.agentUrl);
       await until(
         async () => {
           try {
-            await again.request('initialize', { clientName: 'resumer', resumeSessionId: sid });
+            await again.request('initialize', { clientName: 'resumer', resumeSessionId: resumeKey });
             return true;
           } catch {
             return false; // the server has not seen the first connection close yet
@@ -218,7 +219,7 @@ describe('audit trail of a running server', () => {
     });
     assert.equal(failed.code, -32004);
     await committed();
-    const r = await query({ type: 'fs', sessionId: agent.sessionId });
+    const r = await query({ type: 'fs', sessionId: as.publicId(agent) });
     const rows = (r.items as AuditFsItem[])
       .reverse()
       .map((i) => [i.op, i.path, i.outcome, i.bytes, i.destination]);
@@ -232,7 +233,7 @@ describe('audit trail of a running server', () => {
       ['readFile', join(outside, 'secret'), 'refused', null, null],
       ['writeFile', join(w, 'no', 'such', 'dir'), 'failed', 1, null],
     ]);
-    const refusals = await query({ type: 'fs', sessionId: agent.sessionId, decision: 'refused' });
+    const refusals = await query({ type: 'fs', sessionId: as.publicId(agent), decision: 'refused' });
     assert.equal(refusals.items.length, 2);
     assert.match(
       (refusals.items[1] as AuditFsItem).error!,
@@ -258,7 +259,7 @@ describe('audit trail of a running server', () => {
     });
     assert.match(agent.output('net'), /a=200[\s\S]*d=403/);
     await committed();
-    const d = await detail(agent.sessionId, 'net');
+    const d = await detail(as.publicId(agent), 'net');
     const byHost = new Map(d.network.map((n) => [n.host, n]));
     const allowed = byHost.get('localhost')!;
     assert.deepEqual(
@@ -327,7 +328,7 @@ describe('audit trail of a running server', () => {
     );
     await timedOut;
     await committed();
-    const r = await query({ type: 'approval', sessionId: agent.sessionId });
+    const r = await query({ type: 'approval', sessionId: as.publicId(agent) });
     const items = (r.items as AuditApprovalItem[]).reverse();
     const first = items.filter((i) => i.promptId === prompt.id);
     assert.deepEqual(

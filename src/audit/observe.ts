@@ -230,7 +230,8 @@ export function observeServer(server: ExecServer, sink: AuditSink): AuditObserve
       return;
     }
     const n = sink.outputBytes;
-    const head = n > 0 ? own(p.head()) : null;
+    // Taken, not copied: a finished process must not hold its head for as long as its session keeps it.
+    const head = n > 0 ? own(p.takeHead()) : null;
     const headLen = head?.length ?? 0;
     const tail = tailOf(p, Math.min(n, p.bytesOut - headLen));
     const tailLen = tail?.length ?? 0;

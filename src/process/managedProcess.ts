@@ -169,7 +169,7 @@ export class ManagedProcess {
   private onData(stream: OutputStream, data: Buffer): void {
     this.dataEvents++;
     this.bytesOut += data.length;
-    if (this.headBytes < this.headLimit) this.takeHead(data);
+    if (this.headBytes < this.headLimit) this.keepHeadOf(data);
     if (this.sink.outputs) {
       const first = this.lastSeq + 1;
       this.lastSeq += Math.ceil(data.length / MAX_CHUNK);
@@ -192,12 +192,15 @@ export class ManagedProcess {
     this.headLimit = Math.max(this.headLimit, bytes);
   }
 
-  /** The first output bytes kept by keepHead (at most its limit). */
-  head(): Buffer {
-    return this.headParts.length === 1 ? this.headParts[0]! : Buffer.concat(this.headParts);
+  /** Hands over the first output bytes kept by keepHead (at most its limit) and stops keeping them. */
+  takeHead(): Buffer {
+    const head = this.headParts.length === 1 ? this.headParts[0]! : Buffer.concat(this.headParts);
+    this.headParts = [];
+    this.headLimit = 0;
+    return head;
   }
 
-  private takeHead(data: Buffer): void {
+  private keepHeadOf(data: Buffer): void {
     const n = Math.min(data.length, this.headLimit - this.headBytes);
     // A copy: `data` may be a view of a buffer the reader reuses.
     this.headParts.push(Buffer.from(data.subarray(0, n)));

@@ -43,7 +43,7 @@ describe('the audit database and a hostile process', {
   async function runIn(
     sandbox: unknown,
     argv: string[],
-  ): Promise<{ out: string; exitCode: number; sandboxType: string }> {
+  ): Promise<{ out: string; stdout: string; exitCode: number; sandboxType: string }> {
     const processId = `h${++n}`;
     const started = await agent.request<{ sandboxType: string }>('process/start', {
       processId,
@@ -57,6 +57,7 @@ describe('the audit database and a hostile process', {
     const exited = events.find((e) => e.method === 'process/exited')!;
     return {
       out: agent.output(processId),
+      stdout: agent.output(processId, 'stdout'),
       exitCode: exited.params.exitCode as number,
       sandboxType: started.sandboxType,
     };
@@ -102,7 +103,7 @@ describe('the audit database and a hostile process', {
     assert.match(r.out, /ls: cannot open directory '\.corral-state': Permission denied/, r.out);
     assert.match(r.out, /cannot create \.corral-state\/audit\.db: Permission denied/, r.out);
     assert.match(r.out, /mv: cannot move '\.corral-state' to 'gone'/, r.out);
-    assert.match(r.out, /== proc\n0\n/, r.out);
+    assert.match(r.stdout, /== proc\n0\n/, r.out);
     // The database is whole and still being written.
     await runIn(null, ['/bin/echo', 'after-the-attack']);
     await as.audit.trail!.flush();

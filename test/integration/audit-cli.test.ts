@@ -38,6 +38,12 @@ async function startServer(args: string[], env: NodeJS.ProcessEnv = process.env)
   return { child, url, stderr: () => err, exit };
 }
 
+/** Runs `/bin/true` as process `p` to its close. */
+async function runTrue(c: RpcClient): Promise<void> {
+  await c.request('process/start', { processId: 'p', argv: ['/bin/true'], cwd: '/tmp', env: {}, tty: false });
+  await c.collect('p');
+}
+
 async function stop(s: Server): Promise<void> {
   if (s.child.exitCode !== null || s.child.signalCode !== null) return;
   s.child.kill('SIGTERM');
@@ -59,14 +65,7 @@ describe('corral exec-server and its audit database', () => {
     const state = join(fresh(), 'xdg-state');
     const s = await startServer([], { ...process.env, XDG_STATE_HOME: state });
     const c = await RpcClient.open(s.url, 'default-path');
-    await c.request('process/start', {
-      processId: 'p',
-      argv: ['/bin/true'],
-      cwd: '/tmp',
-      env: {},
-      tty: false,
-    });
-    await c.collect('p');
+    await runTrue(c);
     c.close();
     await stop(s);
     const path = join(state, 'corral', 'audit.db');
@@ -92,14 +91,7 @@ describe('corral exec-server and its audit database', () => {
     await Promise.all(
       servers.map(async (s, i) => {
         const c = await RpcClient.open(s.url, `sharer-${i}`);
-        await c.request('process/start', {
-          processId: 'p',
-          argv: ['/bin/true'],
-          cwd: '/tmp',
-          env: {},
-          tty: false,
-        });
-        await c.collect('p');
+        await runTrue(c);
         c.close();
       }),
     );
@@ -118,14 +110,7 @@ describe('corral exec-server and its audit database', () => {
     const env = { ...process.env, XDG_STATE_HOME: state };
     const s = await startServer(['--no-audit'], env);
     const c = await RpcClient.open(s.url, 'no-audit');
-    await c.request('process/start', {
-      processId: 'p',
-      argv: ['/bin/true'],
-      cwd: '/tmp',
-      env: {},
-      tty: false,
-    });
-    await c.collect('p');
+    await runTrue(c);
     c.close();
     await stop(s);
     // The panel of `corral serve --no-audit` is told the trail is off.

@@ -25,6 +25,18 @@ import { startOrigin, stubResolver } from './network-helpers.js';
 import { seed, special } from './sandbox-util.js';
 
 const CURL = '/usr/bin/curl';
+
+/** A managed network that asks the panel about hosts it neither allows nor denies. */
+const asking = (timeoutMs: number) => ({
+  config: {
+    network: {
+      enabled: true,
+      allow_local_binding: true,
+      hard_deny_allowlist_misses: false,
+      approval_timeout_ms: timeoutMs,
+    },
+  },
+});
 const SECRET = 'tops3cret-value-never-stored';
 
 describe('audit trail of a running server', () => {
@@ -292,16 +304,7 @@ describe('audit trail of a running server', () => {
       'ask',
       ['/bin/sh', '-c', `curl --noproxy '' -s -o /dev/null -w 'x=%{http_code}\\n' http://127.0.0.1:${P}/a`],
       {
-        managedNetwork: {
-          config: {
-            network: {
-              enabled: true,
-              allow_local_binding: true,
-              hard_deny_allowlist_misses: false,
-              approval_timeout_ms: 10_000,
-            },
-          },
-        },
+        managedNetwork: asking(10_000),
       },
     );
     const prompt = (await decided).params.prompt as ApprovalPrompt;
@@ -314,16 +317,7 @@ describe('audit trail of a running server', () => {
       'ask2',
       ['/bin/sh', '-c', "curl --noproxy '' -s -o /dev/null -w 'y=%{http_code}\\n' http://127.0.0.1:9/b"],
       {
-        managedNetwork: {
-          config: {
-            network: {
-              enabled: true,
-              allow_local_binding: true,
-              hard_deny_allowlist_misses: false,
-              approval_timeout_ms: 300,
-            },
-          },
-        },
+        managedNetwork: asking(300),
       },
     );
     await timedOut;

@@ -6,8 +6,8 @@ import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
-import { parseSandboxParam } from '../../src/protocol/sandbox.js';
 import { type ParsedSandbox, previewLaunch } from '../../src/sandbox/index.js';
+import { seed, special } from '../integration/sandbox-util.js';
 
 const root = mkdtempSync(join(os.tmpdir(), 'corral-audit-mask-'));
 const W = join(root, 'ws');
@@ -15,23 +15,8 @@ const hidden = join(W, '.state', 'corral');
 mkdirSync(hidden, { recursive: true });
 after(() => rmSync(root, { recursive: true, force: true }));
 
-const sp = (kind: string, access: string) => ({ path: { type: 'special', value: { kind } }, access });
-function sandbox(sandboxName: string, entries: unknown[]): ParsedSandbox {
-  const r = parseSandboxParam({
-    sandbox: sandboxName,
-    policy: { type: 'workspace-write' },
-    fileSystemPolicy: { kind: 'restricted', entries },
-    networkPolicy: 'restricted',
-    sandboxPolicyCwd: W,
-    additionalPermissions: null,
-    enforceManagedNetwork: false,
-    windowsSandboxLevel: 'disabled',
-    windowsSandboxPrivateDesktop: false,
-    useLegacyLandlock: false,
-  });
-  if (!r.success) throw r.error;
-  return r.data as ParsedSandbox;
-}
+const sp = special;
+const sandbox = (name: string, entries: unknown[]): ParsedSandbox => seed({ cwd: W, sandbox: name, entries });
 const cmd = {
   spec: { file: '/bin/cat', argv: ['cat', join(hidden, 'audit.db')], env: {}, cwd: W },
   tty: false,

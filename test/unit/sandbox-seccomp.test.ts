@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
@@ -7,28 +7,41 @@ import {
   AF,
   AUDIT_ARCH,
   buildSeccompFilter,
+  CLONE_NEWUSER,
   evalSeccomp,
   hostSeccompArch,
   SECCOMP_RET_ALLOW,
+  SECCOMP_RET_ENOSYS,
   SECCOMP_RET_ENOTSOCK,
   SECCOMP_RET_EPERM,
   SECCOMP_RET_KILL_PROCESS,
   type SeccompArch,
   type SeccompMode,
+  SOCK,
   SYSCALLS,
 } from '../../src/sandbox/linux/seccomp.js';
 
 const fixtures = join(dirname(fileURLToPath(import.meta.url)), '..', 'fixtures', 'sandbox');
+const fixture = (arch: string, mode: string) => join(fixtures, `seccomp-${arch}-${mode}.hex`);
 const golden = (arch: string, mode: string) =>
-  Buffer.from(readFileSync(join(fixtures, `seccomp-${arch}-${mode}.hex`), 'utf8').replace(/\s+/g, ''), 'hex');
+  Buffer.from(readFileSync(fixture(arch, mode), 'utf8').replace(/\s+/g, ''), 'hex');
 
 const ARCHES: SeccompArch[] = ['x64', 'arm64'];
-const MODES: SeccompMode[] = ['restricted', 'proxy-routed'];
+const MODES: SeccompMode[] = ['restricted', 'proxy-routed', 'network-enabled'];
 
+/**
+ * The golden files pin the exact bytes each (arch, mode) produces, so that no change to the filters goes unnoticed
+ * in review. After a deliberate change, regenerate them with CORRAL_UPDATE_SECCOMP_FIXTURES=1 npm test -- seccomp,
+ * and check the semantics below and the live tests (test/integration/sandbox-linux.test.ts, test/hostile/).
+ */
 for (const arch of ARCHES) {
   for (const mode of MODES) {
     test(`seccomp golden bytes: ${arch} ${mode}`, () => {
-      assert.deepEqual(buildSeccompFilter(arch, mode), golden(arch, mode));
+      const built = buildSeccompFilter(arch, mode);
+      if (process.env.CORRAL_UPDATE_SECCOMP_FIXTURES === '1') {
+        writeFileSync(fixture(arch, mode), `${built.toString('hex').replace(/(.{16})(?!$)/g, '$1\n')}\n`);
+      }
+      assert.deepEqual(built, golden(arch, mode));
     });
   }
 }
@@ -36,22 +49,58 @@ for (const arch of ARCHES) {
 test('seccomp layout: arch check first, KILL on mismatch; 8-byte little-endian insns', () => {
   const b = buildSeccompFilter('x64', 'restricted');
   assert.equal(b.length % 8, 0);
-  assert.equal(b.length / 8, 36);
+  assert.equal(b.length / 8, 54);
   assert.equal(b.subarray(0, 8).toString('hex'), '2000000004000000'); // ld [4] (arch)
   assert.equal(b.readUInt16LE(8), 0x15); // jeq
   assert.equal(b.readUInt32LE(12), 0xc000003e);
   assert.equal(b.readUInt32LE(b.length - 4), SECCOMP_RET_KILL_PROCESS);
 });
 
+const SURFACE = [
+  'io_uring_setup',
+  'io_uring_enter',
+  'io_uring_register',
+  'perf_event_open',
+  'userfaultfd',
+  'bpf',
+  'add_key',
+  'request_key',
+  'keyctl',
+  'setns',
+] as const;
+
 for (const arch of ARCHES) {
   const nr = SYSCALLS[arch];
   const A = AUDIT_ARCH[arch];
   const other = arch === 'x64' ? AUDIT_ARCH.arm64 : AUDIT_ARCH.x64;
+  const evaluator = (mode: SeccompMode) => {
+    const f = buildSeccompFilter(arch, mode);
+    return (n: number, arg0?: number, arg1?: number) => evalSeccomp(f, { arch: A, nr: n, arg0, arg1 });
+  };
+
+  for (const mode of MODES) {
+    test(`seccomp, every mode (${arch}, ${mode}): foreign ABIs killed; no user namespaces; surface denied`, () => {
+      const ev = evaluator(mode);
+      const f = buildSeccompFilter(arch, mode);
+      assert.equal(evalSeccomp(f, { arch: other, nr: 0 }), SECCOMP_RET_KILL_PROCESS);
+      assert.equal(evalSeccomp(f, { arch: 0x40000003, nr: 0 }), SECCOMP_RET_KILL_PROCESS); // i386
+      for (const s of SURFACE) assert.equal(ev(nr[s]), SECCOMP_RET_EPERM, s);
+      // clone and unshare: CLONE_NEWUSER alone or with anything else is denied; a plain fork or thread is not.
+      for (const call of [nr.clone, nr.unshare]) {
+        assert.equal(ev(call, CLONE_NEWUSER), SECCOMP_RET_EPERM);
+        assert.equal(ev(call, CLONE_NEWUSER | 0x20000 | 17), SECCOMP_RET_EPERM); // | CLONE_NEWNS | SIGCHLD
+        assert.equal(ev(call, 0x01200011), SECCOMP_RET_ALLOW); // glibc fork(): CHILD_SETTID | CHILD_CLEARTID | SIGCHLD
+      }
+      assert.equal(ev(nr.clone, 0x3d0f00), SECCOMP_RET_ALLOW); // pthread_create's flags
+      assert.equal(ev(nr.clone3), SECCOMP_RET_ENOSYS, 'clone3 falls back to clone in libc');
+      assert.equal(ev(0 /* read on x64 / io_setup on arm64 */), SECCOMP_RET_ALLOW);
+      if (arch === 'x64')
+        assert.equal(ev(0x40000000 + nr.socket, AF.UNIX), SECCOMP_RET_EPERM, 'x32 ABI denied');
+    });
+  }
+
   test(`seccomp semantics (${arch}, restricted)`, () => {
-    const f = buildSeccompFilter(arch, 'restricted');
-    const ev = (n: number, arg0?: number) => evalSeccomp(f, { arch: A, nr: n, arg0 });
-    assert.equal(evalSeccomp(f, { arch: other, nr: 0 }), SECCOMP_RET_KILL_PROCESS);
-    assert.equal(evalSeccomp(f, { arch: 0x40000003, nr: 0 }), SECCOMP_RET_KILL_PROCESS); // i386
+    const ev = evaluator('restricted');
     for (const s of [
       'connect',
       'bind',
@@ -68,52 +117,66 @@ for (const arch of ARCHES) {
       'ptrace',
       'process_vm_readv',
       'process_vm_writev',
-      'io_uring_setup',
-      'io_uring_enter',
-      'io_uring_register',
     ] as const) {
       assert.equal(ev(nr[s]), SECCOMP_RET_EPERM, s);
     }
     // ENOTSOCK, not EPERM: bash must not mistake stdin for a network connection (and source ~/.bashrc).
     assert.equal(ev(nr.getpeername), SECCOMP_RET_ENOTSOCK);
     assert.equal(ev(nr.recvfrom), SECCOMP_RET_ALLOW);
-    assert.equal(ev(nr.socket, AF.UNIX), SECCOMP_RET_ALLOW);
-    for (const fam of [AF.INET, AF.INET6, AF.NETLINK, AF.PACKET, AF.VSOCK])
-      assert.equal(ev(nr.socket, fam), SECCOMP_RET_EPERM);
+    for (const call of [nr.socket, nr.socketpair]) {
+      assert.equal(ev(call, AF.UNIX, SOCK.STREAM), SECCOMP_RET_ALLOW);
+      assert.equal(
+        ev(call, AF.UNIX, SOCK.SEQPACKET | 0o2000000 | 0o4000),
+        SECCOMP_RET_ALLOW,
+        'with CLOEXEC|NONBLOCK',
+      );
+      // Unix datagrams reach host sockets by path without connect(); SOCK_RAW is the same object for AF_UNIX.
+      for (const t of [SOCK.DGRAM, SOCK.RAW, SOCK.RDM, SOCK.PACKET, SOCK.DGRAM | 0o2000000, 0])
+        assert.equal(ev(call, AF.UNIX, t), SECCOMP_RET_EPERM, `unix type ${t}`);
+      for (const fam of [AF.INET, AF.INET6, AF.NETLINK, AF.PACKET, AF.VSOCK])
+        assert.equal(ev(call, fam, SOCK.STREAM), SECCOMP_RET_EPERM);
+    }
     assert.equal(
-      ev(nr.socket, 0x100000000 + AF.UNIX),
+      ev(nr.socket, 0x100000000 + AF.UNIX, 0x100000000 + SOCK.STREAM),
       SECCOMP_RET_ALLOW,
       'only the low 32 bits are compared',
     );
-    assert.equal(ev(nr.socketpair, AF.UNIX), SECCOMP_RET_ALLOW);
-    assert.equal(ev(nr.socketpair, AF.INET), SECCOMP_RET_EPERM);
-    assert.equal(ev(0 /* read on x64 / io_setup on arm64 */), SECCOMP_RET_ALLOW);
-    if (arch === 'x64')
-      assert.equal(ev(0x40000000 + nr.socket, AF.UNIX), SECCOMP_RET_EPERM, 'x32 ABI denied');
   });
+
   test(`seccomp semantics (${arch}, proxy-routed)`, () => {
-    const f = buildSeccompFilter(arch, 'proxy-routed');
-    const ev = (n: number, arg0?: number) => evalSeccomp(f, { arch: A, nr: n, arg0 });
-    assert.equal(evalSeccomp(f, { arch: other, nr: 0 }), SECCOMP_RET_KILL_PROCESS);
-    for (const s of ['connect', 'bind', 'sendto', 'recvfrom', 'getsockopt', 'setsockopt'] as const) {
+    const ev = evaluator('proxy-routed');
+    for (const s of [
+      'connect',
+      'bind',
+      'sendto',
+      'sendmmsg',
+      'recvfrom',
+      'getsockopt',
+      'setsockopt',
+    ] as const) {
       assert.equal(ev(nr[s]), SECCOMP_RET_ALLOW, s);
     }
-    for (const s of [
-      'ptrace',
-      'process_vm_readv',
-      'process_vm_writev',
-      'io_uring_setup',
-      'io_uring_enter',
-      'io_uring_register',
-    ] as const) {
+    for (const s of ['ptrace', 'process_vm_readv', 'process_vm_writev'] as const) {
       assert.equal(ev(nr[s]), SECCOMP_RET_EPERM, s);
     }
-    assert.equal(ev(nr.socket, AF.INET), SECCOMP_RET_ALLOW);
-    assert.equal(ev(nr.socket, AF.INET6), SECCOMP_RET_ALLOW);
+    assert.equal(ev(nr.socket, AF.INET, SOCK.STREAM), SECCOMP_RET_ALLOW);
+    assert.equal(ev(nr.socket, AF.INET6, SOCK.DGRAM), SECCOMP_RET_ALLOW);
     for (const fam of [AF.UNIX, AF.NETLINK, AF.PACKET, AF.VSOCK])
-      assert.equal(ev(nr.socket, fam), SECCOMP_RET_EPERM);
-    assert.equal(ev(nr.socketpair, AF.UNIX), SECCOMP_RET_ALLOW);
-    assert.equal(ev(nr.socketpair, AF.INET), SECCOMP_RET_EPERM);
+      assert.equal(ev(nr.socket, fam, SOCK.STREAM), SECCOMP_RET_EPERM);
+    assert.equal(ev(nr.socketpair, AF.UNIX, SOCK.STREAM), SECCOMP_RET_ALLOW);
+    assert.equal(ev(nr.socketpair, AF.UNIX, SOCK.SEQPACKET), SECCOMP_RET_ALLOW);
+    assert.equal(ev(nr.socketpair, AF.UNIX, SOCK.DGRAM), SECCOMP_RET_EPERM);
+    assert.equal(ev(nr.socketpair, AF.UNIX, SOCK.RAW), SECCOMP_RET_EPERM);
+    assert.equal(ev(nr.socketpair, AF.INET, SOCK.STREAM), SECCOMP_RET_EPERM);
+  });
+
+  test(`seccomp semantics (${arch}, network-enabled)`, () => {
+    const ev = evaluator('network-enabled');
+    for (const s of ['connect', 'bind', 'sendto', 'sendmmsg', 'ptrace', 'process_vm_readv'] as const) {
+      assert.equal(ev(nr[s]), SECCOMP_RET_ALLOW, s);
+    }
+    assert.equal(ev(nr.socket, AF.UNIX, SOCK.DGRAM), SECCOMP_RET_ALLOW, 'the network is open');
+    assert.equal(ev(nr.socket, AF.INET, SOCK.STREAM), SECCOMP_RET_ALLOW);
   });
 }
 

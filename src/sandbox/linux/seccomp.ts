@@ -3,16 +3,32 @@
  * bwrap's `--seccomp FD` reads (sandbox.md §8.5). Pure: (arch, mode) → Buffer.
  *
  * Program: check the audit arch (mismatch → KILL_PROCESS, which blocks foreign ABIs such as i386 `int 0x80`);
- * on x86_64 deny the x32 ABI (nr ≥ 0x40000000); deny the mode's syscalls; allow socket()/socketpair() only for the
- * mode's address families; allow everything else.
+ * on x86_64 deny the x32 ABI (nr ≥ 0x40000000); deny the mode's syscalls; deny creating user namespaces (clone and
+ * unshare with CLONE_NEWUSER; clone3, whose flags sit in memory a filter cannot read, gets ENOSYS so that libc falls
+ * back to clone); in the network-restricted modes allow socket()/socketpair() only for the mode's address families,
+ * and unix sockets only as SOCK_STREAM or SOCK_SEQPACKET; allow everything else.
+ *
+ * Modes: `restricted` (network off), `proxy-routed` (managed network: only TCP/IP sockets, in the sandbox's own
+ * network namespace), `network-enabled` (the network is open; only the interfaces below that no coding agent needs).
+ *
+ * Why no unix datagram sockets in the restricted modes: a network namespace does not isolate unix sockets bound to a
+ * path, and a datagram socket needs no connect(): sendmsg()/sendto()/sendmmsg() with a destination address reach any
+ * host socket by its path (journald, syslog, anything listening), SCM_RIGHTS included. Denying sendto but not sendmsg
+ * closed one spelling of that; the root is the socket itself. SOCK_RAW is the same kernel object as SOCK_DGRAM for
+ * AF_UNIX, so it is denied too. Stream and seqpacket unix sockets stay allowed (socketpair() users such as cargo, make
+ * jobservers, Python's multiprocessing need them): they are connection-oriented, so they reach nothing but their
+ * peer without connect(), which is denied (restricted) or cannot name a unix path (proxy-routed: no AF_UNIX socket()),
+ * and the kernel ignores a destination address on them.
  */
 
 export type SeccompArch = 'x64' | 'arm64';
-export type SeccompMode = 'restricted' | 'proxy-routed';
+export type SeccompMode = 'restricted' | 'proxy-routed' | 'network-enabled';
 
 const BPF_LD_W_ABS = 0x20;
+const BPF_ALU_AND_K = 0x54;
 const BPF_JMP_JEQ_K = 0x15;
 const BPF_JMP_JGE_K = 0x35;
+const BPF_JMP_JSET_K = 0x45;
 const BPF_RET_K = 0x06;
 
 export const SECCOMP_RET_KILL_PROCESS = 0x80000000;
@@ -25,11 +41,17 @@ export const SECCOMP_RET_EPERM = 0x00050001;
  * network connection and sources ~/.bashrc into every sandboxed `bash -c`.
  */
 export const SECCOMP_RET_ENOTSOCK = 0x00050000 | 88;
+/** SECCOMP_RET_ERRNO | ENOSYS, for clone3: glibc, musl and Go then use clone(), whose flags the filter can check. */
+export const SECCOMP_RET_ENOSYS = 0x00050000 | 38;
 
 export const AUDIT_ARCH = { x64: 0xc000003e, arm64: 0xc00000b7 } as const;
 export const X32_SYSCALL_BIT = 0x40000000;
+export const CLONE_NEWUSER = 0x10000000;
 
 export const AF = { UNIX: 1, INET: 2, INET6: 10, NETLINK: 16, PACKET: 17, VSOCK: 40 } as const;
+export const SOCK = { STREAM: 1, DGRAM: 2, RAW: 3, RDM: 4, SEQPACKET: 5, PACKET: 10 } as const;
+/** The socket type without SOCK_NONBLOCK / SOCK_CLOEXEC (the kernel's SOCK_TYPE_MASK). */
+const SOCK_TYPE_MASK = 0xf;
 
 type SyscallName =
   | 'socket'
@@ -45,15 +67,25 @@ type SyscallName =
   | 'socketpair'
   | 'setsockopt'
   | 'getsockopt'
+  | 'clone'
   | 'ptrace'
+  | 'add_key'
+  | 'request_key'
+  | 'keyctl'
+  | 'unshare'
   | 'accept4'
+  | 'perf_event_open'
   | 'recvmmsg'
   | 'sendmmsg'
+  | 'setns'
   | 'process_vm_readv'
   | 'process_vm_writev'
+  | 'bpf'
+  | 'userfaultfd'
   | 'io_uring_setup'
   | 'io_uring_enter'
-  | 'io_uring_register';
+  | 'io_uring_register'
+  | 'clone3';
 
 /** From asm/unistd_64.h (x86_64) and asm-generic/unistd.h (aarch64). */
 export const SYSCALLS: Record<SeccompArch, Record<SyscallName, number>> = {
@@ -71,17 +103,29 @@ export const SYSCALLS: Record<SeccompArch, Record<SyscallName, number>> = {
     socketpair: 53,
     setsockopt: 54,
     getsockopt: 55,
+    clone: 56,
     ptrace: 101,
+    add_key: 248,
+    request_key: 249,
+    keyctl: 250,
+    unshare: 272,
     accept4: 288,
+    perf_event_open: 298,
     recvmmsg: 299,
     sendmmsg: 307,
+    setns: 308,
     process_vm_readv: 310,
     process_vm_writev: 311,
+    bpf: 321,
+    userfaultfd: 323,
     io_uring_setup: 425,
     io_uring_enter: 426,
     io_uring_register: 427,
+    clone3: 435,
   },
   arm64: {
+    unshare: 97,
+    ptrace: 117,
     socket: 198,
     socketpair: 199,
     bind: 200,
@@ -95,26 +139,46 @@ export const SYSCALLS: Record<SeccompArch, Record<SyscallName, number>> = {
     setsockopt: 208,
     getsockopt: 209,
     shutdown: 210,
-    ptrace: 117,
+    add_key: 217,
+    request_key: 218,
+    keyctl: 219,
+    clone: 220,
+    perf_event_open: 241,
     accept4: 242,
     recvmmsg: 243,
+    setns: 268,
     sendmmsg: 269,
     process_vm_readv: 270,
     process_vm_writev: 271,
+    bpf: 280,
+    userfaultfd: 282,
     io_uring_setup: 425,
     io_uring_enter: 426,
     io_uring_register: 427,
+    clone3: 435,
   },
 };
 
-const ALWAYS_DENIED: SyscallName[] = [
-  'ptrace',
-  'process_vm_readv',
-  'process_vm_writev',
+/**
+ * Denied in every mode: kernel interfaces with no use to a coding agent and a record of exploits (as in Docker's
+ * default profile): io_uring, perf events, userfaultfd, BPF, the key management calls (a sandbox must not read or
+ * add to any keyring; it also gets a fresh session keyring of its own), and setns (with no user namespaces to
+ * create there is nothing legitimate to join).
+ */
+const SURFACE_DENIED: SyscallName[] = [
   'io_uring_setup',
   'io_uring_enter',
   'io_uring_register',
+  'perf_event_open',
+  'userfaultfd',
+  'bpf',
+  'add_key',
+  'request_key',
+  'keyctl',
+  'setns',
 ];
+/** Denied whenever the network is not open (Codex's Restricted and ProxyRouted modes). */
+const PROCESS_DENIED: SyscallName[] = ['ptrace', 'process_vm_readv', 'process_vm_writev'];
 /** `recvfrom` stays allowed on purpose (socketpair users such as cargo clippy need it). */
 const NETWORK_DENIED: SyscallName[] = [
   'connect',
@@ -135,25 +199,34 @@ export interface SeccompRules {
   denied: SyscallName[];
   /** Denied with ENOTSOCK instead of EPERM. */
   notSocket: SyscallName[];
-  socketFamilies: number[];
-  socketpairFamilies: number[];
+  /** null: socket() and socketpair() are not filtered (network-enabled). */
+  sockets: null | {
+    /** Families socket() may create (AF_UNIX only as an allowed unix type). */
+    socketFamilies: number[];
+    socketpairFamilies: number[];
+    /** The unix socket types allowed (no datagrams: see the module comment). */
+    unixTypes: number[];
+  };
 }
+
+const UNIX_TYPES = [SOCK.STREAM, SOCK.SEQPACKET];
 
 export function seccompRules(mode: SeccompMode): SeccompRules {
   if (mode === 'restricted') {
     return {
-      denied: [...NETWORK_DENIED, ...ALWAYS_DENIED],
+      denied: [...NETWORK_DENIED, ...PROCESS_DENIED, ...SURFACE_DENIED],
       notSocket: ['getpeername'],
-      socketFamilies: [AF.UNIX],
-      socketpairFamilies: [AF.UNIX],
+      sockets: { socketFamilies: [AF.UNIX], socketpairFamilies: [AF.UNIX], unixTypes: UNIX_TYPES },
     };
   }
-  return {
-    denied: [...ALWAYS_DENIED],
-    notSocket: [],
-    socketFamilies: [AF.INET, AF.INET6],
-    socketpairFamilies: [AF.UNIX],
-  };
+  if (mode === 'proxy-routed') {
+    return {
+      denied: [...PROCESS_DENIED, ...SURFACE_DENIED],
+      notSocket: [],
+      sockets: { socketFamilies: [AF.INET, AF.INET6], socketpairFamilies: [AF.UNIX], unixTypes: UNIX_TYPES },
+    };
+  }
+  return { denied: [...SURFACE_DENIED], notSocket: [], sockets: null };
 }
 
 /** One instruction with symbolic jump targets (labels) or fall-through (null). */
@@ -190,8 +263,9 @@ function assemble(prog: Insn[]): Buffer {
 
 const OFF_NR = 0;
 const OFF_ARCH = 4;
-/** Low 32 bits of args[0] (little-endian). */
+/** Low 32 bits of args[0] and args[1] (little-endian). */
 const OFF_ARG0 = 16;
+const OFF_ARG1 = 24;
 
 /** The filter for `arch` in `mode`, as bytes for `bwrap --seccomp FD`. */
 export function buildSeccompFilter(arch: SeccompArch, mode: SeccompMode): Buffer {
@@ -204,18 +278,37 @@ export function buildSeccompFilter(arch: SeccompArch, mode: SeccompMode): Buffer
   if (arch === 'x64') p.push({ code: BPF_JMP_JGE_K, k: X32_SYSCALL_BIT, jt: 'deny', jf: null });
   for (const name of rules.denied) p.push({ code: BPF_JMP_JEQ_K, k: nr[name], jt: 'deny', jf: null });
   for (const name of rules.notSocket) p.push({ code: BPF_JMP_JEQ_K, k: nr[name], jt: 'notsock', jf: null });
-  p.push({ code: BPF_JMP_JEQ_K, k: nr.socket, jt: 'socket', jf: null });
-  p.push({ code: BPF_JMP_JEQ_K, k: nr.socketpair, jt: 'socketpair', jf: null });
+  p.push({ code: BPF_JMP_JEQ_K, k: nr.clone3, jt: 'enosys', jf: null });
+  p.push({ code: BPF_JMP_JEQ_K, k: nr.clone, jt: 'nsflags', jf: null });
+  p.push({ code: BPF_JMP_JEQ_K, k: nr.unshare, jt: 'nsflags', jf: null });
+  const s = rules.sockets;
+  if (s) {
+    p.push({ code: BPF_JMP_JEQ_K, k: nr.socket, jt: 'socket', jf: null });
+    p.push({ code: BPF_JMP_JEQ_K, k: nr.socketpair, jt: 'socketpair', jf: null });
+  }
   p.push({ code: BPF_RET_K, k: SECCOMP_RET_ALLOW });
-  p.push({ code: BPF_LD_W_ABS, k: OFF_ARG0, label: 'socket' });
-  for (const fam of rules.socketFamilies) p.push({ code: BPF_JMP_JEQ_K, k: fam, jt: 'allow', jf: null });
-  p.push({ code: BPF_RET_K, k: SECCOMP_RET_EPERM });
-  p.push({ code: BPF_LD_W_ABS, k: OFF_ARG0, label: 'socketpair' });
-  for (const fam of rules.socketpairFamilies) p.push({ code: BPF_JMP_JEQ_K, k: fam, jt: 'allow', jf: null });
-  p.push({ code: BPF_RET_K, k: SECCOMP_RET_EPERM });
+  // clone(flags, …) and unshare(flags): no new user namespace (the flags are args[0] on both architectures).
+  p.push({ code: BPF_LD_W_ABS, k: OFF_ARG0, label: 'nsflags' });
+  p.push({ code: BPF_JMP_JSET_K, k: CLONE_NEWUSER, jt: 'deny', jf: 'allow' });
+  if (s) {
+    const families = (label: string, list: number[]) => {
+      p.push({ code: BPF_LD_W_ABS, k: OFF_ARG0, label });
+      for (const fam of list) {
+        p.push({ code: BPF_JMP_JEQ_K, k: fam, jt: fam === AF.UNIX ? 'unixtype' : 'allow', jf: null });
+      }
+      p.push({ code: BPF_RET_K, k: SECCOMP_RET_EPERM });
+    };
+    families('socket', s.socketFamilies);
+    families('socketpair', s.socketpairFamilies);
+    p.push({ code: BPF_LD_W_ABS, k: OFF_ARG1, label: 'unixtype' });
+    p.push({ code: BPF_ALU_AND_K, k: SOCK_TYPE_MASK });
+    for (const t of s.unixTypes) p.push({ code: BPF_JMP_JEQ_K, k: t, jt: 'allow', jf: null });
+    p.push({ code: BPF_RET_K, k: SECCOMP_RET_EPERM });
+  }
   p.push({ code: BPF_RET_K, k: SECCOMP_RET_ALLOW, label: 'allow' });
   p.push({ code: BPF_RET_K, k: SECCOMP_RET_EPERM, label: 'deny' });
   if (rules.notSocket.length > 0) p.push({ code: BPF_RET_K, k: SECCOMP_RET_ENOTSOCK, label: 'notsock' });
+  p.push({ code: BPF_RET_K, k: SECCOMP_RET_ENOSYS, label: 'enosys' });
   p.push({ code: BPF_RET_K, k: SECCOMP_RET_KILL_PROCESS, label: 'kill' });
   return assemble(p);
 }
@@ -233,20 +326,34 @@ export function hostSeccompArch(nodeArch: string, machine: string): SeccompArch 
 }
 
 /** A tiny interpreter of our own BPF subset, for tests and the panel: returns the action for a syscall. */
-export function evalSeccomp(filter: Buffer, data: { arch: number; nr: number; arg0?: number }): number {
+export function evalSeccomp(
+  filter: Buffer,
+  data: { arch: number; nr: number; arg0?: number; arg1?: number },
+): number {
   let acc = 0;
   let pc = 0;
   const n = filter.length / 8;
+  const word = (k: number) =>
+    k === OFF_ARCH
+      ? data.arch
+      : k === OFF_NR
+        ? data.nr
+        : k === OFF_ARG0
+          ? (data.arg0 ?? 0) >>> 0
+          : k === OFF_ARG1
+            ? (data.arg1 ?? 0) >>> 0
+            : 0;
   while (pc < n) {
     const code = filter.readUInt16LE(pc * 8);
     const jt = filter.readUInt8(pc * 8 + 2);
     const jf = filter.readUInt8(pc * 8 + 3);
     const k = filter.readUInt32LE(pc * 8 + 4);
     pc++;
-    if (code === BPF_LD_W_ABS) {
-      acc = k === OFF_ARCH ? data.arch : k === OFF_NR ? data.nr : k === OFF_ARG0 ? (data.arg0 ?? 0) >>> 0 : 0;
-    } else if (code === BPF_JMP_JEQ_K) pc += acc >>> 0 === k ? jt : jf;
+    if (code === BPF_LD_W_ABS) acc = word(k);
+    else if (code === BPF_ALU_AND_K) acc = (acc & k) >>> 0;
+    else if (code === BPF_JMP_JEQ_K) pc += acc >>> 0 === k ? jt : jf;
     else if (code === BPF_JMP_JGE_K) pc += acc >>> 0 >= k ? jt : jf;
+    else if (code === BPF_JMP_JSET_K) pc += (acc & k) !== 0 ? jt : jf;
     else if (code === BPF_RET_K) return k;
     else throw new Error(`bpf: unsupported opcode ${code}`);
   }

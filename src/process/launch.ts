@@ -16,6 +16,12 @@ export interface LaunchSpec {
    * the slot closed). The launcher closes nothing: whoever opened them closes them after spawn.
    */
   extraFds?: (number | null)[];
+  /**
+   * The child joins a new anonymous session keyring before exec (sandboxed children: they must not possess the
+   * server's). The native spawner does it in the child; node-pty and child_process go through the sandbox launcher
+   * (src/sandbox/linux/native/launcher.c), which then also becomes argv[0]'s program: use it with argv[0] === file.
+   */
+  freshSessionKeyring?: boolean;
 }
 
 /** Which isolation actually applies to a started process, as reported in `process/start` and to the panel. */

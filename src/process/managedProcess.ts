@@ -117,7 +117,14 @@ export class ManagedProcess {
         file = '/bin/bash';
       }
       // spawnPty reports the exit only after the output the child wrote before it (src/process/pty.ts).
-      const term = spawnPty(file, args, { cwd: spec.cwd, env: spec.env, cols: 80, rows: 24 });
+      const term = spawnPty(file, args, {
+        cwd: spec.cwd,
+        env: spec.env,
+        cols: 80,
+        rows: 24,
+        extraFds: spec.extraFds,
+        freshSessionKeyring: spec.freshSessionKeyring,
+      });
       this.term = term;
       this.pid = term.pid;
       this.openStreams = 1;

@@ -22,11 +22,18 @@
  *
  * Fallback (no addon, a kernel without pidfd_open, a node-pty whose internals differ, or a slave we cannot open):
  * node-pty's own behaviour, with the loss described above.
+ *
+ * File descriptors: node-pty's fork closes nothing, and its master fd is not close-on-exec. Right before the fork we
+ * mark every fd of this process close-on-exec (the addon's sealFds), and right after it the new master too, so a
+ * terminal child holds its terminal and nothing else: no fd the server inherited, no other terminal's master.
+ * Extra fds (a sandbox's setup pipes) and a fresh session keyring go through the sandbox launcher, which moves the
+ * fds it is given to 3, 4, … and closes everything else; those fds are inheritable only for the length of the fork.
  */
 import { closeSync, constants as fsConstants, openSync, readSync } from 'node:fs';
 import type { Socket } from 'node:net';
 import * as pty from 'node-pty';
-import { endSpawnBatch, watchExit } from './spawner.js';
+import type { LaunchSpec } from './launch.js';
+import { endSpawnBatch, SpawnError, sandboxNative, throughLauncher, watchExit } from './spawner.js';
 
 /** How long, after the child's exit, output is still read before the pty is let go. */
 const DRAIN_MS = 100;
@@ -57,6 +64,10 @@ export interface PtySpawnOptions {
   env: Record<string, string>;
   cols: number;
   rows: number;
+  /** Fds the child gets at 3, 4, … (through the sandbox launcher). */
+  extraFds?: LaunchSpec['extraFds'];
+  /** The child joins a new session keyring (through the sandbox launcher). */
+  freshSessionKeyring?: boolean;
 }
 
 /**
@@ -64,8 +75,28 @@ export interface PtySpawnOptions {
  * fails; nothing is held then.
  */
 export function spawnPty(file: string, args: string[], opts: PtySpawnOptions): PtyChild {
+  const { extraFds = [], freshSessionKeyring = false, ...ptyOpts } = opts;
+  if (extraFds.length > 0 || freshSessionKeyring) {
+    if (extraFds.some((fd) => fd === null) || (extraFds.length > 0 && !sandboxNative))
+      throw new SpawnError('EINVAL', 'a terminal cannot get these fds (slot left closed, or no addon)');
+    const l = throughLauncher(
+      { file, argv: [file, ...args], env: opts.env, cwd: opts.cwd },
+      extraFds as number[],
+    );
+    file = l.file;
+    args = l.argv.slice(1);
+  }
   endSpawnBatch(); // node-pty forks this thread: its child must not inherit SCHED_BATCH
-  const term = pty.spawn(file, args, { ...opts, encoding: null });
+  sandboxNative?.sealFds();
+  const passed = extraFds as number[];
+  let term: pty.IPty;
+  try {
+    for (const fd of passed) sandboxNative!.setInheritable(fd, true);
+    term = pty.spawn(file, args, { ...ptyOpts, encoding: null });
+  } finally {
+    for (const fd of passed) sandboxNative?.setInheritable(fd, false);
+    sandboxNative?.sealFds(); // the new master fd (forkpty does not mark it)
+  }
   return new PtyProcess(term);
 }
 

@@ -4,7 +4,8 @@
  *    watching on the libuv loop; see NativeMode). Several times the spawn rate of child_process on a busy 2-core
  *    machine, closes every fd it was not asked to pass, and sets PR_SET_PDEATHSIG(SIGKILL).
  *  - 'node': child_process, used when the addon is not built (or not Linux) or with env CORRAL_SPAWNER=node. It
- *    cannot set PR_SET_PDEATHSIG and passes on fds this process inherited without O_CLOEXEC.
+ *    cannot set PR_SET_PDEATHSIG. With the addon, every fd of this process is close-on-exec (sealFds at load and
+ *    before each spawn), so it passes on nothing either; without it, fds this process inherited reach its children.
  * Every child is its own session and process-group leader, sees exactly `spec.env`, gets /dev/null or a pipe as
  * stdin, pipes as stdout/stderr, and the extra fds at 3, 4, …. Exec failures throw SpawnError synchronously, with
  * Rust's OS error text (what Codex reports).
@@ -167,12 +168,20 @@ interface NativeBinding {
     fds: number[],
     waitExec: boolean,
     newPidNs?: boolean,
+    freshKeyring?: boolean,
   ): [number, number, number, number, number?];
   setExitHandler(fn: (pid: number, status: number, signo: number) => void): void;
   /** Whether this build can start children without waiting for their exec (x86_64, arm64). */
   asyncExec: boolean;
   /** Absent from builds older than spawn's newPidNs argument. */
   newPidNs?: boolean;
+  /** Absent from builds older than spawn's freshKeyring argument. */
+  freshKeyring?: boolean;
+  /** The Linux sandbox's helpers (src/sandbox/linux/native/sandbox.c). Absent from older builds. */
+  sealFds?(): void;
+  setInheritable?(fd: number, inheritable: boolean): void;
+  pipe?(): [number, number];
+  pinSymlinks?(pid: number, paths: string[]): void;
   /** Absent from builds older than the function. false: the pid is already gone (fn is never called). */
   watchExit?(pid: number, fn: () => void): boolean;
   /**
@@ -459,6 +468,48 @@ export const nativeFsCalls: object | null =
 /** Why the native spawner is not available (null when it is). */
 export const nativeLoadError: string | null = native.error;
 
+/** The addon's helpers for the Linux sandbox, or null when this build has none (see NativeBinding). */
+export const sandboxNative: {
+  sealFds(): void;
+  setInheritable(fd: number, inheritable: boolean): void;
+  pipe(): [number, number];
+  pinSymlinks(pid: number, paths: string[]): void;
+} | null = (() => {
+  const b = native.binding;
+  if (!b?.sealFds || !b.setInheritable || !b.pipe || !b.pinSymlinks) return null;
+  return {
+    sealFds: b.sealFds.bind(b),
+    setInheritable: b.setInheritable.bind(b),
+    pipe: b.pipe.bind(b),
+    pinSymlinks: b.pinSymlinks.bind(b),
+  };
+})();
+
+/** The sandbox launcher built next to the addon (src/sandbox/linux/native/launcher.c), or null when it is missing. */
+export const sandboxLauncher: string | null = (() => {
+  const root = native.binding ? packageRoot() : null;
+  const p = root ? join(root, 'build', 'Release', 'corral-sandbox-exec') : null;
+  return p && existsSync(p) ? p : null;
+})();
+
+/**
+ * `spec` started through the sandbox launcher: a fresh session keyring, `fds` at 3, 4, … and nothing else. For the
+ * spawners that cannot do that in the child themselves (node-pty, child_process).
+ */
+export function throughLauncher(spec: LaunchSpec, fds: number[]): LaunchSpec {
+  if (!sandboxLauncher) {
+    throw new SpawnError('ENOENT', `the sandbox launcher is not built: ${osErrorText('ENOENT')}`);
+  }
+  const argv = [
+    sandboxLauncher,
+    ...fds.flatMap((fd) => ['--fd', String(fd)]),
+    '--',
+    spec.file,
+    ...spec.argv.slice(1),
+  ];
+  return { file: sandboxLauncher, argv, env: spec.env, cwd: spec.cwd };
+}
+
 /**
  * The pid-namespace guard the sandbox puts around bwrap as root (src/sandbox/linux/pidGuard.ts):
  * `unshare --pid --fork --kill-child -- <program> …` runs <program> as the init of a new pid namespace, with
@@ -489,6 +540,12 @@ function spawnNative(
   mode: NativeMode,
 ): SpawnedChild {
   checkNoNul(spec);
+  if (spec.freshSessionKeyring && binding.freshKeyring !== true) {
+    throw new SpawnError(
+      'ENOSYS',
+      'this build of the native spawner cannot give a child a fresh session keyring',
+    );
+  }
   const unguarded = withoutPidGuard(spec);
   if (unguarded) spec = unguarded;
   const fds = [opts.stdin === 'pipe' ? FD_PIPE : FD_DEVNULL, FD_PIPE, FD_PIPE];
@@ -503,6 +560,7 @@ function spawnNative(
       fds,
       mode === 'vfork' || !binding.asyncExec,
       unguarded !== undefined,
+      spec.freshSessionKeyring === true,
     );
   } catch (e) {
     const errno = (e as { errno?: unknown }).errno;
@@ -533,6 +591,19 @@ function spawnNative(
 function spawnNode(spec: LaunchSpec, opts: SpawnOptions): SpawnedChild {
   checkNoNul(spec);
   endSpawnBatch();
+  sandboxNative?.sealFds(); // child_process closes nothing: every fd we do not pass must be close-on-exec
+  if (spec.freshSessionKeyring) {
+    const extra = spec.extraFds ?? [];
+    if (extra.includes(null))
+      throw new SpawnError('EINVAL', 'the sandbox launcher cannot leave an fd slot closed');
+    spec = {
+      ...throughLauncher(
+        spec,
+        extra.map((_, i) => 3 + i),
+      ),
+      extraFds: extra,
+    };
+  }
   // ChildProcess#spawn (what child_process.spawn calls after normalising its arguments) returns the exec error
   // synchronously, where child_process.spawn would only emit it on the next tick.
   const cp = new ChildProcess();

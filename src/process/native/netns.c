@@ -72,44 +72,17 @@ static void send_result(int sock, int err, const int *fds, int n) {
   }
 }
 
-// Opens the user namespace that owns the network namespace `netns` into *fd when it is not ours (*fd = -1 when it
-// is). Returns 0 or an errno value. The owner, not the process's current user namespace: bubblewrap creates the
-// network namespace in one user namespace and then moves the sandboxed process into a nested one, and entering
-// that nested one gives no rights over its parent's network namespace (setns fails with EPERM).
-static int owner_userns(int netns, int *fd) {
-  *fd = ioctl(netns, NS_GET_USERNS);
-  if (*fd < 0) return errno;
-  struct stat theirs, ours;
-  if (fstat(*fd, &theirs) < 0 || stat("/proc/self/ns/user", &ours) < 0) {
-    int e = errno;
-    close(*fd);
-    *fd = -1;
-    return e;
-  }
-  if (theirs.st_dev == ours.st_dev && theirs.st_ino == ours.st_ino) {
-    close(*fd);
-    *fd = -1;  // our own: nothing to join
-  }
-  return 0;
-}
-
 static napi_value js_listen_in_netns(napi_env env, napi_callback_info info) {
-  size_t argc = 2;
-  napi_value args[2];
-  int32_t pid = 0;
-  uint32_t n = 0;
-  bool is_array = false;
-  if (napi_get_cb_info(env, info, &argc, args, NULL, NULL) != napi_ok || argc < 2 ||
-      napi_get_value_int32(env, args[0], &pid) != napi_ok || pid <= 0 ||
-      napi_is_array(env, args[1], &is_array) != napi_ok || !is_array ||
-      napi_get_array_length(env, args[1], &n) != napi_ok || n == 0 || n > MAX_PORTS) {
-    napi_throw_type_error(env, NULL, "listenInNetns(pid: positive integer, ports: 1..16 port numbers)");
+  int32_t pid;
+  uint32_t n;
+  napi_value list;
+  if (!corral_pid_and_list(env, info, &pid, &list, &n, MAX_PORTS,
+                           "listenInNetns(pid: positive integer, ports: 1..16 port numbers)"))
     return NULL;
-  }
   uint32_t ports[MAX_PORTS];
   for (uint32_t i = 0; i < n; i++) {
     napi_value e;
-    if (napi_get_element(env, args[1], i, &e) != napi_ok || napi_get_value_uint32(env, e, &ports[i]) != napi_ok ||
+    if (napi_get_element(env, list, i, &e) != napi_ok || napi_get_value_uint32(env, e, &ports[i]) != napi_ok ||
         ports[i] == 0 || ports[i] > 65535) {
       napi_throw_type_error(env, NULL, "listenInNetns: ports must be integers in 1..65535");
       return NULL;
@@ -120,7 +93,7 @@ static napi_value js_listen_in_netns(napi_env env, napi_callback_info info) {
   int netns = open(path, O_RDONLY | O_CLOEXEC);
   if (netns < 0) return corral_throw_errno(env, errno, "listenInNetns: open net namespace");
   int userns = -1;
-  int ue = owner_userns(netns, &userns);
+  int ue = corral_owner_userns(netns, &userns);
   if (ue != 0) {
     close(netns);
     return corral_throw_errno(env, ue, "listenInNetns: open user namespace");

@@ -22,7 +22,8 @@
 // JS interface (see src/process/spawner.ts):
 //   spawn(file, argv: string[], env: string[] /* "K=V" */, cwd, fds: number[] /* child fd i <- fds[i], -1 = closed,
 //         -2 = create a pipe (0: parent writes, 1/2: parent reads), -3 = /dev/null */, waitExec: boolean,
-//         newPidNs?: boolean /* CLONE_NEWPID: the child is the init of a new pid namespace (needs CAP_SYS_ADMIN) */)
+//         newPidNs?: boolean /* CLONE_NEWPID: the child is the init of a new pid namespace (needs CAP_SYS_ADMIN) */,
+//         freshKeyring?: boolean)
 //     -> [pid, fd0, fd1, fd2, slot]   parent ends of created pipes (-1 where none); slot: the child's process group
 //        in the group watchdog (watchdog.c), -1 if none: pass it to unwatchGroup once the group may outlive us
 //   unwatchGroup(slot), watchdogPid() -> pid or 0
@@ -30,6 +31,10 @@
 //   setExitHandler(fn(pid, exitStatus /* -1 if signalled */, signo /* 0 if exited */))
 //   asyncExec: boolean   whether async mode is compiled in
 //   newPidNs: true       spawn understands its newPidNs argument
+//   freshKeyring: true   spawn understands a final freshKeyring argument: the child joins a new anonymous session
+//                        keyring before exec (a sandboxed child must not possess the server's session keyring)
+//   sealFds, setInheritable, pipe, pinSymlinks: see src/sandbox/linux/native/sandbox.c. Loading the addon marks
+//   every fd >= 3 of this process close-on-exec.
 //   checkPath(path, kind: 0 = directory to run in, 1 = program) -> 0 or errno (ENOENT, ENOTDIR, EACCES, ...)
 //   schedRestore()   ends the SCHED_BATCH window of this loop turn now (see batch_begin); call it before starting
 //                    processes another way (node-pty, child_process), which would inherit SCHED_BATCH
@@ -66,7 +71,11 @@
 #include "pipes.h"
 #include "relay.h"
 #include "watchdog.h"
+#include "../../sandbox/linux/native/sandbox.h"
 
+#ifndef KEYCTL_JOIN_SESSION_KEYRING
+#define KEYCTL_JOIN_SESSION_KEYRING 1
+#endif
 #ifndef SYS_close_range
 #define SYS_close_range 436
 #endif
@@ -96,6 +105,7 @@ struct child_args {
   pid_t parent_pid;
   int parent_pidfd;  // async mode with newPidNs: a pidfd of this process (getppid() is 0 in a new pid namespace), or -1
   int restore_policy;  // async mode: SCHED_OTHER to restore in the child (it starts as SCHED_BATCH), or -1
+  int fresh_keyring;   // join a new anonymous session keyring before exec
   volatile int err;  // vfork mode: set by the child when it fails; 0 when execve succeeded
 };
 
@@ -139,6 +149,8 @@ static int child_main_vfork(void *p) {
     }
   }
   if (chdir(a->cwd) < 0) child_fail(a, errno);
+  if (a->fresh_keyring && syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, NULL, 0, 0, 0) < 0 && errno != ENOSYS)
+    child_fail(a, errno);
   // Everything above the requested fds goes, whatever flags it has.
   if (syscall(SYS_close_range, (unsigned int)a->nfds, ~0U, 0) < 0) {
     for (unsigned int fd = (unsigned int)a->nfds; fd < a->close_from_max; fd++) close((int)fd);
@@ -257,6 +269,8 @@ static int child_main_async(void *p) {
     else if ((r = raw_syscall(SYS_dup3, s, i, 0, 0)) < 0) child_die(a, r, i > 2);
   }
   if ((r = raw_syscall(SYS_chdir, (long)a->cwd, 0, 0, 0)) < 0) child_die(a, r, 1);
+  if (a->fresh_keyring && (r = raw_syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, 0, 0, 0)) < 0 && r != -ENOSYS)
+    child_die(a, r, 1);
   // Everything above the requested fds goes, whatever flags it has.
   if (raw_syscall(SYS_close_range, a->nfds, (long)~0U, 0, 0) < 0) {
     for (unsigned int fd = (unsigned int)a->nfds; fd < a->close_from_max; fd++) raw_syscall(SYS_close, fd, 0, 0, 0);
@@ -669,11 +683,12 @@ static __thread char *vfork_stack;
 
 
 static napi_value js_spawn(napi_env env, napi_callback_info info) {
-  size_t argc = 7;
-  napi_value args[7];
+  size_t argc = 8;
+  napi_value args[8];
   struct addon_state *st;
   if (napi_get_cb_info(env, info, &argc, args, NULL, NULL) != napi_ok || argc < 5) {
-    napi_throw_type_error(env, NULL, "spawn(file, argv, env, cwd, fds, waitExec, newPidNs) expects 5 to 7 arguments");
+    napi_throw_type_error(env, NULL,
+                          "spawn(file, argv, env, cwd, fds, waitExec, newPidNs, freshKeyring) expects 5 to 8 arguments");
     return NULL;
   }
   napi_get_instance_data(env, (void **)&st);
@@ -681,6 +696,8 @@ static napi_value js_spawn(napi_env env, napi_callback_info info) {
   if (argc >= 6) napi_get_value_bool(env, args[5], &wait_exec);
   bool new_pidns = false;
   if (argc >= 7) napi_get_value_bool(env, args[6], &new_pidns);
+  bool fresh_keyring = false;
+  if (argc >= 8) napi_get_value_bool(env, args[7], &fresh_keyring);
 #ifndef HAVE_RAW_SYSCALL
   wait_exec = true;
 #endif
@@ -746,6 +763,7 @@ static napi_value js_spawn(napi_env env, napi_callback_info info) {
   a->cwd = pe->cwd;
   a->parent_pid = getpid();
   a->parent_pidfd = -1;
+  a->fresh_keyring = fresh_keyring;
   struct rlimit rl;
   a->close_from_max = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < 65536
                           ? (unsigned int)rl.rlim_cur
@@ -984,7 +1002,7 @@ NAPI_MODULE_INIT(/* napi_env env, napi_value exports */) {
   napi_add_env_cleanup_hook(env, cleanup_state, st);
 
   napi_value async_ok, new_pidns_ok;
-  napi_get_boolean(env, true, &new_pidns_ok);
+  napi_get_boolean(env, true, &new_pidns_ok);  // also the value of freshKeyring
 #ifdef HAVE_RAW_SYSCALL
   napi_get_boolean(env, true, &async_ok);
 #else
@@ -1000,6 +1018,7 @@ NAPI_MODULE_INIT(/* napi_env env, napi_value exports */) {
       {"watchdogPid", NULL, js_watchdog_pid, NULL, NULL, NULL, napi_default, NULL},
       {"asyncExec", NULL, NULL, NULL, NULL, async_ok, napi_default, NULL},
       {"newPidNs", NULL, NULL, NULL, NULL, new_pidns_ok, napi_default, NULL},
+      {"freshKeyring", NULL, NULL, NULL, NULL, new_pidns_ok, napi_default, NULL},
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
   int re = reactor_init(&st->reactor, env, st->loop, st->async_ctx);
@@ -1011,6 +1030,7 @@ NAPI_MODULE_INIT(/* napi_env env, napi_value exports */) {
   if (corral_relay_init(env, exports, &st->reactor) != napi_ok) return NULL;
   if (corral_netns_init(env, exports) != napi_ok) return NULL;
   if (corral_fsat_init(env, exports) != napi_ok) return NULL;
+  if (corral_sandbox_init(env, exports) != napi_ok) return NULL;
   return exports;
 }
 

@@ -1,4 +1,4 @@
-import { lstatSync, readFileSync, realpathSync } from 'node:fs';
+import { lstatSync, readFileSync, readlinkSync, realpathSync } from 'node:fs';
 import { dirname, isAbsolute, join, normalize, resolve as resolvePath, sep } from 'node:path';
 import type { EffectiveSandbox, Entry, FsPolicy } from './effective.js';
 import { SandboxSetupError } from './errors.js';
@@ -11,6 +11,8 @@ export interface FsProbe {
   realpath(p: string): string | null;
   /** A small text file's content, or null. */
   readText(p: string): string | null;
+  /** A symlink's target as stored, or null. Without it, symlinks are resolved (realpath) but not reported. */
+  readlink?(p: string): string | null;
 }
 
 export const realFsProbe: FsProbe = {
@@ -41,6 +43,13 @@ export const realFsProbe: FsProbe = {
       return null;
     }
   },
+  readlink(p) {
+    try {
+      return readlinkSync(p);
+    } catch {
+      return null;
+    }
+  },
 };
 
 export type Access = 'read' | 'write' | 'none';
@@ -50,8 +59,10 @@ export type PathState = 'dir' | 'file' | 'symlink' | 'other' | 'missing';
 export interface ConcreteEntry {
   path: string;
   access: Access;
-  /** Where it came from, for the panel: `entry`, `minimal`, `carve-out` (.git/.codex/.agents/.aws), `cwd-codex`. */
-  origin: 'entry' | 'minimal' | 'carve-out' | 'cwd-codex' | 'gitdir';
+  /** Symlinks the path as written went through (see trace). */
+  via?: string[];
+  /** Where it came from, for the panel: `entry`, `minimal`, `carve-out` (.git/.codex/.agents/.aws), `gitdir`. */
+  origin: 'entry' | 'minimal' | 'carve-out' | 'gitdir';
 }
 
 /** A read-only (or unreadable) subpath of a writable root, or an unreadable path elsewhere. */
@@ -67,6 +78,12 @@ export interface ProtectedPath {
 export interface WritableRoot {
   root: string;
   readOnlySubpaths: ProtectedPath[];
+  /**
+   * Directories of this root (shallow → deep) between it and a protected path or a nested writable root: each is
+   * bind-mounted onto itself, so that renaming it (or an ancestor) cannot move what is protected below it away from
+   * its path and let the sandbox put something else there.
+   */
+  pinnedDirs: string[];
 }
 
 export interface ResolvedPolicy {
@@ -85,6 +102,13 @@ export interface ResolvedPolicy {
   unreadable: ProtectedPath[];
   /** All concrete entries (explicit plus the implied carve-outs), for access checks. */
   entries: ConcreteEntry[];
+  /**
+   * Symlinks inside a writable root that a protected path, a writable root or a readable root is reached through
+   * (a protected name that is a symlink, `.git -> elsewhere`, first of all). A mount cannot be put on a symlink with
+   * bwrap; each is pinned by name after bwrap has set up (see linux/native/sandbox.c), so it cannot be renamed,
+   * removed or replaced while the sandbox runs.
+   */
+  pinnedLinks: string[];
 }
 
 export const LINUX_PLATFORM_DEFAULTS = ['/bin', '/etc', '/lib', '/lib64', '/sbin', '/usr'];
@@ -105,6 +129,40 @@ export function byDepthThenPath(a: string, b: string): number {
 export function isUnder(p: string, root: string): boolean {
   if (root === '/') return true;
   return p === root || p.startsWith(root.endsWith(sep) ? root : root + sep);
+}
+
+/**
+ * Resolves `p` component by component like the kernel does, reporting every symlink it goes through (their own
+ * paths, not their targets) and where it ends: the canonical form of `canonicalize`. Without `probe.readlink` it is
+ * canonicalize and reports nothing.
+ */
+export function trace(p: string, probe: FsProbe): { path: string; links: string[] } {
+  if (!probe.readlink) return { path: canonicalize(p, probe), links: [] };
+  const links: string[] = [];
+  let parts = normalize(p).split('/').filter(Boolean);
+  let cur = '/';
+  let hops = 0;
+  while (parts.length > 0) {
+    const name = parts.shift()!;
+    if (name === '.') continue;
+    if (name === '..') {
+      cur = dirname(cur);
+      continue;
+    }
+    const next = join(cur, name);
+    const k = probe.kind(next);
+    if (k === 'symlink') {
+      const target = probe.readlink(next);
+      if (target === null || ++hops > 40) return { path: join(next, ...parts), links };
+      if (!links.includes(next)) links.push(next);
+      parts = [...target.split('/').filter(Boolean), ...parts];
+      if (target.startsWith('/')) cur = '/';
+      continue;
+    }
+    if (k === null) return { path: join(next, ...parts), links }; // the rest does not exist: taken as written
+    cur = next;
+  }
+  return { path: cur, links };
 }
 
 /** Canonical form: realpath of the longest existing ancestor, plus the rest. */
@@ -169,8 +227,12 @@ function concreteEntries(
   const probe = opts.probe ?? realFsProbe;
   const out: ConcreteEntry[] = [];
   let minimal = false;
-  const push = (path: string, access: Access, origin: ConcreteEntry['origin'] = 'entry') =>
-    out.push({ path: canonicalize(path, probe), access, origin });
+  const push = (path: string, access: Access, origin: ConcreteEntry['origin'] = 'entry') => {
+    const t = trace(path, probe);
+    out.push(
+      t.links.length > 0 ? { path: t.path, access, origin, via: t.links } : { path: t.path, access, origin },
+    );
+  };
   for (const e of fs.entries as Entry[]) {
     const p = e.path;
     if (p.type === 'path') {
@@ -225,9 +287,10 @@ export function resolvePolicy(
       rootReadable: true,
       readableRoots: [],
       includePlatformDefaults: false,
-      writableRoots: [{ root: '/', readOnlySubpaths: [] }],
+      writableRoots: [{ root: '/', readOnlySubpaths: [], pinnedDirs: [] }],
       unreadable: [],
       entries: [{ path: '/', access: 'write', origin: 'entry' }],
+      pinnedLinks: [],
     };
     return r;
   }
@@ -248,36 +311,30 @@ export function resolvePolicy(
     }
   }
 
-  // Implied carve-outs (§4.4), added as read entries so that access checks see them too.
+  // Implied carve-outs (§4.4), added as read entries so that access checks see them too. Every protected name of
+  // every writable root is protected whatever it is now: an existing one keeps its content, a missing one cannot be
+  // created (a synthetic mount target holds the name), and one that is a symlink keeps its target, which is
+  // protected in turn (the link itself is pinned by name, and so is every link on the way to the target).
+  const nameLinks: string[] = [];
   if (!fullWrite) {
     const implied: ConcreteEntry[] = [];
-    for (const w of writable) {
+    // The cwd too when it lies in a writable root without being one (codex and git look there first).
+    const holders =
+      cwd && !writable.includes(cwd) && writable.some((w) => isUnder(cwd, w)) ? [...writable, cwd] : writable;
+    for (const w of holders) {
       for (const name of PROTECTED_NAMES) {
-        const p = join(w, name);
-        const k = probe.kind(p);
-        if (k === null) continue;
-        if (k === 'symlink') {
-          // A symlink cannot be mounted over (mount follows it): protect what it points to. A dangling link cannot
-          // be protected without creating its target on the host, so it is left alone (bwrap would fail otherwise).
-          const target = probe.realpath(p);
-          if (target) implied.push({ path: target, access: 'read', origin: 'carve-out' });
-          continue;
-        }
-        implied.push({ path: p, access: 'read', origin: 'carve-out' });
-        if (name === '.git' && k === 'file') {
-          const m = /^gitdir:\s*(.+?)\s*$/m.exec(probe.readText(p) ?? '');
-          if (m?.[1])
-            implied.push({
-              path: canonicalize(resolvePath(w, m[1]), probe),
-              access: 'read',
-              origin: 'gitdir',
-            });
+        const t = trace(join(w, name), probe);
+        nameLinks.push(...t.links);
+        implied.push({ path: t.path, access: 'read', origin: 'carve-out' });
+        if (name === '.git' && probe.kind(t.path) === 'file') {
+          const m = /^gitdir:\s*(.+?)\s*$/m.exec(probe.readText(t.path) ?? '');
+          if (m?.[1]) {
+            const g = trace(resolvePath(w, m[1]), probe);
+            nameLinks.push(...g.links);
+            implied.push({ path: g.path, access: 'read', origin: 'gitdir' });
+          }
         }
       }
-    }
-    // <cwd>/.codex is protected always, even when missing, so that creating it needs approval.
-    if (cwd && writable.some((w) => isUnder(cwd, w))) {
-      implied.push({ path: join(cwd, '.codex'), access: 'read', origin: 'cwd-codex' });
     }
     for (const i of implied) {
       // An explicit, more specific or equal write entry keeps the path writable (e.g. `.git:write`).
@@ -309,14 +366,14 @@ export function resolvePolicy(
     return true;
   });
   const writableRoots: WritableRoot[] = fullWrite
-    ? [{ root: '/', readOnlySubpaths: [] }]
-    : writable.map((root) => ({
-        root,
-        readOnlySubpaths: uniqueGuarded
+    ? [{ root: '/', readOnlySubpaths: [], pinnedDirs: [] }]
+    : writable.map((root) => {
+        const readOnlySubpaths = uniqueGuarded
           .filter((e) => e.path !== root && isUnder(e.path, root))
           .sort((a, b) => byDepthThenPath(a.path, b.path))
-          .flatMap(protectedOf),
-      }));
+          .flatMap(protectedOf);
+        return { root, readOnlySubpaths, pinnedDirs: pinnedDirsOf(root, readOnlySubpaths, writable) };
+      });
   const unreadable = uniqueGuarded
     .filter((e) => e.access === 'none' && !writable.some((w) => isUnder(e.path, w)))
     .flatMap(protectedOf)
@@ -338,6 +395,13 @@ export function resolvePolicy(
       }
     }
   }
+  // A symlink matters when the sandbox could replace it: when it lies in a writable root (not a read-only part).
+  const replaceable = (l: string) =>
+    !fullWrite &&
+    writable.some((w) => l !== w && isUnder(l, w)) &&
+    accessOf(entries, l) === 'write' &&
+    !writableRoots.some((w) => w.readOnlySubpaths.some((s) => l !== s.path && isUnder(l, s.path)));
+  const links = [...nameLinks, ...entries.flatMap((e) => e.via ?? [])];
   const r: ResolvedPolicy = {
     unrestricted: false,
     fullRead,
@@ -348,6 +412,30 @@ export function resolvePolicy(
     writableRoots,
     unreadable,
     entries,
+    pinnedLinks: [...new Set(links.filter(replaceable))].sort(byDepthThenPath),
   };
   return r;
+}
+
+/**
+ * The directories of `root` that must be mount points (see WritableRoot.pinnedDirs): every directory strictly
+ * between the root and one of its protected paths (for a missing one, its mount target), stopping at a nested
+ * writable root (which is a mount point itself and pins its own) and never inside a protected path (read-only
+ * already, and a writable bind there would undo that).
+ */
+function pinnedDirsOf(root: string, protectedPaths: ProtectedPath[], writable: string[]): string[] {
+  const out = new Set<string>();
+  const mounted = new Set(protectedPaths.map((p) => p.mountTarget ?? p.path));
+  for (const p of protectedPaths) {
+    const target = p.mountTarget ?? p.path;
+    const chain: string[] = [];
+    for (let d = dirname(target); d !== root && isUnder(d, root) && d !== '/'; d = dirname(d))
+      chain.unshift(d);
+    for (const d of chain) {
+      if (writable.includes(d)) break; // a nested writable root: the rest is its business
+      if ([...mounted].some((m) => isUnder(d, m))) break;
+      out.add(d);
+    }
+  }
+  return [...out].sort(byDepthThenPath);
 }

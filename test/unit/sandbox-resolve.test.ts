@@ -45,8 +45,19 @@ export function fakeFs(tree: Record<string, Node>): FsProbe {
       const n = all[p];
       return typeof n === 'object' && 'text' in n ? n.text : null;
     },
+    readlink(p) {
+      const n = all[p];
+      return typeof n === 'object' && 'link' in n ? n.link : null;
+    },
   };
 }
+
+/** The bwrap words for a missing protected path: a read-only empty tmpfs holds the name (a synthetic target). */
+const synth = (...paths: string[]) =>
+  paths.flatMap((p) => ['--perms', '555', '--tmpfs', p, '--remount-ro', p]);
+const NAMES = ['.agents', '.aws', '.codex', '.git'];
+const names = (root: string, except: string[] = []) =>
+  NAMES.filter((n) => !except.includes(n)).map((n) => posix.join(root, n));
 
 const sp = (kind: string, access: string, extra: Record<string, unknown> = {}) => ({
   path: { type: 'special', value: { kind, ...extra } },
@@ -150,7 +161,7 @@ test('bwrap args: read-only', () => {
   );
 });
 
-test('bwrap args: workspace-write with a nested root, .git carve-outs re-applied, missing .codex synthetic', () => {
+test('bwrap args: nested roots; the missing protected names of each root are synthetic; deeper roots protect their own', () => {
   const probe = fakeFs({
     '/tmp': 'dir',
     '/tmp/w/.git/HEAD': 'file',
@@ -177,48 +188,77 @@ test('bwrap args: workspace-write with a nested root, .git carve-outs re-applied
     '--bind',
     '/extra',
     '/extra',
+    ...synth(...names('/extra')),
     '--bind',
     '/tmp',
     '/tmp',
-    '--ro-bind',
-    '/tmp/w/.agents',
-    '/tmp/w/.agents',
-    '--perms',
-    '555',
-    '--tmpfs',
-    '/tmp/w/.codex',
-    '--remount-ro',
-    '/tmp/w/.codex',
-    '--ro-bind',
-    '/tmp/w/.git',
-    '/tmp/w/.git',
+    // /tmp/w's protected paths are left to /tmp/w: its bind comes later and would cover them.
+    ...synth(...names('/tmp')),
     '--bind',
     '/srv/tmpdir',
     '/srv/tmpdir',
+    ...synth(...names('/srv/tmpdir')),
     '--bind',
     '/tmp/w',
     '/tmp/w',
     '--ro-bind',
     '/tmp/w/.agents',
     '/tmp/w/.agents',
-    '--perms',
-    '555',
-    '--tmpfs',
-    '/tmp/w/.codex',
-    '--remount-ro',
-    '/tmp/w/.codex',
+    ...synth('/tmp/w/.aws', '/tmp/w/.codex'),
     '--ro-bind',
     '/tmp/w/.git',
     '/tmp/w/.git',
   ]);
-  assert.deepEqual(fs.syntheticTargets, ['/tmp/w/.codex']);
+  assert.deepEqual(fs.syntheticTargets.sort(), [
+    ...names('/extra'),
+    ...names('/srv/tmpdir'),
+    ...names('/tmp'),
+    '/tmp/w/.aws',
+    '/tmp/w/.codex',
+  ]);
+  assert.deepEqual(r.pinnedLinks, []);
   assert.equal(accessOf(r.entries, '/tmp/w/src/a.ts'), 'write');
   assert.equal(accessOf(r.entries, '/tmp/w/.git/hooks/x'), 'read');
   assert.equal(accessOf(r.entries, '/tmp/w/.codex/config.toml'), 'read');
+  assert.equal(accessOf(r.entries, '/extra/.git/hooks/pre-commit'), 'read');
   assert.equal(accessOf(r.entries, '/etc/passwd'), 'read');
 });
 
-test('bwrap args: a symlinked .codex protects its target; a dangling one is left alone; gitdir: file', () => {
+test('bwrap args: the directories between a root and a nested root or protected path are pinned against renames', () => {
+  const probe = fakeFs({ '/x/a/b/inner/.git': 'dir', '/x/c/d/secret.txt': 'file', '/w': 'dir' });
+  const sb = seed('/w', [
+    sp('root', 'read'),
+    sp('current_working_directory', 'write'),
+    pe('/x', 'write'),
+    pe('/x/a/b/inner', 'write'),
+    pe('/x/c/d/secret.txt', 'read'),
+  ]);
+  const r = resolvePolicy(effectiveSandbox(sb), { probe });
+  const x = r.writableRoots.find((w) => w.root === '/x')!;
+  assert.deepEqual(x.pinnedDirs, ['/x/a', '/x/c', '/x/a/b', '/x/c/d']);
+  const args = bwrapFsArgs(r, FEATURES).args;
+  const at = args.indexOf('/x');
+  assert.deepEqual(args.slice(at - 1, at + 14), [
+    '--bind',
+    '/x',
+    '/x',
+    '--bind',
+    '/x/a',
+    '/x/a',
+    '--bind',
+    '/x/c',
+    '/x/c',
+    '--bind',
+    '/x/a/b',
+    '/x/a/b',
+    '--bind',
+    '/x/c/d',
+    '/x/c/d',
+  ]);
+  assert.deepEqual(r.writableRoots.find((w) => w.root === '/x/a/b/inner')!.pinnedDirs, []);
+});
+
+test('bwrap args: a protected name that is a symlink is pinned by name and its target protected; gitdir: file', () => {
   const probe = fakeFs({
     '/w/realcodex': 'dir',
     '/w/.codex': { link: 'realcodex' },
@@ -237,6 +277,7 @@ test('bwrap args: a symlinked .codex protects its target; a dangling one is left
     '--bind',
     '/w',
     '/w',
+    ...synth('/w/.aws'),
     '--ro-bind',
     '/w/.git',
     '/w/.git',
@@ -244,9 +285,26 @@ test('bwrap args: a symlinked .codex protects its target; a dangling one is left
     '/w/realcodex',
     '/w/realcodex',
   ]);
+  // Never mounted on (bwrap would follow them): pinned in the sandbox's mount namespace before the command runs.
+  // A dangling link is pinned too; its target lies outside the writable roots, read-only already.
+  assert.deepEqual(r.pinnedLinks, ['/w/.agents', '/w/.codex']);
   // The gitdir target is outside the writable roots: read-only already, but recorded for access checks.
   assert.equal(accessOf(r.entries, '/repo/.git/worktrees/w/HEAD'), 'read');
   assert.equal(accessOf(r.entries, '/w/realcodex/x'), 'read');
+  // A chain of links to the target: every link on the way is pinned, the target protected.
+  const chained = fakeFs({
+    '/w/.aws': { link: 'hop' },
+    '/w/hop': { link: 'hop2' },
+    '/w/hop2': { link: 'data' },
+    '/w/data': 'dir',
+  });
+  const c = resolvePolicy(effectiveSandbox(sb), { probe: chained });
+  assert.deepEqual(c.pinnedLinks, ['/w/.aws', '/w/hop', '/w/hop2']);
+  assert.equal(accessOf(c.entries, '/w/data/credentials'), 'read');
+  // A dangling link whose target would be in the workspace: the target is held by a synthetic mount target.
+  const dangling = resolvePolicy(effectiveSandbox(sb), { probe: fakeFs({ '/w/.git': { link: 'gitdata' } }) });
+  assert.deepEqual(dangling.pinnedLinks, ['/w/.git']);
+  assert.ok(bwrapFsArgs(dangling, FEATURES).syntheticTargets.includes('/w/gitdata'));
 });
 
 test('bwrap args: restricted read (minimal + readable roots), none entries, missing writable root', () => {
@@ -291,12 +349,7 @@ test('bwrap args: restricted read (minimal + readable roots), none entries, miss
     '--bind',
     '/w',
     '/w',
-    '--perms',
-    '555',
-    '--tmpfs',
-    '/w/.codex',
-    '--remount-ro',
-    '/w/.codex',
+    ...synth(...names('/w')),
     '--perms',
     '000',
     '--tmpfs',
@@ -346,18 +399,17 @@ test('full write + restricted network binds / writable; root:write with a carve-
     probe,
   });
   assert.equal(carved.fullWrite, false);
+  // `/` is the writable root: its names and the cwd's are protected, and /w is pinned against a rename.
   assert.deepEqual(bwrapFsArgs(carved, FEATURES).args, [
     '--bind',
     '/',
     '/',
     '--dev',
     '/dev',
-    '--perms',
-    '555',
-    '--tmpfs',
-    '/w/.codex',
-    '--remount-ro',
-    '/w/.codex',
+    '--bind',
+    '/w',
+    '/w',
+    ...synth(...names('/'), ...names('/w', ['.git'])),
     '--ro-bind',
     '/w/.git',
     '/w/.git',
@@ -387,8 +439,8 @@ test('0.169 project_roots expand per workspace root, with subpaths', () => {
   assert.deepEqual(
     res.writableRoots.map((w) => [w.root, w.readOnlySubpaths.map((s) => `${s.path}:${s.state}`)]),
     [
-      ['/a', ['/a/.aws:missing', '/a/.codex:missing', '/a/.git:dir']],
-      ['/b', ['/b/.aws:missing']],
+      ['/a', ['/a/.agents:missing', '/a/.aws:missing', '/a/.codex:missing', '/a/.git:dir']],
+      ['/b', ['/b/.agents:missing', '/b/.aws:missing', '/b/.codex:missing', '/b/.git:missing']],
     ],
   );
 });
@@ -409,20 +461,25 @@ test('seatbelt: profile text and parameters (paths only as parameters)', () => {
   const p = buildSeatbelt(r, { network: 'restricted', managed: false, proxyPorts: [] });
   assert.deepEqual(p.params, [
     ['WRITABLE_ROOT_0', '/w'],
-    ['WRITABLE_ROOT_0_RO_0', '/w/.codex'],
-    ['WRITABLE_ROOT_0_RO_1', '/w/.git'],
+    ...names('/w').map((n, j) => [`WRITABLE_ROOT_0_RO_${j}`, n]),
     ['WRITABLE_ROOT_1', '/private/tmp'],
+    ...names('/private/tmp').map((n, j) => [`WRITABLE_ROOT_1_RO_${j}`, n]),
   ]);
   const tail = p.profile.slice(
     p.profile.indexOf('(allow user-preference-read)') + '(allow user-preference-read)'.length,
   );
+  const ro = (i: number) =>
+    NAMES.map(
+      (_, j) =>
+        `(require-not (literal (param "WRITABLE_ROOT_${i}_RO_${j}"))) (require-not (subpath (param "WRITABLE_ROOT_${i}_RO_${j}")))`,
+    ).join(' ');
   assert.equal(
     tail,
     `
 (allow file-read*)
 (allow file-write*
-  (require-all (subpath (param "WRITABLE_ROOT_0")) (require-not (literal (param "WRITABLE_ROOT_0_RO_0"))) (require-not (subpath (param "WRITABLE_ROOT_0_RO_0"))) (require-not (literal (param "WRITABLE_ROOT_0_RO_1"))) (require-not (subpath (param "WRITABLE_ROOT_0_RO_1"))))
-  (subpath (param "WRITABLE_ROOT_1")))`,
+  (require-all (subpath (param "WRITABLE_ROOT_0")) ${ro(0)})
+  (require-all (subpath (param "WRITABLE_ROOT_1")) ${ro(1)}))`,
   );
   assert.ok(p.profile.startsWith('(version 1)\n(deny default)\n'));
   assert.ok(!p.profile.includes('/w'), 'no path in the profile text');
@@ -437,7 +494,7 @@ test('seatbelt: profile text and parameters (paths only as parameters)', () => {
   const open = buildSeatbelt(r, { network: 'enabled', managed: false, proxyPorts: [] });
   assert.match(open.profile, /\(allow network-outbound\)\n\(allow network-inbound\)/);
   assert.deepEqual(seatbeltArgv(p, '/bin/sh', ['-c', 'x']).slice(-5), [
-    '-DWRITABLE_ROOT_1=/private/tmp',
+    '-DWRITABLE_ROOT_1_RO_3=/private/tmp/.git',
     '--',
     '/bin/sh',
     '-c',

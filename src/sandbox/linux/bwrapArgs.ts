@@ -1,4 +1,4 @@
-import type { ProtectedPath, ResolvedPolicy } from '../resolve.js';
+import { isUnder, type ProtectedPath, type ResolvedPolicy } from '../resolve.js';
 
 /** What bwrap can do (from the cached `bwrap --help` probe). */
 export interface BwrapFeatures {
@@ -24,6 +24,8 @@ export interface BwrapOptions {
   infoFd?: number;
   blockFd?: number;
   features: BwrapFeatures;
+  /** Directories whose content the sandbox must not see (the server's private directory): an empty tmpfs each. */
+  masks?: string[];
 }
 
 export interface BwrapArgs {
@@ -50,10 +52,15 @@ function protectArgs(p: ProtectedPath, features: BwrapFeatures, synthetic: Set<s
   return ['--ro-bind', p.path, p.path];
 }
 
-/** The filesystem part of the bwrap argv (sandbox.md §8.4). Pure. */
+/**
+ * The filesystem part of the bwrap argv (sandbox.md §8.4). Pure. Per writable root, shallow → deep: its bind, the
+ * binds that pin its directories against renames, then its protected paths (those under a deeper writable root are
+ * left to that root: its bind would cover them). The masks come last, so nothing is mounted over them.
+ */
 export function bwrapFsArgs(
   r: ResolvedPolicy,
   features: BwrapFeatures,
+  masks: string[] = [],
 ): { args: string[]; syntheticTargets: string[] } {
   const a: string[] = [];
   const synthetic = new Set<string>();
@@ -68,15 +75,21 @@ export function bwrapFsArgs(
   a.push('--dev', '/dev');
   for (const w of roots) {
     if (w.root !== '/') a.push('--bind', w.root, w.root);
-    for (const s of w.readOnlySubpaths) a.push(...protectArgs(s, features, synthetic));
+    for (const d of w.pinnedDirs) a.push('--bind', d, d);
+    const deeper = roots.filter((o) => o.root !== w.root && isUnder(o.root, w.root));
+    for (const s of w.readOnlySubpaths) {
+      if (deeper.some((o) => isUnder(s.mountTarget ?? s.path, o.root))) continue;
+      a.push(...protectArgs(s, features, synthetic));
+    }
   }
   for (const u of r.unreadable) a.push(...protectArgs(u, features, synthetic));
+  for (const m of masks) a.push('--tmpfs', m);
   return { args: a, syntheticTargets: [...synthetic] };
 }
 
 /** The whole bwrap argv after the program name (sandbox.md §8.3). Pure. */
 export function bwrapArgs(r: ResolvedPolicy, o: BwrapOptions): BwrapArgs {
-  const fs = bwrapFsArgs(r, o.features);
+  const fs = bwrapFsArgs(r, o.features, o.masks);
   const a: string[] = [];
   if (o.newSession) a.push('--new-session');
   a.push('--die-with-parent', ...fs.args, '--unshare-user', '--unshare-pid', '--unshare-ipc');

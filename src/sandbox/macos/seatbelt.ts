@@ -80,6 +80,14 @@ export function buildSeatbelt(r: ResolvedPolicy, net: SeatbeltNetwork): Seatbelt
         params.push([ro, s.path]);
         parts.push(`(require-not (literal (param "${ro}")))`, `(require-not (subpath (param "${ro}")))`);
       });
+      // A symlink a protected path goes through: the link itself may not be replaced (untested on a Mac).
+      r.pinnedLinks
+        .filter((l) => l !== w.root && l.startsWith(w.root === '/' ? '/' : `${w.root}/`))
+        .forEach((l, j) => {
+          const link = `${key}_LINK_${j}`;
+          params.push([link, l]);
+          parts.push(`(require-not (literal (param "${link}")))`);
+        });
       return parts.length === 1 ? parts[0]! : `(require-all ${parts.join(' ')})`;
     });
     sections.push(`(allow file-write*\n  ${clauses.join('\n  ')})`);

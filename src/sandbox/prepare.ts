@@ -1,18 +1,9 @@
 import type { ChildProcess } from 'node:child_process';
-import { spawnSync } from 'node:child_process';
-import {
-  constants,
-  lstatSync,
-  mkdtempSync,
-  openSync,
-  realpathSync,
-  rmSync,
-  unlinkSync,
-  writeFileSync,
-} from 'node:fs';
+import { lstatSync, mkdtempSync, realpathSync, rmSync, writeSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
 import type { LaunchSpec, PreparedLaunch, SandboxType } from '../process/launch.js';
+import { sandboxLauncher, sandboxNative } from '../process/spawner.js';
 import type { ParsedSandbox } from '../protocol/sandbox.js';
 import { type EffectiveSandbox, effectiveSandbox } from './effective.js';
 import { SandboxSetupError } from './errors.js';
@@ -30,7 +21,7 @@ import {
   startHostBridges,
 } from './linux/managedNet.js';
 import { acquireSyntheticTargets, activeSyntheticTargets } from './linux/mountTargets.js';
-import { guardArgv, hostPidOf, UNSHARE } from './linux/pidGuard.js';
+import { guardArgv, hostPidOf, setupDone, UNSHARE } from './linux/pidGuard.js';
 import { buildSeccompFilter, hostSeccompArch, type SeccompArch, type SeccompMode } from './linux/seccomp.js';
 import { watchSandbox } from './linux/watchdog.js';
 import { buildSeatbelt, type SeatbeltProfile, seatbeltArgv } from './macos/seatbelt.js';
@@ -60,27 +51,29 @@ export interface PrepareOptions {
   hiddenPaths?: readonly string[];
 }
 
-/** A file descriptor the wrapped command needs at fd 3, 4, 5 (in that order). */
+/**
+ * A file descriptor bwrap gets at fd 3, 4, 5 (in that order), each one end of an anonymous pipe: the seccomp
+ * program (read to EOF), bwrap's --info-fd (it writes the sandbox's pid) and --block-fd (it waits for one byte before
+ * it execs the command). No file or FIFO on disk: nothing another sandbox could open.
+ */
 export type FdSlot = 'seccomp' | 'info' | 'block';
 
 /** The pure result of planning a launch: what would run, without any file, fd or process created. */
 export interface LaunchPlan {
   sandboxType: SandboxType;
   mechanism: 'none' | 'passthrough' | 'bwrap' | 'seatbelt';
-  /** The final spec. In pipe mode `extraFds` are filled in by prepareLaunch from `fdSlots`. */
+  /** The final spec; its `extraFds` are filled in by prepareLaunch from `fdSlots` (the same for pipes and a PTY). */
   spec: LaunchSpec;
   summary: Record<string, unknown>;
   fdSlots: FdSlot[];
-  /** PTY mode: the files the `sh` wrapper opens as fds 3, 4, 5 (placeholders in a plan). */
-  slotPaths?: Record<FdSlot, string>;
   seccomp?: { arch: SeccompArch; mode: SeccompMode; filter: Buffer };
   managed?: ManagedRoutes;
+  /** Symlinks to pin by name in the sandbox's mount namespace before the command runs (ResolvedPolicy.pinnedLinks). */
+  pins?: string[];
   syntheticTargets: string[];
   seatbelt?: SeatbeltProfile;
   /** bwrap runs under the pid-namespace guard: its info-fd pids are relative to the guard's namespace. */
   pidGuard?: boolean;
-  /** PTY mode: where the slot paths start in the argv. */
-  slotArgIndex?: number;
 }
 
 interface HostFacts {
@@ -90,8 +83,8 @@ interface HostFacts {
   tmpdir: string | undefined;
   bwrap: BwrapHost;
   /**
-   * The server's private directory (BPF files, FIFOs, bridge sockets). Hidden inside every sandbox that could
-   * otherwise write to it (e.g. with /tmp writable), so no sandbox can tamper with another launch's files.
+   * The server's private directory (the forwarder fallback's bridge sockets). Masked in every sandbox: no sandbox
+   * sees what the server keeps there for other launches.
    */
   privateDir?: string;
   /** util-linux `unshare` for the pid-namespace guard (used when running as root; see linux/pidGuard.ts). */
@@ -101,11 +94,6 @@ interface HostFacts {
 }
 
 const WINDOWS_ERROR = 'sandbox type windows-restricted-token is not supported by this exec-server';
-/** PTY mode: a shell opens the fd slots from files, then runs bwrap (exec'ing it unless it is a guard's pid 1). */
-const TTY_OPEN: Record<number, string> = {
-  1: 'exec 3<"$1"; shift; ',
-  3: 'exec 3<"$1" 4>"$2" 5<"$3"; shift 3; ',
-};
 
 function unchanged(spec: LaunchSpec, sandboxType: SandboxType, summary: Record<string, unknown>): LaunchPlan {
   return { sandboxType, mechanism: 'none', spec, summary, fdSlots: [], syntheticTargets: [] };
@@ -152,15 +140,6 @@ function seccompFilter(arch: SeccompArch, mode: SeccompMode): Buffer {
     filters.set(key, f);
   }
   return f;
-}
-
-/** Masks the server's private directory (`--perms 000 --tmpfs`) inside every writable root that contains it. */
-function hidePrivateDir(r: ResolvedPolicy, dir: string): void {
-  for (const w of r.writableRoots) {
-    if (dir !== w.root && isUnder(dir, w.root) && !w.readOnlySubpaths.some((s) => s.path === dir)) {
-      w.readOnlySubpaths.push({ path: dir, access: 'none', state: 'dir' });
-    }
-  }
 }
 
 /** Masks the server's own files (PrepareOptions.hiddenPaths) in the sandbox, on top of every other mount. */
@@ -301,22 +280,22 @@ function planLinux(
     };
   }
   adoptActiveSynthetic(r, active);
-  if (host.privateDir) hidePrivateDir(r, host.privateDir);
   if (host.hiddenPaths) hideServerPaths(r, host.hiddenPaths);
-  const mode: SeccompMode | undefined = managed
+  // Every sandbox has a filter: the network-enabled one denies only what no coding agent needs (seccomp.ts).
+  const mode: SeccompMode = managed
     ? 'proxy-routed'
     : eff.network === 'restricted'
       ? 'restricted'
-      : undefined;
+      : 'network-enabled';
   let routes: ManagedRoutes | undefined;
   if (managed) {
     routes = planManagedRoutes(cmd.spec.env);
     Object.assign(env, routes.env);
     if (eff.network === 'restricted') env.CODEX_SANDBOX_NETWORK_DISABLED = '1';
   }
-  const fdSlots: FdSlot[] = [];
-  if (mode) fdSlots.push('seccomp');
-  if (managed) fdSlots.push('info', 'block');
+  const pins = r.pinnedLinks;
+  // bwrap waits on its block fd while the server pins symlinks and/or sets up the managed network.
+  const fdSlots: FdSlot[] = managed || pins.length > 0 ? ['seccomp', 'info', 'block'] : ['seccomp'];
   const fdOf = (s: FdSlot) => (fdSlots.includes(s) ? 3 + fdSlots.indexOf(s) : undefined);
   const b = bwrapArgs(r, {
     unshareNet: eff.network === 'restricted' || managed,
@@ -330,40 +309,39 @@ function planLinux(
     infoFd: fdOf('info'),
     blockFd: fdOf('block'),
     features: host.bwrap.features,
+    masks: host.privateDir ? [host.privateDir] : [],
   });
-  summary.seccomp = mode ?? 'none';
+  summary.seccomp = mode;
   summary.bwrap = host.bwrap.path;
   summary.proc = host.bwrap.proc;
+  if (pins.length > 0) summary.pinnedSymlinks = pins;
+  if (host.privateDir) summary.masked = [host.privateDir];
   if (b.argv0Ignored) summary.arg0 = 'ignored: bwrap < 0.9 has no --argv0';
   if (routes) summary.proxyEndpoints = routes.endpoints.map((e) => `${e.host}:${e.port}`);
-  const bw = host.bwrap.path;
-  let argv: string[];
-  let slotPaths: Record<FdSlot, string> | undefined;
+  let argv = [host.bwrap.path, ...b.args];
   const guard = host.euid === 0 && host.unshare !== undefined;
-  const ttyShell = cmd.tty && fdSlots.length > 0;
-  if (ttyShell) {
-    slotPaths = { seccomp: '<seccomp.bpf>', info: '<info.fifo>', block: '<block.fifo>' };
-    const script = TTY_OPEN[fdSlots.length]! + (guard ? '"$@"; exit $?' : 'exec "$@"');
-    argv = ['/bin/sh', '-c', script, 'sh', ...fdSlots.map((s) => slotPaths![s]), bw, ...b.args];
-  } else {
-    argv = [bw, ...b.args];
-  }
-  if (guard) argv = guardArgv(host.unshare!, argv, ttyShell);
+  if (guard) argv = guardArgv(host.unshare!, argv, false);
   else if (host.euid === 0)
     summary.terminate = 'unshare not found: killing bwrap may leave the sandbox running';
-  const spec: LaunchSpec = { file: argv[0]!, argv, env, cwd: cmd.spec.cwd };
+  const spec: LaunchSpec = {
+    file: argv[0]!,
+    argv,
+    env,
+    cwd: cmd.spec.cwd,
+    extraFds: fdSlots.map(() => null),
+    freshSessionKeyring: true,
+  };
   return {
     sandboxType: 'linuxSeccomp',
     mechanism: 'bwrap',
     spec,
     summary,
     fdSlots,
-    slotPaths,
-    seccomp: mode ? { arch, mode, filter: seccompFilter(arch, mode) } : undefined,
+    seccomp: { arch, mode, filter: seccompFilter(arch, mode) },
     managed: routes,
+    pins: pins.length > 0 ? pins : undefined,
     syntheticTargets: b.syntheticTargets,
     pidGuard: guard,
-    slotArgIndex: guard ? 5 + 4 : 4,
   };
 }
 
@@ -448,7 +426,6 @@ export function previewLaunch(
 }
 
 let sharedDir: string | undefined;
-let fileCounter = 0;
 
 function privateBase(): string {
   const xdg = process.env.XDG_RUNTIME_DIR;
@@ -465,11 +442,15 @@ function sharedPrivateDir(): string {
   return sharedDir;
 }
 
+const NATIVE_MISSING =
+  'the Linux sandbox needs the native addon and its launcher (build/Release/corral_spawn.node and corral-sandbox-exec; run `npm ci` or `npx node-gyp rebuild`): the command was not run with weaker isolation';
+
 /**
- * Applies a sandbox (or none) to a command: plans the launch, then creates what it needs (the BPF fd or file, FIFOs,
- * the proxy bridge, synthetic mount-target references). Throws SandboxSetupError; never falls back to an unsandboxed
- * run. The caller spawns `spec`, calls `afterSpawn(pid)` once it has a pid (if it rejects, kill the process: the
- * command has not been released), and `cleanup()` exactly once after the process closed or the spawn failed.
+ * Applies a sandbox (or none) to a command: plans the launch, then creates what it needs (the setup pipes, the proxy
+ * bridge, synthetic mount-target references). Throws SandboxSetupError; never falls back to an unsandboxed run. The
+ * caller spawns `spec` (pipes or a PTY: the same spec), calls `afterSpawn(pid)` once it has a pid (if it rejects, kill
+ * the process: the command has not been released), and `cleanup()` exactly once after the process closed or the spawn
+ * failed.
  */
 export async function prepareLaunch(
   sandbox: ParsedSandbox | null | undefined,
@@ -492,38 +473,27 @@ export async function prepareLaunch(
   if (plan.mechanism !== 'bwrap') {
     return { spec: plan.spec, sandboxType: plan.sandboxType, summary: plan.summary, cleanup() {} };
   }
-  return materialize(plan, cmd.tty);
+  if (!sandboxNative || !sandboxLauncher) throw new SandboxSetupError(NATIVE_MISSING);
+  return materialize(plan, sandboxNative);
 }
 
-/** Per filter (they are cached per arch and mode): an fd of its unlinked BPF file, held for the process's life. */
-const heldFilters = new Map<Buffer, number>();
-
-/** A new read-only fd (own offset, at 0) of an unlinked 0600 file in the private dir holding `filter`. */
-function openFilter(filter: Buffer): number {
-  const held = heldFilters.get(filter);
-  if (held !== undefined) {
-    try {
-      // Reopening the held fd gives a fresh open file description without writing and unlinking a file again.
-      return openSync(`/proc/self/fd/${held}`, 'r');
-    } catch {
-      heldFilters.delete(filter);
-      closeQuietly(held);
-    }
-  }
-  const file = join(sharedPrivateDir(), `seccomp-${process.pid}-${++fileCounter}.bpf`);
-  writeFileSync(file, filter, { mode: 0o600, flag: 'wx' });
+/** The pipe that carries `filter` to bwrap: the whole program is written (it fits the pipe buffer) and the write end closed. */
+function filterPipe(native: NonNullable<typeof sandboxNative>, filter: Buffer): number {
+  const [r, w] = native.pipe();
   try {
-    const fd = openSync(file, 'r');
-    if (!heldFilters.has(filter)) heldFilters.set(filter, openSync(file, 'r'));
-    return fd;
+    if (writeSync(w, filter) !== filter.length) throw new Error('short write of the seccomp program');
+  } catch (e) {
+    closeQuietly(r);
+    throw e;
   } finally {
-    unlinkSync(file);
+    closeQuietly(w);
   }
+  return r;
 }
 
-function materialize(plan: LaunchPlan, tty: boolean): PreparedLaunch {
-  const fds: number[] = [];
-  const toRemove: string[] = [];
+function materialize(plan: LaunchPlan, native: NonNullable<typeof sandboxNative>): PreparedLaunch {
+  /** Our copies of the child's ends: closed once the child has them (afterSpawn) or on cleanup. */
+  const childEnds: number[] = [];
   let dir: string | undefined;
   let releaseTargets: (() => void) | undefined;
   let bridges: { close(): void } | undefined;
@@ -532,124 +502,119 @@ function materialize(plan: LaunchPlan, tty: boolean): PreparedLaunch {
   let blockFd: number | undefined;
   let cleaned = false;
   let unwatch: (() => void) | undefined;
-  const closeFds = () => {
-    for (const fd of fds.splice(0)) closeQuietly(fd);
+  const closeChildEnds = () => {
+    for (const fd of childEnds.splice(0)) closeQuietly(fd);
   };
   const cleanup = () => {
     if (cleaned) return;
     cleaned = true;
     unwatch?.();
     pidReader?.cancel();
-    closeFds();
+    closeChildEnds();
     closeQuietly(blockFd);
     blockFd = undefined;
     if (forwarder && forwarder.exitCode === null) forwarder.kill('SIGKILL');
     bridges?.close();
-    for (const f of toRemove) rmSync(f, { force: true });
     if (dir) rmSync(dir, { recursive: true, force: true });
     releaseTargets?.();
   };
   try {
-    const slotPaths: Partial<Record<FdSlot, string>> = {};
     const slotFds: Partial<Record<FdSlot, number>> = {};
-    if (plan.managed || tty) dir = mkdtempSync(join(sharedPrivateDir(), 'launch-'));
-    if (plan.seccomp) {
-      if (tty) {
-        const file = join(dir ?? sharedPrivateDir(), `seccomp-${process.pid}-${++fileCounter}.bpf`);
-        writeFileSync(file, plan.seccomp.filter, { mode: 0o600, flag: 'wx' });
-        slotPaths.seccomp = file;
-        toRemove.push(file);
-      } else {
-        const fd = openFilter(plan.seccomp.filter);
-        fds.push(fd);
-        slotFds.seccomp = fd;
-      }
-    }
-    if (plan.managed) {
-      const info = join(dir!, 'info.fifo');
-      const block = join(dir!, 'block.fifo');
-      const r = spawnSync('mkfifo', ['-m', '600', info, block], { encoding: 'utf8' });
-      if (r.status !== 0) {
-        throw new SandboxSetupError(`managed network: cannot create FIFOs: ${r.stderr || r.error?.message}`);
-      }
-      slotPaths.info = info;
-      slotPaths.block = block;
-      // Our read end of the info FIFO is open before the spawn (non-blocking), so the wrapper's open for writing
-      // does not block and nothing bwrap writes is lost; the block FIFO is held O_RDWR so no open ever blocks.
-      pidReader = readChildPid(info, 15_000);
+    slotFds.seccomp = filterPipe(native, plan.seccomp!.filter);
+    childEnds.push(slotFds.seccomp);
+    if (plan.fdSlots.includes('info')) {
+      const [infoR, infoW] = native.pipe();
+      childEnds.push(infoW);
+      slotFds.info = infoW;
+      // Read from now on: nothing bwrap writes is lost, and our read end stays open until cleanup (bwrap writes its
+      // JSON in several writes; a closed reader would kill it with SIGPIPE).
+      pidReader = readChildPid(infoR, 15_000);
       pidReader.promise.catch(() => {});
-      blockFd = openSync(block, constants.O_RDWR);
-      slotFds.block = blockFd;
-      if (!tty) {
-        const infoFd = openSync(info, constants.O_RDWR);
-        fds.push(infoFd);
-        slotFds.info = infoFd;
-      }
+      const [blockR, blockW] = native.pipe();
+      childEnds.push(blockR);
+      slotFds.block = blockR;
+      blockFd = blockW;
     }
-    let spec = plan.spec;
-    if (tty && plan.fdSlots.length > 0) {
-      // The wrapper's argv is [(guard…,) '/bin/sh', '-c', script, 'sh', <slot paths…>, bwrap, …].
-      const argv = [...plan.spec.argv];
-      const at = plan.slotArgIndex ?? 4;
-      plan.fdSlots.forEach((s, i) => {
-        argv[at + i] = slotPaths[s]!;
-      });
-      spec = { ...plan.spec, argv };
-    } else if (plan.fdSlots.length > 0) {
-      spec = { ...plan.spec, extraFds: plan.fdSlots.map((s) => slotFds[s] ?? null) };
-    }
+    const spec: LaunchSpec = { ...plan.spec, extraFds: plan.fdSlots.map((s) => slotFds[s]!) };
     releaseTargets = acquireSyntheticTargets(plan.syntheticTargets);
     const managed = plan.managed;
+    const pins = plan.pins;
     const prepared: PreparedLaunch = {
       spec,
       sandboxType: plan.sandboxType,
-      summary: dir ? { ...plan.summary, runtimeDir: dir } : plan.summary,
+      summary: plan.summary,
       cleanup,
       async afterSpawn(pid: number) {
-        closeFds();
+        closeChildEnds();
         if (!cleaned) unwatch = watchSandbox(pid);
-        if (!managed) return;
+        if (!managed && !pins) return;
         let nsPid = await pidReader!.promise;
         if (plan.pidGuard) {
           const hostPid = hostPidOf(pid, nsPid);
           if (hostPid === undefined)
-            throw new SandboxSetupError('managed network: cannot find the sandbox process');
+            throw new SandboxSetupError('sandbox setup: cannot find the sandbox process');
           nsPid = hostPid;
         }
-        if (cleaned) throw new SandboxSetupError('managed network: the process exited during setup');
-        // Listeners made inside the sandbox's network namespace by the addon; else (no addon, the namespace cannot
-        // be entered, or CORRAL_SANDBOX_FORWARDER=1) a forwarder process in the namespace and a unix-socket bridge.
-        let direct: { close(): void } | null = null;
-        if (process.env.CORRAL_SANDBOX_FORWARDER !== '1') {
-          try {
-            direct = listenInSandboxNetns(nsPid, managed.endpoints);
-          } catch {
-            direct = null;
-          }
+        if (cleaned) throw new SandboxSetupError('sandbox setup: the process exited during setup');
+        if (pins) {
+          await setupDone(nsPid, 15_000).catch((e: Error) => {
+            throw new SandboxSetupError(`sandbox setup: ${e.message}`);
+          });
+          if (cleaned) throw new SandboxSetupError('sandbox setup: the process exited during setup');
+          pinSymlinks(native, nsPid, pins);
         }
-        if (direct) {
-          bridges = direct;
-        } else {
-          const bridge = await startHostBridges(dir!, managed.endpoints);
-          bridges = bridge;
-          if (cleaned) throw new SandboxSetupError('managed network: the process exited during setup');
-          forwarder = await startForwarder(
-            nsPid,
-            bridge.sockets.map((sock, i) => ({ sock, port: FORWARD_BASE_PORT + i })),
-          );
-        }
-        if (cleaned) {
-          forwarder?.kill('SIGKILL');
-          throw new SandboxSetupError('managed network: the process exited during setup');
-        }
-        release(blockFd!);
+        if (managed) await setUpManagedNetwork(nsPid, managed);
+        if (cleaned) throw new SandboxSetupError('sandbox setup: the process exited during setup');
+        release(blockFd!); // bwrap execs the command
       },
+    };
+    // Managed network: listeners made inside the sandbox's network namespace by the addon; else (the namespace
+    // cannot be entered, or CORRAL_SANDBOX_FORWARDER=1) a forwarder process in the namespace and a unix-socket
+    // bridge in the private directory (masked in every sandbox).
+    const setUpManagedNetwork = async (nsPid: number, routes: ManagedRoutes) => {
+      let direct: { close(): void } | null = null;
+      if (process.env.CORRAL_SANDBOX_FORWARDER !== '1') {
+        try {
+          direct = listenInSandboxNetns(nsPid, routes.endpoints);
+        } catch {
+          direct = null;
+        }
+      }
+      if (direct) {
+        bridges = direct;
+        return;
+      }
+      dir = mkdtempSync(join(sharedPrivateDir(), 'launch-'));
+      const bridge = await startHostBridges(dir, routes.endpoints);
+      bridges = bridge;
+      if (cleaned) throw new SandboxSetupError('managed network: the process exited during setup');
+      forwarder = await startForwarder(
+        nsPid,
+        bridge.sockets.map((sock, i) => ({ sock, port: FORWARD_BASE_PORT + i })),
+      );
+      if (cleaned) {
+        forwarder.kill('SIGKILL');
+        throw new SandboxSetupError('managed network: the process exited during setup');
+      }
     };
     return prepared;
   } catch (e) {
     cleanup();
     if (e instanceof SandboxSetupError) throw e;
     throw new SandboxSetupError(`sandbox setup failed: ${(e as Error).message}`);
+  }
+}
+
+/** Pins the plan's symlinks in the sandbox of `pid` (bwrap holds it on its block fd); a failure refuses the start. */
+function pinSymlinks(native: NonNullable<typeof sandboxNative>, pid: number, pins: string[]): void {
+  try {
+    native.pinSymlinks(pid, pins);
+  } catch (e) {
+    const err = e as Error & { errno?: number };
+    const why = err.errno === os.constants.errno.ENOLINK ? 'it is no longer a symbolic link' : err.message;
+    throw new SandboxSetupError(
+      `cannot pin the symbolic link a protected path goes through (${why}): a link in a writable root could be replaced, so the command was not started`,
+    );
   }
 }
 

@@ -3,7 +3,7 @@ import { createHash } from 'node:crypto';
 import { existsSync, readdirSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import {
   type Fixture,
@@ -194,9 +194,9 @@ sys.stdout.write(reply.decode())
       await waitFor(() => pidsMatching('proxy-route-0.sock').length === 0, 2000),
       'forwarder must be gone',
     );
-    const dir = r.prepared.summary?.runtimeDir;
-    assert.equal(typeof dir, 'string');
-    assert.ok(!existsSync(dir as string), 'the bridge directory must be removed');
+    // Listeners made in the sandbox's namespace: nothing was put in the server's private directory.
+    const [priv] = r.prepared.summary!.masked as string[];
+    assert.deepEqual(readdirSync(priv!), []);
   });
 
   test('enforceManagedNetwork with sandbox null (0.169 top-level flag): network-only sandbox, writes unrestricted', async () => {
@@ -224,17 +224,17 @@ sys.stdout.write(reply.decode())
   });
 });
 
-describe('PTY launches (no extra fds: sh wrapper opens the BPF file)', () => {
+describe('PTY launches (the setup pipes go through the sandbox launcher)', () => {
   test('a PTY command is sandboxed: tty present, workspace writable, outside read-only, seccomp active', async () => {
     const sb = seed({ cwd: f.W });
     const base = process.env.XDG_RUNTIME_DIR?.startsWith('/') ? process.env.XDG_RUNTIME_DIR : tmpdir();
-    const script = `stat -c 'PRIV %A %n' ${base}/corral-sandbox-* 2>/dev/null; [ -t 0 ] && echo ISATTY; stty size; echo ok > pty.txt; echo x > "$OUT/p"; ${PY} -c "import socket; socket.socket()" 2>&1 | tail -1; echo done`;
+    const script = `for d in ${base}/corral-sandbox-*; do echo "PRIV $d: $(ls -A "$d" | wc -l)"; done; [ -t 0 ] && echo ISATTY; stty size; echo ok > pty.txt; echo x > "$OUT/p"; ${PY} -c "import socket; socket.socket()" 2>&1 | tail -1; echo done`;
     const r = await runPty(sb, ['/bin/sh', '-c', script], { cwd: f.W, env: { OUT: f.OUT }, opts: opts() });
     assert.equal(r.prepared.sandboxType, 'linuxSeccomp');
     assert.match(r.output, /ISATTY/);
-    // The server's private directory (BPF files, FIFOs) is masked inside a sandbox that may write /tmp.
-    const priv = dirname(r.prepared.summary?.runtimeDir as string);
-    assert.ok(r.output.includes(`PRIV d--------- ${priv}`), r.output);
+    // The server's private directory is masked in every sandbox: empty inside.
+    const [priv] = r.prepared.summary!.masked as string[];
+    assert.ok(r.output.includes(`PRIV ${priv}: 0`), r.output);
     assert.match(r.output, /^50 200\r?$/m);
     assert.ok(existsSync(join(f.W, 'pty.txt')));
     assert.match(r.output, /Read-only file system/);
@@ -243,7 +243,7 @@ describe('PTY launches (no extra fds: sh wrapper opens the BPF file)', () => {
     assert.match(r.output, /done/);
   });
 
-  test('a PTY command with managed network reaches the proxy through FIFOs', async () => {
+  test('a PTY command with managed network reaches the proxy', async () => {
     const sb = seed({ cwd: f.W, enforceManagedNetwork: true });
     const r = await runPty(
       sb,

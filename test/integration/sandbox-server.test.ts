@@ -14,6 +14,7 @@ import {
   PY,
   pidsMatching,
   seed,
+  serverUrl,
   special,
   waitFor,
 } from './sandbox-util.js';
@@ -213,15 +214,7 @@ describe('sandbox through the exec server', () => {
     });
     const exited = new Promise((r) => child.once('exit', r));
     try {
-      const url = await new Promise<string>((resolve, reject) => {
-        let out = '';
-        child.stdout!.setEncoding('utf8').on('data', (d: string) => {
-          out += d;
-          const m = /^(ws:\S+)$/m.exec(out);
-          if (m) resolve(m[1]!);
-        });
-        child.once('exit', () => reject(new Error('server child exited')));
-      });
+      const url = await serverUrl(child);
       const c2 = await RpcClient.open(url, 'die-test');
       const tag = `78${process.pid}.${Date.now() % 100000}`;
       await c2.request('process/start', {

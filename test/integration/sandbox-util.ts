@@ -1,4 +1,4 @@
-import { execFileSync, spawn } from 'node:child_process';
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import {
   existsSync,
   mkdirSync,
@@ -12,8 +12,8 @@ import http from 'node:http';
 import net from 'node:net';
 import os from 'node:os';
 import { join } from 'node:path';
-import pty from 'node-pty';
 import type { LaunchSpec, PreparedLaunch } from '../../src/process/launch.js';
+import { spawnPty } from '../../src/process/pty.js';
 import { parseSandboxParam } from '../../src/protocol/sandbox.js';
 import type { ParsedSandbox } from '../../src/sandbox/index.js';
 import { type PrepareOptions, prepareLaunch } from '../../src/sandbox/index.js';
@@ -163,24 +163,25 @@ export async function runPty(
     { spec, tty: true, enforceManagedNetwork: o.enforceManagedNetwork },
     o.opts,
   );
-  if (prepared.spec.extraFds?.length) throw new Error('PTY launch must not use extraFds');
   const s = prepared.spec;
-  const term = pty.spawn(s.file, s.argv.slice(1), {
+  // As the server does it: the setup fds and the fresh keyring go through the sandbox launcher.
+  const term = spawnPty(s.file, s.argv.slice(1), {
     cwd: s.cwd,
     env: s.env,
     cols: 200,
     rows: 50,
-    name: 'dumb',
+    extraFds: s.extraFds,
+    freshSessionKeyring: s.freshSessionKeyring,
   });
   let output = '';
   term.onData((d) => {
-    output += d;
+    output += d.toString('utf8');
   });
-  const exited = new Promise<number>((resolve) => term.onExit((e) => resolve(e.exitCode)));
+  const exited = new Promise<number>((resolve) => term.onExit((code) => resolve(code)));
   try {
     await prepared.afterSpawn?.(term.pid);
   } catch (e) {
-    term.kill('SIGKILL');
+    process.kill(term.pid, 'SIGKILL');
     await exited;
     prepared.cleanup();
     throw e;
@@ -303,4 +304,17 @@ export async function waitFor(cond: () => boolean, timeoutMs: number): Promise<b
     await new Promise((r) => setTimeout(r, 10));
   }
   return cond();
+}
+
+/** The exec server started as a child (test/fixtures/sandbox/server-child.ts) prints its URL first: resolves with it. */
+export function serverUrl(child: ChildProcess, stderr: () => string = () => ''): Promise<string> {
+  return new Promise<string>((resolve, reject) => {
+    let out = '';
+    child.stdout!.setEncoding('utf8').on('data', (d: string) => {
+      out += d;
+      const m = /^(ws:\S+)$/m.exec(out);
+      if (m) resolve(m[1]!);
+    });
+    child.once('exit', (code) => reject(new Error(`server child exited (${code}) ${stderr()}`)));
+  });
 }

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { existsSync, fstatSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { fstatSync, mkdirSync, mkdtempSync, readdirSync, readSync, rmSync, symlinkSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
@@ -88,25 +88,44 @@ test('pipes: bwrap argv with --seccomp 3 and a seccomp fd slot; env flags the re
   ]);
   assert.ok(a.includes('--unshare-net') && a.includes('--new-session') && a.includes('--die-with-parent'));
   assert.equal(p.spec.env.CODEX_SANDBOX_NETWORK_DISABLED, '1');
-  assert.deepEqual(p.seccomp, { arch: 'x64', mode: 'restricted', instructions: 36 });
+  assert.deepEqual(p.seccomp, { arch: 'x64', mode: 'restricted', instructions: 54 });
   assert.equal(p.summary.arg0, undefined, 'argv[0] "echo" vs file: only a differing arg0 is reported');
+  // The fd is filled in by prepareLaunch (a pipe); the spawner gives the child a fresh session keyring.
+  assert.deepEqual(p.spec.extraFds, [null]);
+  assert.equal(p.spec.freshSessionKeyring, true);
 });
 
-test('PTY: no extra fds; a sh wrapper opens the BPF file as fd 3, and no --new-session', () => {
-  const p = previewLaunch(seed(), { spec: spec(), tty: true }, linux);
-  const root = process.geteuid?.() === 0;
-  assert.equal(p.spec.file, root ? p.spec.argv[0] : '/bin/sh');
-  const at = p.spec.argv.indexOf('/bin/sh');
-  const run = root ? '"$@"; exit $?' : 'exec "$@"';
-  assert.deepEqual(p.spec.argv.slice(at, at + 5), [
-    '/bin/sh',
-    '-c',
-    `exec 3<"$1"; shift; ${run}`,
-    'sh',
-    '<seccomp.bpf>',
-  ]);
-  assert.equal(p.spec.extraFds, undefined);
-  assert.ok(!p.spec.argv.includes('--new-session'));
+test('PTY: the same launch as pipes (the fds go through the sandbox launcher), without --new-session', () => {
+  const tty = previewLaunch(seed(), { spec: spec(), tty: true }, linux);
+  const pipes = previewLaunch(seed(), { spec: spec(), tty: false }, linux);
+  assert.deepEqual(tty.fdSlots, ['seccomp']);
+  assert.deepEqual(tty.spec.extraFds, [null]);
+  assert.equal(tty.spec.freshSessionKeyring, true);
+  assert.ok(!tty.spec.argv.includes('--new-session'));
+  assert.deepEqual(
+    tty.spec.argv,
+    pipes.spec.argv.filter((a) => a !== '--new-session'),
+  );
+});
+
+test('every sandbox has a seccomp filter: network enabled gets the network-enabled one', () => {
+  const p = previewLaunch(seed({ networkPolicy: 'enabled' }), { spec: spec(), tty: false }, linux);
+  assert.deepEqual(p.seccomp, { arch: 'x64', mode: 'network-enabled', instructions: 24 });
+  assert.ok(!p.spec.argv.includes('--unshare-net'));
+  assert.deepEqual(p.fdSlots, ['seccomp']);
+});
+
+test('a protected name that is a symlink: pinned after setup (info and block fds), its target protected', () => {
+  const S = join(root, 'sym-ws');
+  mkdirSync(join(S, 'real-git'), { recursive: true });
+  symlinkSync('real-git', join(S, '.git'));
+  const p = previewLaunch(seed({ sandboxPolicyCwd: S }), { spec: { ...spec(), cwd: S }, tty: false }, linux);
+  assert.deepEqual(p.fdSlots, ['seccomp', 'info', 'block']);
+  assert.deepEqual(p.summary.pinnedSymlinks, [join(S, '.git')]);
+  const a = p.spec.argv;
+  const at = a.indexOf(join(S, 'real-git'));
+  assert.deepEqual(a.slice(at - 1, at + 2), ['--ro-bind', join(S, 'real-git'), join(S, 'real-git')]);
+  assert.ok(!a.includes(join(S, '.git')), 'bwrap never mounts on the link (that would follow it)');
 });
 
 test('managed network: proxy env rewritten (both cases), ProxyRouted, info/block fd slots; none → fails closed', () => {
@@ -230,19 +249,21 @@ test('macOS: sandbox-exec argv, params after realpath, CODEX_SANDBOX=seatbelt', 
   assert.equal(p.spec.env.CODEX_SANDBOX_NETWORK_DISABLED, '1');
 });
 
-test('prepareLaunch: pipes get a real BPF fd (closed by cleanup); PTY gets a BPF file removed by cleanup', async () => {
-  const pipes = await prepareLaunch(seed(), { spec: spec(), tty: false }, { tmpdir: '' });
-  const fd = pipes.spec.extraFds?.[0];
-  assert.equal(typeof fd, 'number');
-  assert.equal(fstatSync(fd as number).size, 36 * 8);
-  pipes.cleanup();
-  assert.throws(() => fstatSync(fd as number));
-  const pty = await prepareLaunch(seed(), { spec: spec(), tty: true }, { tmpdir: '' });
-  const file = pty.spec.argv[pty.spec.argv.indexOf('/bin/sh') + 4]!;
-  assert.ok(existsSync(file));
-  assert.equal(pty.spec.extraFds, undefined);
-  pty.cleanup();
-  assert.ok(!existsSync(file));
+test('prepareLaunch: the seccomp program comes in a pipe (pipes and PTY alike), closed by cleanup; nothing on disk', async () => {
+  for (const tty of [false, true]) {
+    const l = await prepareLaunch(seed(), { spec: spec(), tty }, { tmpdir: '' });
+    const fd = l.spec.extraFds?.[0];
+    assert.equal(typeof fd, 'number');
+    assert.ok(fstatSync(fd as number).isFIFO());
+    const buf = Buffer.alloc(4096);
+    assert.equal(readSync(fd as number, buf), 54 * 8, 'the whole program, then EOF');
+    assert.equal(readSync(fd as number, buf), 0);
+    const mask = l.spec.argv[l.spec.argv.indexOf('--unshare-user') - 1]!;
+    assert.match(mask, /corral-sandbox-/);
+    assert.deepEqual(readdirSync(mask), [], 'the private directory holds nothing for this launch');
+    l.cleanup();
+    assert.throws(() => fstatSync(fd as number));
+  }
 });
 
 test('prepareLaunch: a missing bwrap is a SandboxSetupError naming the path', async () => {

@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { closeSync, constants, openSync, writeSync } from 'node:fs';
+import { closeSync, writeSync } from 'node:fs';
 import net from 'node:net';
 import { join } from 'node:path';
 import { tunnel } from '../../network/tunnel.js';
@@ -243,12 +243,8 @@ export async function startHostBridges(
   };
 }
 
-/** Reads bwrap's `--info-fd` JSON (`{"child-pid": N}`) from a FIFO opened non-blocking. */
-export function readChildPid(
-  infoFifo: string,
-  timeoutMs: number,
-): { promise: Promise<number>; cancel(): void } {
-  const fd = openSync(infoFifo, constants.O_RDONLY | constants.O_NONBLOCK);
+/** Reads bwrap's `--info-fd` JSON (`{"child-pid": N}`) from the read end of a pipe (taken over: closed by cancel). */
+export function readChildPid(fd: number, timeoutMs: number): { promise: Promise<number>; cancel(): void } {
   const sock = new net.Socket({ fd, readable: true, writable: false });
   let buf = '';
   let settle: ((v: number | Error) => void) | undefined;
@@ -335,7 +331,7 @@ export function startForwarder(
   });
 }
 
-/** Writes the release byte to bwrap's `--block-fd` FIFO (held open O_RDWR by us). */
+/** Writes the release byte to bwrap's `--block-fd` (the write end of its pipe, held by us). */
 export function release(blockFd: number): void {
   writeSync(blockFd, Buffer.from('1'));
 }

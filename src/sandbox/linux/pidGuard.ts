@@ -69,3 +69,24 @@ export function hostPidOf(root: number, nsPid: number): number | undefined {
   }
   return undefined;
 }
+
+/**
+ * Resolves once bwrap's sandbox process `pid` has finished setting up its mounts and waits on its --block-fd: bwrap
+ * reports the pid (--info-fd) before the process has even started its setup, and drops its last capabilities
+ * (`--cap-drop ALL`) after the last mount change, right before it reads the block fd. So: CapEff is 0.
+ */
+export async function setupDone(pid: number, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (let wait = 0; ; wait = Math.min(wait + 1, 5)) {
+    let status: string;
+    try {
+      status = readFileSync(`/proc/${pid}/status`, 'utf8');
+    } catch {
+      throw new Error('the sandbox exited during setup');
+    }
+    if (/^CapEff:\s*0+$/m.test(status)) return;
+    if (/^State:\s*Z/m.test(status)) throw new Error('the sandbox exited during setup');
+    if (Date.now() > deadline) throw new Error('timed out waiting for the sandbox to set up');
+    await new Promise((r) => setTimeout(r, wait));
+  }
+}

@@ -1,0 +1,495 @@
+/**
+ * A hostile repository (issue 12): the attacks are planted in the workspace and run the way an agent runs a
+ * repository's scripts, through the exec-server protocol (process/start with the sandbox object Codex 0.169 sends,
+ * and with the seed SandboxLaunchConfig), in pipe mode and on a terminal. The server runs in its own process, as root
+ * and as uid 65534 (setpriv), started the way a user might start it: holding an inherited fd to a root-only file and
+ * to a directory outside the sandbox, and a session keyring with a secret in it. Every check is made on the host:
+ * what exists, what was received, what a host process can see afterwards.
+ */
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import {
+  closeSync,
+  lstatSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
+import http from 'node:http';
+import type net from 'node:net';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import type { RpcClient } from '../helpers/client.js';
+import {
+  chownTree,
+  type HostileServer,
+  PY,
+  runAgent,
+  runPlanted,
+  type Shape,
+  sandboxParam,
+  scratch,
+  startServer,
+  type Who,
+  whySkip,
+} from './sandbox-harness.js';
+
+const SHAPES: Shape[] = ['0.169', 'seed'];
+const TTYS = [false, true];
+const SECRET_FILE_TEXT = 'fd-secret-5f2c9e';
+const KEY = { description: 'corral-hostile-secret', secret: 'keyring-secret-8d41a7' };
+
+/** Lists the fds this process holds (without opening any itself), then uses fds 200 and 201 if it has them. */
+const FD_PROBE = `
+import os
+held = []
+for fd in range(3, 4096):
+    try:
+        os.fstat(fd); held.append('%d:%s' % (fd, os.readlink('/proc/self/fd/%d' % fd)))
+    except OSError:
+        pass
+print('HELD', held)
+for what, fn in (('read200', lambda: open('/proc/self/fd/200').read()),
+                 ('write201', lambda: open('/proc/self/fd/201/pwned-' + os.environ['TAG'], 'w').write('x'))):
+    try:
+        print(what, 'OK', fn())
+    except OSError as e:
+        print(what, e.strerror)
+`;
+
+const KEYRING_PROBE = `
+import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+keyctl, add_key, request_key = (250, 248, 249) if os.uname().machine == 'x86_64' else (219, 217, 218)
+def err(r): return r if r >= 0 else errno.errorcode.get(ctypes.get_errno())
+kid = libc.syscall(keyctl, 10, -3, b'user', b'${KEY.description}', 0)  # KEYCTL_SEARCH in @s
+print('search', err(kid))
+ids = [kid] if kid > 0 else []
+try:
+    ids += [int(l.split()[0], 16) for l in open('/proc/keys') if '${KEY.description}' in l]
+except OSError:
+    pass
+buf = ctypes.create_string_buffer(256)
+for i in ids:
+    n = libc.syscall(keyctl, 11, i, buf, 256)  # KEYCTL_READ
+    print('read', i, buf.raw[:n].decode() if n > 0 else err(n))
+print('add', err(libc.syscall(add_key, b'user', b'corral-hostile-evil', b'evil', 4, -3)))
+print('request', err(libc.syscall(request_key, b'user', b'${KEY.description}', None, 0)))
+`;
+
+/** What a host process sees in its (the server's) session keyring: the descriptions of its keys. */
+const KEYRING_LIST = `
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+keyctl = 250 if os.uname().machine == 'x86_64' else 219
+buf = (ctypes.c_int32 * 64)()
+n = libc.syscall(keyctl, 11, -3, buf, ctypes.sizeof(buf))  # KEYCTL_READ of @s: the key ids
+d = ctypes.create_string_buffer(512)
+for k in list(buf)[:max(n, 0) // 4]:
+    m = libc.syscall(keyctl, 6, k, d, 512)  # KEYCTL_DESCRIBE
+    print('KEY', d.value.decode().split(';')[-1])
+    r = libc.syscall(keyctl, 11, k, d, 512)
+    if r > 0: print('VALUE', d.raw[:r].decode())
+`;
+
+/** Every way to get a datagram to a host unix socket by its path. */
+const DGRAM_ATTACK = `
+import array, ctypes, errno, os, socket
+P = os.environ['DGRAM']
+U = socket.AF_UNIX
+def t(name, fn):
+    try:
+        fn(); print(name, 'SENT')
+    except OSError as e:
+        print(name, errno.errorcode.get(e.errno, e.errno))
+def pair(kind=socket.SOCK_DGRAM): return socket.socketpair(U, kind)[0]
+def connect_send():
+    a = pair(); a.connect(P); a.send(b'pair-connect')
+class sockaddr_un(ctypes.Structure): _fields_ = [('family', ctypes.c_ushort), ('path', ctypes.c_char * 108)]
+class iovec(ctypes.Structure): _fields_ = [('base', ctypes.c_void_p), ('len', ctypes.c_size_t)]
+class msghdr(ctypes.Structure): _fields_ = [('name', ctypes.c_void_p), ('namelen', ctypes.c_uint), ('iov', ctypes.POINTER(iovec)), ('iovlen', ctypes.c_size_t), ('control', ctypes.c_void_p), ('controllen', ctypes.c_size_t), ('flags', ctypes.c_int)]
+class mmsghdr(ctypes.Structure): _fields_ = [('hdr', msghdr), ('len', ctypes.c_uint)]
+def sendmmsg():
+    libc = ctypes.CDLL(None, use_errno=True)
+    a = pair(); addr = sockaddr_un(U, P.encode()); data = ctypes.create_string_buffer(b'pair-sendmmsg')
+    iov = iovec(ctypes.cast(data, ctypes.c_void_p), 13)
+    m = mmsghdr(msghdr(ctypes.cast(ctypes.pointer(addr), ctypes.c_void_p), ctypes.sizeof(addr), ctypes.pointer(iov), 1, None, 0, 0), 0)
+    if libc.sendmmsg(a.fileno(), ctypes.byref(m), 1, 0) < 0: raise OSError(ctypes.get_errno(), 'sendmmsg')
+t('pair-sendmsg', lambda: pair().sendmsg([b'pair-sendmsg'], [], 0, P))
+t('pair-sendto', lambda: pair().sendto(b'pair-sendto', P))
+t('pair-connect', connect_send)
+t('pair-sendmmsg', sendmmsg)
+t('pair-scm-rights', lambda: pair().sendmsg([b'pair-scm-rights'], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array('i', [os.open('/dev/null', os.O_RDONLY)]))], 0, P))
+t('pair-raw', lambda: pair(socket.SOCK_RAW).sendmsg([b'pair-raw'], [], 0, P))
+t('pair-seqpacket', lambda: pair(socket.SOCK_SEQPACKET).sendmsg([b'pair-seqpacket'], [], 0, P))
+t('socket-dgram', lambda: socket.socket(U, socket.SOCK_DGRAM).sendmsg([b'socket-dgram'], [], 0, P))
+t('socket-raw', lambda: socket.socket(U, socket.SOCK_RAW).sendto(b'socket-raw', P))
+t('socket-stream', lambda: socket.socket(U, socket.SOCK_STREAM).connect(P))
+`;
+
+/** A host datagram socket at a path: counts what arrives until the test sends END, then prints it and exits. */
+const DGRAM_RECEIVER = `
+import os, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); s.bind(sys.argv[1]); os.chmod(sys.argv[1], 0o777)
+print('READY', flush=True)
+got = []
+while True:
+    data, anc, flags, addr = s.recvmsg(256, 256)
+    if data == b'END': break
+    got.append(data.decode(errors='replace') + ('+fds' if anc else ''))
+print('GOT', got, flush=True)
+`;
+
+/** Kernel interfaces a coding agent has no use for (issue 12, item 8); each probe in a child of its own. */
+const SURFACE_ATTACK = `
+import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+x64 = os.uname().machine == 'x86_64'
+NR = dict(perf=298, uffd=323, unshare=272, clone=56, clone3=435, bpf=321, io_uring=425, setns=308) if x64 else \\
+     dict(perf=241, uffd=282, unshare=97, clone=220, clone3=435, bpf=280, io_uring=425, setns=268)
+def perf():
+    attr = (ctypes.c_uint8 * 128)(); attr[0] = 1  # PERF_TYPE_SOFTWARE, config 0: PERF_COUNT_SW_CPU_CLOCK
+    ctypes.c_uint32.from_buffer(attr, 4).value = 128; attr[40] = 0x60  # size; exclude_kernel | exclude_hv
+    return libc.syscall(NR['perf'], attr, 0, -1, -1, 0)
+def clone3():
+    args = (ctypes.c_uint64 * 11)(); args[0] = 0x10000000; args[4] = 17  # CLONE_NEWUSER, exit_signal SIGCHLD
+    return libc.syscall(NR['clone3'], args, 88)
+probes = [
+    ('perf_event_open', perf),
+    ('userfaultfd', lambda: libc.syscall(NR['uffd'], 1 | 0o2000000)),  # UFFD_USER_MODE_ONLY | O_CLOEXEC
+    ('unshare-user', lambda: libc.syscall(NR['unshare'], 0x10000000)),
+    ('clone-user', lambda: libc.syscall(NR['clone'], 0x10000000 | 17, 0, 0, 0, 0)),
+    ('clone3-user', clone3),
+    ('io_uring_setup', lambda: libc.syscall(NR['io_uring'], 1, (ctypes.c_uint8 * 120)())),
+    ('bpf', lambda: libc.syscall(NR['bpf'], 0, (ctypes.c_uint8 * 64)(), 64)),
+    ('setns', lambda: libc.syscall(NR['setns'], os.open('/proc/self/ns/user', os.O_RDONLY), 0)),
+]
+for name, fn in probes:
+    pid = os.fork()
+    if pid == 0:
+        r = fn()
+        if r == 0 and name.startswith('clone'): os._exit(0)  # the child of a clone that went through
+        print(name, 'OK' if r >= 0 else errno.errorcode.get(ctypes.get_errno()), flush=True)
+        os._exit(0)
+    os.waitpid(pid, 0)
+`;
+
+function fresh(s: ReturnType<typeof scratch>, name: string): string {
+  return s.mk(`${name}-${Math.random().toString(36).slice(2, 8)}`);
+}
+
+function exists(p: string): boolean {
+  try {
+    lstatSync(p);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+for (const who of ['root', 'nobody'] as Who[]) {
+  describe(`hostile repository, server as ${who}`, { skip: whySkip(who) }, () => {
+    let s: ReturnType<typeof scratch>;
+    let srv: HostileServer;
+    let c: RpcClient & { sessionId: string };
+    let T: string;
+    let OUT: string;
+    before(async () => {
+      s = scratch(who);
+      T = s.mk('tmpdir');
+      OUT = s.mk('outside');
+      const secretPath = join(s.root, 'root-only-secret');
+      writeFileSync(secretPath, SECRET_FILE_TEXT, { mode: 0o600 });
+      const secretFd = openSync(secretPath, 'r');
+      const outFd = openSync(OUT, 'r');
+      try {
+        srv = await startServer({ who, tmpdir: T, inherit: { 200: secretFd, 201: outFd }, keyring: KEY });
+      } finally {
+        closeSync(secretFd);
+        closeSync(outFd);
+      }
+      c = await srv.client();
+    });
+    after(async () => {
+      await srv?.close();
+      s?.cleanup();
+    });
+
+    for (const shape of SHAPES) {
+      for (const tty of TTYS) {
+        const mode = `${shape}, ${tty ? 'tty' : 'pipes'}`;
+
+        test(`protected names that are symlinks keep pointing where they did (${mode})`, async () => {
+          const W = fresh(s, 'sym');
+          const C = fresh(s, 'codexdata');
+          s.mk(`${W.slice(s.root.length + 1)}/real-git/hooks`);
+          writeFileSync(join(W, 'real-git', 'HEAD'), 'ref: refs/heads/main\n');
+          writeFileSync(join(C, 'config.toml'), 'sandbox_mode = "read-only"\n');
+          symlinkSync('real-git', join(W, '.git'));
+          symlinkSync(C, join(W, '.codex'));
+          const r = await runPlanted(
+            c,
+            who,
+            W,
+            [
+              'mv -f .git .git-moved; rm -f .git; mkdir -p .git/hooks',
+              `printf '#!/bin/sh\\necho PWNED\\n' > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit`,
+              'ln -sfn /tmp .git; ln -sfn "$PWD/evil" .codex; mv -fT real-git .git',
+              'echo PWNED > real-git/hooks/post-checkout; echo PWNED > .git/hooks/post-merge',
+              'mv -f .codex .codex-moved; rm -f .codex; mkdir -p .codex',
+              `echo 'sandbox_mode = "danger-full-access"' > .codex/config.toml`,
+              `echo 'approval_policy = "never"' >> .codex/config.toml`,
+              'ls -la',
+            ],
+            { tty, sandbox: sandboxParam(shape, { cwd: W }) },
+          );
+          assert.equal(r.sandboxType, 'linuxSeccomp');
+          assert.match(r.output, /DONE/);
+          assert.equal(readlinkSync(join(W, '.git')), 'real-git', r.output);
+          assert.equal(readlinkSync(join(W, '.codex')), C, r.output);
+          assert.deepEqual(readdirSync(join(W, 'real-git', 'hooks')), [], r.output);
+          assert.equal(readFileSync(join(C, 'config.toml'), 'utf8'), 'sandbox_mode = "read-only"\n');
+          for (const n of ['.git-moved', '.codex-moved', 'evil'])
+            assert.ok(!exists(join(W, n)), `${n}\n${r.output}`);
+        });
+
+        test(`protected names cannot be created in any writable root (${mode})`, async () => {
+          const W = fresh(s, 'missing');
+          const EXTRA = fresh(s, 'extra');
+          const r = await runPlanted(
+            c,
+            who,
+            W,
+            [
+              'for R in "$PWD" "$EXTRA" "$TDIR"; do',
+              '  mkdir "$R/.git" && mkdir "$R/.git/hooks"; echo PWNED > "$R/.git/hooks/pre-commit"',
+              `  mkdir -p "$R/.codex"; echo 'sandbox_mode = "danger-full-access"' > "$R/.codex/config.toml"`,
+              '  mkdir -p "$R/agents-src/skills" && mv -fT "$R/agents-src" "$R/.agents"',
+              '  echo k > "$R/aws-src"; ln "$R/aws-src" "$R/.aws"; ln -s /tmp "$R/.git"',
+              '  python3 -c "import os,sys; os.rename(sys.argv[1] + \'/aws-src\', sys.argv[1] + \'/.aws\')" "$R"',
+              'done',
+            ],
+            { tty, env: { EXTRA, TDIR: T }, sandbox: sandboxParam(shape, { cwd: W, writable: [EXTRA] }) },
+          );
+          assert.match(r.output, /DONE/);
+          for (const R of [W, EXTRA, T]) {
+            for (const n of ['.git', '.codex', '.agents', '.aws']) {
+              assert.ok(!exists(join(R, n)), `${join(R, n)} exists on the host\n${r.output}`);
+            }
+          }
+        });
+
+        test(`renaming a parent does not unpin a protected path (${mode})`, async () => {
+          const W = fresh(s, 'parent');
+          const EXTRA = fresh(s, 'outer');
+          const N = s.mk(`${EXTRA.slice(s.root.length + 1)}/a/b/inner`);
+          s.mk(`${N.slice(s.root.length + 1)}/.git/hooks`);
+          chownTree(who, EXTRA);
+          const r = await runPlanted(
+            c,
+            who,
+            W,
+            [
+              'mv -f "$EXTRA/a" "$EXTRA/a-moved"; mkdir -p "$N/.git/hooks"',
+              'echo PWNED > "$N/.git/hooks/pre-commit"; echo PWNED > "$EXTRA/a-moved/b/inner/.git/hooks/x"',
+              'mv -f "$EXTRA/a/b" "$EXTRA/a/b-moved"; mv -f "$N" "$N-moved"',
+            ],
+            { tty, env: { EXTRA, N }, sandbox: sandboxParam(shape, { cwd: W, writable: [EXTRA, N] }) },
+          );
+          assert.match(r.output, /DONE/);
+          assert.deepEqual(readdirSync(join(N, '.git', 'hooks')), [], r.output);
+          for (const p of [join(EXTRA, 'a-moved'), join(EXTRA, 'a', 'b-moved'), `${N}-moved`])
+            assert.ok(!exists(p), `${p}\n${r.output}`);
+        });
+
+        test(`inherited and later-opened fds reach no child (${mode})`, async () => {
+          const W = fresh(s, 'fds');
+          chownTree(who, W);
+          // A terminal the server holds while the probes run: its master fd must not reach them either.
+          const holder = runAgent(c, {
+            argv: ['/bin/sh', '-c', 'while [ ! -e stop ]; do sleep 0.05; done'],
+            cwd: W,
+            tty: true,
+            sandbox: null,
+          });
+          const tag = Math.random().toString(36).slice(2, 8);
+          try {
+            for (const sandbox of [null, sandboxParam(shape, { cwd: W, readOnly: true })]) {
+              const r = await runAgent(c, {
+                argv: [PY, '-S', '-c', FD_PROBE],
+                cwd: W,
+                tty,
+                env: { TAG: tag },
+                sandbox,
+              });
+              assert.match(r.output, /HELD \[\]/, r.output);
+              assert.ok(!r.output.includes(SECRET_FILE_TEXT), r.output);
+              assert.match(r.output, /read200 No such file or directory/, r.output);
+              assert.match(r.output, /write201 No such file or directory/, r.output);
+            }
+          } finally {
+            writeFileSync(join(W, 'stop'), '');
+            await holder;
+          }
+          assert.deepEqual(
+            readdirSync(OUT).filter((n) => n.startsWith('pwned')),
+            [],
+          );
+        });
+
+        test(`a sandbox gets a fresh session keyring and no keyring syscalls (${mode})`, async () => {
+          const W = fresh(s, 'keys');
+          chownTree(who, W);
+          // Control: an unsandboxed command shares the server's session keyring and its secret.
+          const host = await runAgent(c, { argv: [PY, '-c', KEYRING_LIST], cwd: W, tty, sandbox: null });
+          assert.match(host.output, new RegExp(`KEY ${KEY.description}`), host.output);
+          const r = await runAgent(c, {
+            argv: [PY, '-c', KEYRING_PROBE],
+            cwd: W,
+            tty,
+            sandbox: sandboxParam(shape, { cwd: W, readOnly: true }),
+          });
+          assert.ok(!r.output.includes(KEY.secret), r.output);
+          assert.match(r.output, /search EPERM/, r.output);
+          assert.match(r.output, /add EPERM/, r.output);
+          assert.match(r.output, /request EPERM/, r.output);
+          const afterwards = await runAgent(c, {
+            argv: [PY, '-c', KEYRING_LIST],
+            cwd: W,
+            tty,
+            sandbox: null,
+          });
+          assert.ok(!afterwards.output.includes('corral-hostile-evil'), afterwards.output);
+          assert.match(afterwards.output, new RegExp(`VALUE ${KEY.secret}`));
+        });
+
+        test(`no datagram reaches a host unix socket by its path (${mode})`, async () => {
+          const W = fresh(s, 'dgram');
+          chownTree(who, W);
+          const cases: [string, Record<string, unknown> | null, boolean][] = [
+            ['unsandboxed (control)', null, false],
+            ['restricted', sandboxParam(shape, { cwd: W }), false],
+            ['managed network', sandboxParam(shape, { cwd: W, enforceManagedNetwork: true }), true],
+          ];
+          for (const [what, sandbox, managed] of cases) {
+            const sock = join(fresh(s, 'sockdir'), 'host.sock');
+            const rx = spawn(PY, ['-c', DGRAM_RECEIVER, sock], { stdio: ['ignore', 'pipe', 'inherit'] });
+            let out = '';
+            rx.stdout.setEncoding('utf8').on('data', (d: string) => {
+              out += d;
+            });
+            const done = new Promise((r) => rx.once('exit', r));
+            try {
+              await new Promise<void>((resolve) => {
+                const check = () => (out.includes('READY') ? resolve() : rx.stdout.once('data', check));
+                check();
+              });
+              const r = await runAgent(c, {
+                argv: [PY, '-c', DGRAM_ATTACK],
+                cwd: W,
+                tty,
+                env: { DGRAM: sock, HTTP_PROXY: 'http://127.0.0.1:9' },
+                sandbox,
+                ...(managed && shape === '0.169' ? { enforceManagedNetwork: true } : {}),
+              });
+              const end = spawn(PY, [
+                '-c',
+                'import socket,sys; socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendto(b"END", sys.argv[1])',
+                sock,
+              ]);
+              await new Promise((res) => end.once('exit', res));
+              await done;
+              const got = /GOT (.*)/.exec(out)?.[1] ?? '';
+              if (sandbox === null)
+                assert.match(got, /pair-sendmsg/, `${what}: the control must arrive\n${r.output}`);
+              else assert.equal(got, '[]', `${what}: datagrams reached the host socket\n${r.output}`);
+            } finally {
+              rx.kill('SIGKILL');
+            }
+          }
+        });
+
+        test(`a sandbox sees none of the server's private files; managed starts all succeed (${mode})`, async () => {
+          const W = fresh(s, 'private');
+          chownTree(who, W);
+          const proxy = http.createServer((req, res) => res.end(`proxied: ${req.method} ${req.url}\n`));
+          await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', () => r()));
+          const port = (proxy.address() as net.AddressInfo).port;
+          const attacker = runAgent(c, {
+            argv: [
+              '/bin/sh',
+              '-c',
+              `while [ ! -e stop ]; do for f in /tmp/corral-sandbox-* /tmp/corral-sandbox-*/* /tmp/corral-sandbox-*/*/* $XDG_RUNTIME_DIR/corral-sandbox-*/*; do
+                 [ -e "$f" ] || continue
+                 case "$f" in */corral-sandbox-*/*) case " $seen " in *" $f "*) ;; *) seen="$seen $f"; echo "FOUND $f";; esac;; esac
+                 [ -p "$f" ] && { echo '{"child-pid": 1}' > "$f" & }
+               done; done; echo STOPPED`,
+            ],
+            cwd: W,
+            tty,
+            sandbox: sandboxParam(shape, { cwd: W, readOnly: true }),
+            timeoutMs: 120_000,
+          });
+          try {
+            for (let i = 0; i < 15; i++) {
+              const r = await runAgent(c, {
+                argv: ['/usr/bin/curl', '-sS', '-m10', `http://example.invalid/start-${i}`],
+                cwd: W,
+                tty: i % 2 === 1,
+                env: { HTTP_PROXY: `http://127.0.0.1:${port}` },
+                sandbox: sandboxParam(shape, { cwd: W, enforceManagedNetwork: true }),
+                ...(shape === '0.169' ? { enforceManagedNetwork: true } : {}),
+              });
+              assert.equal(r.exitCode, 0, `managed start ${i}: ${r.output}`);
+              assert.match(r.output, new RegExp(`proxied: GET http://example.invalid/start-${i}`));
+            }
+          } finally {
+            writeFileSync(join(W, 'stop'), '');
+            proxy.close();
+          }
+          const a = await attacker;
+          assert.match(a.output, /STOPPED/);
+          assert.ok(!/FOUND/.test(a.output), a.output.split('\n').slice(0, 20).join('\n'));
+        });
+
+        test(`perf_event_open, userfaultfd, nested user namespaces are denied in every mode (${mode})`, async () => {
+          const W = fresh(s, 'surface');
+          s.mk(`${W.slice(s.root.length + 1)}/.git/hooks`);
+          chownTree(who, W);
+          writeFileSync(join(W, 'surface.py'), SURFACE_ATTACK);
+          const nested =
+            'unshare -Urm sh -c "mount -t tmpfs none .git && mkdir .git/hooks && echo PWNED > .git/hooks/pre-commit"';
+          for (const [what, sandbox] of [
+            ['restricted', sandboxParam(shape, { cwd: W })],
+            ['managed network', sandboxParam(shape, { cwd: W, enforceManagedNetwork: true })],
+            ['network enabled', sandboxParam(shape, { cwd: W, network: 'enabled' })],
+          ] as const) {
+            const r = await runAgent(c, {
+              argv: ['/bin/sh', '-c', `${PY} surface.py; ${nested}; echo DONE`],
+              cwd: W,
+              tty,
+              env: { HTTP_PROXY: 'http://127.0.0.1:9' },
+              sandbox,
+              ...(what === 'managed network' && shape === '0.169' ? { enforceManagedNetwork: true } : {}),
+            });
+            assert.match(r.output, /DONE/, `${what}: ${r.output}`);
+            for (const name of [
+              'perf_event_open',
+              'userfaultfd',
+              'unshare-user',
+              'clone-user',
+              'io_uring_setup',
+            ])
+              assert.match(r.output, new RegExp(`^${name} EPERM`, 'm'), `${what}: ${r.output}`);
+            assert.match(r.output, /^clone3-user ENOSYS/m, `${what}: ${r.output}`);
+            assert.doesNotMatch(r.output, /^\S+ OK/m, `${what}: ${r.output}`);
+            assert.deepEqual(readdirSync(join(W, '.git', 'hooks')), []);
+          }
+        });
+      }
+    }
+  });
+}

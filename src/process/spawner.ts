@@ -182,6 +182,8 @@ interface NativeBinding {
   setInheritable?(fd: number, inheritable: boolean): void;
   pipe?(): [number, number];
   pinSymlinks?(pid: number, paths: string[]): void;
+  holdMountTarget?(lockFile: string, target: string): number;
+  releaseMountTarget?(fd: number, lockFile: string, target: string): void;
   /** Absent from builds older than the function. false: the pid is already gone (fn is never called). */
   watchExit?(pid: number, fn: () => void): boolean;
   /**
@@ -474,14 +476,19 @@ export const sandboxNative: {
   setInheritable(fd: number, inheritable: boolean): void;
   pipe(): [number, number];
   pinSymlinks(pid: number, paths: string[]): void;
+  holdMountTarget(lockFile: string, target: string): number;
+  releaseMountTarget(fd: number, lockFile: string, target: string): void;
 } | null = (() => {
   const b = native.binding;
-  if (!b?.sealFds || !b.setInheritable || !b.pipe || !b.pinSymlinks) return null;
+  if (!b?.sealFds || !b.setInheritable || !b.pipe || !b.pinSymlinks || !b.holdMountTarget || !b.releaseMountTarget)
+    return null;
   return {
     sealFds: b.sealFds.bind(b),
     setInheritable: b.setInheritable.bind(b),
     pipe: b.pipe.bind(b),
     pinSymlinks: b.pinSymlinks.bind(b),
+    holdMountTarget: b.holdMountTarget.bind(b),
+    releaseMountTarget: b.releaseMountTarget.bind(b),
   };
 })();
 

@@ -20,7 +20,7 @@ import {
   startForwarder,
   startHostBridges,
 } from './linux/managedNet.js';
-import { acquireSyntheticTargets, activeSyntheticTargets } from './linux/mountTargets.js';
+import { acquireSyntheticTargets, mountTargetLockDir } from './linux/mountTargets.js';
 import { guardArgv, hostPidOf, setupDone, UNSHARE } from './linux/pidGuard.js';
 import { buildSeccompFilter, hostSeccompArch, type SeccompArch, type SeccompMode } from './linux/seccomp.js';
 import { watchSandbox } from './linux/watchdog.js';
@@ -83,10 +83,10 @@ interface HostFacts {
   tmpdir: string | undefined;
   bwrap: BwrapHost;
   /**
-   * The server's private directory (the forwarder fallback's bridge sockets). Masked in every sandbox: no sandbox
-   * sees what the server keeps there for other launches.
+   * Masked in every sandbox (an empty tmpfs each): the server's private directory (the forwarder fallback's bridge
+   * sockets) and the user's mount-target lock directory. No sandbox sees what Corral keeps for other launches.
    */
-  privateDir?: string;
+  masks: string[];
   /** util-linux `unshare` for the pid-namespace guard (used when running as root; see linux/pidGuard.ts). */
   unshare?: string;
   euid: number;
@@ -113,21 +113,6 @@ function policySummary(eff: EffectiveSandbox, r: ResolvedPolicy): Record<string,
     managedNetwork: eff.enforceManagedNetwork,
     legacyPolicy: eff.legacy?.type,
   };
-}
-
-/** Treats paths currently mounted as synthetic targets by another sandbox as missing (shared, ref-counted). */
-function adoptActiveSynthetic(r: ResolvedPolicy, active: ReadonlySet<string>): void {
-  if (active.size === 0) return;
-  for (const w of r.writableRoots) {
-    for (const s of w.readOnlySubpaths) {
-      for (const t of active) {
-        if (isUnder(s.path, t) && isUnder(t, w.root) && t !== w.root) {
-          s.state = 'missing';
-          s.mountTarget = t;
-        }
-      }
-    }
-  }
 }
 
 const filters = new Map<string, Buffer>();
@@ -180,7 +165,6 @@ export function planLaunch(
   sandbox: ParsedSandbox | null | undefined,
   cmd: LaunchCommand,
   host: HostFacts,
-  active: ReadonlySet<string> = new Set(),
 ): LaunchPlan {
   const spec = cmd.spec;
   const enforce = cmd.enforceManagedNetwork === true;
@@ -220,7 +204,7 @@ export function planLaunch(
     });
   }
   if (requested === 'macos-seatbelt') return planSeatbelt(eff, cmd, host);
-  return planLinux(eff, cmd, host, active);
+  return planLinux(eff, cmd, host);
 }
 
 function planSeatbelt(eff: EffectiveSandbox, cmd: LaunchCommand, host: HostFacts): LaunchPlan {
@@ -247,12 +231,7 @@ function planSeatbelt(eff: EffectiveSandbox, cmd: LaunchCommand, host: HostFacts
   };
 }
 
-function planLinux(
-  eff: EffectiveSandbox,
-  cmd: LaunchCommand,
-  host: HostFacts,
-  active: ReadonlySet<string>,
-): LaunchPlan {
+function planLinux(eff: EffectiveSandbox, cmd: LaunchCommand, host: HostFacts): LaunchPlan {
   if (eff.useLegacyLandlock) {
     throw new SandboxSetupError(
       'useLegacyLandlock: true is not supported by this exec-server (Landlock needs native code); the bubblewrap sandbox is available with useLegacyLandlock: false',
@@ -279,7 +258,6 @@ function planLinux(
       syntheticTargets: [],
     };
   }
-  adoptActiveSynthetic(r, active);
   if (host.hiddenPaths) hideServerPaths(r, host.hiddenPaths);
   // Every sandbox has a filter: the network-enabled one denies only what no coding agent needs (seccomp.ts).
   const mode: SeccompMode = managed
@@ -309,13 +287,13 @@ function planLinux(
     infoFd: fdOf('info'),
     blockFd: fdOf('block'),
     features: host.bwrap.features,
-    masks: host.privateDir ? [host.privateDir] : [],
+    masks: host.masks,
   });
   summary.seccomp = mode;
   summary.bwrap = host.bwrap.path;
   summary.proc = host.bwrap.proc;
   if (pins.length > 0) summary.pinnedSymlinks = pins;
-  if (host.privateDir) summary.masked = [host.privateDir];
+  if (host.masks.length > 0) summary.masked = host.masks;
   if (b.argv0Ignored) summary.arg0 = 'ignored: bwrap < 0.9 has no --argv0';
   if (routes) summary.proxyEndpoints = routes.endpoints.map((e) => `${e.host}:${e.port}`);
   let argv = [host.bwrap.path, ...b.args];
@@ -375,7 +353,7 @@ const DEFAULT_FEATURES: BwrapFeatures = { argv0: false, perms: true };
 
 function hostFacts(opts: PrepareOptions | undefined, bwrap: BwrapHost): HostFacts {
   return {
-    privateDir: sharedDir,
+    masks: [sharedDir, lockDir].filter((d): d is string => d !== undefined),
     unshare: UNSHARE,
     euid: process.geteuid?.() ?? -1,
     ...(opts?.hiddenPaths ? { hiddenPaths: opts.hiddenPaths } : {}),
@@ -408,7 +386,7 @@ export function previewLaunch(
   const platform = opts?.platform ?? process.platform;
   const path = opts?.bwrapPath ?? findBwrap(cmd.spec.cwd) ?? SYSTEM_BWRAP;
   const bwrap = knownBwrap(path) ?? { path, features: DEFAULT_FEATURES, proc: true };
-  const plan = planLaunch(sandbox, cmd, hostFacts({ ...opts, platform }, bwrap), activeSyntheticTargets());
+  const plan = planLaunch(sandbox, cmd, hostFacts({ ...opts, platform }, bwrap));
   return {
     sandboxType: plan.sandboxType,
     mechanism: plan.mechanism,
@@ -426,6 +404,7 @@ export function previewLaunch(
 }
 
 let sharedDir: string | undefined;
+let lockDir: string | undefined;
 
 function privateBase(): string {
   const xdg = process.env.XDG_RUNTIME_DIR;
@@ -468,8 +447,9 @@ export async function prepareLaunch(
     }
     bwrap = await probeBwrap(path);
     sharedPrivateDir();
+    lockDir = mountTargetLockDir();
   }
-  const plan = planLaunch(sandbox, cmd, hostFacts({ ...opts, platform }, bwrap), activeSyntheticTargets());
+  const plan = planLaunch(sandbox, cmd, hostFacts({ ...opts, platform }, bwrap));
   if (plan.mechanism !== 'bwrap') {
     return { spec: plan.spec, sandboxType: plan.sandboxType, summary: plan.summary, cleanup() {} };
   }

@@ -1,4 +1,4 @@
-import { lstatSync, readFileSync, readlinkSync, realpathSync } from 'node:fs';
+import { lstatSync, opendirSync, readFileSync, readlinkSync, realpathSync } from 'node:fs';
 import { dirname, isAbsolute, join, normalize, resolve as resolvePath, sep } from 'node:path';
 import type { EffectiveSandbox, Entry, FsPolicy } from './effective.js';
 import { SandboxSetupError } from './errors.js';
@@ -22,7 +22,9 @@ export const realFsProbe: FsProbe = {
       const st = lstatSync(p, { throwIfNoEntry: false });
       if (!st) return null;
       if (st.isSymbolicLink()) return 'symlink';
-      if (st.isDirectory()) return 'dir';
+      // An empty directory of mode 0500 is the placeholder of a missing protected path (linux/mountTargets.ts),
+      // maybe another server's: missing, so that this launch takes its share of it rather than bind it as it is.
+      if (st.isDirectory()) return (st.mode & 0o7777) === 0o500 && isEmptyDir(p) ? null : 'dir';
       if (st.isFile()) return 'file';
       return 'other';
     } catch {
@@ -51,6 +53,19 @@ export const realFsProbe: FsProbe = {
     }
   },
 };
+
+function isEmptyDir(p: string): boolean {
+  try {
+    const d = opendirSync(p);
+    try {
+      return d.readSync() === null;
+    } finally {
+      d.closeSync();
+    }
+  } catch {
+    return false;
+  }
+}
 
 export type Access = 'read' | 'write' | 'none';
 export type PathState = 'dir' | 'file' | 'symlink' | 'other' | 'missing';

@@ -23,6 +23,7 @@ import type net from 'node:net';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type { RpcClient } from '../helpers/client.js';
+import { until } from '../helpers/server.js';
 import {
   chownTree,
   type HostileServer,
@@ -194,6 +195,7 @@ for (const who of ['root', 'nobody'] as Who[]) {
   describe(`hostile repository, server as ${who}`, { skip: whySkip(who) }, () => {
     let s: ReturnType<typeof scratch>;
     let srv: HostileServer;
+    let srv2: HostileServer | undefined;
     let c: RpcClient & { sessionId: string };
     let T: string;
     let OUT: string;
@@ -215,6 +217,7 @@ for (const who of ['root', 'nobody'] as Who[]) {
     });
     after(async () => {
       await srv?.close();
+      await srv2?.close();
       s?.cleanup();
     });
 
@@ -280,6 +283,43 @@ for (const who of ['root', 'nobody'] as Who[]) {
               assert.ok(!exists(join(R, n)), `${join(R, n)} exists on the host\n${r.output}`);
             }
           }
+        });
+
+        test(`two servers share the mount points of missing names: one ending does not unpin the other (${mode})`, async () => {
+          // Server 2 is another Corral server of the same user (the app and a CLI server, say) using the same root.
+          const W = fresh(s, 'shared');
+          const EXTRA = fresh(s, 'shared-root');
+          chownTree(who, W);
+          srv2 ??= await startServer({ who, tmpdir: T });
+          const c2 = await srv2.client();
+          const sandbox = sandboxParam(shape, { cwd: W, writable: [EXTRA] });
+          // Server 2's sandbox makes the mount point of EXTRA/.git; then server 1's sandbox starts (finding it there),
+          // then server 2's ends: the mount point must stay while server 1's sandbox uses it.
+          const b = runAgent(c2, {
+            argv: ['/bin/sh', '-c', 'while [ ! -e b-go ]; do sleep 0.02; done'],
+            cwd: W,
+            tty,
+            sandbox,
+          });
+          await until(() => exists(join(EXTRA, '.git')), 10_000, "server 2's mount point");
+          const a = runPlanted(
+            c,
+            who,
+            W,
+            [
+              'touch a-ready; while [ ! -e a-go ]; do sleep 0.02; done',
+              'mkdir "$EXTRA/.git"; mkdir -p "$EXTRA/.git/hooks"; echo PWNED > "$EXTRA/.git/hooks/pre-commit"',
+            ],
+            { tty, env: { EXTRA }, sandbox },
+          );
+          await until(() => exists(join(W, 'a-ready')), 10_000, "server 1's sandbox");
+          writeFileSync(join(W, 'b-go'), '');
+          assert.equal((await b).exitCode, 0);
+          assert.ok(exists(join(EXTRA, '.git')), 'server 2 removed a mount point server 1 still uses');
+          writeFileSync(join(W, 'a-go'), '');
+          const r = await a;
+          assert.match(r.output, /DONE/);
+          assert.ok(!exists(join(EXTRA, '.git')), r.output);
         });
 
         test(`renaming a parent does not unpin a protected path (${mode})`, async () => {

@@ -258,9 +258,15 @@ test('prepareLaunch: the seccomp program comes in a pipe (pipes and PTY alike), 
     const buf = Buffer.alloc(4096);
     assert.equal(readSync(fd as number, buf), 54 * 8, 'the whole program, then EOF');
     assert.equal(readSync(fd as number, buf), 0);
-    const mask = l.spec.argv[l.spec.argv.indexOf('--unshare-user') - 1]!;
-    assert.match(mask, /corral-sandbox-/);
-    assert.deepEqual(readdirSync(mask), [], 'the private directory holds nothing for this launch');
+    // Masked in the sandbox: the private directory (which holds nothing for this launch) and the lock directory.
+    const masked = l.summary?.masked as string[];
+    assert.deepEqual(
+      masked.map((m) => l.spec.argv[l.spec.argv.indexOf(m) - 1]),
+      ['--tmpfs', '--tmpfs'],
+    );
+    const priv = masked.find((m) => m.includes('corral-sandbox-'))!;
+    assert.deepEqual(readdirSync(priv), []);
+    assert.ok(masked.some((m) => m.includes('corral-mount-targets-')));
     l.cleanup();
     assert.throws(() => fstatSync(fd as number));
   }

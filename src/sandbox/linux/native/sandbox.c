@@ -17,6 +17,12 @@
 //                              not. A short-lived helper process (a plain fork, as in netns.c) joins the user
 //                              namespace that owns the sandbox's mount namespace and that mount namespace, makes the
 //                              mounts and reports an errno; it runs only system calls.
+//   holdMountTarget(lock, path) -> fd     a share of the missing protected name `path` (an empty placeholder
+//   releaseMountTarget(fd, lock, path)    directory a read-only tmpfs is mounted on in a sandbox): every server of the
+//                              user holds a shared flock on the lock file `lock` for as long as a sandbox of its own
+//                              may use `path`, and the last one removes the placeholder. Removing it while another
+//                              sandbox (of any server) has it mounted would detach that mount there and let that
+//                              sandbox create the name. The lock files live in a directory no sandbox sees.
 
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -32,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -237,6 +244,78 @@ static napi_value js_pin_symlinks(napi_env env, napi_callback_info info) {
   return ret;
 }
 
+// The mode a placeholder is created with (what marks it as one; see resolve.ts, realFsProbe.kind).
+#define PLACEHOLDER_MODE 0500
+
+static bool same_file(int fd, const char *path) {
+  struct stat a, b;
+  return fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+static bool get_path(napi_env env, napi_value v, char *buf, size_t size) {
+  size_t len = 0;
+  return napi_get_value_string_utf8(env, v, buf, size, &len) == napi_ok && len > 0 && len < size - 1 && buf[0] == '/';
+}
+
+static napi_value js_hold_mount_target(napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value args[2];
+  char lock[4096], path[4096];
+  if (napi_get_cb_info(env, info, &argc, args, NULL, NULL) != napi_ok || argc < 2 ||
+      !get_path(env, args[0], lock, sizeof lock) || !get_path(env, args[1], path, sizeof path)) {
+    napi_throw_type_error(env, NULL, "holdMountTarget(lockFile: absolute path, target: absolute path)");
+    return NULL;
+  }
+  for (;;) {
+    int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) return corral_throw_errno(env, errno, "holdMountTarget: lock file");
+    // Blocks only while another server removes the placeholder (an exclusive lock held for one rmdir).
+    int r;
+    do r = flock(fd, LOCK_SH);
+    while (r < 0 && errno == EINTR);
+    if (r < 0) {
+      int e = errno;
+      close(fd);
+      return corral_throw_errno(env, e, "holdMountTarget: flock");
+    }
+    if (!same_file(fd, lock)) {  // removed by the last user of the name meanwhile: take the new one
+      close(fd);
+      continue;
+    }
+    if (mkdir(path, PLACEHOLDER_MODE) < 0 && errno != EEXIST) {
+      int e = errno;
+      close(fd);
+      return corral_throw_errno(env, e, "cannot create the mount point of a missing protected path");
+    }
+    napi_value v;
+    napi_create_int32(env, fd, &v);
+    return v;
+  }
+}
+
+static napi_value js_release_mount_target(napi_env env, napi_callback_info info) {
+  size_t argc = 3;
+  napi_value args[3];
+  int32_t fd = -1;
+  char lock[4096], path[4096];
+  if (napi_get_cb_info(env, info, &argc, args, NULL, NULL) != napi_ok || argc < 3 ||
+      napi_get_value_int32(env, args[0], &fd) != napi_ok || fd < 0 || !get_path(env, args[1], lock, sizeof lock) ||
+      !get_path(env, args[2], path, sizeof path)) {
+    napi_throw_type_error(env, NULL, "releaseMountTarget(fd, lockFile, target)");
+    return NULL;
+  }
+  // Converting the shared lock is not atomic: another user may take a share meanwhile (then it is not ours to
+  // remove), or be the last one and remove it (then the lock file is a new one).
+  if (flock(fd, LOCK_EX | LOCK_NB) == 0 && same_file(fd, lock)) {
+    struct stat st;
+    if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode) && (st.st_mode & 07777) == PLACEHOLDER_MODE)
+      rmdir(path);  // ENOTEMPTY: someone put something there on the host; it is theirs then
+    unlink(lock);
+  }
+  close(fd);
+  return NULL;
+}
+
 napi_status corral_sandbox_init(napi_env env, napi_value exports) {
   static pthread_once_t sealed = PTHREAD_ONCE_INIT;
   pthread_once(&sealed, corral_seal_fds_at_load);
@@ -245,6 +324,8 @@ napi_status corral_sandbox_init(napi_env env, napi_value exports) {
       {"setInheritable", NULL, js_set_inheritable, NULL, NULL, NULL, napi_default, NULL},
       {"pipe", NULL, js_pipe, NULL, NULL, NULL, napi_default, NULL},
       {"pinSymlinks", NULL, js_pin_symlinks, NULL, NULL, NULL, napi_default, NULL},
+      {"holdMountTarget", NULL, js_hold_mount_target, NULL, NULL, NULL, napi_default, NULL},
+      {"releaseMountTarget", NULL, js_release_mount_target, NULL, NULL, NULL, napi_default, NULL},
   };
   return napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
 }

@@ -480,7 +480,14 @@ export const sandboxNative: {
   releaseMountTarget(fd: number, lockFile: string, target: string): void;
 } | null = (() => {
   const b = native.binding;
-  if (!b?.sealFds || !b.setInheritable || !b.pipe || !b.pinSymlinks || !b.holdMountTarget || !b.releaseMountTarget)
+  if (
+    !b?.sealFds ||
+    !b.setInheritable ||
+    !b.pipe ||
+    !b.pinSymlinks ||
+    !b.holdMountTarget ||
+    !b.releaseMountTarget
+  )
     return null;
   return {
     sealFds: b.sealFds.bind(b),

@@ -25,7 +25,7 @@ import { guardArgv, hostPidOf, setupDone, UNSHARE } from './linux/pidGuard.js';
 import { buildSeccompFilter, hostSeccompArch, type SeccompArch, type SeccompMode } from './linux/seccomp.js';
 import { watchSandbox } from './linux/watchdog.js';
 import { buildSeatbelt, type SeatbeltProfile, seatbeltArgv } from './macos/seatbelt.js';
-import { isUnder, type ResolvedPolicy, resolvePolicy } from './resolve.js';
+import { type ResolvedPolicy, resolvePolicy } from './resolve.js';
 
 export interface LaunchCommand {
   /** What to run: `file` already resolved against the child's PATH; `argv[0]` may be a custom arg0. */

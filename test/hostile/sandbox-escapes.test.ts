@@ -15,6 +15,7 @@ import {
   readdirSync,
   readFileSync,
   readlinkSync,
+  statSync,
   symlinkSync,
   writeFileSync,
 } from 'node:fs';
@@ -22,11 +23,15 @@ import http from 'node:http';
 import type net from 'node:net';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { lockFile } from '../../src/sandbox/linux/mountTargets.js';
 import type { RpcClient } from '../helpers/client.js';
 import { until } from '../helpers/server.js';
+import { gone } from '../integration/sandbox-util.js';
 import {
+  type AgentRun,
   chownTree,
   type HostileServer,
+  NOBODY,
   PY,
   runAgent,
   runPlanted,
@@ -280,7 +285,7 @@ for (const who of ['root', 'nobody'] as Who[]) {
           assert.match(r.output, /DONE/);
           for (const R of [W, EXTRA, T]) {
             for (const n of ['.git', '.codex', '.agents', '.aws']) {
-              assert.ok(!exists(join(R, n)), `${join(R, n)} exists on the host\n${r.output}`);
+              assert.ok(await gone(join(R, n)), `${join(R, n)} exists on the host\n${r.output}`);
             }
           }
         });
@@ -301,25 +306,39 @@ for (const who of ['root', 'nobody'] as Who[]) {
             tty,
             sandbox,
           });
-          await until(() => exists(join(EXTRA, '.git')), 10_000, "server 2's mount point");
-          const a = runPlanted(
-            c,
-            who,
-            W,
-            [
-              'touch a-ready; while [ ! -e a-go ]; do sleep 0.02; done',
-              'mkdir "$EXTRA/.git"; mkdir -p "$EXTRA/.git/hooks"; echo PWNED > "$EXTRA/.git/hooks/pre-commit"',
-            ],
-            { tty, env: { EXTRA }, sandbox },
-          );
-          await until(() => exists(join(W, 'a-ready')), 10_000, "server 1's sandbox");
-          writeFileSync(join(W, 'b-go'), '');
-          assert.equal((await b).exitCode, 0);
-          assert.ok(exists(join(EXTRA, '.git')), 'server 2 removed a mount point server 1 still uses');
-          writeFileSync(join(W, 'a-go'), '');
-          const r = await a;
+          let a: Promise<AgentRun> | undefined;
+          try {
+            await until(() => exists(join(EXTRA, '.git')), 10_000, "server 2's mount point");
+            a = runPlanted(
+              c,
+              who,
+              W,
+              [
+                'touch a-ready; while [ ! -e a-go ]; do sleep 0.02; done',
+                'mkdir "$EXTRA/.git"; mkdir -p "$EXTRA/.git/hooks"; echo PWNED > "$EXTRA/.git/hooks/pre-commit"',
+              ],
+              { tty, env: { EXTRA }, sandbox },
+            );
+            await until(() => exists(join(W, 'a-ready')), 10_000, "server 1's sandbox");
+            writeFileSync(join(W, 'b-go'), '');
+            assert.equal((await b).exitCode, 0);
+            // Server 2 lets its share go (LINGER_MS after its sandbox ended): one flock on the name is left, server 1's.
+            const ino = statSync(lockFile(join(EXTRA, '.git'), who === 'nobody' ? NOBODY : 0)).ino;
+            const holders = () =>
+              readFileSync('/proc/locks', 'utf8')
+                .split('\n')
+                .filter((l) => l.includes('FLOCK') && l.split(/\s+/).some((w) => w.endsWith(`:${ino}`)))
+                .length;
+            await until(() => holders() === 1, 10_000, 'server 2 to let go of its share');
+            assert.ok(exists(join(EXTRA, '.git')), 'server 2 removed a mount point server 1 still uses');
+          } finally {
+            writeFileSync(join(W, 'b-go'), '');
+            writeFileSync(join(W, 'a-go'), '');
+          }
+          await b;
+          const r = await a!;
           assert.match(r.output, /DONE/);
-          assert.ok(!exists(join(EXTRA, '.git')), r.output);
+          assert.ok(await gone(join(EXTRA, '.git')), r.output);
         });
 
         test(`renaming a parent does not unpin a protected path (${mode})`, async () => {

@@ -8,6 +8,7 @@ import { checkFsAccess, isLikelySandboxDenied, SandboxSetupError } from '../../s
 import {
   type Fixture,
   fixture,
+  gone,
   PY,
   pathEntry,
   pidsMatching,
@@ -123,7 +124,7 @@ describe('sandbox.md §12 conformance (Linux, real bwrap)', () => {
   });
 
   test('6: a missing .codex stays protected and no synthetic mount point is left on the host', async () => {
-    assert.ok(!existsSync(join(f.W, '.codex')));
+    assert.ok(await gone(join(f.W, '.codex')), 'an earlier test left .codex');
     const sb = seed({
       cwd: f.W,
       entries: [
@@ -138,7 +139,7 @@ describe('sandbox.md §12 conformance (Linux, real bwrap)', () => {
     });
     assert.notEqual(r.code, 0);
     assert.match(r.stderr, /Read-only file system|Permission denied/);
-    assert.ok(!existsSync(join(f.W, '.codex')), 'synthetic .codex must be removed');
+    assert.ok(await gone(join(f.W, '.codex')), 'synthetic .codex must be removed');
   });
 
   test('6b: concurrent sandboxes share a synthetic .codex (ref-counted): the first exit does not unprotect the second', async () => {
@@ -164,7 +165,7 @@ describe('sandbox.md §12 conformance (Linux, real bwrap)', () => {
     const rb = await b;
     assert.match(rb.stdout, /rc=[1-9]/);
     assert.match(rb.stderr, /Read-only file system|Permission denied/);
-    assert.ok(!existsSync(join(W2, '.codex')), 'removed after the last user');
+    assert.ok(await gone(join(W2, '.codex')), 'removed after the last user');
   });
 
   test('7: extra writable root, the server TMPDIR and /tmp are writable; exclude_tmpdir_env_var removes TMPDIR', async () => {
@@ -419,7 +420,7 @@ describe('sandbox.md §12 further quick checks', () => {
     assert.equal(r.stderr.match(/Read-only file system/g)?.length, 2, r.stderr);
     assert.ok(!existsSync(join(f.OUT, 'z')));
     for (const n of ['.agents', '.codex', '.aws'])
-      assert.ok(!existsSync(join(f.W, n)), `${n} left on the host`);
+      assert.ok(await gone(join(f.W, n)), `${n} left on the host`);
   });
 
   test('a 0.169 shape with an unknown permissions.type fails validation', () => {

@@ -1,6 +1,7 @@
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import {
   existsSync,
+  lstatSync,
   mkdirSync,
   mkdtempSync,
   readdirSync,
@@ -17,6 +18,7 @@ import { spawnPty } from '../../src/process/pty.js';
 import { parseSandboxParam } from '../../src/protocol/sandbox.js';
 import type { ParsedSandbox } from '../../src/sandbox/index.js';
 import { type PrepareOptions, prepareLaunch } from '../../src/sandbox/index.js';
+import { LINGER_MS } from '../../src/sandbox/linux/mountTargets.js';
 
 /** Shared helpers for the sandbox integration tests (sandbox.md §12 common setup). */
 
@@ -317,4 +319,20 @@ export function serverUrl(child: ChildProcess, stderr: () => string = () => ''):
     });
     child.once('exit', (code) => reject(new Error(`server child exited (${code}) ${stderr()}`)));
   });
+}
+
+/**
+ * Waits until `path` no longer exists on the host: a synthetic mount point goes LINGER_MS after its last sandbox
+ * (linux/mountTargets.ts). Something a sandbox created there would stay (only an empty placeholder is removed).
+ */
+export function gone(path: string): Promise<boolean> {
+  const absent = () => {
+    try {
+      lstatSync(path); // not existsSync: a dangling symlink counts as there
+      return false;
+    } catch {
+      return true;
+    }
+  };
+  return waitFor(absent, LINGER_MS + 3000);
 }

@@ -26,6 +26,8 @@ export interface BwrapOptions {
   features: BwrapFeatures;
   /** Directories whose content the sandbox must not see (the server's private directory): an empty tmpfs each. */
   masks?: string[];
+  /** An empty read-only directory to bind on each synthetic mount target (else a read-only tmpfs each: slower). */
+  placeholder?: string;
 }
 
 export interface BwrapArgs {
@@ -36,11 +38,18 @@ export interface BwrapArgs {
   argv0Ignored: boolean;
 }
 
-function protectArgs(p: ProtectedPath, features: BwrapFeatures, synthetic: Set<string>): string[] {
+function protectArgs(
+  p: ProtectedPath,
+  features: BwrapFeatures,
+  synthetic: Set<string>,
+  placeholder: string | undefined,
+): string[] {
   const perms = (mode: string) => (features.perms ? ['--perms', mode] : []);
   if (p.state === 'missing') {
     const t = p.mountTarget ?? p.path;
     synthetic.add(t);
+    // One bind is one mount (bwrap reads mountinfo once per mount, ~0.15 ms); a tmpfs made read-only is two.
+    if (placeholder) return ['--ro-bind', placeholder, t];
     return [...perms('555'), '--tmpfs', t, '--remount-ro', t];
   }
   // A dangling symlink: mounting over it would create its target on the host; it cannot be pinned.
@@ -61,6 +70,7 @@ export function bwrapFsArgs(
   r: ResolvedPolicy,
   features: BwrapFeatures,
   masks: string[] = [],
+  placeholder?: string,
 ): { args: string[]; syntheticTargets: string[] } {
   const a: string[] = [];
   const synthetic = new Set<string>();
@@ -79,17 +89,17 @@ export function bwrapFsArgs(
     const deeper = roots.filter((o) => o.root !== w.root && isUnder(o.root, w.root));
     for (const s of w.readOnlySubpaths) {
       if (deeper.some((o) => isUnder(s.mountTarget ?? s.path, o.root))) continue;
-      a.push(...protectArgs(s, features, synthetic));
+      a.push(...protectArgs(s, features, synthetic, placeholder));
     }
   }
-  for (const u of r.unreadable) a.push(...protectArgs(u, features, synthetic));
+  for (const u of r.unreadable) a.push(...protectArgs(u, features, synthetic, placeholder));
   for (const m of masks) a.push('--tmpfs', m);
   return { args: a, syntheticTargets: [...synthetic] };
 }
 
 /** The whole bwrap argv after the program name (sandbox.md §8.3). Pure. */
 export function bwrapArgs(r: ResolvedPolicy, o: BwrapOptions): BwrapArgs {
-  const fs = bwrapFsArgs(r, o.features, o.masks);
+  const fs = bwrapFsArgs(r, o.features, o.masks, o.placeholder);
   const a: string[] = [];
   if (o.newSession) a.push('--new-session');
   a.push('--die-with-parent', ...fs.args, '--unshare-user', '--unshare-pid', '--unshare-ipc');

@@ -13,15 +13,25 @@ import { SandboxSetupError } from '../errors.js';
  * would detach that mount there and let that sandbox create the name, so every server holds a shared flock on the
  * name's lock file for as long as it may use the placeholder (linux/native/sandbox.c). The lock files live in one
  * directory per user (in /dev/shm, which sandboxes do not see: bwrap gives them their own /dev; masked as well).
+ *
+ * A server keeps its share for LINGER_MS after its last sandbox using a placeholder has ended: an agent's commands
+ * come one after the other, and a placeholder costs a host mkdir and rmdir. Nothing is protected by it meanwhile
+ * (no sandbox runs); it goes when the server exits too.
  */
 
+export const LINGER_MS = 250;
+
 let dir: string | undefined;
+
+/** Where the lock directory of user `uid` is. */
+export function lockDirOf(uid: number): string {
+  return join(existsSync('/dev/shm') ? '/dev/shm' : os.tmpdir(), `corral-mount-targets-${uid}`);
+}
 
 /** The user's lock directory (0700, owned by us), created on first use; refuses one someone else made. */
 export function mountTargetLockDir(): string {
   if (dir) return dir;
-  const base = existsSync('/dev/shm') ? '/dev/shm' : os.tmpdir();
-  const d = join(base, `corral-mount-targets-${process.geteuid?.() ?? 0}`);
+  const d = lockDirOf(process.geteuid?.() ?? 0);
   try {
     mkdirSync(d, { mode: 0o700 });
   } catch (e) {
@@ -37,23 +47,73 @@ export function mountTargetLockDir(): string {
   return d;
 }
 
-function lockFile(target: string): string {
-  return join(mountTargetLockDir(), `${createHash('sha256').update(target).digest('hex').slice(0, 32)}.lock`);
+/** The empty read-only directory bind-mounted on each placeholder inside a sandbox (made once, in the lock directory). */
+export function placeholderSource(): string {
+  const d = join(mountTargetLockDir(), 'empty');
+  try {
+    mkdirSync(d, { mode: 0o555 });
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
+  }
+  return d;
+}
+
+/** The lock file of a mount target (of user `uid`: tests look it up in /proc/locks). */
+export function lockFile(target: string, uid?: number): string {
+  const d = uid === undefined ? mountTargetLockDir() : lockDirOf(uid);
+  return join(d, `${createHash('sha256').update(target).digest('hex').slice(0, 32)}.lock`);
+}
+
+interface Share {
+  fd: number;
+  lock: string;
+  users: number;
+  linger?: NodeJS.Timeout;
+}
+
+/** This server's shares, by target. */
+const shares = new Map<string, Share>();
+let exitHook = false;
+
+function drop(target: string): void {
+  const sh = shares.get(target);
+  if (!sh) return;
+  shares.delete(target);
+  clearTimeout(sh.linger);
+  sandboxNative!.releaseMountTarget(sh.fd, sh.lock, target);
 }
 
 /** Takes a share of each target (creating its placeholder); the returned function releases them (idempotent). */
 export function acquireSyntheticTargets(targets: string[]): () => void {
   const native = sandboxNative;
-  const held: { fd: number; lock: string; target: string }[] = [];
+  const taken: string[] = [];
   const release = () => {
-    for (const h of held.splice(0)) native!.releaseMountTarget(h.fd, h.lock, h.target);
+    for (const t of taken.splice(0)) {
+      const sh = shares.get(t);
+      if (!sh || --sh.users > 0) continue;
+      sh.linger = setTimeout(() => drop(t), LINGER_MS);
+      sh.linger.unref();
+    }
   };
   if (targets.length === 0) return release;
   if (!native) throw new SandboxSetupError('missing protected paths need the native addon');
+  if (!exitHook) {
+    exitHook = true;
+    process.once('exit', () => {
+      for (const t of [...shares.keys()]) drop(t);
+    });
+  }
   try {
     for (const target of targets) {
-      const lock = lockFile(target);
-      held.push({ fd: native.holdMountTarget(lock, target), lock, target });
+      const sh = shares.get(target);
+      if (sh) {
+        clearTimeout(sh.linger);
+        sh.users++;
+      } else {
+        const lock = lockFile(target);
+        shares.set(target, { fd: native.holdMountTarget(lock, target), lock, users: 1 });
+      }
+      taken.push(target);
     }
   } catch (e) {
     release();

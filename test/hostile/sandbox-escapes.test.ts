@@ -514,6 +514,35 @@ for (const who of ['root', 'nobody'] as Who[]) {
           assert.ok(!/FOUND/.test(a.output), a.output.split('\n').slice(0, 20).join('\n'));
         });
 
+        test(`what held keeps holding: writes out through /proc, links and mounts; ptrace; /dev/shm (${mode})`, async () => {
+          const W = fresh(s, 'held');
+          s.mk(`${W.slice(s.root.length + 1)}/.git/hooks`);
+          writeFileSync(join(OUT, 'victim'), 'original\n');
+          chownTree(who, OUT);
+          const tag = `corral-held-${Math.random().toString(36).slice(2, 8)}`;
+          const r = await runPlanted(
+            c,
+            who,
+            W,
+            [
+              'echo x > /proc/self/root"$OUT/via-proc-root"; echo x > /proc/1/cwd/../../"$OUT/via-proc1-cwd"',
+              'ln -s "$OUT" out-link; echo x > out-link/via-symlink; ln "$OUT/victim" hard 2>&1; echo PWNED >> hard',
+              'echo PWNED >> "$OUT/victim"; umount .git; mount -t tmpfs none .git; mount -o remount,rw,bind /',
+              'echo PWNED > .git/hooks/pre-commit; echo x > "/dev/shm/$TAG"',
+              `${PY} -c "import ctypes,os; l=ctypes.CDLL(None,use_errno=True); print('ptrace', l.ptrace(16, 1, 0, 0), ctypes.get_errno())"`,
+              `${PY} -c "import os; os.chroot('/tmp')" 2>&1 | tail -1`,
+            ],
+            { tty, env: { OUT, TAG: tag }, sandbox: sandboxParam(shape, { cwd: W }) },
+          );
+          assert.match(r.output, /DONE/);
+          assert.deepEqual(readdirSync(OUT).sort(), ['victim'], r.output);
+          assert.equal(readFileSync(join(OUT, 'victim'), 'utf8'), 'original\n');
+          assert.deepEqual(readdirSync(join(W, '.git', 'hooks')), [], r.output);
+          assert.ok(!exists(join('/dev/shm', tag)), 'the sandbox wrote the host /dev/shm');
+          assert.match(r.output, /ptrace -1 1\b/, r.output); // EPERM
+          assert.match(r.output, /PermissionError: \[Errno 1\]/, r.output); // chroot
+        });
+
         test(`perf_event_open, userfaultfd, nested user namespaces are denied in every mode (${mode})`, async () => {
           const W = fresh(s, 'surface');
           s.mk(`${W.slice(s.root.length + 1)}/.git/hooks`);

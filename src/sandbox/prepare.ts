@@ -20,7 +20,7 @@ import {
   startForwarder,
   startHostBridges,
 } from './linux/managedNet.js';
-import { acquireSyntheticTargets, mountTargetLockDir, placeholderSource } from './linux/mountTargets.js';
+import { acquireSyntheticTargets, mountTargetLockDir } from './linux/mountTargets.js';
 import { guardArgv, hostPidOf, setupDone, UNSHARE } from './linux/pidGuard.js';
 import { buildSeccompFilter, hostSeccompArch, type SeccompArch, type SeccompMode } from './linux/seccomp.js';
 import { watchSandbox } from './linux/watchdog.js';
@@ -87,8 +87,6 @@ interface HostFacts {
    * sockets) and the user's mount-target lock directory. No sandbox sees what Corral keeps for other launches.
    */
   masks: string[];
-  /** The empty read-only directory bound on missing protected paths (linux/mountTargets.ts). */
-  placeholder?: string;
   /** util-linux `unshare` for the pid-namespace guard (used when running as root; see linux/pidGuard.ts). */
   unshare?: string;
   euid: number;
@@ -290,7 +288,6 @@ function planLinux(eff: EffectiveSandbox, cmd: LaunchCommand, host: HostFacts): 
     blockFd: fdOf('block'),
     features: host.bwrap.features,
     masks: host.masks,
-    placeholder: host.placeholder,
   });
   summary.seccomp = mode;
   summary.bwrap = host.bwrap.path;
@@ -357,7 +354,6 @@ const DEFAULT_FEATURES: BwrapFeatures = { argv0: false, perms: true };
 function hostFacts(opts: PrepareOptions | undefined, bwrap: BwrapHost): HostFacts {
   return {
     masks: [sharedDir, lockDir].filter((d): d is string => d !== undefined),
-    ...(placeholder ? { placeholder } : {}),
     unshare: UNSHARE,
     euid: process.geteuid?.() ?? -1,
     ...(opts?.hiddenPaths ? { hiddenPaths: opts.hiddenPaths } : {}),
@@ -409,7 +405,6 @@ export function previewLaunch(
 
 let sharedDir: string | undefined;
 let lockDir: string | undefined;
-let placeholder: string | undefined;
 
 function privateBase(): string {
   const xdg = process.env.XDG_RUNTIME_DIR;
@@ -453,7 +448,6 @@ export async function prepareLaunch(
     bwrap = await probeBwrap(path);
     sharedPrivateDir();
     lockDir = mountTargetLockDir();
-    placeholder = placeholderSource();
   }
   const plan = planLaunch(sandbox, cmd, hostFacts({ ...opts, platform }, bwrap));
   if (plan.mechanism !== 'bwrap') {

@@ -1,4 +1,4 @@
-import { lstatSync, opendirSync, readFileSync, readlinkSync, realpathSync } from 'node:fs';
+import { lstatSync, readdirSync, readFileSync, readlinkSync, realpathSync } from 'node:fs';
 import { dirname, isAbsolute, join, normalize, resolve as resolvePath, sep } from 'node:path';
 import type { EffectiveSandbox, Entry, FsPolicy } from './effective.js';
 import { SandboxSetupError } from './errors.js';
@@ -56,15 +56,30 @@ export const realFsProbe: FsProbe = {
 
 function isEmptyDir(p: string): boolean {
   try {
-    const d = opendirSync(p);
-    try {
-      return d.readSync() === null;
-    } finally {
-      d.closeSync();
-    }
+    return readdirSync(p).length === 0;
   } catch {
     return false;
   }
+}
+
+/** `probe` with every answer kept (for the span of one resolution). */
+function memoProbe(probe: FsProbe): FsProbe {
+  const memo = <T>(fn: (p: string) => T) => {
+    const seen = new Map<string, T>();
+    return (p: string) => {
+      if (seen.has(p)) return seen.get(p)!;
+      const v = fn(p);
+      seen.set(p, v);
+      return v;
+    };
+  };
+  const m: FsProbe = {
+    kind: memo((p) => probe.kind(p)),
+    realpath: memo((p) => probe.realpath(p)),
+    readText: memo((p) => probe.readText(p)),
+  };
+  if (probe.readlink) m.readlink = memo((p) => probe.readlink!(p));
+  return m;
 }
 
 export type Access = 'read' | 'write' | 'none';
@@ -292,7 +307,9 @@ export function resolvePolicy(
   eff: Pick<EffectiveSandbox, 'fs' | 'cwd' | 'projectRoots'>,
   opts: ResolveOptions = {},
 ) {
-  const probe = opts.probe ?? realFsProbe;
+  // One resolution asks about the same paths many times (every component of every path): ask the filesystem once.
+  const probe = memoProbe(opts.probe ?? realFsProbe);
+  opts = { ...opts, probe };
   const fs = eff.fs;
   if (fs.kind !== 'restricted') {
     const r: ResolvedPolicy = {

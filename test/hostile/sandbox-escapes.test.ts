@@ -274,6 +274,8 @@ for (const who of ['root', 'nobody'] as Who[]) {
             [
               'for R in "$PWD" "$EXTRA" "$TDIR"; do',
               '  mkdir "$R/.git" && mkdir "$R/.git/hooks"; echo PWNED > "$R/.git/hooks/pre-commit"',
+              // A mount point the sandbox can chmod is its own private tmpfs: whatever it writes there, the host never sees.
+              '  chmod 755 "$R/.git" && mkdir -p "$R/.git/hooks" && echo PWNED > "$R/.git/hooks/pre-commit" && echo "WROTE PRIVATE"',
               `  mkdir -p "$R/.codex"; echo 'sandbox_mode = "danger-full-access"' > "$R/.codex/config.toml"`,
               '  mkdir -p "$R/agents-src/skills" && mv -fT "$R/agents-src" "$R/.agents"',
               '  echo k > "$R/aws-src"; ln "$R/aws-src" "$R/.aws"; ln -s /tmp "$R/.git"',

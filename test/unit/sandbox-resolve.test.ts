@@ -52,9 +52,8 @@ export function fakeFs(tree: Record<string, Node>): FsProbe {
   };
 }
 
-/** The bwrap words for a missing protected path: a read-only empty tmpfs holds the name (a synthetic target). */
-const synth = (...paths: string[]) =>
-  paths.flatMap((p) => ['--perms', '555', '--tmpfs', p, '--remount-ro', p]);
+/** The bwrap words for a missing protected path: an empty tmpfs of mode 0555 holds the name (a synthetic target). */
+const synth = (...paths: string[]) => paths.flatMap((p) => ['--perms', '555', '--tmpfs', p]);
 const NAMES = ['.agents', '.aws', '.codex', '.git'];
 const names = (root: string, except: string[] = []) =>
   NAMES.filter((n) => !except.includes(n)).map((n) => posix.join(root, n));

@@ -26,8 +26,6 @@ export interface BwrapOptions {
   features: BwrapFeatures;
   /** Directories whose content the sandbox must not see (the server's private directory): an empty tmpfs each. */
   masks?: string[];
-  /** An empty read-only directory to bind on each synthetic mount target (else a read-only tmpfs each: slower). */
-  placeholder?: string;
 }
 
 export interface BwrapArgs {
@@ -38,19 +36,16 @@ export interface BwrapArgs {
   argv0Ignored: boolean;
 }
 
-function protectArgs(
-  p: ProtectedPath,
-  features: BwrapFeatures,
-  synthetic: Set<string>,
-  placeholder: string | undefined,
-): string[] {
+function protectArgs(p: ProtectedPath, features: BwrapFeatures, synthetic: Set<string>): string[] {
   const perms = (mode: string) => (features.perms ? ['--perms', mode] : []);
   if (p.state === 'missing') {
     const t = p.mountTarget ?? p.path;
     synthetic.add(t);
-    // One bind is one mount (bwrap reads mountinfo once per mount, ~0.15 ms); a tmpfs made read-only is two.
-    if (placeholder) return ['--ro-bind', placeholder, t];
-    return [...perms('555'), '--tmpfs', t, '--remount-ro', t];
+    // The mount point holds the name: it cannot be created, replaced or renamed (EEXIST/EBUSY). A fresh tmpfs of
+    // mode 0555 refuses writes (EACCES); if the sandbox chmods it first, it writes to its own private tmpfs, never to
+    // the host. No --remount-ro: bwrap rereads mountinfo for each bind or remount (~0.15 ms), a plain tmpfs is cheap.
+    if (features.perms) return ['--perms', '555', '--tmpfs', t];
+    return ['--tmpfs', t, '--remount-ro', t];
   }
   // A dangling symlink: mounting over it would create its target on the host; it cannot be pinned.
   if (p.state === 'symlink') return [];
@@ -70,7 +65,6 @@ export function bwrapFsArgs(
   r: ResolvedPolicy,
   features: BwrapFeatures,
   masks: string[] = [],
-  placeholder?: string,
 ): { args: string[]; syntheticTargets: string[] } {
   const a: string[] = [];
   const synthetic = new Set<string>();
@@ -89,17 +83,17 @@ export function bwrapFsArgs(
     const deeper = roots.filter((o) => o.root !== w.root && isUnder(o.root, w.root));
     for (const s of w.readOnlySubpaths) {
       if (deeper.some((o) => isUnder(s.mountTarget ?? s.path, o.root))) continue;
-      a.push(...protectArgs(s, features, synthetic, placeholder));
+      a.push(...protectArgs(s, features, synthetic));
     }
   }
-  for (const u of r.unreadable) a.push(...protectArgs(u, features, synthetic, placeholder));
+  for (const u of r.unreadable) a.push(...protectArgs(u, features, synthetic));
   for (const m of masks) a.push('--tmpfs', m);
   return { args: a, syntheticTargets: [...synthetic] };
 }
 
 /** The whole bwrap argv after the program name (sandbox.md §8.3). Pure. */
 export function bwrapArgs(r: ResolvedPolicy, o: BwrapOptions): BwrapArgs {
-  const fs = bwrapFsArgs(r, o.features, o.masks, o.placeholder);
+  const fs = bwrapFsArgs(r, o.features, o.masks);
   const a: string[] = [];
   if (o.newSession) a.push('--new-session');
   a.push('--die-with-parent', ...fs.args, '--unshare-user', '--unshare-pid', '--unshare-ipc');

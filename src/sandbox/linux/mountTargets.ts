@@ -7,8 +7,8 @@ import { SandboxSetupError } from '../errors.js';
 
 /**
  * Synthetic mount targets (sandbox.md §8.4.1): a missing protected path is held, while a sandbox runs, by an empty
- * placeholder directory on the host (mode 0500: how a placeholder is recognised, see resolve.ts) with a read-only
- * tmpfs mounted on it in the sandbox. Sandboxes share placeholders (every sandbox with /tmp writable uses /tmp/.git),
+ * placeholder directory on the host (mode 0500: how a placeholder is recognised, see resolve.ts) with a tmpfs of
+ * mode 0555 mounted on it in the sandbox (bwrapArgs.ts). Sandboxes share placeholders (every sandbox with /tmp writable uses /tmp/.git),
  * also across Corral servers of the user; the last user removes it. Removing one that another sandbox has mounted
  * would detach that mount there and let that sandbox create the name, so every server holds a shared flock on the
  * name's lock file for as long as it may use the placeholder (linux/native/sandbox.c). The lock files live in one
@@ -44,17 +44,6 @@ export function mountTargetLockDir(): string {
     );
   }
   dir = d;
-  return d;
-}
-
-/** The empty read-only directory bind-mounted on each placeholder inside a sandbox (made once, in the lock directory). */
-export function placeholderSource(): string {
-  const d = join(mountTargetLockDir(), 'empty');
-  try {
-    mkdirSync(d, { mode: 0o555 });
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
-  }
   return d;
 }
 

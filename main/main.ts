@@ -5,7 +5,7 @@ import { fileURLToPath } from 'node:url';
 import { app, BrowserWindow, ipcMain, session, shell } from 'electron';
 import log from 'electron-log/main';
 import { defaultAuditPath } from '../src/audit/index.js';
-import type { Logger } from '../src/server/execServer.js';
+import type { Logger } from '../src/server/log.js';
 import { runDesktop } from './desktop.js';
 
 const here = dirname(fileURLToPath(import.meta.url));

@@ -8,7 +8,7 @@ import {
   type NotificationHandler,
   RpcClientCore,
   RpcRemoteError,
-} from '../src/rpc/ipcTransport.js';
+} from '../src/protocol/client.js';
 
 export interface IpcRendererLike {
   send(channel: string, ...args: unknown[]): void;

@@ -1,31 +1,16 @@
 // The Corral panel: processes, network, policy debugger and a run form, over the one client API.
 import '@xterm/xterm/css/xterm.css';
 import './styles.css';
-import type { MonitorSnapshot } from '../src/protocol/monitor.js';
 import { Connection } from './client.js';
 import { h, replace } from './dom.js';
-import { type HostInfo, Store } from './store.js';
+import { Store } from './store.js';
+import type { AppContext, View, ViewName } from './view.js';
 import { ApprovalsView } from './views/approvals.js';
 import { HistoryView } from './views/history.js';
 import { NetworkView } from './views/network.js';
 import { PolicyView } from './views/policy.js';
 import { ProcessesView } from './views/processes.js';
 import { RunView } from './views/run.js';
-
-export interface View {
-  readonly el: HTMLElement;
-  show?(): void;
-  hide?(): void;
-}
-
-export interface AppContext {
-  store: Store;
-  conn: Connection;
-  go(view: ViewName, arg?: string): void;
-  toast(text: string, kind?: 'info' | 'error'): void;
-}
-
-type ViewName = 'processes' | 'network' | 'approvals' | 'history' | 'policy' | 'run';
 
 const store = new Store();
 const views = {} as Record<ViewName, View>;
@@ -71,8 +56,8 @@ const conn = new Connection({
     // The panel's own session is the one the snapshot marks `self` (the sessionId initialize returned is its resume
     // key, a secret that nothing else shows).
     const [snapshot, info] = await Promise.all([
-      api.request('monitor/subscribe', { output: 'followed' }) as Promise<MonitorSnapshot>,
-      (api.request('host/info', {}) as Promise<HostInfo>).catch(() => null),
+      api.request('monitor/subscribe', { output: 'followed' }),
+      api.request('host/info', {}).catch(() => null),
     ]);
     store.info = info;
     store.loadSnapshot(snapshot);

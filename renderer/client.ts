@@ -7,7 +7,10 @@ import {
   type NotificationHandler,
   RpcClientCore,
   RpcRemoteError,
-} from '../src/rpc/ipcTransport.js';
+  type TypedRequests,
+  typedRequests,
+} from '../src/protocol/client.js';
+import type { MethodName, MethodParams, MethodResult } from '../src/protocol/methods.js';
 
 declare global {
   interface Window {
@@ -87,7 +90,7 @@ function webSocketLink(token: string): Promise<Link> {
 export interface ConnectionEvents {
   state(state: ConnState, detail: string): void;
   /** Called after each (re)connect + handshake: subscribe here. */
-  ready(api: ClientApi, sessionId: string): Promise<void> | void;
+  ready(api: TypedRequests, sessionId: string): Promise<void> | void;
   notification: NotificationHandler;
 }
 
@@ -111,11 +114,14 @@ export class Connection {
     return this.state === 'connected' ? (this.link?.api ?? null) : null;
   }
 
-  /** Request through the live connection (rejects clearly when disconnected). */
-  request<T = unknown>(method: string, params?: unknown): Promise<T> {
+  /** Request through the live connection (rejects clearly when disconnected), typed by the method table. */
+  request<M extends MethodName>(method: M, params: MethodParams<M>): Promise<MethodResult<M>>;
+  /** @deprecated The table types the result: drop the type argument. */
+  request<T>(method: MethodName, params: MethodParams<MethodName>): Promise<T>;
+  request(method: MethodName, params: unknown): Promise<unknown> {
     const api = this.api;
     if (!api) return Promise.reject(new RpcRemoteError(0, 'not connected to the Corral host'));
-    return api.request(method, params ?? null) as Promise<T>;
+    return api.request(method, params ?? null);
   }
 
   private set(state: ConnState, detail: string): void {
@@ -177,7 +183,7 @@ export class Connection {
       await link.api.request('initialized', {});
       this.attempt = 0;
       this.set('connected', '');
-      await this.events.ready(link.api, init.sessionId);
+      await this.events.ready(typedRequests(link.api), init.sessionId);
     } catch (e) {
       this.link?.close();
       this.link = null;

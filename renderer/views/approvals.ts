@@ -5,13 +5,12 @@ import type {
   ApprovalAuditEvent,
   ApprovalDecision,
   ApprovalPrompt,
-  ApprovalsSubscribeResult,
   ExportResult,
   RememberedDecision,
 } from '../../src/protocol/approvals.js';
-import type { ClientApi } from '../../src/rpc/ipcTransport.js';
-import type { AppContext, View } from '../app.js';
+import type { TypedRequests } from '../../src/protocol/client.js';
 import { h, replace, shellJoin } from '../dom.js';
+import type { AppContext, View } from '../view.js';
 
 const MAX_AUDIT = 500;
 
@@ -172,8 +171,8 @@ export class ApprovalsView implements View {
   }
 
   /** Subscribes (after each (re)connection) and loads the current state. */
-  async subscribe(api: ClientApi): Promise<void> {
-    const r = (await api.request('approvals/subscribe', {})) as ApprovalsSubscribeResult;
+  async subscribe(api: TypedRequests): Promise<void> {
+    const r = await api.request('approvals/subscribe', {});
     this.pending.clear();
     for (const p of r.pending) this.pending.set(p.id, p);
     this.decisions = r.decisions;
@@ -227,7 +226,7 @@ export class ApprovalsView implements View {
 
   private async refreshExport(): Promise<void> {
     try {
-      this.lastExport = await this.ctx.conn.request<ExportResult>('approvals/export', {});
+      this.lastExport = await this.ctx.conn.request('approvals/export', {});
     } catch {
       this.lastExport = null;
     }

@@ -15,8 +15,8 @@ import type {
   AuditQueryResult,
   AuditSessionItem,
 } from '../../src/protocol/audit.js';
-import type { AppContext, View } from '../app.js';
 import { b64ToBytes, fmtBytes, fmtDuration, h, replace, shellJoin } from '../dom.js';
+import type { AppContext, View } from '../view.js';
 
 const PAGE = 100;
 
@@ -239,7 +239,7 @@ export class HistoryView implements View {
     if (older && this.cursor) params.cursor = this.cursor;
     let r: AuditQueryResult;
     try {
-      r = await this.ctx.conn.request<AuditQueryResult>('audit/query', params);
+      r = await this.ctx.conn.request('audit/query', params);
     } catch (e) {
       if (gen !== this.generation) return;
       this.items = [];
@@ -258,7 +258,7 @@ export class HistoryView implements View {
     if (!this.ctx.conn.api) return;
     let info: AuditInfoResult;
     try {
-      info = await this.ctx.conn.request<AuditInfoResult>('audit/info', {});
+      info = await this.ctx.conn.request('audit/info', {});
     } catch {
       return;
     }
@@ -438,7 +438,7 @@ export class HistoryView implements View {
     replace(this.detail, h('div', { class: 'detail-bar' }, 'Loading…'));
     let d: AuditProcessResult;
     try {
-      d = await this.ctx.conn.request<AuditProcessResult>('audit/process', {
+      d = await this.ctx.conn.request('audit/process', {
         sessionId: p.sessionId,
         processId: p.processId,
       });

@@ -1,9 +1,9 @@
 // Network: blocked requests and audit events of the managed proxies, live, with the process that made them, and
 // counts per host.
 import type { MonitorAudit, MonitorBlocked } from '../../src/protocol/monitor.js';
-import type { AppContext, View } from '../app.js';
 import { h, replace, shellJoin } from '../dom.js';
 import { procKey } from '../store.js';
+import type { AppContext, View } from '../view.js';
 
 const REASON_TEXT: Record<string, string> = {
   not_allowed: 'not in the allowlist',

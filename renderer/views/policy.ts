@@ -1,9 +1,9 @@
 // Policy debugger: paste a SandboxLaunchConfig / FileSystemSandboxContext or a managed-network config; see the
 // validation errors by field, the effective launch (bwrap argv / Seatbelt profile), and URL decisions — all computed
 // by the server (`policy/preview`, `policy/checkUrl`).
-import type { CheckUrlResult, FieldError, PolicyPreviewResult } from '../../src/protocol/monitor.js';
-import type { AppContext, View } from '../app.js';
+import type { FieldError } from '../../src/protocol/monitor.js';
 import { h, replace, shellJoin, shellSplit } from '../dom.js';
+import type { AppContext, View } from '../view.js';
 
 export function sandboxExample(cwd: string, sandbox = 'linux-seccomp'): unknown {
   return {
@@ -238,7 +238,7 @@ export class PolicyView implements View {
     }
     replace(this.previewOut, h('div', { class: 'muted' }, 'Previewing…'));
     try {
-      const res = await this.ctx.conn.request<PolicyPreviewResult>('policy/preview', {
+      const res = await this.ctx.conn.request('policy/preview', {
         sandbox: r.value,
         argv,
         cwd: this.cwd.value || null,
@@ -299,7 +299,7 @@ export class PolicyView implements View {
       return;
     }
     try {
-      const res = await this.ctx.conn.request<CheckUrlResult>('policy/checkUrl', {
+      const res = await this.ctx.conn.request('policy/checkUrl', {
         config: r.value,
         target: this.target.value,
         method: this.method.value || null,

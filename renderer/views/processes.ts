@@ -7,7 +7,6 @@ import type {
   MonitorProcess,
   MonitorReadResult,
 } from '../../src/protocol/monitor.js';
-import type { AppContext, View } from '../app.js';
 import {
   b64ToBytes,
   fmtAgo,
@@ -20,6 +19,7 @@ import {
   textToB64,
 } from '../dom.js';
 import { procKey } from '../store.js';
+import type { AppContext, View } from '../view.js';
 
 const BADGE_LABEL: Record<string, [string, string]> = {
   none: ['no sandbox', 'Runs with the full rights of the Corral host'],

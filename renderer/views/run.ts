@@ -1,7 +1,9 @@
 // Run a command: builds ExecParams (argv, cwd, tty, sandbox preset, managed network) and sends process/start through
 // the same client API as everything else. The process belongs to the panel's own session.
-import type { AppContext, View } from '../app.js';
+
+import type { MethodParams } from '../../src/protocol/methods.js';
 import { h, replace, shellSplit } from '../dom.js';
+import type { AppContext, View } from '../view.js';
 import { sandboxExample } from './policy.js';
 
 let counter = 0;
@@ -104,7 +106,7 @@ export class RunView implements View {
     this.showParams();
   }
 
-  private params(): Record<string, unknown> {
+  private params(): MethodParams<'process/start'> {
     const line = this.cmd.value.trim();
     const argv = this.shell.checked ? ['/bin/sh', '-c', line] : shellSplit(line);
     const cwd = this.cwd.value.trim() || '/';
@@ -151,23 +153,20 @@ export class RunView implements View {
   }
 
   private async run(): Promise<void> {
-    let params: Record<string, unknown>;
+    let params: MethodParams<'process/start'>;
     try {
       params = this.params();
     } catch (e) {
       replace(this.out, h('div', { class: 'result-head bad' }, (e as Error).message));
       return;
     }
-    if ((params.argv as string[]).length === 0 || this.cmd.value.trim() === '') {
+    if (params.argv.length === 0 || this.cmd.value.trim() === '') {
       replace(this.out, h('div', { class: 'result-head bad' }, 'Enter a command'));
       return;
     }
     replace(this.out, h('div', { class: 'muted' }, 'Starting…'));
     try {
-      const r = await this.ctx.conn.request<{ processId: string; sandboxType: string }>(
-        'process/start',
-        params,
-      );
+      const r = await this.ctx.conn.request('process/start', params);
       replace(this.out, h('div', { class: 'result-head ok' }, `Started ${r.processId} (${r.sandboxType})`));
       const session = this.ctx.store.selfSession;
       if (session) this.ctx.go('processes', `${session}/${r.processId}`);

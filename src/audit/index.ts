@@ -8,7 +8,8 @@
  * the JSON-RPC methods (methods.ts) and the export (export.ts).
  */
 import type { NetworkEvents } from '../network/events.js';
-import type { ExecServer, Logger } from '../server/execServer.js';
+import type { ExecServer } from '../server/execServer.js';
+import type { Logger } from '../server/log.js';
 import { registerAuditMethods } from './methods.js';
 import { type AuditObserver, observeServer } from './observe.js';
 import { type AuditOptions, AuditTrail } from './trail.js';

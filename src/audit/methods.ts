@@ -1,17 +1,13 @@
 /**
- * The audit trail's JSON-RPC methods (`audit/query`, `audit/process`, `audit/info`), for privileged connections
- * only, gated the way the monitor's methods are. Without a database they answer `audit/info` with `enabled: false`
- * and the others with -32600 saying the trail is off.
+ * The audit trail's JSON-RPC methods (`audit/query`, `audit/process`, `audit/info`), panel methods of the method
+ * table. Without a database they answer `audit/info` with `enabled: false` and the others with -32600 saying the
+ * trail is off.
  */
 
-import { EmptyParams } from '../protocol/approvals.js';
-import { type AuditInfoResult, AuditProcessParams, AuditQueryParams } from '../protocol/audit.js';
+import { type AuditInfoResult, AuditQueryParams } from '../protocol/audit.js';
 import { internalError, invalidRequest } from '../protocol/errors.js';
-import type { RpcConnection } from '../rpc/connection.js';
 import { Deferred } from '../rpc/connection.js';
-import type { ExecServer } from '../server/execServer.js';
-import { NOT_PRIVILEGED } from '../server/monitor.js';
-import { parseParams } from '../server/params.js';
+import type { MethodRegistry } from '../server/dispatch.js';
 import type { AuditTrail } from './trail.js';
 
 const OFF = 'the audit trail is off on this server (--no-audit)';
@@ -31,13 +27,7 @@ const OFF_INFO: AuditInfoResult = {
   notices: [],
 };
 
-export function registerAuditMethods(server: ExecServer, trail: AuditTrail | null): void {
-  const priv =
-    (f: (p: unknown) => unknown) =>
-    (p: unknown, conn: RpcConnection): unknown => {
-      if (!conn.privileged) throw invalidRequest(NOT_PRIVILEGED);
-      return f(p);
-    };
+export function registerAuditMethods(registry: MethodRegistry, trail: AuditTrail | null): void {
   // Queries run on the worker: park the answer without holding up the connection's later requests.
   const ask = <T>(work: (t: AuditTrail) => Promise<T>) => {
     if (!trail?.options.dbPath) throw invalidRequest(OFF);
@@ -47,29 +37,10 @@ export function registerAuditMethods(server: ExecServer, trail: AuditTrail | nul
       }),
     );
   };
-  server.registerMethod(
-    'audit/query',
-    'exec',
-    priv((p) => {
-      const q = parseParams(AuditQueryParams, p ?? {}, 'AuditQueryParams');
-      return ask((t) => t.query(q));
-    }),
-  );
-  server.registerMethod(
-    'audit/process',
-    'exec',
-    priv((p) => {
-      const q = parseParams(AuditProcessParams, p, 'AuditProcessParams');
-      return ask((t) => t.process(q.sessionId, q.processId));
-    }),
-  );
-  server.registerMethod(
-    'audit/info',
-    'exec',
-    priv((p) => {
-      parseParams(EmptyParams, p, 'AuditInfoParams');
-      if (!trail) return OFF_INFO;
-      return new Deferred(trail.info());
-    }),
-  );
+  registry.handle('audit/query', (p) => {
+    const q = p ?? AuditQueryParams.parse({});
+    return ask((t) => t.query(q));
+  });
+  registry.handle('audit/process', (p) => ask((t) => t.process(p.sessionId, p.processId)));
+  registry.handle('audit/info', () => (trail ? new Deferred(trail.info()) : OFF_INFO));
 }

@@ -17,132 +17,138 @@ export const ApprovalDecision = z.enum(['allowOnce', 'allowProcess', 'allowSessi
 export type ApprovalDecision = z.infer<typeof ApprovalDecision>;
 
 /** How a prompt ended: a decision, its timeout, or the process exiting. */
-export type ApprovalOutcome = ApprovalDecision | 'timeout' | 'cancelled';
+export const ApprovalOutcome = z.enum([...ApprovalDecision.options, 'timeout', 'cancelled']);
+export type ApprovalOutcome = z.infer<typeof ApprovalOutcome>;
 
-export type ApprovalProtocol = 'http' | 'https_connect' | 'socks5_tcp' | 'socks5_udp';
+export const ApprovalProtocol = z.enum(['http', 'https_connect', 'socks5_tcp', 'socks5_udp']);
+export type ApprovalProtocol = z.infer<typeof ApprovalProtocol>;
 
 /** One pending prompt: every held request of one (session, process, protocol, host, port) shares it. */
-export interface ApprovalPrompt {
-  id: string;
-  sessionId: string;
-  processId: string;
-  clientName: string;
+export const ApprovalPrompt = z.object({
+  id: z.string(),
+  sessionId: z.string(),
+  processId: z.string(),
+  clientName: z.string(),
   /** The process's argv (what the agent ran). */
-  command: string[];
-  cwd: string | null;
-  host: string;
-  port: number;
-  protocol: ApprovalProtocol;
+  command: z.array(z.string()),
+  cwd: z.string().nullable(),
+  host: z.string(),
+  port: z.number(),
+  protocol: ApprovalProtocol,
   /** The first held request's method (`GET`, `CONNECT`, …); null for SOCKS. */
-  method: string | null;
+  method: z.string().nullable(),
   /** How many requests are held on this prompt right now. */
-  waiting: number;
+  waiting: z.number(),
   /** Epoch ms. */
-  requestedAt: number;
+  requestedAt: z.number(),
   /** Epoch ms: the prompt fails closed (the normal blocked response) at this time. */
-  expiresAt: number;
+  expiresAt: z.number(),
   /** How long the prompt waits (ms): the config's `approval_timeout_ms`, the server's default, or its maximum. */
-  timeoutMs: number;
+  timeoutMs: z.number(),
   /** Set when the config asked for longer than the server allows (`--max-approval-timeout-ms`): what it asked. */
-  requestedTimeoutMs: number | null;
-}
+  requestedTimeoutMs: z.number().nullable(),
+});
+export type ApprovalPrompt = z.infer<typeof ApprovalPrompt>;
 
 /** A remembered decision: later matching requests follow it without a prompt. Deny entries always win. */
-export interface RememberedDecision {
-  id: string;
-  decision: 'allow' | 'deny';
+export const RememberedDecision = z.object({
+  id: z.string(),
+  decision: z.enum(['allow', 'deny']),
   /** `process`: this process only; `session`: every process of the session. */
-  scope: 'process' | 'session';
-  sessionId: string;
+  scope: z.enum(['process', 'session']),
+  sessionId: z.string(),
   /** Set for `process` scope. */
-  processId: string | null;
-  host: string;
-  port: number;
-  protocol: ApprovalProtocol;
+  processId: z.string().nullable(),
+  host: z.string(),
+  port: z.number(),
+  protocol: ApprovalProtocol,
   /** Epoch ms. */
-  decidedAt: number;
+  decidedAt: z.number(),
   /** The prompt it came from. */
-  promptId: string;
-}
+  promptId: z.string(),
+});
+export type RememberedDecision = z.infer<typeof RememberedDecision>;
 
 /** An audit record of the approval flow (also written to the server log). */
-export interface ApprovalAuditEvent {
-  seq: number;
+export const ApprovalAuditEvent = z.object({
+  seq: z.number(),
   /** Epoch ms. */
-  timestamp: number;
+  timestamp: z.number(),
   /** `refused`: a prompt was not shown (a cap on pending prompts; see `note`), the request failed closed at once. */
-  kind: 'requested' | 'decided' | 'timeout' | 'cancelled' | 'revoked' | 'refused';
-  promptId: string | null;
-  decisionId: string | null;
+  kind: z.enum(['requested', 'decided', 'timeout', 'cancelled', 'revoked', 'refused']),
+  promptId: z.string().nullable(),
+  decisionId: z.string().nullable(),
   /** For `decided`: the button pressed. */
-  decision: ApprovalDecision | null;
-  sessionId: string;
-  processId: string | null;
-  command: string[] | null;
-  host: string;
-  port: number;
-  protocol: ApprovalProtocol;
-  method: string | null;
+  decision: ApprovalDecision.nullable(),
+  sessionId: z.string(),
+  processId: z.string().nullable(),
+  command: z.array(z.string()).nullable(),
+  host: z.string(),
+  port: z.number(),
+  protocol: ApprovalProtocol,
+  method: z.string().nullable(),
   /** Requests released (allowed or blocked) by this event. */
-  released: number;
+  released: z.number(),
   /** Why, when the server changed or refused what was asked (a clamped timeout, a cap on pending prompts). */
-  note: string | null;
-}
+  note: z.string().nullable(),
+});
+export type ApprovalAuditEvent = z.infer<typeof ApprovalAuditEvent>;
 
-export interface ApprovalsState {
-  pending: ApprovalPrompt[];
-  decisions: RememberedDecision[];
-  audit: ApprovalAuditEvent[];
-}
+export const ApprovalsState = z.object({
+  pending: z.array(ApprovalPrompt),
+  decisions: z.array(RememberedDecision),
+  audit: z.array(ApprovalAuditEvent),
+});
+export type ApprovalsState = z.infer<typeof ApprovalsState>;
 
-export interface ApprovalsSubscribeResult extends ApprovalsState {
+export const ApprovalsSubscribeResult = ApprovalsState.extend({
   /** The server's default prompt timeout (ms); a config may set its own. */
-  timeoutMs: number;
-}
+  timeoutMs: z.number(),
+});
+export type ApprovalsSubscribeResult = z.infer<typeof ApprovalsSubscribeResult>;
 
 export const DecideParams = z.object({ id: z.string().min(1), decision: ApprovalDecision });
 export type DecideParams = z.infer<typeof DecideParams>;
-export interface DecideResult {
+export const DecideResult = z.object({
   /** Held requests this decision released (on every prompt it applied to). */
-  released: number;
-}
+  released: z.number(),
+});
+export type DecideResult = z.infer<typeof DecideResult>;
 
 export const RevokeParams = z.object({ id: z.string().min(1) });
-export interface RevokeResult {
-  revoked: boolean;
-}
+export const RevokeResult = z.object({ revoked: z.boolean() });
+export type RevokeResult = z.infer<typeof RevokeResult>;
 
 export const ExportParams = z.object({ sessionId: z.string().nullish() }).nullish();
-export interface ExportResult {
+export const ExportResult = z.object({
   /** The `domains` entries to paste into a policy (network-proxy.md §2.1): host → allow|deny. Deny wins. */
-  domains: Record<string, 'allow' | 'deny'>;
+  domains: z.record(z.string(), z.enum(['allow', 'deny'])),
   /** `{"network":{"domains":{…}}}`, pretty-printed. */
-  json: string;
+  json: z.string(),
   /** The same as a Codex TOML table (`[permissions.<profile>.network.domains]`). */
-  toml: string;
-}
+  toml: z.string(),
+});
+export type ExportResult = z.infer<typeof ExportResult>;
 
 /** No params (null, absent or `{}`). */
 export const EmptyParams = z.object({}).nullish();
 
 // ---- notifications (server → subscribed privileged client) -------------------------------------------------------
 
-export interface ApprovalRequestedNotification {
-  prompt: ApprovalPrompt;
-}
-export interface ApprovalResolvedNotification {
-  id: string;
-  outcome: ApprovalOutcome;
-  released: number;
+export const ApprovalRequestedNotification = z.object({ prompt: ApprovalPrompt });
+export type ApprovalRequestedNotification = z.infer<typeof ApprovalRequestedNotification>;
+export const ApprovalResolvedNotification = z.object({
+  id: z.string(),
+  outcome: ApprovalOutcome,
+  released: z.number(),
   /** Epoch ms. */
-  resolvedAt: number;
-}
-export interface ApprovalDecisionsNotification {
-  decisions: RememberedDecision[];
-}
-export interface ApprovalAuditNotification {
-  event: ApprovalAuditEvent;
-}
+  resolvedAt: z.number(),
+});
+export type ApprovalResolvedNotification = z.infer<typeof ApprovalResolvedNotification>;
+export const ApprovalDecisionsNotification = z.object({ decisions: z.array(RememberedDecision) });
+export type ApprovalDecisionsNotification = z.infer<typeof ApprovalDecisionsNotification>;
+export const ApprovalAuditNotification = z.object({ event: ApprovalAuditEvent });
+export type ApprovalAuditNotification = z.infer<typeof ApprovalAuditNotification>;
 
 /** Builds the paste-able config snippet for remembered decisions (deny wins over allow for the same host). */
 export function exportDomains(

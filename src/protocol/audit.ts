@@ -50,6 +50,8 @@ export const AuditQueryParams = z.object({
 });
 export type AuditQueryParams = z.input<typeof AuditQueryParams>;
 export type AuditQuery = z.output<typeof AuditQueryParams>;
+/** `audit/query`'s params as sent: absent or null asks with every default. */
+export const AuditQueryRequest = AuditQueryParams.nullish();
 
 export const AuditSessionItem = z.object({
   type: z.literal('session'),
@@ -231,6 +233,3 @@ export const AuditInfoResult = z.object({
   notices: z.array(z.string()),
 });
 export type AuditInfoResult = z.infer<typeof AuditInfoResult>;
-
-/** The JSON-RPC methods of the audit trail. */
-export const AUDIT_METHODS = ['audit/query', 'audit/process', 'audit/info'] as const;

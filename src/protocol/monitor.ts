@@ -10,18 +10,6 @@ import { OutputChunk, OutputStream, SandboxTypeWire } from './exec.js';
 export const SandboxBadge = z.enum(['none', 'linux-seccomp', 'macos-seatbelt', 'client-wrapped']);
 export type SandboxBadge = z.infer<typeof SandboxBadge>;
 
-/** The basename of argv[0] with which 0.120–0.130 clients wrap their own Linux sandbox around a command. */
-export const CLIENT_SANDBOX_WRAPPER = 'codex-linux-sandbox';
-
-/** The badge for a process: the server's own sandbox type, or a client-side wrapper recognised from argv[0]. */
-export function sandboxBadge(sandboxType: string, argv: readonly string[]): SandboxBadge {
-  if (sandboxType === 'linuxSeccomp') return 'linux-seccomp';
-  if (sandboxType === 'macosSeatbelt') return 'macos-seatbelt';
-  const program = argv[0] ?? '';
-  const base = program.slice(program.lastIndexOf('/') + 1);
-  return base === CLIENT_SANDBOX_WRAPPER ? 'client-wrapped' : 'none';
-}
-
 export const REDACTED = '‹redacted›';
 
 const SECRET_KEY = /(^env$|^environment$|key|secret|token|password|passwd|credential|authorization|cookie)/i;
@@ -180,6 +168,11 @@ export const FollowParams = z.object({ sessionId: z.string(), processId: z.strin
 export const ProcessRef = z.object({ sessionId: z.string(), processId: z.string() });
 export const SessionRef = z.object({ sessionId: z.string() });
 export type ProcessRef = z.infer<typeof ProcessRef>;
+export const FollowResult = z.object({ following: z.boolean() });
+export const KillSessionResult = z.object({
+  /** Processes that were running and got SIGKILL. */
+  killed: z.number(),
+});
 
 export const MonitorReadParams = ProcessRef.extend({
   afterSeq: z.number().int().nonnegative().nullish(),
@@ -254,15 +247,6 @@ export type CheckUrlResult = z.infer<typeof CheckUrlResult>;
 
 // ---- notifications (server → privileged subscriber) -------------------------------------------------------------
 
-export const MONITOR_NOTIFICATIONS = [
-  'monitor/process',
-  'monitor/output',
-  'monitor/session',
-  'monitor/blocked',
-  'monitor/audit',
-  'monitor/dropped',
-] as const;
-
 export const MonitorProcessNotification = z.object({ process: MonitorProcess });
 export const MonitorOutputNotification = z.object({
   sessionId: z.string(),
@@ -276,6 +260,8 @@ export const MonitorSessionNotification = z.object({
   kind: z.enum(['created', 'attached', 'detached', 'expired']),
   session: MonitorSession,
 });
+export const MonitorBlockedNotification = z.object({ event: MonitorBlocked });
+export const MonitorAuditNotification = z.object({ event: MonitorAudit });
 export const MonitorDroppedNotification = z.object({ dropped: DroppedCounts });
 
 /** Turns zod issues into per-field errors, prefixed with the name of the pasted object. */

@@ -66,9 +66,6 @@ export class RpcConnection {
   private closedFlag = false;
   /** Free slot for the dispatcher's per-connection state. */
   state: unknown = undefined;
-  /** Set by the transport: the peer proved it holds the server's token (or is the app's own IPC). Monitor and
-   * policy methods are only for privileged connections. */
-  privileged = false;
 
   constructor(
     readonly transport: Transport,

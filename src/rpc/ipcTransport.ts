@@ -4,18 +4,12 @@
  * notifications go back as text. Same zod validation, same ExecParams, no second API. Electron is not imported here:
  * `serveIpc` takes `ipcMain`-like and `webContents`-like objects, so it is tested without the Electron binary.
  *
- * The second half, `RpcClientCore`, is the pure client side (ids, pending requests, notification handlers) used by
- * the preload script and by the panel's WebSocket transport. It imports nothing from Node.
+ * The client side (the preload's bridge, the panel's WebSocket) is src/protocol/client.ts.
  */
+import { IPC_CHANNEL, IPC_CONTROL } from '../protocol/client.js';
+import { MAX_MESSAGE_BYTES } from '../protocol/methods.js';
 import type { Principal } from '../server/auth.js';
 import type { RpcConnection, Transport } from './connection.js';
-
-/** JSON-RPC text, both directions. */
-export const IPC_CHANNEL = 'corral:rpc';
-/** Renderer → main: (re)open the connection for this renderer (page load). Main → renderer: the connection closed. */
-export const IPC_CONTROL = 'corral:rpc-control';
-/** Same limit as the WebSocket (protocol.md §2.2). */
-export const IPC_MAX_MESSAGE = 16 * 1024 * 1024;
 
 export interface IpcSenderLike {
   readonly id: number;
@@ -151,7 +145,7 @@ export function serveIpc(server: ConnectTarget, ipcMain: IpcMainLike, opts: IpcS
       connections.delete(event.sender.id);
       return;
     }
-    if (text.length > IPC_MAX_MESSAGE) {
+    if (text.length > MAX_MESSAGE_BYTES) {
       conn.close(1009, 'message too big');
       connections.delete(event.sender.id);
       return;
@@ -184,120 +178,4 @@ export function serveIpc(server: ConnectTarget, ipcMain: IpcMainLike, opts: IpcS
       connections.clear();
     },
   };
-}
-
-// ---- client side (pure) ----------------------------------------------------------------------------------------
-
-/** An error answer of the server (`{"error":{code,message}}`), or a transport failure (code 0). */
-export class RpcRemoteError extends Error {
-  constructor(
-    readonly code: number,
-    message: string,
-  ) {
-    super(message);
-    this.name = 'RpcRemoteError';
-  }
-}
-
-/** Errors cross Electron's contextBridge with only their message: the code travels as a `[code] ` prefix. */
-export function encodeBridgeError(code: number, message: string): string {
-  return `[${code}] ${message}`;
-}
-
-export function decodeBridgeError(e: unknown): RpcRemoteError {
-  const text = e instanceof Error ? e.message : String(e);
-  const m = /^(?:Error invoking remote method '[^']*': )?(?:Error: )?\[(-?\d+)\] ([\s\S]*)$/.exec(text);
-  return m ? new RpcRemoteError(Number(m[1]), m[2]!) : new RpcRemoteError(0, text);
-}
-
-export type NotificationHandler = (method: string, params: unknown) => void;
-
-/** The whole client API the panel talks through, in Electron (preload) and in a browser (WebSocket). */
-export interface ClientApi {
-  request(method: string, params?: unknown): Promise<unknown>;
-  onNotification(handler: NotificationHandler): () => void;
-}
-
-/**
- * JSON-RPC client state over any text transport: request ids, pending promises, notification fan-out. `receive`
- * takes each inbound message; `fail` rejects everything pending (the transport is gone).
- */
-export class RpcClientCore implements ClientApi {
-  private nextId = 1;
-  private readonly pending = new Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void }>();
-  private readonly handlers = new Set<NotificationHandler>();
-
-  constructor(private readonly sendText: (text: string) => void) {}
-
-  get pendingCount(): number {
-    return this.pending.size;
-  }
-
-  /**
-   * Sends a request. The one client notification of the protocol, `initialized`, also goes through here (the
-   * bridge exposes only `request`): it is sent as a notification and resolves to null.
-   */
-  request(method: string, params: unknown = null): Promise<unknown> {
-    if (method === 'initialized') {
-      try {
-        this.notify(method, params ?? {});
-        return Promise.resolve(null);
-      } catch (e) {
-        return Promise.reject(new RpcRemoteError(0, e instanceof Error ? e.message : String(e)));
-      }
-    }
-    const id = this.nextId++;
-    return new Promise((resolve, reject) => {
-      this.pending.set(id, { resolve, reject });
-      try {
-        this.sendText(JSON.stringify({ id, method, params }));
-      } catch (e) {
-        this.pending.delete(id);
-        reject(new RpcRemoteError(0, e instanceof Error ? e.message : String(e)));
-      }
-    });
-  }
-
-  /** Sends a notification (e.g. `initialized`). */
-  notify(method: string, params: unknown = {}): void {
-    this.sendText(JSON.stringify({ method, params }));
-  }
-
-  onNotification(handler: NotificationHandler): () => void {
-    this.handlers.add(handler);
-    return () => this.handlers.delete(handler);
-  }
-
-  receive(text: string): void {
-    let msg: { id?: unknown; method?: unknown; params?: unknown; result?: unknown; error?: unknown };
-    try {
-      msg = JSON.parse(text);
-    } catch {
-      return;
-    }
-    if (typeof msg.method === 'string') {
-      for (const h of [...this.handlers]) {
-        try {
-          h(msg.method, msg.params);
-        } catch {
-          // a failing handler must not break the others
-        }
-      }
-      return;
-    }
-    if (typeof msg.id !== 'number') return;
-    const p = this.pending.get(msg.id);
-    if (!p) return;
-    this.pending.delete(msg.id);
-    if (msg.error && typeof msg.error === 'object') {
-      const err = msg.error as { code?: number; message?: string };
-      p.reject(new RpcRemoteError(err.code ?? 0, err.message ?? 'error'));
-    } else p.resolve(msg.result);
-  }
-
-  fail(reason: string): void {
-    const all = [...this.pending.values()];
-    this.pending.clear();
-    for (const p of all) p.reject(new RpcRemoteError(0, reason));
-  }
 }

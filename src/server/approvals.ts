@@ -22,6 +22,7 @@
  *   `approvals/audit` notification, and a `CORRAL_NETWORK_APPROVAL {…}` log line).
  */
 import { randomUUID } from 'node:crypto';
+import type { Clock, Timer } from '../clock.js';
 import type { Decider, DeciderRequest, DeciderResult } from '../network/policy.js';
 import type { ManagedProxy } from '../network/proxy.js';
 import type { ManagedProcess } from '../process/managedProcess.js';
@@ -33,21 +34,19 @@ import {
   type ApprovalProtocol,
   type ApprovalsState,
   type ApprovalsSubscribeResult,
-  DecideParams,
   type DecideResult,
-  EmptyParams,
-  ExportParams,
   type ExportResult,
   exportDomains,
   type RememberedDecision,
-  RevokeParams,
   type RevokeResult,
 } from '../protocol/approvals.js';
 import { invalidRequest } from '../protocol/errors.js';
 import type { RpcConnection } from '../rpc/connection.js';
-import type { ExecServer } from './execServer.js';
-import { parseParams } from './params.js';
+import type { MethodRegistry } from './dispatch.js';
+import type { ServerEvents } from './events.js';
+import type { Logger } from './log.js';
 import type { Session } from './session.js';
+import type { SessionTable } from './sessions.js';
 
 export const DEFAULT_APPROVAL_TIMEOUT_MS = 30_000;
 /** The longest a prompt may wait, whatever its config asks (`--max-approval-timeout-ms`). */
@@ -63,10 +62,6 @@ export const MAX_WAITERS_PER_PROMPT = 1024;
 /** Remembered decisions kept, server-wide (the oldest allow goes first). */
 export const MAX_REMEMBERED = 4096;
 export const APPROVAL_AUDIT_RING = 500;
-
-export const APPROVALS_NOT_PRIVILEGED =
-  'approval methods need a panel connection: the desktop app itself, or a WebSocket client that presented the ' +
-  'panel token (an agent can never see or decide an approval)';
 
 /** The reason in the blocked response when a prompt is denied, times out or is cancelled (§4.7 `not_allowed`). */
 export const APPROVAL_BLOCK_REASON = 'not_allowed';
@@ -89,7 +84,17 @@ interface Pending {
   prompt: ApprovalPrompt;
   key: string;
   waiters: Waiter[];
-  timer: NodeJS.Timeout;
+  timer: Timer;
+}
+
+/** What the broker needs of the server: its events, its sessions, the proxies of its processes, a log, the time. */
+export interface ApprovalHost {
+  readonly events: ServerEvents;
+  readonly sessions: Pick<SessionTable, 'get'>;
+  /** The live managed proxy of a process, if it has one. */
+  proxyOf(sessionId: string, processId: string): ManagedProxy | undefined;
+  readonly log: Logger;
+  readonly clock: Clock;
 }
 
 const ALLOW: DeciderResult = { type: 'allow' };
@@ -119,10 +124,13 @@ export class ApprovalBroker {
   /** Processes whose proxy asks for approvals (by `session/process`), with their proxy's timeout. */
   private readonly asking = new Map<string, number>();
 
+  private readonly clock: Clock;
+
   constructor(
-    private readonly server: ExecServer,
+    private readonly server: ApprovalHost,
     opts: ApprovalOptions = {},
   ) {
+    this.clock = server.clock;
     this.maxTimeoutMs = opts.maxTimeoutMs ?? DEFAULT_MAX_APPROVAL_TIMEOUT_MS;
     this.timeoutMs = Math.min(opts.timeoutMs ?? DEFAULT_APPROVAL_TIMEOUT_MS, this.maxTimeoutMs);
     this.maxPending = opts.maxPending ?? MAX_PENDING_PROMPTS;
@@ -132,19 +140,9 @@ export class ApprovalBroker {
     server.events.on('session', (kind, session) => {
       if (kind === 'expired') this.forgetSession(session);
     });
-    this.register();
   }
 
   // ---- the proxy side ------------------------------------------------------------------------------------------
-
-  /** The live proxy of a process, whichever launcher started it (the server's own or the host's preparer). */
-  private proxyOf(sessionId: string, processId: string): ManagedProxy | undefined {
-    const k = procKey(sessionId, processId);
-    const prep = this.server.preparer as { proxies?: unknown };
-    const fromPreparer =
-      prep.proxies instanceof Map ? (prep.proxies.get(k) as ManagedProxy | undefined) : undefined;
-    return fromPreparer ?? this.server.launcher.proxies.get(k);
-  }
 
   /**
    * Installs the decider on a process's proxy when its config asks for approvals. Runs on the synchronous
@@ -154,7 +152,7 @@ export class ApprovalBroker {
     const { sessionId, processId } = proc.info;
     const k = procKey(sessionId, processId);
     if (kind === 'started') {
-      const proxy = this.proxyOf(sessionId, processId);
+      const proxy = this.server.proxyOf(sessionId, processId);
       const approvals = proxy?.spec.approvals;
       if (!proxy || !approvals) return;
       this.asking.set(k, approvals.timeoutMs ?? this.timeoutMs);
@@ -235,7 +233,7 @@ export class ApprovalBroker {
       }
       const asked = this.asking.get(k) ?? this.timeoutMs;
       const timeoutMs = Math.min(asked, this.maxTimeoutMs);
-      const now = Date.now();
+      const now = this.clock.now();
       const prompt: ApprovalPrompt = {
         id: randomUUID(),
         sessionId,
@@ -257,9 +255,8 @@ export class ApprovalBroker {
         prompt,
         key,
         waiters: [],
-        timer: setTimeout(() => this.finish(created, 'timeout'), timeoutMs),
+        timer: this.clock.setTimeout(() => this.finish(created, 'timeout'), timeoutMs),
       };
-      created.timer.unref?.();
       p = created;
       this.pending.set(key, p);
       this.pendingById.set(prompt.id, p);
@@ -368,7 +365,7 @@ export class ApprovalBroker {
     note: string | null = null,
   ): number {
     if (this.pendingById.get(p.prompt.id) !== p) return 0;
-    clearTimeout(p.timer);
+    this.clock.clearTimeout(p.timer);
     this.pending.delete(p.key);
     this.pendingById.delete(p.prompt.id);
     this.count(p.prompt, -1);
@@ -380,7 +377,12 @@ export class ApprovalBroker {
     p.prompt.waiting = 0;
     if (outcome === 'timeout' || outcome === 'cancelled') this.record(outcome, p.prompt, { released, note });
     else this.record('decided', p.prompt, { released, decision: outcome, decisionId });
-    this.broadcast('approvals/resolved', { id: p.prompt.id, outcome, released, resolvedAt: Date.now() });
+    this.broadcast('approvals/resolved', {
+      id: p.prompt.id,
+      outcome,
+      released,
+      resolvedAt: this.clock.now(),
+    });
     return released;
   }
 
@@ -402,7 +404,7 @@ export class ApprovalBroker {
       host,
       port,
       protocol,
-      decidedAt: Date.now(),
+      decidedAt: this.clock.now(),
       promptId: id,
     };
     this.remember(remembered);
@@ -500,7 +502,7 @@ export class ApprovalBroker {
   ): void {
     const event: ApprovalAuditEvent = {
       seq: this.auditSeq++,
-      timestamp: Date.now(),
+      timestamp: this.clock.now(),
       kind,
       promptId: prompt.id,
       decisionId: extra.decisionId ?? null,
@@ -536,56 +538,26 @@ export class ApprovalBroker {
     }
   }
 
-  private register(): void {
-    const priv =
-      <T>(f: (p: unknown, conn: RpcConnection) => T) =>
-      (p: unknown, conn: RpcConnection) => {
-        if (!conn.privileged) throw invalidRequest(APPROVALS_NOT_PRIVILEGED);
-        return f(p, conn);
-      };
-    const s = this.server;
-    s.registerMethod(
-      'approvals/subscribe',
-      'exec',
-      priv((p, conn): ApprovalsSubscribeResult => {
-        parseParams(EmptyParams, p, 'ApprovalsSubscribeParams');
-        this.subscribers.add(conn);
-        return { ...this.state(), timeoutMs: this.timeoutMs };
-      }),
-    );
-    s.registerMethod(
-      'approvals/unsubscribe',
-      'exec',
-      priv((_p, conn) => {
-        this.subscribers.delete(conn);
-        return {};
-      }),
-    );
-    s.registerMethod(
-      'approvals/list',
-      'exec',
-      priv((p) => {
-        parseParams(EmptyParams, p, 'ApprovalsListParams');
-        return this.state();
-      }),
-    );
-    s.registerMethod(
-      'approvals/decide',
-      'exec',
-      priv((p) => {
-        const d = parseParams(DecideParams, p, 'ApprovalDecideParams');
-        return this.applyDecision(d.id, d.decision);
-      }),
-    );
-    s.registerMethod(
-      'approvals/revoke',
-      'exec',
-      priv((p) => this.revoke(parseParams(RevokeParams, p, 'ApprovalRevokeParams').id)),
-    );
-    s.registerMethod(
-      'approvals/export',
-      'exec',
-      priv((p) => this.exportSnippet(parseParams(ExportParams, p, 'ApprovalExportParams')?.sessionId)),
-    );
+  /** Starts sending `approvals/*` notifications to `conn`; the current state and the default timeout. */
+  subscribe(conn: RpcConnection): ApprovalsSubscribeResult {
+    this.subscribers.add(conn);
+    return { ...this.state(), timeoutMs: this.timeoutMs };
   }
+
+  unsubscribe(conn: RpcConnection): void {
+    this.subscribers.delete(conn);
+  }
+}
+
+/** The panel's `approvals/*` methods on `broker`. */
+export function registerApprovalMethods(registry: MethodRegistry, broker: ApprovalBroker): void {
+  registry.handle('approvals/subscribe', (_p, { conn }) => broker.subscribe(conn));
+  registry.handle('approvals/unsubscribe', (_p, { conn }) => {
+    broker.unsubscribe(conn);
+    return {};
+  });
+  registry.handle('approvals/list', () => broker.state());
+  registry.handle('approvals/decide', (p) => broker.applyDecision(p.id, p.decision));
+  registry.handle('approvals/revoke', (p) => broker.revoke(p.id));
+  registry.handle('approvals/export', (p) => broker.exportSnippet(p?.sessionId));
 }

@@ -1,4 +1,4 @@
-import type { NodeKind } from './fsIo.js';
+export type NodeKind = 'file' | 'dir' | 'symlink' | 'fifo' | 'socket' | 'char' | 'block' | 'unknown';
 
 /** What an object is (lstat of it, or fstat of what was opened). `ident` ("dev:ino") names the inode. */
 export interface FsNodeInfo {

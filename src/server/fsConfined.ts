@@ -1,8 +1,8 @@
 import { constants as fsc } from 'node:fs';
 import { internalError } from '../protocol/errors.js';
 import type { FsRules, FsStep } from '../sandbox/fsAccess.js';
-import type { FsBackend, FsNodeInfo, Located, OpenedFile } from './fsBackend.js';
-import { closeFd, type NodeKind, nodeInfo, notRegularFile } from './fsIo.js';
+import type { FsBackend, FsNodeInfo, Located, NodeKind, OpenedFile } from './fsBackend.js';
+import { closeFd, nodeInfo, notRegularFile } from './fsIo.js';
 import { errnoError, type NativeFs } from './fsNative.js';
 
 /**

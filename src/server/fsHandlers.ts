@@ -1,22 +1,15 @@
+import { type Clock, realClock } from '../clock.js';
 import { ErrorCode, internalError, RpcError } from '../protocol/errors.js';
-import {
-  CanonicalizeParams,
-  CopyParams,
-  CreateDirectoryParams,
-  GetMetadataParams,
-  ReadDirectoryParams,
-  ReadFileParams,
-  RemoveParams,
-  WriteFileParams,
-} from '../protocol/fs.js';
+import type { MethodName } from '../protocol/methods.js';
 import type { FsRules } from '../sandbox/fsAccess.js';
 import { decodeBase64Strict } from './base64.js';
+import type { Call, Handler, MethodRegistry } from './dispatch.js';
+import type { ServerEvents } from './events.js';
 import { ConfinedFs } from './fsConfined.js';
 import { HostFs } from './fsHost.js';
 import { DEFAULT_FS_LIMITS, Deadline, type FsLimits } from './fsIo.js';
 import { nativeFs } from './fsNative.js';
 import * as ops from './fsOps.js';
-import { parseParams } from './params.js';
 
 /**
  * Resolves the sandbox context a request carries (`sandbox` 0.125+, `sandboxPolicy` 0.120): the rules to enforce,
@@ -80,30 +73,28 @@ function contextOf(p: { sandbox?: unknown; sandboxPolicy?: unknown }): unknown {
   return p.sandbox ?? p.sandboxPolicy ?? null;
 }
 
-/**
- * The fs/* requests of one connection: one at a time in arrival order (a write then a read of the same file stay in
- * that order), but apart from the connection's other requests, so that a slow fs/* never holds its process/* ones.
- */
-export class FsLane {
-  private tail: Promise<unknown> = Promise.resolve();
-  run<T>(work: () => Promise<T>): Promise<T> {
-    const r = this.tail.then(work);
-    this.tail = r.catch(() => {});
-    return r;
-  }
-}
-
 export interface FsMethodsOptions {
   /** Resolves the sandbox context of each request. */
   rulesFor: FsContextResolver;
-  limits?: Partial<FsLimits>;
+  limits?: Partial<FsLimits> | undefined;
+  clock?: Clock;
+  /** Where each finished request is reported while someone listens (the audit trail). */
+  events?: ServerEvents;
 }
 
-/** The seed's fs/* methods (protocol.md §6) plus fs/canonicalize, one function each, on a backend per request. */
-export function createFsMethods(
-  opts: FsMethodsOptions,
-): Record<string, (params: unknown) => Promise<unknown>> {
+/** The fs layer words every refusal of a request's sandbox context `sandbox denied …` / `sandbox: …` (-32603). */
+export function isSandboxRefusal(e: unknown): boolean {
+  return e instanceof RpcError && e.code === ErrorCode.InternalError && /^sandbox( denied|:)/.test(e.message);
+}
+
+/**
+ * Serves the seed's fs/* methods (protocol.md §6) plus fs/canonicalize, one function each, on a backend per request,
+ * each on its connection's fs lane (in order among themselves, apart from the connection's other requests, so that
+ * a slow fs/* never holds its process/* ones).
+ */
+export function registerFsMethods(registry: MethodRegistry, opts: FsMethodsOptions): void {
   const limits: FsLimits = { ...DEFAULT_FS_LIMITS, ...opts.limits };
+  const clock = opts.clock ?? realClock;
   const host = new HostFs();
 
   /** Runs one request on the backend its context asks for, within the time limit, errors mapped to the wire. */
@@ -113,8 +104,8 @@ export function createFsMethods(
     context: unknown,
     work: (r: ops.FsRun<unknown>) => Promise<T>,
   ): Promise<T> {
-    const d = new Deadline(limits.timeoutMs, `${method} of ${path}`);
-    let timer: NodeJS.Timeout | undefined;
+    const d = new Deadline(limits.timeoutMs, `${method} of ${path}`, clock);
+    let timer: ReturnType<Clock['setTimeout']> | undefined;
     try {
       const rules = opts.rulesFor(context);
       let r: ops.FsRun<unknown>;
@@ -128,96 +119,90 @@ export function createFsMethods(
       const running = work(r);
       running.catch(() => {}); // still settles after a timeout; its error then goes nowhere
       const timeout = new Promise<never>((_, reject) => {
-        timer = setTimeout(() => reject(d.error()), limits.timeoutMs);
+        timer = clock.setTimeout(() => reject(d.error()), limits.timeoutMs);
       });
       return await Promise.race([running, timeout]);
     } catch (e) {
       throw fsError(e);
     } finally {
-      clearTimeout(timer);
+      clock.clearTimeout(timer);
     }
   }
 
-  function readFile(params: unknown) {
-    const p = parseParams(ReadFileParams, params, 'FsReadFileParams');
-    return serve('fs/readFile', p.path, contextOf(p), async (r) => ({
-      dataBase64: (await ops.readFile(r, p.path)).toString('base64'),
-    }));
+  /** Runs a request and reports how it ended on the event bus (the audit trail listens). */
+  async function observed(method: string, params: unknown, call: Call, run: () => unknown): Promise<unknown> {
+    const events = opts.events!;
+    const time = clock.now();
+    const session = call.state.session;
+    try {
+      const result = await run();
+      events.emit('fs', { method, time, params, session, error: null, refused: false });
+      return result;
+    } catch (e) {
+      const error = e instanceof Error ? e : new Error(String(e));
+      events.emit('fs', { method, time, params, session, error, refused: isSandboxRefusal(e) });
+      throw e;
+    }
   }
 
-  function writeFile(params: unknown) {
-    const p = parseParams(WriteFileParams, params, 'FsWriteFileParams');
+  /** Every error, a synchronous one (bad base64) too, is answered as fs/* answers them, in lane order. */
+  const serveOnLane = <M extends MethodName>(method: M, handler: Handler<M>) =>
+    registry.handle(
+      method,
+      (p, call) => {
+        const run = () => {
+          try {
+            return handler(p, call);
+          } catch (e) {
+            throw fsError(e);
+          }
+        };
+        return opts.events?.hasFsListeners() ? (observed(method, p, call, run) as never) : run();
+      },
+      { lane: 'fs' },
+    );
+
+  serveOnLane('fs/readFile', (p) =>
+    serve('fs/readFile', p.path, contextOf(p), async (r) => ({
+      dataBase64: (await ops.readFile(r, p.path)).toString('base64'),
+    })),
+  );
+  serveOnLane('fs/writeFile', (p) => {
     const data = decodeBase64Strict(p.dataBase64);
     return serve('fs/writeFile', p.path, contextOf(p), async (r) => {
       await ops.writeFile(r, p.path, data);
       return {};
     });
-  }
-
-  function createDirectory(params: unknown) {
-    const p = parseParams(CreateDirectoryParams, params, 'FsCreateDirectoryParams');
-    return serve('fs/createDirectory', p.path, contextOf(p), async (r) => {
+  });
+  serveOnLane('fs/createDirectory', (p) =>
+    serve('fs/createDirectory', p.path, contextOf(p), async (r) => {
       await ops.createDirectory(r, p.path, p.recursive ?? true);
       return {};
-    });
-  }
-
-  function getMetadata(params: unknown) {
-    const p = parseParams(GetMetadataParams, params, 'FsGetMetadataParams');
-    return serve('fs/getMetadata', p.path, contextOf(p), (r) => ops.getMetadata(r, p.path));
-  }
-
-  function readDirectory(params: unknown) {
-    const p = parseParams(ReadDirectoryParams, params, 'FsReadDirectoryParams');
-    return serve('fs/readDirectory', p.path, contextOf(p), async (r) => ({
+    }),
+  );
+  serveOnLane('fs/getMetadata', (p) =>
+    serve('fs/getMetadata', p.path, contextOf(p), (r) => ops.getMetadata(r, p.path)),
+  );
+  serveOnLane('fs/readDirectory', (p) =>
+    serve('fs/readDirectory', p.path, contextOf(p), async (r) => ({
       entries: await ops.readDirectory(r, p.path),
-    }));
-  }
-
-  function remove(params: unknown) {
-    const p = parseParams(RemoveParams, params, 'FsRemoveParams');
-    return serve('fs/remove', p.path, contextOf(p), async (r) => {
+    })),
+  );
+  serveOnLane('fs/remove', (p) =>
+    serve('fs/remove', p.path, contextOf(p), async (r) => {
       await ops.remove(r, p.path, p.recursive ?? true, p.force ?? true);
       return {};
-    });
-  }
-
-  function copy(params: unknown) {
-    const p = parseParams(CopyParams, params, 'FsCopyParams');
-    return serve('fs/copy', p.sourcePath, contextOf(p), async (r) => {
+    }),
+  );
+  serveOnLane('fs/copy', (p) =>
+    serve('fs/copy', p.sourcePath, contextOf(p), async (r) => {
       await ops.copy(r, p.sourcePath, p.destinationPath, p.recursive ?? false);
       return {};
-    });
-  }
-
-  function canonicalize(params: unknown) {
-    const p = parseParams(CanonicalizeParams, params, 'FsCanonicalizeParams');
-    return serve('fs/canonicalize', p.path, contextOf(p), async (r) => ({
+    }),
+  );
+  serveOnLane('fs/canonicalize', (p) =>
+    serve('fs/canonicalize', p.path, contextOf(p), async (r) => ({
       path: await ops.canonicalize(r, p.path),
-    }));
-  }
-
-  const methods = {
-    'fs/readFile': readFile,
-    'fs/writeFile': writeFile,
-    'fs/createDirectory': createDirectory,
-    'fs/getMetadata': getMetadata,
-    'fs/readDirectory': readDirectory,
-    'fs/remove': remove,
-    'fs/copy': copy,
-    'fs/canonicalize': canonicalize,
-  };
-  // Parse errors are answered like every other error (a rejected promise), in lane order.
-  return Object.fromEntries(
-    Object.entries(methods).map(([name, fn]) => [
-      name,
-      (params: unknown) => {
-        try {
-          return fn(params);
-        } catch (e) {
-          return Promise.reject(fsError(e));
-        }
-      },
-    ]),
+    })),
   );
 }

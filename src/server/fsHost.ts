@@ -2,8 +2,8 @@ import * as fs from 'node:fs';
 import { constants as fsc, type Stats } from 'node:fs';
 import * as fsp from 'node:fs/promises';
 import { dirname } from 'node:path';
-import type { FsBackend, FsNodeInfo, Located, OpenedFile } from './fsBackend.js';
-import { closeFd, kindOfMode, type NodeKind, nodeInfo, notRegularFile } from './fsIo.js';
+import type { FsBackend, FsNodeInfo, Located, NodeKind, OpenedFile } from './fsBackend.js';
+import { closeFd, kindOfMode, nodeInfo, notRegularFile } from './fsIo.js';
 import { errnoError } from './fsNative.js';
 
 /**

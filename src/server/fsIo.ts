@@ -1,7 +1,8 @@
 import * as fs from 'node:fs';
+import { type Clock, realClock } from '../clock.js';
 import { internalError, type RpcError } from '../protocol/errors.js';
-import type { FsNodeInfo } from './fsBackend.js';
-import { MAX_MESSAGE_BYTES } from './wsListener.js';
+import { MAX_MESSAGE_BYTES } from '../protocol/methods.js';
+import type { FsNodeInfo, NodeKind } from './fsBackend.js';
 
 /** Bounds of fs/* work (issue 13 item 4): nothing a hostile repository plants can make a request unbounded. */
 export interface FsLimits {
@@ -25,8 +26,6 @@ export const DEFAULT_FS_LIMITS: FsLimits = {
   maxDirectoryEntries: Math.floor(MAX_MESSAGE_BYTES / 45),
   maxDepth: 256,
 };
-
-export type NodeKind = 'file' | 'dir' | 'symlink' | 'fifo' | 'socket' | 'char' | 'block' | 'unknown';
 
 const KIND_OF_TYPE = new Map<number, NodeKind>([
   [fs.constants.S_IFREG, 'file'],
@@ -91,11 +90,12 @@ export class Deadline {
   constructor(
     private readonly ms: number,
     private readonly what: string,
+    private readonly clock: Clock = realClock,
   ) {
-    this.at = Date.now() + ms;
+    this.at = clock.now() + ms;
   }
   get expired(): boolean {
-    return Date.now() >= this.at;
+    return this.clock.now() >= this.at;
   }
   /** Throws the timeout error once the budget is spent. */
   check(): void {

@@ -10,18 +10,16 @@ import { fileURLToPath } from 'node:url';
 import { type AuditOptions, startAudit } from '../audit/index.js';
 import type { NetworkEvents } from '../network/events.js';
 import { resolveProgram } from '../process/resolveProgram.js';
-import { invalidRequest } from '../protocol/errors.js';
+import type { HostInfo } from '../protocol/host.js';
 import { type IpcMainLike, type IpcSenderLike, type IpcServer, serveIpc } from '../rpc/ipcTransport.js';
 import { type ParsedSandbox, previewLaunch } from '../sandbox/index.js';
 import { type HostTokens, hostAuth, hostTokens, IPC_PANEL } from './auth.js';
-import {
-  ExecServer,
-  type ExecServerOptions,
-  type LaunchPreparer,
-  type Logger,
-  silentLogger,
-} from './execServer.js';
-import { Monitor, NOT_PRIVILEGED, type PreviewFn } from './monitor.js';
+import { ExecServer, type ExecServerOptions } from './execServer.js';
+import type { LaunchPreparer } from './launcher.js';
+import { type Logger, silentLogger } from './log.js';
+import type { Monitor } from './monitor.js';
+import { servePanel } from './panel.js';
+import type { PreviewFn } from './policyDebugger.js';
 import { type Listener, listenWebSocket } from './wsListener.js';
 
 const VERSION = '0.1.0';
@@ -53,17 +51,6 @@ export interface HostOptions {
   mode?: 'desktop' | 'headless';
   /** The audit trail (null or absent: off). */
   audit?: AuditOptions | null;
-}
-
-/** What `host/info` tells a privileged client (the panel's "Connect an agent" box). */
-export interface HostInfo {
-  execUrl: string;
-  panelUrl: string | null;
-  logFile: string | null;
-  mode: 'desktop' | 'headless';
-  pid: number;
-  platform: string;
-  version: string;
 }
 
 export interface Host {
@@ -237,7 +224,7 @@ export async function startHost(opts: HostOptions = {}): Promise<Host> {
     log,
     ...(opts.preparer ? { preparer: opts.preparer } : {}),
   });
-  const monitor = new Monitor(server, { resumeGraceMs, preview: opts.preview ?? sandboxPreview });
+  const monitor = servePanel(server, { resumeGraceMs, preview: opts.preview ?? sandboxPreview });
   // The proxies of process/start report blocked requests and policy decisions on the launcher's bus.
   if (!opts.preparer) monitor.attachNetwork(server.launcher.networkEvents);
   audit.attach(server);
@@ -283,10 +270,7 @@ export async function startHost(opts: HostOptions = {}): Promise<Host> {
     platform: process.platform,
     version: VERSION,
   };
-  server.registerMethod('host/info', 'exec', (_p, conn) => {
-    if (!conn.privileged) throw invalidRequest(NOT_PRIVILEGED);
-    return info;
-  });
+  server.handle('host/info', () => info);
   let stopped: Promise<void> | null = null;
   const ipcServers: IpcServer[] = [];
   return {

@@ -9,6 +9,7 @@ import {
   startManagedProxy,
 } from '../network/index.js';
 import type { LaunchSpec, PreparedLaunch, SandboxType } from '../process/launch.js';
+import type { DenialClassifier } from '../process/managedProcess.js';
 import { checkCwd, LaunchCheckError, resolveProgram } from '../process/resolveProgram.js';
 import { internalError, invalidParams, RpcError } from '../protocol/errors.js';
 import type { ExecParams } from '../protocol/exec.js';
@@ -24,8 +25,20 @@ import {
   prepareLaunch,
   SandboxSetupError,
 } from '../sandbox/index.js';
-import type { LaunchPreparer, Logger } from './execServer.js';
 import type { FsContextResolver } from './fsHandlers.js';
+import type { Logger } from './log.js';
+
+/** What process/start asks of the sandbox and proxy layers: turn a plain launch into the one that runs. */
+export interface LaunchPreparer {
+  prepare(
+    params: ExecParams,
+    spec: LaunchSpec,
+    ctx: { sessionId: string },
+  ): PreparedLaunch | Promise<PreparedLaunch>;
+  classify: DenialClassifier;
+  /** The live managed proxy of a process, if this preparer started one (network approvals install their decider). */
+  proxyOf?(sessionId: string, processId: string): ManagedProxy | undefined;
+}
 
 export interface LauncherOptions {
   log: Logger;
@@ -78,6 +91,10 @@ export class Launcher implements LaunchPreparer {
   constructor(private readonly opts: LauncherOptions) {
     this.networkEvents =
       opts.networkEvents ?? new NetworkEvents((e) => opts.log.error('network event listener failed', e));
+  }
+
+  proxyOf(sessionId: string, processId: string): ManagedProxy | undefined {
+    return this.proxies.get(`${sessionId}/${processId}`);
   }
 
   classify = (sandboxType: SandboxType, exitCode: number, output: string): boolean =>

@@ -1,5 +1,14 @@
 import log from 'electron-log/node';
-import type { Logger } from './execServer.js';
+
+/** Where the server's log lines go: the headless logger below, Electron's in the app, a test's own. */
+export interface Logger {
+  info(...args: unknown[]): void;
+  warn(...args: unknown[]): void;
+  error(...args: unknown[]): void;
+  debug(...args: unknown[]): void;
+}
+
+export const silentLogger: Logger = { info() {}, warn() {}, error() {}, debug() {} };
 
 export type LogLevel = 'error' | 'warn' | 'info' | 'debug';
 

@@ -1,47 +1,36 @@
 /**
- * The panel's monitor feed: a subscription any privileged connection (the app's IPC, or a WebSocket client holding
- * the token) opens with `monitor/subscribe` to see ALL sessions — processes, their output, proxy audit events and
- * blocked requests — as a snapshot followed by live `monitor/*` notifications. Also the privileged actions on other
- * clients' processes (`monitor/terminate`, `monitor/write`, `monitor/read`), and the gate in front of the policy
- * debugger (policyDebugger.ts: `policy/preview`, `policy/checkUrl`).
+ * The panel's monitor feed: a subscription any panel connection (the app's IPC, or a WebSocket client holding the
+ * panel token) opens with `monitor/subscribe` to see ALL sessions — processes, their output, proxy audit events and
+ * blocked requests — as a snapshot followed by live `monitor/*` notifications. (What a panel may do to those processes
+ * is panelActions.ts; the policy debugger is policyDebugger.ts; panel.ts puts them together.)
  *
  * Memory is bounded: the network events live in fixed rings, finished processes of expired sessions in a fixed list,
  * and each subscriber has a byte budget for what is queued on its transport; past it, output chunks and network
  * events are dropped (and counted, reported as `monitor/dropped`), and process/session updates are coalesced into a
  * set of dirty keys that is flushed once the subscriber has drained. Env values are never sent.
  */
+import { type Clock, realClock, type Timer } from '../clock.js';
 import type { NetworkEvents } from '../network/events.js';
-import type { Resolver } from '../network/policy.js';
 import type { ManagedProcess } from '../process/managedProcess.js';
 import { invalidRequest } from '../protocol/errors.js';
 import type { OutputStream } from '../protocol/exec.js';
-import {
-  type DroppedCounts,
-  FollowParams,
-  type HostCount,
-  type MonitorAudit,
-  type MonitorBlocked,
-  type MonitorProcess,
-  MonitorReadParams,
-  type MonitorReadResult,
-  type MonitorSession,
-  type MonitorSnapshot,
-  MonitorWriteParams,
-  ProcessRef,
-  redact,
-  SessionRef,
-  SubscribeParams,
-  sandboxBadge,
+import type {
+  DroppedCounts,
+  HostCount,
+  MonitorAudit,
+  MonitorBlocked,
+  MonitorProcess,
+  MonitorSession,
+  MonitorSnapshot,
 } from '../protocol/monitor.js';
+import { redact } from '../protocol/monitor.js';
 import { auditMetadataOf, type BlockedEvent, type NetworkAuditEvent } from '../protocol/network.js';
 import { ResultWithCallback, type RpcConnection } from '../rpc/connection.js';
-import { decodeBase64Strict } from './base64.js';
-import type { ExecServer } from './execServer.js';
-import { parseParams } from './params.js';
-import { type PreviewFn, registerPolicyDebugger } from './policyDebugger.js';
+import { isClientWrapped } from '../sandbox/codexWrapped.js';
+import type { ConnState, MethodRegistry } from './dispatch.js';
+import type { ServerEvents } from './events.js';
 import type { Session } from './session.js';
-
-export type { PreviewFn };
+import type { SessionTable } from './sessions.js';
 
 /** Above this many bytes queued on a subscriber's transport, output and network events are dropped for it. */
 export const SUBSCRIBER_HIGH_WATER = 4 * 1024 * 1024;
@@ -52,22 +41,26 @@ export const FINISHED_PROCESSES = 500;
 const MAX_HOSTS = 2000;
 const BYTES_TICK_MS = 1000;
 
-export const NOT_PRIVILEGED =
-  'monitor and policy methods need a panel connection: the desktop app itself, or a WebSocket client that ' +
-  'presented the panel token (the agent token is not enough)';
-
 export interface MonitorOptions {
   /** The server's resume grace (ms), to show detached sessions' countdown. */
   resumeGraceMs?: number;
-  /** The sandbox engine's preview (bwrap argv / Seatbelt profile). Without it, previews validate only. */
-  preview?: PreviewFn;
-  /** Resolver for policy/checkUrl (names that the policy would resolve). Default: the proxy's own (getaddrinfo). */
-  resolver?: Resolver;
+  /** Whether policy/preview can show launches (the snapshot tells the panel). */
+  previewWired?: boolean;
   highWaterBytes?: number;
 }
 
-interface ConnStateView {
-  session: Session | null;
+/** What the feed watches: the server's events and sessions, on its clock. */
+export interface MonitorHost {
+  readonly events: ServerEvents;
+  readonly sessions: Pick<SessionTable, 'values' | 'holds' | 'processes'>;
+  readonly clock?: Clock;
+}
+
+/** The badge for a process: the server's own sandbox type, or a client-side wrapper recognised from argv[0]. */
+export function sandboxBadge(sandboxType: string, argv: readonly string[]): MonitorProcess['badge'] {
+  if (sandboxType === 'linuxSeccomp') return 'linux-seccomp';
+  if (sandboxType === 'macosSeatbelt') return 'macos-seatbelt';
+  return isClientWrapped(argv) ? 'client-wrapped' : 'none';
 }
 
 class Subscriber {
@@ -104,15 +97,17 @@ export class Monitor {
   private readonly lowWater: number;
   private readonly detachListeners: (() => void)[] = [];
   private outputAttached = false;
-  private ticker: NodeJS.Timeout | null = null;
+  private ticker: Timer | null = null;
+  private readonly clock: Clock;
   private readonly reportedBytes = new WeakMap<ManagedProcess, number>();
   private readonly onOutput = (proc: ManagedProcess, seq: number, stream: OutputStream, data: Buffer) =>
     this.output(proc, seq, stream, data);
 
   constructor(
-    readonly server: ExecServer,
+    private readonly server: MonitorHost,
     private readonly opts: MonitorOptions = {},
   ) {
+    this.clock = server.clock ?? realClock;
     this.highWater = opts.highWaterBytes ?? SUBSCRIBER_HIGH_WATER;
     this.lowWater = Math.min(SUBSCRIBER_LOW_WATER, Math.floor(this.highWater / 4));
     const onProcess = (_kind: string, proc: ManagedProcess) => this.processChanged(proc);
@@ -124,7 +119,6 @@ export class Monitor {
       () => server.events.off('process', onProcess),
       () => server.events.off('session', onSession),
     );
-    this.register();
   }
 
   /** Feeds a proxy event bus (blocked requests and audit events) into the feed. May be called for several buses. */
@@ -161,62 +155,27 @@ export class Monitor {
 
   // ---- methods -----------------------------------------------------------------------------------------------
 
-  private register(): void {
-    const priv =
-      <T>(f: (p: unknown, conn: RpcConnection) => T) =>
-      (p: unknown, conn: RpcConnection) => {
-        if (!conn.privileged) throw invalidRequest(NOT_PRIVILEGED);
-        return f(p, conn);
-      };
-    const s = this.server;
-    s.registerMethod(
-      'monitor/subscribe',
-      'exec',
-      priv((p, conn) => this.subscribe(p, conn)),
-    );
-    s.registerMethod(
-      'monitor/unsubscribe',
-      'exec',
-      priv((_p, conn) => {
-        for (const sub of this.subscribers) if (sub.conn === conn) this.subscribers.delete(sub);
-        this.updateOutputListener();
-        return {};
-      }),
-    );
-    s.registerMethod(
-      'monitor/follow',
-      'exec',
-      priv((p, conn) => this.follow(p, conn)),
-    );
-    s.registerMethod(
-      'monitor/read',
-      'exec',
-      priv((p) => this.read(p)),
-    );
-    s.registerMethod(
-      'monitor/terminate',
-      'exec',
-      priv((p) => this.terminate(p)),
-    );
-    s.registerMethod(
-      'monitor/write',
-      'exec',
-      priv((p) => this.write(p)),
-    );
-    s.registerMethod(
-      'monitor/killSession',
-      'exec',
-      priv((p) => this.killSession(p)),
-    );
-    registerPolicyDebugger(this.opts, (method, handle) => s.registerMethod(method, 'exec', priv(handle)));
+  /** Serves `monitor/subscribe`, `monitor/unsubscribe` and `monitor/follow`. */
+  register(registry: MethodRegistry): void {
+    registry.handle('monitor/subscribe', (p, { conn }) => this.subscribe(p?.output ?? 'all', conn));
+    registry.handle('monitor/unsubscribe', (_p, { conn }) => {
+      for (const sub of this.subscribers) if (sub.conn === conn) this.subscribers.delete(sub);
+      this.updateOutputListener();
+      return {};
+    });
+    registry.handle('monitor/follow', (p, { conn }) => this.follow(p.sessionId, p.processId, p.follow, conn));
   }
 
-  private subscribe(params: unknown, conn: RpcConnection): unknown {
-    const p = parseParams(SubscribeParams, params, 'SubscribeParams');
+  /** True while the feed still lists a process of an expired session (its output is gone). */
+  remembers(sessionId: string, processId: string): boolean {
+    return this.finished.has(key(sessionId, processId));
+  }
+
+  private subscribe(output: 'all' | 'followed', conn: RpcConnection): ResultWithCallback<MonitorSnapshot> {
     for (const sub of this.subscribers) if (sub.conn === conn) this.subscribers.delete(sub);
-    const session = (conn.state as ConnStateView | undefined)?.session ?? null;
+    const session = (conn.state as ConnState | undefined)?.session ?? null;
     const sub = new Subscriber(conn, session);
-    sub.outputAll = (p?.output ?? 'all') === 'all';
+    sub.outputAll = output === 'all';
     this.subscribers.add(sub);
     this.updateOutputListener();
     const snapshot = this.snapshot(session);
@@ -228,7 +187,7 @@ export class Monitor {
 
   snapshot(self: Session | null = null): MonitorSnapshot {
     const processes: MonitorProcess[] = [...this.finished.values()];
-    for (const p of this.server.allProcesses()) processes.push(this.describe(p));
+    for (const p of this.server.sessions.processes()) processes.push(this.describe(p));
     processes.sort((a, b) => a.startedAt - b.startedAt);
     return {
       processes,
@@ -244,62 +203,9 @@ export class Monitor {
         subscriberHighWaterBytes: this.highWater,
       },
       networkWired: this.networkWired,
-      previewWired: this.opts.preview !== undefined,
-      serverTime: Date.now(),
+      previewWired: this.opts.previewWired ?? false,
+      serverTime: this.clock.now(),
     };
-  }
-
-  private lookup(ref: { sessionId: string; processId: string }): ManagedProcess | undefined {
-    return this.server.sessions.get(ref.sessionId)?.get(ref.processId);
-  }
-
-  private read(params: unknown): MonitorReadResult {
-    const p = parseParams(MonitorReadParams, params, 'MonitorReadParams');
-    const proc = this.lookup(p);
-    if (!proc) {
-      if (this.finished.has(key(p.sessionId, p.processId)))
-        return { chunks: [], nextSeq: 0, retained: false };
-      throw invalidRequest(`unknown process id ${p.processId} in session ${p.sessionId}`);
-    }
-    const chunks = proc.read(p.afterSeq ?? 0, p.maxBytes ?? null);
-    const last = chunks[chunks.length - 1];
-    return {
-      chunks: chunks.map((c) => ({ seq: c.seq, stream: c.stream, chunk: c.data.toString('base64') })),
-      nextSeq: last ? last.seq + 1 : proc.lastSeq + 1,
-      retained: !proc.outputEvicted,
-    };
-  }
-
-  private terminate(params: unknown): { running: boolean } {
-    const p = parseParams(ProcessRef, params, 'ProcessRef');
-    const proc = this.lookup(p);
-    if (!proc) return { running: false };
-    const running = proc.kill('SIGKILL');
-    if (proc.state !== 'closed') proc.killGroup();
-    this.server.log.info(
-      `panel terminated process ${p.processId} of session ${p.sessionId} (pid ${proc.pid}, running ${running})`,
-    );
-    return { running };
-  }
-
-  /** Kills every process of a session now (the panel's button on a detached session's countdown). */
-  private killSession(params: unknown): { killed: number } {
-    const p = parseParams(SessionRef, params, 'SessionRef');
-    const session = this.server.sessions.get(p.sessionId);
-    if (!session) return { killed: 0 };
-    let killed = 0;
-    for (const proc of session.processes) if (proc.state === 'running') killed++;
-    session.killAll();
-    this.server.log.info(`panel killed the ${killed} running process(es) of session ${p.sessionId}`);
-    return { killed };
-  }
-
-  private write(params: unknown): { status: string } {
-    const p = parseParams(MonitorWriteParams, params, 'MonitorWriteParams');
-    const data = decodeBase64Strict(p.chunk);
-    const proc = this.lookup(p);
-    if (!proc) return { status: 'unknownProcess' };
-    return { status: proc.write(data) };
   }
 
   // ---- events ------------------------------------------------------------------------------------------------
@@ -528,7 +434,7 @@ export class Monitor {
     sub.dirtyProcesses.clear();
     sub.dirtySessions.clear();
     for (const s of sessions) {
-      const kind = this.server.sessions.has(s.id) ? (s.conn ? 'attached' : 'detached') : 'expired';
+      const kind = this.server.sessions.holds(s) ? (s.conn ? 'attached' : 'detached') : 'expired';
       this.send(
         sub,
         notification('monitor/session', { kind, session: this.describeSession(s, sub.session) }),
@@ -560,17 +466,24 @@ export class Monitor {
       else this.server.events.off('output', this.onOutput);
     }
     if (this.subscribers.size > 0 && !this.ticker) {
-      this.ticker = setInterval(() => this.tick(), BYTES_TICK_MS);
-      this.ticker.unref?.();
+      this.scheduleTick();
     } else if (this.subscribers.size === 0 && this.ticker) {
-      clearInterval(this.ticker);
+      this.clock.clearTimeout(this.ticker);
       this.ticker = null;
     }
   }
 
+  private scheduleTick(): void {
+    this.ticker = this.clock.setTimeout(() => {
+      this.tick();
+      if (this.subscribers.size > 0) this.scheduleTick();
+      else this.ticker = null;
+    }, BYTES_TICK_MS);
+  }
+
   /** About once a second: fresh byte counts of running processes whose output grew. */
   private tick(): void {
-    for (const p of this.server.allProcesses()) {
+    for (const p of this.server.sessions.processes()) {
       if (p.state !== 'running') continue;
       if (this.reportedBytes.get(p) === p.bytesOut) continue;
       this.reportedBytes.set(p, p.bytesOut);
@@ -578,15 +491,14 @@ export class Monitor {
     }
   }
 
-  private follow(params: unknown, conn: RpcConnection): { following: boolean } {
-    const p = parseParams(FollowParams, params, 'FollowParams');
+  private follow(sessionId: string, processId: string, follow: boolean, conn: RpcConnection) {
     const sub = [...this.subscribers].find((s) => s.conn === conn);
     if (!sub) throw invalidRequest('monitor/follow needs monitor/subscribe first');
-    const k = key(p.sessionId, p.processId);
-    if (p.follow) sub.followed.add(k);
+    const k = key(sessionId, processId);
+    if (follow) sub.followed.add(k);
     else sub.followed.delete(k);
     this.updateOutputListener();
-    return { following: p.follow };
+    return { following: follow };
   }
 }
 

@@ -2,7 +2,7 @@
  * The panel's policy debugger: `policy/preview` validates a sandbox (and managed-network) config the way
  * `process/start` would and previews the launch; `policy/checkUrl` decides a target under a network config with the
  * proxy's own target reader and admission rule (src/network/target.ts, admission.ts), so what it says is what the
- * proxy would do. Both are registered by the monitor, behind its privilege gate.
+ * proxy would do. Panel methods: the method table lets only panel connections call them.
  */
 import { admit } from '../network/admission.js';
 import { NetworkConfigError, parseManagedNetwork, parseNetworkConfig } from '../network/config.js';
@@ -10,17 +10,17 @@ import { blockMessage } from '../network/events.js';
 import { PolicyEngine, type Resolver } from '../network/policy.js';
 import { readTargetText } from '../network/target.js';
 import {
-  CheckUrlParams,
+  type CheckUrlParams,
   type CheckUrlResult,
   type FieldError,
   fieldErrors,
-  PolicyPreviewParams,
+  type PolicyPreviewParams,
   type PolicyPreviewResult,
   redact,
 } from '../protocol/monitor.js';
 import { NetworkSettingsWireSchema } from '../protocol/network.js';
 import { parseSandboxParam } from '../protocol/sandbox.js';
-import { parseParams } from './params.js';
+import type { MethodRegistry } from './dispatch.js';
 
 /** What the sandbox engine answers for a preview (src/sandbox `previewLaunch`). */
 export type PreviewFn = (req: {
@@ -37,17 +37,13 @@ export interface PolicyDebuggerOptions {
   resolver?: Resolver | undefined;
 }
 
-/** Registers `policy/preview` and `policy/checkUrl` through `register` (which puts the caller's gate in front). */
-export function registerPolicyDebugger(
-  opts: PolicyDebuggerOptions,
-  register: (method: string, handle: (params: unknown) => unknown) => void,
-): void {
-  register('policy/preview', (p) => preview(opts, p));
-  register('policy/checkUrl', (p) => checkUrl(opts, p));
+/** Serves `policy/preview` and `policy/checkUrl`. */
+export function registerPolicyDebugger(registry: MethodRegistry, opts: PolicyDebuggerOptions): void {
+  registry.handle('policy/preview', (p) => preview(opts, p));
+  registry.handle('policy/checkUrl', (p) => checkUrl(opts, p));
 }
 
-async function preview(opts: PolicyDebuggerOptions, params: unknown): Promise<PolicyPreviewResult> {
-  const p = parseParams(PolicyPreviewParams, params, 'PolicyPreviewParams');
+async function preview(opts: PolicyDebuggerOptions, p: PolicyPreviewParams): Promise<PolicyPreviewResult> {
   const empty: PolicyPreviewResult = {
     valid: false,
     errors: [],
@@ -133,8 +129,7 @@ function networkErrors(raw: unknown, prefix: string): FieldError[] {
   return [];
 }
 
-async function checkUrl(opts: PolicyDebuggerOptions, params: unknown): Promise<CheckUrlResult> {
-  const p = parseParams(CheckUrlParams, params, 'CheckUrlParams');
+async function checkUrl(opts: PolicyDebuggerOptions, p: CheckUrlParams): Promise<CheckUrlResult> {
   const base: CheckUrlResult = {
     valid: false,
     errors: [],

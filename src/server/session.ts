@@ -4,7 +4,6 @@ import { frameOutputs, base64Into as nativeBase64Into } from '../process/spawner
 import type { OutputStream } from '../protocol/exec.js';
 import type { Framing, RpcConnection } from '../rpc/connection.js';
 import type { Principal } from './auth.js';
-import type { ServerEvents } from './events.js';
 import type { RetentionShare } from './retention.js';
 
 /** `,"stream":"<stream>","chunk":"` after the seq digits of an output notification, per stream. */
@@ -133,6 +132,13 @@ interface Entry {
   outputPrefix: Buffer;
 }
 
+/** What a session tells the server's observers (the monitor feed, approvals): ServerEvents (events.ts). */
+export interface SessionObserver {
+  hasOutputListeners(): boolean;
+  emitOutput(proc: ManagedProcess, seq: number, stream: OutputStream, data: Buffer): void;
+  emitProcess(kind: 'exited' | 'closed', proc: ManagedProcess): void;
+}
+
 /**
  * A client session: owns its processes (unique ids for the session's lifetime), routes their events to the attached
  * connection in seq order, holds them while detached and replays them on resume, and applies socket backpressure.
@@ -144,8 +150,8 @@ export class Session implements ProcessEventSink {
   /** Registered processes that have not closed yet. */
   private live = 0;
   conn: RpcConnection | null = null;
+  /** When the session was last detached (epoch ms), while it is. */
   detachedAt: number | null = null;
-  graceTimer: NodeJS.Timeout | null = null;
   private queuedBytes = 0;
   private backpressured = false;
   private readonly onWrittenFns = new Map<number, () => void>();
@@ -172,7 +178,7 @@ export class Session implements ProcessEventSink {
   constructor(
     readonly id: string,
     readonly clientName: string,
-    private readonly events: ServerEvents,
+    private readonly events: SessionObserver,
     opts: { resumeKey: string; owner: Principal; retention: RetentionShare },
   ) {
     this.resumeKey = opts.resumeKey;
@@ -238,8 +244,6 @@ export class Session implements ProcessEventSink {
     this.conn = conn;
     this.framing = conn.framing;
     this.detachedAt = null;
-    if (this.graceTimer) clearTimeout(this.graceTimer);
-    this.graceTimer = null;
     this.queuedBytes = 0;
     this.onWrittenFns.clear();
     this.setBackpressure(false);
@@ -250,11 +254,12 @@ export class Session implements ProcessEventSink {
     for (const e of this.entries.values()) if (!e.held) this.replay(e);
   }
 
-  detach(): void {
+  /** The connection is gone (at `at`, epoch ms): events are held for a resume. */
+  detach(at: number): void {
     this.flush();
     this.conn = null;
     this.framing = null;
-    this.detachedAt = Date.now();
+    this.detachedAt = at;
     this.setBackpressure(false);
   }
 

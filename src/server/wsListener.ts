@@ -2,13 +2,11 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { type AddressInfo, isIP } from 'node:net';
 import { networkInterfaces } from 'node:os';
 import { type WebSocket, WebSocketServer } from 'ws';
+import { MAX_MESSAGE_BYTES } from '../protocol/methods.js';
 import type { Framing, RpcConnection, Transport } from '../rpc/connection.js';
 import type { Authenticator, Principal } from './auth.js';
 import type { ExecServer } from './execServer.js';
 import { answerHealth, defaultReadiness, type Readiness } from './health.js';
-
-/** Largest inbound WebSocket message (protocol.md §2.2); larger ones close the connection with 1009. */
-export const MAX_MESSAGE_BYTES = 16 * 1024 * 1024;
 
 export interface ListenOptions {
   host?: string;

@@ -17,7 +17,7 @@ import type {
   AuditQueryResult,
   AuditSessionItem,
 } from '../../src/protocol/audit.js';
-import { NOT_PRIVILEGED } from '../../src/server/monitor.js';
+import { NOT_PRIVILEGED } from '../../src/server/dispatch.js';
 import { b64, RpcClient } from '../helpers/client.js';
 import { tempDir, until } from '../helpers/server.js';
 import { type AuditedServer, openDb, run, startAuditedServer } from './audit-helpers.js';

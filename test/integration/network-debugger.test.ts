@@ -6,7 +6,8 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { Monitor } from '../../src/server/monitor.js';
+import type { Monitor } from '../../src/server/monitor.js';
+import { servePanel } from '../../src/server/panel.js';
 import type { RpcClient } from '../helpers/client.js';
 import { startTestServer, type TestServer } from '../helpers/server.js';
 import { type ProxyFixture, RawClient, startOrigin, startProxy, stubResolver } from './network-helpers.js';
@@ -18,7 +19,7 @@ let origin: Awaited<ReturnType<typeof startOrigin>>;
 
 before(async () => {
   ts = await startTestServer({ tokens: true });
-  monitor = new Monitor(ts.server, { resolver: stubResolver });
+  monitor = servePanel(ts.server, { resolver: stubResolver });
   panel = await ts.panel();
   origin = await startOrigin();
 });

@@ -1,9 +1,11 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { NetworkEvents } from '../../src/network/events.js';
-import { REDACTED, redact, sandboxBadge } from '../../src/protocol/monitor.js';
+import { REDACTED, redact } from '../../src/protocol/monitor.js';
 import type { Transport } from '../../src/rpc/connection.js';
-import { Monitor, NOT_PRIVILEGED } from '../../src/server/monitor.js';
+import { NOT_PRIVILEGED } from '../../src/server/dispatch.js';
+import { type Monitor, sandboxBadge } from '../../src/server/monitor.js';
+import { servePanel } from '../../src/server/panel.js';
 import { parseTarget } from '../../src/server/policyDebugger.js';
 import { b64 } from '../helpers/client.js';
 import { startTestServer, type TestServer, until } from '../helpers/server.js';
@@ -15,7 +17,7 @@ describe('monitor feed', () => {
 
   before(async () => {
     ts = await startTestServer({ tokens: true });
-    monitor = new Monitor(ts.server, { resumeGraceMs: 0, resolver: async () => ['127.0.0.1'] });
+    monitor = servePanel(ts.server, { resumeGraceMs: 0, resolver: async () => ['127.0.0.1'] });
     bus = new NetworkEvents();
     monitor.attachNetwork(bus);
   });
@@ -27,7 +29,7 @@ describe('monitor feed', () => {
   test('an unprivileged connection gets -32600 with a clear message', async () => {
     // A server without a token: connections are not privileged.
     const open = await startTestServer();
-    const m = new Monitor(open.server);
+    const m = servePanel(open.server);
     try {
       const c = await open.client('agent');
       for (const method of ['monitor/subscribe', 'monitor/terminate', 'policy/preview', 'policy/checkUrl']) {
@@ -377,7 +379,7 @@ describe('monitor feed', () => {
 
   test('a subscriber that stops reading has bounded memory; drops are counted and reported', async () => {
     const small = await startTestServer();
-    const m = new Monitor(small.server, { highWaterBytes: 64 * 1024 });
+    const m = servePanel(small.server, { highWaterBytes: 64 * 1024 });
     // A transport that never reports its writes as done: a subscriber whose socket is stuck.
     const held: (() => void)[] = [];
     const frames: string[] = [];
@@ -389,8 +391,7 @@ describe('monitor feed', () => {
       },
       close() {},
     };
-    const conn = small.server.connect(stuck);
-    conn.privileged = true;
+    const conn = small.server.connect(stuck, { role: 'panel', credential: 'test' });
     conn.receive(JSON.stringify({ id: 1, method: 'initialize', params: { clientName: 'slow-panel' } }));
     conn.receive(JSON.stringify({ method: 'initialized' }));
     conn.receive(JSON.stringify({ id: 2, method: 'monitor/subscribe', params: {} }));

@@ -1,0 +1,387 @@
+/**
+ * The method table of the protocol: every request a client may send, with the schema of its params, the schema of its
+ * result and who may call it, and every notification with its params. The server registers its handlers against it
+ * (src/server/dispatch.ts parses each request's params with the schema here before a handler sees them), the panel
+ * types its requests with it (renderer/client.ts), and docs/protocol.md and docs/schema/ are generated from it
+ * (`npm run docs`).
+ *
+ * Who may call (`caller`):
+ * - `handshake`: any connection, once, before anything else (`initialize`).
+ * - `agent`: any initialised connection, on the sessions it created (an agent token is enough).
+ * - `panel`: initialised connections that proved the panel credential (the app's own window, the panel token).
+ *
+ * Pure: no Node, no DOM.
+ */
+import { z } from 'zod';
+import * as approvals from './approvals.js';
+import * as audit from './audit.js';
+import * as exec from './exec.js';
+import * as fs from './fs.js';
+import { HostInfo } from './host.js';
+import * as monitor from './monitor.js';
+
+/** The largest message either side sends or accepts, in bytes (a WebSocket frame or an IPC message). */
+export const MAX_MESSAGE_BYTES = 16 * 1024 * 1024;
+
+export type Caller = 'handshake' | 'agent' | 'panel';
+
+export interface MethodSpec<P extends z.ZodType = z.ZodType, R extends z.ZodType = z.ZodType> {
+  readonly caller: Caller;
+  readonly params: P;
+  /** The struct name that -32602 messages name (serde's dialect: `invalid type: null, expected struct ExecParams`). */
+  readonly paramsName: string;
+  readonly result: R;
+  /** One line for the protocol reference. */
+  readonly summary: string;
+}
+
+/** The params of a method that reads none: anything (or nothing) is accepted and ignored. */
+export const IgnoredParams = z.unknown();
+/** The result of a method that answers nothing but success. */
+export const EmptyResult = z.object({});
+
+function method<P extends z.ZodType, R extends z.ZodType>(
+  caller: Caller,
+  params: P,
+  paramsName: string,
+  result: R,
+  summary: string,
+): MethodSpec<P, R> {
+  return { caller, params, paramsName, result, summary };
+}
+
+export const METHODS = {
+  initialize: method(
+    'handshake',
+    exec.InitializeParams,
+    'InitializeParams',
+    exec.InitializeResult,
+    'Opens a session (or resumes a detached one by `resumeSessionId`); the client then sends `initialized`.',
+  ),
+  'process/start': method(
+    'agent',
+    exec.ExecParams,
+    'ExecParams',
+    exec.StartResult,
+    'Starts a process (sandboxed and behind a managed proxy as asked); its events follow as notifications.',
+  ),
+  'process/read': method(
+    'agent',
+    exec.ReadParams,
+    'ReadParams',
+    exec.ReadResult,
+    'Retained output after `afterSeq`, waiting up to `waitMs` for some when there is none yet.',
+  ),
+  'process/write': method(
+    'agent',
+    exec.WriteParams,
+    'WriteParams',
+    exec.WriteResult,
+    "Writes base64 bytes to the process's stdin (a PTY, or a pipe started with `pipeStdin`).",
+  ),
+  'process/terminate': method(
+    'agent',
+    exec.TerminateParams,
+    'TerminateParams',
+    exec.TerminateResult,
+    'SIGKILLs the process and its process group (and its sandbox).',
+  ),
+  'process/signal': method(
+    'agent',
+    exec.SignalParams,
+    'SignalParams',
+    EmptyResult,
+    'Sends SIGINT, SIGTERM or SIGKILL to a running process (0.140+).',
+  ),
+  'fs/readFile': method(
+    'agent',
+    fs.ReadFileParams,
+    'FsReadFileParams',
+    fs.ReadFileResult,
+    'Reads a regular file (base64), within the sandbox context the request carries.',
+  ),
+  'fs/writeFile': method(
+    'agent',
+    fs.WriteFileParams,
+    'FsWriteFileParams',
+    EmptyResult,
+    'Writes a regular file (base64), within the sandbox context the request carries.',
+  ),
+  'fs/createDirectory': method(
+    'agent',
+    fs.CreateDirectoryParams,
+    'FsCreateDirectoryParams',
+    EmptyResult,
+    'Creates a directory (and its parents with `recursive`).',
+  ),
+  'fs/getMetadata': method(
+    'agent',
+    fs.GetMetadataParams,
+    'FsGetMetadataParams',
+    fs.Metadata,
+    'Kind, size and times of a path.',
+  ),
+  'fs/readDirectory': method(
+    'agent',
+    fs.ReadDirectoryParams,
+    'FsReadDirectoryParams',
+    fs.ReadDirectoryResult,
+    'The entries of a directory.',
+  ),
+  'fs/remove': method(
+    'agent',
+    fs.RemoveParams,
+    'FsRemoveParams',
+    EmptyResult,
+    'Removes a file or (with `recursive`) a directory tree.',
+  ),
+  'fs/copy': method(
+    'agent',
+    fs.CopyParams,
+    'FsCopyParams',
+    EmptyResult,
+    'Copies a file or (with `recursive`) a directory tree; links are copied as links.',
+  ),
+  'fs/canonicalize': method(
+    'agent',
+    fs.CanonicalizeParams,
+    'FsCanonicalizeParams',
+    fs.CanonicalizeResult,
+    'The path with every symlink resolved.',
+  ),
+  'monitor/subscribe': method(
+    'panel',
+    monitor.SubscribeParams,
+    'SubscribeParams',
+    monitor.MonitorSnapshot,
+    'A snapshot of every session, process and proxy event, then live `monitor/*` notifications.',
+  ),
+  'monitor/unsubscribe': method(
+    'panel',
+    IgnoredParams,
+    'MonitorUnsubscribeParams',
+    EmptyResult,
+    'Stops the live `monitor/*` notifications of this connection.',
+  ),
+  'monitor/follow': method(
+    'panel',
+    monitor.FollowParams,
+    'FollowParams',
+    monitor.FollowResult,
+    "Streams (or stops streaming) one process's output to a subscriber that asked for `followed` output only.",
+  ),
+  'monitor/read': method(
+    'panel',
+    monitor.MonitorReadParams,
+    'MonitorReadParams',
+    monitor.MonitorReadResult,
+    "The retained output of any session's process.",
+  ),
+  'monitor/terminate': method(
+    'panel',
+    monitor.ProcessRef,
+    'ProcessRef',
+    exec.TerminateResult,
+    "SIGKILLs any session's process, as `process/terminate` does.",
+  ),
+  'monitor/write': method(
+    'panel',
+    monitor.MonitorWriteParams,
+    'MonitorWriteParams',
+    exec.WriteResult,
+    "Writes to any session's process stdin, as `process/write` does.",
+  ),
+  'monitor/killSession': method(
+    'panel',
+    monitor.SessionRef,
+    'SessionRef',
+    monitor.KillSessionResult,
+    'Kills every process of a session now (a detached session need not wait for its grace period).',
+  ),
+  'policy/preview': method(
+    'panel',
+    monitor.PolicyPreviewParams,
+    'PolicyPreviewParams',
+    monitor.PolicyPreviewResult,
+    'Validates a sandbox (and managed network) config as `process/start` would, and shows the launch it makes.',
+  ),
+  'policy/checkUrl': method(
+    'panel',
+    monitor.CheckUrlParams,
+    'CheckUrlParams',
+    monitor.CheckUrlResult,
+    'The decision a managed proxy with this config would make for this target, with its reason.',
+  ),
+  'approvals/subscribe': method(
+    'panel',
+    approvals.EmptyParams,
+    'ApprovalsSubscribeParams',
+    approvals.ApprovalsSubscribeResult,
+    'Pending prompts, remembered decisions and the audit so far, then live `approvals/*` notifications.',
+  ),
+  'approvals/unsubscribe': method(
+    'panel',
+    IgnoredParams,
+    'ApprovalsUnsubscribeParams',
+    EmptyResult,
+    'Stops the live `approvals/*` notifications of this connection.',
+  ),
+  'approvals/list': method(
+    'panel',
+    approvals.EmptyParams,
+    'ApprovalsListParams',
+    approvals.ApprovalsState,
+    'Pending prompts, remembered decisions and the audit.',
+  ),
+  'approvals/decide': method(
+    'panel',
+    approvals.DecideParams,
+    'ApprovalDecideParams',
+    approvals.DecideResult,
+    'Answers a pending prompt: allow once, for the process, for the session, or deny (remembered for the session).',
+  ),
+  'approvals/revoke': method(
+    'panel',
+    approvals.RevokeParams,
+    'ApprovalRevokeParams',
+    approvals.RevokeResult,
+    'Forgets a remembered decision.',
+  ),
+  'approvals/export': method(
+    'panel',
+    approvals.ExportParams,
+    'ApprovalExportParams',
+    approvals.ExportResult,
+    'The remembered decisions as a `domains` snippet to paste into a policy.',
+  ),
+  'audit/query': method(
+    'panel',
+    audit.AuditQueryRequest,
+    'AuditQueryParams',
+    audit.AuditQueryResult,
+    'One kind of stored audit event, newest first, filtered and paginated by an opaque cursor.',
+  ),
+  'audit/process': method(
+    'panel',
+    audit.AuditProcessParams,
+    'AuditProcessParams',
+    audit.AuditProcessResult,
+    'One stored process with its stored output, its network decisions and the fs/* changes of its session.',
+  ),
+  'audit/info': method(
+    'panel',
+    approvals.EmptyParams,
+    'AuditInfoParams',
+    audit.AuditInfoResult,
+    'Where the audit database is, what it keeps and how much it holds.',
+  ),
+  'host/info': method(
+    'panel',
+    IgnoredParams,
+    'HostInfoParams',
+    HostInfo,
+    'The URLs, mode and version of the Corral host serving this connection.',
+  ),
+} as const satisfies Record<string, MethodSpec>;
+
+export type Methods = typeof METHODS;
+export type MethodName = keyof Methods;
+/** What a client sends as the params of `M`. */
+export type MethodParams<M extends MethodName> = z.input<Methods[M]['params']>;
+/** The params of `M` as a handler gets them, parsed (defaults filled in, paths decoded). */
+export type ParsedParams<M extends MethodName> = z.output<Methods[M]['params']>;
+export type MethodResult<M extends MethodName> = z.output<Methods[M]['result']>;
+
+export function isMethodName(name: string): name is MethodName {
+  return Object.hasOwn(METHODS, name);
+}
+
+/** Who receives a notification: `agent`, the connection attached to the process's session; `panel`, subscribers. */
+export type Audience = 'agent' | 'panel';
+
+export interface NotificationSpec<P extends z.ZodType = z.ZodType> {
+  readonly to: Audience;
+  readonly params: P;
+  readonly summary: string;
+}
+
+function notification<P extends z.ZodType>(to: Audience, params: P, summary: string): NotificationSpec<P> {
+  return { to, params, summary };
+}
+
+/** Server → client notifications. */
+export const NOTIFICATIONS = {
+  'process/output': notification(
+    'agent',
+    exec.OutputNotification,
+    'A chunk of output (base64, at most 8 KiB decoded), in seq order with the other events of the process.',
+  ),
+  'process/exited': notification(
+    'agent',
+    exec.ExitedNotification,
+    'The process exited (128+signal when killed); output may still follow until `process/closed`.',
+  ),
+  'process/closed': notification(
+    'agent',
+    exec.ClosedNotification,
+    "The process's last event: exited and every stream drained.",
+  ),
+  'monitor/process': notification(
+    'panel',
+    monitor.MonitorProcessNotification,
+    'A process appeared or changed (state, exit, byte counts about once a second).',
+  ),
+  'monitor/output': notification(
+    'panel',
+    monitor.MonitorOutputNotification,
+    "A chunk of any session's output.",
+  ),
+  'monitor/session': notification(
+    'panel',
+    monitor.MonitorSessionNotification,
+    'A session was created, attached, detached or expired.',
+  ),
+  'monitor/blocked': notification(
+    'panel',
+    monitor.MonitorBlockedNotification,
+    'A managed proxy blocked a request.',
+  ),
+  'monitor/audit': notification(
+    'panel',
+    monitor.MonitorAuditNotification,
+    'A managed proxy made a policy decision.',
+  ),
+  'monitor/dropped': notification(
+    'panel',
+    monitor.MonitorDroppedNotification,
+    'What this subscriber missed because it read too slowly (or the rings evicted).',
+  ),
+  'approvals/requested': notification(
+    'panel',
+    approvals.ApprovalRequestedNotification,
+    'A request to a host neither allowed nor denied is held: decide with `approvals/decide`.',
+  ),
+  'approvals/resolved': notification(
+    'panel',
+    approvals.ApprovalResolvedNotification,
+    'A prompt ended: decided, timed out or cancelled.',
+  ),
+  'approvals/decisions': notification(
+    'panel',
+    approvals.ApprovalDecisionsNotification,
+    'The remembered decisions changed.',
+  ),
+  'approvals/audit': notification('panel', approvals.ApprovalAuditNotification, 'An approval audit event.'),
+} as const satisfies Record<string, NotificationSpec>;
+
+export type Notifications = typeof NOTIFICATIONS;
+export type NotificationName = keyof Notifications;
+export type NotificationParams<N extends NotificationName> = z.output<Notifications[N]['params']>;
+
+/** Client → server notifications: `initialized` ends the handshake (its params may be `{}`, null or absent). */
+export const CLIENT_NOTIFICATIONS = {
+  initialized: {
+    params: IgnoredParams,
+    summary: 'The client has read the `initialize` result: the session is ready.',
+  },
+} as const;

@@ -1,5 +1,6 @@
 #!/usr/bin/env node
-// The test command: type check, lint, then every test file with node's test runner (TypeScript through tsx).
+// The test command: type check (each layer with its own tsconfig), lint, the layer rules, then every test file
+// with node's test runner (TypeScript through tsx).
 // `npm test -- unit sandbox` runs only the test files whose path contains one of the given words.
 import { spawnSync } from 'node:child_process';
 import { readdirSync, statSync } from 'node:fs';
@@ -25,8 +26,9 @@ function run(cmd, args) {
 }
 
 if (filters.length === 0) {
-  run('npx', ['tsc', '-p', 'tsconfig.json', '--noEmit']);
+  run('npx', ['tsc', '-b']);
   run('npx', ['biome', 'check', '.']);
+  run(process.execPath, ['scripts/check-layers.mjs']);
 }
 const files = walk(join(root, 'test'))
   .filter((f) => !f.includes('/bench/'))

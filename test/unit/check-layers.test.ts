@@ -1,0 +1,155 @@
+// scripts/check-layers.mjs, the layer rules of `npm test`: this tree passes, and a tree with one forbidden import (or
+// one cycle) fails with a message that names the file, the import and the rule.
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { after, describe, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+
+const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
+const checker = join(root, 'scripts', 'check-layers.mjs');
+const base = mkdtempSync(join(tmpdir(), 'corral-layers-'));
+after(() => rmSync(base, { recursive: true, force: true }));
+
+function check(dir: string): { status: number | null; stderr: string } {
+  const r = spawnSync(process.execPath, [checker, '--root', dir], { encoding: 'utf8' });
+  return { status: r.status, stderr: r.stderr };
+}
+
+/** A small tree that keeps every rule; `extra` adds or replaces files. */
+let trees = 0;
+function tree(extra: Record<string, string> = {}): string {
+  const dir = join(base, `t${trees++}`);
+  const files: Record<string, string> = {
+    'src/protocol/exec.ts': "import { z } from 'zod';\nexport const X = z.string();\n",
+    'src/protocol/client.ts': "import { X } from './exec.js';\nexport const Y = X;\n",
+    'src/rpc/connection.ts': "import { X } from '../protocol/exec.js';\nexport const C = X;\n",
+    'src/server/server.ts':
+      "import { createServer } from 'node:http';\nimport { C } from '../rpc/connection.js';\nexport const S = [C, createServer];\n",
+    'renderer/app.ts':
+      "import { Y } from '../src/protocol/client.js';\nimport './styles.css';\nexport const A = Y;\n",
+    'renderer/styles.css': 'body {}\n',
+    'preload/preload.ts':
+      "import { contextBridge } from 'electron';\nimport { Y } from '../src/protocol/client.js';\nexport const P = [contextBridge, Y];\n",
+    'main/main.ts':
+      "import { app } from 'electron';\nimport { S } from '../src/server/server.js';\nexport const M = [app, S];\n",
+    ...extra,
+  };
+  for (const [path, text] of Object.entries(files)) {
+    mkdirSync(dirname(join(dir, path)), { recursive: true });
+    writeFileSync(join(dir, path), text);
+  }
+  return dir;
+}
+
+describe('check-layers', () => {
+  test('this repository keeps the layer rules', () => {
+    const r = check(root);
+    assert.equal(r.stderr, '');
+    assert.equal(r.status, 0);
+  });
+
+  test('a tree that keeps every rule passes', () => {
+    assert.deepEqual(check(tree()), { status: 0, stderr: '' });
+  });
+
+  test('the renderer importing src/rpc fails, naming the file, the import and the rule', () => {
+    const r = check(
+      tree({
+        'renderer/views/list.ts':
+          "import type { A } from '../app.js';\n\nimport { C } from '../../src/rpc/connection.js';\nexport const L = [C];\n",
+      }),
+    );
+    assert.equal(r.status, 1);
+    assert.match(
+      r.stderr,
+      /^renderer\/views\/list\.ts:3: imports '\.\.\/\.\.\/src\/rpc\/connection\.js' \(src\/rpc\/connection\.ts\): the renderer may import only its own files and src\/protocol/m,
+    );
+    assert.match(r.stderr, /1 forbidden import/);
+  });
+
+  test('the renderer importing a Node builtin fails', () => {
+    const r = check(
+      tree({ 'renderer/fs.ts': "import { readFileSync } from 'node:fs';\nexport const F = readFileSync;\n" }),
+    );
+    assert.equal(r.status, 1);
+    assert.match(
+      r.stderr,
+      /^renderer\/fs\.ts:1: imports 'node:fs' \(a package\): the renderer may import only/m,
+    );
+  });
+
+  test('src/protocol importing anything of ours but itself, or a package but zod, fails', () => {
+    const r = check(
+      tree({
+        'src/protocol/bad.ts':
+          "import { C } from '../rpc/connection.js';\nimport { WebSocket } from 'ws';\nexport const B = [C, WebSocket];\n",
+      }),
+    );
+    assert.equal(r.status, 1);
+    assert.match(
+      r.stderr,
+      /^src\/protocol\/bad\.ts:1: imports '\.\.\/rpc\/connection\.js' \(src\/rpc\/connection\.ts\): src\/protocol imports nothing of ours but itself/m,
+    );
+    assert.match(
+      r.stderr,
+      /^src\/protocol\/bad\.ts:2: imports 'ws' \(a package\): src\/protocol imports nothing/m,
+    );
+  });
+
+  test('main importing the renderer, src importing electron or main, preload importing src/server: each fails', () => {
+    const r = check(
+      tree({
+        'main/window.ts': "import { A } from '../renderer/app.js';\nexport const W = A;\n",
+        'src/server/gui.ts':
+          "import { app } from 'electron';\nimport { M } from '../../main/main.js';\nexport const G = [app, M];\n",
+        'preload/bridge.ts': "import { S } from '../src/server/server.js';\nexport const B = S;\n",
+      }),
+    );
+    assert.equal(r.status, 1);
+    assert.match(
+      r.stderr,
+      /^main\/window\.ts:1: imports '\.\.\/renderer\/app\.js' \(renderer\/app\.ts\): main\/ may import src\/ and its own files, never renderer\//m,
+    );
+    assert.match(
+      r.stderr,
+      /^src\/server\/gui\.ts:1: imports 'electron' \(a package\): src\/ runs under plain Node/m,
+    );
+    assert.match(
+      r.stderr,
+      /^src\/server\/gui\.ts:2: imports '\.\.\/\.\.\/main\/main\.js' \(main\/main\.ts\): src\/ runs under plain Node/m,
+    );
+    assert.match(
+      r.stderr,
+      /^preload\/bridge\.ts:1: imports '\.\.\/src\/server\/server\.js' \(src\/server\/server\.ts\): the preload may import only/m,
+    );
+    assert.match(r.stderr, /4 forbidden import/);
+  });
+
+  test('an import cycle fails, even a type-only one through a third file, naming each import of the loop', () => {
+    const r = check(
+      tree({
+        'src/server/a.ts': "import { B } from './b.js';\nexport const A = B;\n",
+        'src/server/b.ts': "import type { T } from './c.js';\nexport const B: T = 1;\n",
+        'src/server/c.ts':
+          "\nimport type { A } from './a.js';\nexport type T = typeof A extends number ? number : never;\n",
+      }),
+    );
+    assert.equal(r.status, 1);
+    assert.match(
+      r.stderr,
+      /^import cycle src\/server\/a\.ts → src\/server\/b\.ts → src\/server\/c\.ts → src\/server\/a\.ts: src\/server\/a\.ts:1 imports '\.\/b\.js', src\/server\/b\.ts:1 imports '\.\/c\.js', src\/server\/c\.ts:2 imports '\.\/a\.js': no file may import itself/m,
+    );
+  });
+
+  test('an import of a file that does not exist fails', () => {
+    const r = check(tree({ 'src/server/gone.ts': "export { X } from './missing.js';\n" }));
+    assert.equal(r.status, 1);
+    assert.match(
+      r.stderr,
+      /^src\/server\/gone\.ts:1: imports '\.\/missing\.js', which names no file of this tree/m,
+    );
+  });
+});

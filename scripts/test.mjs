@@ -1,6 +1,6 @@
 #!/usr/bin/env node
-// The test command: type check (each layer with its own tsconfig), lint, the layer rules, then every test file
-// with node's test runner (TypeScript through tsx).
+// The test command: type check (each layer with its own tsconfig), lint, the layer rules, the protocol reference
+// being current, then every test file with node's test runner (TypeScript through tsx).
 // `npm test -- unit sandbox` runs only the test files whose path contains one of the given words.
 import { spawnSync } from 'node:child_process';
 import { readdirSync, statSync } from 'node:fs';
@@ -29,6 +29,7 @@ if (filters.length === 0) {
   run('npx', ['tsc', '-b']);
   run('npx', ['biome', 'check', '.']);
   run(process.execPath, ['scripts/check-layers.mjs']);
+  run(process.execPath, ['--import', 'tsx', 'scripts/protocol-docs.ts', '--check']);
 }
 const files = walk(join(root, 'test'))
   .filter((f) => !f.includes('/bench/'))

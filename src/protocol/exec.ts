@@ -5,11 +5,21 @@ import { AbsolutePath } from './paths.js';
 
 export const InitializeParams = z.object({
   clientName: z.string(),
+  /**
+   * The `sessionId` an earlier `initialize` returned: re-attach to that detached session (same credential only).
+   * @since 0.120
+   */
   resumeSessionId: z.string().nullish(),
 });
 export type InitializeParams = z.infer<typeof InitializeParams>;
 
-export const InitializeResult = z.object({ sessionId: z.string() });
+export const InitializeResult = z.object({
+  /**
+   * The session's resume key: a secret of this client, for `resumeSessionId` (the seed answers `{}`).
+   * @since 0.120
+   */
+  sessionId: z.string(),
+});
 export type InitializeResult = z.infer<typeof InitializeResult>;
 
 // ---- process/start ---------------------------------------------------------------------------------------------
@@ -35,18 +45,35 @@ export const ExecParams = z.object({
   env: z.record(z.string(), z.string()),
   tty: z.boolean(),
   arg0: z.string().nullish(),
+  /**
+   * Absent or null: no sandbox; else the seed's SandboxLaunchConfig or 0.169's FileSystemSandboxContext, enforced.
+   * @shape SandboxParam
+   */
   sandbox: z.unknown().optional(),
+  /** The seed's `{config, constraints, auditMetadata}` (starts a managed proxy) or 0.169's sandbox fact. @shape ManagedNetworkParam */
   managedNetwork: z.unknown().optional(),
+  /** A managed proxy described the 0.169 way. @since 0.169 @shape NetworkProxyParam */
   networkProxy: z.unknown().optional(),
+  /** @since 0.169 */
   enforceManagedNetwork: z.boolean().nullish(),
+  /** @since 0.121 */
   envPolicy: EnvPolicy.nullish(),
+  /** A writable stdin pipe for a non-tty process. @since 0.122 */
   pipeStdin: z.boolean().nullish(),
+  /** Shown on the panel (e.g. `{threadId, toolCallId}`). @since 0.169 */
   metadata: z.record(z.string(), z.unknown()).nullish(),
 });
 export type ExecParams = z.infer<typeof ExecParams>;
 
 export const SandboxTypeWire = z.enum(['none', 'linuxSeccomp', 'macosSeatbelt']);
-export const StartResult = z.object({ processId: z.string(), sandboxType: SandboxTypeWire });
+export const StartResult = z.object({
+  processId: z.string(),
+  /**
+   * What confines the process (`macosSeatbelt` is Corral's spelling, by analogy: no release was seen sending it).
+   * @since 0.169
+   */
+  sandboxType: SandboxTypeWire,
+});
 export type StartResult = z.infer<typeof StartResult>;
 
 // ---- process/read ----------------------------------------------------------------------------------------------
@@ -74,10 +101,12 @@ export const ReadResult = z.object({
   exitCode: z.number().nullable(),
   closed: z.boolean(),
   failure: z.string().nullable(),
+  /** The exit looks like the sandbox refused something (sandbox.md §11.6). @since 0.169 */
   sandboxDenied: z.boolean(),
   /**
-   * Ours, additive, present only when true: the process had closed and its retained output was freed to stay within
-   * the session's retention budget (`--max-retained-mib`); `chunks` is then empty whatever `afterSeq` says.
+   * Present only when true: the process had closed and its retained output was freed to stay within the session's
+   * retention budget (`--max-retained-mib`); `chunks` is then empty whatever `afterSeq` says.
+   * @corral
    */
   outputEvicted: z.boolean().optional(),
 });
@@ -88,6 +117,7 @@ export type ReadResult = z.infer<typeof ReadResult>;
 export const WriteParams = z.object({
   processId: z.string(),
   chunk: z.string(),
+  /** @since 0.120 */
   writeId: z.string().nullish(),
 });
 export type WriteParams = z.infer<typeof WriteParams>;
@@ -118,6 +148,7 @@ export const ExitedNotification = z.object({
   processId: z.string(),
   seq: z.number(),
   exitCode: z.number(),
+  /** @since 0.169 */
   sandboxDenied: z.boolean(),
 });
 export const ClosedNotification = z.object({ processId: z.string(), seq: z.number() });

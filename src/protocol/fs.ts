@@ -2,7 +2,12 @@ import { z } from 'zod';
 import { AbsolutePath } from './paths.js';
 
 /** Every fs request may carry a sandbox context: `sandbox` (0.125+) or `sandboxPolicy` (0.120). Validated separately. */
-const withSandbox = { sandbox: z.unknown().optional(), sandboxPolicy: z.unknown().optional() };
+const withSandbox = {
+  /** The request is confined as a process with this sandbox would be. @since 0.125 @shape SandboxParam */
+  sandbox: z.unknown().optional(),
+  /** The same, as 0.120's SandboxPolicy. @since 0.120 @shape SandboxPolicy */
+  sandboxPolicy: z.unknown().optional(),
+};
 
 export const ReadFileParams = z.object({ path: AbsolutePath, ...withSandbox });
 export const ReadFileResult = z.object({ dataBase64: z.string() });

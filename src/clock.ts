@@ -1,10 +1,7 @@
 /**
  * Time as the server sees it: the wall clock (`now`, epoch ms, for what is shown and stored) and one-shot timers
  * (grace periods, approval timeouts, waits of `process/read`, idle trims). Real by default; a test passes a fake one
- * (test/helpers/fakeClock.ts) and moves time forward itself, so time-based behaviour is tested without waiting.
- *
- * Timers never keep the process alive by themselves (the real clock unrefs them): each one guards work that something
- * else (a connection, a child, a pending request) is already waiting for.
+ * (test/helpers/clock.ts) and moves time forward itself, so time-based behaviour is tested without waiting.
  */
 export interface Clock {
   now(): number;
@@ -12,19 +9,14 @@ export interface Clock {
   clearTimeout(timer: Timer | null | undefined): void;
 }
 
-/** An opaque handle of a pending timer. */
+/** A pending timer. `unref`: it does not keep the process alive by itself (as Node's). */
 export interface Timer {
-  readonly [timerBrand]: true;
+  unref(): Timer;
 }
-declare const timerBrand: unique symbol;
 
 export const realClock: Clock = {
   now: () => Date.now(),
-  setTimeout(fn, ms) {
-    const t = setTimeout(fn, ms);
-    t.unref();
-    return t as unknown as Timer;
-  },
+  setTimeout: (fn, ms) => setTimeout(fn, ms),
   clearTimeout(timer) {
     if (timer) clearTimeout(timer as unknown as NodeJS.Timeout);
   },

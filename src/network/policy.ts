@@ -8,6 +8,7 @@
  * that are allowed (by the list or the decider) are resolved and every answer must pass the guard.
  */
 import { lookup } from 'node:dns/promises';
+import { type Clock, realClock } from '../clock.js';
 import type { NetworkSettings } from './config.js';
 import { canonicalIp, isNonPublicIp } from './host.js';
 import { type CompiledPatterns, compilePatterns } from './patterns.js';
@@ -74,16 +75,16 @@ function normalizeDeciderResult(
   return { allow: false, decision: 'ask', reason: reasonOf(r.ask) };
 }
 
-function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
+function withTimeout<T>(p: Promise<T>, ms: number, clock: Clock): Promise<T> {
   return new Promise<T>((resolve, reject) => {
-    const t = setTimeout(() => reject(new Error('resolve timeout')), ms);
+    const t = clock.setTimeout(() => reject(new Error('resolve timeout')), ms);
     p.then(
       (v) => {
-        clearTimeout(t);
+        clock.clearTimeout(t);
         resolve(v);
       },
       (e) => {
-        clearTimeout(t);
+        clock.clearTimeout(t);
         reject(e);
       },
     );
@@ -94,6 +95,8 @@ export interface PolicyOptions {
   resolver?: Resolver;
   decider?: Decider;
   resolveTimeoutMs?: number;
+  /** The time of the resolve timeout (tests pass a fake one). */
+  clock?: Clock;
 }
 
 export class PolicyEngine {
@@ -102,6 +105,7 @@ export class PolicyEngine {
   readonly resolver: Resolver;
   decider: Decider | undefined;
   private readonly resolveTimeoutMs: number;
+  private readonly clock: Clock;
 
   constructor(
     readonly settings: NetworkSettings,
@@ -112,6 +116,7 @@ export class PolicyEngine {
     this.resolver = opts.resolver ?? defaultResolver;
     this.decider = opts.decider;
     this.resolveTimeoutMs = opts.resolveTimeoutMs ?? RESOLVE_TIMEOUT_MS;
+    this.clock = opts.clock ?? realClock;
   }
 
   get mode(): 'full' | 'limited' {
@@ -124,6 +129,7 @@ export class PolicyEngine {
       const answers = await withTimeout(
         Promise.resolve().then(() => this.resolver(host, port)),
         this.resolveTimeoutMs,
+        this.clock,
       );
       const out: string[] = [];
       for (const a of answers ?? []) {

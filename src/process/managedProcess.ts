@@ -1,4 +1,5 @@
 import type { Writable } from 'node:stream';
+import { type Clock, realClock } from '../clock.js';
 import type { OutputStream } from '../protocol/exec.js';
 import type { PreparedLaunch, SandboxType } from './launch.js';
 import { OutputBuffer, type RetainedChunk } from './outputBuffer.js';
@@ -46,7 +47,7 @@ export type DenialClassifier = (sandboxType: SandboxType, exitCode: number, outp
  */
 export class ManagedProcess {
   readonly buffer = new OutputBuffer();
-  readonly startedAt = Date.now();
+  readonly startedAt: number;
   pid = 0;
   state: ProcessState = 'running';
   exitCode: number | null = null;
@@ -84,7 +85,10 @@ export class ManagedProcess {
     readonly launch: PreparedLaunch,
     private readonly sink: ProcessEventSink,
     private readonly classify: DenialClassifier,
+    /** The time of its timestamps and of `waitForEvent` (the server's). */
+    private readonly clock: Clock = realClock,
   ) {
+    this.startedAt = clock.now();
     if (sink.retainedResized) this.buffer.onResize = (delta) => sink.retainedResized!(this, delta);
   }
 
@@ -217,7 +221,7 @@ export class ManagedProcess {
   private onExit(code: number): void {
     if (this.exitCode !== null) return;
     this.exitCode = code;
-    this.exitedAt = Date.now();
+    this.exitedAt = this.clock.now();
     this.state = 'exited';
     this.sandboxDenied = this.classify(this.sandboxType, code, this.buffer.text(['stderr', 'pty']));
     this.exitSeq = ++this.lastSeq;
@@ -234,7 +238,7 @@ export class ManagedProcess {
   private maybeClose(): void {
     if (this.openStreams > 0 || this.exitCode === null || this.state === 'closed') return;
     this.state = 'closed';
-    this.closedAt = Date.now();
+    this.closedAt = this.clock.now();
     this.closeSeq = ++this.lastSeq;
     this.stdin?.destroy();
     this.term = null;
@@ -300,12 +304,12 @@ export class ManagedProcess {
     }
   }
 
-  /** Resolves at the next event, or after `ms`. */
-  waitForEvent(ms: number): Promise<void> {
+  /** Resolves at the next event, or after `ms` (of `clock`: the process's own unless given). */
+  waitForEvent(ms: number, clock: Clock = this.clock): Promise<void> {
     return new Promise((resolve) => {
-      const timer = setTimeout(done, ms);
+      const timer = clock.setTimeout(done, ms);
       function done() {
-        clearTimeout(timer);
+        clock.clearTimeout(timer);
         resolve();
       }
       this.waiters.push(done);

@@ -255,7 +255,7 @@ export class ApprovalBroker {
         prompt,
         key,
         waiters: [],
-        timer: this.clock.setTimeout(() => this.finish(created, 'timeout'), timeoutMs),
+        timer: this.clock.setTimeout(() => this.finish(created, 'timeout'), timeoutMs).unref(),
       };
       p = created;
       this.pending.set(key, p);

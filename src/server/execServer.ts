@@ -190,12 +190,13 @@ export class ExecServer implements Dispatcher, MethodRegistry {
     this.stopping = true;
     this.sessions.killAll();
     const open = [...this.sessions.processes()].filter((p) => p.state !== 'closed');
-    const deadline = this.clock.now() + timeoutMs;
+    // Real time, whatever the server's clock: this bounds how long an exit waits for the OS.
+    const deadline = realClock.now() + timeoutMs;
     for (const p of open) {
       while (p.state !== 'closed') {
-        const left = deadline - this.clock.now();
+        const left = deadline - realClock.now();
         if (left <= 0) return;
-        await p.waitForEvent(left);
+        await p.waitForEvent(left, realClock);
       }
     }
   }

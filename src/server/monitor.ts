@@ -474,11 +474,13 @@ export class Monitor {
   }
 
   private scheduleTick(): void {
-    this.ticker = this.clock.setTimeout(() => {
-      this.tick();
-      if (this.subscribers.size > 0) this.scheduleTick();
-      else this.ticker = null;
-    }, BYTES_TICK_MS);
+    this.ticker = this.clock
+      .setTimeout(() => {
+        this.tick();
+        if (this.subscribers.size > 0) this.scheduleTick();
+        else this.ticker = null;
+      }, BYTES_TICK_MS)
+      .unref();
   }
 
   /** About once a second: fresh byte counts of running processes whose output grew. */

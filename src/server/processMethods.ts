@@ -151,6 +151,7 @@ class ProcessMethods {
       launch,
       session,
       this.host.preparer.classify,
+      this.host.clock,
     );
     try {
       proc.start();

@@ -131,7 +131,7 @@ export class SessionTable {
     }
     this.graceTimers.set(
       session,
-      this.clock.setTimeout(() => this.expire(session), this.resumeGraceMs),
+      this.clock.setTimeout(() => this.expire(session), this.resumeGraceMs).unref(),
     );
   }
 

@@ -12,6 +12,7 @@ import type {
   ExportResult,
 } from '../../src/protocol/approvals.js';
 import type { Notification, RpcClient } from '../helpers/client.js';
+import { FakeClock } from '../helpers/clock.js';
 import { startTestServer, type TestServer, until } from '../helpers/server.js';
 import { startOrigin, stubResolver } from './network-helpers.js';
 
@@ -47,6 +48,8 @@ const promptOf = (n: Notification) => n.params.prompt as ApprovalPrompt;
 
 describe('network approvals', { skip }, () => {
   let ts: TestServer;
+  // Prompts time out only when a test moves this clock: exactly at their timeout, and never under a slow machine.
+  const clock = new FakeClock();
   let origin: Awaited<ReturnType<typeof startOrigin>>;
   let panel: Client;
   const offMachine: string[] = [];
@@ -67,6 +70,7 @@ describe('network approvals', { skip }, () => {
       tokens: true,
       launcher: { resolver: stubResolver, dialer },
       approvals: { timeoutMs: 15_000 },
+      clock,
     });
     panel = await ts.panel();
     const sub = await panel.request<ApprovalsSubscribeResult>('approvals/subscribe', {});
@@ -212,10 +216,16 @@ describe('network approvals', { skip }, () => {
   test('no answer within the configured timeout → 403 with the reason (fail closed)', async () => {
     const agent = await open();
     try {
-      const t0 = Date.now();
       await start(agent, 'timeout', curl('t', url('/timeout'), true), asking({ approval_timeout_ms: 400 }));
       const p = promptOf(await panel.waitFor((n) => isPrompt(n, (x) => x.processId === 'timeout')));
       assert.ok(p.expiresAt - p.requestedAt === 400);
+      await clock.advance(399);
+      const held = await panel.request<ApprovalsState>('approvals/list', {});
+      assert.ok(
+        held.pending.some((x) => x.id === p.id),
+        'still held at 399 ms',
+      );
+      await clock.advance(1);
       await agent.collect('timeout', 20_000);
       const out = agent.output('timeout', 'stdout');
       assert.match(out, /t=403/);
@@ -223,7 +233,6 @@ describe('network approvals', { skip }, () => {
       assert.equal(body.reason, 'not_allowed');
       assert.equal(body.decision, 'ask');
       assert.equal(body.source, 'decider');
-      assert.ok(Date.now() - t0 >= 400);
       const r = await panel.waitFor((n) => n.method === 'approvals/resolved' && n.params.id === p.id);
       assert.equal(r.params.outcome, 'timeout');
       assert.ok(!origin.requests.some((x) => x.url === '/timeout'));
@@ -356,6 +365,7 @@ describe('network approvals', { skip }, () => {
         'a panel that connects sees the pending prompt',
       );
       late.close();
+      await clock.advance(1500);
       await agent.collect('nopanel', 20_000);
       const out = agent.output('nopanel', 'stdout');
       assert.match(out, /n=403/);
@@ -410,6 +420,7 @@ describe('network approvals', { skip }, () => {
         asking({ approval_timeout_ms: 300 }),
       );
       const p2 = promptOf(await panel.waitFor((n) => isPrompt(n, (x) => x.processId === 'proto-2')));
+      await clock.advance(300);
       await agent.collect('proto-2', 20_000);
       assert.match(agent.output('proto-2', 'stdout'), /x=403/);
       const r2 = await panel.waitFor((n) => n.method === 'approvals/resolved' && n.params.id === p2.id);
@@ -467,10 +478,10 @@ describe('network approvals', { skip }, () => {
       t.diagnostic(
         `curl time_total, host allowlisted: median ${base[Math.floor(N / 2)]!.toFixed(1)} ms, p95 ${base[Math.floor(N * 0.95)]!.toFixed(1)} ms (N=${N})`,
       );
+      // Figures only (noisy on a loaded machine): a speed bound belongs to npm run bench, not to a test.
       t.diagnostic(
         `curl time_total with a WebSocket approver in the loop: median ${median.toFixed(1)} ms, p95 ${p95.toFixed(1)} ms (N=${N})`,
       );
-      assert.ok(p95 < 2000);
     } finally {
       auto.close();
       agent.close();

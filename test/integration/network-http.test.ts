@@ -159,7 +159,8 @@ test('T5/T6: allowlisted names resolving locally, failing or hanging are not_all
       tag: 'blocked-by-allowlist',
       port: P,
     });
-    assert.ok(took >= 1900 && took < 4000, `hang.test took ${took} ms (2 s timeout)`);
+    // Held for the resolve timeout, then refused (its exact length: test/unit/network-policy.test.ts, on a fake clock).
+    assert.ok(took >= 1900, `hang.test took ${took} ms (2 s timeout)`);
     assert.deepEqual(fx.dials, [], 'nothing dialled');
   } finally {
     await fx.close();

@@ -5,6 +5,7 @@ import { randomBytes } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
 import { after, before, describe, it } from 'node:test';
 import type { Notification } from '../helpers/client.js';
+import { FakeClock } from '../helpers/clock.js';
 import { startTestServer, type TestServer, tempDir, until } from '../helpers/server.js';
 
 const PATH = '/usr/local/bin:/usr/bin:/bin';
@@ -131,28 +132,34 @@ describe('protocol output ordering and backpressure (§5.8, §5.9)', () => {
   });
 
   it('27: a parked process/read (waitMs 2000) does not delay a later request on the same connection', async () => {
-    const c = await ts.client();
-    await c.request('process/start', params('quiet', ['sleep', '30']));
-    let readDone = 0;
-    const t0 = Date.now();
-    const parked = c
-      .request<ReadResult>('process/read', { processId: 'quiet', afterSeq: 0, waitMs: 2000 })
-      .then((r) => {
-        readDone = Date.now();
-        return r;
-      });
-    const meta = await c.request<{ isDirectory: boolean }>('fs/getMetadata', { path: '/' });
-    const quick = Date.now() - t0;
-    assert.equal(meta.isDirectory, true);
-    assert.equal(readDone, 0, 'the read is still parked');
-    assert.ok(quick < 1000, `later request answered after ${quick} ms`);
-    await c.request('process/start', params('other', ['/bin/sh', '-c', 'printf x']));
-    await c.collect('other');
-    const r = await parked;
-    assert.deepEqual(r.chunks, []);
-    assert.ok(readDone - t0 >= 1900, `parked read replied after ${readDone - t0} ms`);
-    await c.request('process/terminate', { processId: 'quiet' });
-    c.close();
+    // On a clock the test moves: the read cannot end by its timeout while the later requests are answered.
+    const clock = new FakeClock();
+    const local = await startTestServer({ clock });
+    try {
+      const c = await local.client();
+      await c.request('process/start', params('quiet', ['sleep', '30']));
+      let answered = false;
+      const parked = c
+        .request<ReadResult>('process/read', { processId: 'quiet', afterSeq: 0, waitMs: 2000 })
+        .then((r) => {
+          answered = true;
+          return r;
+        });
+      const meta = await c.request<{ isDirectory: boolean }>('fs/getMetadata', { path: '/' });
+      assert.equal(meta.isDirectory, true);
+      await c.request('process/start', params('other', ['/bin/sh', '-c', 'printf x']));
+      await c.collect('other');
+      assert.equal(answered, false, 'the read is still parked');
+      await clock.advance(1999);
+      await c.request('process/write', { processId: 'none', chunk: '' });
+      assert.equal(answered, false, 'still parked at 1999 ms');
+      await clock.advance(1);
+      const r = await parked;
+      assert.deepEqual(r.chunks, []);
+      await c.request('process/terminate', { processId: 'quiet' });
+    } finally {
+      await local.close();
+    }
   });
 
   it('process/start immediately followed by process/read of the same id (0.120 client) never sees unknown id', async () => {

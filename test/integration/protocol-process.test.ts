@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { after, before, describe, it } from 'node:test';
 import { b64, type Notification, RpcClient } from '../helpers/client.js';
+import { FakeClock } from '../helpers/clock.js';
 import { startTestServer, type TestServer, tempDir } from '../helpers/server.js';
 
 const PATH = '/usr/local/bin:/usr/bin:/bin';
@@ -294,36 +295,60 @@ describe('protocol process methods (§5)', () => {
     assert.equal(e.message, 'unknown process id never-started');
   });
 
-  it('15: waitMs on a quiet process → an empty reply after ~1 s; an exit wakes the read; after close → immediate', async () => {
-    const quiet = pid('quiet');
-    await start(c, quiet, ['sleep', '30']);
-    let t0 = Date.now();
-    let rr = await c.request<ReadResult>('process/read', { processId: quiet, afterSeq: 0, waitMs: 1000 });
-    let took = Date.now() - t0;
-    assert.deepEqual(rr.chunks, []);
-    assert.equal(rr.exited, false);
-    assert.ok(took >= 950 && took < 2000, `quiet read took ${took} ms`);
-    await c.request('process/terminate', { processId: quiet });
+  it('15: waitMs on a quiet process → an empty reply when waitMs has passed, not before; an exit wakes the read; after close → immediate', async () => {
+    // On the server's own clock, moved by the test: the read answers exactly when waitMs has passed, and a read that
+    // answers while that clock stands still was woken by the process, not by its timeout.
+    const clock = new FakeClock();
+    const local = await startTestServer({ clock });
+    try {
+      const lc = await local.client();
+      let answered = false;
+      /** When its answer arrives, every request sent before it has been dispatched (a parked read included). */
+      const settled = () => lc.request('process/write', { processId: 'none', chunk: '' });
+      const quiet = pid('quiet');
+      await start(lc, quiet, ['sleep', '30']);
+      const read = lc
+        .request<ReadResult>('process/read', { processId: quiet, afterSeq: 0, waitMs: 1000 })
+        .then((r) => {
+          answered = true;
+          return r;
+        });
+      await settled();
+      await clock.advance(999);
+      await settled();
+      assert.equal(answered, false, 'still parked at 999 ms');
+      await clock.advance(1);
+      const rr = await read;
+      assert.deepEqual(rr.chunks, []);
+      assert.equal(rr.exited, false);
+      await lc.request('process/terminate', { processId: quiet });
 
-    const exits = pid('exits');
-    await start(c, exits, sh('read x; exit 4'), { pipeStdin: true });
-    const pending = c.request<ReadResult>('process/read', { processId: exits, afterSeq: 0, waitMs: 10_000 });
-    t0 = Date.now();
-    assert.deepEqual(await c.request('process/write', { processId: exits, chunk: b64('\n') }), {
-      status: 'accepted',
-    });
-    rr = await pending;
-    took = Date.now() - t0;
-    assert.equal(rr.exited, true);
-    assert.equal(rr.exitCode, 4);
-    assert.ok(took < 3000, `exit woke the read after ${took} ms`);
+      const exits = pid('exits');
+      await start(lc, exits, sh('read x; exit 4'), { pipeStdin: true });
+      const pending = lc.request<ReadResult>('process/read', {
+        processId: exits,
+        afterSeq: 0,
+        waitMs: 10_000,
+      });
+      await settled();
+      assert.deepEqual(await lc.request('process/write', { processId: exits, chunk: b64('\n') }), {
+        status: 'accepted',
+      });
+      const woken = await pending;
+      assert.equal(woken.exited, true);
+      assert.equal(woken.exitCode, 4);
 
-    await c.collect(exits);
-    t0 = Date.now();
-    rr = await c.request<ReadResult>('process/read', { processId: exits, afterSeq: 100, waitMs: 5000 });
-    took = Date.now() - t0;
-    assert.equal(rr.closed, true);
-    assert.ok(took < 500, `read after close took ${took} ms`);
+      await lc.collect(exits);
+      const closed = await lc.request<ReadResult>('process/read', {
+        processId: exits,
+        afterSeq: 100,
+        waitMs: 5000,
+      });
+      assert.equal(closed.closed, true);
+      assert.equal(clock.pending, 0, 'no read is left waiting');
+    } finally {
+      await local.close();
+    }
   });
 
   it('15: new output wakes a parked read', async () => {
@@ -418,11 +443,9 @@ describe('protocol process methods (§5)', () => {
     const { alive, until } = await import('../helpers/server.js');
     const grandchild = Number(readFileSync(pidFile, 'utf8').trim());
     assert.ok(alive(grandchild));
-    const t0 = Date.now();
     assert.deepEqual(await c.request('process/terminate', { processId: id }), { running: true });
-    const events = await c.collect(id, 3000);
-    await until(() => !alive(grandchild), 1000, 'grandchild death');
-    assert.ok(Date.now() - t0 < 1500);
+    const events = await c.collect(id, 10_000);
+    await until(() => !alive(grandchild), 10_000, 'grandchild death');
     const tail = events.slice(-2).map((n) => n.method);
     assert.deepEqual(tail, ['process/exited', 'process/closed']);
     assert.equal(events.at(-2)!.params.exitCode, 137);

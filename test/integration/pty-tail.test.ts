@@ -127,16 +127,14 @@ describe('PTY output written right before exit is never lost', () => {
     assert.deepEqual(codes, []);
   });
 
-  it('a background grandchild (ignoring SIGHUP) holding the pty open: exited, then closed last within 2 s; no zombie', async () => {
+  it('a background grandchild (ignoring SIGHUP) holding the pty open: exited, then closed last, before the grandchild is done; no zombie', async () => {
     const id = `grand-${++counter}`;
-    const t0 = Date.now();
     await c.request('process/start', ttyParams(id, 'trap "" HUP; (sleep 5; echo late) & echo early; exit 7'));
     const events = await c.collect(id, 10_000);
-    const ms = Date.now() - t0;
     assert.equal(checkSequence(events, id), 7);
     assert.match(c.output(id), /early/);
+    // Closed without waiting for the grandchild: its output 5 s later is not part of the process.
     assert.doesNotMatch(c.output(id), /late/);
-    assert.ok(ms < 2000, `closed after ${ms} ms`);
     const proc = [...ts.server.allProcesses()].find((p) => p.info.processId === id)!;
     await until(() => !existsSync(`/proc/${proc.pid}`), 5000, 'leader reaped (no zombie)');
     await until(() => heldSlaves().length === before0.length, 5000, 'held slaves released');

@@ -1,0 +1,75 @@
+/**
+ * A Clock (src/clock.ts) whose time moves only when the test says so: `advance(ms)` runs every timer that falls due,
+ * in order, each at its own time, and lets the event loop turn after each (so work a timer starts, and the timers it
+ * sets in turn, happen at the time they would). Chosen over node:test's mock.timers, which replace the timers of the
+ * whole test process (ws, child processes, the test's own waits): this one moves only the server's time.
+ */
+import type { Clock, Timer } from '../../src/clock.js';
+
+interface Pending {
+  at: number;
+  seq: number;
+  fn: () => void;
+}
+
+interface FakeTimer extends Timer {
+  readonly seq: number;
+}
+
+export class FakeClock implements Clock {
+  private time: number;
+  private seq = 0;
+  private readonly timers = new Map<number, Pending>();
+
+  /** Starts at the real time (so timestamps read as they would), unless given another. */
+  constructor(start = Date.now()) {
+    this.time = start;
+  }
+
+  now(): number {
+    return this.time;
+  }
+
+  setTimeout(fn: () => void, ms: number): Timer {
+    const seq = ++this.seq;
+    this.timers.set(seq, { at: this.time + Math.max(0, ms), seq, fn });
+    const timer: FakeTimer = { seq, unref: () => timer };
+    return timer;
+  }
+
+  clearTimeout(timer: Timer | null | undefined): void {
+    if (timer) this.timers.delete((timer as FakeTimer).seq);
+  }
+
+  /** Timers set and not yet run or cleared. */
+  get pending(): number {
+    return this.timers.size;
+  }
+
+  /** Resolves once at least `n` timers are set (the code under test has reached its wait), or fails after `ms`. */
+  async whenPending(n = 1, ms = 10_000): Promise<void> {
+    const deadline = Date.now() + ms;
+    while (this.timers.size < n) {
+      if (Date.now() > deadline) throw new Error(`timed out waiting for ${n} timer(s) on the fake clock`);
+      await new Promise((r) => setTimeout(r, 5));
+    }
+  }
+
+  /** Moves time forward by `ms`, running each timer that falls due at its own time, oldest first. */
+  async advance(ms: number): Promise<void> {
+    const end = this.time + ms;
+    for (;;) {
+      let next: Pending | undefined;
+      for (const t of this.timers.values()) {
+        if (t.at <= end && (!next || t.at < next.at || (t.at === next.at && t.seq < next.seq))) next = t;
+      }
+      if (!next) break;
+      this.timers.delete(next.seq);
+      this.time = next.at;
+      next.fn();
+      await new Promise((r) => setImmediate(r));
+    }
+    this.time = end;
+    await new Promise((r) => setImmediate(r));
+  }
+}

@@ -1,0 +1,64 @@
+// The monitor feed's once-a-second refresh of byte counts, on a fake clock: due at 1 s of the server's time and not
+// before, only for processes whose output grew, and only while someone subscribes.
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import type { Monitor } from '../../src/server/monitor.js';
+import { servePanel } from '../../src/server/panel.js';
+import type { Notification } from '../helpers/client.js';
+import { FakeClock } from '../helpers/clock.js';
+import { startTestServer, type TestServer, until } from '../helpers/server.js';
+
+const clock = new FakeClock();
+let ts: TestServer;
+let monitor: Monitor;
+
+before(async () => {
+  ts = await startTestServer({ tokens: true, clock });
+  monitor = servePanel(ts.server);
+});
+after(async () => {
+  monitor.dispose();
+  await ts.close();
+});
+
+const grown = (id: string) => (n: Notification) =>
+  n.method === 'monitor/process' &&
+  (n.params.process as { processId: string }).processId === id &&
+  (n.params.process as { bytesOut: number }).bytesOut > 0;
+
+test('byte counts of running processes are refreshed every second of the server clock, when they grew', async () => {
+  const panel = await ts.panel();
+  const agent = await ts.client('agent');
+  try {
+    await panel.request('monitor/subscribe', { output: 'followed' });
+    assert.equal(clock.pending, 1, 'the refresh is scheduled once someone subscribes');
+    await agent.request('process/start', {
+      processId: 'once',
+      argv: ['/bin/sh', '-c', 'echo hello; exec sleep 30'],
+      cwd: '/tmp',
+      env: {},
+      tty: false,
+    });
+    const proc = ts.sessionOf(agent).get('once')!;
+    await until(() => proc.bytesOut > 0, 10_000, 'the output');
+    /** Moves the clock, then makes a round trip: what the move sent has arrived. */
+    const refreshed = async (ms: number) => {
+      await clock.advance(ms);
+      await panel.request('monitor/follow', {
+        sessionId: proc.info.sessionId,
+        processId: 'x',
+        follow: false,
+      });
+      return panel.notifications.filter(grown('once')).length;
+    };
+    assert.equal(await refreshed(999), 0, 'not before a second has passed');
+    assert.equal(await refreshed(1), 1, 'at one second');
+    assert.equal(await refreshed(1000), 1, 'no refresh when nothing grew');
+    await panel.request('monitor/unsubscribe', {});
+    assert.equal(clock.pending, 0, 'no refresh without a subscriber');
+    await agent.request('process/terminate', { processId: 'once' });
+  } finally {
+    panel.close();
+    agent.close();
+  }
+});

@@ -8,7 +8,6 @@
  */
 import { IPC_CHANNEL, IPC_CONTROL } from '../protocol/client.js';
 import { MAX_MESSAGE_BYTES } from '../protocol/methods.js';
-import type { Principal } from '../server/auth.js';
 import type { RpcConnection, Transport } from './connection.js';
 
 export interface IpcSenderLike {
@@ -27,16 +26,17 @@ export interface IpcMainLike {
   removeListener(channel: string, listener: (event: IpcEventLike, ...args: unknown[]) => void): unknown;
 }
 
-export interface ConnectTarget {
-  connect(transport: Transport, principal?: Principal): RpcConnection;
+/** Where connections go, as whom (`P`: what the server calls a connection's proof of identity). */
+export interface ConnectTarget<P> {
+  connect(transport: Transport, principal: P): RpcConnection;
 }
 
-export interface IpcServeOptions {
+export interface IpcServeOptions<P> {
   /** Only these senders may talk to the server (the app's own window). Others are ignored and logged. */
   isTrusted?: (sender: IpcSenderLike) => boolean;
   onRejected?: (sender: IpcSenderLike) => void;
-  /** What the renderer's connection is: the app's own window is the panel (the default). */
-  principal?: Principal;
+  /** What every renderer's connection is (the app's own window: the panel). */
+  principal: P;
 }
 
 export interface IpcServer {
@@ -102,7 +102,11 @@ export function ipcTransport(sender: IpcSenderLike, opts: { acks?: boolean } = {
  * Serves the exec server to renderers over IPC: one panel connection per renderer (webContents), replaced when
  * the page (re)opens it, closed when the webContents is destroyed.
  */
-export function serveIpc(server: ConnectTarget, ipcMain: IpcMainLike, opts: IpcServeOptions = {}): IpcServer {
+export function serveIpc<P>(
+  server: ConnectTarget<P>,
+  ipcMain: IpcMainLike,
+  opts: IpcServeOptions<P>,
+): IpcServer {
   const connections = new Map<number, RpcConnection>();
   const transports = new Map<number, IpcTransport>();
   /** Whether each renderer's bridge acknowledges messages (announced in its `open`). */
@@ -113,7 +117,7 @@ export function serveIpc(server: ConnectTarget, ipcMain: IpcMainLike, opts: IpcS
     connections.get(sender.id)?.transportClosed();
     const transport = ipcTransport(sender, { acks: ackMode.get(sender.id) ?? false });
     transports.set(sender.id, transport);
-    const conn = server.connect(transport, opts.principal ?? { role: 'panel', credential: 'ipc' });
+    const conn = server.connect(transport, opts.principal);
     connections.set(sender.id, conn);
     if (!watched.has(sender.id)) {
       watched.add(sender.id);

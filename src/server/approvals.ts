@@ -27,7 +27,6 @@ import type { Decider, DeciderRequest, DeciderResult } from '../network/policy.j
 import type { ManagedProxy } from '../network/proxy.js';
 import type { ManagedProcess } from '../process/managedProcess.js';
 import {
-  type ApprovalAuditEvent,
   type ApprovalDecision,
   type ApprovalOutcome,
   type ApprovalPrompt,
@@ -42,6 +41,9 @@ import {
 } from '../protocol/approvals.js';
 import { invalidRequest } from '../protocol/errors.js';
 import type { RpcConnection } from '../rpc/connection.js';
+import { PromptCaps, type PromptLimits } from './approvalCaps.js';
+import { RememberedDecisions } from './approvalDecisions.js';
+import { ApprovalFeed } from './approvalFeed.js';
 import type { MethodRegistry } from './dispatch.js';
 import type { ServerEvents } from './events.js';
 import type { Logger } from './log.js';
@@ -51,29 +53,17 @@ import type { SessionTable } from './sessions.js';
 export const DEFAULT_APPROVAL_TIMEOUT_MS = 30_000;
 /** The longest a prompt may wait, whatever its config asks (`--max-approval-timeout-ms`). */
 export const DEFAULT_MAX_APPROVAL_TIMEOUT_MS = 120_000;
-/** Prompts pending at once, server-wide. */
-export const MAX_PENDING_PROMPTS = 1024;
-/** Prompts pending at once for one process; past it a new miss of that process fails closed at once. */
-export const MAX_PENDING_PER_PROCESS = 16;
-/** Prompts pending at once for one session. */
-export const MAX_PENDING_PER_SESSION = 64;
 /** Requests held on one prompt; past it a further request fails closed at once. */
 export const MAX_WAITERS_PER_PROMPT = 1024;
-/** Remembered decisions kept, server-wide (the oldest allow goes first). */
-export const MAX_REMEMBERED = 4096;
-export const APPROVAL_AUDIT_RING = 500;
 
 /** The reason in the blocked response when a prompt is denied, times out or is cancelled (§4.7 `not_allowed`). */
 export const APPROVAL_BLOCK_REASON = 'not_allowed';
 
-export interface ApprovalOptions {
+export interface ApprovalOptions extends PromptLimits {
   /** Default prompt timeout (ms) when the config sets none. */
   timeoutMs?: number;
   /** Longest prompt timeout (ms): a config asking for more is clamped to it. */
   maxTimeoutMs?: number;
-  maxPending?: number;
-  maxPendingPerProcess?: number;
-  maxPendingPerSession?: number;
 }
 
 interface Waiter {
@@ -107,20 +97,11 @@ const procKey = (sessionId: string, processId: string) => `${sessionId}/${proces
 export class ApprovalBroker {
   readonly timeoutMs: number;
   readonly maxTimeoutMs: number;
-  private readonly maxPending: number;
-  private readonly maxPerProcess: number;
-  private readonly maxPerSession: number;
+  private readonly caps: PromptCaps;
   private readonly pending = new Map<string, Pending>();
-  /** Pending prompts per `session/process` and per session. */
-  private readonly perProcess = new Map<string, number>();
-  private readonly perSession = new Map<string, number>();
-  /** Processes whose refusals have been audited since they last had room (one `refused` event per episode). */
-  private readonly refusedNoted = new Set<string>();
   private readonly pendingById = new Map<string, Pending>();
-  private readonly decisions = new Map<string, RememberedDecision>();
-  private readonly audit: ApprovalAuditEvent[] = [];
-  private auditSeq = 1;
-  private readonly subscribers = new Set<RpcConnection>();
+  private readonly decisions = new RememberedDecisions();
+  private readonly feed: ApprovalFeed;
   /** Processes whose proxy asks for approvals (by `session/process`), with their proxy's timeout. */
   private readonly asking = new Map<string, number>();
 
@@ -131,11 +112,10 @@ export class ApprovalBroker {
     opts: ApprovalOptions = {},
   ) {
     this.clock = server.clock;
+    this.feed = new ApprovalFeed(server);
     this.maxTimeoutMs = opts.maxTimeoutMs ?? DEFAULT_MAX_APPROVAL_TIMEOUT_MS;
     this.timeoutMs = Math.min(opts.timeoutMs ?? DEFAULT_APPROVAL_TIMEOUT_MS, this.maxTimeoutMs);
-    this.maxPending = opts.maxPending ?? MAX_PENDING_PROMPTS;
-    this.maxPerProcess = opts.maxPendingPerProcess ?? MAX_PENDING_PER_PROCESS;
-    this.maxPerSession = opts.maxPendingPerSession ?? MAX_PENDING_PER_SESSION;
+    this.caps = new PromptCaps(opts);
     server.events.on('process', (kind, proc) => this.onProcess(kind, proc));
     server.events.on('session', (kind, session) => {
       if (kind === 'expired') this.forgetSession(session);
@@ -167,24 +147,14 @@ export class ApprovalBroker {
     }
     // closed: the process's remembered decisions go with it.
     this.asking.delete(k);
-    let changed = false;
-    for (const [id, d] of this.decisions) {
-      if (d.scope === 'process' && d.sessionId === sessionId && d.processId === processId) {
-        this.decisions.delete(id);
-        changed = true;
-      }
-    }
+    const changed = this.decisions.forget(
+      (d) => d.scope === 'process' && d.sessionId === sessionId && d.processId === processId,
+    );
     if (changed) this.broadcastDecisions();
   }
 
   private forgetSession(session: Session): void {
-    let changed = false;
-    for (const [id, d] of this.decisions) {
-      if (d.sessionId === session.id) {
-        this.decisions.delete(id);
-        changed = true;
-      }
-    }
+    const changed = this.decisions.forget((d) => d.sessionId === session.id);
     for (const p of [...this.pending.values()])
       if (p.prompt.sessionId === session.id) this.finish(p, 'cancelled');
     if (changed) this.broadcastDecisions();
@@ -195,28 +165,9 @@ export class ApprovalBroker {
     return (req) => this.decide(sessionId, processId, req);
   }
 
-  /** The remembered decision that applies, deny first. */
-  private remembered(
-    sessionId: string,
-    processId: string,
-    protocol: string,
-    host: string,
-    port: number,
-  ): RememberedDecision | undefined {
-    let allow: RememberedDecision | undefined;
-    for (const d of this.decisions.values()) {
-      if (d.sessionId !== sessionId || d.protocol !== protocol || d.host !== host || d.port !== port)
-        continue;
-      if (d.scope === 'process' && d.processId !== processId) continue;
-      if (d.decision === 'deny') return d;
-      allow ??= d;
-    }
-    return allow;
-  }
-
   private decide(sessionId: string, processId: string, req: DeciderRequest): Promise<DeciderResult> {
     const protocol = req.protocol as ApprovalProtocol;
-    const known = this.remembered(sessionId, processId, protocol, req.host, req.port);
+    const known = this.decisions.find(sessionId, processId, protocol, req.host, req.port);
     if (known) return Promise.resolve(known.decision === 'allow' ? ALLOW : DENIED);
     const k = procKey(sessionId, processId);
     const proc = this.server.sessions.get(sessionId)?.get(processId);
@@ -226,10 +177,25 @@ export class ApprovalBroker {
     let p = this.pending.get(key);
     if (p && p.waiters.length >= MAX_WAITERS_PER_PROMPT) return Promise.resolve(UNANSWERED);
     if (!p) {
-      const refusal = this.makeRoom(sessionId, k);
-      if (refusal) {
-        this.refuse(k, refusal, { sessionId, processId, argv: proc.info.argv, protocol, req });
+      const room = this.caps.room(sessionId, k);
+      if (room.kind === 'refused') {
+        // Fails closed at once; audited once per process until it has room again.
+        if (this.caps.firstRefusal(k)) {
+          const { host, port, method } = req;
+          const command = [...proc.info.argv];
+          const subject = { id: null, sessionId, processId, command, host, port, protocol, method };
+          this.feed.record('refused', subject, { released: 1, note: room.reason });
+        }
         return Promise.resolve(UNANSWERED);
+      }
+      if (room.kind === 'evict') {
+        const victim = [...this.pendingById.values()].find((x) => x.prompt.sessionId === room.sessionId)!;
+        this.finish(
+          victim,
+          'cancelled',
+          null,
+          'cancelled to make room for another session (the server-wide cap)',
+        );
       }
       const asked = this.asking.get(k) ?? this.timeoutMs;
       const timeoutMs = Math.min(asked, this.maxTimeoutMs);
@@ -260,7 +226,7 @@ export class ApprovalBroker {
       p = created;
       this.pending.set(key, p);
       this.pendingById.set(prompt.id, p);
-      this.count(prompt, +1);
+      this.caps.count(sessionId, k, +1);
     }
     const pending = p;
     return new Promise<DeciderResult>((resolve) => {
@@ -268,93 +234,16 @@ export class ApprovalBroker {
       pending.prompt.waiting = pending.waiters.length;
       if (pending.waiters.length === 1) {
         const asked = pending.prompt.requestedTimeoutMs;
-        this.record('requested', pending.prompt, {
+        this.feed.record('requested', pending.prompt, {
           released: 0,
           note:
             asked === null
               ? null
               : `approval_timeout_ms ${asked} clamped to the server's maximum ${this.maxTimeoutMs} (--max-approval-timeout-ms)`,
         });
-        this.broadcast('approvals/requested', { prompt: pending.prompt });
+        this.feed.broadcast('approvals/requested', { prompt: pending.prompt });
       }
     });
-  }
-
-  /**
-   * Room for one more prompt of this process, or why there is none. When the server-wide cap is reached, the oldest
-   * prompt of the session holding the most is cancelled if that session holds more than this one.
-   */
-  private makeRoom(sessionId: string, k: string): string | null {
-    if ((this.perProcess.get(k) ?? 0) >= this.maxPerProcess)
-      return `this process already has ${this.maxPerProcess} approval prompts pending (the per-process cap)`;
-    const mine = this.perSession.get(sessionId) ?? 0;
-    if (mine >= this.maxPerSession)
-      return `this session already has ${this.maxPerSession} approval prompts pending (the per-session cap)`;
-    if (this.pendingById.size < this.maxPending) return null;
-    let top: string | null = null;
-    let most = 0;
-    for (const [s, n] of this.perSession) {
-      if (n > most) {
-        most = n;
-        top = s;
-      }
-    }
-    if (top === null || most <= mine + 1)
-      return `the server has ${this.maxPending} approval prompts pending (the server-wide cap)`;
-    for (const victim of this.pendingById.values()) {
-      if (victim.prompt.sessionId !== top) continue;
-      this.finish(
-        victim,
-        'cancelled',
-        null,
-        'cancelled to make room for another session (the server-wide cap)',
-      );
-      break;
-    }
-    return null;
-  }
-
-  /** A miss that gets no prompt: fails closed at once; audited once per process until it has room again. */
-  private refuse(
-    k: string,
-    note: string,
-    o: {
-      sessionId: string;
-      processId: string;
-      argv: string[];
-      protocol: ApprovalProtocol;
-      req: DeciderRequest;
-    },
-  ): void {
-    if (this.refusedNoted.has(k)) return;
-    this.refusedNoted.add(k);
-    const { host, port, method } = o.req;
-    this.record(
-      'refused',
-      {
-        id: null,
-        sessionId: o.sessionId,
-        processId: o.processId,
-        command: [...o.argv],
-        host,
-        port,
-        protocol: o.protocol,
-        method,
-      },
-      { released: 1, note },
-    );
-  }
-
-  private count(prompt: ApprovalPrompt, delta: 1 | -1): void {
-    const k = procKey(prompt.sessionId, prompt.processId);
-    const bump = (m: Map<string, number>, key: string) => {
-      const n = (m.get(key) ?? 0) + delta;
-      if (n <= 0) m.delete(key);
-      else m.set(key, n);
-    };
-    bump(this.perProcess, k);
-    bump(this.perSession, prompt.sessionId);
-    if (delta < 0) this.refusedNoted.delete(k);
   }
 
   /** Ends a prompt: releases its held requests with the outcome's answer and tells the subscribers. */
@@ -368,16 +257,17 @@ export class ApprovalBroker {
     this.clock.clearTimeout(p.timer);
     this.pending.delete(p.key);
     this.pendingById.delete(p.prompt.id);
-    this.count(p.prompt, -1);
+    this.caps.count(p.prompt.sessionId, procKey(p.prompt.sessionId, p.prompt.processId), -1);
     const answer =
       outcome === 'deny' ? DENIED : outcome === 'timeout' || outcome === 'cancelled' ? UNANSWERED : ALLOW;
     const released = p.waiters.length;
     for (const w of p.waiters) w.resolve(answer);
     p.waiters.length = 0;
     p.prompt.waiting = 0;
-    if (outcome === 'timeout' || outcome === 'cancelled') this.record(outcome, p.prompt, { released, note });
-    else this.record('decided', p.prompt, { released, decision: outcome, decisionId });
-    this.broadcast('approvals/resolved', {
+    if (outcome === 'timeout' || outcome === 'cancelled')
+      this.feed.record(outcome, p.prompt, { released, note });
+    else this.feed.record('decided', p.prompt, { released, decision: outcome, decisionId });
+    this.feed.broadcast('approvals/resolved', {
       id: p.prompt.id,
       outcome,
       released,
@@ -407,7 +297,7 @@ export class ApprovalBroker {
       decidedAt: this.clock.now(),
       promptId: id,
     };
-    this.remember(remembered);
+    this.decisions.add(remembered);
     let released = this.finish(p, decision, remembered.id);
     // Other prompts the remembered decision now covers follow it at once (a deny also wins over their allows).
     for (const other of [...this.pending.values()]) {
@@ -421,33 +311,10 @@ export class ApprovalBroker {
     return { released };
   }
 
-  private remember(d: RememberedDecision): void {
-    // One entry per (scope, session, process, target, decision): a repeat replaces the older one.
-    for (const [id, x] of this.decisions) {
-      if (
-        x.scope === d.scope &&
-        x.sessionId === d.sessionId &&
-        x.processId === d.processId &&
-        x.protocol === d.protocol &&
-        x.host === d.host &&
-        x.port === d.port &&
-        x.decision === d.decision
-      )
-        this.decisions.delete(id);
-    }
-    this.decisions.set(d.id, d);
-    while (this.decisions.size > MAX_REMEMBERED) {
-      const oldestAllow = [...this.decisions.values()].find((x) => x.decision === 'allow');
-      const victim = oldestAllow ?? this.decisions.values().next().value!;
-      this.decisions.delete(victim.id);
-    }
-  }
-
   revoke(id: string): RevokeResult {
-    const d = this.decisions.get(id);
+    const d = this.decisions.remove(id);
     if (!d) return { revoked: false };
-    this.decisions.delete(id);
-    this.record(
+    this.feed.record(
       'revoked',
       {
         sessionId: d.sessionId,
@@ -466,15 +333,15 @@ export class ApprovalBroker {
   }
 
   exportSnippet(sessionId?: string | null): ExportResult {
-    const list = [...this.decisions.values()].filter((d) => !sessionId || d.sessionId === sessionId);
+    const list = this.decisions.list().filter((d) => !sessionId || d.sessionId === sessionId);
     return exportDomains(list);
   }
 
   state(): ApprovalsState {
     return {
       pending: [...this.pendingById.values()].map((p) => ({ ...p.prompt })),
-      decisions: [...this.decisions.values()],
-      audit: [...this.audit],
+      decisions: this.decisions.list(),
+      audit: this.feed.events(),
     };
   }
 
@@ -483,69 +350,21 @@ export class ApprovalBroker {
   }
 
   get subscriberCount(): number {
-    return this.subscribers.size;
-  }
-
-  private record(
-    kind: ApprovalAuditEvent['kind'],
-    prompt: Pick<ApprovalPrompt, 'sessionId' | 'host' | 'port' | 'protocol' | 'method'> & {
-      id: string | null;
-      processId: string | null;
-      command: string[] | null;
-    },
-    extra: {
-      released: number;
-      decision?: ApprovalDecision;
-      decisionId?: string | null;
-      note?: string | null;
-    },
-  ): void {
-    const event: ApprovalAuditEvent = {
-      seq: this.auditSeq++,
-      timestamp: this.clock.now(),
-      kind,
-      promptId: prompt.id,
-      decisionId: extra.decisionId ?? null,
-      decision: extra.decision ?? null,
-      sessionId: prompt.sessionId,
-      processId: prompt.processId,
-      command: prompt.command,
-      host: prompt.host,
-      port: prompt.port,
-      protocol: prompt.protocol,
-      method: prompt.method,
-      released: extra.released,
-      note: extra.note ?? null,
-    };
-    this.audit.push(event);
-    if (this.audit.length > APPROVAL_AUDIT_RING) this.audit.shift();
-    this.server.log.info(`CORRAL_NETWORK_APPROVAL ${JSON.stringify(event)}`);
-    this.server.events.emit('approval', event);
-    this.broadcast('approvals/audit', { event });
+    return this.feed.subscriberCount;
   }
 
   private broadcastDecisions(): void {
-    this.broadcast('approvals/decisions', { decisions: [...this.decisions.values()] });
-  }
-
-  private broadcast(method: string, params: unknown): void {
-    for (const conn of this.subscribers) {
-      if (conn.closed) {
-        this.subscribers.delete(conn);
-        continue;
-      }
-      conn.notify(method, params);
-    }
+    this.feed.broadcast('approvals/decisions', { decisions: this.decisions.list() });
   }
 
   /** Starts sending `approvals/*` notifications to `conn`; the current state and the default timeout. */
   subscribe(conn: RpcConnection): ApprovalsSubscribeResult {
-    this.subscribers.add(conn);
+    this.feed.subscribe(conn);
     return { ...this.state(), timeoutMs: this.timeoutMs };
   }
 
   unsubscribe(conn: RpcConnection): void {
-    this.subscribers.delete(conn);
+    this.feed.unsubscribe(conn);
   }
 }
 

@@ -6,8 +6,9 @@
  * What is recorded never includes an env value (names only); policy summaries and metadata go through the monitor's
  * redaction (secret-looking fields removed).
  */
-import type { ManagedNetworkSpec } from '../network/config.js';
+
 import type { NetworkEvents } from '../network/events.js';
+import type { ManagedNetworkSpec } from '../network/managedNetwork.js';
 import type { ManagedProcess } from '../process/managedProcess.js';
 import type { ApprovalAuditEvent } from '../protocol/approvals.js';
 import type { FsOperation } from '../protocol/audit.js';

@@ -1,14 +1,9 @@
 /** The managed network proxy: parse `managedNetwork` / `networkProxy`, start a proxy per process, apply its env. */
 export {
   defaultSettings,
-  type ManagedNetworkSpec,
-  managedNetworkSandboxFact,
   NetworkConfigError,
   type NetworkSettings,
-  parseManagedNetwork,
   parseNetworkConfig,
-  parseNetworkProxy,
-  parseProcessNetwork,
   validateAgainstConstraints,
 } from './config.js';
 export type { Dialer } from './dial.js';
@@ -22,6 +17,13 @@ export {
   NetworkEvents,
 } from './events.js';
 export { canonicalIp, isNonPublicIp, normalizeHost } from './host.js';
+export {
+  type ManagedNetworkSpec,
+  managedNetworkSandboxFact,
+  parseManagedNetwork,
+  parseNetworkProxy,
+  parseProcessNetwork,
+} from './managedNetwork.js';
 export { compilePatterns, normalizePattern } from './patterns.js';
 export {
   type Decider,

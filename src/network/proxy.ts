@@ -5,11 +5,11 @@
 import net from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { BlockedSnapshot } from '../protocol/network.js';
-import type { ManagedNetworkSpec } from './config.js';
 import type { Dialer } from './dial.js';
 import { buildProxyEnv } from './env.js';
 import type { NetworkEvents } from './events.js';
 import { HttpProxy } from './http.js';
+import type { ManagedNetworkSpec } from './managedNetwork.js';
 import { type Decider, PolicyEngine, type Resolver } from './policy.js';
 import { Recorder } from './recorder.js';
 import { SocksProxy } from './socks.js';

@@ -1,7 +1,7 @@
 /**
  * Interactive network approvals (GitHub issue 7): the way Little Snitch or OpenSnitch let a person decide on a
  * connection as it happens. A managed proxy whose config asks for approvals (`hard_deny_allowlist_misses: false`,
- * src/network/config.ts `parseApprovalSettings`) gets this broker's decider, which the policy consults only for
+ * src/network/managedNetwork.ts `parseApprovalSettings`) gets this broker's decider, which the policy consults only for
  * `not_allowed` (network-proxy.md §3.3, §3.6): denied hosts and local/private blocks never reach it.
  *
  * - A held request waits while a prompt goes to every subscribed privileged client; concurrent requests of one

@@ -5,8 +5,9 @@
  * proxy would do. Panel methods: the method table lets only panel connections call them.
  */
 import { admit } from '../network/admission.js';
-import { NetworkConfigError, parseManagedNetwork, parseNetworkConfig } from '../network/config.js';
+import { NetworkConfigError, parseNetworkConfig } from '../network/config.js';
 import { blockMessage } from '../network/events.js';
+import { parseManagedNetwork } from '../network/managedNetwork.js';
 import { PolicyEngine, type Resolver } from '../network/policy.js';
 import { readTargetText } from '../network/target.js';
 import {

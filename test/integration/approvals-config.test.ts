@@ -1,8 +1,9 @@
-// The approval switch of a seed managedNetwork (src/network/config.ts parseApprovalSettings): the keys accepted,
+// The approval switch of a seed managedNetwork (src/network/managedNetwork.ts parseApprovalSettings): the keys accepted,
 // their spellings, Codex's managed-only override, and the -32602 texts.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { NetworkConfigError, parseManagedNetwork } from '../../src/network/config.js';
+import { NetworkConfigError } from '../../src/network/config.js';
+import { parseManagedNetwork } from '../../src/network/managedNetwork.js';
 
 const mn = (network: Record<string, unknown>, constraints?: Record<string, unknown>, flat = false) => ({
   config: flat ? { enabled: true, ...network } : { network: { enabled: true, ...network } },

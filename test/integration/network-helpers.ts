@@ -2,9 +2,9 @@
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import net from 'node:net';
-import { parseManagedNetwork } from '../../src/network/config.js';
 import type { Dialer } from '../../src/network/dial.js';
 import { NetworkEvents } from '../../src/network/events.js';
+import { parseManagedNetwork } from '../../src/network/managedNetwork.js';
 import type { Resolver } from '../../src/network/policy.js';
 import {
   defaultDialer,

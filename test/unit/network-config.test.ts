@@ -1,12 +1,12 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { NetworkConfigError } from '../../src/network/config.js';
 import {
   managedNetworkSandboxFact,
-  NetworkConfigError,
   parseManagedNetwork,
   parseNetworkProxy,
   parseProcessNetwork,
-} from '../../src/network/config.js';
+} from '../../src/network/managedNetwork.js';
 import { ManagedNetworkParamSchema, NetworkProxyParamSchema } from '../../src/protocol/network.js';
 
 const rejects = (fn: () => unknown, message: string) =>

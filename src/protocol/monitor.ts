@@ -50,6 +50,12 @@ export const MonitorProcess = z.object({
   sandboxDenied: z.boolean(),
   sandboxType: SandboxTypeWire,
   badge: SandboxBadge,
+  /**
+   * The flags of the client's own sandbox launcher, in order, when the client wrapped the command in it (badge
+   * `client-wrapped`): what the panel shows of the client's sandbox (src/sandbox/codexWrapped.ts reads them).
+   * @corral
+   */
+  launcherFlags: z.array(z.object({ name: z.string(), value: z.string().nullable() })).nullable(),
   /** The effective policy summary of the sandbox/proxy layers (writable roots, network mode, …), redacted. */
   policy: z.record(z.string(), z.unknown()).nullable(),
   metadata: z.record(z.string(), z.unknown()).nullable(),

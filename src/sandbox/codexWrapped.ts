@@ -133,6 +133,32 @@ function issueText(error: { issues: { path: PropertyKey[]; message: string }[] }
   return i.path.length > 0 ? `${i.path.map(String).join('.')}: ${i.message}` : i.message;
 }
 
+/** What the client's launcher was given before `--`: its flags in order, then (if any) an argument that is none. */
+export interface LauncherArgs {
+  /** `--name value` or `--name=value`; `value` null when the argv ends after `--name`. */
+  flags: { name: string; value: string | null }[];
+  /** The first argument before `--` that is not a flag (reading stops there). */
+  stray: string | null;
+  /** What follows `--`; undefined without one. */
+  command: string[] | undefined;
+}
+
+/** Reads a client-wrapped argv's launcher arguments (argv[0] is the launcher). The panel shows these flags. */
+export function readLauncherArgs(argv: readonly string[]): LauncherArgs {
+  const flags: LauncherArgs['flags'] = [];
+  for (let i = 1; i < argv.length; i++) {
+    const a = argv[i]!;
+    if (a === '--') return { flags, stray: null, command: argv.slice(i + 1) };
+    if (!a.startsWith('--')) return { flags, stray: a, command: undefined };
+    const eq = a.indexOf('=');
+    const name = a.slice(2, eq === -1 ? undefined : eq);
+    if (eq !== -1) flags.push({ name, value: a.slice(eq + 1) });
+    else if (i + 1 >= argv.length) flags.push({ name, value: null });
+    else flags.push({ name, value: argv[++i]! });
+  }
+  return { flags, stray: null, command: undefined };
+}
+
 /**
  * Recognises a 0.120–0.130 client-wrapped argv and, when every flag is understood, returns the equivalent sandbox
  * param and the command after `--`. Pure: no filesystem access (the caller resolves the program and checks the cwd).
@@ -142,27 +168,17 @@ export function parseClientWrapped(argv: readonly string[]): ClientWrapped {
   const launcher = argv[0]!;
   const refuse = (reason: string): ClientWrapped => ({ kind: 'refused', launcher, reason });
   const flags = new Map<KnownFlag, string>();
-  let command: string[] | undefined;
-  for (let i = 1; i < argv.length; i++) {
-    const a = argv[i]!;
-    if (a === '--') {
-      command = argv.slice(i + 1);
-      break;
-    }
-    if (!a.startsWith('--')) return refuse(`unexpected launcher argument ${JSON.stringify(a)} before --`);
-    const eq = a.indexOf('=');
-    const name = a.slice(2, eq === -1 ? undefined : eq);
+  const read = readLauncherArgs(argv);
+  for (const { name, value } of read.flags) {
     if (!(KNOWN_FLAGS as readonly string[]).includes(name)) return refuse(`unknown launcher flag --${name}`);
     const flag = name as KnownFlag;
     if (flags.has(flag)) return refuse(`launcher flag --${flag} given twice`);
-    let value: string;
-    if (eq !== -1) value = a.slice(eq + 1);
-    else {
-      if (i + 1 >= argv.length) return refuse(`launcher flag --${flag} has no value`);
-      value = argv[++i]!;
-    }
+    if (value === null) return refuse(`launcher flag --${flag} has no value`);
     flags.set(flag, value);
   }
+  if (read.stray !== null)
+    return refuse(`unexpected launcher argument ${JSON.stringify(read.stray)} before --`);
+  const command = read.command;
   if (command === undefined) return refuse('no -- before the command');
   if (command.length === 0 || command[0] === '') return refuse('no command after --');
 

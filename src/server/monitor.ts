@@ -26,7 +26,7 @@ import type {
 import { redact } from '../protocol/monitor.js';
 import { auditMetadataOf, type BlockedEvent, type NetworkAuditEvent } from '../protocol/network.js';
 import { ResultWithCallback, type RpcConnection } from '../rpc/connection.js';
-import { isClientWrapped } from '../sandbox/codexWrapped.js';
+import { isClientWrapped, readLauncherArgs } from '../sandbox/codexWrapped.js';
 import type { ConnState, MethodRegistry } from './dispatch.js';
 import type { ServerEvents } from './events.js';
 import type { Session } from './session.js';
@@ -226,6 +226,7 @@ export class Monitor {
       sandboxDenied: p.sandboxDenied,
       sandboxType: p.sandboxType,
       badge: sandboxBadge(p.sandboxType, p.info.argv),
+      launcherFlags: isClientWrapped(p.info.argv) ? readLauncherArgs(p.info.argv).flags : null,
       policy: summary ? (redact(summary) as Record<string, unknown>) : null,
       metadata: p.info.metadata ? (redact(p.info.metadata) as Record<string, unknown>) : null,
       envKeys: Object.keys(p.launch.spec.env).sort(),

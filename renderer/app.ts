@@ -2,8 +2,8 @@
 import '@xterm/xterm/css/xterm.css';
 import './styles.css';
 import { Connection } from './client.js';
-import { h, replace } from './dom.js';
-import { Store } from './store.js';
+import { fmtBytes, h, replace } from './dom.js';
+import { type HostInfo, Store } from './store.js';
 import type { AppContext, View, ViewName } from './view.js';
 import { ApprovalsView } from './views/approvals.js';
 import { HistoryView } from './views/history.js';
@@ -11,6 +11,27 @@ import { NetworkView } from './views/network.js';
 import { PolicyView } from './views/policy.js';
 import { ProcessesView } from './views/processes.js';
 import { RunView } from './views/run.js';
+
+/** What bounds each command, or a warning that nothing does (host/info resourceLimits). */
+function limitsLine(info: HostInfo): HTMLElement | null {
+  const r = info.resourceLimits;
+  if (!r) return null;
+  if (r.version === 'none')
+    return h(
+      'div',
+      { class: 'small warn', title: r.problem ?? '' },
+      '⚠ commands are not bounded (no cgroup)',
+    );
+  const parts = [
+    r.pidsMax !== null ? `${r.pidsMax} pids` : null,
+    r.memoryMaxBytes !== null ? fmtBytes(r.memoryMaxBytes) : null,
+  ].filter(Boolean);
+  return h(
+    'div',
+    { class: r.problem ? 'small warn' : 'small', title: r.problem ?? `cgroup ${r.version}` },
+    `each command: ≤ ${parts.join(', ') || 'no limit'} (cgroup ${r.version})`,
+  );
+}
 
 const store = new Store();
 const views = {} as Record<ViewName, View>;
@@ -220,6 +241,7 @@ function boot(): void {
           store.info.logFile
             ? h('div', { class: 'small', title: store.info.logFile }, 'log: ', store.info.logFile)
             : null,
+          limitsLine(store.info),
         );
       }
     }

@@ -1,4 +1,7 @@
 // The panel's state, fed by the monitor snapshot and live `monitor/*` notifications.
+
+// host/info: one definition, in src/protocol.
+import type { HostInfo } from '../src/protocol/host.js';
 import type {
   DroppedCounts,
   HostCount,
@@ -10,15 +13,7 @@ import type {
   MonitorSnapshot,
 } from '../src/protocol/monitor.js';
 
-export interface HostInfo {
-  execUrl: string;
-  panelUrl: string | null;
-  logFile: string | null;
-  mode: 'desktop' | 'headless';
-  pid: number;
-  platform: string;
-  version: string;
-}
+export type { HostInfo };
 
 export type Change =
   | 'processes'

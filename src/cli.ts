@@ -36,6 +36,9 @@ limits (exec-server and serve):
   --max-retained-mib N         MiB of finished processes' output kept for process/read, per session  [64]
   --max-total-retained-mib N   the same, for all sessions together  [1024]
   --max-approval-timeout-ms N  longest a network approval prompt may wait, whatever the config asks  [120000]
+  --pids-max N                 processes + threads each command may have (its cgroup's pids.max)  [4096]
+  --memory-max SIZE            memory each command may use: bytes, or with K, M, G (1024-based)  [half the RAM]
+                               (a process/start may ask for less, with "limits", never for more)
 
 audit options (exec-server and serve):
   --audit-db FILE         the audit database  [$XDG_STATE_HOME/corral/audit.db, ~/.local/state/corral/audit.db]
@@ -58,9 +61,14 @@ const LIMIT_OPTIONS = {
   'max-retained-mib': { type: 'string', default: '64' },
   'max-total-retained-mib': { type: 'string', default: '1024' },
   'max-approval-timeout-ms': { type: 'string', default: '120000' },
+  'pids-max': { type: 'string' },
+  'memory-max': { type: 'string' },
 } as const;
 
-type LimitValues = { [K in keyof typeof LIMIT_OPTIONS]: string };
+type LimitValues = { [K in Exclude<keyof typeof LIMIT_OPTIONS, 'pids-max' | 'memory-max'>]: string } & {
+  'pids-max'?: string;
+  'memory-max'?: string;
+};
 
 function positiveInt(flag: string, text: string): number {
   const n = Number(text);
@@ -79,6 +87,7 @@ function parseLimits(v: LimitValues): Partial<ExecServerOptions> {
       serverBytes: positiveInt('max-total-retained-mib', v['max-total-retained-mib']) * MiB,
     },
     approvals: { maxTimeoutMs: positiveInt('max-approval-timeout-ms', v['max-approval-timeout-ms']) },
+    limits: limitFlags(v),
   };
 }
 
@@ -162,6 +171,28 @@ function auditOptions(values: {
 function fatal(message: string): never {
   process.stderr.write(`corral: ${message}\n`);
   process.exit(1);
+}
+
+/** --pids-max and --memory-max: the server's per-command cgroup limits (only those given). */
+function limitFlags(values: { 'pids-max'?: string; 'memory-max'?: string }): {
+  pidsMax?: number;
+  memoryMaxBytes?: number;
+} {
+  const out: { pidsMax?: number; memoryMaxBytes?: number } = {};
+  if (values['pids-max'] !== undefined) {
+    const n = Number(values['pids-max']);
+    if (!Number.isInteger(n) || n < 1 || n > 4_194_304) fail('--pids-max must be a whole number 1..4194304');
+    out.pidsMax = n;
+  }
+  if (values['memory-max'] !== undefined) {
+    const m = /^(\d+)([KMGT]?)i?B?$/i.exec(values['memory-max'].trim());
+    const unit = { '': 1, K: 2 ** 10, M: 2 ** 20, G: 2 ** 30, T: 2 ** 40 }[(m?.[2] ?? '').toUpperCase()];
+    const bytes = m && unit ? Number(m[1]) * unit : Number.NaN;
+    if (!Number.isSafeInteger(bytes) || bytes < 2 ** 20)
+      fail(`--memory-max: expected a size of at least 1M (e.g. 512M, 8G), got ${values['memory-max']}`);
+    out.memoryMaxBytes = bytes;
+  }
+  return out;
 }
 
 function isLoopback(host: string): boolean {

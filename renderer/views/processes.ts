@@ -303,6 +303,13 @@ class DetailPane {
         statePill(p),
         ...badges(p),
         p.sandboxDenied ? h('span', { class: 'badge badge-denied' }, 'sandbox denied') : null,
+        p.limitHit
+          ? h(
+              'span',
+              { class: 'badge badge-denied', title: 'the command ran into its cgroup limit' },
+              `${p.limitHit} limit hit`,
+            )
+          : null,
       ),
     );
     const end = p.closedAt ?? p.exitedAt;

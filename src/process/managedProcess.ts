@@ -1,10 +1,17 @@
 import type { Writable } from 'node:stream';
 import { type Clock, realClock } from '../clock.js';
 import type { OutputStream } from '../protocol/exec.js';
+import {
+  type CgroupHost,
+  type LimitKind,
+  type ProcessCgroup,
+  type ResourceLimits,
+  wrapArgv,
+} from './cgroup.js';
 import type { PreparedLaunch, SandboxType } from './launch.js';
 import { OutputBuffer, type RetainedChunk } from './outputBuffer.js';
 import { type PtyChild, spawnPty } from './pty.js';
-import { type OutputPipe, spawnPiped } from './spawner.js';
+import { ensureGroupWatchdog, type OutputPipe, spawnPiped, watchProcessGroup } from './spawner.js';
 
 /** Largest output chunk on the wire (protocol.md §5.9). */
 export const MAX_CHUNK = 8192;
@@ -38,6 +45,12 @@ export interface ProcessInfo {
 
 export type ProcessState = 'running' | 'exited' | 'closed';
 
+/** The cgroup a process runs in (src/process/cgroup.ts): where from, and with which limits. */
+export interface ProcessResources {
+  cgroups: CgroupHost;
+  limits: ResourceLimits;
+}
+
 /** Decides `sandboxDenied` from the exit code and the retained stderr/pty text (sandbox.md §11.6). */
 export type DenialClassifier = (sandboxType: SandboxType, exitCode: number, output: string) => boolean;
 
@@ -58,6 +71,8 @@ export class ManagedProcess {
   outputEvicted = false;
   /** The signal that ended the child, when the spawner reports it (pipes; a PTY's exit code says 128+n). */
   exitSignal: NodeJS.Signals | null = null;
+  /** The cgroup limit the process ran into (read when it exited), or null. */
+  limitHit: LimitKind | null = null;
   bytesOut = 0;
   /** seq of the last event (0 before any). */
   lastSeq = 0;
@@ -77,8 +92,13 @@ export class ManagedProcess {
   private headLimit = 0;
   private headParts: Buffer[] = [];
   private headBytes = 0;
-  /** Ends the server-death protection of the child's process group (pipes: see SpawnedChild.releaseGroup). */
+  /** Ends the server-death protection of the child's process group (see SpawnedChild.releaseGroup). */
   private releaseGroup: () => void = () => {};
+  /**
+   * The process's cgroup, while it is ours to kill: until the process has closed, and after that while the cgroup
+   * still holds processes it left behind (it is then never handed to another process).
+   */
+  private cgroup: ProcessCgroup | null = null;
 
   constructor(
     readonly info: ProcessInfo,
@@ -87,6 +107,8 @@ export class ManagedProcess {
     private readonly classify: DenialClassifier,
     /** The time of its timestamps and of `waitForEvent` (the server's). */
     private readonly clock: Clock = realClock,
+    /** null: no cgroup (none usable, or turned off). */
+    private readonly resources: ProcessResources | null = null,
   ) {
     this.startedAt = clock.now();
     if (sink.retainedResized) this.buffer.onResize = (delta) => sink.retainedResized!(this, delta);
@@ -106,19 +128,32 @@ export class ManagedProcess {
     return this.state === 'running';
   }
 
-  /** Spawns the child. Throws SpawnError (or node-pty's error) when exec fails; nothing is left running then. */
+  /**
+   * Spawns the child, in a cgroup of its own when resources were given. Throws SpawnError (or node-pty's error) when
+   * exec fails, CgroupError when the cgroup cannot be made; nothing is left running then.
+   */
   start(): void {
+    if (this.resources) this.cgroup = this.resources.cgroups.acquire(this.resources.limits);
+    try {
+      this.spawn();
+    } catch (e) {
+      this.cgroup?.release();
+      this.cgroup = null;
+      throw e;
+    }
+  }
+
+  private spawn(): void {
     const spec = this.launch.spec;
+    const cgroupEntry = this.cgroup?.entryFiles ?? [];
     if (this.info.tty) {
       let file = spec.file;
       let args = spec.argv.slice(1);
       // node-pty always sets TERM (to "xterm" when absent): take it out again unless the client asked for it.
       const dropTerm = spec.env.TERM === undefined;
-      if (dropTerm || (spec.argv[0] !== undefined && spec.argv[0] !== spec.file)) {
-        // node-pty cannot set argv[0]: let bash's `exec -a` do it.
-        const script = `${dropTerm ? 'unset TERM; ' : ''}exec -a "$0" "$@"`;
-        args = ['-c', script, spec.argv[0] ?? spec.file, spec.file, ...args];
-        file = '/bin/bash';
+      if (cgroupEntry.length > 0 || dropTerm || (spec.argv[0] !== undefined && spec.argv[0] !== spec.file)) {
+        // node-pty cannot set argv[0], nor enter a cgroup before the exec: a bash prologue does both.
+        ({ file, args } = wrapArgv(cgroupEntry, spec.file, spec.argv, dropTerm ? 'unset TERM; ' : ''));
       }
       // spawnPty reports the exit only after the output the child wrote before it (src/process/pty.ts).
       const term = spawnPty(file, args, {
@@ -131,6 +166,10 @@ export class ManagedProcess {
       });
       this.term = term;
       this.pid = term.pid;
+      // node-pty's child leads its own session: without a cgroup, its group dies with the server by the watchdog;
+      // with one, the watchdog empties the cgroup.
+      if (!this.cgroup) this.releaseGroup = watchProcessGroup(term.pid);
+      else ensureGroupWatchdog();
       this.openStreams = 1;
       term.onData((d) => this.onData('pty', d));
       term.onExit((exitCode) => {
@@ -139,7 +178,12 @@ export class ManagedProcess {
       });
       return;
     }
-    const child = spawnPiped(spec, { stdin: this.info.pipeStdin ? 'pipe' : 'null' });
+    const child = spawnPiped(spec, {
+      stdin: this.info.pipeStdin ? 'pipe' : 'null',
+      ...(this.cgroup
+        ? { cgroup: { fds: this.cgroup.entryFds, paths: cgroupEntry, dirFd: this.cgroup.dirFd } }
+        : {}),
+    });
     this.releaseGroup = child.releaseGroup;
     this.pid = child.pid;
     this.stdin = child.stdin;
@@ -223,6 +267,7 @@ export class ManagedProcess {
     this.exitCode = code;
     this.exitedAt = this.clock.now();
     this.state = 'exited';
+    this.limitHit = this.cgroup?.limitHit() ?? null;
     this.sandboxDenied = this.classify(this.sandboxType, code, this.buffer.text(['stderr', 'pty']));
     this.exitSeq = ++this.lastSeq;
     this.sink.exited(this, this.exitSeq, code);
@@ -243,6 +288,7 @@ export class ManagedProcess {
     this.stdin?.destroy();
     this.term = null;
     this.releaseGroup();
+    if (this.cgroup && !this.cgroup.release()) this.cgroup = null;
     try {
       this.launch.cleanup();
     } catch {
@@ -263,9 +309,13 @@ export class ManagedProcess {
     return 'accepted';
   }
 
-  /** SIGKILLs the whole process group (sandboxed: the outer bwrap, whose pid namespace takes everything along). */
+  /**
+   * Signals the whole process group (sandboxed: the outer bwrap, whose pid namespace takes everything along). SIGKILL
+   * also kills the process's whole cgroup, descendants that left the group (`setsid`) included.
+   */
   kill(signal: NodeJS.Signals = 'SIGKILL'): boolean {
     const wasRunning = this.state === 'running';
+    if (signal === 'SIGKILL') this.cgroup?.kill();
     if (this.exitCode === null && !this.reaped && this.pid > 0) {
       try {
         process.kill(-this.pid, signal);
@@ -280,9 +330,15 @@ export class ManagedProcess {
     return wasRunning;
   }
 
-  /** Also kills a group that outlived its leader (background grandchildren holding the pipes open). */
+  /**
+   * Also kills a group that outlived its leader (background grandchildren holding the pipes open), and whatever is
+   * left in the process's cgroup. Once the process has closed its group is never signalled again: its pgid may
+   * belong to an unrelated process group by then (pids wrap, at 32768 on many systems; a session that started a few
+   * thousand processes, expiring or shut down, killed unrelated process groups of the machine).
+   */
   killGroup(): void {
-    if (this.pid <= 0) return;
+    this.cgroup?.kill();
+    if (this.pid <= 0 || this.state === 'closed') return;
     try {
       process.kill(-this.pid, 'SIGKILL');
     } catch {

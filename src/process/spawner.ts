@@ -22,6 +22,7 @@ import { dirname, join } from 'node:path';
 import type { Readable, Writable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { getSystemErrorName } from 'node:util';
+import { setWatchdogHooks, wrapArgv } from './cgroup.js';
 import type { LaunchSpec } from './launch.js';
 
 /**
@@ -55,6 +56,13 @@ export interface SpawnedChild {
 
 export interface SpawnOptions {
   stdin: 'null' | 'pipe';
+  /**
+   * The child's cgroup(s) (src/process/cgroup.ts), entered before it execs: the native child writes "0" into the open
+   * entry files `fds` (v1 `tasks`, v2 `cgroup.procs`) between clone and exec; a child_process child runs a bash
+   * prologue that writes into the same files by `paths` (see wrapArgv). With `dirFd` (v2) the native child is
+   * created in the cgroup instead (clone3 CLONE_INTO_CGROUP), where the kernel can.
+   */
+  cgroup?: { fds: number[]; paths: string[]; dirFd?: number };
 }
 
 export class SpawnError extends Error {
@@ -169,6 +177,8 @@ interface NativeBinding {
     waitExec: boolean,
     newPidNs?: boolean,
     freshKeyring?: boolean,
+    cgroupFds?: number[],
+    cgroupDirFd?: number,
   ): [number, number, number, number, number?];
   setExitHandler(fn: (pid: number, status: number, signo: number) => void): void;
   /** Whether this build can start children without waiting for their exec (x86_64, arm64). */
@@ -199,6 +209,14 @@ interface NativeBinding {
   /** Group watchdog (watchdog.c): forget a slot spawn returned; the watchdog's pid (0: none). Absent from older builds. */
   unwatchGroup?(slot: number): void;
   watchdogPid?(): number;
+  /** Registers a process group started another way (node-pty); the slot, or -1. Absent from older builds. */
+  watchGroup?(pgid: number): number;
+  /** (Re)starts the watchdog if it is not running. Absent from older builds. */
+  ensureWatchdog?(): void;
+  /**
+   * Cgroup mode of the watchdog (see watchdog.h); also means spawn takes cgroupFds. Absent from older builds.
+   */
+  setCgroupCleanup?(version: 1 | 2, bases: string[], removeBases: boolean): void;
   /** Ends the spawning thread's SCHED_BATCH window of this loop turn (spawn.c, batch_begin). Absent from older builds. */
   schedRestore?(): void;
   /** Standard base64 of `src` written into `dst` at `offset`; returns the bytes written. Absent from older builds. */
@@ -455,6 +473,42 @@ export function endSpawnBatch(): void {
   native.binding?.schedRestore?.();
 }
 
+/**
+ * Registers a process group started without spawnPiped (node-pty's children) with the group watchdog, so it dies
+ * with the server however the server dies; returns the function that unregisters it (call it once the process has
+ * closed). A no-op without the addon.
+ */
+export function watchProcessGroup(pgid: number): () => void {
+  const b = native.binding;
+  const slot = b?.watchGroup?.(pgid) ?? -1;
+  if (slot < 0) return () => {};
+  let watched = true;
+  return () => {
+    if (!watched) return;
+    watched = false;
+    b?.unwatchGroup?.(slot);
+  };
+}
+
+// The watchdog's cgroup mode: src/process/cgroup.ts hands it the server's cgroup directories.
+setWatchdogHooks(
+  native.binding?.setCgroupCleanup
+    ? { setCgroupCleanup: native.binding.setCgroupCleanup.bind(native.binding) }
+    : null,
+);
+
+/**
+ * Makes sure the group watchdog runs (it empties the server's cgroups if the server dies): for a child in a cgroup
+ * started without spawnPiped (node-pty), which registers nothing. A no-op without the addon.
+ */
+export function ensureGroupWatchdog(): void {
+  try {
+    native.binding?.ensureWatchdog?.();
+  } catch {
+    // no watchdog can be started (ENOMEM, EAGAIN): the cgroups are still removed at exit
+  }
+}
+
 /** The group watchdog's pid while it runs (tests), else 0. */
 export function groupWatchdogPid(): number {
   return native.binding?.watchdogPid?.() ?? 0;
@@ -560,6 +614,11 @@ function spawnNative(
       'this build of the native spawner cannot give a child a fresh session keyring',
     );
   }
+  if (opts.cgroup && !binding.setCgroupCleanup) {
+    // An older build cannot enter a cgroup itself: the bash prologue does.
+    spec = withCgroupPrologue(spec, opts.cgroup.paths);
+    opts = { stdin: opts.stdin };
+  }
   const unguarded = withoutPidGuard(spec);
   if (unguarded) spec = unguarded;
   const fds = [opts.stdin === 'pipe' ? FD_PIPE : FD_DEVNULL, FD_PIPE, FD_PIPE];
@@ -575,6 +634,8 @@ function spawnNative(
       mode === 'vfork' || !binding.asyncExec,
       unguarded !== undefined,
       spec.freshSessionKeyring === true,
+      opts.cgroup?.fds,
+      opts.cgroup?.dirFd ?? -1,
     );
   } catch (e) {
     const errno = (e as { errno?: unknown }).errno;
@@ -602,8 +663,15 @@ function spawnNative(
 // ---------------------------------------------------------------------------------------------------------------
 // child_process implementation
 
+/** The spec run through the bash prologue that enters the cgroup first (cgroup.ts wrapArgv). */
+function withCgroupPrologue(spec: LaunchSpec, procs: string[]): LaunchSpec {
+  const w = wrapArgv(procs, spec.file, spec.argv);
+  return { ...spec, file: w.file, argv: ['bash', ...w.args] };
+}
+
 function spawnNode(spec: LaunchSpec, opts: SpawnOptions): SpawnedChild {
   checkNoNul(spec);
+  if (opts.cgroup) spec = withCgroupPrologue(spec, opts.cgroup.paths);
   endSpawnBatch();
   sandboxNative?.sealFds(); // child_process closes nothing: every fd we do not pass must be close-on-exec
   if (spec.freshSessionKeyring) {

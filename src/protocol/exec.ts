@@ -35,6 +35,23 @@ export const EnvPolicy = z.object({
 export type EnvPolicy = z.infer<typeof EnvPolicy>;
 
 /**
+ * Corral's own, additive: resource limits for this command's cgroup (README "Resource limits"). Each is optional and
+ * may only lower the server's own limit (`--pids-max`, `--memory-max`): a larger value is -32602 naming the field.
+ * Unknown members are refused so that a misspelt limit is never silently ignored.
+ */
+export const ProcessLimitsParam = z.strictObject({
+  /** Processes and threads the command may have at once (cgroup pids.max). */
+  pidsMax: z.number().int().min(1).max(4_194_304).nullish(),
+  /** Bytes of memory the command may use (cgroup memory.max / v1 memory.limit_in_bytes), at least 1 MiB. */
+  memoryMaxBytes: z.number().int().min(1_048_576).max(Number.MAX_SAFE_INTEGER).nullish(),
+});
+export type ProcessLimitsParam = z.infer<typeof ProcessLimitsParam>;
+
+/** Which cgroup limit a command ran into (`process/exited`, `process/read`: present only when one was hit). */
+export const LimitHit = z.enum(['pids', 'memory']);
+export type LimitHit = z.infer<typeof LimitHit>;
+
+/**
  * The seed's ExecParams, plus every field released clients send. `sandbox`, `managedNetwork` and `networkProxy` are
  * validated by their own schemas (protocol/sandbox.ts, protocol/network.ts) so their errors name their own fields.
  */
@@ -62,6 +79,7 @@ export const ExecParams = z.object({
   pipeStdin: z.boolean().nullish(),
   /** Shown on the panel (e.g. `{threadId, toolCallId}`). @since 0.169 */
   metadata: z.record(z.string(), z.unknown()).nullish(),
+  limits: ProcessLimitsParam.nullish(),
 });
 export type ExecParams = z.infer<typeof ExecParams>;
 
@@ -109,6 +127,7 @@ export const ReadResult = z.object({
    * @corral
    */
   outputEvicted: z.boolean().optional(),
+  limitHit: LimitHit.optional(),
 });
 export type ReadResult = z.infer<typeof ReadResult>;
 
@@ -150,6 +169,7 @@ export const ExitedNotification = z.object({
   exitCode: z.number(),
   /** @since 0.169 */
   sandboxDenied: z.boolean(),
+  limitHit: LimitHit.optional(),
 });
 export const ClosedNotification = z.object({ processId: z.string(), seq: z.number() });
 export type OutputNotification = z.infer<typeof OutputNotification>;

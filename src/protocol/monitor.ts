@@ -4,7 +4,7 @@
  * `policy/preview` and `policy/checkUrl`. Pure: no Node imports, so the renderer imports these too.
  */
 import { z } from 'zod';
-import { OutputChunk, OutputStream, SandboxTypeWire } from './exec.js';
+import { LimitHit, OutputChunk, OutputStream, SandboxTypeWire } from './exec.js';
 
 /** What the panel shows as the sandbox badge. `client-wrapped`: a 0.120–0.130 client wrapped its own sandbox. */
 export const SandboxBadge = z.enum(['none', 'linux-seccomp', 'macos-seatbelt', 'client-wrapped']);
@@ -48,6 +48,8 @@ export const MonitorProcess = z.object({
   state: ProcessStateWire,
   exitCode: z.number().nullable(),
   sandboxDenied: z.boolean(),
+  /** The cgroup limit the process ran into (present once it has exited, only when one was hit). */
+  limitHit: LimitHit.optional(),
   sandboxType: SandboxTypeWire,
   badge: SandboxBadge,
   /**

@@ -22,6 +22,7 @@ export {
   planLaunch,
   prepareLaunch,
   previewLaunch,
+  sweepStalePrivateDirs,
   WINDOWS_ERROR,
 } from './prepare.js';
 export { type ResolvedPolicy, resolvePolicy } from './resolve.js';

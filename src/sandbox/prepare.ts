@@ -2,7 +2,9 @@ import type { ChildProcess } from 'node:child_process';
 import { lstatSync, mkdtempSync, realpathSync, rmSync, writeSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
+import { cgroupMountPoints } from '../process/cgroup.js';
 import type { LaunchSpec, PreparedLaunch, SandboxType } from '../process/launch.js';
+import { formatTag, ownTag, sweepStaleDirs } from '../process/serverTag.js';
 import { sandboxLauncher, sandboxNative } from '../process/spawner.js';
 import type { ParsedSandbox } from '../protocol/sandbox.js';
 import { type EffectiveSandbox, effectiveSandbox } from './effective.js';
@@ -25,7 +27,7 @@ import { guardArgv, hostPidOf, setupDone, UNSHARE } from './linux/pidGuard.js';
 import { buildSeccompFilter, hostSeccompArch, type SeccompArch, type SeccompMode } from './linux/seccomp.js';
 import { watchSandbox } from './linux/watchdog.js';
 import { buildSeatbelt, type SeatbeltProfile, seatbeltArgv } from './macos/seatbelt.js';
-import { type ResolvedPolicy, resolvePolicy } from './resolve.js';
+import { isUnder, type ResolvedPolicy, resolvePolicy } from './resolve.js';
 
 export interface LaunchCommand {
   /** What to run: `file` already resolved against the child's PATH; `argv[0]` may be a custom arg0. */
@@ -89,6 +91,8 @@ interface HostFacts {
   masks: string[];
   /** util-linux `unshare` for the pid-namespace guard (used when running as root; see linux/pidGuard.ts). */
   unshare?: string;
+  /** Where cgroup filesystems are mounted: never writable inside a sandbox (protectCgroupFs). */
+  cgroupMounts?: string[];
   euid: number;
   hiddenPaths?: readonly string[];
 }
@@ -140,6 +144,22 @@ function hideServerPaths(r: ResolvedPolicy, paths: readonly string[]): void {
     }
     if (r.unreadable.some((u) => u.path === path)) continue;
     r.unreadable.push({ path, access: 'none', state: dir ? 'dir' : 'file' });
+  }
+}
+
+/**
+ * Keeps every cgroup filesystem read-only inside the sandbox: with a writable root above it (e.g. `--bind / /`) a
+ * sandboxed process could otherwise raise its own pids/memory limits or move itself out of its cgroup. A writable
+ * root inside a cgroup mount is made read-only itself.
+ */
+function protectCgroupFs(r: ResolvedPolicy, mounts: string[]): void {
+  for (const w of r.writableRoots) {
+    for (const m of mounts) {
+      const path = isUnder(m, w.root) ? m : isUnder(w.root, m) ? w.root : null;
+      if (path !== null && !w.readOnlySubpaths.some((s) => s.path === path)) {
+        w.readOnlySubpaths.push({ path, access: 'read', state: 'dir' });
+      }
+    }
   }
 }
 
@@ -259,6 +279,7 @@ function planLinux(eff: EffectiveSandbox, cmd: LaunchCommand, host: HostFacts): 
     };
   }
   if (host.hiddenPaths) hideServerPaths(r, host.hiddenPaths);
+  protectCgroupFs(r, host.cgroupMounts ?? []);
   // Every sandbox has a filter: the network-enabled one denies only what no coding agent needs (seccomp.ts).
   const mode: SeccompMode = managed
     ? 'proxy-routed'
@@ -355,6 +376,7 @@ function hostFacts(opts: PrepareOptions | undefined, bwrap: BwrapHost): HostFact
   return {
     masks: [sharedDir, lockDir].filter((d): d is string => d !== undefined),
     unshare: UNSHARE,
+    cgroupMounts: cgroupMountPoints(),
     euid: process.geteuid?.() ?? -1,
     ...(opts?.hiddenPaths ? { hiddenPaths: opts.hiddenPaths } : {}),
     platform: opts?.platform ?? process.platform,
@@ -411,10 +433,24 @@ function privateBase(): string {
   return xdg?.startsWith('/') ? xdg : os.tmpdir();
 }
 
+const PRIVATE_PREFIX = 'corral-sandbox-';
+
+/**
+ * Removes the private directories that dead servers left (SIGKILL, a crash): once per process, at the first call.
+ * The directory's name carries its server's tag (src/process/serverTag.ts), so a live server's is never touched.
+ */
+export function sweepStalePrivateDirs(): string[] {
+  if (swept) return [];
+  swept = true;
+  return sweepStaleDirs(privateBase(), PRIVATE_PREFIX);
+}
+let swept = false;
+
 /** The 0700 private directory of this server process (canonical), removed when the process exits. */
 function sharedPrivateDir(): string {
   if (!sharedDir) {
-    const dir = realpathSync(mkdtempSync(join(privateBase(), 'corral-sandbox-')));
+    sweepStalePrivateDirs();
+    const dir = realpathSync(mkdtempSync(join(privateBase(), `${PRIVATE_PREFIX}${formatTag(ownTag())}-`)));
     sharedDir = dir;
     process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
   }

@@ -1,7 +1,9 @@
 import { type Clock, realClock } from '../clock.js';
+import { type CgroupHost, cgroupHost, defaultLimits, type ResourceLimits } from '../process/cgroup.js';
 import { buildChildEnv, sanitizedServerEnv, withoutSecrets } from '../process/env.js';
 import type { ManagedProcess } from '../process/managedProcess.js';
 import type { ExecParams } from '../protocol/exec.js';
+import type { ResourceLimitsInfo } from '../protocol/host.js';
 import type { MethodName } from '../protocol/methods.js';
 import { type Dispatcher, ResultWithCallback, RpcConnection, type Transport } from '../rpc/connection.js';
 import { ApprovalBroker, type ApprovalOptions, registerApprovalMethods } from './approvals.js';
@@ -21,8 +23,10 @@ import type { FsLimits } from './fsIo.js';
 import { Launcher, type LauncherOptions, type LaunchPreparer } from './launcher.js';
 import { type Logger, silentLogger } from './log.js';
 import {
+  type CommandResources,
   DEFAULT_MAX_PROCESSES,
   DEFAULT_MAX_TOTAL_PROCESSES,
+  type ProcessHost,
   registerProcessMethods,
 } from './processMethods.js';
 import { RetentionLedger, type RetentionLimits } from './retention.js';
@@ -55,6 +59,13 @@ export interface ExecServerOptions {
   approvals?: ApprovalOptions;
   /** The time of grace periods, approval timeouts, `process/read` waits and fs deadlines (tests pass a fake one). */
   clock?: Clock;
+  /**
+   * Each command's cgroup limits (`--pids-max`, `--memory-max`; default: 4096 pids, half the memory the server may
+   * use). A process/start may ask for lower ones (`limits`), never for higher.
+   */
+  limits?: Partial<ResourceLimits>;
+  /** Where commands' cgroups come from (default: this process's, see src/process/cgroup.ts). */
+  cgroups?: CgroupHost;
 }
 
 /**
@@ -62,7 +73,7 @@ export interface ExecServerOptions {
  * `connect(transport)` makes one client connection (WebSocket, Electron IPC, stdio, tests). Other modules serve
  * more methods through `handle` (the panel's monitor, policy debugger and host info).
  */
-export class ExecServer implements Dispatcher, MethodRegistry {
+export class ExecServer implements Dispatcher, MethodRegistry, ProcessHost {
   readonly events = new ServerEvents();
   readonly sessions: SessionTable;
   readonly log: Logger;
@@ -77,6 +88,7 @@ export class ExecServer implements Dispatcher, MethodRegistry {
   private stopping = false;
   /** Holds allowlist misses of proxies that ask for approvals and asks the subscribed panel(s). */
   readonly approvals: ApprovalBroker;
+  readonly commandResources: CommandResources;
 
   constructor(opts: ExecServerOptions = {}) {
     this.clock = opts.clock ?? realClock;
@@ -92,6 +104,11 @@ export class ExecServer implements Dispatcher, MethodRegistry {
     this.launcher = new Launcher({ log: this.log, ...opts.launcher });
     this.preparer = opts.preparer ?? this.launcher;
     this.baseEnv = opts.baseEnv ?? sanitizedServerEnv();
+    this.commandResources = {
+      cgroups: opts.cgroups ?? cgroupHost(),
+      limits: { ...defaultLimits(), ...opts.limits },
+    };
+    this.logResourceLimits();
     this.handle('initialize', (p, call) => this.initialize(p.clientName, p.resumeSessionId, call));
     registerProcessMethods(this, this, {
       perSession: opts.maxProcessesPerSession ?? DEFAULT_MAX_PROCESSES,
@@ -114,6 +131,37 @@ export class ExecServer implements Dispatcher, MethodRegistry {
       opts.approvals,
     );
     registerApprovalMethods(this, this.approvals);
+  }
+
+  /** Says at start what bounds each command, or that nothing does (issue 13: never silently). */
+  private logResourceLimits(): void {
+    const { cgroups, limits } = this.commandResources;
+    const st = cgroups.status;
+    if (st.version === 'none') {
+      this.log.warn(`commands are not bounded (no pids or memory limit): ${st.problem}`);
+      return;
+    }
+    if (st.problem) this.log.warn(st.problem);
+    const bounds = [
+      ...(st.enforced.includes('pids') ? [`${limits.pidsMax} pids`] : []),
+      ...(st.enforced.includes('memory')
+        ? [`${Math.round(limits.memoryMaxBytes / 2 ** 20)} MiB of memory`]
+        : []),
+    ];
+    this.log.info(`each command runs in its own cgroup (${st.version}): at most ${bounds.join(' and ')}`);
+  }
+
+  /** The limits each command gets, and what enforces them (host/info). */
+  get resourceLimits(): ResourceLimitsInfo {
+    const { cgroups, limits } = this.commandResources;
+    const st = cgroups.status;
+    return {
+      ...st,
+      dirs: [...st.dirs],
+      enforced: [...st.enforced],
+      pidsMax: st.enforced.includes('pids') ? limits.pidsMax : null,
+      memoryMaxBytes: st.enforced.includes('memory') ? limits.memoryMaxBytes : null,
+    };
   }
 
   /** Serves `method` with `handler` (replacing any earlier one). */

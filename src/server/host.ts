@@ -269,6 +269,7 @@ export async function startHost(opts: HostOptions = {}): Promise<Host> {
     pid: process.pid,
     platform: process.platform,
     version: VERSION,
+    resourceLimits: server.resourceLimits,
   };
   server.handle('host/info', () => info);
   let stopped: Promise<void> | null = null;

@@ -24,6 +24,7 @@ import {
   parseSandboxParam,
   prepareLaunch,
   SandboxSetupError,
+  sweepStalePrivateDirs,
 } from '../sandbox/index.js';
 import type { FsContextResolver } from './fsHandlers.js';
 import type { Logger } from './log.js';
@@ -89,6 +90,8 @@ export class Launcher implements LaunchPreparer {
   readonly proxies = new Map<string, ManagedProxy>();
 
   constructor(private readonly opts: LauncherOptions) {
+    // What SIGKILLed servers left in /tmp (their private and launch directories) goes at the next start.
+    for (const dir of sweepStalePrivateDirs()) opts.log.info(`removed ${dir}, left by a server that is gone`);
     this.networkEvents =
       opts.networkEvents ?? new NetworkEvents((e) => opts.log.error('network event listener failed', e));
   }

@@ -224,6 +224,7 @@ export class Monitor {
       state: p.state,
       exitCode: p.exitCode,
       sandboxDenied: p.sandboxDenied,
+      ...(p.limitHit ? { limitHit: p.limitHit } : {}),
       sandboxType: p.sandboxType,
       badge: sandboxBadge(p.sandboxType, p.info.argv),
       launcherFlags: isClientWrapped(p.info.argv) ? readLauncherArgs(p.info.argv).flags : null,

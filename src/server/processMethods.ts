@@ -4,6 +4,7 @@
  * managed proxy), spawn it, and answer from its retained output and state.
  */
 import type { Clock } from '../clock.js';
+import { CgroupError, type CgroupHost, type ResourceLimits } from '../process/cgroup.js';
 import type { LaunchSpec, PreparedLaunch } from '../process/launch.js';
 import { ManagedProcess } from '../process/managedProcess.js';
 import { checkCwd, LaunchCheckError, resolveProgram } from '../process/resolveProgram.js';
@@ -39,6 +40,14 @@ export interface ProcessHost {
   readonly shuttingDown: boolean;
   /** The environment a child gets for these params (`env` over `envPolicy`, without the server's secrets). */
   childEnv(p: ExecParams): Record<string, string>;
+  /** Each command's cgroup and the server's limits for it (defaults, and maxima for a start's `limits`). */
+  readonly commandResources: CommandResources;
+}
+
+/** What bounds each command (src/process/cgroup.ts). */
+export interface CommandResources {
+  cgroups: CgroupHost;
+  limits: ResourceLimits;
 }
 
 const SIGNALS = { interrupt: 'SIGINT', terminate: 'SIGTERM', kill: 'SIGKILL' } as const;
@@ -81,6 +90,7 @@ class ProcessMethods {
         `too many live processes on this server (limit ${this.limits.total}, --max-total-processes)`,
       );
     }
+    const limits = this.limitsFor(p);
     const program = p.argv[0]!;
     if (program === '') throw internalError(`missing program for ${p.tty ? 'pty' : 'pipe'} spawn`);
     const env = this.host.childEnv(p);
@@ -103,14 +113,38 @@ class ProcessMethods {
     }
     if (prepared instanceof Promise) {
       return prepared.then(
-        (launch) => this.spawn(p, session, launch),
+        (launch) => this.spawn(p, session, launch, limits),
         (e) => {
           session.unreserve(p.processId);
           throw e;
         },
       );
     }
-    return this.spawn(p, session, prepared);
+    return this.spawn(p, session, prepared, limits);
+  }
+
+  /** The cgroup limits for one start: the server's, lowered by the start's `limits`; null without cgroups. */
+  private limitsFor(p: ExecParams): ResourceLimits | null {
+    const { cgroups, limits: server } = this.host.commandResources;
+    const asked = p.limits ?? {};
+    const st = cgroups.status;
+    const check = (field: 'pidsMax' | 'memoryMaxBytes', kind: 'pids' | 'memory') => {
+      const v = asked[field];
+      if (v === undefined || v === null) return;
+      if (!cgroups.usable || !st.enforced.includes(kind))
+        throw internalError(
+          `limits.${field}: this server cannot enforce a ${kind} limit (${st.problem ?? 'no cgroup'}); refusing to start`,
+        );
+      if (v > server[field])
+        throw invalidParams(`limits.${field}: ${v} is above this server's maximum of ${server[field]}`);
+    };
+    check('pidsMax', 'pids');
+    check('memoryMaxBytes', 'memory');
+    if (!cgroups.usable) return null;
+    return {
+      pidsMax: asked.pidsMax ?? server.pidsMax,
+      memoryMaxBytes: asked.memoryMaxBytes ?? server.memoryMaxBytes,
+    };
   }
 
   private async spawnAsync(proc: ManagedProcess, afterSpawn: (pid: number) => Promise<void>): Promise<void> {
@@ -125,7 +159,7 @@ class ProcessMethods {
     }
   }
 
-  private spawn(p: ExecParams, session: Session, launch: PreparedLaunch) {
+  private spawn(p: ExecParams, session: Session, launch: PreparedLaunch, limits: ResourceLimits | null) {
     if (session.conn === null && this.host.shuttingDown) {
       session.unreserve(p.processId);
       launch.cleanup();
@@ -152,6 +186,7 @@ class ProcessMethods {
       session,
       this.host.preparer.classify,
       this.host.clock,
+      limits ? { cgroups: this.host.commandResources.cgroups, limits } : null,
     );
     try {
       proc.start();
@@ -159,6 +194,7 @@ class ProcessMethods {
       session.unreserve(p.processId);
       launch.cleanup();
       if (e instanceof SpawnError) throw internalError(e.osMessage);
+      if (e instanceof CgroupError) throw internalError(e.message);
       throw internalError(e instanceof Error ? e.message : String(e));
     }
     session.add(proc);
@@ -231,5 +267,7 @@ export function readResult(proc: ManagedProcess, afterSeq: number, maxBytes: num
     sandboxDenied: proc.sandboxDenied,
     // Additive (protocol.md §5.3, ours): the session's retention budget freed this closed process's output.
     ...(proc.outputEvicted ? { outputEvicted: true } : {}),
+    // Additive (ours): the cgroup limit the process ran into.
+    ...(proc.limitHit ? { limitHit: proc.limitHit } : {}),
   };
 }

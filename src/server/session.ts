@@ -450,6 +450,7 @@ export class Session implements ProcessEventSink {
       seq,
       exitCode,
       sandboxDenied: e.proc.sandboxDenied,
+      ...(e.proc.limitHit ? { limitHit: e.proc.limitHit } : {}),
     });
   }
 

@@ -341,25 +341,84 @@ export function findReferenceCodex(version = '0.120.0'): string | null {
   return null;
 }
 
+/**
+ * What each command's cgroup costs: two fresh Corral servers side by side, one as is and one with CORRAL_CGROUPS=0,
+ * measured in alternating blocks (the same noise for both on a shared machine): `true` start→closed p50 over 10
+ * blocks of 40, and 64-concurrent throughput (median of 8 blocks of 5 rounds) after the warm-up of `concurrency`.
+ */
+async function measureCgroupCost(
+  auditDir: string,
+): Promise<{ p50: [number, number]; warm: [number, number] }> {
+  const servers = [
+    await startServer(process.execPath, corralArgs(join(auditDir, 'cg.db'))),
+    await startServer(process.execPath, corralArgs(join(auditDir, 'nocg.db')), {
+      ...process.env,
+      CORRAL_CGROUPS: '0',
+    }),
+  ];
+  try {
+    const clients = await Promise.all(servers.map((s) => BenchClient.open(s.url)));
+    const tags = ['cg', 'nocg'];
+    const lat: number[][] = [[], []];
+    const rates: number[][] = [[], []];
+    for (const [i, c] of clients.entries()) await concurrency(c, `${tags[i]}-warm`);
+    for (let b = 0; b < 10; b++) {
+      for (const [i, c] of clients.entries()) {
+        for (let k = 0; k < 40; k++) {
+          const t0 = performance.now();
+          await c.run(`${tags[i]}-l${b}-${k}`, ['/bin/true']);
+          lat[i]!.push(performance.now() - t0);
+        }
+      }
+    }
+    const script = 'for i in 1 2 3 4 5; do echo line $i; done';
+    for (let b = 0; b < 8; b++) {
+      for (const [i, c] of clients.entries()) {
+        const t = performance.now();
+        for (let r = 0; r < 5; r++)
+          await Promise.all(
+            Array.from({ length: 64 }, (_, j) =>
+              c.run(`${tags[i]}-r${b}-${r}-${j}`, ['/bin/sh', '-c', script]),
+            ),
+          );
+        rates[i]!.push((5 * 64) / ((performance.now() - t) / 1000));
+      }
+    }
+    for (const c of clients) c.close();
+    const median = (v: number[]) =>
+      pct(
+        [...v].sort((a, b) => a - b),
+        50,
+      );
+    return {
+      p50: [median(lat[0]!), median(lat[1]!)],
+      warm: [median(rates[0]!), median(rates[1]!)],
+    };
+  } finally {
+    for (const s of servers) await stopServer(s);
+  }
+}
+
+/** Corral as it runs by default: with its audit trail on (in a scratch database, not the user's). */
+function corralArgs(auditDb: string): string[] {
+  const cli = join(root, 'dist', 'cli.js');
+  return [cli, 'exec-server', '--listen', 'ws://127.0.0.1:0', '--log-level', 'warn', '--audit-db', auditDb];
+}
+
 export async function run(): Promise<BenchRow[]> {
   await warmUpClient(64 * 1024 * 1024);
-  // Corral as it runs by default: with its audit trail on (in a scratch database, not the user's).
   const auditDir = mkdtempSync(join(tmpdir(), 'corral-bench-audit-'));
-  const corral = await startServer(process.execPath, [
-    join(root, 'dist', 'cli.js'),
-    'exec-server',
-    '--listen',
-    'ws://127.0.0.1:0',
-    '--log-level',
-    'warn',
-    '--audit-db',
-    join(auditDir, 'audit.db'),
-  ]);
   let ours: Figures;
+  let cost: Awaited<ReturnType<typeof measureCgroupCost>>;
   try {
-    ours = await measure(corral.url, 'corral', corral.proc.pid!);
+    const corral = await startServer(process.execPath, corralArgs(join(auditDir, 'audit.db')));
+    try {
+      ours = await measure(corral.url, 'corral', corral.proc.pid!);
+    } finally {
+      await stopServer(corral);
+    }
+    cost = await measureCgroupCost(auditDir);
   } finally {
-    await stopServer(corral);
     rmSync(auditDir, { recursive: true, force: true });
   }
   let ref: Figures | null = null;
@@ -452,6 +511,18 @@ export async function run(): Promise<BenchRow[]> {
       reference: ref ? Math.round(ref.procsPerSec) : undefined,
       unit: 'proc/s',
       target: '≥ 1500',
+    },
+    {
+      section,
+      metric: 'cgroup per command: start→closed `true` p50, with / without (CORRAL_CGROUPS=0), interleaved',
+      corral: `${r(cost.p50[0])} / ${r(cost.p50[1])}`,
+      unit: 'ms',
+    },
+    {
+      section,
+      metric: 'cgroup per command: 64 concurrent, warm, with / without, interleaved',
+      corral: `${Math.round(cost.warm[0])} / ${Math.round(cost.warm[1])}`,
+      unit: 'proc/s',
     },
   ];
 }

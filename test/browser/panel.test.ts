@@ -216,6 +216,33 @@ describe('panel in a browser against the headless host', () => {
     await browser.screenshot('process-detail-sandboxed');
   });
 
+  test('the panel says what bounds each command, and marks a process that hit its limit', async () => {
+    const page = browser.page;
+    const limits = host.server.resourceLimits;
+    const foot = page.locator('#side-foot');
+    await foot
+      .locator('div', { hasText: limits.version === 'none' ? 'not bounded' : 'each command' })
+      .waitFor();
+    const t = await visibleText(foot);
+    if (limits.version === 'none') assert.match(t, /commands are not bounded/);
+    else
+      assert.match(t, new RegExp(`each command: ≤ ${limits.pidsMax ?? ''}.*\\(cgroup ${limits.version}\\)`));
+    if (!limits.enforced.includes('memory')) return;
+    await page.click('button[data-view="processes"]');
+    const hog = `const a=[];for(let i=0;i<32;i++)a.push(Buffer.alloc(16<<20,1))`;
+    await agent.request('process/start', {
+      processId: 'agent-hog',
+      argv: [process.execPath, '-e', hog],
+      cwd: dir.path,
+      env: { PATH: '/usr/bin:/bin' },
+      tty: false,
+      limits: { memoryMaxBytes: 128 * 1024 * 1024 },
+    });
+    await agent.collect('agent-hog', 30_000);
+    await page.locator('tr[data-process-id="agent-hog"]').click();
+    await page.locator('[data-testid="process-detail"] .badge', { hasText: 'memory limit hit' }).waitFor();
+  });
+
   test('a request blocked by the managed proxy appears with its reason and process', async () => {
     const page = browser.page;
     // The process gets its own proxy (managedNetwork); it asks for a local address the policy refuses.

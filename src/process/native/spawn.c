@@ -23,10 +23,17 @@
 //   spawn(file, argv: string[], env: string[] /* "K=V" */, cwd, fds: number[] /* child fd i <- fds[i], -1 = closed,
 //         -2 = create a pipe (0: parent writes, 1/2: parent reads), -3 = /dev/null */, waitExec: boolean,
 //         newPidNs?: boolean /* CLONE_NEWPID: the child is the init of a new pid namespace (needs CAP_SYS_ADMIN) */,
-//         freshKeyring?: boolean)
+//         freshKeyring?: boolean,
+//         cgroupFds?: number[] /* open cgroup entry files (v1 tasks, v2 cgroup.procs): the child writes "0" into each */,
+//         cgroupDirFd?: number /* v2: an open cgroup directory: the child is created in it (clone3 CLONE_INTO_CGROUP,
+//                                 Linux 5.7+), and cgroupFds are only the fallback where clone3 cannot do that */)
 //     -> [pid, fd0, fd1, fd2, slot]   parent ends of created pipes (-1 where none); slot: the child's process group
-//        in the group watchdog (watchdog.c), -1 if none: pass it to unwatchGroup once the group may outlive us
+//        in the group watchdog (watchdog.c), -1 if none: pass it to unwatchGroup once the group may outlive us.
+//        A child given cgroupFds is not registered (the watchdog empties the cgroups themselves).
 //   unwatchGroup(slot), watchdogPid() -> pid or 0
+//   watchGroup(pgid) -> slot or -1   registers a process group started another way (node-pty)
+//   ensureWatchdog()   (re)starts the watchdog if it is not running (cgroup mode: children started another way)
+//   setCgroupCleanup(version: 1 | 2, bases: string[], removeBases: boolean)   see watchdog_set_cgroups
 //     throws Error { message: strerror text, errno: number } when the child could not be started
 //   setExitHandler(fn(pid, exitStatus /* -1 if signalled */, signo /* 0 if exited */))
 //   asyncExec: boolean   whether async mode is compiled in
@@ -82,11 +89,18 @@
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434
 #endif
+#ifndef SYS_clone3
+#define SYS_clone3 435
+#endif
+#ifndef CLONE_INTO_CGROUP
+#define CLONE_INTO_CGROUP 0x200000000ULL
+#endif
 
 #define FD_CLOSED (-1)
 #define FD_PIPE (-2)
 #define FD_DEVNULL (-3)
 #define MAX_CHILD_FDS 64
+#define MAX_CGROUP_FILES 4
 #define CHILD_STACK_SIZE (64 * 1024)
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -106,7 +120,10 @@ struct child_args {
   int parent_pidfd;  // async mode with newPidNs: a pidfd of this process (getppid() is 0 in a new pid namespace), or -1
   int restore_policy;  // async mode: SCHED_OTHER to restore in the child (it starts as SCHED_BATCH), or -1
   int fresh_keyring;   // join a new anonymous session keyring before exec
+  int ncg;
+  int cg_fds[MAX_CGROUP_FILES];  // open cgroup.procs files (our fds) the child moves itself into before exec
   volatile int err;  // vfork mode: set by the child when it fails; 0 when execve succeeded
+  volatile int err_in_cgroup;  // vfork mode: err came from entering the cgroup
 };
 
 // vfork mode: the parent thread is suspended until execve or _exit, so plain libc calls are safe here (errno lands in
@@ -129,6 +146,13 @@ static int child_main_vfork(void *p) {
   }
   if (setsid() < 0) child_fail(a, errno);
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) child_fail(a, errno);
+  // Into the cgroup(s) first: the fds are ours, and their numbers may be reused by the placement below.
+  for (int i = 0; i < a->ncg; i++) {
+    if (write(a->cg_fds[i], "0", 1) != 1) {
+      a->err_in_cgroup = 1;
+      child_fail(a, errno);
+    }
+  }
 
   // Move every source that sits inside the target range [0, nfds) out of the way, then place them.
   for (int i = 0; i < a->nfds; i++) {
@@ -188,6 +212,61 @@ static inline long raw_syscall(long n, long a, long b, long c, long d) {
 #endif
 
 #ifdef HAVE_RAW_SYSCALL
+// clone3 with a function to run on the new stack, as glibc's clone() does for clone(2): the child starts on `stack`
+// with a copy of our registers, so fn and arg travel in registers the system call leaves alone, and it never
+// returns into our frames. Returns the pid (parent) or -errno; the child calls fn(arg) and exits with its result.
+struct corral_clone_args {
+  uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid, set_tid_size, cgroup;
+};
+long corral_clone3(struct corral_clone_args *args, size_t size, int (*fn)(void *), void *arg);
+#if defined(__x86_64__)
+__asm__(
+    ".text\n"
+    ".globl corral_clone3\n"
+    ".hidden corral_clone3\n"
+    ".type corral_clone3,@function\n"
+    "corral_clone3:\n"
+    "  mov %rdx, %r8\n"
+    "  mov %rcx, %r9\n"
+    "  mov $435, %eax\n"
+    "  syscall\n"
+    "  test %rax, %rax\n"
+    "  jz 1f\n"
+    "  ret\n"
+    "1:\n"
+    "  xor %ebp, %ebp\n"
+    "  mov %r9, %rdi\n"
+    "  call *%r8\n"
+    "  mov %eax, %edi\n"
+    "  mov $60, %eax\n"
+    "  syscall\n"
+    "  hlt\n"
+    ".size corral_clone3, .-corral_clone3\n");
+#elif defined(__aarch64__)
+__asm__(
+    ".text\n"
+    ".globl corral_clone3\n"
+    ".hidden corral_clone3\n"
+    ".type corral_clone3,%function\n"
+    "corral_clone3:\n"
+    "  mov x10, x2\n"
+    "  mov x11, x3\n"
+    "  mov x8, #435\n"
+    "  svc #0\n"
+    "  cbz x0, 1f\n"
+    "  ret\n"
+    "1:\n"
+    "  mov x29, xzr\n"
+    "  mov x0, x11\n"
+    "  blr x10\n"
+    "  mov x8, #93\n"
+    "  svc #0\n"
+    "  brk #0\n"
+    ".size corral_clone3, .-corral_clone3\n");
+#endif
+// 1: clone3 can create children in a cgroup; 0: not yet known; -1: it cannot (kernel < 5.7), use the entry files.
+static int into_cgroup_ok;
+
 #ifndef CLOSE_RANGE_CLOEXEC
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
 #endif
@@ -220,16 +299,22 @@ static void raw_write_str(int fd, const char *s) {
   }
 }
 
-__attribute__((noreturn)) static void child_die(struct child_args *a, long negerr, int stdio_ready) {
+__attribute__((noreturn)) static void child_die_at(struct child_args *a, long negerr, int stdio_ready,
+                                                 const char *what) {
   int err = (int)-negerr;
   if (stdio_ready) {
-    raw_write_str(2, "corral: cannot execute ");
+    raw_write_str(2, "corral: ");
+    raw_write_str(2, what);
     raw_write_str(2, a->file);
     raw_write_str(2, ": ");
     raw_write_str(2, err > 0 && err < 256 && errtext[err] ? errtext[err] : "error");
     raw_write_str(2, "\n");
   }
   for (;;) raw_syscall(SYS_exit_group, 127, 0, 0, 0);
+}
+
+__attribute__((noreturn)) static void child_die(struct child_args *a, long negerr, int stdio_ready) {
+  child_die_at(a, negerr, stdio_ready, "cannot execute ");
 }
 
 static int child_main_async(void *p) {
@@ -254,6 +339,13 @@ static int child_main_async(void *p) {
   } else if (raw_syscall(SYS_getppid, 0, 0, 0, 0) != a->parent_pid) {
     child_die(a, -ESRCH, 0);
   }
+  // Into the cgroup(s) first (the fds are ours, and their numbers may be reused by the placement below); a failure is
+  // reported once stderr is in place.
+  long cg_err = 0;
+  for (int i = 0; i < a->ncg && cg_err == 0; i++) {
+    r = raw_syscall(SYS_write, a->cg_fds[i], (long)"0", 1, 0);
+    if (r < 0) cg_err = r;
+  }
 
   for (int i = 0; i < a->nfds; i++) {
     int s = a->src[i];
@@ -268,6 +360,7 @@ static int child_main_async(void *p) {
     if (s < 0) raw_syscall(SYS_close, i, 0, 0, 0);
     else if ((r = raw_syscall(SYS_dup3, s, i, 0, 0)) < 0) child_die(a, r, i > 2);
   }
+  if (cg_err < 0) child_die_at(a, cg_err, 1, "cannot move into the cgroup of ");
   if ((r = raw_syscall(SYS_chdir, (long)a->cwd, 0, 0, 0)) < 0) child_die(a, r, 1);
   if (a->fresh_keyring && (r = raw_syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, 0, 0, 0)) < 0 && r != -ENOSYS)
     child_die(a, r, 1);
@@ -672,6 +765,52 @@ static napi_value js_unwatch_group(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
+// watchGroup(pgid) -> slot: a process group started another way (node-pty) dies with us too.
+static napi_value js_watch_group(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value arg, v;
+  int32_t pgid = 0;
+  int slot = -1;
+  if (napi_get_cb_info(env, info, &argc, &arg, NULL, NULL) == napi_ok && argc >= 1 &&
+      napi_get_value_int32(env, arg, &pgid) == napi_ok)
+    slot = watchdog_add(pgid);
+  napi_create_int32(env, slot, &v);
+  return v;
+}
+
+static napi_value js_ensure_watchdog(napi_env env, napi_callback_info info) {
+  (void)info;
+  int err = watchdog_ensure();
+  if (err != 0 && err != ENOSYS) return corral_throw_errno(env, err, "ensureWatchdog");
+  return NULL;
+}
+
+// setCgroupCleanup(version, bases, removeBases): see watchdog_set_cgroups.
+static napi_value js_set_cgroup_cleanup(napi_env env, napi_callback_info info) {
+  size_t argc = 3;
+  napi_value args[3];
+  int32_t version = 0;
+  bool remove = false;
+  if (napi_get_cb_info(env, info, &argc, args, NULL, NULL) != napi_ok || argc < 3 ||
+      napi_get_value_int32(env, args[0], &version) != napi_ok || napi_get_value_bool(env, args[2], &remove) != napi_ok) {
+    napi_throw_type_error(env, NULL, "setCgroupCleanup(version: 1 | 2, bases: string[], removeBases: boolean)");
+    return NULL;
+  }
+  char **bases = get_string_array(env, args[1]);
+  if (!bases) {
+    bool pending = false;
+    napi_is_exception_pending(env, &pending);
+    if (!pending) napi_throw_type_error(env, NULL, "setCgroupCleanup: bases must be strings");
+    return NULL;
+  }
+  int n = 0;
+  while (bases[n]) n++;
+  int err = watchdog_set_cgroups(version, (const char *const *)bases, n, remove);
+  free_string_array(bases);
+  if (err != 0) return corral_throw_errno(env, err, "setCgroupCleanup");
+  return NULL;
+}
+
 static napi_value js_watchdog_pid(napi_env env, napi_callback_info info) {
   (void)info;
   napi_value v;
@@ -683,12 +822,13 @@ static __thread char *vfork_stack;
 
 
 static napi_value js_spawn(napi_env env, napi_callback_info info) {
-  size_t argc = 8;
-  napi_value args[8];
+  size_t argc = 10;
+  napi_value args[10];
   struct addon_state *st;
   if (napi_get_cb_info(env, info, &argc, args, NULL, NULL) != napi_ok || argc < 5) {
-    napi_throw_type_error(env, NULL,
-                          "spawn(file, argv, env, cwd, fds, waitExec, newPidNs, freshKeyring) expects 5 to 8 arguments");
+    napi_throw_type_error(
+        env, NULL,
+        "spawn(file, argv, env, cwd, fds, waitExec, newPidNs, freshKeyring, cgroupFds, cgroupDirFd) expects 5 to 10 arguments");
     return NULL;
   }
   napi_get_instance_data(env, (void **)&st);
@@ -714,12 +854,17 @@ static napi_value js_spawn(napi_env env, napi_callback_info info) {
   pe->argv = get_string_array(env, args[1]);
   pe->envp = get_string_array(env, args[2]);
   pe->cwd = get_string(env, args[3]);
+  uint32_t ncg = 0;
+  bool has_cg = false;
+  if (argc >= 9) napi_is_array(env, args[8], &has_cg);
+  if (has_cg) napi_get_array_length(env, args[8], &ncg);
   uint32_t nfds = 0;
   napi_get_array_length(env, args[4], &nfds);
   napi_value result = NULL;
   int parent_end[3] = {-1, -1, -1};
   int child_end[3] = {-1, -1, -1};
   int err = 0;
+  const char *err_what = NULL;
   bool keep_pe = false;
 
   if (!pe->file || !pe->argv || !pe->envp || !pe->cwd) {
@@ -731,6 +876,26 @@ static napi_value js_spawn(napi_env env, napi_callback_info info) {
   if (nfds < 3 || nfds > MAX_CHILD_FDS) {
     napi_throw_range_error(env, NULL, "spawn: fds must have 3..64 entries");
     goto out;
+  }
+  int32_t cg_dir = -1;
+  if (argc >= 10) napi_get_value_int32(env, args[9], &cg_dir);
+#ifndef HAVE_RAW_SYSCALL
+  (void)cg_dir;
+#endif
+  if (ncg > MAX_CGROUP_FILES) {
+    napi_throw_range_error(env, NULL, "spawn: at most 4 cgroupFds");
+    goto out;
+  }
+  a->ncg = (int)ncg;
+  for (uint32_t i = 0; i < ncg; i++) {
+    napi_value e;
+    int32_t fd = -1;
+    napi_get_element(env, args[8], i, &e);
+    if (napi_get_value_int32(env, e, &fd) != napi_ok || fd < 0) {
+      napi_throw_type_error(env, NULL, "spawn: cgroupFds must be open file descriptors");
+      goto out;
+    }
+    a->cg_fds[i] = fd;
   }
   if (!wait_exec && (err = precheck(pe->file, pe->cwd)) != 0) goto fail;
 
@@ -818,8 +983,41 @@ static napi_value js_spawn(napi_env env, napi_callback_info info) {
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
   int pidfd = -1;
-  pid_t pid = clone(child_fn, stack + CHILD_STACK_SIZE, flags, a, &pidfd, NULL, (pid_t *)&pe->ctid);
-  int clone_errno = errno;
+  pid_t pid = -1;
+  int clone_errno = 0;
+  bool cloned = false;
+#ifdef HAVE_RAW_SYSCALL
+  if (cg_dir >= 0 && into_cgroup_ok >= 0) {
+    // Created in its cgroup: no migration (which would wait for an RCU grace period and hold up every fork).
+    struct corral_clone_args ca;
+    memset(&ca, 0, sizeof ca);
+    ca.flags = (uint64_t)(flags & ~0xff) | CLONE_INTO_CGROUP;
+    ca.exit_signal = (uint64_t)(flags & 0xff);
+    ca.pidfd = (uint64_t)(uintptr_t)&pidfd;
+    ca.child_tid = (uint64_t)(uintptr_t)&pe->ctid;
+    ca.stack = (uint64_t)(uintptr_t)stack;
+    ca.stack_size = CHILD_STACK_SIZE;
+    ca.cgroup = (uint64_t)cg_dir;
+    int saved_ncg = a->ncg;
+    a->ncg = 0;  // already in it
+    long r = corral_clone3(&ca, sizeof ca, child_fn, a);
+    if (r >= 0) {
+      pid = (pid_t)r;
+      cloned = true;
+      into_cgroup_ok = 1;
+    } else if (into_cgroup_ok == 0 && (r == -ENOSYS || r == -E2BIG || r == -EINVAL)) {
+      into_cgroup_ok = -1;  // an older kernel: the child enters through the entry files from now on
+      a->ncg = saved_ncg;
+    } else {
+      clone_errno = (int)-r;
+      cloned = true;  // a real failure (EAGAIN at pids.max, ENOMEM, ...)
+    }
+  }
+#endif
+  if (!cloned) {
+    pid = clone(child_fn, stack + CHILD_STACK_SIZE, flags, a, &pidfd, NULL, (pid_t *)&pe->ctid);
+    clone_errno = errno;
+  }
   pthread_sigmask(SIG_SETMASK, &old, NULL);
 
   if (pid < 0) {
@@ -842,6 +1040,9 @@ static napi_value js_spawn(napi_env env, napi_callback_info info) {
     }
     close(pidfd);
     err = a->err;
+    if (a->err_in_cgroup) {
+      err_what = "cannot move the process into its cgroup";
+    }
     goto fail;
   }
 
@@ -883,8 +1084,10 @@ static napi_value js_spawn(napi_env env, napi_callback_info info) {
     napi_create_int32(env, parent_end[i], &v);
     napi_set_element(env, result, (uint32_t)i + 1, v);
   }
-  // The child leads its own process group (setsid): the watchdog kills that group if we die.
-  napi_create_int32(env, watchdog_add(pid), &v);
+  // The child leads its own process group (setsid): the watchdog kills that group if we die. A child in a cgroup of
+  // ours is not registered: the watchdog empties the cgroups (setsid descendants included).
+  if (a->ncg > 0) watchdog_ensure();
+  napi_create_int32(env, a->ncg > 0 ? -1 : watchdog_add(pid), &v);
   napi_set_element(env, result, 4, v);
   goto out;
 
@@ -893,7 +1096,7 @@ fail:
     if (child_end[i] >= 0) close(child_end[i]);
     if (parent_end[i] >= 0) close(parent_end[i]);
   }
-  throw_errno(env, err);
+  corral_throw_errno(env, err, err_what);
   result = NULL;
 out:
   if (!keep_pe) free_pending(pe);
@@ -1016,6 +1219,9 @@ NAPI_MODULE_INIT(/* napi_env env, napi_value exports */) {
       {"schedRestore", NULL, js_sched_restore, NULL, NULL, NULL, napi_default, NULL},
       {"unwatchGroup", NULL, js_unwatch_group, NULL, NULL, NULL, napi_default, NULL},
       {"watchdogPid", NULL, js_watchdog_pid, NULL, NULL, NULL, napi_default, NULL},
+      {"watchGroup", NULL, js_watch_group, NULL, NULL, NULL, napi_default, NULL},
+      {"ensureWatchdog", NULL, js_ensure_watchdog, NULL, NULL, NULL, napi_default, NULL},
+      {"setCgroupCleanup", NULL, js_set_cgroup_cleanup, NULL, NULL, NULL, napi_default, NULL},
       {"asyncExec", NULL, NULL, NULL, NULL, async_ok, napi_default, NULL},
       {"newPidNs", NULL, NULL, NULL, NULL, new_pidns_ok, napi_default, NULL},
       {"freshKeyring", NULL, NULL, NULL, NULL, new_pidns_ok, napi_default, NULL},

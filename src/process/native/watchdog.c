@@ -6,11 +6,17 @@
 // SIGKILL) the read returns EOF, and the watchdog SIGKILLs every process group still registered in a table in the
 // shared memory, then exits. Registering a group is a store into that table: no system call per child.
 //
+// With per-command cgroups (src/process/cgroup.ts) the server tells the watchdog where they live instead
+// (watchdog_set_cgroups), and on our death it empties every `p-*` cgroup below those directories — every process in
+// them, `setsid` descendants included, which a process-group kill misses — and removes the directories. Process
+// groups registered with watchdog_add are still killed first (children started without a cgroup).
+//
 // The watchdog runs on its own stack, with our memory but without our thread's state, so it uses raw system calls
 // only (no errno, no locks, no allocation). Our memory stays mapped for it after we die: it holds a reference to it.
 #define _GNU_SOURCE
 #include "watchdog.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -71,6 +77,157 @@ static struct {
 #define SYS_close_range 436
 #endif
 
+// ---- cgroup cleanup (raw system calls only: it runs in the watchdog) --------------------------------------------
+
+#define CG_PATH 512
+#define CG_SETS 4  // one per copy of the JS module in this process (sources and a bundle, say)
+struct cg_set {
+  int version;  // 1 or 2: cgroup v1 / v2
+  int nbases;
+  int remove_bases;  // rmdir the base directories too once their children are gone
+  char bases[WATCHDOG_CG_BASES][CG_PATH];  // bases[0]: where the processes are killed (v1: the pids hierarchy)
+};
+static struct cg_set cg_sets[CG_SETS];
+static int cg_count;  // published with release ordering after the set is filled in
+static const struct cg_set *cg;  // the set being cleaned (watchdog only)
+
+struct wd_dirent64 {
+  uint64_t d_ino;
+  int64_t d_off;
+  unsigned short d_reclen;
+  unsigned char d_type;
+  char d_name[];
+};
+
+static size_t wd_strlen(const char *s) {
+  size_t n = 0;
+  while (s[n]) n++;
+  return n;
+}
+
+// dst = a "/" b ["/" c]; 0, or -1 when it does not fit.
+static int wd_join(char *dst, size_t cap, const char *a, const char *b, const char *c) {
+  size_t la = wd_strlen(a), lb = wd_strlen(b), lc = c ? wd_strlen(c) : 0;
+  if (la + lb + lc + 3 > cap) return -1;
+  char *p = dst;
+  for (size_t i = 0; i < la; i++) *p++ = a[i];
+  *p++ = '/';
+  for (size_t i = 0; i < lb; i++) *p++ = b[i];
+  if (c) {
+    *p++ = '/';
+    for (size_t i = 0; i < lc; i++) *p++ = c[i];
+  }
+  *p = 0;
+  return 0;
+}
+
+static long wd_write_file(const char *path, const char *text) {
+  long fd = wd_syscall(SYS_openat, AT_FDCWD, (long)path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return fd;
+  long r = wd_syscall(SYS_write, fd, (long)text, (long)wd_strlen(text));
+  wd_syscall(SYS_close, fd, 0, 0);
+  return r;
+}
+
+// SIGKILLs every pid listed in a cgroup.procs file; returns how many it listed.
+static int wd_kill_listed(const char *procs) {
+  long fd = wd_syscall(SYS_openat, AT_FDCWD, (long)procs, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char buf[4096];
+  int n = 0;
+  long pid = 0;
+  int digits = 0;
+  for (;;) {
+    long r = wd_syscall(SYS_read, fd, (long)buf, sizeof buf);
+    if (r == -EINTR) continue;
+    if (r <= 0) break;
+    for (long i = 0; i < r; i++) {
+      char ch = buf[i];
+      if (ch >= '0' && ch <= '9') {
+        pid = pid * 10 + (ch - '0');
+        digits = 1;
+      } else {
+        if (digits && pid > 1) {
+          wd_syscall(SYS_kill, pid, SIGKILL, 0);
+          n++;
+        }
+        pid = 0;
+        digits = 0;
+      }
+    }
+  }
+  if (digits && pid > 1) {
+    wd_syscall(SYS_kill, pid, SIGKILL, 0);
+    n++;
+  }
+  wd_syscall(SYS_close, fd, 0, 0);
+  return n;
+}
+
+// Calls fn(dir, name) for every subdirectory of dir whose name starts with "p-" (the per-command cgroups); returns
+// the sum of what fn returned.
+static int wd_each_command(const char *dir, int (*fn)(const char *dir, const char *name)) {
+  long fd = wd_syscall(SYS_openat, AT_FDCWD, (long)dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char buf[4096] __attribute__((aligned(8)));
+  int sum = 0;
+  for (;;) {
+    long r = wd_syscall(SYS_getdents64, fd, (long)buf, sizeof buf);
+    if (r == -EINTR) continue;
+    if (r <= 0) break;
+    for (long off = 0; off < r;) {
+      struct wd_dirent64 *d = (struct wd_dirent64 *)(buf + off);
+      off += d->d_reclen;
+      if (d->d_type == DT_DIR && d->d_name[0] == 'p' && d->d_name[1] == '-') sum += fn(dir, d->d_name);
+    }
+  }
+  wd_syscall(SYS_close, fd, 0, 0);
+  return sum;
+}
+
+static int cg_kill_one(const char *dir, const char *name) {
+  char path[CG_PATH];
+  if (cg->version == 2 && wd_join(path, sizeof path, dir, name, "cgroup.kill") == 0 && wd_write_file(path, "1") > 0)
+    return 0;  // the kernel kills everything in it, racing forks included
+  if (wd_join(path, sizeof path, dir, name, "cgroup.procs") != 0) return 0;
+  return wd_kill_listed(path);
+}
+
+static int cg_remove_one(const char *dir, const char *name) {
+  char path[CG_PATH];
+  if (wd_join(path, sizeof path, dir, name, NULL) != 0) return 0;
+  long r = wd_syscall(SYS_unlinkat, AT_FDCWD, (long)path, AT_REMOVEDIR);
+  return r == 0 || r == -ENOENT ? 0 : 1;
+}
+
+// Kills every process in our cgroups and removes them, retrying (10 ms apart, up to ~3 s) while processes are
+// still exiting.
+static void cg_cleanup(void) {
+  int n = __atomic_load_n(&cg_count, __ATOMIC_ACQUIRE);
+  if (n == 0) return;
+  char path[CG_PATH];
+  // pids.max is hierarchical: 0 on the base stops every fork below it (a fork bomb cannot outrun the kills).
+  for (int s = 0; s < n; s++)
+    if (wd_join(path, sizeof path, cg_sets[s].bases[0], "pids.max", NULL) == 0) wd_write_file(path, "0");
+  for (int round = 0; round < 300; round++) {
+    int left = 0;
+    for (int s = 0; s < n; s++) {
+      cg = &cg_sets[s];
+      wd_each_command(cg->bases[0], cg_kill_one);
+      for (int b = 0; b < cg->nbases; b++) {
+        left += wd_each_command(cg->bases[b], cg_remove_one);
+        if (cg->remove_bases) {
+          long r = wd_syscall(SYS_unlinkat, AT_FDCWD, (long)cg->bases[b], AT_REMOVEDIR);
+          if (r != 0 && r != -ENOENT) left++;
+        }
+      }
+    }
+    if (left == 0) break;
+    static const struct timespec ten_ms = {0, 10 * 1000 * 1000};
+    wd_syscall(SYS_nanosleep, (long)&ten_ms, 0, 0);
+  }
+}
+
 static int watchdog_main(void *arg) {
   (void)arg;
   int rd = dog_args.rd;
@@ -94,6 +251,7 @@ static int watchdog_main(void *arg) {
     int32_t pg = __atomic_load_n(&slots[i], __ATOMIC_RELAXED);
     if (pg > 1) wd_syscall(SYS_kill, -pg, SIGKILL, 0);
   }
+  cg_cleanup();
   for (;;) wd_syscall(SYS_exit_group, 0, 0, 0);
   return 0;
 }
@@ -188,6 +346,35 @@ pid_t watchdog_pid(void) {
   pthread_mutex_unlock(&lock);
   return pid;
 }
+
+int watchdog_ensure(void) {
+  pthread_mutex_lock(&lock);
+  int err = dog_alive() ? 0 : start_dog();
+  pthread_mutex_unlock(&lock);
+  return err;
+}
+
+int watchdog_set_cgroups(int version, const char *const *bases, int nbases, int remove_bases) {
+  if ((version != 1 && version != 2) || nbases < 1 || nbases > WATCHDOG_CG_BASES) return EINVAL;
+  for (int b = 0; b < nbases; b++)
+    if (strlen(bases[b]) + 1 > CG_PATH) return ENAMETOOLONG;
+  pthread_mutex_lock(&lock);
+  int err = 0;
+  if (cg_count == CG_SETS) {
+    err = ENOSPC;
+  } else {
+    // A set is never changed once published: a running watchdog may be reading it.
+    struct cg_set *set = &cg_sets[cg_count];
+    for (int b = 0; b < nbases; b++) memcpy(set->bases[b], bases[b], strlen(bases[b]) + 1);
+    set->nbases = nbases;
+    set->remove_bases = remove_bases;
+    set->version = version;
+    __atomic_store_n(&cg_count, cg_count + 1, __ATOMIC_RELEASE);
+    if (!dog_alive()) err = start_dog();
+  }
+  pthread_mutex_unlock(&lock);
+  return err;
+}
 #else
 int watchdog_add(pid_t pgid) {
   (void)pgid;
@@ -195,4 +382,12 @@ int watchdog_add(pid_t pgid) {
 }
 void watchdog_remove(int slot) { (void)slot; }
 pid_t watchdog_pid(void) { return 0; }
+int watchdog_ensure(void) { return ENOSYS; }
+int watchdog_set_cgroups(int version, const char *const *bases, int nbases, int remove_bases) {
+  (void)version;
+  (void)bases;
+  (void)nbases;
+  (void)remove_bases;
+  return ENOSYS;
+}
 #endif

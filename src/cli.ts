@@ -2,7 +2,22 @@ import { closeSync, constants, fstatSync, openSync, readFileSync, realpathSync }
 import { parseArgs } from 'node:util';
 import { exportAudit } from './audit/cli.js';
 import { type AuditOptions, defaultAuditPath, startAudit } from './audit/index.js';
-import { generateToken, openAccess, tokenAuth } from './server/auth.js';
+import { bearerAuth, noAuth, type RegistrationAuth, sigv4Auth } from './remote/auth.js';
+import { startDirectExecutor } from './remote/direct.js';
+import { RegistryClient } from './remote/registry.js';
+import {
+  type Authenticator,
+  asyncCredentialAuth,
+  credentialAuth,
+  DEFAULT_MAX_CLOCK_SKEW_SECONDS,
+  digestVerifier,
+  generateToken,
+  MIN_SHARED_SECRET_BYTES,
+  openAccess,
+  parseTokenSha256,
+  signedBearerVerifier,
+  tokenAuth,
+} from './server/auth.js';
 import { ExecServer, type ExecServerOptions } from './server/execServer.js';
 import { startHost } from './server/host.js';
 import { createLogger, type LogLevel } from './server/log.js';
@@ -16,18 +31,39 @@ const USAGE = `usage: corral exec-server --listen ws://127.0.0.1:0 [options]
        corral audit export [--db FILE] --format jsonl [--since ISO] [--session ID]
                                every stored event as one JSON object per line, oldest first
 
+       corral exec-server --remote URL --environment-id ID --remote-transport direct [--aws-sigv4 …] [options]
+
 options:
   --listen URL            ws://HOST:PORT (PORT 0 picks a free port) or stdio  [ws://127.0.0.1:0]
   --ws-auth MODE          capability-token: a token is required on WebSocket upgrades (generated per start and
-                          printed in the URL, ws://HOST:PORT/?token=…), or none: anyone who can reach the port
-                          (every local user, any sandbox with network) may connect  [capability-token]
+                          printed in the URL, ws://HOST:PORT/?token=…); signed-bearer-token: an HS256 JWT signed
+                          with --ws-shared-secret-file; or none: anyone who can reach the port (every local user,
+                          any sandbox with network) may connect  [capability-token]
   --ws-token-file FILE    the token to require instead of a generated one (the file: mode 0600, owned by you)
+  --ws-token-sha256 HEX   require the token whose SHA-256 is HEX (the token itself is never given to Corral)
+  --ws-shared-secret-file FILE  signed-bearer-token: the HS256 key (≥ 32 bytes; mode 0600, owned by you)
+  --ws-issuer ISS         signed-bearer-token: the iss a token must carry
+  --ws-audience AUD       signed-bearer-token: a value its aud must hold
+  --ws-max-clock-skew-seconds N  signed-bearer-token: leeway for exp and nbf  [30]
+  --concurrent-requests N requests of one connection handled at once (a parked process/read never holds one)  [1]
+  --exit-on-stdin-close   exit (killing every child) when standard input closes
   --allow-origin ORIGIN   allow a browser Origin to connect (repeatable); any other Origin gets 403
   --allow-host NAME       also answer requests whose Host is NAME (repeatable), e.g. a Kubernetes Service name
   --resume-grace-ms N     keep a disconnected session's processes N ms for resume, then kill them  [10000]
   --log-level LEVEL       error | warn | info | debug  [info]
   --log-file FILE         also log to FILE
   --allow-non-loopback    permit --listen on a non-loopback address
+
+remote executor (README "Remote executor"; instead of --listen):
+  --remote URL            register with the environment registry at URL (https://, or http:// on loopback) and
+                          serve the harness over the WebSocket link it hands back (wss://, or ws:// on loopback)
+  --environment-id ID     the environment to register as (letters, digits, - and _)
+  --remote-transport T    direct (noise is not supported by Corral)  [direct]
+  --name NAME             a human-readable name for the logs
+  --aws-sigv4             sign the registration and each handshake with AWS SigV4 (as codex 0.169 requires for
+                          direct); credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or the shared file
+  --aws-profile P, --aws-region R, --aws-service S  SigV4 profile, region, service  [execute-api]
+  --registration-bearer-stdin  instead: read one line from stdin and send it as Authorization: Bearer
 
 limits (exec-server and serve):
   --max-processes N            live processes allowed per session  [1024]
@@ -92,30 +128,31 @@ function parseLimits(v: LimitValues): Partial<ExecServerOptions> {
 }
 
 /**
- * Reads `--ws-token-file`: a regular file of this user (or root) that neither group nor others can read, holding a
- * token of at least 16 characters. Returns the token and the file's real path (hidden from every sandbox).
+ * Reads a secret file (`--ws-token-file`, `--ws-shared-secret-file`): a regular file of this user (or root) that
+ * neither group nor others can read, holding one word of at least `minLength` characters. Returns it and the file's
+ * real path (hidden from every sandbox).
  */
-function readTokenFile(file: string): { token: string; path: string } {
+function readSecretFile(file: string, flag: string, minLength: number): { token: string; path: string } {
   let fd: number;
   try {
     fd = openSync(file, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
   } catch (e) {
-    fail(`--ws-token-file: ${(e as Error).message}`);
+    fail(`${flag}: ${(e as Error).message}`);
   }
   try {
     const st = fstatSync(fd);
-    if (!st.isFile()) fail(`--ws-token-file: ${file} is not a regular file`);
+    if (!st.isFile()) fail(`${flag}: ${file} is not a regular file`);
     const me = process.geteuid?.() ?? st.uid;
-    if (st.uid !== me && st.uid !== 0) fail(`--ws-token-file: ${file} is owned by uid ${st.uid}, not by you`);
+    if (st.uid !== me && st.uid !== 0) fail(`${flag}: ${file} is owned by uid ${st.uid}, not by you`);
     if ((st.mode & 0o077) !== 0) {
       fail(
-        `--ws-token-file: ${file} can be read by others (mode ${(st.mode & 0o777).toString(8).padStart(4, '0')}): chmod 600 it`,
+        `${flag}: ${file} can be read by others (mode ${(st.mode & 0o777).toString(8).padStart(4, '0')}): chmod 600 it`,
       );
     }
     const token = readFileSync(fd, 'utf8').trim();
-    if (!token) fail('--ws-token-file: the file is empty');
-    if (token.length < 16) fail('--ws-token-file: the token must be at least 16 characters');
-    if (/\s/.test(token)) fail('--ws-token-file: the token must not contain white space');
+    if (!token) fail(`${flag}: the file is empty`);
+    if (Buffer.byteLength(token) < minLength) fail(`${flag}: the secret must be at least ${minLength} bytes`);
+    if (/\s/.test(token)) fail(`${flag}: the secret must not contain white space`);
     return { token, path: realpathSync(file) };
   } finally {
     closeSync(fd);
@@ -195,17 +232,176 @@ function limitFlags(values: { 'pids-max'?: string; 'memory-max'?: string }): {
   return out;
 }
 
+/** The first line of standard input (`--registration-bearer-stdin`); stdin stays open for `--exit-on-stdin-close`. */
+function readStdinLine(flag: string): Promise<string> {
+  return new Promise((resolve) => {
+    let buf = '';
+    const onData = (d: Buffer) => {
+      buf += d.toString('utf8');
+      const nl = buf.indexOf('\n');
+      if (nl < 0) {
+        if (buf.length > 65536) fail(`${flag}: no line within 64 KiB`);
+        return;
+      }
+      process.stdin.off('data', onData);
+      process.stdin.off('end', onEnd);
+      process.stdin.pause();
+      resolve(buf.slice(0, nl).trim());
+    };
+    const onEnd = () => fail(`${flag}: standard input closed before a line was read`);
+    process.stdin.on('data', onData);
+    process.stdin.once('end', onEnd);
+  });
+}
+
 function isLoopback(host: string): boolean {
   return host === 'localhost' || host === '::1' || host === '[::1]' || /^127\.\d+\.\d+\.\d+$/.test(host);
+}
+
+/** What `--ws-auth` and its flags ask for (the checks and messages of `codex exec-server` 0.169). */
+function listenerAuth(values: Record<string, string | boolean | string[] | undefined>): {
+  auth: Authenticator;
+  /** The generated token to print in the URL, if any. */
+  printedToken: string | null;
+  hiddenPaths: string[];
+  describe: string;
+} {
+  const str = (k: string) => values[k] as string | undefined;
+  const mode = str('ws-auth');
+  const jwtFlags = ['ws-shared-secret-file', 'ws-issuer', 'ws-audience', 'ws-max-clock-skew-seconds'];
+  const tokenFlags = ['ws-token-file', 'ws-token-sha256'];
+  const given = (list: string[]) => list.filter((k) => str(k) !== undefined);
+  if (mode !== 'capability-token' && mode !== 'signed-bearer-token' && mode !== 'none')
+    fail(`--ws-auth: unknown mode ${mode} (capability-token, signed-bearer-token or none)`);
+  if (mode === 'none') {
+    if (given([...tokenFlags, ...jwtFlags]).length > 0)
+      fail('websocket auth flags require `--ws-auth capability-token` or `--ws-auth signed-bearer-token`');
+    return { auth: openAccess(), printedToken: null, hiddenPaths: [], describe: 'no authentication' };
+  }
+  if (mode === 'capability-token') {
+    if (given(jwtFlags).length > 0)
+      fail(
+        '`--ws-shared-secret-file`, `--ws-issuer`, `--ws-audience`, and `--ws-max-clock-skew-seconds` require `--ws-auth signed-bearer-token`',
+      );
+    if (given(tokenFlags).length === 2)
+      fail('`--ws-token-file` and `--ws-token-sha256` are mutually exclusive');
+    const sha = str('ws-token-sha256');
+    if (sha !== undefined) {
+      let digest: Buffer;
+      try {
+        digest = parseTokenSha256(sha);
+      } catch (e) {
+        fail((e as Error).message);
+      }
+      const auth = credentialAuth(
+        digestVerifier([{ sha256: digest, principal: { role: 'agent', credential: 'token' } }]),
+      );
+      return {
+        auth,
+        printedToken: null,
+        hiddenPaths: [],
+        describe: 'the token of --ws-token-sha256 required',
+      };
+    }
+    const file = str('ws-token-file') ? readSecretFile(str('ws-token-file')!, '--ws-token-file', 16) : null;
+    // The token lives in this process's memory only: never in argv, the environment, a log line or a file we write.
+    const token = file?.token ?? generateToken();
+    return {
+      auth: tokenAuth(token),
+      printedToken: file ? null : token,
+      hiddenPaths: file ? [file.path] : [],
+      describe: file ? `token from ${file.path} required` : 'token required: see the URL on stdout',
+    };
+  }
+  if (given(tokenFlags).length > 0)
+    fail(
+      '`--ws-token-file` and `--ws-token-sha256` require `--ws-auth capability-token`, not `signed-bearer-token`',
+    );
+  const secretFile = str('ws-shared-secret-file');
+  if (!secretFile) fail('`--ws-shared-secret-file` is required when `--ws-auth signed-bearer-token` is set');
+  const secret = readSecretFile(secretFile, '--ws-shared-secret-file', MIN_SHARED_SECRET_BYTES);
+  const skewText = str('ws-max-clock-skew-seconds');
+  const skew = skewText === undefined ? DEFAULT_MAX_CLOCK_SKEW_SECONDS : Number(skewText);
+  if (!Number.isSafeInteger(skew) || skew < 0) fail('--ws-max-clock-skew-seconds must be a whole number ≥ 0');
+  const issuer = str('ws-issuer')?.trim() || null;
+  const audience = str('ws-audience')?.trim() || null;
+  const verifier = signedBearerVerifier({
+    secret: Buffer.from(secret.token, 'utf8'),
+    issuer,
+    audience,
+    maxClockSkewSeconds: skew,
+  });
+  return {
+    auth: asyncCredentialAuth(verifier),
+    printedToken: null,
+    hiddenPaths: [secret.path],
+    describe: `HS256 bearer tokens signed with ${secret.path} required${issuer ? `, iss ${issuer}` : ''}${audience ? `, aud ${audience}` : ''}`,
+  };
+}
+
+/** The registration auth of `--remote`: SigV4, a bearer read from stdin, or none (loopback registries only). */
+async function registrationAuth(
+  values: Record<string, string | boolean | string[] | undefined>,
+  base: string,
+): Promise<RegistrationAuth> {
+  const sigv4 = values['aws-sigv4'] === true;
+  const bearer = values['registration-bearer-stdin'] === true;
+  if (sigv4 && bearer) fail('--aws-sigv4 and --registration-bearer-stdin exclude each other');
+  for (const f of ['aws-profile', 'aws-region', 'aws-service'])
+    if (values[f] !== undefined && !sigv4) fail(`--${f} requires --aws-sigv4`);
+  if (sigv4) {
+    try {
+      return sigv4Auth({
+        profile: (values['aws-profile'] as string | undefined) ?? null,
+        region: (values['aws-region'] as string | undefined) ?? null,
+        service: (values['aws-service'] as string | undefined) ?? 'execute-api',
+      });
+    } catch (e) {
+      fail((e as Error).message);
+    }
+  }
+  if (bearer) {
+    const line = await readStdinLine('--registration-bearer-stdin');
+    try {
+      return bearerAuth(line);
+    } catch (e) {
+      fail(`--registration-bearer-stdin: ${(e as Error).message}`);
+    }
+  }
+  let host = '';
+  try {
+    host = new URL(base).hostname;
+  } catch {}
+  if (!isLoopback(host.replace(/^\[|\]$/g, '')))
+    fail(
+      '--remote: a registry that is not on loopback needs a credential (--aws-sigv4 or --registration-bearer-stdin)',
+    );
+  return noAuth();
 }
 
 async function execServerCommand(argv: string[]): Promise<void> {
   const { values } = parseArgs({
     args: argv,
     options: {
-      listen: { type: 'string', default: 'ws://127.0.0.1:0' },
+      listen: { type: 'string' },
       'ws-auth': { type: 'string', default: 'capability-token' },
       'ws-token-file': { type: 'string' },
+      'ws-token-sha256': { type: 'string' },
+      'ws-shared-secret-file': { type: 'string' },
+      'ws-issuer': { type: 'string' },
+      'ws-audience': { type: 'string' },
+      'ws-max-clock-skew-seconds': { type: 'string' },
+      'concurrent-requests': { type: 'string', default: '1' },
+      'exit-on-stdin-close': { type: 'boolean', default: false },
+      remote: { type: 'string' },
+      'environment-id': { type: 'string' },
+      'remote-transport': { type: 'string' },
+      name: { type: 'string' },
+      'aws-sigv4': { type: 'boolean', default: false },
+      'aws-profile': { type: 'string' },
+      'aws-region': { type: 'string' },
+      'aws-service': { type: 'string' },
+      'registration-bearer-stdin': { type: 'boolean', default: false },
       'allow-origin': { type: 'string', multiple: true, default: [] },
       'allow-host': { type: 'string', multiple: true, default: [] },
       'resume-grace-ms': { type: 'string', default: '10000' },
@@ -229,26 +425,44 @@ async function execServerCommand(argv: string[]): Promise<void> {
   if (!Number.isInteger(resumeGraceMs) || resumeGraceMs < 0)
     fail('--resume-grace-ms must be a whole number ≥ 0');
   const limits = parseLimits(values);
-  const mode = values['ws-auth'];
-  if (mode !== 'capability-token' && mode !== 'none') {
-    fail(`--ws-auth: unknown mode ${mode} (capability-token or none)`);
+  const concurrentRequests = positiveInt('concurrent-requests', values['concurrent-requests']);
+  const remote = values.remote;
+  if (remote === undefined) {
+    for (const f of [
+      'environment-id',
+      'remote-transport',
+      'name',
+      'aws-profile',
+      'aws-region',
+      'aws-service',
+    ])
+      if (values[f as keyof typeof values] !== undefined) fail(`--${f} requires --remote`);
+    if (values['aws-sigv4'] || values['registration-bearer-stdin'])
+      fail('--aws-sigv4 and --registration-bearer-stdin require --remote');
+  } else {
+    if (values.listen !== undefined) fail('--listen and --remote exclude each other');
+    const explicitAuth = argv.some((a) => /^--ws-(auth|token|shared|issuer|audience|max-clock)/.test(a));
+    if (explicitAuth) fail('WebSocket listener auth cannot be used with --remote');
+    if (!values['environment-id']) fail('--environment-id is required when --remote is set');
+    const transport = values['remote-transport'] ?? 'direct';
+    if (transport === 'noise')
+      fail(
+        '--remote-transport noise (Noise + ML-KEM through the relay) is not supported by Corral; use direct',
+      );
+    if (transport !== 'direct') fail(`--remote-transport: unknown transport ${transport} (direct)`);
   }
-  if (mode === 'none' && values['ws-token-file'])
-    fail('--ws-auth none and --ws-token-file exclude each other');
-  const tokenFile = values['ws-token-file'] ? readTokenFile(values['ws-token-file']) : null;
-  // The token lives in this process's memory only: never in argv, the environment, a log line or a file we write.
-  const token = mode === 'none' ? null : (tokenFile?.token ?? generateToken());
-  const auth = token === null ? openAccess() : tokenAuth(token);
-  // No sandbox may read the token file or our log (sandbox.md: masked like any unreadable path).
+  const listening = remote === undefined ? listenerAuth(values) : null;
   const audit = await startAudit(auditOptions(values), log).catch((e: Error) => fatal(e.message));
-  // …nor the audit database (its directory).
-  const hiddenPaths = [tokenFile?.path, values['log-file'], ...audit.hiddenPaths].filter(
+  // No sandbox may read a secret file, our log, or the audit database (its directory) (sandbox.md: masked like any
+  // unreadable path).
+  const hiddenPaths = [...(listening?.hiddenPaths ?? []), values['log-file'], ...audit.hiddenPaths].filter(
     (p): p is string => !!p,
   );
 
   const server = new ExecServer({
     resumeGraceMs,
     ...limits,
+    concurrentRequests,
     log,
     launcher: { sandbox: { hiddenPaths } },
   });
@@ -269,23 +483,55 @@ async function execServerCommand(argv: string[]): Promise<void> {
   process.on('SIGINT', () => stop('SIGINT'));
   process.on('SIGTERM', () => stop('SIGTERM'));
   process.on('SIGHUP', () => stop('SIGHUP'));
+  const watchStdin = () => {
+    if (!values['exit-on-stdin-close']) return;
+    process.stdin.on('end', () => stop('stdin closed'));
+    process.stdin.on('error', () => stop('stdin closed'));
+    process.stdin.resume();
+  };
 
-  if (values.listen === 'stdio') {
+  if (remote !== undefined) {
+    const auth = await registrationAuth(values, remote);
+    let registry: RegistryClient;
+    try {
+      registry = new RegistryClient(remote, values['environment-id']!, auth);
+    } catch (e) {
+      fail((e as Error).message);
+    }
+    watchStdin();
+    const executor = startDirectExecutor(server, { registry, auth, log });
+    closeListener = async () => executor.stop();
+    log.info(
+      `exec-server registering with ${registry.base.origin} as environment ${registry.environmentId}${values.name ? ` (${values.name})` : ''}, direct transport, ${auth.kind === 'none' ? 'no registry credential' : auth.kind === 'sigv4' ? 'AWS SigV4' : 'bearer from stdin'}`,
+    );
+    executor.done.then(
+      () => {},
+      (e) => {
+        process.stderr.write(`corral: remote executor: ${(e as Error).message}\n`);
+        void server.shutdown().finally(() => process.exit(1));
+      },
+    );
+    return;
+  }
+
+  const listen = values.listen ?? 'ws://127.0.0.1:0';
+  if (listen === 'stdio' || listen === 'stdio://') {
     serveStdio(server, () => stop('stdin closed'));
     log.info('exec-server listening on stdio');
     return;
   }
   let url: URL;
   try {
-    url = new URL(values.listen);
+    url = new URL(listen);
   } catch {
-    fail(`--listen: not a URL: ${values.listen}`);
+    fail(`--listen: not a URL: ${listen}`);
   }
-  if (url.protocol !== 'ws:') fail(`--listen: expected ws://HOST:PORT or stdio, got ${values.listen}`);
+  if (url.protocol !== 'ws:') fail(`--listen: expected ws://HOST:PORT or stdio, got ${listen}`);
   const host = url.hostname.replace(/^\[|\]$/g, '');
   if (!isLoopback(host) && !values['allow-non-loopback']) {
     fail(`--listen: ${host} is not a loopback address; pass --allow-non-loopback to expose the server`);
   }
+  const { auth, printedToken, describe } = listening!;
   const listener = await listenWebSocket(server, {
     host,
     port: url.port === '' ? 0 : Number(url.port),
@@ -294,25 +540,18 @@ async function execServerCommand(argv: string[]): Promise<void> {
     allowedHosts: values['allow-host'],
   });
   closeListener = () => listener.close();
-  // The first line is what a client connects to; a token from --ws-token-file is the caller's and is not echoed.
+  watchStdin();
+  // The first line is what a client connects to; a token the caller chose (file, digest) is not echoed.
   const printed =
-    token !== null && !tokenFile ? `${listener.url}/?token=${encodeURIComponent(token)}` : listener.url;
+    printedToken !== null ? `${listener.url}/?token=${encodeURIComponent(printedToken)}` : listener.url;
   process.stdout.write(`${printed}\n`);
-  if (token === null) {
+  if (!auth.required) {
     process.stderr.write(
       `corral: WARNING: --ws-auth none: anyone who can reach ${listener.url} (every local user, and any sandboxed ` +
         'process with network access) can run commands as this user, unsandboxed\n',
     );
   }
-  log.info(
-    `exec-server listening on ${listener.url} (${
-      token === null
-        ? 'no authentication'
-        : tokenFile
-          ? `token from ${tokenFile.path} required`
-          : 'token required: see the URL on stdout'
-    })`,
-  );
+  log.info(`exec-server listening on ${listener.url} (${describe})`);
 }
 
 /** `corral serve`: the headless host — exec server with a generated token, and the panel at /panel/ on that port. */

@@ -54,16 +54,41 @@ interface QueuedRequest {
   params: unknown;
 }
 
+/** A server→client request that got an error response, timed out, or lost its connection. */
+export class OutboundRequestError extends Error {
+  constructor(
+    message: string,
+    readonly code: number | null,
+  ) {
+    super(message);
+  }
+}
+
+/** Server→client requests awaiting an answer at once, per connection (as Codex's exec-server). */
+export const MAX_OUTBOUND_REQUESTS = 256;
+
+interface OutboundPending {
+  resolve: (v: unknown) => void;
+  reject: (e: OutboundRequestError) => void;
+  timer: NodeJS.Timeout;
+}
+
 /**
  * One JSON-RPC connection in Codex's dialect: no "jsonrpc" member required or sent, `{id,result}` / `{error,id}`
- * member order, parse errors answered with id -1 and the connection kept, client responses and unknown notifications
- * closing it with 1002. Requests run one at a time in arrival order; a handler may return a Deferred to answer later
- * without blocking the requests behind it.
+ * member order, parse errors answered with id -1 and the connection kept, unknown notifications and responses to
+ * nothing we asked closing it with 1002. Requests run `maxConcurrent` at a time (default 1: one at a time in arrival
+ * order, `--concurrent-requests`); a handler may return a Deferred to answer later without holding a slot (a parked
+ * long-poll never blocks the requests behind it). The server may also ask the client (`request`): the answer is
+ * matched by the id we chose, on this connection only.
  */
 export class RpcConnection {
   private readonly queue: QueuedRequest[] = [];
-  private busy = false;
+  private inFlight = 0;
+  /** Requests whose handler may run at once (promise-returning handlers hold a slot until they settle). */
+  maxConcurrent = 1;
   private closedFlag = false;
+  private nextOutboundId = 1;
+  private readonly outbound = new Map<number, OutboundPending>();
   /** Free slot for the dispatcher's per-connection state. */
   state: unknown = undefined;
 
@@ -101,11 +126,49 @@ export class RpcConnection {
       return;
     }
     if (hasId && ('result' in m || 'error' in m)) {
-      // The server never sends requests, so a response from the client is a protocol violation.
-      this.violation();
+      // A response is only valid for a request we sent on this connection; anything else is a protocol violation.
+      const pending = typeof m.id === 'number' ? this.outbound.get(m.id) : undefined;
+      if (!pending) {
+        this.violation();
+        return;
+      }
+      this.outbound.delete(m.id as number);
+      clearTimeout(pending.timer);
+      if ('error' in m) {
+        const err = (m.error ?? {}) as { code?: unknown; message?: unknown };
+        pending.reject(
+          new OutboundRequestError(
+            typeof err.message === 'string' ? err.message : 'error response',
+            typeof err.code === 'number' ? err.code : null,
+          ),
+        );
+      } else pending.resolve(m.result);
       return;
     }
     this.parseError('data did not match any variant of untagged enum JSONRPCMessage');
+  }
+
+  /**
+   * Asks the client (a server→client JSON-RPC request) and resolves with its result. Rejects with an
+   * OutboundRequestError on an error response, after `timeoutMs`, when the connection closes, or at once when
+   * MAX_OUTBOUND_REQUESTS are already waiting.
+   */
+  request(method: string, params: unknown, timeoutMs: number): Promise<unknown> {
+    if (this.closedFlag) return Promise.reject(new OutboundRequestError('connection closed', null));
+    if (this.outbound.size >= MAX_OUTBOUND_REQUESTS)
+      return Promise.reject(
+        new OutboundRequestError(`${MAX_OUTBOUND_REQUESTS} requests to the client are already waiting`, null),
+      );
+    const id = this.nextOutboundId++;
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.outbound.delete(id);
+        reject(new OutboundRequestError(`${method}: no answer within ${timeoutMs} ms`, null));
+      }, timeoutMs);
+      timer.unref?.();
+      this.outbound.set(id, { resolve, reject, timer });
+      this.sendRaw(`{"id":${id},"method":${JSON.stringify(method)},"params":${JSON.stringify(params)}}`);
+    });
   }
 
   /** Sends a notification. */
@@ -161,6 +224,11 @@ export class RpcConnection {
     if (this.closedFlag) return;
     this.closedFlag = true;
     this.queue.length = 0;
+    for (const p of this.outbound.values()) {
+      clearTimeout(p.timer);
+      p.reject(new OutboundRequestError('connection closed', null));
+    }
+    this.outbound.clear();
     this.dispatcher.closed(this);
   }
 
@@ -176,11 +244,8 @@ export class RpcConnection {
   }
 
   private enqueue(req: QueuedRequest): void {
-    if (this.busy) {
-      this.queue.push(req);
-      return;
-    }
-    this.run(req);
+    this.queue.push(req);
+    this.next();
   }
 
   private run(req: QueuedRequest): void {
@@ -199,14 +264,14 @@ export class RpcConnection {
       );
       this.next();
     } else if (outcome instanceof Promise) {
-      this.busy = true;
+      this.inFlight++;
       outcome
         .then(
           (v) => (v instanceof Deferred ? this.settleLater(req.id, v) : this.sendResult(req.id, v)),
           (e) => this.sendError(req.id, e),
         )
         .finally(() => {
-          this.busy = false;
+          this.inFlight--;
           this.next();
         });
     } else {
@@ -223,7 +288,7 @@ export class RpcConnection {
   }
 
   private next(): void {
-    while (!this.busy && !this.closedFlag) {
+    while (this.inFlight < this.maxConcurrent && !this.closedFlag) {
       const req = this.queue.shift();
       if (!req) return;
       this.run(req);

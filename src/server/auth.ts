@@ -13,6 +13,7 @@
  */
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
+import { errors as joseErrors, jwtVerify } from 'jose';
 
 export type Role = 'agent' | 'panel';
 
@@ -39,6 +40,12 @@ export interface CredentialVerifier {
   readonly secrets: readonly string[];
 }
 
+/** A verifier that answers later (signed tokens: jose verifies asynchronously). */
+export interface AsyncCredentialVerifier {
+  verify(presented: string): Promise<Principal | null>;
+  readonly secrets: readonly string[];
+}
+
 /** A request that passed: who it is, and the credential it presented (scrubbed from children from then on). */
 export interface Authenticated {
   principal: Principal;
@@ -47,11 +54,16 @@ export interface Authenticated {
 
 /** The upgrade-time check of a listener. */
 export interface Authenticator {
-  /** null: refuse with 401. */
-  authenticate(req: IncomingMessage, url: URL): Authenticated | null;
+  /** null: refuse with 401. A signed-token check (jose) answers asynchronously. */
+  authenticate(req: IncomingMessage, url: URL): Authenticated | null | Promise<Authenticated | null>;
   /** False only for `--ws-auth none`. */
   readonly required: boolean;
   readonly secrets: readonly string[];
+}
+
+/** An authenticator that answers at once (static tokens, digests, open access). */
+export interface SyncAuthenticator extends Authenticator {
+  authenticate(req: IncomingMessage, url: URL): Authenticated | null;
 }
 
 /** A fresh capability token: 256 random bits, base64url (so it goes into a URL query unescaped). */
@@ -98,7 +110,7 @@ export function presentedCredential(req: IncomingMessage, url: URL): string | nu
 }
 
 /** Requires a credential that `verifier` accepts. */
-export function credentialAuth(verifier: CredentialVerifier): Authenticator {
+export function credentialAuth(verifier: CredentialVerifier): SyncAuthenticator {
   return {
     required: true,
     get secrets() {
@@ -116,12 +128,12 @@ export function credentialAuth(verifier: CredentialVerifier): Authenticator {
 export function tokenAuth(
   token: string,
   principal: Principal = { role: 'agent', credential: 'token' },
-): Authenticator {
+): SyncAuthenticator {
   return credentialAuth(tokenVerifier([{ token, principal }]));
 }
 
 /** `--ws-auth none`: everyone who can reach the port is an agent (never the panel). */
-export function openAccess(): Authenticator {
+export function openAccess(): SyncAuthenticator {
   return {
     required: false,
     secrets: [],
@@ -142,11 +154,102 @@ export function hostTokens(given: Partial<HostTokens> = {}): HostTokens {
   return { agent, panel };
 }
 
-export function hostAuth(tokens: HostTokens): Authenticator {
+export function hostAuth(tokens: HostTokens): SyncAuthenticator {
   return credentialAuth(
     tokenVerifier([
       { token: tokens.agent, principal: { role: 'agent', credential: 'agent-token' } },
       { token: tokens.panel, principal: { role: 'panel', credential: 'panel-token' } },
     ]),
   );
+}
+
+// ---- --ws-token-sha256 and --ws-auth signed-bearer-token (parity with `codex exec-server` 0.169) ------------------
+
+/** `--ws-token-sha256 HEX`: the 64 hex digits of the token's SHA-256 (the token itself never reaches this process). */
+export function parseTokenSha256(hex: string): Buffer {
+  const t = hex.trim();
+  if (!/^[0-9a-fA-F]{64}$/.test(t))
+    throw new Error('--ws-token-sha256 must be a 64-character hex SHA-256 digest');
+  return Buffer.from(t, 'hex');
+}
+
+/** The shortest HS256 shared secret accepted (`--ws-shared-secret-file`), as Codex: 32 bytes. */
+export const MIN_SHARED_SECRET_BYTES = 32;
+export const DEFAULT_MAX_CLOCK_SKEW_SECONDS = 30;
+
+export interface SignedBearerOptions {
+  /** The HS256 key (the trimmed contents of `--ws-shared-secret-file`). */
+  secret: Buffer;
+  /** `--ws-issuer`: the `iss` a token must carry. */
+  issuer?: string | null;
+  /** `--ws-audience`: a value the token's `aud` (string or array) must hold. */
+  audience?: string | null;
+  /** `--ws-max-clock-skew-seconds` (default 30) for `exp` and `nbf`. */
+  maxClockSkewSeconds?: number;
+}
+
+/** Why a signed token was refused, in Codex's words (logged at debug; the client only ever sees 401). */
+export type JwtRefusal =
+  | 'invalid websocket jwt'
+  | 'expired websocket jwt'
+  | 'websocket jwt is not valid yet'
+  | 'websocket jwt issuer mismatch'
+  | 'websocket jwt audience mismatch';
+
+/**
+ * Verifies HS256 JWTs with `jose`: the signature with the shared secret (HS256 only, so `alg: none`, RS256/ES256 and
+ * any other algorithm are refused before a key is used), `exp` required, `nbf` when present, both with the clock
+ * skew, `iss` and `aud` when configured. A token's holder is an agent; its sessions are bound to its issuer and
+ * subject (`jwt:<iss>/<sub>`), so a refreshed token of the same subject can resume them and another subject cannot.
+ */
+export function signedBearerVerifier(
+  o: SignedBearerOptions,
+  onRefused: (why: JwtRefusal) => void = () => {},
+): AsyncCredentialVerifier {
+  if (o.secret.length < MIN_SHARED_SECRET_BYTES)
+    throw new Error(`the signed bearer secret must be at least ${MIN_SHARED_SECRET_BYTES} bytes`);
+  const key = new Uint8Array(o.secret);
+  const skew = o.maxClockSkewSeconds ?? DEFAULT_MAX_CLOCK_SKEW_SECONDS;
+  return {
+    secrets: [o.secret.toString('utf8')],
+    async verify(presented) {
+      try {
+        const { payload } = await jwtVerify(presented, key, {
+          algorithms: ['HS256'],
+          clockTolerance: skew,
+          requiredClaims: ['exp'],
+          ...(o.issuer ? { issuer: o.issuer } : {}),
+          ...(o.audience ? { audience: o.audience } : {}),
+        });
+        return { role: 'agent', credential: `jwt:${payload.iss ?? ''}/${payload.sub ?? ''}` };
+      } catch (e) {
+        onRefused(jwtRefusal(e));
+        return null;
+      }
+    },
+  };
+}
+
+function jwtRefusal(e: unknown): JwtRefusal {
+  if (e instanceof joseErrors.JWTExpired) return 'expired websocket jwt';
+  if (e instanceof joseErrors.JWTClaimValidationFailed) {
+    if (e.claim === 'nbf') return 'websocket jwt is not valid yet';
+    if (e.claim === 'iss') return 'websocket jwt issuer mismatch';
+    if (e.claim === 'aud') return 'websocket jwt audience mismatch';
+  }
+  return 'invalid websocket jwt';
+}
+
+/** Requires a credential an asynchronous verifier (a signed-token check) accepts. */
+export function asyncCredentialAuth(verifier: AsyncCredentialVerifier): Authenticator {
+  return {
+    required: true,
+    secrets: verifier.secrets,
+    async authenticate(req, url) {
+      const presented = presentedCredential(req, url);
+      if (presented === null) return null;
+      const principal = await verifier.verify(presented);
+      return principal ? { principal, presented } : null;
+    },
+  };
 }

@@ -66,6 +66,8 @@ export interface ExecServerOptions {
   limits?: Partial<ResourceLimits>;
   /** Where commands' cgroups come from (default: this process's, see src/process/cgroup.ts). */
   cgroups?: CgroupHost;
+  /** Requests of one connection whose handlers may run at once (`--concurrent-requests`, default 1). */
+  concurrentRequests?: number;
 }
 
 /**
@@ -86,6 +88,7 @@ export class ExecServer implements Dispatcher, MethodRegistry, ProcessHost {
   private readonly baseEnv: Record<string, string>;
   private readonly methods = new MethodDispatch();
   private stopping = false;
+  private readonly concurrentRequests: number;
   /** Holds allowlist misses of proxies that ask for approvals and asks the subscribed panel(s). */
   readonly approvals: ApprovalBroker;
   readonly commandResources: CommandResources;
@@ -109,6 +112,7 @@ export class ExecServer implements Dispatcher, MethodRegistry, ProcessHost {
       limits: { ...defaultLimits(), ...opts.limits },
     };
     this.logResourceLimits();
+    this.concurrentRequests = opts.concurrentRequests ?? 1;
     this.handle('initialize', (p, call) => this.initialize(p.clientName, p.resumeSessionId, call));
     registerProcessMethods(this, this, {
       perSession: opts.maxProcessesPerSession ?? DEFAULT_MAX_PROCESSES,
@@ -177,6 +181,7 @@ export class ExecServer implements Dispatcher, MethodRegistry, ProcessHost {
   /** A client connection, as `principal` (what its transport authenticated; the panel's gates read it). */
   connect(transport: Transport, principal: Principal = LOCAL_AGENT): RpcConnection {
     const conn = new RpcConnection(transport, this);
+    conn.maxConcurrent = this.concurrentRequests;
     conn.state = {
       phase: 'new',
       session: null,

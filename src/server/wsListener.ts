@@ -4,7 +4,7 @@ import { networkInterfaces } from 'node:os';
 import { type WebSocket, WebSocketServer } from 'ws';
 import { MAX_MESSAGE_BYTES } from '../protocol/methods.js';
 import type { Framing, RpcConnection, Transport } from '../rpc/connection.js';
-import type { Authenticator, Principal } from './auth.js';
+import type { Authenticated, Authenticator, Principal } from './auth.js';
 import type { ExecServer } from './execServer.js';
 import { answerHealth, defaultReadiness, type Readiness } from './health.js';
 
@@ -128,9 +128,15 @@ function textFrames(messages: Buffer[]): Buffer {
 
 /**
  * Wraps a `ws` WebSocket as an RPC transport. Messages sent within one tick are corked into a single socket write
- * (a 64 KiB pipe read becomes 8 notifications: one writev instead of eight).
+ * (a 64 KiB pipe read becomes 8 notifications: one writev instead of eight). `clientSide`: the socket is one we
+ * dialled (a remote executor's link, src/remote/direct.ts), whose frames must be masked (RFC 6455 §5.3), so the
+ * pre-framed fast paths (unmasked server frames) are left out and ws frames every message.
  */
-export function webSocketTransport(ws: WebSocket, peer: string): Transport {
+export function webSocketTransport(
+  ws: WebSocket,
+  peer: string,
+  opts: { clientSide?: boolean } = {},
+): Transport {
   const socket = (ws as unknown as { _socket?: import('node:net').Socket })._socket;
   let corked = false;
   const uncork = () => {
@@ -155,7 +161,7 @@ export function webSocketTransport(ws: WebSocket, peer: string): Transport {
     // frames written here keep their order with ws's own.
     socket.write(data, onWritten);
   };
-  return {
+  const base: Transport = {
     peer,
     send(text, onWritten) {
       if (ws.readyState !== ws.OPEN) return;
@@ -168,6 +174,13 @@ export function webSocketTransport(ws: WebSocket, peer: string): Transport {
       if (socket && !corked) cork();
       ws.send(data, TEXT_FRAME, onWritten);
     },
+    close(code, reason) {
+      if (ws.readyState === ws.OPEN || ws.readyState === ws.CONNECTING) ws.close(code, reason);
+    },
+  };
+  if (opts.clientSide) return base;
+  return {
+    ...base,
     sendBatch(messages, onWritten) {
       if (ws.readyState !== ws.OPEN) return;
       if (!socket || !senderIdle(ws)) {
@@ -179,9 +192,6 @@ export function webSocketTransport(ws: WebSocket, peer: string): Transport {
     },
     framing: textFraming,
     sendFramed,
-    close(code, reason) {
-      if (ws.readyState === ws.OPEN || ws.readyState === ws.CONNECTING) ws.close(code, reason);
-    },
   };
 }
 
@@ -233,8 +243,30 @@ export async function listenWebSocket(server: ExecServer, opts: ListenOptions): 
     if (url.pathname !== '/') return reject(404, 'Not Found');
     const origin = req.headers.origin ?? null;
     if (origin !== null && !originAllowed(origin)) return reject(403, 'Forbidden');
-    const result = auth.authenticate(req, url);
-    if (!result) return reject(401, 'Unauthorized');
+    const accept = (r: Authenticated | null) => {
+      if (!r) return reject(401, 'Unauthorized');
+      acceptUpgrade(req, socket, head, r, origin);
+    };
+    const checked = auth.authenticate(req, url);
+    if (checked instanceof Promise) {
+      // A signed token is checked asynchronously; the socket may be gone by then.
+      socket.on('error', () => {});
+      checked.then(
+        (r) => (socket.destroyed ? undefined : accept(r)),
+        () => reject(401, 'Unauthorized'),
+      );
+      return;
+    }
+    accept(checked);
+  });
+
+  const acceptUpgrade = (
+    req: IncomingMessage,
+    socket: import('node:stream').Duplex,
+    head: Buffer,
+    result: Authenticated,
+    origin: string | null,
+  ) => {
     if (result.presented !== null) server.protectSecrets([result.presented]);
     wss.handleUpgrade(req, socket, head, (ws) => {
       const peer = `${req.socket.remoteAddress ?? '?'}:${req.socket.remotePort ?? 0}`;
@@ -246,7 +278,7 @@ export async function listenWebSocket(server: ExecServer, opts: ListenOptions): 
       ws.on('error', () => conn.transportClosed());
       opts.onConnection?.(conn, { principal: result.principal, origin });
     });
-  });
+  };
 
   await new Promise<void>((resolve, reject) => {
     http.once('error', reject);

@@ -1,0 +1,36 @@
+/**
+ * Wire shapes of remote-executor registration (`corral exec-server --remote URL --environment-id ID
+ * --remote-transport direct`), as the released Codex 0.169 executor speaks them (recorded in
+ * test/fixtures/remote/codex-0.169.0-direct.json):
+ *
+ * - `POST {base}/cloud/environment/{environmentId}/direct/register` with `DirectRegistrationRequest`, answered with
+ *   `DirectRegistrationResponse`; an error status may carry `RegistryErrorBody`.
+ * - The executor then opens a WebSocket to the returned `url` and serves the exec-server protocol on it.
+ *
+ * Pure: no Node imports.
+ */
+import { z } from 'zod';
+
+export const DIRECT_TRANSPORT = 'direct_jsonrpc_v1';
+
+/** An environment id is one URL path component: ASCII letters, digits, `-` and `_`, at most 256 characters. */
+export const EnvironmentId = z
+  .string()
+  .min(1, 'environment id is required for remote registration')
+  .max(256, 'environment id cannot be longer than 256 characters')
+  .regex(/^[A-Za-z0-9_-]+$/, "environment id must contain only ASCII letters, numbers, '-' or '_'");
+
+export const DirectRegistrationRequest = z.object({ transport: z.literal(DIRECT_TRANSPORT) });
+export type DirectRegistrationRequest = z.infer<typeof DirectRegistrationRequest>;
+
+export const DirectRegistrationResponse = z.object({
+  environment_id: z.string(),
+  transport: z.string(),
+  registration_id: z.string().trim().min(1, 'registration_id is empty'),
+  url: z.string().trim().min(1, 'url is empty'),
+});
+export type DirectRegistrationResponse = z.infer<typeof DirectRegistrationResponse>;
+
+export const RegistryErrorBody = z.object({
+  error: z.object({ code: z.string().nullish(), message: z.string().nullish() }).nullish(),
+});

@@ -1,0 +1,193 @@
+/**
+ * The `direct` remote transport (`corral exec-server --remote URL --environment-id ID --remote-transport direct`):
+ * register with the environment registry, dial the WebSocket URL it returns, and serve the exec-server protocol on
+ * that OUTBOUND link exactly as on an inbound connection (one `ExecServer.connect` with a transport). The harness
+ * reaches us through the registry's relay, one harness per link; when a link ends the executor dials a new one.
+ *
+ * Behaviour recorded from the released Codex 0.169 executor (test/fixtures/remote/codex-0.169.0-direct.json):
+ * - the registration and every handshake are signed (`RegistrationAuth`); the URL's query is kept as given;
+ * - a link that ends (harness gone, relay dropped it) is redialled after `retryDelay(0)` (500–750 ms);
+ * - HTTP 409 at the handshake means the registration was rejected: register again, then redial;
+ * - other handshake failures (5xx, 408, 429, network) back off: 0.5 s, 1 s, 2 s, 4 s, then 5 s, each plus up to
+ *   half again of jitter, reset once a handshake succeeds; any other 4xx (401, 403, 404 …) is fatal;
+ * - TLS (https://, wss://) is required unless the host is loopback.
+ *
+ * Every link is the same principal (an agent: `remote:<environment id>`), so a harness that reconnects through a new
+ * link can resume its session (`initialize {resumeSessionId}`) within the server's resume grace period.
+ */
+import { WebSocket } from 'ws';
+import type { Principal } from '../server/auth.js';
+import type { ExecServer, Logger } from '../server/execServer.js';
+import { MAX_MESSAGE_BYTES, webSocketTransport } from '../server/wsListener.js';
+import type { RegistrationAuth } from './auth.js';
+import { type Registration, type RegistryClient, RegistryError, requireTlsOrLoopback } from './registry.js';
+
+export const HANDSHAKE_TIMEOUT_MS = 10_000;
+export const INITIAL_RETRY_MS = 500;
+export const MAX_RETRY_MS = 5_000;
+
+/** Codex's schedule: base 500 ms × 2^min(attempt, 4), capped at 5 s, plus up to half of it again at random. */
+export function retryDelay(attempt: number, initialMs = INITIAL_RETRY_MS, maxMs = MAX_RETRY_MS): number {
+  const base = Math.min(initialMs * 2 ** Math.min(attempt, 4), maxMs);
+  return base + Math.floor(Math.random() * (base / 2 + 1));
+}
+
+/** The principal of every link of an environment (never the panel). */
+export function remotePrincipal(environmentId: string): Principal {
+  return { role: 'agent', credential: `remote:${environmentId}` };
+}
+
+export interface DirectExecutorOptions {
+  registry: RegistryClient;
+  auth: RegistrationAuth;
+  log: Logger;
+  /** Base of the retry schedule (ms); tests may shorten it. */
+  initialRetryMs?: number;
+  maxRetryMs?: number;
+}
+
+export interface DirectExecutor {
+  /** The registration in use (null before the first one succeeded). */
+  readonly registration: Registration | null;
+  /** Links opened so far. */
+  readonly linksOpened: number;
+  /** Resolves when stopped; rejects on a fatal error (bad credentials, a 4xx handshake, a non-TLS URL). */
+  readonly done: Promise<void>;
+  stop(): void;
+}
+
+class HandshakeRefused extends Error {
+  constructor(readonly status: number) {
+    super(`the registry refused the executor WebSocket handshake with HTTP ${status}`);
+  }
+}
+
+/** Registers, then keeps one link open at a time until stopped. */
+export function startDirectExecutor(server: ExecServer, o: DirectExecutorOptions): DirectExecutor {
+  const { registry, auth, log } = o;
+  server.protectSecrets(auth.secrets);
+  const principal = remotePrincipal(registry.environmentId);
+  let registration: Registration | null = null;
+  let linksOpened = 0;
+  let stopped = false;
+  let current: WebSocket | null = null;
+  let wake: (() => void) | null = null;
+  const sleep = (ms: number) =>
+    new Promise<void>((resolve) => {
+      const t = setTimeout(() => {
+        wake = null;
+        resolve();
+      }, ms);
+      wake = () => {
+        clearTimeout(t);
+        wake = null;
+        resolve();
+      };
+    });
+
+  const dial = (reg: Registration): Promise<WebSocket> =>
+    new Promise((resolve, reject) => {
+      const url = requireTlsOrLoopback(reg.url.href, 'wss', 'the executor URL');
+      const headers = auth.sign({ method: 'GET', url, headers: {}, body: '' });
+      const ws = new WebSocket(url, {
+        headers,
+        perMessageDeflate: false,
+        maxPayload: MAX_MESSAGE_BYTES,
+        handshakeTimeout: HANDSHAKE_TIMEOUT_MS,
+        followRedirects: false,
+      });
+      current = ws;
+      ws.once('open', () => resolve(ws));
+      ws.once('unexpected-response', (_req, res) => {
+        res.resume();
+        ws.terminate();
+        reject(new HandshakeRefused(res.statusCode ?? 0));
+      });
+      ws.once('error', (e) => reject(e));
+    });
+
+  /** Serves one link until it closes. */
+  const serve = (ws: WebSocket, reg: Registration): Promise<void> =>
+    new Promise((resolve) => {
+      linksOpened++;
+      const raw = ws as unknown as { _socket?: import('node:net').Socket };
+      const peer = `${raw._socket?.remoteAddress ?? reg.url.hostname}:${raw._socket?.remotePort ?? 0}`;
+      const conn = server.connect(webSocketTransport(ws, peer, { clientSide: true }), principal);
+      log.info(
+        `remote: link ${linksOpened} open (environment ${reg.environmentId}, registration ${reg.registrationId})`,
+      );
+      ws.on('message', (data, isBinary) => {
+        conn.receive(isBinary || typeof data !== 'string' ? data.toString() : data);
+      });
+      const done = () => {
+        conn.transportClosed();
+        resolve();
+      };
+      ws.once('close', (code) => {
+        log.info(`remote: link ${linksOpened} closed (${code})`);
+        done();
+      });
+      ws.once('error', (e) => {
+        log.warn(`remote: link ${linksOpened} failed: ${e.message}`);
+        done();
+      });
+    });
+
+  const run = async (): Promise<void> => {
+    // The first registration fails fast, as Codex does: a wrong URL or credential is reported at once.
+    registration = await registry.register();
+    log.info(
+      `remote: registered environment ${registration.environmentId} (registration ${registration.registrationId})`,
+    );
+    let attempt = 0;
+    while (!stopped) {
+      try {
+        const ws = await dial(registration);
+        attempt = 0;
+        await serve(ws, registration);
+      } catch (e) {
+        if (stopped) break;
+        if (e instanceof HandshakeRefused) {
+          const s = e.status;
+          if (s === 409) {
+            log.warn(
+              'remote: the registry rejected this registration (409 at the handshake): registering again',
+            );
+            try {
+              registration = await registry.register();
+            } catch (r) {
+              if (!(r instanceof RegistryError) || !r.retryable) throw r;
+              log.warn(`remote: registering again failed, will retry: ${r.message}`);
+            }
+          } else if (s >= 400 && s < 500 && s !== 408 && s !== 429) {
+            throw new RegistryError(`${e.message}: giving up`, s, false);
+          } else log.warn(`remote: ${e.message}; retrying`);
+        } else if (e instanceof RegistryError && !e.retryable) {
+          throw e;
+        } else log.warn(`remote: connecting to the registry failed (${(e as Error).message}); retrying`);
+      }
+      if (stopped) break;
+      await sleep(retryDelay(attempt, o.initialRetryMs, o.maxRetryMs));
+      attempt++;
+    }
+  };
+
+  const done = run().finally(() => {
+    current?.terminate();
+  });
+  done.catch(() => {});
+  return {
+    get registration() {
+      return registration;
+    },
+    get linksOpened() {
+      return linksOpened;
+    },
+    done,
+    stop() {
+      stopped = true;
+      current?.close(1001, 'executor stopping');
+      wake?.();
+    },
+  };
+}

@@ -496,7 +496,8 @@ async function execServerCommand(argv: string[]): Promise<void> {
     try {
       registry = new RegistryClient(remote, values['environment-id']!, auth);
     } catch (e) {
-      fail((e as Error).message);
+      process.stderr.write(`corral: ${(e as Error).message}\n`);
+      process.exit(2);
     }
     watchStdin();
     const executor = startDirectExecutor(server, { registry, auth, log });

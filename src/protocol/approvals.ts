@@ -70,6 +70,16 @@ export const RememberedDecision = z.object({
 export type RememberedDecision = z.infer<typeof RememberedDecision>;
 
 /** An audit record of the approval flow (also written to the server log). */
+/** Who answered a prompt: the panel (app window or panel token), or the client whose process it is. */
+export const ApprovalDecidedBy = z.object({
+  kind: z.enum(['panel', 'client']),
+  /** The credential's name (never its secret): `panel-token`, `ipc`, `remote:<environment>`, `jwt:<iss>/<sub>` … */
+  credential: z.string(),
+  /** The client's `clientName`. */
+  clientName: z.string().nullable(),
+});
+export type ApprovalDecidedBy = z.infer<typeof ApprovalDecidedBy>;
+
 export const ApprovalAuditEvent = z.object({
   seq: z.number(),
   /** Epoch ms. */
@@ -91,6 +101,8 @@ export const ApprovalAuditEvent = z.object({
   released: z.number(),
   /** Why, when the server changed or refused what was asked (a clamped timeout, a cap on pending prompts). */
   note: z.string().nullable(),
+  /** For `decided`: who answered first (the panel, or the process's own client through `network/policyRequest`). */
+  decidedBy: ApprovalDecidedBy.nullable(),
 });
 export type ApprovalAuditEvent = z.infer<typeof ApprovalAuditEvent>;
 
@@ -167,4 +179,55 @@ export function exportDomains(
     ...Object.entries(sorted).map(([k, v]) => `${JSON.stringify(k)} = ${JSON.stringify(v)}`),
   ].join('\n');
   return { domains: sorted, json, toml };
+}
+
+// ---- the client as decider: `network/policyRequest` (server → client) ---------------------------------------------
+
+/**
+ * The server → client request that asks a client to decide a prompt of one of ITS OWN processes. The method name and
+ * the `{processId, request:{protocol, host, port}}` / `{decision:{type}}` shapes follow openai/codex PR #31458
+ * ("exec-server: route remote network policy decisions"); the other members are Corral's, additive. Sent only to a
+ * client that declared `initialize {capabilities: {networkApprovals: true}}`, and only for processes of the session
+ * attached to that connection. The panel is asked at the same time; the first answer wins; no answer before
+ * `expiresAt` fails closed.
+ */
+export const NETWORK_POLICY_REQUEST_METHOD = 'network/policyRequest';
+
+export const NetworkPolicyRequestParams = z.object({
+  processId: z.string(),
+  request: z.object({
+    protocol: ApprovalProtocol,
+    host: z.string(),
+    port: z.number().int(),
+    method: z.string().nullable(),
+  }),
+  /** Ours: the prompt (the panel shows the same id). */
+  promptId: z.string(),
+  command: z.array(z.string()),
+  /** Epoch ms: the prompt fails closed then. */
+  expiresAt: z.number(),
+  timeoutMs: z.number(),
+});
+export type NetworkPolicyRequestParams = z.infer<typeof NetworkPolicyRequestParams>;
+
+/**
+ * The client's answer. `allow` may say how long (Corral's `scope`, default `once`): `once` releases the held
+ * requests, `process` and `session` are remembered (revocable from the panel). `deny` is remembered for the session.
+ * `ask` means the client leaves the decision to the panel (the prompt stays pending until the panel answers or it
+ * times out, failing closed).
+ */
+export const NetworkPolicyDecision = z.discriminatedUnion('type', [
+  z.object({ type: z.literal('allow'), scope: z.enum(['once', 'process', 'session']).default('once') }),
+  z.object({ type: z.literal('deny'), reason: z.string().max(1024).optional() }),
+  z.object({ type: z.literal('ask'), reason: z.string().max(1024).optional() }),
+]);
+export const NetworkPolicyRequestResult = z.object({ decision: NetworkPolicyDecision });
+export type NetworkPolicyRequestResult = z.infer<typeof NetworkPolicyRequestResult>;
+
+/** The decision a client's answer stands for (null: `ask`, the client abstains). */
+export function decisionOfClientAnswer(r: NetworkPolicyRequestResult): ApprovalDecision | null {
+  const d = r.decision;
+  if (d.type === 'deny') return 'deny';
+  if (d.type === 'ask') return null;
+  return d.scope === 'process' ? 'allowProcess' : d.scope === 'session' ? 'allowSession' : 'allowOnce';
 }

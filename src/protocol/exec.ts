@@ -3,6 +3,10 @@ import { AbsolutePath } from './paths.js';
 
 // ---- handshake -------------------------------------------------------------------------------------------------
 
+/** What a client declares it can do (ours, additive). `networkApprovals`: it answers `network/policyRequest` for its
+ * own processes (src/protocol/approvals.ts). Unknown members are ignored. */
+export const ClientCapabilities = z.looseObject({ networkApprovals: z.boolean().nullish() });
+
 export const InitializeParams = z.object({
   clientName: z.string(),
   /**
@@ -10,6 +14,7 @@ export const InitializeParams = z.object({
    * @since 0.120
    */
   resumeSessionId: z.string().nullish(),
+  capabilities: ClientCapabilities.nullish(),
 });
 export type InitializeParams = z.infer<typeof InitializeParams>;
 

@@ -16,9 +16,11 @@
  * link can resume its session (`initialize {resumeSessionId}`) within the server's resume grace period.
  */
 import { WebSocket } from 'ws';
+import { MAX_MESSAGE_BYTES } from '../protocol/methods.js';
 import type { Principal } from '../server/auth.js';
-import type { ExecServer, Logger } from '../server/execServer.js';
-import { MAX_MESSAGE_BYTES, webSocketTransport } from '../server/wsListener.js';
+import type { ExecServer } from '../server/execServer.js';
+import type { Logger } from '../server/log.js';
+import { webSocketTransport } from '../server/wsListener.js';
 import type { RegistrationAuth } from './auth.js';
 import { type Registration, type RegistryClient, RegistryError, requireTlsOrLoopback } from './registry.js';
 

@@ -4,7 +4,12 @@
  * subscribed panel connections.
  */
 import type { Clock } from '../clock.js';
-import type { ApprovalAuditEvent, ApprovalDecision, ApprovalPrompt } from '../protocol/approvals.js';
+import type {
+  ApprovalAuditEvent,
+  ApprovalDecidedBy,
+  ApprovalDecision,
+  ApprovalPrompt,
+} from '../protocol/approvals.js';
 import type { NotificationName, NotificationParams } from '../protocol/methods.js';
 import type { RpcConnection } from '../rpc/connection.js';
 import type { ServerEvents } from './events.js';
@@ -53,6 +58,7 @@ export class ApprovalFeed {
       decision?: ApprovalDecision;
       decisionId?: string | null;
       note?: string | null;
+      decidedBy?: ApprovalDecidedBy | null;
     },
   ): void {
     const event: ApprovalAuditEvent = {
@@ -71,6 +77,7 @@ export class ApprovalFeed {
       method: subject.method,
       released: extra.released,
       note: extra.note ?? null,
+      decidedBy: extra.decidedBy ?? null,
     };
     this.audit.push(event);
     if (this.audit.length > APPROVAL_AUDIT_RING) this.audit.shift();

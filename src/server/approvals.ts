@@ -19,7 +19,13 @@
  * - The process exiting cancels its prompts (fail closed); its remembered decisions go when it closes, the
  *   session's when the session expires.
  * - Every request, decision, timeout, cancellation and revocation is an audit event (a bounded ring, the
- *   `approvals/audit` notification, and a `CORRAL_NETWORK_APPROVAL {…}` log line).
+ *   `approvals/audit` notification, and a `CORRAL_NETWORK_APPROVAL {…}` log line); a decision says who made it.
+ * - The process's own client decides too, when it declared `initialize {capabilities: {networkApprovals: true}}`: it
+ *   gets a server → client `network/policyRequest` for the prompts of ITS session's processes only (on the
+ *   connection attached to that session; a resumed session's new connection is asked again), alongside the panel.
+ *   The first answer wins; `ask` leaves it to the panel; no answer fails closed at the prompt's timeout. A client can
+ *   never see or decide another session's prompt: the request goes to no other connection, and an answer is matched
+ *   by the id the server chose on that connection.
  */
 import { randomUUID } from 'node:crypto';
 import type { Clock, Timer } from '../clock.js';
@@ -27,6 +33,7 @@ import type { Decider, DeciderRequest, DeciderResult } from '../network/policy.j
 import type { ManagedProxy } from '../network/proxy.js';
 import type { ManagedProcess } from '../process/managedProcess.js';
 import {
+  type ApprovalDecidedBy,
   type ApprovalDecision,
   type ApprovalOutcome,
   type ApprovalPrompt,
@@ -34,8 +41,12 @@ import {
   type ApprovalsState,
   type ApprovalsSubscribeResult,
   type DecideResult,
+  decisionOfClientAnswer,
   type ExportResult,
   exportDomains,
+  NETWORK_POLICY_REQUEST_METHOD,
+  type NetworkPolicyRequestParams,
+  NetworkPolicyRequestResult,
   type RememberedDecision,
   type RevokeResult,
 } from '../protocol/approvals.js';
@@ -44,7 +55,7 @@ import type { RpcConnection } from '../rpc/connection.js';
 import { PromptCaps, type PromptLimits } from './approvalCaps.js';
 import { RememberedDecisions } from './approvalDecisions.js';
 import { ApprovalFeed } from './approvalFeed.js';
-import type { MethodRegistry } from './dispatch.js';
+import { clientOf, type MethodRegistry } from './dispatch.js';
 import type { ServerEvents } from './events.js';
 import type { Logger } from './log.js';
 import type { Session } from './session.js';
@@ -75,6 +86,8 @@ interface Pending {
   key: string;
   waiters: Waiter[];
   timer: Timer;
+  /** Client connections already asked (`network/policyRequest`). */
+  askedClients: WeakSet<RpcConnection>;
 }
 
 /** What the broker needs of the server: its events, its sessions, the proxies of its processes, a log, the time. */
@@ -119,6 +132,9 @@ export class ApprovalBroker {
     server.events.on('process', (kind, proc) => this.onProcess(kind, proc));
     server.events.on('session', (kind, session) => {
       if (kind === 'expired') this.forgetSession(session);
+      // A resumed session's new connection is asked about the prompts still pending.
+      if (kind === 'attached')
+        for (const p of this.pending.values()) if (p.prompt.sessionId === session.id) this.askClient(p);
     });
   }
 
@@ -222,6 +238,7 @@ export class ApprovalBroker {
         key,
         waiters: [],
         timer: this.clock.setTimeout(() => this.finish(created, 'timeout'), timeoutMs).unref(),
+        askedClients: new WeakSet(),
       };
       p = created;
       this.pending.set(key, p);
@@ -242,8 +259,53 @@ export class ApprovalBroker {
               : `approval_timeout_ms ${asked} clamped to the server's maximum ${this.maxTimeoutMs} (--max-approval-timeout-ms)`,
         });
         this.feed.broadcast('approvals/requested', { prompt: pending.prompt });
+        this.askClient(pending);
       }
     });
+  }
+
+  /**
+   * Asks the client of the prompt's own session (if it answers approvals) with `network/policyRequest`. Its answer
+   * decides the prompt unless someone answered first; errors, `ask` and silence leave the prompt to the panel and
+   * its timeout.
+   */
+  private askClient(p: Pending): void {
+    const conn = this.server.sessions.get(p.prompt.sessionId)?.conn;
+    if (!conn || conn.closed || p.askedClients.has(conn)) return;
+    const client = clientOf(conn);
+    if (!client?.answersNetworkApprovals) return;
+    p.askedClients.add(conn);
+    const { prompt } = p;
+    const params: NetworkPolicyRequestParams = {
+      processId: prompt.processId,
+      request: { protocol: prompt.protocol, host: prompt.host, port: prompt.port, method: prompt.method },
+      promptId: prompt.id,
+      command: prompt.command,
+      expiresAt: prompt.expiresAt,
+      timeoutMs: prompt.timeoutMs,
+    };
+    const by: ApprovalDecidedBy = {
+      kind: 'client',
+      credential: client.principal.credential,
+      clientName: client.clientName,
+    };
+    const wait = Math.max(1, prompt.expiresAt - this.clock.now());
+    conn.request(NETWORK_POLICY_REQUEST_METHOD, params, wait).then(
+      (result) => {
+        const answer = NetworkPolicyRequestResult.safeParse(result);
+        if (!answer.success) {
+          this.server.log.warn(
+            `approval ${prompt.id}: the client's ${NETWORK_POLICY_REQUEST_METHOD} answer is invalid (${answer.error.issues[0]?.message}); left to the panel`,
+          );
+          return;
+        }
+        const decision = decisionOfClientAnswer(answer.data);
+        // First answer wins: a prompt the panel (or a timeout) already resolved is not touched.
+        if (decision === null || this.pendingById.get(prompt.id) !== p) return;
+        this.applyDecision(prompt.id, decision, by);
+      },
+      () => {},
+    );
   }
 
   /** Ends a prompt: releases its held requests with the outcome's answer and tells the subscribers. */
@@ -252,6 +314,7 @@ export class ApprovalBroker {
     outcome: ApprovalOutcome,
     decisionId: string | null = null,
     note: string | null = null,
+    decidedBy: ApprovalDecidedBy | null = null,
   ): number {
     if (this.pendingById.get(p.prompt.id) !== p) return 0;
     this.clock.clearTimeout(p.timer);
@@ -266,7 +329,7 @@ export class ApprovalBroker {
     p.prompt.waiting = 0;
     if (outcome === 'timeout' || outcome === 'cancelled')
       this.feed.record(outcome, p.prompt, { released, note });
-    else this.feed.record('decided', p.prompt, { released, decision: outcome, decisionId });
+    else this.feed.record('decided', p.prompt, { released, decision: outcome, decisionId, decidedBy });
     this.feed.broadcast('approvals/resolved', {
       id: p.prompt.id,
       outcome,
@@ -279,11 +342,15 @@ export class ApprovalBroker {
   // ---- the panel side ------------------------------------------------------------------------------------------
 
   /** Applies a decision to a pending prompt (and, when remembered, to every other prompt it covers). */
-  applyDecision(id: string, decision: ApprovalDecision): DecideResult {
+  applyDecision(
+    id: string,
+    decision: ApprovalDecision,
+    decidedBy: ApprovalDecidedBy | null = null,
+  ): DecideResult {
     const p = this.pendingById.get(id);
     if (!p) throw invalidRequest(`unknown or already resolved approval id ${id}`);
     const { sessionId, processId, protocol, host, port } = p.prompt;
-    if (decision === 'allowOnce') return { released: this.finish(p, 'allowOnce') };
+    if (decision === 'allowOnce') return { released: this.finish(p, 'allowOnce', null, null, decidedBy) };
     const scope = decision === 'allowProcess' ? 'process' : 'session';
     const remembered: RememberedDecision = {
       id: randomUUID(),
@@ -298,14 +365,14 @@ export class ApprovalBroker {
       promptId: id,
     };
     this.decisions.add(remembered);
-    let released = this.finish(p, decision, remembered.id);
+    let released = this.finish(p, decision, remembered.id, null, decidedBy);
     // Other prompts the remembered decision now covers follow it at once (a deny also wins over their allows).
     for (const other of [...this.pending.values()]) {
       const o = other.prompt;
       if (o.sessionId !== sessionId || o.protocol !== protocol || o.host !== host || o.port !== port)
         continue;
       if (scope === 'process' && o.processId !== processId) continue;
-      released += this.finish(other, decision, remembered.id);
+      released += this.finish(other, decision, remembered.id, null, decidedBy);
     }
     this.broadcastDecisions();
     return { released };
@@ -376,7 +443,13 @@ export function registerApprovalMethods(registry: MethodRegistry, broker: Approv
     return {};
   });
   registry.handle('approvals/list', () => broker.state());
-  registry.handle('approvals/decide', (p) => broker.applyDecision(p.id, p.decision));
+  registry.handle('approvals/decide', (p, { state }) =>
+    broker.applyDecision(p.id, p.decision, {
+      kind: 'panel',
+      credential: state.principal.credential,
+      clientName: state.clientName || null,
+    }),
+  );
   registry.handle('approvals/revoke', (p) => broker.revoke(p.id));
   registry.handle('approvals/export', (p) => broker.exportSnippet(p?.sessionId));
 }

@@ -37,6 +37,17 @@ export interface ConnState {
   readonly principal: Principal;
   /** This connection's fs/* requests, in order among themselves but apart from its other requests. */
   readonly fsLane: Lane;
+  /** Declared in `initialize {capabilities: {networkApprovals: true}}`: it answers `network/policyRequest`. */
+  answersNetworkApprovals: boolean;
+}
+
+/** Who is on a connection of the server (for the approval broker); null for a connection it did not make. */
+export function clientOf(
+  conn: RpcConnection,
+): Pick<ConnState, 'principal' | 'clientName' | 'answersNetworkApprovals'> | null {
+  const st = conn.state as ConnState | undefined;
+  if (!st || typeof st !== 'object' || !('principal' in st)) return null;
+  return st;
 }
 
 /** One request, as its handler sees it. */

@@ -113,7 +113,12 @@ export class ExecServer implements Dispatcher, MethodRegistry, ProcessHost {
     };
     this.logResourceLimits();
     this.concurrentRequests = opts.concurrentRequests ?? 1;
-    this.handle('initialize', (p, call) => this.initialize(p.clientName, p.resumeSessionId, call));
+    this.handle('initialize', (p, call) => {
+      // Before the session attaches: the approval broker asks an attached client that answers approvals.
+      if (call.state.phase === 'new')
+        call.state.answersNetworkApprovals = p.capabilities?.networkApprovals === true;
+      return this.initialize(p.clientName, p.resumeSessionId, call);
+    });
     registerProcessMethods(this, this, {
       perSession: opts.maxProcessesPerSession ?? DEFAULT_MAX_PROCESSES,
       total: opts.maxProcessesTotal ?? DEFAULT_MAX_TOTAL_PROCESSES,
@@ -188,6 +193,7 @@ export class ExecServer implements Dispatcher, MethodRegistry, ProcessHost {
       clientName: '',
       principal,
       fsLane: new Lane(),
+      answersNetworkApprovals: false,
     } satisfies ConnState;
     return conn;
   }

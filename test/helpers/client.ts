@@ -8,6 +8,8 @@ export interface RpcErrorShape {
 export interface Notification {
   method: string;
   params: Record<string, unknown>;
+  /** Set when the server sent a request (it expects an answer with this id). */
+  id?: number | string;
 }
 
 /** Thrown by RpcClient.request when the server answers with an error. */
@@ -56,19 +58,43 @@ export class RpcClient {
     return new RpcClient(ws);
   }
 
-  /** Connects, initializes and sends `initialized`. */
-  static async open(url: string, clientName = 'test'): Promise<RpcClient & { sessionId: string }> {
+  /** Connects, initializes (with `initialize` members `extra`) and sends `initialized`. */
+  static async open(
+    url: string,
+    clientName = 'test',
+    extra: Record<string, unknown> = {},
+  ): Promise<RpcClient & { sessionId: string }> {
     const c = await RpcClient.connect(url);
-    const r = (await c.request('initialize', { clientName })) as { sessionId: string };
+    const r = (await c.request('initialize', { clientName, ...extra })) as { sessionId: string };
     c.notify('initialized', {});
     return Object.assign(c, { sessionId: r.sessionId });
   }
 
+  /**
+   * Answers the server's requests (server → client JSON-RPC, e.g. `network/policyRequest`): the handler's value is
+   * sent as the result; a thrown error as a JSON-RPC error. Without a handler they stay unanswered. Either way they
+   * are also recorded in `notifications` (with their `id`), so `waitFor` sees them.
+   */
+  onRequest: ((method: string, params: Record<string, unknown>) => unknown) | null = null;
+
   private onFrame(text: string): void {
     this.frames.push(text);
     const msg = JSON.parse(text) as Record<string, unknown>;
+    if (typeof msg.method === 'string' && (typeof msg.id === 'number' || typeof msg.id === 'string')) {
+      const handler = this.onRequest;
+      if (handler) {
+        const id = msg.id;
+        Promise.resolve()
+          .then(() => handler(msg.method as string, msg.params as Record<string, unknown>))
+          .then(
+            (result) => this.send({ id, result: result ?? {} }),
+            (e: Error) => this.send({ id, error: { code: -32603, message: e.message } }),
+          );
+      }
+    }
     if (typeof msg.method === 'string') {
-      const n = { method: msg.method, params: msg.params as Record<string, unknown> };
+      const n: Notification = { method: msg.method, params: msg.params as Record<string, unknown> };
+      if (typeof msg.id === 'number' || typeof msg.id === 'string') n.id = msg.id;
       this.notifications.push(n);
       this.waiters = this.waiters.filter((w) => {
         if (!w.pred(n)) return true;

@@ -15,7 +15,7 @@ export interface TestServer {
   /** With `tokens: true`: the agent and panel tokens. */
   tokens: HostTokens | null;
   /** Connects a client (with the agent token, if any) and completes the handshake. */
-  client(name?: string): Promise<RpcClient & { sessionId: string }>;
+  client(name?: string, initialize?: Record<string, unknown>): Promise<RpcClient & { sessionId: string }>;
   /** With `tokens: true`: a client holding the panel token. */
   panel(name?: string): Promise<RpcClient & { sessionId: string }>;
   /** The session a client was given (its `sessionId` is the session's resume key, not its public id). */
@@ -37,8 +37,12 @@ export async function startTestServer(
     ...opts.listen,
   });
   const clients: RpcClient[] = [];
-  const open = async (token: string | null, name: string) => {
-    const c = await RpcClient.open(token ? `${listener.url}/?token=${token}` : listener.url, name);
+  const open = async (token: string | null, name: string, initialize: Record<string, unknown> = {}) => {
+    const c = await RpcClient.open(
+      token ? `${listener.url}/?token=${token}` : listener.url,
+      name,
+      initialize,
+    );
     clients.push(c);
     return c;
   };
@@ -47,7 +51,7 @@ export async function startTestServer(
     listener,
     url: listener.url,
     tokens,
-    client: (name = 'test') => open(tokens?.agent ?? null, name),
+    client: (name = 'test', initialize = {}) => open(tokens?.agent ?? null, name, initialize),
     panel(name = 'panel') {
       if (!tokens) throw new Error('panel() needs startTestServer({ tokens: true })');
       return open(tokens.panel, name);

@@ -14,6 +14,17 @@ import {
 } from '../../src/network/proxy.js';
 import type { BlockedEvent, NetworkAuditEvent } from '../../src/protocol/network.js';
 
+/** A dialer that only reaches 127.x and records any other host it was asked for (tests assert none). */
+export function loopbackOnlyDialer(offMachine: string[]): Dialer {
+  return (t) => {
+    if (!/^127\./.test(t.host)) {
+      offMachine.push(t.host);
+      return Promise.reject(new Error('non-loopback dial refused by the test'));
+    }
+    return defaultDialer(t);
+  };
+}
+
 /** The spec's resolver stub (§6). */
 export const stubResolver: Resolver = (host) => {
   switch (host) {

@@ -108,12 +108,19 @@ function assertCompleted(run: RunResult): void {
  * every upgrade it made kept the query (the relay passes the request line on unchanged; the server let it in).
  */
 function assertTokenKept(run: RunResult): void {
-  const token = new URL(run.clientUrl).searchParams.get('token');
-  assert.match(token ?? '', /^[\w-]{43}$/, `the client URL has no token: ${run.clientUrl}`);
+  const u = new URL(run.clientUrl);
+  const token = u.searchParams.get('token');
+  // Through the registry the CLI holds the registry's harness token; directly, Corral's own 256-bit token.
+  if (u.pathname.startsWith('/harness/')) assert.equal(token, 'harness-secret', run.clientUrl);
+  else assert.match(token ?? '', /^[\w-]{43}$/, `the client URL has no token: ${run.clientUrl}`);
   assert.ok(run.handshakes.length > 0, 'no upgrade seen');
   for (const h of run.handshakes) {
     const line = h.split('\r\n')[0];
-    assert.equal(line, `GET /?token=${token} HTTP/1.1`, `the client dropped the query: ${line}`);
+    assert.equal(
+      line,
+      `GET ${u.pathname}${u.search} HTTP/1.1`,
+      `the client dropped the path or query: ${line}`,
+    );
   }
 }
 
@@ -220,6 +227,87 @@ function assertNotificationOrder(r: RunResult, startFirst: boolean): void {
   }
 }
 
+/** basic-workspace-write: the client's sandbox request is enforced by the server. */
+function checkBasicWorkspaceWrite(r: RunResult, version: string, serverPid: number): void {
+  assertCompleted(r);
+  assertBasic(r, serverPid, false);
+  const start = starts(r)[0];
+  assert.ok(start, `no process/start\n${explain(r)}`);
+  const params = start.params as { argv: string[]; sandbox?: unknown };
+  if (CLIENT_WRAPS.has(version)) {
+    // 0.120–0.130 wrap the command in codex-linux-sandbox themselves; the server runs it (as sent or unwrapped).
+    assert.match(
+      params.argv[0] ?? '',
+      /codex-linux-sandbox$/,
+      `the client did not wrap the command: argv ${JSON.stringify(params.argv)}`,
+    );
+    assert.deepEqual(params.argv.slice(params.argv.indexOf('--') + 1, -1), ['/bin/bash', '-lc']);
+  } else {
+    assert.ok(params.sandbox, `0.169 sent no sandbox object\n${describeExchange(start)}`);
+    const type = (start.result as { sandboxType?: string } | undefined)?.sandboxType;
+    assert.equal(
+      type,
+      'linuxSeccomp',
+      `process/start with a workspace-write sandbox must be enforced (sandboxType "linuxSeccomp"), got ${JSON.stringify(type)}: ` +
+        `the sandbox engine (src/sandbox) is not wired into process/start, or did not apply\n  ${describeExchange(start)}`,
+    );
+  }
+}
+
+/** outside-workspace-write: writes outside the workspace fail and leave no file. */
+function checkOutsideWorkspaceWrite(r: RunResult, version: string): void {
+  assertCompleted(r);
+  const why = explain(r, ['process/start', 'fs/writeFile', 'fs/createDirectory']);
+  assert.match(output(r, 1), /Read-only file system/, `echo x > ../outside.txt was not refused\n${why}`);
+  assert.match(
+    output(r, 1),
+    /exited with code [1-9]|Sandbox\(Denied|exit_code: [1-9]/,
+    `the outside write did not fail\n${why}`,
+  );
+  // The client may refuse the patch itself ("writing outside of the project"); if it forwards it, we must refuse.
+  const outsideWrites = calls(r, 'fs/writeFile').filter((e) =>
+    /outside\.txt$/.test(String((e.params as { path?: string }).path)),
+  );
+  for (const e of outsideWrites) {
+    assert.ok(e.error, `the server wrote outside the workspace\n  ${describeExchange(e)}`);
+    assert.equal(
+      e.error.code,
+      -32603,
+      `an outside fs/writeFile must fail with -32603\n  ${describeExchange(e)}`,
+    );
+  }
+  assert.match(
+    output(r, 2),
+    /rejected|error|denied|failed/i,
+    `the outside apply_patch was not refused\n${why}`,
+  );
+  assert.equal(r.outsideExists, false, `../outside.txt exists after the run\n${why}`);
+  if (!CLIENT_WRAPS.has(version)) {
+    const type = (starts(r)[0]?.result as { sandboxType?: string } | undefined)?.sandboxType;
+    assert.equal(type, 'linuxSeccomp', `the outside write ran without our sandbox\n${why}`);
+  }
+}
+
+/** patch-workspace-write: apply_patch inside the workspace goes through fs/writeFile with the sandbox context. */
+function checkPatchWorkspaceWrite(r: RunResult, version: string): void {
+  assertCompleted(r);
+  const why = explain(r, ['fs/writeFile', 'fs/createDirectory', 'fs/getMetadata', 'fs/readFile']);
+  assert.equal(r.files['patched.txt'], 'written by apply_patch\n', `patched.txt is wrong\n${why}`);
+  assert.match(output(r, 2), /written by apply_patch/, `cat patched.txt failed\n${why}`);
+  const writes = calls(r, 'fs/writeFile').filter((e) =>
+    /patched\.txt$/.test(String((e.params as { path?: string }).path)),
+  );
+  assert.equal(writes.length, 1, `expected one fs/writeFile of patched.txt\n${why}`);
+  const w = writes[0]!;
+  assert.deepEqual(w.result, {}, `fs/writeFile did not succeed\n  ${describeExchange(w)}`);
+  if (version !== '0.120.0') {
+    assert.ok(
+      (w.params as { sandbox?: unknown }).sandbox,
+      `fs/writeFile carried no sandbox context\n  ${describeExchange(w)}`,
+    );
+  }
+}
+
 const reasons = installStatus();
 let corralCli: string | undefined;
 after(() => {
@@ -275,86 +363,17 @@ for (const version of versions) {
       );
     });
 
-    it('basic-workspace-write', { skip }, () => {
-      const r = run('basic-workspace-write');
-      assertCompleted(r);
-      assertBasic(r, serverPid(), false);
-      const start = starts(r)[0];
-      assert.ok(start, `no process/start\n${explain(r)}`);
-      const params = start.params as { argv: string[]; sandbox?: unknown };
-      if (CLIENT_WRAPS.has(version)) {
-        // 0.120–0.130 wrap the command in codex-linux-sandbox themselves; the server runs it (as sent or unwrapped).
-        assert.match(
-          params.argv[0] ?? '',
-          /codex-linux-sandbox$/,
-          `the client did not wrap the command: argv ${JSON.stringify(params.argv)}`,
-        );
-        assert.deepEqual(params.argv.slice(params.argv.indexOf('--') + 1, -1), ['/bin/bash', '-lc']);
-      } else {
-        assert.ok(params.sandbox, `0.169 sent no sandbox object\n${describeExchange(start)}`);
-        const type = (start.result as { sandboxType?: string } | undefined)?.sandboxType;
-        assert.equal(
-          type,
-          'linuxSeccomp',
-          `process/start with a workspace-write sandbox must be enforced (sandboxType "linuxSeccomp"), got ${JSON.stringify(type)}: ` +
-            `the sandbox engine (src/sandbox) is not wired into process/start, or did not apply\n  ${describeExchange(start)}`,
-        );
-      }
-    });
+    it('basic-workspace-write', { skip }, () =>
+      checkBasicWorkspaceWrite(run('basic-workspace-write'), version, serverPid()),
+    );
 
-    it('outside-workspace-write: writes outside the workspace fail and leave no file', { skip }, () => {
-      const r = run('outside-workspace-write');
-      assertCompleted(r);
-      const why = explain(r, ['process/start', 'fs/writeFile', 'fs/createDirectory']);
-      assert.match(output(r, 1), /Read-only file system/, `echo x > ../outside.txt was not refused\n${why}`);
-      assert.match(
-        output(r, 1),
-        /exited with code [1-9]|Sandbox\(Denied|exit_code: [1-9]/,
-        `the outside write did not fail\n${why}`,
-      );
-      // The client may refuse the patch itself ("writing outside of the project"); if it forwards it, we must refuse.
-      const outsideWrites = calls(r, 'fs/writeFile').filter((e) =>
-        /outside\.txt$/.test(String((e.params as { path?: string }).path)),
-      );
-      for (const e of outsideWrites) {
-        assert.ok(e.error, `the server wrote outside the workspace\n  ${describeExchange(e)}`);
-        assert.equal(
-          e.error.code,
-          -32603,
-          `an outside fs/writeFile must fail with -32603\n  ${describeExchange(e)}`,
-        );
-      }
-      assert.match(
-        output(r, 2),
-        /rejected|error|denied|failed/i,
-        `the outside apply_patch was not refused\n${why}`,
-      );
-      assert.equal(r.outsideExists, false, `../outside.txt exists after the run\n${why}`);
-      if (!CLIENT_WRAPS.has(version)) {
-        const type = (starts(r)[0]?.result as { sandboxType?: string } | undefined)?.sandboxType;
-        assert.equal(type, 'linuxSeccomp', `the outside write ran without our sandbox\n${why}`);
-      }
-    });
+    it('outside-workspace-write: writes outside the workspace fail and leave no file', { skip }, () =>
+      checkOutsideWorkspaceWrite(run('outside-workspace-write'), version),
+    );
 
-    it('patch-workspace-write', { skip }, () => {
-      const r = run('patch-workspace-write');
-      assertCompleted(r);
-      const why = explain(r, ['fs/writeFile', 'fs/createDirectory', 'fs/getMetadata', 'fs/readFile']);
-      assert.equal(r.files['patched.txt'], 'written by apply_patch\n', `patched.txt is wrong\n${why}`);
-      assert.match(output(r, 2), /written by apply_patch/, `cat patched.txt failed\n${why}`);
-      const writes = calls(r, 'fs/writeFile').filter((e) =>
-        /patched\.txt$/.test(String((e.params as { path?: string }).path)),
-      );
-      assert.equal(writes.length, 1, `expected one fs/writeFile of patched.txt\n${why}`);
-      const w = writes[0]!;
-      assert.deepEqual(w.result, {}, `fs/writeFile did not succeed\n  ${describeExchange(w)}`);
-      if (version !== '0.120.0') {
-        assert.ok(
-          (w.params as { sandbox?: unknown }).sandbox,
-          `fs/writeFile carried no sandbox context\n  ${describeExchange(w)}`,
-        );
-      }
-    });
+    it('patch-workspace-write', { skip }, () =>
+      checkPatchWorkspaceWrite(run('patch-workspace-write'), version),
+    );
 
     it('basic-git-repo: .git discovered, no git process on the server', { skip }, () => {
       const r = run('basic-git-repo');
@@ -410,5 +429,147 @@ for (const version of versions) {
         assertBasic(r, serverPid(), true);
       });
     }
+  });
+}
+
+/**
+ * 0.169 through an environment registry (issue 18): the server runs as a REMOTE executor (`exec-server --remote …
+ * --remote-transport direct --aws-sigv4`) of the rig's fake registry (test/helpers/registry.ts), and the unmodified
+ * CLI, pointed at the registry's harness URL by environments.toml, reaches it only through the registry's relay:
+ *
+ *   codex exec ─WS─> frame-logging relay ─WS─> registry relay (/harness/corral-e2e) ═ outbound link ═> executor
+ *
+ * `registry-resume` crashes the registry (every socket closed, all registrations forgotten) while a command runs; the
+ * executor's redial gets 409 and it registers again, the CLI reconnects and resumes its session, and the poll still
+ * finds the command and its later output.
+ */
+const REGISTRY_RUNS: RunSpec[] = [
+  { name: 'registry-full', scenario: 'full', sandbox: 'danger-full-access', environmentsToml: true },
+  {
+    name: 'registry-basic-workspace-write',
+    scenario: 'basic',
+    sandbox: 'workspace-write',
+    environmentsToml: true,
+  },
+  {
+    name: 'registry-outside-workspace-write',
+    scenario: 'outside',
+    sandbox: 'workspace-write',
+    environmentsToml: true,
+  },
+  {
+    name: 'registry-patch-workspace-write',
+    scenario: 'patch',
+    sandbox: 'workspace-write',
+    environmentsToml: true,
+  },
+  {
+    name: 'registry-resume',
+    scenario: 'resume',
+    sandbox: 'danger-full-access',
+    environmentsToml: true,
+    crashRegistryBeforeStep: 2,
+  },
+];
+
+if (versions.includes('0.169.0')) {
+  const version = '0.169.0';
+  describe(`codex ${version} through the environment registry's relay, against ${target === 'corral' ? 'our exec-server' : `codex ${version} exec-server`} as a remote executor`, () => {
+    const skip = reasons[version];
+    let suite: SuiteResult;
+    const run = (name: string): RunResult => {
+      assert.equal(suite.serverError, undefined, `the remote executor did not start: ${suite.serverError}`);
+      const r = suite.runs.find((x) => x.name === name);
+      assert.ok(r, `no run ${name}`);
+      return r;
+    };
+    const serverPid = () => suite.server!.pid;
+    /** Every harness upgrade reached the relay (101) and every run went through it. */
+    const throughRelay = (r: RunResult) => {
+      const harness = (r.registryRequests ?? []).filter((x) => x.startsWith('harness-handshake'));
+      assert.ok(harness.length > 0, `the CLI never reached the registry\n${explain(r)}`);
+      for (const h of harness) assert.match(h, /^harness-handshake 101 /, h);
+    };
+
+    before(
+      async () => {
+        if (skip) return;
+        const binary = codexBinary(version)!;
+        corralCli ??= target === 'corral' ? await snapshotCorralCli() : undefined;
+        suite = await runSuiteIsolated({
+          version,
+          binary,
+          server:
+            target === 'corral' ? { kind: 'corral', cli: corralCli } : { kind: 'codex', version, binary },
+          baseDir: join(defaultBaseDir(), `${target}-${version}-registry`),
+          runs: REGISTRY_RUNS,
+          timeoutMs: 40_000,
+          viaRegistry: true,
+        });
+        mkdirSync(artifacts, { recursive: true });
+        writeFileSync(join(artifacts, `${target}-${version}-registry.json`), JSON.stringify(suite, null, 1));
+      },
+      { timeout: 290_000 },
+    );
+
+    it('registry-full: basic + tty + poll + patch through the relay', { skip }, () => {
+      const r = run('registry-full');
+      assertFull(r, serverPid());
+      throughRelay(r);
+    });
+
+    it('registry-basic-workspace-write', { skip }, () => {
+      const r = run('registry-basic-workspace-write');
+      checkBasicWorkspaceWrite(r, version, serverPid());
+      throughRelay(r);
+    });
+
+    it('registry-outside-workspace-write', { skip }, () => {
+      const r = run('registry-outside-workspace-write');
+      checkOutsideWorkspaceWrite(r, version);
+      throughRelay(r);
+    });
+
+    it('registry-patch-workspace-write', { skip }, () => {
+      const r = run('registry-patch-workspace-write');
+      checkPatchWorkspaceWrite(r, version);
+      throughRelay(r);
+    });
+
+    it('registry-resume: the registry is killed mid-session; the executor re-registers, the CLI resumes', {
+      skip,
+    }, () => {
+      const r = run('registry-resume');
+      assertCompleted(r);
+      throughRelay(r);
+      const why = explain(r, ['initialize', 'process/start', 'process/read']);
+      assert.match(output(r, 1), /early/, `the command did not start\n${why}`);
+      assert.match(output(r, 1), /session ID \d+/, `the command did not outlive its yield\n${why}`);
+      assert.match(
+        output(r, 2),
+        /late/,
+        `the poll after the crash did not find the command's later output\n${why}`,
+      );
+      // The executor's old registration was refused (409) and it registered again before the CLI got back in.
+      const seq = (r.registryRequests ?? []).map((x) => x.split(' ').slice(0, 2).join(' '));
+      const conflict = seq.indexOf('executor-handshake 409');
+      assert.ok(conflict >= 0, `no 409 after the crash: ${seq.join(', ')}`);
+      assert.equal(seq[conflict + 1], 'register 200', seq.join(', '));
+      assert.ok(seq.slice(conflict).includes('harness-handshake 101'), seq.join(', '));
+      // The CLI resumed its session (the same id), and the command was started once.
+      const inits = calls(r, 'initialize');
+      assert.ok(inits.length >= 2, `the CLI did not reconnect\n${why}`);
+      const first = (inits[0]!.result as { sessionId: string }).sessionId;
+      const resumed = inits.slice(1).map((e) => (e.params as { resumeSessionId?: string }).resumeSessionId);
+      assert.ok(
+        resumed.includes(first),
+        `no initialize resumed ${first}: ${JSON.stringify(resumed)}\n${why}`,
+      );
+      assert.ok(
+        inits.slice(1).every((e) => !e.error),
+        `a resume was refused\n${why}`,
+      );
+      assert.equal(starts(r).length, 1, `the command was started again\n${why}`);
+    });
   });
 }

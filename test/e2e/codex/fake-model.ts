@@ -20,7 +20,7 @@ export type Step =
 /** Tool outputs the CLI sent back, by call id (`call_fake_N`). */
 export type ToolOutputs = Record<string, string>;
 
-export type ScenarioName = 'basic' | 'tty' | 'poll' | 'patch' | 'full' | 'outside';
+export type ScenarioName = 'basic' | 'tty' | 'poll' | 'patch' | 'full' | 'outside' | 'resume';
 
 /** A line per ancestor: `ancestor <pid> <cmdline>`, for the first three ancestors of the command's shell. */
 const ANCESTORS =
@@ -78,6 +78,16 @@ export function scenarioSteps(name: ScenarioName): Step[] {
       return patch;
     case 'full':
       return [...basic, ...tty(), ...poll(), ...patch];
+    case 'resume':
+      // A process that outlives a dropped exec-server connection: `early` now, `late` after the drop (the rig drops
+      // the connection before it answers step 2), then a poll that must still find the process and its output.
+      return [
+        { kind: 'exec', args: { cmd: 'echo early; sleep 4; echo late', yield_time_ms: 250 } },
+        {
+          kind: 'write_stdin',
+          args: (o) => ({ session_id: sessionIdFrom(o, previousCall(o)), chars: '', yield_time_ms: 10000 }),
+        },
+      ];
     case 'outside':
       return [
         { kind: 'exec', args: { cmd: OUTSIDE_CMD, yield_time_ms: 10000 } },
@@ -158,8 +168,15 @@ const USAGE = {
   total_tokens: 0,
 };
 
-/** Starts the fake model with a script of steps; `finalText` is the assistant's closing message. */
-export async function startFakeModel(steps: Step[], finalText = 'done'): Promise<FakeModel> {
+/**
+ * Starts the fake model with a script of steps; `finalText` is the assistant's closing message. `beforeStep(n)`, when
+ * given, is awaited before step n is answered (the rig drops the exec-server's relay there).
+ */
+export async function startFakeModel(
+  steps: Step[],
+  finalText = 'done',
+  beforeStep?: (n: number) => Promise<void>,
+): Promise<FakeModel> {
   const outputs: ToolOutputs = {};
   const requests: FakeModelRequest[] = [];
   const errors: string[] = [];
@@ -192,6 +209,7 @@ export async function startFakeModel(steps: Step[], finalText = 'done'): Promise
       const n = done + 1;
       const tools = (body.tools ?? []).map((t) => t.name ?? t.type ?? '?');
       requests.push({ path, method: 'POST', step: n, tools, model: body.model });
+      if (beforeStep && !requests.slice(0, -1).some((r) => r.step === n)) await beforeStep(n);
       const step = steps[n - 1];
       let item: Record<string, unknown>;
       try {

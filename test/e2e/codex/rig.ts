@@ -25,6 +25,8 @@ import { type AddressInfo, createServer } from 'node:net';
 import { homedir, tmpdir } from 'node:os';
 import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { FAKE_AWS } from '../../helpers/registry-contract.js';
+import { type FakeRegistry, startFakeRegistry } from '../../helpers/registry.js';
 import { type DnsSink, startDnsSink } from './dns.js';
 import { type ScenarioName, scenarioSteps, startFakeModel } from './fake-model.js';
 import { type Frame, MINIMAL_METHODS, startRelay } from './relay.js';
@@ -165,6 +167,71 @@ export async function startExecServer(spec: ServerSpec, dir: string, path: strin
   };
 }
 
+/** The environment id executors register as in the registry runs. */
+export const REGISTRY_ENVIRONMENT = 'corral-e2e';
+
+/**
+ * Starts an exec-server as a REMOTE executor of the fake registry (`--remote … --remote-transport direct
+ * --aws-sigv4`, fake AWS credentials the registry verifies); resolves once its link is up. Its `url` is the
+ * registry's harness URL for the environment: clients reach it only through the relay.
+ */
+export async function startRemoteExecutor(
+  spec: ServerSpec,
+  dir: string,
+  path: string,
+  registry: FakeRegistry,
+): Promise<ExecServer> {
+  mkdirSync(join(dir, 'home'), { recursive: true });
+  const env: Record<string, string> = {
+    PATH: path,
+    HOME: join(dir, 'home'),
+    LANG: 'C.UTF-8',
+    AWS_ACCESS_KEY_ID: FAKE_AWS.accessKeyId,
+    AWS_SECRET_ACCESS_KEY: FAKE_AWS.secretAccessKey,
+    AWS_EC2_METADATA_DISABLED: 'true',
+  };
+  const remote = [
+    'exec-server',
+    '--remote',
+    registry.url,
+    '--environment-id',
+    REGISTRY_ENVIRONMENT,
+    '--remote-transport',
+    'direct',
+    '--aws-sigv4',
+    '--aws-region',
+    FAKE_AWS.region,
+  ];
+  let cmd: string;
+  let args: string[];
+  if (spec.kind === 'corral') {
+    cmd = process.execPath;
+    args = [spec.cli ?? join(ROOT, 'bin', 'corral.js'), ...remote];
+  } else {
+    env.CODEX_HOME = join(dir, 'codex-home');
+    mkdirSync(env.CODEX_HOME, { recursive: true });
+    cmd = spec.binary;
+    args = remote;
+  }
+  const child = spawn(cmd, args, { cwd: dir, env, stdio: ['ignore', 'ignore', 'pipe'] });
+  let stderr = '';
+  child.stderr!.on('data', (d: Buffer) => {
+    stderr += d.toString();
+  });
+  const exited = once(child, 'exit').then(([code, signal]) => {
+    throw new Error(`the remote executor exited (${code ?? signal}); stderr=${stderr.slice(-2000)}`);
+  });
+  exited.catch(() => {});
+  await Promise.race([registry.waitForExecutor(REGISTRY_ENVIRONMENT, 20_000), exited]);
+  return {
+    kind: spec.kind,
+    url: registry.harnessUrl(REGISTRY_ENVIRONMENT),
+    pid: child.pid!,
+    stderr: () => stderr,
+    stop: () => stopChild(child),
+  };
+}
+
 async function stopChild(child: ChildProcess): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return;
   const exited = once(child, 'exit');
@@ -204,6 +271,8 @@ export interface RunSpec {
   noServer?: boolean;
   /** Let only the §8 method set reach the server; the relay answers every other request with -32601. */
   minimal?: boolean;
+  /** Registry suites: crash the registry and relay (every socket, all state) before the model answers this step. */
+  crashRegistryBeforeStep?: number;
 }
 
 /** A ws:// URL on 127.0.0.1 where nothing listens: a port the kernel handed out and that was closed again. */
@@ -243,6 +312,8 @@ export interface RunResult {
   gitInvocations: string[];
   /** Names looked up through the injected resolver during this run (none is ever resolved). */
   dnsQueries: string[];
+  /** Registry suites: what the registry saw during this run (`kind status url`), in order. */
+  registryRequests?: string[];
 }
 
 export interface RunOptions extends RunSpec {
@@ -254,6 +325,7 @@ export interface RunOptions extends RunSpec {
   timeoutMs?: number;
   gitLog?: string;
   dns?: DnsSink;
+  registry?: FakeRegistry;
 }
 
 function readFiles(dir: string): Record<string, string> {
@@ -298,7 +370,20 @@ export async function runCodex(o: RunOptions): Promise<RunResult> {
       env: { PATH: BASE_PATH, HOME: userHome, GIT_CONFIG_NOSYSTEM: '1' },
     });
   }
-  const model = await startFakeModel(scenarioSteps(o.scenario));
+  const crashAt = o.crashRegistryBeforeStep;
+  const registry = o.registry;
+  const model = await startFakeModel(
+    scenarioSteps(o.scenario),
+    'done',
+    crashAt && registry
+      ? async (n) => {
+          if (n !== crashAt) return;
+          await registry.crash();
+          await registry.restart();
+        }
+      : undefined,
+  );
+  const registryMark = registry?.requests.length ?? 0;
   const relay = await startRelay(
     o.noServer ? await closedPortUrl() : o.serverUrl,
     o.minimal ? MINIMAL_METHODS : undefined,
@@ -309,8 +394,11 @@ export async function runCodex(o: RunOptions): Promise<RunResult> {
   // With noServer the client gets the dead port itself, not the relay (which would accept and then drop). The
   // server's query (Corral's `?token=`) goes into the client's URL: the relay passes the upgrade on unchanged, so the
   // server only lets the client in if the unmodified CLI kept the query when it connected.
-  const query = new URL(o.serverUrl).search;
-  const clientUrl = o.noServer ? await closedPortUrl() : `${relay.url}${query ? `/${query}` : ''}`;
+  // The server URL's path is kept too (a registry's harness endpoint is /harness/<environment>).
+  const server = new URL(o.serverUrl);
+  const query = server.search;
+  const path = server.pathname === '/' ? (query ? '/' : '') : server.pathname;
+  const clientUrl = o.noServer ? await closedPortUrl() : `${relay.url}${path}${query}`;
   const env: Record<string, string> = {
     PATH: BASE_PATH,
     HOME: userHome,
@@ -371,6 +459,7 @@ export async function runCodex(o: RunOptions): Promise<RunResult> {
       environmentsToml: o.environmentsToml,
       noServer: o.noServer,
       minimal: o.minimal,
+      crashRegistryBeforeStep: o.crashRegistryBeforeStep,
     },
     exitCode,
     signal,
@@ -389,6 +478,9 @@ export async function runCodex(o: RunOptions): Promise<RunResult> {
     outsideExists: existsSync(join(o.dir, 'outside.txt')),
     gitInvocations,
     dnsQueries: (o.dns?.queries.slice(dnsBefore) ?? []).map((q) => q.name),
+    ...(registry
+      ? { registryRequests: registry.requests.slice(registryMark).map((r) => `${r.kind} ${r.status} ${r.url}`) }
+      : {}),
   };
 }
 
@@ -401,6 +493,8 @@ export interface SuiteJob {
   timeoutMs?: number;
   /** Answer DNS on 127.0.0.1:53 with NXDOMAIN (set when the suite runs in its own network namespace). */
   dnsSink?: boolean;
+  /** Run the server as a remote executor of a fake environment registry; the CLI reaches it through the relay. */
+  viaRegistry?: boolean;
 }
 
 export interface SuiteResult {
@@ -421,9 +515,17 @@ export async function runSuite(job: SuiteJob, isolation = 'none'): Promise<Suite
   mkdirSync(job.baseDir, { recursive: true });
   const shim = writeGitShim(job.baseDir);
   let server: ExecServer;
+  const registry = job.viaRegistry
+    ? await startFakeRegistry({ executorAuth: { kind: 'sigv4', ...FAKE_AWS } })
+    : undefined;
   try {
-    server = await startExecServer(job.server, join(job.baseDir, 'server'), `${shim.dir}:${BASE_PATH}`);
+    const dir = join(job.baseDir, 'server');
+    const path = `${shim.dir}:${BASE_PATH}`;
+    server = registry
+      ? await startRemoteExecutor(job.server, dir, path, registry)
+      : await startExecServer(job.server, dir, path);
   } catch (e) {
+    await registry?.close();
     return {
       version: job.version,
       server: null,
@@ -451,6 +553,7 @@ export async function runSuite(job: SuiteJob, isolation = 'none'): Promise<Suite
           timeoutMs: job.timeoutMs,
           gitLog: shim.log,
           dns,
+          registry,
         }),
       );
     }
@@ -458,6 +561,7 @@ export async function runSuite(job: SuiteJob, isolation = 'none'): Promise<Suite
     process.off('SIGTERM', stop);
     await server.stop();
     await dns?.close();
+    await registry?.close();
   }
   return {
     version: job.version,
@@ -496,7 +600,7 @@ export function netnsAvailable(resolvConf: string): { ok: boolean; reason: strin
  */
 export async function runSuiteIsolated(job: SuiteJob, timeoutMs = 280_000): Promise<SuiteResult> {
   mkdirSync(job.baseDir, { recursive: true });
-  const stem = join(dirname(job.baseDir), `${job.version}-${job.server.kind}`);
+  const stem = join(dirname(job.baseDir), `${job.version}-${job.server.kind}${job.viaRegistry ? '-registry' : ''}`);
   const jobFile = `${stem}.job.json`;
   const resultFile = `${stem}.result.json`;
   const resolvConf = `${stem}.resolv.conf`;

@@ -315,37 +315,52 @@ after(() => {
 });
 const artifacts = join(ROOT, 'test-artifacts', 'codex-e2e');
 
+/**
+ * Runs one suite before a describe's tests (one server for all its runs; its full result, every frame included, goes
+ * to test-artifacts/codex-e2e/) and returns the accessors the tests use.
+ */
+function suiteFor(
+  version: string,
+  runs: RunSpec[],
+  skip: string | undefined,
+  opts: { timeoutMs: number; viaRegistry?: boolean },
+) {
+  let suite: SuiteResult;
+  const name = `${target}-${version}${opts.viaRegistry ? '-registry' : ''}`;
+  before(
+    async () => {
+      if (skip) return;
+      const binary = codexBinary(version)!;
+      corralCli ??= target === 'corral' ? await snapshotCorralCli() : undefined;
+      suite = await runSuiteIsolated({
+        version,
+        binary,
+        server: target === 'corral' ? { kind: 'corral', cli: corralCli } : { kind: 'codex', version, binary },
+        baseDir: join(defaultBaseDir(), name),
+        runs,
+        timeoutMs: opts.timeoutMs,
+        viaRegistry: opts.viaRegistry,
+      });
+      mkdirSync(artifacts, { recursive: true });
+      writeFileSync(join(artifacts, `${name}.json`), JSON.stringify(suite, null, 1));
+    },
+    { timeout: 290_000 },
+  );
+  return {
+    run(runName: string): RunResult {
+      assert.equal(suite.serverError, undefined, `the exec-server did not start: ${suite.serverError}`);
+      const r = suite.runs.find((x) => x.name === runName);
+      assert.ok(r, `no run ${runName}`);
+      return r;
+    },
+    serverPid: () => suite.server!.pid,
+  };
+}
+
 for (const version of versions) {
   describe(`codex ${version} against ${target === 'corral' ? 'our exec-server' : `codex ${version} exec-server`}`, () => {
     const skip = reasons[version];
-    let suite: SuiteResult;
-    const run = (name: string): RunResult => {
-      assert.equal(suite.serverError, undefined, `the exec-server did not start: ${suite.serverError}`);
-      const r = suite.runs.find((x) => x.name === name);
-      assert.ok(r, `no run ${name}`);
-      return r;
-    };
-    const serverPid = () => suite.server!.pid;
-
-    before(
-      async () => {
-        if (skip) return;
-        const binary = codexBinary(version)!;
-        corralCli ??= target === 'corral' ? await snapshotCorralCli() : undefined;
-        suite = await runSuiteIsolated({
-          version,
-          binary,
-          server:
-            target === 'corral' ? { kind: 'corral', cli: corralCli } : { kind: 'codex', version, binary },
-          baseDir: join(defaultBaseDir(), `${target}-${version}`),
-          runs: runsFor(version),
-          timeoutMs: 25_000,
-        });
-        mkdirSync(artifacts, { recursive: true });
-        writeFileSync(join(artifacts, `${target}-${version}.json`), JSON.stringify(suite, null, 1));
-      },
-      { timeout: 290_000 },
-    );
+    const { run, serverPid } = suiteFor(version, runsFor(version), skip, { timeoutMs: 25_000 });
 
     it('full: basic + tty + poll + patch', { skip }, () => assertFull(run('full'), serverPid()));
 
@@ -476,41 +491,16 @@ if (versions.includes('0.169.0')) {
   const version = '0.169.0';
   describe(`codex ${version} through the environment registry's relay, against ${target === 'corral' ? 'our exec-server' : `codex ${version} exec-server`} as a remote executor`, () => {
     const skip = reasons[version];
-    let suite: SuiteResult;
-    const run = (name: string): RunResult => {
-      assert.equal(suite.serverError, undefined, `the remote executor did not start: ${suite.serverError}`);
-      const r = suite.runs.find((x) => x.name === name);
-      assert.ok(r, `no run ${name}`);
-      return r;
-    };
-    const serverPid = () => suite.server!.pid;
+    const { run, serverPid } = suiteFor(version, REGISTRY_RUNS, skip, {
+      timeoutMs: 40_000,
+      viaRegistry: true,
+    });
     /** Every harness upgrade reached the relay (101) and every run went through it. */
     const throughRelay = (r: RunResult) => {
       const harness = (r.registryRequests ?? []).filter((x) => x.startsWith('harness-handshake'));
       assert.ok(harness.length > 0, `the CLI never reached the registry\n${explain(r)}`);
       for (const h of harness) assert.match(h, /^harness-handshake 101 /, h);
     };
-
-    before(
-      async () => {
-        if (skip) return;
-        const binary = codexBinary(version)!;
-        corralCli ??= target === 'corral' ? await snapshotCorralCli() : undefined;
-        suite = await runSuiteIsolated({
-          version,
-          binary,
-          server:
-            target === 'corral' ? { kind: 'corral', cli: corralCli } : { kind: 'codex', version, binary },
-          baseDir: join(defaultBaseDir(), `${target}-${version}-registry`),
-          runs: REGISTRY_RUNS,
-          timeoutMs: 40_000,
-          viaRegistry: true,
-        });
-        mkdirSync(artifacts, { recursive: true });
-        writeFileSync(join(artifacts, `${target}-${version}-registry.json`), JSON.stringify(suite, null, 1));
-      },
-      { timeout: 290_000 },
-    );
 
     it('registry-full: basic + tty + poll + patch through the relay', { skip }, () => {
       const r = run('registry-full');

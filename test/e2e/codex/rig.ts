@@ -25,8 +25,8 @@ import { type AddressInfo, createServer } from 'node:net';
 import { homedir, tmpdir } from 'node:os';
 import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { FAKE_AWS } from '../../helpers/registry-contract.js';
 import { type FakeRegistry, startFakeRegistry } from '../../helpers/registry.js';
+import { FAKE_AWS } from '../../helpers/registry-contract.js';
 import { type DnsSink, startDnsSink } from './dns.js';
 import { type ScenarioName, scenarioSteps, startFakeModel } from './fake-model.js';
 import { type Frame, MINIMAL_METHODS, startRelay } from './relay.js';
@@ -479,7 +479,11 @@ export async function runCodex(o: RunOptions): Promise<RunResult> {
     gitInvocations,
     dnsQueries: (o.dns?.queries.slice(dnsBefore) ?? []).map((q) => q.name),
     ...(registry
-      ? { registryRequests: registry.requests.slice(registryMark).map((r) => `${r.kind} ${r.status} ${r.url}`) }
+      ? {
+          registryRequests: registry.requests
+            .slice(registryMark)
+            .map((r) => `${r.kind} ${r.status} ${r.url}`),
+        }
       : {}),
   };
 }
@@ -600,7 +604,10 @@ export function netnsAvailable(resolvConf: string): { ok: boolean; reason: strin
  */
 export async function runSuiteIsolated(job: SuiteJob, timeoutMs = 280_000): Promise<SuiteResult> {
   mkdirSync(job.baseDir, { recursive: true });
-  const stem = join(dirname(job.baseDir), `${job.version}-${job.server.kind}${job.viaRegistry ? '-registry' : ''}`);
+  const stem = join(
+    dirname(job.baseDir),
+    `${job.version}-${job.server.kind}${job.viaRegistry ? '-registry' : ''}`,
+  );
   const jobFile = `${stem}.job.json`;
   const resultFile = `${stem}.result.json`;
   const resolvConf = `${stem}.resolv.conf`;

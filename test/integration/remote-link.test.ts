@@ -1,0 +1,212 @@
+// The remote executor's outbound link (src/remote/direct.ts) against the fake registry + relay, in process, on
+// loopback: a bearer-authenticated registry, what a harness on the far side of the relay can and cannot do (an agent,
+// never the panel), what the executor's children can see of its registry credentials, 4 MiB of output over the
+// client-side (masked) link, network approvals answered by the harness through the relay, and fatal refusals.
+import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import { after, describe, it } from 'node:test';
+import type { NetworkPolicyRequestParams } from '../../src/protocol/approvals.js';
+import { bearerAuth, sigv4Auth } from '../../src/remote/auth.js';
+import { type DirectExecutor, startDirectExecutor } from '../../src/remote/direct.js';
+import { RegistryClient } from '../../src/remote/registry.js';
+import { ExecServer, type ExecServerOptions } from '../../src/server/execServer.js';
+import { RpcClient } from '../helpers/client.js';
+import { type ExecutorAuth, type FakeRegistry, startFakeRegistry } from '../helpers/registry.js';
+import { FAKE_AWS, shellStart } from '../helpers/registry-contract.js';
+import { loopbackOnlyDialer, startOrigin, stubResolver } from './network-helpers.js';
+
+const ENV = 'env-link';
+const BEARER = 'registry-bearer-0123456789abcdef';
+
+interface Rig {
+  registry: FakeRegistry;
+  server: ExecServer;
+  executor: DirectExecutor;
+  harness(extra?: Record<string, unknown>): Promise<RpcClient & { sessionId: string }>;
+  close(): Promise<void>;
+}
+
+async function rig(
+  o: { executorAuth?: ExecutorAuth; auth?: ReturnType<typeof bearerAuth>; server?: ExecServerOptions } = {},
+): Promise<Rig> {
+  const registry = await startFakeRegistry({
+    executorAuth: o.executorAuth ?? { kind: 'bearer', token: BEARER },
+  });
+  const server = new ExecServer({ resumeGraceMs: 5000, ...o.server });
+  const auth = o.auth ?? bearerAuth(BEARER);
+  const executor = startDirectExecutor(server, {
+    registry: new RegistryClient(registry.url, ENV, auth),
+    auth,
+    log: server.log,
+    initialRetryMs: 50,
+  });
+  const clients: RpcClient[] = [];
+  return {
+    registry,
+    server,
+    executor,
+    async harness(extra = {}) {
+      await registry.waitForExecutor(ENV);
+      const c = await RpcClient.open(registry.harnessUrl(ENV), 'harness', extra);
+      clients.push(c);
+      return c;
+    },
+    async close() {
+      for (const c of clients) c.close();
+      executor.stop();
+      await executor.done.catch(() => {});
+      await server.shutdown();
+      await registry.close();
+    },
+  };
+}
+
+describe('remote executor link (direct transport) through the fake registry', () => {
+  const open: Rig[] = [];
+  after(async () => {
+    for (const r of open) await r.close();
+  });
+
+  it('a bearer registry: the bearer goes on the registration and on every handshake', async () => {
+    const r = await rig();
+    open.push(r);
+    const c = await r.harness();
+    await c.request('process/start', shellStart('hi', 'echo hi', '/tmp'));
+    await c.collect('hi');
+    assert.equal(c.output('hi'), 'hi\n');
+    const seen = r.registry.requests.filter((x) => x.kind === 'register' || x.kind === 'executor-handshake');
+    assert.ok(seen.length >= 2);
+    for (const x of seen) assert.equal(x.headers.authorization, `Bearer ${BEARER}`, `${x.kind} ${x.url}`);
+  });
+
+  it('the harness is an agent: no monitor, no approvals, no host info (the relay is not the panel)', async () => {
+    const r = await rig();
+    open.push(r);
+    const c = await r.harness();
+    for (const m of ['monitor/subscribe', 'approvals/list', 'host/info', 'approvals/decide']) {
+      const e = await c.requestError(m, m === 'approvals/decide' ? { id: 'x', decision: 'allowOnce' } : {});
+      assert.ok(e.code === -32600 || e.code === -32601, `${m}: ${e.code} ${e.message}`);
+    }
+    assert.equal(r.server.sessions.size, 1);
+    assert.equal([...r.server.sessions.values()][0]!.owner.credential, `remote:${ENV}`);
+  });
+
+  it("no child sees the registry credentials (bearer, AWS secret and session token), even with inherit: 'all'", async () => {
+    const secret = FAKE_AWS.secretAccessKey;
+    const sessionToken = 'FwoGZXIvYXdzEXAMPLE-session-token';
+    const env = {
+      AWS_ACCESS_KEY_ID: FAKE_AWS.accessKeyId,
+      AWS_SECRET_ACCESS_KEY: secret,
+      AWS_SESSION_TOKEN: sessionToken,
+    };
+    const auth = sigv4Auth({ region: FAKE_AWS.region, env });
+    const r = await rig({
+      executorAuth: { kind: 'sigv4', ...FAKE_AWS },
+      auth,
+      server: { baseEnv: { PATH: '/usr/bin:/bin', ...env, COPY: `x${secret}x` } },
+    });
+    open.push(r);
+    const c = await r.harness();
+    await c.request('process/start', {
+      ...shellStart('env', 'env', '/tmp'),
+      envPolicy: { inherit: 'all', ignoreDefaultExcludes: true, exclude: [], set: {}, includeOnly: [] },
+    });
+    await c.collect('env');
+    const out = c.output('env');
+    assert.match(out, /^PATH=/m, 'the environment was inherited');
+    assert.ok(!out.includes(secret), 'the AWS secret reached a child');
+    assert.ok(!out.includes(sessionToken), 'the AWS session token reached a child');
+    assert.match(out, /^AWS_ACCESS_KEY_ID=AKIDEXAMPLE$/m, 'the key id is not a secret');
+  });
+
+  it('4 MiB of output crosses the masked client-side link intact and in order', async () => {
+    const r = await rig();
+    open.push(r);
+    const c = await r.harness();
+    await c.request('process/start', shellStart('big', 'seq 1 600000', '/tmp'));
+    await c.collect('big', 30_000);
+    const out = c.output('big');
+    const lines = out.split('\n');
+    assert.equal(lines.length, 600001);
+    assert.equal(lines[0], '1');
+    assert.equal(lines[599_999], '600000');
+    const seqs = c.notifications
+      .filter((n) => n.params?.processId === 'big' && n.method === 'process/output')
+      .map((n) => n.params.seq as number);
+    assert.ok(
+      seqs.every((s, i) => i === 0 || s === seqs[i - 1]! + 1),
+      'seq has gaps or is out of order',
+    );
+  });
+
+  it('network approvals: the harness declares it and decides its prompt through the relay', {
+    skip: existsSync('/usr/bin/curl') ? false : 'curl is not installed',
+  }, async () => {
+    const origin = await startOrigin();
+    const offMachine: string[] = [];
+    const r = await rig({
+      server: { launcher: { resolver: stubResolver, dialer: loopbackOnlyDialer(offMachine) } },
+    });
+    open.push(r);
+    try {
+      const c = await r.harness({ capabilities: { networkApprovals: true } });
+      const asked: NetworkPolicyRequestParams[] = [];
+      c.onRequest = (_m, p) => {
+        asked.push(p as unknown as NetworkPolicyRequestParams);
+        return { decision: { type: 'allow' } };
+      };
+      const url = `http://127.0.0.1:${origin.port}/through-the-relay`;
+      await c.request('process/start', {
+        ...shellStart('net', `curl --noproxy '' -s -o /dev/null -w 'code=%{http_code}\\n' ${url}`, '/tmp'),
+        managedNetwork: {
+          config: {
+            network: { enabled: true, allow_local_binding: true, hard_deny_allowlist_misses: false },
+          },
+        },
+      });
+      await c.collect('net', 20_000);
+      assert.match(c.output('net'), /^code=200$/m);
+      assert.equal(asked.length, 1);
+      assert.equal(asked[0]!.request.port, origin.port);
+      // The request and its answer crossed the relay.
+      assert.ok(
+        r.registry.frames.some(
+          (f) => f.dir === 'executor→harness' && f.text.includes('network/policyRequest'),
+        ),
+      );
+      assert.deepEqual(offMachine, []);
+    } finally {
+      await origin.close();
+    }
+  });
+
+  it('a refused credential (401 at registration) and a 403 at the handshake are fatal, not retried', async () => {
+    const bad = await startFakeRegistry({ executorAuth: { kind: 'bearer', token: BEARER } });
+    const server = new ExecServer();
+    try {
+      const auth = bearerAuth('the-wrong-bearer');
+      const ex = startDirectExecutor(server, {
+        registry: new RegistryClient(bad.url, ENV, auth),
+        auth,
+        log: server.log,
+      });
+      await assert.rejects(ex.done, /authentication failed \(HTTP 401\)/);
+      const ok = bearerAuth(BEARER);
+      bad.refuseHandshakes(403, 100);
+      const ex2 = startDirectExecutor(server, {
+        registry: new RegistryClient(bad.url, ENV, ok),
+        auth: ok,
+        log: server.log,
+      });
+      await assert.rejects(ex2.done, /HTTP 403: giving up/);
+      assert.equal(
+        bad.requests.filter((x) => x.kind === 'executor-handshake').length,
+        1,
+        'a 403 was retried',
+      );
+    } finally {
+      await server.shutdown();
+      await bad.close();
+    }
+  });
+});

@@ -102,6 +102,11 @@ export class RpcConnection {
     return this.closedFlag;
   }
 
+  /** Requests received and waiting for a slot (`maxConcurrent` handlers are already running). */
+  get queued(): number {
+    return this.queue.length;
+  }
+
   /** Feeds one inbound message (the text of one WebSocket message). */
   receive(text: string): void {
     if (this.closedFlag) return;

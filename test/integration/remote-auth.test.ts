@@ -13,6 +13,7 @@ import { generateToken } from '../../src/server/auth.js';
 import { type Cli, startCli } from '../helpers/cli.js';
 import { RpcClient } from '../helpers/client.js';
 import { shellStart } from '../helpers/registry-contract.js';
+import { startTestServer, until } from '../helpers/server.js';
 
 const SECRET = 'a-shared-secret-of-at-least-32-bytes-0123456789';
 const b64url = (o: unknown) => Buffer.from(JSON.stringify(o)).toString('base64url');
@@ -197,47 +198,58 @@ describe('--ws-token-sha256, --exit-on-stdin-close, --concurrent-requests, and f
     assert.throws(() => process.kill(pid, 0), /ESRCH/, 'the child outlived the server');
   });
 
-  it('--concurrent-requests: 1 answers in order (a parked process/read still never blocks); 2 lets a slow request be overtaken', async () => {
-    mkdirSync(join(homedir(), '.cache'), { recursive: true });
-    const dir = mkdtempSync(join(homedir(), '.cache', 'corral-conc-'));
-    const fifo = join(dir, 'fifo');
-    execFileSync('mkfifo', [fifo]);
-    const order = async (n: string) => {
-      const cli = await startCli(['exec-server', '--ws-auth', 'none', '--concurrent-requests', n]);
+  it('--concurrent-requests: with 1 a slow process/start holds back the next; with 2 the next overtakes it; a parked read never holds a slot', async () => {
+    const order = async (n: number) => {
+      const ts = await startTestServer({ concurrentRequests: n });
       try {
-        const c = await RpcClient.open(cli.url!);
+        // process/start's launch preparation is asynchronous (sandbox, proxy): hold the one of `slow` until released.
+        const real = ts.server.preparer;
+        let release!: () => void;
+        const held = new Promise<void>((r) => {
+          release = r;
+        });
+        let slowPreparing!: () => void;
+        const preparing = new Promise<void>((r) => {
+          slowPreparing = r;
+        });
+        ts.server.preparer = {
+          classify: real.classify,
+          prepare: async (p, spec, ctx) => {
+            if (p.processId === 'slow') {
+              slowPreparing();
+              await held;
+            }
+            return real.prepare(p, spec, ctx);
+          },
+        };
+        const c = await ts.client();
         await c.request('process/start', shellStart('long', 'sleep 5', '/tmp'));
         const seen: string[] = [];
-        // A parked long-poll (Deferred) never holds a slot.
         const parked = c
           .request('process/read', { processId: 'long', afterSeq: 0, waitMs: 4000 })
-          .then(() => {
-            seen.push('read');
-          });
-        // fs/readFile of a FIFO stays pending until someone writes it: a slow, promise-returning request.
-        const slow = c.request('fs/readFile', { path: fifo, sandbox: null }).then(() => seen.push('slow'));
+          .then(() => seen.push('read'));
+        const slow = c
+          .request('process/start', shellStart('slow', 'true', '/tmp'))
+          .then(() => seen.push('slow'));
+        await preparing;
         const quick = c
-          .request('fs/getMetadata', { path: '/tmp', sandbox: null })
+          .request('process/start', shellStart('quick', 'true', '/tmp'))
           .then(() => seen.push('quick'));
-        // With room for two, the quick one is answered while the slow one still waits: wait for that answer first.
-        if (n !== '1') await quick;
-        writeFileSync(fifo, 'done');
+        const conn = ts.sessionOf(c).conn!;
+        if (n === 1) await until(() => conn.queued === 1, 5000, 'quick to be queued behind slow');
+        else await quick; // answered while slow is still held
+        release();
         await Promise.all([slow, quick]);
         await c.request('process/terminate', { processId: 'long' });
         await parked;
-        c.close();
         return seen;
       } finally {
-        await cli.stop();
+        await ts.close();
       }
     };
-    try {
-      // With 1: answered in order, and the parked read (sent first) came last: it held no slot.
-      assert.deepEqual(await order('1'), ['slow', 'quick', 'read']);
-      assert.deepEqual(await order('2'), ['quick', 'slow', 'read']);
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
+    // With 1: answered in order, and the parked read (sent first) came last: it never held the slot.
+    assert.deepEqual(await order(1), ['slow', 'quick', 'read']);
+    assert.deepEqual(await order(2), ['quick', 'slow', 'read']);
   });
 
   it('refuses flag combinations with the messages of codex 0.169', async () => {

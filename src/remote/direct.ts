@@ -87,7 +87,12 @@ export function startDirectExecutor(server: ExecServer, o: DirectExecutorOptions
       };
     });
 
-  const dial = (reg: Registration): Promise<WebSocket> =>
+  /**
+   * Dials one link and serves it until it closes. Resolves once it has closed (after it was open), rejects if the
+   * handshake fails. The connection is made inside ws's `open` event, synchronously: the harness's first message
+   * may arrive in the same read as the 101, and ws emits it right after `open`, before any promise continuation.
+   */
+  const link = (reg: Registration): Promise<void> =>
     new Promise((resolve, reject) => {
       const url = requireTlsOrLoopback(reg.url.href, 'wss', 'the executor URL');
       const headers = auth.sign({ method: 'GET', url, headers: {}, body: '' });
@@ -99,39 +104,33 @@ export function startDirectExecutor(server: ExecServer, o: DirectExecutorOptions
         followRedirects: false,
       });
       current = ws;
-      ws.once('open', () => resolve(ws));
+      let opened = false;
       ws.once('unexpected-response', (_req, res) => {
         res.resume();
         ws.terminate();
         reject(new HandshakeRefused(res.statusCode ?? 0));
       });
-      ws.once('error', (e) => reject(e));
-    });
-
-  /** Serves one link until it closes. */
-  const serve = (ws: WebSocket, reg: Registration): Promise<void> =>
-    new Promise((resolve) => {
-      linksOpened++;
-      const raw = ws as unknown as { _socket?: import('node:net').Socket };
-      const peer = `${raw._socket?.remoteAddress ?? reg.url.hostname}:${raw._socket?.remotePort ?? 0}`;
-      const conn = server.connect(webSocketTransport(ws, peer, { clientSide: true }), principal);
-      log.info(
-        `remote: link ${linksOpened} open (environment ${reg.environmentId}, registration ${reg.registrationId})`,
-      );
-      ws.on('message', (data, isBinary) => {
-        conn.receive(isBinary || typeof data !== 'string' ? data.toString() : data);
+      ws.once('open', () => {
+        opened = true;
+        const n = ++linksOpened;
+        const raw = ws as unknown as { _socket?: import('node:net').Socket };
+        const peer = `${raw._socket?.remoteAddress ?? reg.url.hostname}:${raw._socket?.remotePort ?? 0}`;
+        const conn = server.connect(webSocketTransport(ws, peer, { clientSide: true }), principal);
+        ws.on('message', (data, isBinary) => {
+          conn.receive(isBinary || typeof data !== 'string' ? data.toString() : data);
+        });
+        ws.once('close', (code) => {
+          log.info(`remote: link ${n} closed (${code})`);
+          conn.transportClosed();
+          resolve();
+        });
+        log.info(
+          `remote: link ${n} open (environment ${reg.environmentId}, registration ${reg.registrationId})`,
+        );
       });
-      const done = () => {
-        conn.transportClosed();
-        resolve();
-      };
-      ws.once('close', (code) => {
-        log.info(`remote: link ${linksOpened} closed (${code})`);
-        done();
-      });
-      ws.once('error', (e) => {
-        log.warn(`remote: link ${linksOpened} failed: ${e.message}`);
-        done();
+      ws.on('error', (e) => {
+        if (!opened) reject(e);
+        else log.warn(`remote: link ${linksOpened} failed: ${e.message}`);
       });
     });
 
@@ -144,9 +143,8 @@ export function startDirectExecutor(server: ExecServer, o: DirectExecutorOptions
     let attempt = 0;
     while (!stopped) {
       try {
-        const ws = await dial(registration);
-        attempt = 0;
-        await serve(ws, registration);
+        await link(registration);
+        attempt = 0; // the handshake succeeded: the next dial waits retryDelay(0)
       } catch (e) {
         if (stopped) break;
         if (e instanceof HandshakeRefused) {

@@ -3,10 +3,11 @@
 // never the panel), what the executor's children can see of its registry credentials, 4 MiB of output over the
 // client-side (masked) link, network approvals answered by the harness through the relay, and fatal refusals.
 import assert from 'node:assert/strict';
+import { once } from 'node:events';
 import { existsSync } from 'node:fs';
 import { after, describe, it } from 'node:test';
 import type { NetworkPolicyRequestParams } from '../../src/protocol/approvals.js';
-import { bearerAuth, sigv4Auth } from '../../src/remote/auth.js';
+import { bearerAuth, noAuth, sigv4Auth } from '../../src/remote/auth.js';
 import { type DirectExecutor, startDirectExecutor } from '../../src/remote/direct.js';
 import { RegistryClient } from '../../src/remote/registry.js';
 import { ExecServer, type ExecServerOptions } from '../../src/server/execServer.js';
@@ -207,6 +208,92 @@ describe('remote executor link (direct transport) through the fake registry', ()
     } finally {
       await server.shutdown();
       await bad.close();
+    }
+  });
+});
+
+describe('remote executor link: the first harness message', () => {
+  it('a message that arrives in the same TCP read as the 101 is served, not lost', async () => {
+    const { createServer } = await import('node:http');
+    const { createHash } = await import('node:crypto');
+    const initialize = JSON.stringify({ id: 1, method: 'initialize', params: { clientName: 'eager' } });
+    const frame = Buffer.concat([
+      Buffer.from([0x81, Buffer.byteLength(initialize)]),
+      Buffer.from(initialize),
+    ]);
+    let answer: (text: string) => void;
+    const answered = new Promise<string>((r) => {
+      answer = r;
+    });
+    const srv = createServer((req, res) => {
+      req.resume();
+      req.on('end', () => {
+        const port = (srv.address() as { port: number }).port;
+        res.writeHead(200, { 'content-type': 'application/json' }).end(
+          JSON.stringify({
+            environment_id: ENV,
+            transport: 'direct_jsonrpc_v1',
+            registration_id: 'r1',
+            url: `ws://127.0.0.1:${port}/link`,
+          }),
+        );
+      });
+    });
+    srv.on('upgrade', (req, socket) => {
+      const accept = createHash('sha1')
+        .update(`${req.headers['sec-websocket-key']}258EAFA5-E914-47DA-95CA-C5AB0DC85B11`)
+        .digest('base64');
+      // The 101 and the harness's first frame in ONE write: the executor reads them together.
+      socket.write(
+        Buffer.concat([
+          Buffer.from(
+            `HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ${accept}\r\n\r\n`,
+          ),
+          frame,
+        ]),
+      );
+      let buf = Buffer.alloc(0);
+      socket.on('data', (d: Buffer) => {
+        buf = Buffer.concat([buf, d]);
+        // One masked client frame (payload < 64 KiB): opcode, 126 + u16 or short length, mask, payload.
+        if (buf.length < 2) return;
+        let len = buf[1]! & 0x7f;
+        let off = 2;
+        if (len === 126) {
+          len = buf.readUInt16BE(2);
+          off = 4;
+        }
+        if (buf.length < off + 4 + len) return;
+        const mask = buf.subarray(off, off + 4);
+        const payload = Buffer.from(buf.subarray(off + 4, off + 4 + len));
+        for (let i = 0; i < payload.length; i++) payload[i]! ^= mask[i % 4]!;
+        answer(payload.toString());
+      });
+    });
+    srv.listen(0, '127.0.0.1');
+    await once(srv, 'listening');
+    const server = new ExecServer();
+    const auth = noAuth();
+    const base = `http://127.0.0.1:${(srv.address() as { port: number }).port}`;
+    const ex = startDirectExecutor(server, {
+      registry: new RegistryClient(base, ENV, auth),
+      auth,
+      log: server.log,
+    });
+    try {
+      const text = await Promise.race([
+        answered,
+        new Promise<string>((_, reject) =>
+          setTimeout(() => reject(new Error('initialize was never answered')), 5000),
+        ),
+      ]);
+      assert.match(text, /^\{"id":1,"result":\{"sessionId":"/);
+    } finally {
+      ex.stop();
+      await ex.done.catch(() => {});
+      await server.shutdown();
+      srv.closeAllConnections();
+      srv.close();
     }
   });
 });

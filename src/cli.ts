@@ -151,8 +151,12 @@ function readSecretFile(file: string, flag: string, minLength: number): { token:
     }
     const token = readFileSync(fd, 'utf8').trim();
     if (!token) fail(`${flag}: the file is empty`);
-    if (Buffer.byteLength(token) < minLength) fail(`${flag}: the secret must be at least ${minLength} bytes`);
-    if (/\s/.test(token)) fail(`${flag}: the secret must not contain white space`);
+    // A token is counted in characters, an HMAC key in bytes (as Codex counts it).
+    const what = flag === '--ws-token-file' ? 'token' : 'secret';
+    const size = what === 'token' ? token.length : Buffer.byteLength(token);
+    if (size < minLength)
+      fail(`${flag}: the ${what} must be at least ${minLength} ${what === 'token' ? 'characters' : 'bytes'}`);
+    if (/\s/.test(token)) fail(`${flag}: the ${what} must not contain white space`);
     return { token, path: realpathSync(file) };
   } finally {
     closeSync(fd);

@@ -513,7 +513,10 @@ async function execServerCommand(argv: string[]): Promise<void> {
       () => {},
       (e) => {
         process.stderr.write(`corral: remote executor: ${(e as Error).message}\n`);
-        void server.shutdown().finally(() => process.exit(1));
+        void server
+          .shutdown()
+          .then(() => audit.stop())
+          .finally(() => process.exit(1));
       },
     );
     return;

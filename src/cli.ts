@@ -2,6 +2,7 @@ import { closeSync, constants, fstatSync, openSync, readFileSync, realpathSync }
 import { parseArgs } from 'node:util';
 import { exportAudit } from './audit/cli.js';
 import { type AuditOptions, defaultAuditPath, startAudit } from './audit/index.js';
+import { EnvironmentId } from './protocol/remote.js';
 import { bearerAuth, noAuth, type RegistrationAuth, sigv4Auth } from './remote/auth.js';
 import { startDirectExecutor } from './remote/direct.js';
 import { RegistryClient } from './remote/registry.js';
@@ -448,6 +449,8 @@ async function execServerCommand(argv: string[]): Promise<void> {
     const explicitAuth = argv.some((a) => /^--ws-(auth|token|shared|issuer|audience|max-clock)/.test(a));
     if (explicitAuth) fail('WebSocket listener auth cannot be used with --remote');
     if (!values['environment-id']) fail('--environment-id is required when --remote is set');
+    const id = EnvironmentId.safeParse(values['environment-id']);
+    if (!id.success) fail(`--environment-id: ${id.error.issues[0]!.message}`);
     const transport = values['remote-transport'] ?? 'direct';
     if (transport === 'noise')
       fail(

@@ -67,7 +67,17 @@ function executorArgv(kind: Executor, binary: string | null): string[] {
   if (kind === 'codex') return [binary!, 'exec-server', ...common, ...sig];
   // The executor's cwd is its scratch directory: tsx is named by its resolved URL, not looked up from there.
   const tsx = import.meta.resolve('tsx');
-  return [process.execPath, '--import', tsx, join(ROOT, 'src', 'cli.ts'), 'exec-server', ...common, ...sig];
+  // No audit trail here: its worker would look tsx up from the scratch directory, and it is not what is compared.
+  return [
+    process.execPath,
+    '--import',
+    tsx,
+    join(ROOT, 'src', 'cli.ts'),
+    'exec-server',
+    ...common,
+    ...sig,
+    '--no-audit',
+  ];
 }
 
 function executorEnv(dir: string): Record<string, string> {

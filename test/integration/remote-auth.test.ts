@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { SignJWT } from 'jose';
 import { generateToken } from '../../src/server/auth.js';
+import type { LaunchPreparer } from '../../src/server/launcher.js';
 import { type Cli, startCli } from '../helpers/cli.js';
 import { RpcClient } from '../helpers/client.js';
 import { shellStart } from '../helpers/registry-contract.js';
@@ -200,28 +201,30 @@ describe('--ws-token-sha256, --exit-on-stdin-close, --concurrent-requests, and f
 
   it('--concurrent-requests: with 1 a slow process/start holds back the next; with 2 the next overtakes it; a parked read never holds a slot', async () => {
     const order = async (n: number) => {
-      const ts = await startTestServer({ concurrentRequests: n });
+      // process/start's launch preparation is asynchronous (sandbox, proxy): hold the one of `slow` until released.
+      // The preparer given to the server delegates to the server's own launcher.
+      let release!: () => void;
+      const held = new Promise<void>((r) => {
+        release = r;
+      });
+      let slowPreparing!: () => void;
+      const preparing = new Promise<void>((r) => {
+        slowPreparing = r;
+      });
+      let real!: LaunchPreparer;
+      const preparer: LaunchPreparer = {
+        classify: (...a) => real.classify(...a),
+        prepare: async (p, spec, ctx) => {
+          if (p.processId === 'slow') {
+            slowPreparing();
+            await held;
+          }
+          return real.prepare(p, spec, ctx);
+        },
+      };
+      const ts = await startTestServer({ concurrentRequests: n, preparer });
+      real = ts.server.launcher;
       try {
-        // process/start's launch preparation is asynchronous (sandbox, proxy): hold the one of `slow` until released.
-        const real = ts.server.preparer;
-        let release!: () => void;
-        const held = new Promise<void>((r) => {
-          release = r;
-        });
-        let slowPreparing!: () => void;
-        const preparing = new Promise<void>((r) => {
-          slowPreparing = r;
-        });
-        ts.server.preparer = {
-          classify: real.classify,
-          prepare: async (p, spec, ctx) => {
-            if (p.processId === 'slow') {
-              slowPreparing();
-              await held;
-            }
-            return real.prepare(p, spec, ctx);
-          },
-        };
         const c = await ts.client();
         await c.request('process/start', shellStart('long', 'sleep 5', '/tmp'));
         const seen: string[] = [];

@@ -25,6 +25,8 @@ import type { RegistrationAuth } from './auth.js';
 import { type Registration, type RegistryClient, RegistryError, requireTlsOrLoopback } from './registry.js';
 
 export const HANDSHAKE_TIMEOUT_MS = 10_000;
+/** How long stop() waits for the relay to answer the close frame before dropping the link. */
+export const CLOSE_GRACE_MS = 2_000;
 export const INITIAL_RETRY_MS = 500;
 export const MAX_RETRY_MS = 5_000;
 
@@ -110,11 +112,13 @@ export function startDirectExecutor(server: ExecServer, o: DirectExecutorOptions
         ws.terminate();
         reject(new HandshakeRefused(res.statusCode ?? 0));
       });
+      let peer = `${reg.url.hostname}:${reg.url.port || (reg.url.protocol === 'wss:' ? 443 : 80)}`;
+      ws.once('upgrade', (res) => {
+        if (res.socket.remoteAddress) peer = `${res.socket.remoteAddress}:${res.socket.remotePort}`;
+      });
       ws.once('open', () => {
         opened = true;
         const n = ++linksOpened;
-        const raw = ws as unknown as { _socket?: import('node:net').Socket };
-        const peer = `${raw._socket?.remoteAddress ?? reg.url.hostname}:${raw._socket?.remotePort ?? 0}`;
         const conn = server.connect(webSocketTransport(ws, peer, { clientSide: true }), principal);
         ws.on('message', (data, isBinary) => {
           conn.receive(isBinary || typeof data !== 'string' ? data.toString() : data);
@@ -186,7 +190,14 @@ export function startDirectExecutor(server: ExecServer, o: DirectExecutorOptions
     done,
     stop() {
       stopped = true;
-      current?.close(1001, 'executor stopping');
+      const ws = current;
+      if (ws) {
+        // A relay that never answers the close frame must not hold the executor for ws's 30 s close timeout.
+        ws.close(1001, 'executor stopping');
+        const t = setTimeout(() => ws.terminate(), CLOSE_GRACE_MS);
+        t.unref();
+        ws.once('close', () => clearTimeout(t));
+      }
       wake?.();
     },
   };

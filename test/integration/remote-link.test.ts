@@ -288,6 +288,18 @@ describe('remote executor link: the first harness message', () => {
         ),
       ]);
       assert.match(text, /^\{"id":1,"result":\{"sessionId":"/);
+      // This relay never answers a close frame: stop() still ends the executor promptly, not after ws's 30 s.
+      ex.stop();
+      await Promise.race([
+        ex.done.catch(() => {}),
+        new Promise((_, reject) => {
+          const t = setTimeout(
+            () => reject(new Error('stop() waited for a close the relay never answered')),
+            10_000,
+          );
+          t.unref();
+        }),
+      ]);
     } finally {
       ex.stop();
       await ex.done.catch(() => {});

@@ -188,6 +188,7 @@ const nameOf = (s: z.ZodType) => {
 };
 for (const m of Object.values(methods.METHODS)) roots.add(nameOf(m.params)).add(nameOf(m.result));
 for (const n of Object.values(methods.NOTIFICATIONS)) roots.add(nameOf(n.params));
+for (const r of Object.values(methods.SERVER_REQUESTS)) roots.add(nameOf(r.params)).add(nameOf(r.result));
 const reached = new Set<string>();
 const walk = (name: string) => {
   if (reached.has(name)) return;
@@ -304,6 +305,20 @@ function reference(): string {
   for (const [name, n] of Object.entries(methods.NOTIFICATIONS)) {
     const to = n.to === 'agent' ? "the connection attached to the process's session" : 'panel subscribers';
     add(`| \`${name}\` | ${to} | ${typeText({ $ref: `${nameOf(n.params)}.json` })} | ${cell(n.summary)} |`);
+  }
+  add(
+    '',
+    '## Server → client requests',
+    '',
+    'Sent only to a client that declared the capability in `initialize {capabilities}`; the client answers with a JSON-RPC response carrying the same id.',
+    '',
+    '| request | capability | params | result | |',
+    '|---|---|---|---|---|',
+  );
+  for (const [name, r] of Object.entries(methods.SERVER_REQUESTS)) {
+    add(
+      `| \`${name}\` | \`${r.capability}\` | ${typeText({ $ref: `${nameOf(r.params)}.json` })} | ${typeText({ $ref: `${nameOf(r.result)}.json` })} | ${cell(r.summary)} |`,
+    );
   }
   add('', '## Error codes', '', '| code | name | when |', '|---|---|---|');
   const errorDocs = readErrorDocs();

@@ -378,6 +378,28 @@ export type Notifications = typeof NOTIFICATIONS;
 export type NotificationName = keyof Notifications;
 export type NotificationParams<N extends NotificationName> = z.output<Notifications[N]['params']>;
 
+export interface ServerRequestSpec<P extends z.ZodType = z.ZodType, R extends z.ZodType = z.ZodType> {
+  /** Always the connection attached to the process's session, and only if it declared the capability. */
+  readonly to: 'agent';
+  /** The `initialize` capability a client declares to be sent this request. */
+  readonly capability: keyof z.input<typeof exec.ClientCapabilities>;
+  readonly params: P;
+  readonly result: R;
+  readonly summary: string;
+}
+
+/** Server → client requests: the client answers them (a client that did not declare the capability is never asked). */
+export const SERVER_REQUESTS = {
+  [approvals.NETWORK_POLICY_REQUEST_METHOD]: {
+    to: 'agent',
+    capability: 'networkApprovals',
+    params: approvals.NetworkPolicyRequestParams,
+    result: approvals.NetworkPolicyRequestResult,
+    summary:
+      'Decide a network prompt of one of your own processes (the panel is asked at the same time; the first answer wins; `ask` leaves it to the panel; no answer before `expiresAt` fails closed). An answer to anything else closes the connection (1002).',
+  },
+} as const satisfies Record<string, ServerRequestSpec>;
+
 /** Client → server notifications: `initialized` ends the handshake (its params may be `{}`, null or absent). */
 export const CLIENT_NOTIFICATIONS = {
   initialized: {

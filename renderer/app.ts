@@ -11,6 +11,7 @@ import { NetworkView } from './views/network.js';
 import { PolicyView } from './views/policy.js';
 import { ProcessesView } from './views/processes.js';
 import { RunView } from './views/run.js';
+import { ServersView } from './views/servers.js';
 
 /** What bounds each command, or a warning that nothing does (host/info resourceLimits). */
 function limitsLine(info: HostInfo): HTMLElement | null {
@@ -113,6 +114,7 @@ const labels: [ViewName, string, string][] = [
   ['network', 'Network', '⇄'],
   ['approvals', 'Approvals', '⚑'],
   ['history', 'History', '⟲'],
+  ['servers', 'Servers', '◎'],
   ['policy', 'Policy debugger', '⚖'],
   ['run', 'Run a command', '▶'],
 ];
@@ -193,11 +195,24 @@ function renderConnectBox(): void {
 }
 
 function updateCounters(): void {
-  let running = 0;
-  for (const p of store.processes.values()) if (p.state === 'running') running++;
+  const running = store.processes.counts.running;
   counters.processes!.textContent = running > 0 ? String(running) : '';
+  let down = 0;
+  for (const s of store.servers.values()) if (s.state === 'disconnected') down++;
+  counters.servers!.textContent = down > 0 ? `${down} down` : store.fleet ? String(store.servers.size) : '';
+  counters.servers!.classList.toggle('alert', down > 0);
   counters.network!.textContent = store.blocked.length > 0 ? String(store.blocked.length) : '';
   counters.network!.classList.toggle('alert', store.blocked.length > 0);
+}
+
+let countersScheduled = false;
+function scheduleCounters(): void {
+  if (countersScheduled) return;
+  countersScheduled = true;
+  requestAnimationFrame(() => {
+    countersScheduled = false;
+    updateCounters();
+  });
 }
 
 function boot(): void {
@@ -210,6 +225,7 @@ function boot(): void {
   };
   views.approvals = approvals;
   views.history = new HistoryView(ctx);
+  views.servers = new ServersView(ctx);
   views.policy = new PolicyView(ctx);
   views.run = new RunView(ctx);
   const main = h('main', { class: 'main' }, banner);
@@ -245,7 +261,7 @@ function boot(): void {
         );
       }
     }
-    if (c === 'processes' || c === 'network') updateCounters();
+    if (c === 'processes' || c === 'network' || c === 'servers') scheduleCounters();
   });
   const m = /(?:^#|&)view=(\w+)/.exec(location.hash);
   const initial = (m && m[1]! in views ? m[1] : 'processes') as ViewName;

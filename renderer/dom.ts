@@ -33,13 +33,26 @@ export function append(el: Node, children: Child[]): void {
   }
 }
 
-export function clear(el: Node): void {
-  while (el.firstChild) el.removeChild(el.firstChild);
+export function clear(el: Element): void {
+  el.replaceChildren();
 }
 
-export function replace(el: Node, ...children: Child[]): void {
-  clear(el);
+export function replace(el: Element, ...children: Child[]): void {
+  el.replaceChildren();
   append(el, children);
+}
+
+/** A function that runs `f` once in the next animation frame, however often it is called before then. */
+export function perFrame(f: () => void): () => void {
+  let scheduled = false;
+  return () => {
+    if (scheduled) return;
+    scheduled = true;
+    requestAnimationFrame(() => {
+      scheduled = false;
+      f();
+    });
+  };
 }
 
 export function fmtBytes(n: number): string {

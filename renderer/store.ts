@@ -1,4 +1,5 @@
-// The panel's state, fed by the monitor snapshot and live `monitor/*` notifications.
+// The panel's state, fed by the monitor snapshot, its pages and the live `monitor/batch` notifications. Data work
+// only: a notification updates the tables at once and says what changed; views render at most once per frame.
 
 // host/info: one definition, in src/protocol.
 import type { HostInfo } from '../src/protocol/host.js';
@@ -6,12 +7,16 @@ import type {
   DroppedCounts,
   HostCount,
   MonitorAudit,
+  MonitorBatch,
   MonitorBlocked,
   MonitorOutputNotification,
   MonitorProcess,
+  MonitorServer,
   MonitorSession,
+  MonitorSessionChange,
   MonitorSnapshot,
 } from '../src/protocol/monitor.js';
+import { ProcessTable, type Row, rowKey, sessionKey } from './processTable.js';
 
 export type { HostInfo };
 
@@ -22,17 +27,22 @@ export type Change =
   | 'dropped'
   | 'info'
   | 'connection'
-  | 'output-bytes'
+  | 'servers'
   | 'snapshot';
 
-export const procKey = (p: { sessionId: string; processId: string }) => `${p.sessionId}/${p.processId}`;
+export { rowKey, sessionKey };
+/** A process's key in the panel: its server, session and id. */
+export const procKey = (p: { server?: string | undefined; sessionId: string; processId: string }) =>
+  rowKey(p.server ?? '', p.sessionId, p.processId);
 
 const MAX_BLOCKED = 500;
 const MAX_AUDIT = 1000;
 
 export class Store {
-  readonly processes = new Map<string, MonitorProcess>();
+  readonly processes = new ProcessTable();
+  /** By sessionKey(server, sessionId). */
   readonly sessions = new Map<string, MonitorSession>();
+  readonly servers = new Map<string, MonitorServer>();
   blocked: MonitorBlocked[] = [];
   audit: MonitorAudit[] = [];
   readonly hosts = new Map<string, HostCount>();
@@ -40,11 +50,20 @@ export class Store {
   networkWired = false;
   previewWired = false;
   info: HostInfo | null = null;
+  /** The panel's own session (sessionKey). */
   selfSession: string | null = null;
   /** Clock offset: server time − local time at snapshot. */
   skew = 0;
+  /** Processes of the snapshot still being paged in. */
+  pending = 0;
+  /** Keys of the rows the current snapshot confirmed (the rest become stale when it completes). */
+  private confirmed: Set<string> | null = null;
   private readonly listeners = new Set<(c: Change) => void>();
   private readonly outputListeners = new Set<(n: MonitorOutputNotification) => void>();
+
+  constructor() {
+    this.processes.serverName = (id) => this.serverName(id);
+  }
 
   on(f: (c: Change) => void): () => void {
     this.listeners.add(f);
@@ -60,100 +79,151 @@ export class Store {
     for (const f of [...this.listeners]) f(c);
   }
 
+  /** Whether this host watches other servers (the server column and filter are shown then). */
+  get fleet(): boolean {
+    return this.servers.size > 1;
+  }
+
+  serverName(id: string): string {
+    return this.servers.get(id)?.name ?? (id === '' ? 'this host' : id);
+  }
+
+  /** A row of a server whose link is down is shown as stale too. */
+  isStale(r: Row): boolean {
+    return r.stale || (r.server !== '' && this.servers.get(r.server)?.state === 'disconnected');
+  }
+
+  /** A subscription's snapshot (first or after a resync): the lists are replaced, processes upserted. */
   loadSnapshot(s: MonitorSnapshot): void {
-    this.processes.clear();
-    for (const p of s.processes) this.processes.set(procKey(p), p);
     this.sessions.clear();
     for (const x of s.sessions) {
-      this.sessions.set(x.sessionId, x);
-      if (x.self) this.selfSession = x.sessionId;
+      const k = sessionKey(x.server ?? '', x.sessionId);
+      this.sessions.set(k, x);
+      if (x.self) this.selfSession = k;
     }
+    this.servers.clear();
+    for (const sv of s.servers ?? []) this.servers.set(sv.id, sv);
     this.blocked = s.blocked.slice(-MAX_BLOCKED);
     this.audit = s.audit.slice(-MAX_AUDIT);
     this.hosts.clear();
-    for (const c of s.hosts) this.hosts.set(c.host, { ...c });
+    for (const c of s.hosts) this.count(c.host, 'allowed', c.allowed, c.blocked);
     this.dropped = s.dropped;
     this.networkWired = s.networkWired;
     this.previewWired = s.previewWired;
     this.skew = s.serverTime - Date.now();
+    this.confirmed = new Set();
+    this.upsert(s.processes);
+    this.pending = s.pendingProcesses ?? 0;
+    if (this.pending === 0) this.snapshotDone();
     this.emit('snapshot');
+    this.emit('servers');
     this.emit('processes');
     this.emit('sessions');
     this.emit('network');
     this.emit('dropped');
   }
 
+  private upsert(list: MonitorProcess[]): void {
+    const rows = this.processes.upsertAll(list);
+    const c = this.confirmed;
+    if (c) for (const r of rows) c.add(r.key);
+  }
+
+  /** The snapshot is complete: live rows it did not mention are no longer known to their server. */
+  private snapshotDone(): void {
+    const c = this.confirmed;
+    this.confirmed = null;
+    if (!c) return;
+    this.processes.update((r) => {
+      if (c.has(r.key) || r.stale || r.state === 'closed') return false;
+      r.stale = true;
+      return true;
+    });
+  }
+
   notification(method: string, params: unknown): void {
-    const p = params as Record<string, unknown>;
     switch (method) {
-      case 'monitor/process': {
-        const proc = p.process as MonitorProcess;
-        this.processes.set(procKey(proc), proc);
-        this.emit('processes');
+      case 'monitor/batch':
+        this.batch(params as MonitorBatch);
         break;
-      }
+      case 'monitor/resync':
+        this.loadSnapshot(params as MonitorSnapshot);
+        break;
       case 'monitor/output': {
-        const n = p as unknown as MonitorOutputNotification;
-        const proc = this.processes.get(procKey(n));
-        if (proc && n.seq > proc.lastSeq) {
-          const pad = n.chunk.endsWith('==') ? 2 : n.chunk.endsWith('=') ? 1 : 0;
-          proc.bytesOut += (n.chunk.length / 4) * 3 - pad;
-          proc.lastSeq = n.seq;
-          this.emit('output-bytes');
-        }
+        const n = params as MonitorOutputNotification;
         for (const f of [...this.outputListeners]) f(n);
         break;
       }
-      case 'monitor/session': {
-        const s = p.session as MonitorSession;
-        if (p.kind === 'expired') {
-          this.sessions.delete(s.sessionId);
-          for (const [k, proc] of this.processes) {
-            if (proc.sessionId === s.sessionId && proc.retained)
-              this.processes.set(k, { ...proc, retained: false });
-          }
-          this.emit('processes');
-        } else this.sessions.set(s.sessionId, s);
-        this.emit('sessions');
-        break;
-      }
-      case 'monitor/blocked': {
-        const e = p.event as MonitorBlocked;
-        this.blocked.push(e);
-        if (this.blocked.length > MAX_BLOCKED) this.blocked.shift();
-        this.count(e.host, 'blocked');
-        this.emit('network');
-        break;
-      }
-      case 'monitor/audit': {
-        const e = p.event as MonitorAudit;
-        this.audit.push(e);
-        if (this.audit.length > MAX_AUDIT) this.audit.shift();
-        if (e.decision === 'allow') this.count(e.host, 'allowed');
-        this.emit('network');
-        break;
-      }
-      case 'monitor/dropped':
-        this.dropped = p.dropped as DroppedCounts;
-        this.emit('dropped');
-        break;
     }
   }
 
-  private count(host: string, what: 'allowed' | 'blocked'): void {
+  private batch(b: MonitorBatch): void {
+    if (b.processes?.length) this.upsert(b.processes);
+    if (b.snapshotRemaining !== undefined) {
+      this.pending = b.snapshotRemaining;
+      if (this.pending === 0) this.snapshotDone();
+    }
+    if (b.processes?.length || b.snapshotRemaining !== undefined) this.emit('processes');
+    if (b.sessions?.length) {
+      for (const c of b.sessions) this.session(c);
+      this.emit('sessions');
+    }
+    if (b.servers?.length) {
+      for (const s of b.servers) {
+        if (s.lastError === 'removed from the fleet') this.servers.delete(s.id);
+        else this.servers.set(s.id, s);
+      }
+      this.emit('servers');
+      this.emit('processes');
+    }
+    if (b.blocked?.length || b.audit?.length) {
+      for (const e of b.blocked ?? []) {
+        this.blocked.push(e);
+        this.count(e.host, 'blocked', 0, 1);
+      }
+      for (const e of b.audit ?? []) {
+        this.audit.push(e);
+        if (e.decision === 'allow') this.count(e.host, 'allowed', 1, 0);
+      }
+      if (this.blocked.length > MAX_BLOCKED) this.blocked.splice(0, this.blocked.length - MAX_BLOCKED);
+      if (this.audit.length > MAX_AUDIT) this.audit.splice(0, this.audit.length - MAX_AUDIT);
+      this.emit('network');
+    }
+    if (b.dropped) {
+      this.dropped = b.dropped;
+      this.emit('dropped');
+    }
+  }
+
+  private session(c: MonitorSessionChange): void {
+    const s = c.session;
+    const server = s.server ?? '';
+    const k = sessionKey(server, s.sessionId);
+    if (c.kind !== 'expired') {
+      this.sessions.set(k, s);
+      return;
+    }
+    this.sessions.delete(k);
+    // Its processes' output is gone with it.
+    this.processes.update((r) => {
+      if (!r.retained || r.server !== server || r.sessionId !== s.sessionId) return false;
+      r.retained = false;
+      return true;
+    });
+  }
+
+  private count(host: string, _what: 'allowed' | 'blocked', allowed: number, blocked: number): void {
     let c = this.hosts.get(host);
     if (!c) {
       c = { host, allowed: 0, blocked: 0 };
       this.hosts.set(host, c);
     }
-    c[what]++;
+    c.allowed += allowed;
+    c.blocked += blocked;
   }
 
-  /** The process a network event belongs to (sessionId may be unknown). */
-  processFor(processId: string, sessionId: string | null): MonitorProcess | undefined {
-    if (sessionId) return this.processes.get(`${sessionId}/${processId}`);
-    let found: MonitorProcess | undefined;
-    for (const p of this.processes.values()) if (p.processId === processId) found = p;
-    return found;
+  /** The process a network event belongs to (if its session is known). */
+  processFor(server: string, processId: string, sessionId: string | null): Row | undefined {
+    return sessionId ? this.processes.get(rowKey(server, sessionId, processId)) : undefined;
   }
 }

@@ -9,7 +9,7 @@ export interface View {
   hide?(): void;
 }
 
-export type ViewName = 'processes' | 'network' | 'approvals' | 'history' | 'policy' | 'run';
+export type ViewName = 'processes' | 'network' | 'approvals' | 'servers' | 'history' | 'policy' | 'run';
 
 export interface AppContext {
   store: Store;

@@ -1,7 +1,9 @@
+import { createHash } from 'node:crypto';
 import { closeSync, constants, fstatSync, openSync, readFileSync, realpathSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { exportAudit } from './audit/cli.js';
 import { type AuditOptions, defaultAuditPath, startAudit } from './audit/index.js';
+import { JoinParams, parseJoinText } from './protocol/fleet.js';
 import { EnvironmentId } from './protocol/remote.js';
 import { bearerAuth, noAuth, type RegistrationAuth, sigv4Auth } from './remote/auth.js';
 import { startDirectExecutor } from './remote/direct.js';
@@ -18,16 +20,19 @@ import {
   parseTokenSha256,
   signedBearerVerifier,
   tokenAuth,
+  withPanelToken,
 } from './server/auth.js';
 import { ExecServer, type ExecServerOptions } from './server/execServer.js';
-import { startHost } from './server/host.js';
+import { sandboxPreview, startHost } from './server/host.js';
 import { createLogger, type LogLevel } from './server/log.js';
+import { servePanel } from './server/panel.js';
 import { serveStdio } from './server/stdio.js';
 import { listenWebSocket } from './server/wsListener.js';
 
 const USAGE = `usage: corral exec-server --listen ws://127.0.0.1:0 [options]
        corral exec-server --listen stdio
-       corral serve [--port N] [--resume-grace-ms N] [limits] [audit options] [--log-level L] [--log-file F]
+       corral serve [--port N] [--resume-grace-ms N] [--join URL]... [limits] [audit options] [--log-level L]
+                               [--log-file F]
                                exec server with an agent token + the panel (its own token) at /panel/
        corral audit export [--db FILE] --format jsonl [--since ISO] [--session ID]
                                every stored event as one JSON object per line, oldest first
@@ -48,6 +53,11 @@ options:
   --ws-max-clock-skew-seconds N  signed-bearer-token: leeway for exp and nbf  [30]
   --concurrent-requests N requests of one connection handled at once (a parked process/read never holds one)  [1]
   --exit-on-stdin-close   exit (killing every child) when standard input closes
+  --panel-token-file FILE exec-server: also accept this token (same rules as --ws-token-file) as a panel
+                          credential: the monitor, approvals and policy methods, for a fleet host watching this server
+  --join URL              serve: watch this Corral server too (repeatable): its panel credential from
+                          #token-file=PATH (same rules as --ws-token-file; never ?token=: argv is public), upgrade
+                          headers as #header=Name:Value (e.g. the agent-sandbox router's X-Sandbox-ID), #name=NAME
   --allow-origin ORIGIN   allow a browser Origin to connect (repeatable); any other Origin gets 403
   --allow-host NAME       also answer requests whose Host is NAME (repeatable), e.g. a Kubernetes Service name
   --resume-grace-ms N     keep a disconnected session's processes N ms for resume, then kill them  [10000]
@@ -344,6 +354,34 @@ function listenerAuth(values: Record<string, string | boolean | string[] | undef
   };
 }
 
+type Listening = ReturnType<typeof listenerAuth>;
+
+/**
+ * `--panel-token-file`: the listener also accepts that token (a different one) as a panel credential — the monitor,
+ * approvals and policy methods — so that a fleet host can watch this server.
+ */
+function withPanelCredential(
+  l: Listening,
+  values: Record<string, string | boolean | string[] | undefined>,
+): Listening & { panel: boolean } {
+  const file = values['panel-token-file'] as string | undefined;
+  if (file === undefined) return { ...l, panel: false };
+  if (!l.auth.required) fail('--ws-auth none and --panel-token-file exclude each other');
+  const panel = readSecretFile(file, '--panel-token-file', 16);
+  const sha = values['ws-token-sha256'] as string | undefined;
+  const sameAsAgent =
+    l.auth.secrets.includes(panel.token) ||
+    (sha !== undefined && parseTokenSha256(sha).equals(createHash('sha256').update(panel.token).digest()));
+  if (sameAsAgent) fail('--panel-token-file: the panel token must differ from the agent token');
+  return {
+    ...l,
+    auth: withPanelToken(l.auth, panel.token),
+    hiddenPaths: [...l.hiddenPaths, panel.path],
+    describe: `${l.describe}; the token of --panel-token-file for a panel`,
+    panel: true,
+  };
+}
+
 /** The registration auth of `--remote`: SigV4, a bearer read from stdin, or none (loopback registries only). */
 async function registrationAuth(
   values: Record<string, string | boolean | string[] | undefined>,
@@ -407,6 +445,7 @@ async function execServerCommand(argv: string[]): Promise<void> {
       'aws-region': { type: 'string' },
       'aws-service': { type: 'string' },
       'registration-bearer-stdin': { type: 'boolean', default: false },
+      'panel-token-file': { type: 'string' },
       'allow-origin': { type: 'string', multiple: true, default: [] },
       'allow-host': { type: 'string', multiple: true, default: [] },
       'resume-grace-ms': { type: 'string', default: '10000' },
@@ -458,7 +497,9 @@ async function execServerCommand(argv: string[]): Promise<void> {
       );
     if (transport !== 'direct') fail(`--remote-transport: unknown transport ${transport} (direct)`);
   }
-  const listening = remote === undefined ? listenerAuth(values) : null;
+  const listening = remote === undefined ? withPanelCredential(listenerAuth(values), values) : null;
+  if (remote !== undefined && values['panel-token-file'])
+    fail('--panel-token-file requires a listener, not --remote');
   const audit = await startAudit(auditOptions(values), log).catch((e: Error) => fatal(e.message));
   // No sandbox may read a secret file, our log, or the audit database (its directory) (sandbox.md: masked like any
   // unreadable path).
@@ -474,6 +515,11 @@ async function execServerCommand(argv: string[]): Promise<void> {
     launcher: { sandbox: { hiddenPaths } },
   });
   audit.attach(server);
+  // With a panel credential, a fleet host (or a panel) can watch this server with the monitor.
+  if (listening?.panel) {
+    const monitor = servePanel(server, { resumeGraceMs, preview: sandboxPreview });
+    monitor.attachNetwork(server.launcher.networkEvents);
+  }
   let stopping = false;
   let closeListener: (() => Promise<void>) | null = null;
   const stop = (why: string) => {
@@ -565,6 +611,25 @@ async function execServerCommand(argv: string[]): Promise<void> {
   log.info(`exec-server listening on ${listener.url} (${describe})`);
 }
 
+/** One `--join URL`: the credential from ?token= or #token-file=, headers and name from the fragment. */
+function parseJoin(text: string): JoinParams {
+  let t: ReturnType<typeof parseJoinText>;
+  try {
+    t = parseJoinText(text);
+  } catch (e) {
+    fail(`--join: ${(e as Error).message}`);
+  }
+  const token = t.tokenFile ? readSecretFile(t.tokenFile, '--join token-file', 16).token : null;
+  const r = JoinParams.safeParse({ url: t.url, token, headers: t.headers, name: t.name });
+  if (!r.success) {
+    const i = r.error.issues[0]!;
+    fail(`--join: ${i.path.join('.') || 'url'}: ${i.message}`);
+  }
+  if (!token && !/[?&]token=/.test(t.url))
+    fail("--join: the server's panel token is missing (?token= or #token-file=)");
+  return r.data;
+}
+
 /** `corral serve`: the headless host — exec server with a generated token, and the panel at /panel/ on that port. */
 async function serveCommand(argv: string[]): Promise<void> {
   const { values } = parseArgs({
@@ -573,6 +638,7 @@ async function serveCommand(argv: string[]): Promise<void> {
       host: { type: 'string', default: '127.0.0.1' },
       port: { type: 'string', default: '0' },
       'resume-grace-ms': { type: 'string', default: '10000' },
+      join: { type: 'string', multiple: true, default: [] },
       ...LIMIT_OPTIONS,
       'log-level': { type: 'string', default: 'info' },
       'log-file': { type: 'string' },
@@ -583,6 +649,7 @@ async function serveCommand(argv: string[]): Promise<void> {
   const level = values['log-level'] as LogLevel;
   if (!['error', 'warn', 'info', 'debug'].includes(level)) fail(`--log-level: unknown level ${level}`);
   const audit = auditOptions(values);
+  const join = values.join.map(parseJoin);
   const port = Number(values.port);
   if (!Number.isInteger(port) || port < 0 || port > 65535) fail('--port must be 0..65535');
   const resumeGraceMs = Number(values['resume-grace-ms']);
@@ -599,6 +666,7 @@ async function serveCommand(argv: string[]): Promise<void> {
     servePanel: true,
     logFile: values['log-file'] ?? null,
     audit,
+    join,
   }).catch((e: Error) => fatal(e.message));
   let stopping = false;
   const stop = (why: string) => {

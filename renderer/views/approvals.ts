@@ -14,6 +14,10 @@ import type { AppContext, View } from '../view.js';
 
 const MAX_AUDIT = 500;
 
+const pkey = (server: string | undefined, id: string) => `${server ?? ''}\u0000${id}`;
+/** The `server` member of a call about a row of that server (none for this host's own). */
+const on = (server: string | undefined) => (server ? { server } : {});
+
 const BUTTONS: [ApprovalDecision, string, string][] = [
   ['allowOnce', 'Allow once', 'btn small primary'],
   ['allowProcess', 'Allow for this process', 'btn small'],
@@ -54,8 +58,10 @@ export class ApprovalsView implements View {
   });
   /** Called with the number of pending prompts (the nav counter). */
   onCount: (n: number) => void = () => {};
+  /** By server and id (a fleet host relays the prompts of the servers it watches). */
   private readonly pending = new Map<string, ApprovalPrompt>();
-  private decisions: RememberedDecision[] = [];
+  /** Remembered decisions per server ('' is this host). */
+  private readonly decisionsBy = new Map<string, RememberedDecision[]>();
   private audit: ApprovalAuditEvent[] = [];
   private skew = 0;
   private readonly pendingBody = h('tbody');
@@ -174,8 +180,13 @@ export class ApprovalsView implements View {
   async subscribe(api: TypedRequests): Promise<void> {
     const r = await api.request('approvals/subscribe', {});
     this.pending.clear();
-    for (const p of r.pending) this.pending.set(p.id, p);
-    this.decisions = r.decisions;
+    for (const p of r.pending) this.pending.set(pkey(p.server, p.id), p);
+    this.decisionsBy.clear();
+    for (const d of r.decisions) {
+      const list = this.decisionsBy.get(d.server ?? '') ?? [];
+      list.push(d);
+      this.decisionsBy.set(d.server ?? '', list);
+    }
     this.audit = r.audit.slice(-MAX_AUDIT);
     this.skew = 0;
     this.render();
@@ -186,14 +197,14 @@ export class ApprovalsView implements View {
     switch (method) {
       case 'approvals/requested': {
         const prompt = p.prompt as ApprovalPrompt;
-        this.pending.set(prompt.id, prompt);
+        this.pending.set(pkey(prompt.server, prompt.id), prompt);
         break;
       }
       case 'approvals/resolved':
-        this.pending.delete(p.id as string);
+        this.pending.delete(pkey(p.server as string | undefined, p.id as string));
         break;
       case 'approvals/decisions':
-        this.decisions = p.decisions as RememberedDecision[];
+        this.decisionsBy.set((p.server as string | undefined) ?? '', p.decisions as RememberedDecision[]);
         if (!this.el.hidden) this.refreshExport();
         break;
       case 'approvals/audit':
@@ -209,7 +220,7 @@ export class ApprovalsView implements View {
   private async decide(prompt: ApprovalPrompt, decision: ApprovalDecision, card: HTMLElement): Promise<void> {
     for (const b of card.querySelectorAll('button')) b.disabled = true;
     try {
-      await this.ctx.conn.request('approvals/decide', { id: prompt.id, decision });
+      await this.ctx.conn.request('approvals/decide', { ...on(prompt.server), id: prompt.id, decision });
     } catch (e) {
       this.ctx.toast(`Could not apply the decision: ${(e as Error).message}`, 'error');
       for (const b of card.querySelectorAll('button')) b.disabled = false;
@@ -218,7 +229,7 @@ export class ApprovalsView implements View {
 
   private async revoke(d: RememberedDecision): Promise<void> {
     try {
-      await this.ctx.conn.request('approvals/revoke', { id: d.id });
+      await this.ctx.conn.request('approvals/revoke', { ...on(d.server), id: d.id });
     } catch (e) {
       this.ctx.toast(`Could not revoke: ${(e as Error).message}`, 'error');
     }
@@ -257,8 +268,17 @@ export class ApprovalsView implements View {
     }
   }
 
-  private processLabel(p: { processId: string | null; sessionId: string }): string {
-    return p.processId ? `${p.processId} · ${p.sessionId.slice(0, 8)}` : `session ${p.sessionId.slice(0, 8)}`;
+  private processLabel(p: {
+    processId: string | null;
+    sessionId: string;
+    server?: string | undefined;
+  }): string {
+    const where = this.ctx.store.fleet ? ` · ${this.ctx.store.serverName(p.server ?? '')}` : '';
+    return `${p.processId ? `${p.processId} · ${p.sessionId.slice(0, 8)}` : `session ${p.sessionId.slice(0, 8)}`}${where}`;
+  }
+
+  private get decisions(): RememberedDecision[] {
+    return [...this.decisionsBy.values()].flat();
   }
 
   private render(): void {
@@ -273,6 +293,7 @@ export class ApprovalsView implements View {
           'aria-label': `Network request from ${p.processId} to ${p.host}`,
           'data-testid': 'approval-prompt',
           'data-id': p.id,
+          'data-server': p.server ?? '',
         });
         replace(
           card,
@@ -285,6 +306,12 @@ export class ApprovalsView implements View {
           h(
             'dl',
             { class: 'approval-facts' },
+            this.ctx.store.fleet
+              ? [
+                  h('dt', null, 'Server'),
+                  h('dd', { 'data-field': 'server' }, this.ctx.store.serverName(p.server ?? '')),
+                ]
+              : null,
             h('dt', null, 'Process'),
             h('dd', { 'data-field': 'process' }, `${p.processId} (${p.clientName})`),
             h('dt', null, 'Command'),

@@ -1,9 +1,13 @@
 // Network: blocked requests and audit events of the managed proxies, live, with the process that made them, and
 // counts per host.
 import type { MonitorAudit, MonitorBlocked } from '../../src/protocol/monitor.js';
-import { h, replace, shellJoin } from '../dom.js';
+import { h, replace } from '../dom.js';
+import { commandOf } from '../processTable.js';
 import { procKey } from '../store.js';
 import type { AppContext, View } from '../view.js';
+
+/** The server filter's "all" (a server id is never this). */
+const ALL = '\u0001all';
 
 const REASON_TEXT: Record<string, string> = {
   not_allowed: 'not in the allowlist',
@@ -32,11 +36,19 @@ export class NetworkView implements View {
     h('option', { value: 'allow' }, 'Allowed'),
     h('option', { value: 'deny' }, 'Denied'),
   );
+  private readonly serverSel = h('select', {
+    class: 'input',
+    'aria-label': 'Filter by server',
+    'data-testid': 'network-server',
+    hidden: true,
+  });
+  private serverIds = '';
   private scheduled = false;
   private visible = false;
 
   constructor(private readonly ctx: AppContext) {
     this.filter.addEventListener('change', () => this.render());
+    this.serverSel.addEventListener('change', () => this.render());
     const blockedTable = h(
       'table',
       { class: 'table', 'data-testid': 'blocked-table' },
@@ -46,6 +58,7 @@ export class NetworkView implements View {
         h(
           'tr',
           null,
+          this.serverHead(),
           h('th', null, 'Time'),
           h('th', null, 'Host'),
           h('th', null, 'Reason'),
@@ -64,6 +77,7 @@ export class NetworkView implements View {
         h(
           'tr',
           null,
+          this.serverHead(),
           h('th', null, 'Time'),
           h('th', null, 'Decision'),
           h('th', null, 'Host'),
@@ -91,7 +105,7 @@ export class NetworkView implements View {
       this.hostsBody,
     );
     this.el.append(
-      h('div', { class: 'toolbar' }, h('h2', null, 'Network'), h('div', { class: 'grow' })),
+      h('div', { class: 'toolbar' }, h('h2', null, 'Network'), h('div', { class: 'grow' }), this.serverSel),
       this.notice,
       h(
         'div',
@@ -112,7 +126,7 @@ export class NetworkView implements View {
       ),
     );
     ctx.store.on((c) => {
-      if (c === 'network' || c === 'processes' || c === 'dropped') this.schedule();
+      if (c === 'network' || c === 'dropped' || c === 'servers' || c === 'snapshot') this.schedule();
     });
   }
 
@@ -125,6 +139,27 @@ export class NetworkView implements View {
     this.visible = false;
   }
 
+  private serverHead(): HTMLElement {
+    return h('th', { class: 'srv-head' }, 'Server');
+  }
+
+  /** The server filter (a fleet host only) and the server column's visibility. */
+  private renderServers(): void {
+    const s = this.ctx.store;
+    this.serverSel.hidden = !s.fleet;
+    this.el.classList.toggle('fleet', s.fleet);
+    const ids = [...s.servers.keys()];
+    if (ids.join('\u0000') === this.serverIds) return;
+    this.serverIds = ids.join('\u0000');
+    // Before its first options the select has no value: that is "all", not the host's own ('').
+    const cur = this.serverSel.options.length === 0 ? ALL : this.serverSel.value;
+    replace(
+      this.serverSel,
+      h('option', { value: ALL, selected: cur === ALL }, 'All servers'),
+      ids.map((id) => h('option', { value: id, selected: id === cur }, s.serverName(id))),
+    );
+  }
+
   private schedule(): void {
     if (this.scheduled || !this.visible) return;
     this.scheduled = true;
@@ -134,8 +169,14 @@ export class NetworkView implements View {
     });
   }
 
-  private processCell(processId: string, sessionId: string | null): HTMLElement {
-    const p = this.ctx.store.processFor(processId, sessionId);
+  private serverCell(server: string | undefined): HTMLElement | null {
+    return this.ctx.store.fleet
+      ? h('td', { class: 'small srv' }, this.ctx.store.serverName(server ?? ''))
+      : null;
+  }
+
+  private processCell(server: string | undefined, processId: string, sessionId: string | null): HTMLElement {
+    const p = this.ctx.store.processFor(server ?? '', processId, sessionId);
     if (!p) return h('td', { class: 'mono small' }, processId);
     return h(
       'td',
@@ -149,7 +190,7 @@ export class NetworkView implements View {
             this.ctx.go('processes', procKey(p));
           },
         },
-        h('span', { class: 'mono small' }, shellJoin(p.argv).slice(0, 60)),
+        h('span', { class: 'mono small' }, commandOf(p).slice(0, 60)),
       ),
       h('div', { class: 'muted small' }, `${p.clientName} · ${p.processId}`),
     );
@@ -166,15 +207,19 @@ export class NetworkView implements View {
     this.notice.hidden = notes.length === 0;
     replace(this.notice, notes.join(' '));
 
-    const blocked = [...s.blocked].reverse();
+    this.renderServers();
+    const server = this.serverSel.hidden || this.serverSel.value === ALL ? null : this.serverSel.value;
+    const mine = (e: { server?: string | undefined }) => server === null || (e.server ?? '') === server;
+    const blocked = [...s.blocked].reverse().filter(mine);
     replace(
       this.blockedBody,
       blocked.length === 0
-        ? h('tr', null, h('td', { colspan: '5', class: 'empty-cell' }, 'No blocked requests.'))
+        ? h('tr', null, h('td', { colspan: '6', class: 'empty-cell' }, 'No blocked requests.'))
         : blocked.map((b: MonitorBlocked) =>
             h(
               'tr',
-              { 'data-host': b.host, 'data-reason': b.reason },
+              { 'data-host': b.host, 'data-reason': b.reason, 'data-server': b.server ?? '' },
+              this.serverCell(b.server),
               h('td', { class: 'small' }, time(b.timestamp)),
               h('td', { class: 'mono' }, b.port ? `${b.host}:${b.port}` : b.host),
               h(
@@ -188,7 +233,7 @@ export class NetworkView implements View {
                 h('div', { class: 'muted small' }, REASON_TEXT[b.reason] ?? ''),
               ),
               h('td', { class: 'small' }, b.method ?? b.protocol, b.mode ? ` · ${b.mode}` : ''),
-              this.processCell(b.processId, b.sessionId),
+              this.processCell(b.server, b.processId, b.sessionId),
             ),
           ),
     );
@@ -210,15 +255,17 @@ export class NetworkView implements View {
     const f = this.filter.value;
     const audit = [...s.audit]
       .reverse()
+      .filter(mine)
       .filter((a) => !f || (f === 'allow' ? a.decision === 'allow' : a.decision !== 'allow'));
     replace(
       this.auditBody,
       audit.length === 0
-        ? h('tr', null, h('td', { colspan: '6', class: 'empty-cell' }, 'No policy decisions yet.'))
+        ? h('tr', null, h('td', { colspan: '7', class: 'empty-cell' }, 'No policy decisions yet.'))
         : audit.slice(0, 300).map((a: MonitorAudit) =>
             h(
               'tr',
-              null,
+              { 'data-server': a.server ?? '' },
+              this.serverCell(a.server),
               h('td', { class: 'small' }, time(a.timestamp)),
               h(
                 'td',
@@ -228,7 +275,7 @@ export class NetworkView implements View {
               ),
               h('td', { class: 'mono' }, `${a.host}:${a.port}`),
               h('td', { class: 'small' }, a.method, h('div', { class: 'muted small' }, a.protocol)),
-              this.processCell(a.processId, a.sessionId),
+              this.processCell(a.server, a.processId, a.sessionId),
               h(
                 'td',
                 { class: 'small mono' },

@@ -169,7 +169,7 @@ export class RunView implements View {
       const r = await this.ctx.conn.request('process/start', params);
       replace(this.out, h('div', { class: 'result-head ok' }, `Started ${r.processId} (${r.sandboxType})`));
       const session = this.ctx.store.selfSession;
-      if (session) this.ctx.go('processes', `${session}/${r.processId}`);
+      if (session) this.ctx.go('processes', `${session}\u0000${r.processId}`);
     } catch (e) {
       const err = e as { code?: number; message: string };
       replace(

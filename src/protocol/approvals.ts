@@ -23,8 +23,12 @@ export type ApprovalOutcome = z.infer<typeof ApprovalOutcome>;
 export const ApprovalProtocol = z.enum(['http', 'https_connect', 'socks5_tcp', 'socks5_udp']);
 export type ApprovalProtocol = z.infer<typeof ApprovalProtocol>;
 
+/** On a fleet host: the server a prompt, decision or audit event belongs to (absent: the host itself). */
+const ServerTag = z.string().optional();
+
 /** One pending prompt: every held request of one (session, process, protocol, host, port) shares it. */
 export const ApprovalPrompt = z.object({
+  server: ServerTag,
   id: z.string(),
   sessionId: z.string(),
   processId: z.string(),
@@ -52,6 +56,7 @@ export type ApprovalPrompt = z.infer<typeof ApprovalPrompt>;
 
 /** A remembered decision: later matching requests follow it without a prompt. Deny entries always win. */
 export const RememberedDecision = z.object({
+  server: ServerTag,
   id: z.string(),
   decision: z.enum(['allow', 'deny']),
   /** `process`: this process only; `session`: every process of the session. */
@@ -81,6 +86,7 @@ export const ApprovalDecidedBy = z.object({
 export type ApprovalDecidedBy = z.infer<typeof ApprovalDecidedBy>;
 
 export const ApprovalAuditEvent = z.object({
+  server: ServerTag,
   seq: z.number(),
   /** Epoch ms. */
   timestamp: z.number(),
@@ -119,7 +125,14 @@ export const ApprovalsSubscribeResult = ApprovalsState.extend({
 });
 export type ApprovalsSubscribeResult = z.infer<typeof ApprovalsSubscribeResult>;
 
-export const DecideParams = z.object({ id: z.string().min(1), decision: ApprovalDecision });
+/** `server`: on a fleet host, the server whose prompt or decision it is (the host forwards the call there). */
+const ServerRef = z.string().nullish();
+
+export const DecideParams = z.object({
+  server: ServerRef,
+  id: z.string().min(1),
+  decision: ApprovalDecision,
+});
 export type DecideParams = z.infer<typeof DecideParams>;
 export const DecideResult = z.object({
   /** Held requests this decision released (on every prompt it applied to). */
@@ -127,11 +140,11 @@ export const DecideResult = z.object({
 });
 export type DecideResult = z.infer<typeof DecideResult>;
 
-export const RevokeParams = z.object({ id: z.string().min(1) });
+export const RevokeParams = z.object({ server: ServerRef, id: z.string().min(1) });
 export const RevokeResult = z.object({ revoked: z.boolean() });
 export type RevokeResult = z.infer<typeof RevokeResult>;
 
-export const ExportParams = z.object({ sessionId: z.string().nullish() }).nullish();
+export const ExportParams = z.object({ server: ServerRef, sessionId: z.string().nullish() }).nullish();
 export const ExportResult = z.object({
   /** The `domains` entries to paste into a policy (network-proxy.md §2.1): host → allow|deny. Deny wins. */
   domains: z.record(z.string(), z.enum(['allow', 'deny'])),
@@ -150,6 +163,7 @@ export const EmptyParams = z.object({}).nullish();
 export const ApprovalRequestedNotification = z.object({ prompt: ApprovalPrompt });
 export type ApprovalRequestedNotification = z.infer<typeof ApprovalRequestedNotification>;
 export const ApprovalResolvedNotification = z.object({
+  server: ServerTag,
   id: z.string(),
   outcome: ApprovalOutcome,
   released: z.number(),
@@ -157,7 +171,11 @@ export const ApprovalResolvedNotification = z.object({
   resolvedAt: z.number(),
 });
 export type ApprovalResolvedNotification = z.infer<typeof ApprovalResolvedNotification>;
-export const ApprovalDecisionsNotification = z.object({ decisions: z.array(RememberedDecision) });
+/** The whole list of remembered decisions (of `server`, on a fleet host). */
+export const ApprovalDecisionsNotification = z.object({
+  server: ServerTag,
+  decisions: z.array(RememberedDecision),
+});
 export type ApprovalDecisionsNotification = z.infer<typeof ApprovalDecisionsNotification>;
 export const ApprovalAuditNotification = z.object({ event: ApprovalAuditEvent });
 export type ApprovalAuditNotification = z.infer<typeof ApprovalAuditNotification>;

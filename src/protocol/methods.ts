@@ -16,6 +16,7 @@ import { z } from 'zod';
 import * as approvals from './approvals.js';
 import * as audit from './audit.js';
 import * as exec from './exec.js';
+import * as fleet from './fleet.js';
 import * as fs from './fs.js';
 import { HostInfo } from './host.js';
 import * as monitor from './monitor.js';
@@ -154,7 +155,7 @@ export const METHODS = {
     monitor.SubscribeParams,
     'SubscribeParams',
     monitor.MonitorSnapshot,
-    'A snapshot of every session, process and proxy event, then live `monitor/*` notifications.',
+    'A snapshot of every session, process and proxy event (the newest 2000 processes; pages of the rest follow), then live `monitor/batch` notifications.',
   ),
   'monitor/unsubscribe': method(
     'panel',
@@ -168,14 +169,14 @@ export const METHODS = {
     monitor.FollowParams,
     'FollowParams',
     monitor.FollowResult,
-    "Streams (or stops streaming) one process's output to a subscriber that asked for `followed` output only.",
+    "Streams (or stops streaming) one process's output to a subscriber that asked for `followed` output only; answers its retained tail.",
   ),
   'monitor/read': method(
     'panel',
     monitor.MonitorReadParams,
     'MonitorReadParams',
     monitor.MonitorReadResult,
-    "The retained output of any session's process.",
+    "The retained output of any session's process (after `afterSeq`, or the newest before `beforeSeq`).",
   ),
   'monitor/terminate': method(
     'panel',
@@ -275,6 +276,27 @@ export const METHODS = {
     audit.AuditInfoResult,
     'Where the audit database is, what it keeps and how much it holds.',
   ),
+  'fleet/join': method(
+    'panel',
+    fleet.JoinParams,
+    'FleetJoinParams',
+    fleet.JoinResult,
+    "Joins another Corral server by URL and its panel credential: its processes, sessions, network events and approvals join this host's feed, tagged with its `server`.",
+  ),
+  'fleet/leave': method(
+    'panel',
+    fleet.LeaveParams,
+    'FleetLeaveParams',
+    fleet.LeaveResult,
+    'Stops watching a joined server (its rows stay, marked stale).',
+  ),
+  'fleet/list': method(
+    'panel',
+    IgnoredParams,
+    'FleetListParams',
+    fleet.ListResult,
+    'The joined servers and their link state.',
+  ),
   'host/info': method(
     'panel',
     IgnoredParams,
@@ -326,35 +348,20 @@ export const NOTIFICATIONS = {
     exec.ClosedNotification,
     "The process's last event: exited and every stream drained.",
   ),
-  'monitor/process': notification(
+  'monitor/batch': notification(
     'panel',
-    monitor.MonitorProcessNotification,
-    'A process appeared or changed (state, exit, byte counts about once a second).',
+    monitor.MonitorBatch,
+    'What changed since the last batch (processes, sessions, network events, servers, drops), at most one per `limits.batchMs`; pages of the snapshot carry `snapshotRemaining`.',
+  ),
+  'monitor/resync': notification(
+    'panel',
+    monitor.MonitorSnapshot,
+    'The subscriber fell so far behind that what was queued for it was dropped: a fresh snapshot (pages follow).',
   ),
   'monitor/output': notification(
     'panel',
     monitor.MonitorOutputNotification,
-    "A chunk of any session's output.",
-  ),
-  'monitor/session': notification(
-    'panel',
-    monitor.MonitorSessionNotification,
-    'A session was created, attached, detached or expired.',
-  ),
-  'monitor/blocked': notification(
-    'panel',
-    monitor.MonitorBlockedNotification,
-    'A managed proxy blocked a request.',
-  ),
-  'monitor/audit': notification(
-    'panel',
-    monitor.MonitorAuditNotification,
-    'A managed proxy made a policy decision.',
-  ),
-  'monitor/dropped': notification(
-    'panel',
-    monitor.MonitorDroppedNotification,
-    'What this subscriber missed because it read too slowly (or the rings evicted).',
+    "Output of a followed process (or any, with `output: 'all'`), consecutive chunks joined per batch; `skipped` bytes were not sent.",
   ),
   'approvals/requested': notification(
     'panel',

@@ -35,8 +35,18 @@ export function redact(value: unknown, depth = 0): unknown {
 
 export const ProcessStateWire = z.enum(['starting', 'running', 'exited', 'closed']);
 
+/**
+ * Which Corral server a row belongs to, on a fleet host (a host that joined other servers): the host's id for that
+ * server. Absent or `''`: the host itself. A host sets it on every row it relays; what the server sent there is
+ * overwritten, so a joined server cannot pass its rows off as another's.
+ */
+const ServerTag = z.string().optional();
+
 /** One process as the panel sees it. No env values: `envKeys` names the variables the child got. */
 export const MonitorProcess = z.object({
+  server: ServerTag,
+  /** On a fleet host: the process's server dropped, or came back without it; this is its last known state. */
+  stale: z.boolean().optional(),
   sessionId: z.string(),
   processId: z.string(),
   clientName: z.string(),
@@ -74,6 +84,7 @@ export const MonitorProcess = z.object({
 export type MonitorProcess = z.infer<typeof MonitorProcess>;
 
 export const MonitorSession = z.object({
+  server: ServerTag,
   sessionId: z.string(),
   clientName: z.string(),
   attached: z.boolean(),
@@ -88,6 +99,7 @@ export type MonitorSession = z.infer<typeof MonitorSession>;
 
 /** A blocked proxy request, tagged with its process (network-proxy.md §4.8). */
 export const MonitorBlocked = z.object({
+  server: ServerTag,
   id: z.number(),
   processId: z.string(),
   sessionId: z.string().nullable(),
@@ -107,6 +119,7 @@ export type MonitorBlocked = z.infer<typeof MonitorBlocked>;
 
 /** A policy decision of a proxy, allowed or not (network-proxy.md §4.9), with its audit metadata. */
 export const MonitorAudit = z.object({
+  server: ServerTag,
   id: z.number(),
   processId: z.string(),
   sessionId: z.string().nullable(),
@@ -146,7 +159,34 @@ export const MonitorLimits = z.object({
   auditRing: z.number(),
   finishedProcesses: z.number(),
   subscriberHighWaterBytes: z.number(),
+  /** Events are batched into one `monitor/batch` per this many ms (at most). */
+  batchMs: z.number().optional(),
 });
+
+/**
+ * A Corral server as a fleet host sees it: the host itself (`id` `''`, state `local`), or a server it joined (by
+ * URL and that server's panel credential) and the state of the link to it.
+ */
+export const MonitorServer = z.object({
+  id: z.string(),
+  name: z.string(),
+  /** Where the host reaches it, without any credential; null for the host itself. */
+  url: z.string().nullable(),
+  state: z.enum(['local', 'connecting', 'connected', 'disconnected']),
+  /** Epoch ms of the last state change. */
+  since: z.number(),
+  /** Why the link is down (or the last protocol problem), in one line. */
+  lastError: z.string().nullable(),
+  /** Epoch ms of the next reconnection attempt while disconnected. */
+  retryAt: z.number().nullable(),
+  /** Its `/readyz`: true, false, or null when unknown. */
+  ready: z.boolean().nullable(),
+  /** Rows the host holds for it. */
+  processes: z.number(),
+  /** Messages from it that the host refused (malformed, too large, not allowed). */
+  rejected: z.number(),
+});
+export type MonitorServer = z.infer<typeof MonitorServer>;
 
 export const MonitorSnapshot = z.object({
   processes: z.array(MonitorProcess),
@@ -161,6 +201,13 @@ export const MonitorSnapshot = z.object({
   /** Whether policy/preview can show bwrap argv / Seatbelt profiles (the sandbox engine is wired). */
   previewWired: z.boolean(),
   serverTime: z.number(),
+  /**
+   * Processes of this snapshot still to come, in pages (`monitor/batch` with `snapshotRemaining`): a snapshot of
+   * 100 000 processes is never one message. Absent: `processes` is the whole list.
+   */
+  pendingProcesses: z.number().optional(),
+  /** The servers a fleet host watches, itself first. Absent: only this server. */
+  servers: z.array(MonitorServer).optional(),
 });
 export type MonitorSnapshot = z.infer<typeof MonitorSnapshot>;
 
@@ -172,18 +219,34 @@ export type MonitorSnapshot = z.infer<typeof MonitorSnapshot>;
  * path nothing). Process byte counts are refreshed about once a second either way.
  */
 export const SubscribeParams = z.object({ output: z.enum(['all', 'followed']).default('all') }).nullish();
-export const FollowParams = z.object({ sessionId: z.string(), processId: z.string(), follow: z.boolean() });
-export const ProcessRef = z.object({ sessionId: z.string(), processId: z.string() });
-export const SessionRef = z.object({ sessionId: z.string() });
+/** `server`: on a fleet host, the server whose process it is (the host forwards the call there); absent: the host. */
+const ServerRef = z.string().nullish();
+export const ProcessRef = z.object({ server: ServerRef, sessionId: z.string(), processId: z.string() });
+export const SessionRef = z.object({ server: ServerRef, sessionId: z.string() });
 export type ProcessRef = z.infer<typeof ProcessRef>;
-export const FollowResult = z.object({ following: z.boolean() });
 export const KillSessionResult = z.object({
   /** Processes that were running and got SIGKILL. */
   killed: z.number(),
 });
+export const FollowParams = ProcessRef.extend({ follow: z.boolean() });
+export type FollowParams = z.infer<typeof FollowParams>;
+/**
+ * Following starts the live output at once, after the retained tail it returns (newest chunks up to `tailBytes`,
+ * default 256 KiB): chunks live after it have higher seqs, so nothing is shown twice or missed.
+ */
+export const FollowResult = z.object({
+  following: z.boolean(),
+  chunks: z.array(OutputChunk).optional(),
+  /** Retained output older than the tail (read it with monitor/read `beforeSeq`). */
+  earlier: z.boolean().optional(),
+  retained: z.boolean().optional(),
+});
+export type FollowResult = z.infer<typeof FollowResult>;
 
 export const MonitorReadParams = ProcessRef.extend({
   afterSeq: z.number().int().nonnegative().nullish(),
+  /** Instead of after `afterSeq`: the newest retained chunks before this seq (paging back through the output). */
+  beforeSeq: z.number().int().positive().nullish(),
   maxBytes: z.number().int().positive().nullish(),
 });
 export type MonitorReadParams = z.infer<typeof MonitorReadParams>;
@@ -191,6 +254,8 @@ export const MonitorReadResult = z.object({
   chunks: z.array(OutputChunk),
   nextSeq: z.number(),
   retained: z.boolean(),
+  /** With `beforeSeq`: retained output older than these chunks exists. */
+  earlier: z.boolean().optional(),
 });
 export type MonitorReadResult = z.infer<typeof MonitorReadResult>;
 
@@ -255,22 +320,45 @@ export type CheckUrlResult = z.infer<typeof CheckUrlResult>;
 
 // ---- notifications (server → privileged subscriber) -------------------------------------------------------------
 
-export const MonitorProcessNotification = z.object({ process: MonitorProcess });
+/**
+ * `monitor/batch`: everything that changed since the last batch, at most one per `limits.batchMs` (the server
+ * coalesces: a process that started and closed within one batch is sent once, in its latest state);
+ * `monitor/resync`: the subscriber fell so far behind that the server dropped what it had queued for it: a fresh
+ * snapshot (as `monitor/subscribe` answers; replace sessions and network lists, upsert processes, pages follow);
+ * `monitor/output`: live output of followed processes (or all, with `output: 'all'`), coalesced per batch.
+ */
+export const MONITOR_NOTIFICATIONS = ['monitor/batch', 'monitor/resync', 'monitor/output'] as const;
+
+export const SessionChangeKind = z.enum(['created', 'attached', 'detached', 'expired']);
+export type SessionChangeKind = z.infer<typeof SessionChangeKind>;
+export const MonitorSessionChange = z.object({ kind: SessionChangeKind, session: MonitorSession });
+export type MonitorSessionChange = z.infer<typeof MonitorSessionChange>;
+
+export const MonitorBatch = z.object({
+  processes: z.array(MonitorProcess).default([]),
+  sessions: z.array(MonitorSessionChange).default([]),
+  blocked: z.array(MonitorBlocked).default([]),
+  audit: z.array(MonitorAudit).default([]),
+  servers: z.array(MonitorServer).default([]),
+  dropped: DroppedCounts.optional(),
+  /** Set while a snapshot is paged in: processes of it still to come (0: it is complete). */
+  snapshotRemaining: z.number().optional(),
+});
+export type MonitorBatch = z.infer<typeof MonitorBatch>;
+
 export const MonitorOutputNotification = z.object({
+  server: ServerTag,
   sessionId: z.string(),
   processId: z.string(),
+  /** The seq of the last chunk joined into this one; `firstSeq` the first (absent: one chunk). */
   seq: z.number(),
+  firstSeq: z.number().optional(),
   stream: OutputStream,
   chunk: z.string(),
+  /** Bytes of this process's output before this chunk that were not sent live (read them with monitor/read). */
+  skippedBytes: z.number().optional(),
 });
 export type MonitorOutputNotification = z.infer<typeof MonitorOutputNotification>;
-export const MonitorSessionNotification = z.object({
-  kind: z.enum(['created', 'attached', 'detached', 'expired']),
-  session: MonitorSession,
-});
-export const MonitorBlockedNotification = z.object({ event: MonitorBlocked });
-export const MonitorAuditNotification = z.object({ event: MonitorAudit });
-export const MonitorDroppedNotification = z.object({ dropped: DroppedCounts });
 
 /** Turns zod issues into per-field errors, prefixed with the name of the pasted object. */
 export function fieldErrors(error: z.ZodError, prefix: string): FieldError[] {

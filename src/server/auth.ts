@@ -132,6 +132,25 @@ export function tokenAuth(
   return credentialAuth(tokenVerifier([{ token, principal }]));
 }
 
+/**
+ * `auth`, plus one more credential whose holders are the panel (`corral exec-server --panel-token-file`: a fleet host
+ * watching this server). The panel token is checked first; any other credential goes to `auth` as before.
+ */
+export function withPanelToken(auth: Authenticator, token: string): Authenticator {
+  const panel = tokenVerifier([{ token, principal: { role: 'panel', credential: 'panel-token' } }]);
+  return {
+    required: true,
+    get secrets() {
+      return [...auth.secrets, ...panel.secrets];
+    },
+    authenticate(req, url) {
+      const presented = presentedCredential(req, url);
+      const principal = presented === null ? null : panel.verify(presented);
+      return principal ? { principal, presented } : auth.authenticate(req, url);
+    },
+  };
+}
+
 /** `--ws-auth none`: everyone who can reach the port is an agent (never the panel). */
 export function openAccess(): SyncAuthenticator {
   return {

@@ -22,6 +22,10 @@ export const NOT_PRIVILEGED =
   'monitor and policy methods need a panel connection: the desktop app itself, or a WebSocket client that ' +
   'presented the panel token (the agent token is not enough)';
 
+export const FLEET_NOT_PRIVILEGED =
+  'fleet methods need a panel connection: the desktop app itself, or a WebSocket client that presented the panel ' +
+  'token (the agent token is not enough)';
+
 export const APPROVALS_NOT_PRIVILEGED =
   'approval methods need a panel connection: the desktop app itself, or a WebSocket client that presented the ' +
   'panel token (an agent can never see or decide an approval)';
@@ -108,6 +112,11 @@ export class MethodDispatch implements MethodRegistry {
     return [...this.handlers.keys()];
   }
 
+  /** The handler of `method`, for a module that extends it (the fleet extends approvals/*). */
+  handlerOf<M extends MethodName>(method: M): Handler<M> | undefined {
+    return this.handlers.get(method)?.handler as Handler<M> | undefined;
+  }
+
   /** Answers one request of `conn` (throws an RpcError to answer an error). */
   call(method: string, params: unknown, conn: RpcConnection): unknown {
     const registered = isMethodName(method) ? this.handlers.get(method) : undefined;
@@ -135,5 +144,11 @@ function gate(method: string, caller: Caller, state: ConnState): void {
     );
   }
   if (caller === 'panel' && state.principal.role !== 'panel')
-    throw invalidRequest(method.startsWith('approvals/') ? APPROVALS_NOT_PRIVILEGED : NOT_PRIVILEGED);
+    throw invalidRequest(
+      method.startsWith('approvals/')
+        ? APPROVALS_NOT_PRIVILEGED
+        : method.startsWith('fleet/')
+          ? FLEET_NOT_PRIVILEGED
+          : NOT_PRIVILEGED,
+    );
 }

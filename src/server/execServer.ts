@@ -223,6 +223,11 @@ export class ExecServer implements Dispatcher, MethodRegistry, ProcessHost {
     return this.sessions.processes();
   }
 
+  /** The handler of `method`, so that a module can extend it (the fleet extends approvals/*). */
+  handlerOf<M extends MethodName>(method: M): Handler<M> | undefined {
+    return this.methods.handlerOf(method);
+  }
+
   // ---- Dispatcher ------------------------------------------------------------------------------------------------
 
   request(method: string, params: unknown, conn: RpcConnection): unknown {

@@ -8,8 +8,10 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { dirname, extname, join, normalize, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type AuditOptions, startAudit } from '../audit/index.js';
+import { Fleet } from '../fleet/fleet.js';
 import type { NetworkEvents } from '../network/events.js';
 import { resolveProgram } from '../process/resolveProgram.js';
+import type { JoinParams } from '../protocol/fleet.js';
 import type { HostInfo } from '../protocol/host.js';
 import { type IpcMainLike, type IpcSenderLike, type IpcServer, serveIpc } from '../rpc/ipcTransport.js';
 import { type ParsedSandbox, previewLaunch } from '../sandbox/index.js';
@@ -51,11 +53,17 @@ export interface HostOptions {
   mode?: 'desktop' | 'headless';
   /** The audit trail (null or absent: off). */
   audit?: AuditOptions | null;
+  /** Corral servers to watch from this host (fleet panel), each with its own panel credential. */
+  join?: JoinParams[];
+  /** Options of the fleet links (tests: faster reconnection). */
+  fleet?: { backoffMs?: [number, number] };
 }
 
 export interface Host {
   server: ExecServer;
   monitor: Monitor;
+  /** The Corral servers this host watches (fleet/join, --join). */
+  fleet: Fleet;
   listener: Listener;
   /** `agent`: process/* and fs/* on its own sessions; `panel`: everything (monitor, approvals, policy, host/info). */
   tokens: HostTokens;
@@ -232,6 +240,8 @@ export async function startHost(opts: HostOptions = {}): Promise<Host> {
     monitor.attachNetwork(bus);
     audit.attachNetwork(bus);
   }
+  const fleet = new Fleet(server, monitor, { log, ...opts.fleet });
+  for (const j of opts.join ?? []) fleet.join(j);
 
   const panelDir = opts.servePanel ? (opts.panelDir ?? findPanelDir()) : null;
   if (opts.servePanel && !panelDir) throw new Error('the panel is not built: run `npm run build` first');
@@ -277,6 +287,7 @@ export async function startHost(opts: HostOptions = {}): Promise<Host> {
   return {
     server,
     monitor,
+    fleet,
     listener,
     tokens,
     execUrl,
@@ -293,6 +304,7 @@ export async function startHost(opts: HostOptions = {}): Promise<Host> {
     },
     shutdown() {
       stopped ??= (async () => {
+        fleet.close();
         await server.shutdown();
         for (const s of ipcServers) s.close();
         monitor.dispose();

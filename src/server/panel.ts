@@ -18,7 +18,12 @@ export function servePanel(
   const { preview, resolver, ...feed } = opts;
   const monitor = new Monitor(server, { ...feed, previewWired: preview !== undefined });
   monitor.register(server);
-  registerPanelActions(server, server, (sessionId, processId) => monitor.remembers(sessionId, processId));
+  registerPanelActions(
+    server,
+    server,
+    (sessionId, processId) => monitor.remembers(sessionId, processId),
+    () => monitor.joinedServers,
+  );
   registerPolicyDebugger(server, { preview, resolver });
   return monitor;
 }

@@ -15,7 +15,7 @@
  */
 import { chmodSync, chownSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { RpcClient } from './client.js';
 import { type Exchange, exchange } from './fleet/http.js';
 import { corralContainer, MANIFEST_DIR, REPO, readYamlDocuments } from './fleet/manifests.js';
@@ -48,6 +48,8 @@ export interface Fleet {
   readonly router: SandboxRouter;
   /** The token every pod of the template requires (one Secret for the whole template). */
   readonly token: string;
+  /** With `panelToken: true`: the panel credential every pod also accepts (`--panel-token-file`). */
+  readonly panelToken: string | null;
   pods(): FleetPod[];
   pod(name: string, namespace?: string): FleetPod;
   route(name: string, namespace?: string): AgentRoute;
@@ -72,7 +74,15 @@ export interface FleetOptions {
   /** The SandboxTemplate file. */
   template?: string;
   router?: Partial<Omit<SandboxRouterOptions, 'resolve'>>;
+  /**
+   * Pods also get a panel credential (a second file beside the token, passed as `--panel-token-file`), so that a fleet
+   * host can watch them (issue 19 item 1).
+   */
+  panelToken?: boolean;
 }
+
+/** Where the rig puts the panel credential: beside the pod's token file. */
+const panelTokenPath = (tokenFile: string) => join(dirname(tokenFile), 'panel-token');
 
 export function fleetAvailable(): { ok: boolean; reason: string } {
   return netnsAvailable();
@@ -159,6 +169,9 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
   const base = mkdtempSync(join(tmpdir(), 'corral-fleet-'));
   chmodSync(base, 0o755);
   const token = `fleet-${Math.random().toString(36).slice(2)}${Date.now().toString(36)}`;
+  const panelToken = opts.panelToken
+    ? `panel-${Math.random().toString(36).slice(2)}${Date.now().toString(36)}`
+    : null;
   const pods = new Map<string, Pod>();
   const key = (ns: string, name: string) => `${ns}/${name}`;
 
@@ -184,6 +197,10 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
     const file = mapPath(volumes, tokenFile);
     writeFileSync(file, token, { mode: 0o600 });
     chownSync(file, template.uid, template.gid);
+    if (panelToken) {
+      writeFileSync(mapPath(volumes, panelTokenPath(tokenFile)), panelToken, { mode: 0o600 });
+      chownSync(mapPath(volumes, panelTokenPath(tokenFile)), template.uid, template.gid);
+    }
     return volumes;
   }
 
@@ -226,6 +243,12 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
         process.execPath,
         join(REPO, 'bin', 'corral.js'),
         ...template.args.map((a) => mapPath(volumes, expand(a))),
+        ...(panelToken
+          ? [
+              '--panel-token-file',
+              mapPath(volumes, panelTokenPath(template.args[template.args.indexOf('--ws-token-file') + 1]!)),
+            ]
+          : []),
       ],
     ];
     // Resolves once the server printed its URL: it listens, in its own namespace.
@@ -271,6 +294,7 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
   const fleet: Fleet = {
     router,
     token,
+    panelToken,
     pods: () => [...pods.values()],
     pod: find,
     route,

@@ -85,9 +85,10 @@ describe('corral serve: the agent token is not the panel', {
       victim.close();
       await panel.waitFor(
         (n) =>
-          n.method === 'monitor/session' &&
-          (n.params.session as { sessionId: string }).sessionId === proc.sessionId &&
-          n.params.kind === 'detached',
+          n.method === 'monitor/batch' &&
+          ((n.params.sessions ?? []) as { kind: string; session: { sessionId: string } }[]).some(
+            (c) => c.session.sessionId === proc.sessionId && c.kind === 'detached',
+          ),
       );
       const thief = await RpcClient.connect(agentUrl);
       const stolen = await thief.requestError('initialize', {

@@ -4,11 +4,24 @@ import { NetworkEvents } from '../../src/network/events.js';
 import { REDACTED, redact } from '../../src/protocol/monitor.js';
 import type { Transport } from '../../src/rpc/connection.js';
 import { NOT_PRIVILEGED } from '../../src/server/dispatch.js';
-import { type Monitor, sandboxBadge } from '../../src/server/monitor.js';
+import type { Monitor } from '../../src/server/monitor.js';
+import { sandboxBadge } from '../../src/server/monitorDescribe.js';
 import { servePanel } from '../../src/server/panel.js';
 import { parseTarget } from '../../src/server/policyDebugger.js';
-import { b64 } from '../helpers/client.js';
+import { b64, type Notification, type RpcClient } from '../helpers/client.js';
 import { startTestServer, type TestServer, until } from '../helpers/server.js';
+
+type Proc = { processId: string; state: string; exitCode: number | null; bytesOut: number };
+
+/** The processes of a monitor/batch notification (none for anything else). */
+const procs = (n: Notification): Proc[] =>
+  n.method === 'monitor/batch' ? ((n.params.processes as Proc[] | undefined) ?? []) : [];
+
+/** Waits for a batch that carries a process matching `pred`; returns that process. */
+async function waitProcess(c: RpcClient, pred: (p: Proc) => boolean, timeoutMs?: number): Promise<Proc> {
+  const n = await c.waitFor((x) => procs(x).some(pred), timeoutMs);
+  return procs(n).find(pred)!;
+}
 
 describe('monitor feed', () => {
   let ts: TestServer;
@@ -86,13 +99,8 @@ describe('monitor feed', () => {
       env: { PATH: '/usr/bin:/bin', TOKEN_X: 'hunter2-value-xyz' },
       tty: false,
     });
-    const closed = await panel.waitFor(
-      (n) =>
-        n.method === 'monitor/process' &&
-        (n.params.process as { processId: string; state: string }).processId === 'live' &&
-        (n.params.process as { state: string }).state === 'closed',
-    );
-    assert.equal((closed.params.process as { exitCode: number }).exitCode, 0);
+    const closed = await waitProcess(panel, (p) => p.processId === 'live' && p.state === 'closed');
+    assert.equal(closed.exitCode, 0);
     await panel.waitFor(
       (n) => n.method === 'monitor/output' && n.params.processId === 'live' && n.params.stream === 'stderr',
     );
@@ -134,12 +142,9 @@ describe('monitor feed', () => {
       tty: false,
     });
     // No output stream yet, but the running process's byte count is refreshed (about once a second).
-    const grown = await panel.waitFor(
-      (n) =>
-        n.method === 'monitor/process' &&
-        (n.params.process as { processId: string }).processId === 'chatty' &&
-        (n.params.process as { state: string }).state === 'running' &&
-        (n.params.process as { bytesOut: number }).bytesOut > 0,
+    const grown = await waitProcess(
+      panel,
+      (p) => p.processId === 'chatty' && p.state === 'running' && p.bytesOut > 0,
       5000,
     );
     assert.ok(grown);
@@ -274,9 +279,11 @@ describe('monitor feed', () => {
       'client.address': '127.0.0.1:5556',
       'network.policy.override': false,
     });
-    const b = await panel.waitFor((n) => n.method === 'monitor/blocked');
+    const inBatch = (what: 'blocked' | 'audit') => (n: Notification) =>
+      n.method === 'monitor/batch' && ((n.params[what] as unknown[] | undefined)?.length ?? 0) > 0;
+    const b = await panel.waitFor(inBatch('blocked'));
     assert.deepEqual(
-      { ...(b.params.event as object), id: 0 },
+      { ...((b.params.blocked as object[])[0] as object), id: 0 },
       {
         id: 0,
         processId: 'p-net',
@@ -294,8 +301,8 @@ describe('monitor feed', () => {
         blockedTotal: 1,
       },
     );
-    const a = await panel.waitFor((n) => n.method === 'monitor/audit');
-    assert.deepEqual((a.params.event as { metadata: unknown }).metadata, {
+    const a = await panel.waitFor(inBatch('audit'));
+    assert.deepEqual(((a.params.audit as object[])[0] as { metadata: unknown }).metadata, {
       'conversation.id': 'conv-1',
       'user.email': 'a@b.c',
     });
@@ -377,10 +384,8 @@ describe('monitor feed', () => {
     panel.close();
   });
 
-  test('a subscriber that stops reading has bounded memory; drops are counted and reported', async () => {
-    const small = await startTestServer();
-    const m = servePanel(small.server, { highWaterBytes: 64 * 1024 });
-    // A transport that never reports its writes as done: a subscriber whose socket is stuck.
+  /** A privileged connection whose transport never reports its writes as done: a panel whose socket is stuck. */
+  function stuckPanel(t: TestServer) {
     const held: (() => void)[] = [];
     const frames: string[] = [];
     const stuck: Transport = {
@@ -391,10 +396,22 @@ describe('monitor feed', () => {
       },
       close() {},
     };
-    const conn = small.server.connect(stuck, { role: 'panel', credential: 'test' });
+    const conn = t.server.connect(stuck, { role: 'panel', credential: 'test' });
     conn.receive(JSON.stringify({ id: 1, method: 'initialize', params: { clientName: 'slow-panel' } }));
     conn.receive(JSON.stringify({ method: 'initialized' }));
     conn.receive(JSON.stringify({ id: 2, method: 'monitor/subscribe', params: {} }));
+    return {
+      frames,
+      drain: () => {
+        for (const f of held.splice(0)) f();
+      },
+    };
+  }
+
+  test('a subscriber that stops reading has bounded memory; drops are counted and reported', async () => {
+    const small = await startTestServer();
+    const m = servePanel(small.server, { highWaterBytes: 64 * 1024 });
+    const { frames, drain } = stuckPanel(small);
     const agent = await small.client('loud');
     try {
       await agent.request('process/start', {
@@ -405,24 +422,117 @@ describe('monitor feed', () => {
         tty: false,
       });
       await agent.collect('loud', 20_000);
-      await until(
-        () => frames.some((f) => f.includes('"state":"closed"')) || m.queuedBytes() > 0,
-        5000,
-        'frames',
-      );
-      // 4 MB of output (~5.3 MB of base64) went out; the subscriber got no more than the budget plus one message.
-      assert.ok(m.queuedBytes() <= 64 * 1024 + 12 * 1024, `queued ${m.queuedBytes()}`);
+      await until(() => m.queuedBytes() > 0, 5000, 'frames');
+      // 4 MB of output (~5.3 MB of base64) was written; the subscriber was sent no more than what one batch may
+      // carry past the high-water mark (64 KiB of a process's output, base64, plus the batch itself).
+      assert.ok(m.queuedBytes() <= 64 * 1024 + 96 * 1024, `queued ${m.queuedBytes()}`);
       const outputFrames = frames.filter((f) => f.startsWith('{"method":"monitor/output"')).length;
       assert.ok(outputFrames < 20, `sent ${outputFrames} output frames`);
-      // Drain: the coalesced process state and the drop counts arrive.
-      for (const f of held.splice(0)) f();
-      const dropped = frames.find((f) => f.startsWith('{"method":"monitor/dropped"'));
-      assert.ok(dropped, 'monitor/dropped after draining');
-      assert.ok((JSON.parse(dropped).params.dropped.output as number) > 100);
-      const last = frames
-        .filter((f) => f.includes('"processId":"loud"') && f.startsWith('{"method":"monitor/process"'))
-        .pop();
-      assert.ok(last?.includes('"state":"closed"'), 'final state delivered after the drain');
+      // Drain: the latest process state and the drop counts arrive.
+      drain();
+      await until(
+        () => frames.some((f) => f.startsWith('{"method":"monitor/batch"') && f.includes('"dropped"')),
+        5000,
+        'dropped after draining',
+      );
+      const dropped = frames.find(
+        (f) => f.startsWith('{"method":"monitor/batch"') && f.includes('"dropped"'),
+      )!;
+      assert.ok((JSON.parse(dropped).params.dropped.output as number) > 10);
+      await until(
+        () =>
+          frames.some(
+            (f) =>
+              f.startsWith('{"method":"monitor/batch"') && /"processId":"loud"[^}]*"state":"closed"/.test(f),
+          ),
+        5000,
+        'final state delivered after the drain',
+      );
+    } finally {
+      agent.close();
+      m.dispose();
+      await small.close();
+    }
+  });
+
+  test('a subscriber that falls too far behind is dropped to a resync: bounded queue, then a fresh snapshot', async () => {
+    const small = await startTestServer();
+    const m = servePanel(small.server, { highWaterBytes: 16 * 1024, maxDirty: 50, batchMs: 5 });
+    const { frames, drain } = stuckPanel(small);
+    const agent = await small.client('many');
+    try {
+      // Fill the stuck subscriber's transport with one big first batch, then keep changing processes.
+      for (let i = 0; i < 300; i++) {
+        await agent.request('process/start', {
+          processId: `p${i}`,
+          argv: ['/bin/true'],
+          cwd: '/tmp',
+          env: {},
+          tty: false,
+        });
+      }
+      for (let i = 0; i < 300; i++) await agent.collect(`p${i}`);
+      // What is queued for it stays under the cap (not one entry per event), and nothing new was sent.
+      assert.ok(m.queuedEntries() <= 51, `queued entries ${m.queuedEntries()}`);
+      const sent = frames.length;
+      drain();
+      await until(() => frames.some((f) => f.startsWith('{"method":"monitor/resync"')), 5000, 'resync');
+      assert.ok(frames.length > sent);
+      const resync = JSON.parse(frames.find((f) => f.startsWith('{"method":"monitor/resync"'))!).params as {
+        processes: { processId: string; state: string }[];
+        pendingProcesses: number;
+      };
+      // The fresh snapshot has every process in its final state (newest first; here all in the first page).
+      assert.equal(resync.pendingProcesses, 0);
+      const seen = resync.processes.filter((p) => p.processId.startsWith('p'));
+      assert.equal(seen.length, 300);
+      assert.ok(seen.every((p) => p.state === 'closed'));
+    } finally {
+      agent.close();
+      m.dispose();
+      await small.close();
+    }
+  });
+
+  test('a snapshot of more processes than a page is paged in after the answer', async () => {
+    const small = await startTestServer({ tokens: true });
+    const m = servePanel(small.server, { batchMs: 5 });
+    const agent = await small.client('pages');
+    try {
+      const total = 2500;
+      const ids = Array.from({ length: total }, (_, i) => `q${i}`);
+      for (let i = 0; i < total; i += 50) {
+        const chunk = ids.slice(i, i + 50);
+        await Promise.all(
+          chunk.map((processId) =>
+            agent.request('process/start', {
+              processId,
+              argv: ['/bin/true'],
+              cwd: '/tmp',
+              env: {},
+              tty: false,
+            }),
+          ),
+        );
+        for (const id of chunk) await agent.collect(id);
+      }
+      const panel = await small.panel();
+      const snap = (await panel.request('monitor/subscribe', {})) as {
+        processes: { processId: string; startedAt: number }[];
+        pendingProcesses: number;
+      };
+      assert.equal(snap.processes.length + snap.pendingProcesses, total);
+      assert.ok(snap.processes.length <= 2000 && snap.pendingProcesses > 0);
+      // Newest first: the first page holds the latest processes.
+      assert.ok(snap.processes[0]!.startedAt >= snap.processes[snap.processes.length - 1]!.startedAt);
+      const last = await panel.waitFor(
+        (n) => n.method === 'monitor/batch' && (n.params.snapshotRemaining as number | undefined) === 0,
+      );
+      assert.ok(last);
+      const got = new Set(snap.processes.map((p) => p.processId));
+      for (const n of panel.notifications) for (const p of procs(n)) got.add(p.processId);
+      assert.equal([...got].filter((id) => id.startsWith('q')).length, total);
+      panel.close();
     } finally {
       agent.close();
       m.dispose();

@@ -1,0 +1,359 @@
+/**
+ * Panel at scale (issue 16): `corral serve` as a child, real agents over WebSocket, the panel in Chromium.
+ *
+ * - exec path: start→closed p50 of `/bin/true` (200 in a row) on a warm server with no panel, then with the panel open.
+ * - 10k at 2000/s: four agents start 10 000 short processes paced at 2000/s (the achieved rate is printed); the
+ *   page's lag behind the agents (first appearance after the start answer; final state after process/closed),
+ *   main-thread time per process (CDP TaskDuration), long tasks, JS heap after GC.
+ * - 100k stored: the server holds 100 000 processes (live sessions keep their finished processes); the panel is
+ *   opened on them: load time, heap, long tasks, filter and search answer times, scrolling frame times, rows in the
+ *   DOM, and a burst of 2000 more at 2000/s; a screenshot in test-artifacts/panel-bench-100k.png.
+ *
+ * The machine is shared: figures are noisy, and the achieved rates say how much load the run could put on.
+ */
+import type { CDPSession, Page } from 'playwright-core';
+import { type Browser, openBrowser } from '../browser/harness.js';
+import {
+  Agent,
+  flood,
+  lags,
+  leanSubscriber,
+  longTasksIn,
+  metrics,
+  PAGE_INSTRUMENTATION,
+  pageTimes,
+  pct,
+  type Serve,
+  startServe,
+  waitCount,
+  waitShown,
+} from './panelDriver.js';
+import type { BenchRow } from './types.js';
+
+const r1 = (v: number) => Math.round(v * 10) / 10;
+const r2 = (v: number) => Math.round(v * 100) / 100;
+const MiB = 1024 * 1024;
+
+/** start→closed of `/bin/true`, one at a time: `n` samples after 20 warm-up runs. */
+async function sequential(agent: Agent, prefix: string, n = 200): Promise<number[]> {
+  for (let i = 0; i < 20; i++) await agent.run(`${prefix}w${i}`);
+  const lat: number[] = [];
+  for (let i = 0; i < n; i++) {
+    const t = performance.now();
+    await agent.run(`${prefix}${i}`);
+    lat.push(performance.now() - t);
+  }
+  return lat;
+}
+
+async function openPanel(page: Page, url: string): Promise<void> {
+  await page.goto(url);
+  await page.locator('#conn-status', { hasText: 'connected' }).waitFor({ timeout: 120_000 });
+}
+
+const now = (page: Page) => page.evaluate(() => performance.now());
+
+/** Time (ms) from a filter change to the frame after it rendered. */
+function timeInput(page: Page, selector: string, value: string, event: 'change' | 'input'): Promise<number> {
+  return page.evaluate(
+    async ([sel, v, ev]) => {
+      const el = document.querySelector(sel) as HTMLInputElement | HTMLSelectElement;
+      const t0 = performance.now();
+      el.value = v;
+      el.dispatchEvent(new Event(ev, { bubbles: true }));
+      await new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)));
+      return performance.now() - t0;
+    },
+    [selector, value, event] as const,
+  );
+}
+
+/**
+ * Pages down through the process table: frame intervals, and how many rows the DOM holds. (Source text, not a
+ * function: tsx would wrap the inner functions in a helper the page does not have.)
+ */
+const SCROLL_SRC = `async (n) => {
+  const table = document.querySelector('[data-testid="process-table"]');
+  let sc = table;
+  while (sc && !(sc.scrollHeight > sc.clientHeight + 1 && /(auto|scroll)/.test(getComputedStyle(sc).overflowY)))
+    sc = sc.parentElement;
+  const el = sc || document.scrollingElement;
+  const frames = [];
+  const t0 = performance.now();
+  let last = t0;
+  const step = async (f) => {
+    f();
+    await new Promise((r) => requestAnimationFrame(r));
+    const t = performance.now();
+    frames.push(t - last);
+    last = t;
+  };
+  for (let i = 0; i < n; i++) await step(() => { el.scrollTop += el.clientHeight * 0.8; });
+  await step(() => { el.scrollTop = el.scrollHeight / 2; });
+  await step(() => { el.scrollTop = el.scrollHeight; });
+  await step(() => { el.scrollTop = 0; });
+  return { frames, t0, t1: performance.now(), rowsInDom: document.querySelectorAll('tr[data-process-id]').length };
+}`;
+
+function scrollTable(
+  page: Page,
+  steps: number,
+): Promise<{ frames: number[]; t0: number; t1: number; rowsInDom: number }> {
+  return page.evaluate(`(${SCROLL_SRC})(${steps})`);
+}
+
+interface Phase {
+  lagAppear: number[];
+  lagFinal: number[];
+  missing: number;
+  rate: number;
+  msPerProcess: number;
+  cpuMsPerProcess: number;
+  long: number[];
+  heap: number;
+}
+
+async function measuredFlood(
+  page: Page,
+  cdp: CDPSession,
+  agents: Agent[],
+  opts: { total: number; rate: number; prefix: string; waitMs: number },
+): Promise<Phase> {
+  const m0 = await metrics(cdp);
+  const p0 = await now(page);
+  const f = await flood(agents, { total: opts.total, rate: opts.rate, inflight: 64, prefix: opts.prefix });
+  await waitShown(
+    page,
+    f.timings.map((t) => t.processId),
+    opts.waitMs,
+  );
+  const m1 = await metrics(cdp);
+  const p1 = await now(page);
+  const shown = await pageTimes(page);
+  const l = lags(f.timings, shown);
+  const heap = (await metrics(cdp, true)).heapUsed;
+  return {
+    lagAppear: l.appear,
+    lagFinal: l.final,
+    missing: l.missing,
+    rate: f.rate,
+    msPerProcess: ((m1.taskSeconds - m0.taskSeconds) * 1000) / opts.total,
+    cpuMsPerProcess: ((m1.cpuSeconds - m0.cpuSeconds) * 1000) / opts.total,
+    long: longTasksIn(shown.long, p0, p1),
+    heap,
+  };
+}
+
+function phaseRows(section: string, p: Phase, target: { rate: number }): BenchRow[] {
+  const lagTarget = '≤ 250';
+  return [
+    {
+      section,
+      metric: 'achieved rate',
+      corral: Math.round(p.rate),
+      unit: 'proc/s',
+      target: `${target.rate}`,
+    },
+    {
+      section,
+      metric: 'lag, first shown after start (p50 / p99 / max)',
+      corral: `${Math.round(pct(p.lagAppear, 50))} / ${Math.round(pct(p.lagAppear, 99))} / ${Math.round(Math.max(...p.lagAppear))}`,
+      unit: 'ms',
+      target: lagTarget,
+    },
+    {
+      section,
+      metric: 'lag, final state after process/closed (p50 / p99 / max)',
+      corral: `${Math.round(pct(p.lagFinal, 50))} / ${Math.round(pct(p.lagFinal, 99))} / ${Math.round(Math.max(...p.lagFinal))}`,
+      unit: 'ms',
+      target: lagTarget,
+    },
+    {
+      section,
+      metric: 'processes never shown in their final state',
+      corral: p.missing,
+      unit: '',
+      target: '0',
+    },
+    {
+      section,
+      metric: 'page main-thread CPU per process (ThreadTime)',
+      corral: r2(p.cpuMsPerProcess),
+      unit: 'ms',
+      target: '≤ 0.3',
+    },
+    {
+      section,
+      metric: '  main-thread tasks per process, wall clock (TaskDuration)',
+      corral: r2(p.msPerProcess),
+      unit: 'ms',
+    },
+    {
+      section,
+      metric: 'long tasks (count / max)',
+      corral: `${p.long.length} / ${p.long.length > 0 ? Math.round(Math.max(...p.long)) : 0}`,
+      unit: 'ms',
+      target: 'max ≤ 100',
+    },
+    { section, metric: 'JS heap after GC', corral: r1(p.heap / MiB), unit: 'MiB', target: '≤ 150' },
+  ];
+}
+
+export async function run(): Promise<BenchRow[]> {
+  const rows: BenchRow[] = [];
+  let serve: Serve | null = null;
+  let browser: Browser | null = null;
+  const agents: Agent[] = [];
+  try {
+    serve = await startServe();
+    for (let i = 0; i < 4; i++) agents.push(await Agent.open(serve.execUrl, `bench-agent-${i + 1}`));
+    // Warm the server (its per-process path is JavaScript that V8 optimises after a few thousand runs).
+    await flood(agents, { total: 3000, rate: 100_000, inflight: 64, prefix: 'warm-' });
+    // No panel, a subscriber without a browser (a process of its own), no panel again: the reference is both.
+    const without = await sequential(agents[0]!, 'seq-a-');
+    const lean = await leanSubscriber(serve.panelUrl);
+    const p50Lean = pct(await sequential(agents[0]!, 'seq-l-'), 50);
+    lean.close();
+    without.push(...(await sequential(agents[0]!, 'seq-c-')));
+    const p50Without = pct(without, 50);
+
+    browser = await openBrowser();
+    const page = browser.page;
+    await page.addInitScript(PAGE_INSTRUMENTATION);
+    const cdp = await page.context().newCDPSession(page);
+    await cdp.send('Performance.enable');
+    await openPanel(page, serve.panelUrl);
+    await waitShown(page, ['seq-a-199'], 120_000);
+    const p50With = pct(await sequential(agents[0]!, 'seq-b-'), 50);
+    await waitShown(page, ['seq-b-199'], 120_000);
+    rows.push(
+      {
+        section: 'panel: exec path',
+        metric: 'start→closed `true` p50, no panel (before and after the next row)',
+        corral: r2(p50Without),
+        unit: 'ms',
+      },
+      {
+        section: 'panel: exec path',
+        metric: 'start→closed `true` p50, a monitor subscriber (no browser)',
+        corral: r2(p50Lean),
+        reference: r2(p50Without),
+        unit: 'ms',
+        target: 'unchanged',
+      },
+      {
+        section: 'panel: exec path',
+        metric: 'start→closed `true` p50, panel open in Chromium',
+        corral: r2(p50With),
+        reference: r2(p50Without),
+        unit: 'ms',
+        target: 'unchanged',
+      },
+    );
+
+    const ten = await measuredFlood(page, cdp, agents, {
+      total: 10_000,
+      rate: 2000,
+      prefix: 'f10k-',
+      waitMs: 180_000,
+    });
+    rows.push(...phaseRows('panel: 10k at 2000/s', ten, { rate: 2000 }));
+
+    // 100k stored: fill the server with the panel closed, then open it on them.
+    await page.goto('about:blank');
+    const have = 3000 + 4 * 220 + 10_000;
+    await flood(agents, { total: 100_000 - have, rate: 100_000, inflight: 64, prefix: 'fill-' });
+    const lastFill = `fill-${100_000 - have - 1}`;
+    const section = 'panel: 100k stored';
+    const load0 = Date.now();
+    await openPanel(page, serve.panelUrl);
+    const loadMissing = await waitShown(page, [lastFill], 300_000);
+    const loadMs = Date.now() - load0;
+    const loadedAll = await waitCount(page, 100_000, 300_000);
+    const loadAllMs = Date.now() - load0;
+    const afterLoad = await now(page);
+    await page
+      .locator('[data-testid="process-counts"]', { hasText: /^100\u202f\d{3} processes/ })
+      .waitFor({ timeout: 5000 })
+      .catch(() => {});
+    const loadLong = longTasksIn((await pageTimes(page)).long, 0, afterLoad);
+    const heapLoaded = (await metrics(cdp, true)).heapUsed;
+    rows.push(
+      {
+        section,
+        metric: 'open the panel on 100k: until the newest row shows',
+        corral: loadMissing === 0 ? loadMs : `> ${loadMs}`,
+        unit: 'ms',
+      },
+      {
+        section,
+        metric: '  until all 100k are in the table',
+        corral: loadedAll >= 100_000 ? loadAllMs : `> ${loadAllMs} (${loadedAll})`,
+        unit: 'ms',
+      },
+      {
+        section,
+        metric: '  long tasks while loading (count / max)',
+        corral: `${loadLong.length} / ${loadLong.length > 0 ? Math.round(Math.max(...loadLong)) : 0}`,
+        unit: 'ms',
+      },
+      {
+        section,
+        metric: 'JS heap after GC, 100k loaded',
+        corral: r1(heapLoaded / MiB),
+        unit: 'MiB',
+        target: '≤ 150',
+      },
+    );
+    const filters: [string, string, string, 'change' | 'input'][] = [
+      ['filter by state: running', '[data-testid="filter-state"]', 'running', 'change'],
+      ['filter by state: finished', '[data-testid="filter-state"]', 'exited', 'change'],
+      ['filter by state: all', '[data-testid="filter-state"]', '', 'change'],
+      ['filter by client', '[data-testid="filter-client"]', 'bench-agent-2', 'change'],
+      ['filter by client: all', '[data-testid="filter-client"]', '', 'change'],
+      ['search one process id', 'input[type="search"]', 'fill-4242', 'input'],
+      ['search: cleared', 'input[type="search"]', '', 'input'],
+    ];
+    for (const [metric, sel, value, ev] of filters) {
+      rows.push({
+        section,
+        metric,
+        corral: r1(await timeInput(page, sel, value, ev)),
+        unit: 'ms',
+        target: '≤ 100',
+      });
+    }
+    const sc = await scrollTable(page, 60);
+    const scrollLong = longTasksIn((await pageTimes(page)).long, sc.t0, sc.t1);
+    rows.push(
+      {
+        section,
+        metric: 'scrolling: frame p95 / max (60 pages, jumps)',
+        corral: `${Math.round(pct(sc.frames, 95))} / ${Math.round(Math.max(...sc.frames))}`,
+        unit: 'ms',
+      },
+      {
+        section,
+        metric: '  long tasks while scrolling (count / max)',
+        corral: `${scrollLong.length} / ${scrollLong.length > 0 ? Math.round(Math.max(...scrollLong)) : 0}`,
+        unit: 'ms',
+      },
+      { section, metric: 'table rows in the DOM', corral: sc.rowsInDom, unit: 'rows' },
+    );
+    await browser.screenshot('panel-bench-100k');
+    const burst = await measuredFlood(page, cdp, agents, {
+      total: 2000,
+      rate: 2000,
+      prefix: 'b100k-',
+      waitMs: 180_000,
+    });
+    rows.push(...phaseRows('panel: 2000 more at 2000/s on 100k', burst, { rate: 2000 }));
+  } catch (e) {
+    rows.push({ section: 'panel', metric: 'ERROR', corral: (e as Error).message.slice(0, 120), unit: '' });
+  } finally {
+    for (const a of agents) a.close();
+    await browser?.close();
+    await serve?.stop();
+  }
+  return rows;
+}

@@ -1,0 +1,335 @@
+/**
+ * What the panel bench drives: `corral serve` as a child, agents that flood it with short processes at a paced rate
+ * over WebSocket, and the instrumentation of the panel's page in Chromium (when each process first showed in the
+ * table and when its final state did, long tasks, main-thread time, heap).
+ *
+ * How a process "shows in the table" is observed: a page that calls `window.corralPanelProbe(rows)` after each frame
+ * that committed rows to its table reports them there (a virtualized table has only the rows on screen in the DOM);
+ * otherwise every `tr[data-process-id]` added to the document is read (a table that renders every row).
+ */
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import type { CDPSession, Page } from 'playwright-core';
+import WebSocket from 'ws';
+
+export const ROOT = join(import.meta.dirname, '..', '..');
+
+export interface Serve {
+  execUrl: string;
+  panelUrl: string;
+  proc: ChildProcess;
+  stop(): Promise<void>;
+}
+
+/** Where the audit trail goes, if this build has one: a scratch database, never the user's. */
+function auditArgs(): string[] {
+  const help = spawnSync(process.execPath, [join(ROOT, 'dist', 'cli.js'), '--help'], {
+    encoding: 'utf8',
+  }).stdout;
+  if (!help.includes('--audit-db')) return [];
+  return ['--audit-db', join(mkdtempSync(join(tmpdir(), 'corral-bench-audit-')), 'audit.db')];
+}
+
+/** `corral serve` as a child process; resolves once it printed both URLs. */
+export async function startServe(extra: string[] = []): Promise<Serve> {
+  const proc = spawn(
+    process.execPath,
+    [
+      join(ROOT, 'dist', 'cli.js'),
+      'serve',
+      '--log-level',
+      'warn',
+      '--resume-grace-ms',
+      '600000',
+      ...auditArgs(),
+      ...extra,
+    ],
+    { stdio: ['ignore', 'pipe', 'inherit'] },
+  );
+  const rl = createInterface({ input: proc.stdout! });
+  const urls: Record<string, string> = {};
+  await new Promise<void>((resolve, reject) => {
+    rl.on('line', (l) => {
+      const m = /^(exec-server|panel): (\S+)/.exec(l);
+      if (m) urls[m[1]!] = m[2]!;
+      if (urls['exec-server'] && urls.panel) resolve();
+    });
+    proc.once('exit', (c) => reject(new Error(`corral serve exited ${c}`)));
+  });
+  return {
+    execUrl: urls['exec-server']!,
+    panelUrl: urls.panel!,
+    proc,
+    stop: () =>
+      new Promise((resolve) => {
+        if (proc.exitCode !== null) return resolve();
+        proc.once('exit', () => resolve());
+        proc.kill('SIGTERM');
+      }),
+  };
+}
+
+export interface Timing {
+  processId: string;
+  /** Date.now() when the start answer arrived, and when process/closed did. */
+  started: number;
+  closed: number;
+}
+
+/** A monitor subscriber without a browser, as a child process (panelSubscriber.mjs): the feed's cost alone. */
+export async function leanSubscriber(panelUrl: string): Promise<{ close(): void }> {
+  const child = spawn(process.execPath, [join(ROOT, 'test', 'bench', 'panelSubscriber.mjs'), panelUrl], {
+    stdio: ['pipe', 'pipe', 'ignore'],
+  });
+  await new Promise<void>((resolve, reject) => {
+    createInterface({ input: child.stdout! }).once('line', () => resolve());
+    child.once('exit', (c) => reject(new Error(`subscriber exited ${c}`)));
+  });
+  return { close: () => child.stdin!.end() };
+}
+
+/** An agent: one WebSocket session that starts short processes and records when they started and closed. */
+export class Agent {
+  private id = 0;
+  private readonly pending = new Map<number, (m: Record<string, unknown>) => void>();
+  private readonly waiting = new Map<string, () => void>();
+  inflight = 0;
+
+  private constructor(private readonly ws: WebSocket) {
+    ws.on('message', (data: Buffer) => {
+      const m = JSON.parse(data.toString()) as Record<string, unknown>;
+      if (typeof m.id === 'number') {
+        this.pending.get(m.id)?.(m);
+        this.pending.delete(m.id);
+        return;
+      }
+      if (m.method === 'process/closed') {
+        const pid = (m.params as { processId: string }).processId;
+        this.waiting.get(pid)?.();
+        this.waiting.delete(pid);
+      }
+    });
+  }
+
+  static async open(url: string, name: string, headers: Record<string, string> = {}): Promise<Agent> {
+    const ws = new WebSocket(url, { perMessageDeflate: false, headers });
+    await new Promise((resolve, reject) => {
+      ws.once('open', resolve);
+      ws.once('error', reject);
+    });
+    const a = new Agent(ws);
+    await a.request('initialize', { clientName: name });
+    ws.send(JSON.stringify({ method: 'initialized', params: {} }));
+    return a;
+  }
+
+  request(method: string, params: unknown): Promise<Record<string, unknown>> {
+    const id = ++this.id;
+    return new Promise((resolve, reject) => {
+      this.pending.set(id, (m) => (m.error ? reject(new Error(JSON.stringify(m.error))) : resolve(m)));
+      this.ws.send(JSON.stringify({ id, method, params }));
+    });
+  }
+
+  async run(processId: string, argv: string[] = ['/bin/true']): Promise<Timing> {
+    this.inflight++;
+    const closed = new Promise<number>((r) => this.waiting.set(processId, () => r(Date.now())));
+    try {
+      await this.request('process/start', {
+        processId,
+        argv,
+        cwd: '/tmp',
+        env: { PATH: '/usr/bin:/bin' },
+        tty: false,
+        arg0: null,
+      });
+      const started = Date.now();
+      return { processId, started, closed: await closed };
+    } finally {
+      this.inflight--;
+    }
+  }
+
+  close(): void {
+    this.ws.close();
+  }
+}
+
+export interface FloodResult {
+  timings: Timing[];
+  /** Processes per second actually achieved (first start to last close). */
+  rate: number;
+  seconds: number;
+}
+
+/**
+ * Starts `total` processes across the agents at `rate` per second (paced every 5 ms), at most `inflight` at once per
+ * agent: if the server falls behind, the achieved rate is lower and says so.
+ */
+export async function flood(
+  agents: Agent[],
+  opts: { total: number; rate: number; inflight: number; prefix: string },
+): Promise<FloodResult> {
+  const timings: Timing[] = [];
+  const running: Promise<void>[] = [];
+  const t0 = performance.now();
+  let started = 0;
+  let next = 0;
+  while (started < opts.total) {
+    const due = Math.min(opts.total, Math.floor(((performance.now() - t0) / 1000) * opts.rate) + 1);
+    let progressed = false;
+    while (started < due) {
+      let agent: Agent | null = null;
+      for (let k = 0; k < agents.length && !agent; k++) {
+        const a = agents[(next + k) % agents.length]!;
+        if (a.inflight < opts.inflight) agent = a;
+      }
+      if (!agent) break;
+      next++;
+      const id = `${opts.prefix}${started++}`;
+      running.push(agent.run(id).then((t) => void timings.push(t)));
+      progressed = true;
+    }
+    await new Promise((r) => setTimeout(r, progressed ? 5 : 2));
+  }
+  await Promise.all(running);
+  const seconds = (performance.now() - t0) / 1000;
+  return { timings, rate: opts.total / seconds, seconds };
+}
+
+/** Installed in the page before its scripts: long tasks, and when each process showed in the table, by state. */
+export const PAGE_INSTRUMENTATION = `(() => {
+  const b = { long: [], first: new Map(), final: new Map(), probe: false };
+  window.__bench = b;
+  new PerformanceObserver((l) => { for (const e of l.getEntries()) b.long.push([e.startTime, e.duration]); })
+    .observe({ type: 'longtask', buffered: true });
+  const see = (id, state, t) => {
+    if (!b.first.has(id)) b.first.set(id, t);
+    if (state === 'closed' && !b.final.has(id)) b.final.set(id, t);
+  };
+  let observer = null;
+  window.corralPanelProbe = (rows) => {
+    if (!b.probe && observer) observer.disconnect();
+    b.probe = true;
+    const t = Date.now();
+    for (const r of rows) see(r.processId, r.state, t);
+  };
+  const onRow = (tr, t) => {
+    const id = tr.getAttribute('data-process-id');
+    if (id === null) return;
+    const s = tr.querySelector('[data-state]');
+    see(id, s ? s.getAttribute('data-state') : '', t);
+  };
+  observer = new MutationObserver((records) => {
+    if (b.probe) return;
+    const t = Date.now();
+    for (const r of records) {
+      for (const n of r.addedNodes) {
+        if (n.nodeType !== 1) continue;
+        if (n.matches('tr[data-process-id]')) onRow(n, t);
+        else for (const tr of n.querySelectorAll('tr[data-process-id]')) onRow(tr, t);
+      }
+    }
+  });
+  observer.observe(document, { childList: true, subtree: true });
+})();`;
+
+export interface PageTimes {
+  first: Map<string, number>;
+  final: Map<string, number>;
+  long: [number, number][];
+}
+
+export async function pageTimes(page: Page): Promise<PageTimes> {
+  const r = await page.evaluate(() => {
+    const b = (
+      window as unknown as {
+        __bench: { first: Map<string, number>; final: Map<string, number>; long: [number, number][] };
+      }
+    ).__bench;
+    return { first: [...b.first], final: [...b.final], long: b.long };
+  });
+  return { first: new Map(r.first), final: new Map(r.final), long: r.long };
+}
+
+/** Waits until the page has shown `n` processes (any state), or the timeout; returns how many it has. */
+export async function waitCount(page: Page, n: number, timeoutMs: number): Promise<number> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const have = await page.evaluate(
+      () => (window as unknown as { __bench: { first: Map<string, number> } }).__bench.first.size,
+    );
+    if (have >= n || Date.now() > deadline) return have;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+/** Waits until the page has shown the final state of every process in `ids` (or the timeout); returns the missing. */
+export async function waitShown(page: Page, ids: string[], timeoutMs: number): Promise<number> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const missing = await page.evaluate((list) => {
+      const b = (window as unknown as { __bench: { final: Map<string, number> } }).__bench;
+      let n = 0;
+      for (const id of list) if (!b.final.has(id)) n++;
+      return n;
+    }, ids);
+    if (missing === 0 || Date.now() > deadline) return missing;
+    await new Promise((r) => setTimeout(r, 250));
+  }
+}
+
+export interface Metrics {
+  /** Main-thread task time (s, wall clock), main-thread CPU time (s), script time (s), JS heap used (bytes). */
+  taskSeconds: number;
+  cpuSeconds: number;
+  scriptSeconds: number;
+  heapUsed: number;
+}
+
+export async function metrics(cdp: CDPSession, gc = false): Promise<Metrics> {
+  if (gc) await cdp.send('HeapProfiler.collectGarbage');
+  const { metrics: m } = await cdp.send('Performance.getMetrics');
+  const get = (n: string) => m.find((x) => x.name === n)?.value ?? 0;
+  return {
+    taskSeconds: get('TaskDuration'),
+    cpuSeconds: get('ThreadTime'),
+    scriptSeconds: get('ScriptDuration'),
+    heapUsed: get('JSHeapUsedSize'),
+  };
+}
+
+export function pct(values: number[], p: number): number {
+  if (values.length === 0) return Number.NaN;
+  const s = [...values].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))]!;
+}
+
+/** Lags (ms) of the page behind the agents: first appearance after the start answer, final state after closed. */
+export function lags(
+  timings: Timing[],
+  shown: PageTimes,
+): { appear: number[]; final: number[]; missing: number } {
+  const appear: number[] = [];
+  const final: number[] = [];
+  let missing = 0;
+  for (const t of timings) {
+    const f = shown.first.get(t.processId);
+    const c = shown.final.get(t.processId);
+    if (f === undefined || c === undefined) {
+      missing++;
+      continue;
+    }
+    appear.push(f - t.started);
+    final.push(c - t.closed);
+  }
+  return { appear, final, missing };
+}
+
+/** Long tasks (ms) that started within [from, to] of the page's clock (performance.now()). */
+export function longTasksIn(long: [number, number][], from: number, to: number): number[] {
+  return long.filter(([start]) => start >= from && start <= to).map(([, d]) => d);
+}

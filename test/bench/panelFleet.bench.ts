@@ -1,0 +1,149 @@
+/**
+ * The fleet panel's feed (issue 19): eight Corral pods of the Kubernetes rig (corral exec-server with a panel
+ * credential, each in a network namespace of its own, behind the agent-sandbox router stand-in), `corral serve
+ * --join` to each of them through the router, the panel in Chromium on the host, and one agent per pod (through the
+ * router) starting short processes at 500/s on each. Printed: the achieved rate, the page's lag behind the agents,
+ * main-thread CPU per process, long tasks and heap. Root only (namespaces); otherwise one row says why.
+ */
+import { type Browser, openBrowser } from '../browser/harness.js';
+import { type Fleet, fleetAvailable, startFleet } from '../helpers/fleetRig.js';
+import {
+  Agent,
+  flood,
+  lags,
+  longTasksIn,
+  metrics,
+  PAGE_INSTRUMENTATION,
+  pageTimes,
+  pct,
+  type Serve,
+  startServe,
+  waitShown,
+} from './panelDriver.js';
+import type { BenchRow } from './types.js';
+
+const PODS = 8;
+const PER_POD_RATE = 500;
+const PER_POD = 1000;
+const section = `panel: fleet, ${PODS} pods × ${PER_POD_RATE}/s`;
+
+export async function run(): Promise<BenchRow[]> {
+  const avail = fleetAvailable();
+  if (!avail.ok) return [{ section, metric: 'skipped', corral: avail.reason.slice(0, 100), unit: '' }];
+  let fleet: Fleet | null = null;
+  let serve: Serve | null = null;
+  let browser: Browser | null = null;
+  const agents: Agent[] = [];
+  try {
+    fleet = await startFleet({ pods: PODS, panelToken: true });
+    const f = fleet;
+    const joins = f.pods().flatMap((p) => {
+      const r = f.route(p.name);
+      const url = new URL(r.url);
+      url.searchParams.set('token', f.panelToken!);
+      const fragment = [
+        ...Object.entries(r.headers).map(([k, v]) => `header=${encodeURIComponent(`${k}:${v}`)}`),
+        `name=${p.name}`,
+      ].join('&');
+      return ['--join', `${url}#${fragment}`];
+    });
+    serve = await startServe(joins);
+    for (const p of f.pods()) {
+      const r = f.route(p.name);
+      agents.push(await Agent.open(r.url, `agent-${p.name}`, r.headers));
+    }
+    // Warm the pods (their per-process path is JavaScript V8 optimises as it runs).
+    await flood(agents, { total: 400 * PODS, rate: 100_000, inflight: 16, prefix: 'warm-' });
+    browser = await openBrowser();
+    const page = browser.page;
+    await page.addInitScript(PAGE_INSTRUMENTATION);
+    const cdp = await page.context().newCDPSession(page);
+    await cdp.send('Performance.enable');
+    await page.goto(serve.panelUrl);
+    await page.locator('#conn-status', { hasText: 'connected' }).waitFor({ timeout: 60_000 });
+    await page
+      .locator('[data-testid="filter-server"] option', { hasText: `pod-${PODS}` })
+      .waitFor({ state: 'attached', timeout: 60_000 });
+    await waitShown(page, [`warm-${400 * PODS - 1}`], 120_000);
+    const m0 = await metrics(cdp);
+    const p0 = await page.evaluate(() => performance.now());
+    const run = await flood(agents, {
+      total: PER_POD * PODS,
+      rate: PER_POD_RATE * PODS,
+      inflight: 32,
+      prefix: 'f-',
+    });
+    const missing = await waitShown(
+      page,
+      run.timings.map((t) => t.processId),
+      120_000,
+    );
+    const m1 = await metrics(cdp);
+    const p1 = await page.evaluate(() => performance.now());
+    const shown = await pageTimes(page);
+    const l = lags(run.timings, shown);
+    const long = longTasksIn(shown.long, p0, p1);
+    const heap = (await metrics(cdp, true)).heapUsed;
+    const total = PER_POD * PODS;
+    const fmt = (v: number[]) =>
+      `${Math.round(pct(v, 50))} / ${Math.round(pct(v, 99))} / ${Math.round(Math.max(...v))}`;
+    return [
+      {
+        section,
+        metric: 'achieved rate, all pods',
+        corral: Math.round(run.rate),
+        unit: 'proc/s',
+        target: `${PER_POD_RATE * PODS}`,
+      },
+      {
+        section,
+        metric: 'lag, first shown after start (p50 / p99 / max)',
+        corral: fmt(l.appear),
+        unit: 'ms',
+        target: '≤ 250',
+      },
+      {
+        section,
+        metric: 'lag, final state after process/closed (p50 / p99 / max)',
+        corral: fmt(l.final),
+        unit: 'ms',
+        target: '≤ 250',
+      },
+      {
+        section,
+        metric: 'processes never shown in their final state',
+        corral: missing,
+        unit: '',
+        target: '0',
+      },
+      {
+        section,
+        metric: 'page main-thread CPU per process (ThreadTime)',
+        corral: Math.round(((m1.cpuSeconds - m0.cpuSeconds) * 1e5) / total) / 100,
+        unit: 'ms',
+        target: '≤ 0.3',
+      },
+      {
+        section,
+        metric: 'long tasks (count / max)',
+        corral: `${long.length} / ${long.length > 0 ? Math.round(Math.max(...long)) : 0}`,
+        unit: 'ms',
+        target: 'max ≤ 100',
+      },
+      {
+        section,
+        metric: 'JS heap after GC',
+        corral: Math.round((heap / 1048576) * 10) / 10,
+        unit: 'MiB',
+        target: '≤ 150',
+      },
+    ];
+  } catch (e) {
+    return [{ section, metric: 'ERROR', corral: (e as Error).message.slice(0, 120), unit: '' }];
+  } finally {
+    for (const a of agents) a.close();
+    await browser?.close();
+    await serve?.stop();
+    await fleet?.close();
+  }
+}

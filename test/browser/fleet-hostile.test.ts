@@ -1,0 +1,135 @@
+// The fleet panel in Chromium joined to a hostile server (issue 19 item 1): what that server sends is shown as text
+// (markup in argv, client names, cwd, hosts and prompts never becomes elements or runs), a row larger than the host
+// keeps is refused and counted, and the host's own rows and page are untouched.
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { type Host, startHost } from '../../src/server/host.js';
+import { type HostileServer, startHostileServer } from '../helpers/hostileServer.js';
+import { monitorProcess } from '../helpers/monitorRows.js';
+import { type Browser, ensureBuilt, openBrowser, visibleText } from './harness.js';
+
+const HTML = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script><b>bold</b>';
+
+describe('fleet panel and a hostile joined server', () => {
+  let evil: HostileServer;
+  let host: Host;
+  let browser: Browser;
+
+  before(async () => {
+    evil = await startHostileServer();
+    host = await startHost({
+      servePanel: true,
+      panelDir: ensureBuilt(),
+      join: [{ url: evil.url, token: 'evil-server-token', name: `evil ${HTML}` }],
+    });
+    browser = await openBrowser();
+    await browser.page.goto(host.panelUrl!);
+    await browser.page.locator('#conn-status', { hasText: 'connected' }).waitFor({ timeout: 15_000 });
+    await browser.page.locator('[data-testid="filter-server"]:not([hidden])').waitFor();
+  });
+
+  after(async () => {
+    await browser?.close();
+    await host?.shutdown();
+    await evil?.close();
+  });
+
+  test('markup it sends is text: in the table, the detail, a network event and a prompt', async () => {
+    const page = browser.page;
+    evil.send({
+      method: 'monitor/batch',
+      params: {
+        processes: [
+          monitorProcess({
+            sessionId: HTML,
+            processId: 'html-row',
+            clientName: HTML,
+            argv: [HTML, '--flag', HTML],
+            cwd: `/tmp/${HTML}`,
+            metadata: { note: HTML },
+            envKeys: [HTML],
+            startedAt: Date.now(),
+          }),
+        ],
+        blocked: [
+          {
+            id: 1,
+            processId: 'html-row',
+            sessionId: HTML,
+            host: HTML,
+            port: 80,
+            reason: HTML,
+            method: 'GET',
+            protocol: 'http',
+            mode: null,
+            decision: 'deny',
+            source: null,
+            client: null,
+            timestamp: 1,
+            blockedTotal: 1,
+          },
+        ],
+      },
+    });
+    const row = page.locator('tr[data-process-id="html-row"]');
+    await row.waitFor();
+    assert.ok((await visibleText(row)).includes('<img src=x'), 'the markup shows as text');
+    await row.click();
+    const detail = page.locator('[data-testid="process-detail"]');
+    await detail.waitFor();
+    assert.ok((await visibleText(detail)).includes('<script>'));
+    await page.click('button[data-view="network"]');
+    await page.locator('[data-testid="blocked-table"] tr[data-server="s1"]').waitFor();
+    evil.send({
+      method: 'approvals/requested',
+      params: {
+        prompt: {
+          id: HTML,
+          sessionId: HTML,
+          processId: 'html-row',
+          clientName: HTML,
+          command: [HTML],
+          cwd: HTML,
+          host: HTML,
+          port: 1,
+          protocol: 'http',
+          method: HTML,
+          waiting: 1,
+          requestedAt: Date.now(),
+          expiresAt: Date.now() + 60_000,
+          timeoutMs: 60_000,
+          requestedTimeoutMs: null,
+        },
+      },
+    });
+    const prompt = page.locator('[data-testid="approval-prompt"][data-server="s1"]');
+    await prompt.waitFor();
+    assert.ok((await visibleText(prompt)).includes('<img'));
+    // Nothing it sent became an element or ran.
+    assert.equal(await page.locator('img, b, main script').count(), 0);
+    assert.equal(await page.evaluate(() => (window as unknown as { __pwned?: number }).__pwned), undefined);
+    await browser.screenshot('fleet-hostile');
+  });
+
+  test('a row larger than the host keeps is refused and counted; the host stays joined', async () => {
+    const page = browser.page;
+    evil.send({
+      method: 'monitor/batch',
+      params: {
+        processes: [monitorProcess({ sessionId: 's', processId: 'too-big', argv: ['x'.repeat(100 * 1024)] })],
+      },
+    });
+    await page.click('button[data-view="servers"]');
+    await page.locator('[data-testid="servers-table"] tr[data-server="s1"] td.bad').waitFor();
+    assert.match(
+      await visibleText(page.locator('[data-testid="servers-table"] tr[data-server="s1"]')),
+      /connected[\s\S]*refused from the server: a process row over 65536 bytes/,
+    );
+    await page.click('button[data-view="processes"]');
+    assert.equal(await page.locator('tr[data-process-id="too-big"]').count(), 0);
+  });
+
+  test('no page errors', () => {
+    assert.deepEqual(browser.errors, []);
+  });
+});

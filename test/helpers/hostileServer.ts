@@ -1,0 +1,72 @@
+// A Corral server that is hostile, for the fleet host's tests: it answers the handshake and the few methods a fleet
+// host calls, records what it receives (and the credential each connection presented), and sends whatever a test
+// makes it send.
+import type { AddressInfo } from 'node:net';
+import WebSocket, { WebSocketServer } from 'ws';
+
+export interface HostileServer {
+  url: string;
+  received: { method: string; params: unknown }[];
+  sockets: WebSocket[];
+  /** The `?token=` of each connection. */
+  tokens: string[];
+  /** Sends to every open connection (a string as is, anything else as JSON). */
+  send(msg: unknown): void;
+  close(): Promise<void>;
+}
+
+/**
+ * A joined server that is hostile: it answers the handshake, then tries what a malicious server could.
+ */
+export async function startHostileServer(): Promise<HostileServer> {
+  const wss = new WebSocketServer({ host: '127.0.0.1', port: 0 });
+  await new Promise((r) => wss.once('listening', r));
+  const received: { method: string; params: unknown }[] = [];
+  const sockets: WebSocket[] = [];
+  const tokens: string[] = [];
+  wss.on('connection', (ws, req) => {
+    tokens.push(new URL(req.url ?? '/', 'http://x').searchParams.get('token') ?? '');
+    sockets.push(ws);
+    ws.on('message', (data) => {
+      const m = JSON.parse(data.toString()) as { id?: number; method: string; params: unknown };
+      received.push({ method: m.method, params: m.params });
+      if (m.id === undefined) return;
+      const reply = (result: unknown) => ws.send(JSON.stringify({ id: m.id, result }));
+      if (m.method === 'initialize') reply({ sessionId: 'hostile' });
+      else if (m.method === 'monitor/subscribe') {
+        reply({
+          processes: [],
+          sessions: [],
+          blocked: [],
+          audit: [],
+          hosts: [],
+          dropped: { output: 0, network: 0, evicted: 0, forgottenProcesses: 0 },
+          limits: { blockedRing: 1, auditRing: 1, finishedProcesses: 1, subscriberHighWaterBytes: 1 },
+          networkWired: false,
+          previewWired: false,
+          serverTime: Date.now(),
+        });
+      } else if (m.method === 'approvals/subscribe')
+        reply({ pending: [], decisions: [], audit: [], timeoutMs: 1000 });
+      else if (m.method === 'monitor/terminate') reply({ running: true });
+      else if (m.method === 'approvals/decide') reply({ released: 7 });
+      else ws.send(JSON.stringify({ id: m.id, error: { code: -32601, message: 'no' } }));
+    });
+  });
+  const { port } = wss.address() as AddressInfo;
+  return {
+    url: `ws://127.0.0.1:${port}/`,
+    received,
+    sockets,
+    tokens,
+    send: (msg) => {
+      for (const s of sockets)
+        if (s.readyState === WebSocket.OPEN) s.send(typeof msg === 'string' ? msg : JSON.stringify(msg));
+    },
+    close: () =>
+      new Promise((r) => {
+        for (const s of sockets) s.terminate();
+        wss.close(() => r());
+      }),
+  };
+}

@@ -1,0 +1,30 @@
+import type { MonitorProcess } from '../../src/protocol/monitor.js';
+
+/** A MonitorProcess as the monitor sends it, running, with `over` on top (tests of the panel's rows). */
+export function monitorProcess(over: Partial<MonitorProcess> & { processId: string }): MonitorProcess {
+  return {
+    sessionId: 's1',
+    clientName: 'agent-a',
+    argv: ['/bin/sh', '-c', `echo ${over.processId}`],
+    cwd: '/work',
+    tty: false,
+    pipeStdin: false,
+    pid: 1,
+    state: 'running',
+    exitCode: null,
+    sandboxDenied: false,
+    sandboxType: 'none',
+    badge: 'none',
+    launcherFlags: null,
+    policy: null,
+    metadata: null,
+    envKeys: ['PATH'],
+    startedAt: 1000,
+    exitedAt: null,
+    closedAt: null,
+    bytesOut: 0,
+    lastSeq: 0,
+    retained: true,
+    ...over,
+  };
+}

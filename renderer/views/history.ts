@@ -15,8 +15,9 @@ import type {
   AuditQueryResult,
   AuditSessionItem,
 } from '../../src/protocol/audit.js';
-import { b64ToBytes, fmtBytes, fmtDuration, h, replace, shellJoin } from '../dom.js';
+import { fmtBytes, h, replace, shellJoin } from '../dom.js';
 import type { AppContext, View } from '../view.js';
+import { exitText, processDetail, when } from './historyDetail.js';
 
 const PAGE = 100;
 
@@ -31,26 +32,9 @@ function option(value: string, label: string): HTMLOptionElement {
   return h('option', { value }, label);
 }
 
-function when(ms: number | null): string {
-  if (ms === null) return '–';
-  const d = new Date(ms);
-  return `${d.toLocaleDateString(undefined, { month: 'short', day: 'numeric' })} ${d.toLocaleTimeString(undefined, { hour12: false })}`;
-}
-
-function exitText(p: AuditProcessItem): string {
-  if (p.exitedAt === null) return p.closedAt === null ? 'no exit recorded' : 'closed';
-  if (p.signal) return `killed (${p.signal})`;
-  return `exit ${p.exitCode}`;
-}
-
 function exitClass(p: AuditProcessItem): string {
   if (p.exitedAt === null) return 'unknown';
   return p.exitCode === 0 ? 'ok' : 'failed';
-}
-
-/** Output bytes as text (invalid UTF-8 shows as U+FFFD; the export keeps the exact bytes). */
-function decode(b64: string): string {
-  return new TextDecoder('utf-8').decode(b64ToBytes(b64));
 }
 
 export class HistoryView implements View {
@@ -451,140 +435,18 @@ export class HistoryView implements View {
   }
 
   private renderDetail(d: AuditProcessResult): void {
-    const p = d.process;
-    if (!p) {
+    if (!d.process) {
       replace(this.detail, h('div', { class: 'detail-bar' }, 'This process is no longer kept.'));
       return;
     }
-    const close = h(
-      'button',
-      {
-        class: 'btn small ghost',
-        onclick: () => {
-          this.selected = null;
-          this.detail.hidden = true;
-          this.split.classList.remove('with-detail');
-          this.renderTable();
-        },
-      },
-      'Close',
-    );
-    const ran = p.closedAt !== null ? fmtDuration(p.closedAt - p.startedAt) : '–';
-    const facts = h(
-      'dl',
-      { class: 'kv kv4' },
-      h('dt', null, 'Client'),
-      h('dd', null, p.clientName),
-      h('dt', null, 'Session'),
-      h('dd', { class: 'mono small' }, p.sessionId),
-      h('dt', null, 'Started'),
-      h('dd', null, when(p.startedAt)),
-      h('dt', null, 'Ran'),
-      h('dd', null, ran),
-      h('dt', null, 'Exit'),
-      h('dd', { 'data-testid': 'history-exit' }, exitText(p)),
-      h('dt', null, 'PID'),
-      h('dd', null, String(p.pid ?? '–')),
-      h('dt', null, 'Sandbox'),
-      h('dd', null, p.sandboxType, p.sandboxDenied ? ' (denied something)' : ''),
-      h('dt', null, 'Terminal'),
-      h('dd', null, p.tty ? 'yes' : 'no'),
-      h('dt', null, 'Directory'),
-      h('dd', { class: 'mono small' }, p.cwd),
-      h('dt', null, 'Limit hit'),
-      h('dd', null, p.limitHit ?? '–'),
-    );
-    const pre = (v: unknown) => h('pre', { class: 'pipe-output small' }, JSON.stringify(v, null, 2));
     replace(
       this.detail,
-      h(
-        'div',
-        { class: 'detail-bar' },
-        h(
-          'div',
-          { class: 'detail-head' },
-          h('div', { class: 'detail-title mono', title: shellJoin(p.argv) }, shellJoin(p.argv)),
-          h('div', { class: 'muted small' }, `process ${p.processId}`),
-        ),
-        close,
-      ),
-      h('div', { class: 'detail-facts' }, facts),
-      h(
-        'div',
-        { class: 'detail-policy' },
-        h(
-          'details',
-          { class: 'env' },
-          h('summary', null, `Environment: ${p.envNames.length} names (values are never stored)`),
-          h('div', { class: 'env-keys mono small' }, p.envNames.join(' ')),
-        ),
-        p.policy ? h('details', { class: 'env' }, h('summary', null, 'Sandbox policy'), pre(p.policy)) : null,
-        p.network
-          ? h('details', { class: 'env' }, h('summary', null, 'Managed network'), pre(p.network))
-          : null,
-        p.metadata ? h('details', { class: 'env' }, h('summary', null, 'Metadata'), pre(p.metadata)) : null,
-        h('h4', null, 'Output'),
-        this.output(d, p.outputBytes),
-        h('h4', null, `Network decisions (${d.network.length})`),
-        this.miniTable(
-          'history-network',
-          ['Time', 'Decision', 'Host', 'Reason'],
-          d.network.map((n) => [
-            when(n.time),
-            h('span', { class: `decision decision-${n.decision}` }, n.decision),
-            h('span', { class: 'mono' }, `${n.host}:${n.port}`),
-            n.reason,
-          ]),
-          'No network decisions.',
-        ),
-        h('h4', null, `Files changed by its session while it ran (${d.files.length})`),
-        this.miniTable(
-          'history-files',
-          ['Time', 'Operation', 'Path', 'Outcome'],
-          d.files.map((f) => [
-            when(f.time),
-            f.op,
-            h('span', { class: 'mono small' }, f.path, f.destination ? ` → ${f.destination}` : ''),
-            f.outcome,
-          ]),
-          'No fs/* changes.',
-        ),
-      ),
-    );
-  }
-
-  private output(d: AuditProcessResult, total: number): HTMLElement {
-    const box = h('pre', { class: 'pipe-output', 'data-testid': 'history-output', tabindex: '0' });
-    if (!d.output) {
-      box.append(
-        h(
-          'span',
-          { class: 'out-note' },
-          total === 0 ? 'No output.' : `${fmtBytes(total)} of output, none stored.`,
-        ),
-      );
-      return box;
-    }
-    box.append(decode(d.output.head));
-    if (d.output.omittedBytes > 0) {
-      box.append(h('span', { class: 'out-note' }, `\n… ${fmtBytes(d.output.omittedBytes)} not stored …\n`));
-    }
-    if (d.output.tail) box.append(decode(d.output.tail));
-    return box;
-  }
-
-  private miniTable(testid: string, cols: string[], rows: (string | Node)[][], empty: string): HTMLElement {
-    return h(
-      'table',
-      { class: 'table compact', 'data-testid': testid },
-      h('thead', null, h('tr', null, ...cols.map((c) => h('th', null, c)))),
-      h(
-        'tbody',
-        null,
-        rows.length === 0
-          ? h('tr', null, h('td', { colspan: String(cols.length), class: 'empty-cell' }, empty))
-          : rows.map((r) => h('tr', null, ...r.map((c) => h('td', null, c)))),
-      ),
+      ...processDetail(d, d.process, () => {
+        this.selected = null;
+        this.detail.hidden = true;
+        this.split.classList.remove('with-detail');
+        this.renderTable();
+      }),
     );
   }
 }

@@ -104,7 +104,7 @@ interface Piece {
 
 export class PipeSink implements OutputSink {
   readonly el = h('div', { class: 'pipe-box' });
-  private readonly pre = h('pre', { class: 'pipe-output', 'data-testid': 'pipe-output', tabindex: '0' });
+  private readonly pre = h('pre', { class: 'pipe-output live', 'data-testid': 'pipe-output', tabindex: '0' });
   private readonly earlierBtn = h(
     'button',
     { class: 'btn small ghost pipe-earlier', hidden: true, 'data-testid': 'output-earlier' },

@@ -245,14 +245,7 @@ export class Feed<P, S> {
       pend.parts.push({ seq, stream, data: copy });
       pend.bytes += copy.length;
       sub.outputBytes += copy.length;
-      while (pend.bytes > PROCESS_BYTES_PER_BATCH && pend.parts.length > 1) {
-        const old = pend.parts.shift()!;
-        pend.bytes -= old.data.length;
-        sub.outputBytes -= old.data.length;
-        pend.skipped += old.data.length;
-        sub.dropped.output++;
-        sub.droppedChanged = true;
-      }
+      while (pend.bytes > PROCESS_BYTES_PER_BATCH && pend.parts.length > 1) skipOldest(sub, pend);
     }
     this.schedule();
   }
@@ -260,14 +253,7 @@ export class Feed<P, S> {
   /** Makes room for `need` more bytes of output in this batch: the oldest queued parts go, counted as skipped. */
   private dropOldest(sub: FeedSubscriber<P, S>, need: number): void {
     for (const pend of sub.output.values()) {
-      while (pend.parts.length > 0 && sub.outputBytes + need > OUTPUT_BYTES_PER_BATCH) {
-        const old = pend.parts.shift()!;
-        pend.bytes -= old.data.length;
-        sub.outputBytes -= old.data.length;
-        pend.skipped += old.data.length;
-        sub.dropped.output++;
-        sub.droppedChanged = true;
-      }
+      while (pend.parts.length > 0 && sub.outputBytes + need > OUTPUT_BYTES_PER_BATCH) skipOldest(sub, pend);
       if (sub.outputBytes + need <= OUTPUT_BYTES_PER_BATCH) return;
     }
   }
@@ -438,4 +424,14 @@ export class Feed<P, S> {
     sub.output.clear();
     sub.outputBytes = 0;
   }
+}
+
+/** Drops the oldest queued part of a process's output from this batch, counted as skipped (and as a drop). */
+function skipOldest<P, S>(sub: FeedSubscriber<P, S>, pend: PendingOutput<P>): void {
+  const old = pend.parts.shift()!;
+  pend.bytes -= old.data.length;
+  sub.outputBytes -= old.data.length;
+  pend.skipped += old.data.length;
+  sub.dropped.output++;
+  sub.droppedChanged = true;
 }

@@ -14,6 +14,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import type { CDPSession, Page } from 'playwright-core';
 import WebSocket from 'ws';
+import type { BenchRow } from './types.js';
 
 export const ROOT = join(import.meta.dirname, '..', '..');
 
@@ -329,7 +330,85 @@ export function lags(
   return { appear, final, missing };
 }
 
+interface TraceEvent {
+  name: string;
+  ph: string;
+  pid: number;
+  tid: number;
+  dur?: number;
+  tdur?: number;
+  args?: { name?: string };
+}
+
+/** A main-thread task of the page: its wall time and the CPU time its thread had in it (ms). */
+export interface TracedTask {
+  wall: number;
+  cpu: number;
+}
+
+/**
+ * Starts a Chrome trace of the page's tasks (`RunTask`: wall and thread time each); the function it returns stops it
+ * and gives the tasks of the busiest renderer main thread. On a loaded machine a long task by the wall clock may be a
+ * short one that waited for a core: the thread time says which.
+ */
+export async function traceTasks(cdp: CDPSession): Promise<() => Promise<TracedTask[]>> {
+  const events: TraceEvent[] = [];
+  const onData = (d: { value: object[] }) => {
+    for (const e of d.value as TraceEvent[])
+      if ((e.name === 'RunTask' && e.ph === 'X') || e.name === 'thread_name') events.push(e);
+  };
+  cdp.on('Tracing.dataCollected', onData);
+  await cdp.send('Tracing.start', {
+    categories: 'disabled-by-default-devtools.timeline',
+    transferMode: 'ReportEvents',
+  });
+  return async () => {
+    const complete = new Promise<void>((r) => cdp.once('Tracing.tracingComplete', () => r()));
+    await cdp.send('Tracing.end');
+    await complete;
+    cdp.off('Tracing.dataCollected', onData);
+    const mains = new Set(
+      events
+        .filter((e) => e.name === 'thread_name' && e.args?.name === 'CrRendererMain')
+        .map((e) => `${e.pid}:${e.tid}`),
+    );
+    const byThread = new Map<string, TracedTask[]>();
+    for (const e of events) {
+      const k = `${e.pid}:${e.tid}`;
+      if (e.name !== 'RunTask' || !mains.has(k)) continue;
+      const list = byThread.get(k) ?? [];
+      byThread.set(k, list);
+      list.push({ wall: (e.dur ?? 0) / 1000, cpu: (e.tdur ?? 0) / 1000 });
+    }
+    const busiest = (l: TracedTask[]) => l.reduce((n, t) => n + t.cpu, 0);
+    return [...byThread.values()].sort((a, b) => busiest(b) - busiest(a))[0] ?? [];
+  };
+}
+
 /** Long tasks (ms) that started within [from, to] of the page's clock (performance.now()). */
 export function longTasksIn(long: [number, number][], from: number, to: number): number[] {
   return long.filter(([start]) => start >= from && start <= to).map(([, d]) => d);
+}
+
+/**
+ * The long-task rows of a phase: long tasks as the page saw them (wall clock, the goal's measure), and the CPU the
+ * main thread had in its tasks (from the trace): a wall-clock long task with little CPU waited for a core.
+ */
+export function longTaskRows(section: string, long: number[], traced: TracedTask[]): BenchRow[] {
+  const maxCpu = traced.reduce((m, t) => Math.max(m, t.cpu), 0);
+  return [
+    {
+      section,
+      metric: 'long tasks (count / max)',
+      corral: `${long.length} / ${long.length > 0 ? Math.round(Math.max(...long)) : 0}`,
+      unit: 'ms',
+      target: 'max ≤ 100',
+    },
+    {
+      section,
+      metric: '  main-thread CPU of its longest task / tasks over 50 ms of CPU (trace)',
+      corral: `${Math.round(maxCpu)} / ${traced.filter((t) => t.cpu > 50).length}`,
+      unit: 'ms',
+    },
+  ];
 }

@@ -11,6 +11,7 @@ import {
   Agent,
   flood,
   lags,
+  longTaskRows,
   longTasksIn,
   metrics,
   PAGE_INSTRUMENTATION,
@@ -18,6 +19,7 @@ import {
   pct,
   type Serve,
   startServe,
+  traceTasks,
   waitShown,
 } from './panelDriver.js';
 import type { BenchRow } from './types.js';
@@ -67,6 +69,7 @@ export async function run(): Promise<BenchRow[]> {
     await waitShown(page, [`warm-${400 * PODS - 1}`], 120_000);
     const m0 = await metrics(cdp);
     const p0 = await page.evaluate(() => performance.now());
+    const stopTrace = await traceTasks(cdp);
     const run = await flood(agents, {
       total: PER_POD * PODS,
       rate: PER_POD_RATE * PODS,
@@ -80,6 +83,7 @@ export async function run(): Promise<BenchRow[]> {
     );
     const m1 = await metrics(cdp);
     const p1 = await page.evaluate(() => performance.now());
+    const traced = await stopTrace();
     const shown = await pageTimes(page);
     const l = lags(run.timings, shown);
     const long = longTasksIn(shown.long, p0, p1);
@@ -123,13 +127,7 @@ export async function run(): Promise<BenchRow[]> {
         unit: 'ms',
         target: '≤ 0.3',
       },
-      {
-        section,
-        metric: 'long tasks (count / max)',
-        corral: `${long.length} / ${long.length > 0 ? Math.round(Math.max(...long)) : 0}`,
-        unit: 'ms',
-        target: 'max ≤ 100',
-      },
+      ...longTaskRows(section, long, traced),
       {
         section,
         metric: 'JS heap after GC',

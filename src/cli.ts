@@ -611,7 +611,7 @@ async function execServerCommand(argv: string[]): Promise<void> {
   log.info(`exec-server listening on ${listener.url} (${describe})`);
 }
 
-/** One `--join URL`: the credential from ?token= or #token-file=, headers and name from the fragment. */
+/** One `--join URL`: the credential from #token-file= (never the URL: argv is public), headers and name. */
 function parseJoin(text: string): JoinParams {
   let t: ReturnType<typeof parseJoinText>;
   try {
@@ -619,14 +619,19 @@ function parseJoin(text: string): JoinParams {
   } catch (e) {
     fail(`--join: ${(e as Error).message}`);
   }
+  // argv is readable by every local user (ps, /proc/PID/cmdline): a credential there would be theirs.
+  if (new URLSearchParams(t.url.split('?')[1] ?? '').has('token'))
+    fail(
+      '--join: a ?token= on the command line can be read by every local user (ps, /proc/PID/cmdline): put the ' +
+        "server's panel token in a file (mode 0600) and give #token-file=PATH",
+    );
   const token = t.tokenFile ? readSecretFile(t.tokenFile, '--join token-file', 16).token : null;
   const r = JoinParams.safeParse({ url: t.url, token, headers: t.headers, name: t.name });
   if (!r.success) {
     const i = r.error.issues[0]!;
     fail(`--join: ${i.path.join('.') || 'url'}: ${i.message}`);
   }
-  if (!token && !/[?&]token=/.test(t.url))
-    fail("--join: the server's panel token is missing (?token= or #token-file=)");
+  if (!token) fail("--join: the server's panel token is missing (#token-file=PATH)");
   return r.data;
 }
 

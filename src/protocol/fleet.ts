@@ -58,13 +58,12 @@ export const LeaveResult = z.object({ left: z.boolean() });
 export const ListResult = z.object({ servers: z.array(MonitorServer) });
 
 /**
- * A join as typed on a command line: `URL` with the credential in `?token=`, and in the fragment (which no client
- * sends) `header=Name:Value` (repeatable), `name=NAME` and `token-file=PATH`. E.g.
- * `ws://router:8080/?token=T#header=X-Sandbox-ID:pod-2&header=X-Sandbox-Namespace:default`.
+ * A join as typed on a command line: `URL`, and in its fragment (which no client sends) `token-file=PATH` (the
+ * credential: never in the URL, since every local user can read a command line), `header=Name:Value` (repeatable)
+ * and `name=NAME`. E.g. `ws://router:8080/#token-file=/run/pod-2&header=X-Sandbox-ID:pod-2`.
  */
 export interface JoinText {
   url: string;
-  token: string | null;
   tokenFile: string | null;
   headers: Record<string, string>;
   name: string | null;
@@ -74,7 +73,7 @@ export function parseJoinText(text: string): JoinText {
   const hash = text.indexOf('#');
   const base = hash < 0 ? text : text.slice(0, hash);
   const fragment = hash < 0 ? '' : text.slice(hash + 1);
-  const out: JoinText = { url: base, token: null, tokenFile: null, headers: {}, name: null };
+  const out: JoinText = { url: base, tokenFile: null, headers: {}, name: null };
   for (const part of fragment.split('&')) {
     if (part === '') continue;
     const eq = part.indexOf('=');

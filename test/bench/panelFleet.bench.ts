@@ -5,6 +5,9 @@
  * router) starting short processes at 500/s on each. Printed: the achieved rate, the page's lag behind the agents,
  * main-thread CPU per process, long tasks and heap. Root only (namespaces); otherwise one row says why.
  */
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { type Browser, openBrowser } from '../browser/harness.js';
 import { type Fleet, fleetAvailable, startFleet } from '../helpers/fleetRig.js';
 import {
@@ -39,11 +42,16 @@ export async function run(): Promise<BenchRow[]> {
   try {
     fleet = await startFleet({ pods: PODS, panelToken: true });
     const f = fleet;
+    // The pods' panel token, as a file (a credential on the command line is refused).
+    const tokenFile = join(mkdtempSync(join(tmpdir(), 'corral-bench-fleet-')), 'panel-token');
+    writeFileSync(tokenFile, f.panelToken!, { mode: 0o600 });
     const joins = f.pods().flatMap((p) => {
       const r = f.route(p.name);
+      // The router's URL without the agent token of its query: the host sends the panel token from the file.
       const url = new URL(r.url);
-      url.searchParams.set('token', f.panelToken!);
+      url.search = '';
       const fragment = [
+        `token-file=${encodeURIComponent(tokenFile)}`,
         ...Object.entries(r.headers).map(([k, v]) => `header=${encodeURIComponent(`${k}:${v}`)}`),
         `name=${p.name}`,
       ].join('&');

@@ -1,5 +1,5 @@
 // The fleet's command line (issue 19 item 1): `corral exec-server --panel-token-file` (a panel credential beside the
-// agent token, for a fleet host to watch the server) and `corral serve --join URL` (with ?token=, #token-file=,
+// agent token, for a fleet host to watch the server) and `corral serve --join URL` (with #token-file=,
 // #header=, #name=), and their errors, each naming its flag.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -21,11 +21,12 @@ const file = (name: string, text: string, mode = 0o600) => {
 const AGENT = 'agent-token-0123456789abcdef';
 const PANEL = 'panel-token-0123456789abcdef';
 
-/** Runs the CLI to its exit (for the refusals). */
+/** Runs the CLI to its exit (for the refusals); one still running after 20 s is killed (code null). */
 function fails(args: string[]): { code: number | null; stderr: string } {
   const r = spawnSync(process.execPath, ['--import', 'tsx', 'src/cli.ts', ...args], {
     cwd: ROOT,
     encoding: 'utf8',
+    timeout: 20_000,
   });
   return { code: r.status, stderr: r.stderr };
 }
@@ -82,12 +83,22 @@ describe('fleet command line', () => {
     const noToken = fails(['serve', '--join', 'ws://127.0.0.1:9/', '--no-audit']);
     assert.equal(noToken.code, 2);
     assert.match(noToken.stderr, /--join: the server's panel token is missing/);
-    const badHeader = fails(['serve', '--join', 'ws://127.0.0.1:9/?token=t#header=Upgrade:x', '--no-audit']);
+    const badHeader = fails([
+      'serve',
+      '--join',
+      `ws://127.0.0.1:9/#token-file=${file('p5', PANEL)}&header=Upgrade:x`,
+      '--no-audit',
+    ]);
     assert.match(
       badHeader.stderr,
       /--join: headers\.Upgrade: this header belongs to the WebSocket handshake/,
     );
-    const badOption = fails(['serve', '--join', 'ws://127.0.0.1:9/?token=t#colour=red', '--no-audit']);
+    const badOption = fails([
+      'serve',
+      '--join',
+      `ws://127.0.0.1:9/#token-file=${file('p6', PANEL)}&colour=red`,
+      '--no-audit',
+    ]);
     assert.match(badOption.stderr, /--join: unknown join option colour/);
     const badFile = fails([
       'serve',
@@ -96,6 +107,14 @@ describe('fleet command line', () => {
       '--no-audit',
     ]);
     assert.match(badFile.stderr, /--join token-file: .* can be read by others/);
+  });
+
+  test('serve --join refuses a credential on the command line: every local user can read argv', () => {
+    // /proc/PID/cmdline (ps) is readable by every user of the machine: a token there is everyone's.
+    const inArgv = fails(['serve', '--join', `ws://127.0.0.1:9/?token=${PANEL}`, '--no-audit']);
+    assert.equal(inArgv.code, 2, `exited ${inArgv.code}: ${inArgv.stderr.slice(0, 300)}`);
+    assert.match(inArgv.stderr, /--join: .*\?token=.*every local user.*#token-file=/);
+    assert.ok(!inArgv.stderr.includes(PANEL), 'the refusal does not repeat the token');
   });
 
   test('serve --join watches the server: its credential from a file, a header and a name from the fragment', async () => {

@@ -196,6 +196,8 @@ export class ProcessTable {
   private ord = 0;
   private readonly interner = new Interner();
   private readonly strings = new Map<string, string>();
+  /** Rows prepareSearch has not reached yet. */
+  private unprepared: Iterator<Row> | null = null;
   /** Server names for the search (id → name). */
   serverName: (id: string) => string = (id) => id;
 
@@ -329,6 +331,7 @@ export class ProcessTable {
     this.interner.clear();
     this.strings.clear();
     this.changed = new Set();
+    this.unprepared = null;
   }
 
   getFilter(): Filter {
@@ -357,12 +360,32 @@ export class ProcessTable {
     if (f.state === 'running' && !isRunning(r)) return false;
     if (f.state === 'exited' && isRunning(r)) return false;
     if (f.state === 'failed' && !isFailed(r)) return false;
-    if (f.text !== '') {
-      r.hay ??=
-        `${commandOf(r)}\n${r.cwd}\n${r.processId}\n${r.clientName}\n${this.serverName(r.server)}`.toLowerCase();
-      if (!r.hay.includes(f.text)) return false;
-    }
+    if (f.text !== '' && !this.hayOf(r).includes(f.text)) return false;
     return true;
+  }
+
+  private hayOf(r: Row): string {
+    r.hay ??=
+      `${commandOf(r)}\n${r.cwd}\n${r.processId}\n${r.clientName}\n${this.serverName(r.server)}`.toLowerCase();
+    return r.hay;
+  }
+
+  /**
+   * Builds the search text of rows that have none yet, until `stop()` says so (call it while the page is idle, so
+   * that the first search over 100 000 rows is a scan, not 100 000 string builds). True once every row has one.
+   */
+  prepareSearch(stop: () => boolean): boolean {
+    this.unprepared ??= this.rows.values();
+    for (;;) {
+      if (stop()) return false;
+      // A Map's iterator also visits rows added after it was made.
+      const n = this.unprepared.next();
+      if (n.done) {
+        this.unprepared = null;
+        return true;
+      }
+      this.hayOf(n.value);
+    }
   }
 
   private refile(row: Row, wasIn: boolean): void {

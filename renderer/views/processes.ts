@@ -143,6 +143,7 @@ export class ProcessesView implements View {
     setInterval(() => this.renderSessions(), 1000);
     ctx.store.on((c) => {
       if (c === 'processes' || c === 'connection' || c === 'servers') this.schedule();
+      if (c === 'processes' || c === 'snapshot') this.prepareSearchWhenIdle();
       if (c === 'sessions') this.renderSessions();
       if (c === 'dropped') this.renderDropped();
       // After a reconnect the new subscription follows nothing: reopen the shown process.
@@ -162,6 +163,19 @@ export class ProcessesView implements View {
 
   show(): void {
     this.render();
+  }
+
+  private preparing = false;
+
+  /** While the page is idle, the table builds its rows' search text (a first search is then one scan). */
+  private prepareSearchWhenIdle(): void {
+    if (this.preparing) return;
+    this.preparing = true;
+    const step = (d: IdleDeadline) => {
+      if (this.ctx.store.processes.prepareSearch(() => d.timeRemaining() < 1)) this.preparing = false;
+      else requestIdleCallback(step);
+    };
+    requestIdleCallback(step);
   }
 
   private toggleSort(): void {

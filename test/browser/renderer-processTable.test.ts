@@ -112,6 +112,8 @@ test('counts, filtered view and order stay exact through random inserts, updates
       f = filters[Math.floor(rand() * filters.length)]!;
       t.setFilter(f);
     }
+    // The search text is built ahead while the page is idle, a part at a time, rows arriving meanwhile.
+    if (step % 13 === 0) t.prepareSearch(() => rand() < 0.05);
     if (step % 97 === 0 || step === 3999) {
       const rows = order.map((k) => truth.get(k)!);
       const want = expected(rows, f);
@@ -127,6 +129,12 @@ test('counts, filtered view and order stay exact through random inserts, updates
     Array.from({ length: t.viewSize }, (_, i) => t.at(t.viewSize - 1 - i, false)!.key),
   );
   for (let i = 0; i < newest.length; i += 37) assert.equal(t.indexOf(newest[i]!), i);
+  // Prepared to the end: every row has its search text.
+  assert.equal(
+    t.prepareSearch(() => false),
+    true,
+  );
+  for (const r of t.rows.values()) assert.ok(r.hay?.includes(r.processId), `${r.key} prepared`);
 });
 
 test('rows of the same server, session and id are one row; other servers with the same ids are not', () => {

@@ -15,7 +15,7 @@ import { type Host, startHost } from '../../src/server/host.js';
 import { b64, type Notification, RpcClient } from '../helpers/client.js';
 import { startHostileServer } from '../helpers/hostileServer.js';
 import { monitorProcess } from '../helpers/monitorRows.js';
-import { until } from '../helpers/server.js';
+import { startTestServer, until } from '../helpers/server.js';
 import { startOrigin, stubResolver } from './network-helpers.js';
 
 type Client = RpcClient & { sessionId: string };
@@ -479,5 +479,26 @@ describe('fleet host: a hostile joined server', () => {
     assert.match(down.lastError ?? '', /payload|1009/i);
     await waitServer(panel, 's1', (s) => s.state === 'connected', 20_000);
     assert.ok(victimAlive());
+  });
+});
+
+describe('a server that watches no other', () => {
+  test('an approval call naming a server is refused, never applied to its own prompts', async () => {
+    const t = await startTestServer({ tokens: true });
+    const panel = await t.panel();
+    try {
+      for (const [method, params] of [
+        ['approvals/decide', { server: 's1', id: 'p1', decision: 'allowOnce' }],
+        ['approvals/revoke', { server: 's1', id: 'd1' }],
+        ['approvals/export', { server: 's1' }],
+      ] as const) {
+        const e = await panel.requestError(method, params);
+        assert.equal(e.code, -32600, `${method}: ${e.message}`);
+        assert.match(e.message, /unknown server s1/, method);
+      }
+    } finally {
+      panel.close();
+      await t.close();
+    }
   });
 });

@@ -1,7 +1,7 @@
 /** `corral audit export`: opens the database read-only and writes the JSON Lines export. */
 import { existsSync } from 'node:fs';
 import { writeJsonl } from './export.js';
-import { openAuditStore } from './store.js';
+import { openAuditStore } from './openStore.js';
 
 export async function exportAudit(opts: {
   dbPath: string;
@@ -12,7 +12,7 @@ export async function exportAudit(opts: {
   if (!existsSync(opts.dbPath)) throw new Error(`no audit database at ${opts.dbPath}`);
   const store = openAuditStore(opts.dbPath, { readonly: true });
   try {
-    return await writeJsonl(store, { since: opts.since, sessionId: opts.sessionId }, opts.out);
+    return await writeJsonl(store.db, { since: opts.since, sessionId: opts.sessionId }, opts.out);
   } finally {
     store.close();
   }

@@ -5,9 +5,9 @@
  * Reads the database read-only (a running server may keep writing it meanwhile).
  */
 import type { AuditEventType } from '../protocol/audit.js';
-import { type AuditStore, toItem } from './store.js';
-
-type Row = Record<string, unknown>;
+import { parseJson, type Row, toItem } from './rowItems.js';
+import { EVENT_TABLES } from './schema.js';
+import type { SqliteDatabase } from './sqliteDriver.js';
 
 export interface ExportFilter {
   /** ms since the epoch. */
@@ -16,7 +16,6 @@ export interface ExportFilter {
 }
 
 const iso = (ms: unknown) => (typeof ms === 'number' ? new Date(ms).toISOString() : null);
-const parseJson = (v: unknown) => (typeof v === 'string' ? (JSON.parse(v) as unknown) : null);
 const b64 = (v: unknown) => (v instanceof Uint8Array ? Buffer.from(v).toString('base64') : '');
 
 /** One stored row as its export object. */
@@ -26,23 +25,69 @@ export function exportObject(type: AuditEventType, row: Row): Record<string, unk
   const out: Record<string, unknown> = { type, time: iso(time), ...rest };
   if (type === 'process') {
     for (const k of ['startedAt', 'exitedAt', 'closedAt']) out[k] = iso(out[k]);
-    out.envNames = parseJson(row.env_names) ?? [];
-    out.policy = parseJson(row.policy);
-    out.network = parseJson(row.network);
-    out.metadata = parseJson(row.metadata);
+    out.envNames = parseJson(row.env_names, []);
+    out.policy = parseJson(row.policy, null);
+    out.network = parseJson(row.network, null);
+    out.metadata = parseJson(row.metadata, null);
     out.outputHeadBase64 = b64(row.head);
     out.outputTailBase64 = b64(row.tail);
     out.outputOmittedBytes = typeof row.omitted === 'number' ? row.omitted : out.outputBytes;
   }
-  if (type === 'network') out.metadata = parseJson(row.metadata);
+  if (type === 'network') out.metadata = parseJson(row.metadata, null);
   return out;
 }
 
 const TYPES: AuditEventType[] = ['session', 'process', 'network', 'approval', 'fs'];
 
+/**
+ * Every stored event of one type in time order (for `corral audit export`), process details and output joined.
+ * Read in pages (several types are read side by side on one connection; an open iterator would block it).
+ */
+function* storedRows(
+  db: SqliteDatabase,
+  type: AuditEventType,
+  filter: ExportFilter,
+  pageRows = 500,
+): Generator<{ time: number; row: Row }> {
+  const t = EVENT_TABLES.find((x) => x.type === type)!;
+  const a = type === 'process' ? 'p' : 'e';
+  const timeCol = `${a}.${t.time}`;
+  const where: string[] = [`(${timeCol} > ? OR (${timeCol} = ? AND ${a}.id > ?))`];
+  const args: unknown[] = [];
+  if (filter.since !== null && filter.since !== undefined) {
+    where.push(`${timeCol} >= ?`);
+    args.push(filter.since);
+  }
+  if (filter.sessionId) {
+    where.push(`${a}.session_id = ?`);
+    args.push(filter.sessionId);
+  }
+  const from =
+    type === 'process'
+      ? `SELECT p.*, d.argv, d.env_names, d.policy, d.network, d.metadata, o.head, o.tail, o.omitted
+           FROM processes p LEFT JOIN process_details d ON d.process = p.id
+           LEFT JOIN process_output o ON o.process = p.id`
+      : `SELECT e.* FROM ${t.table} e`;
+  const stmt = db.prepare(
+    `${from} WHERE ${where.join(' AND ')} ORDER BY ${timeCol}, ${a}.id LIMIT ${pageRows}`,
+  );
+  let lastTime = Number.MIN_SAFE_INTEGER;
+  let lastId = 0;
+  for (;;) {
+    const page = stmt.all(lastTime, lastTime, lastId, ...args) as Row[];
+    for (const row of page) {
+      const time = row[t.time] as number;
+      yield { time, row };
+      lastTime = time;
+      lastId = row.id as number;
+    }
+    if (page.length < pageRows) return;
+  }
+}
+
 /** Every event matching the filter, merged across types in time order. */
-export function* exportObjects(store: AuditStore, filter: ExportFilter): Generator<Record<string, unknown>> {
-  const sources = TYPES.map((type) => ({ type, it: store.rows(type, filter) }));
+export function* exportObjects(db: SqliteDatabase, filter: ExportFilter): Generator<Record<string, unknown>> {
+  const sources = TYPES.map((type) => ({ type, it: storedRows(db, type, filter) }));
   const heads = sources.map((s) => s.it.next());
   for (;;) {
     let best = -1;
@@ -60,12 +105,12 @@ export function* exportObjects(store: AuditStore, filter: ExportFilter): Generat
 
 /** Writes the JSONL export; resolves with the number of lines. Waits for the stream to drain as it goes. */
 export async function writeJsonl(
-  store: AuditStore,
+  db: SqliteDatabase,
   filter: ExportFilter,
   out: NodeJS.WritableStream,
 ): Promise<number> {
   let n = 0;
-  for (const obj of exportObjects(store, filter)) {
+  for (const obj of exportObjects(db, filter)) {
     n++;
     if (!out.write(`${JSON.stringify(obj)}\n`)) await new Promise<void>((r) => out.once('drain', () => r()));
   }

@@ -6,9 +6,12 @@
  */
 import { parentPort, workerData } from 'node:worker_threads';
 import type { AuditInfoResult, AuditQuery } from '../protocol/audit.js';
+import { moveAside } from './dbFile.js';
 import type { AuditRecord } from './events.js';
+import { isCorruption, openAuditStore } from './openStore.js';
 import { OtlpExporter } from './otlp.js';
-import { type AuditStore, isCorruption, moveAside, openAuditStore, type RetentionOptions } from './store.js';
+import type { RetentionOptions } from './retention.js';
+import type { AuditStore } from './store.js';
 
 export interface WorkerConfig {
   dbPath: string | null;

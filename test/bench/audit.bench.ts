@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import type { AuditRecord } from '../../src/audit/events.js';
-import { openAuditStore } from '../../src/audit/store.js';
+import { openAuditStore } from '../../src/audit/openStore.js';
 import { AuditQueryParams } from '../../src/protocol/audit.js';
 import { RpcClient } from '../helpers/client.js';
 import {

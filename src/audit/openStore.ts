@@ -1,0 +1,131 @@
+/**
+ * Opening the audit database: a corrupt or unreadable file is moved aside and a fresh one started, a file of a newer
+ * schema is refused untouched, the schema is migrated, and WAL mode set. Durability: WAL with synchronous=NORMAL. A
+ * committed batch survives the server being killed (SIGKILL, a crash): it is in the WAL file in the kernel's page
+ * cache. A power cut may lose the last commits (never the file itself).
+ */
+import { inspectHeader, moveAside, prepareDirectory, prepareFile } from './dbFile.js';
+import { MIGRATIONS, SCHEMA_VERSION } from './schema.js';
+import { type SqliteDatabase, sqlite } from './sqliteDriver.js';
+import { AuditStore } from './store.js';
+
+/** The database cannot be used and must not be touched (a newer schema), or could not be created at all. */
+export class AuditDbError extends Error {
+  constructor(
+    message: string,
+    readonly path: string,
+  ) {
+    super(message);
+    this.name = 'AuditDbError';
+  }
+}
+
+export interface StoreOptions {
+  /** Make the directory 0700 even if it exists (the default directory is ours). */
+  ownDirectory?: boolean;
+  /** Called with what a person should know (a file moved aside, permissions tightened). */
+  notice?: (text: string) => void;
+  /** busy_timeout (ms): another Corral may be writing the same file. */
+  busyTimeoutMs?: number;
+  readonly?: boolean;
+}
+
+/** SQLite's codes for a file that is not (or no longer) a usable database. */
+export function isCorruption(e: unknown): boolean {
+  const code = (e as { code?: unknown }).code;
+  return code === 'SQLITE_CORRUPT' || code === 'SQLITE_NOTADB' || code === 'SQLITE_CORRUPT_VTAB';
+}
+
+function newerError(path: string, version: number): AuditDbError {
+  return new AuditDbError(
+    `audit database ${path} has schema version ${version}, written by a newer Corral (this one knows up to ` +
+      `${SCHEMA_VERSION}): refusing to use or change it. Point --audit-db at another file, or run with --no-audit`,
+    path,
+  );
+}
+
+function configure(db: SqliteDatabase, opts: StoreOptions): void {
+  db.pragma(`busy_timeout = ${opts.busyTimeoutMs ?? 5000}`);
+  if (opts.readonly) return;
+  db.pragma('journal_mode = WAL');
+  db.pragma('synchronous = NORMAL');
+}
+
+/**
+ * Brings the schema up to date in one IMMEDIATE transaction (several Corral servers may open a new file at once: the
+ * second waits for the first and then finds nothing to do).
+ */
+function migrate(db: SqliteDatabase, path: string): number {
+  db.transaction(() => {
+    const version = db.pragma('user_version', { simple: true }) as number;
+    if (version > SCHEMA_VERSION) throw newerError(path, version);
+    for (let v = version; v < SCHEMA_VERSION; v++) db.exec(MIGRATIONS[v]!);
+    if (version !== SCHEMA_VERSION) db.pragma(`user_version = ${SCHEMA_VERSION}`);
+  }).immediate();
+  return SCHEMA_VERSION;
+}
+
+/**
+ * Opens (creating it if needed) the audit database at `path`. An unreadable or corrupt file is moved aside (and
+ * reported through `notice`, with both names) and a fresh database started; a file of a newer schema version is
+ * refused with an AuditDbError and left exactly as it was. Throws SqliteUnavailableError when better-sqlite3 cannot
+ * be loaded.
+ */
+export function openAuditStore(path: string, opts: StoreOptions = {}): AuditStore {
+  // Before anything of the file system is touched: without a driver nothing is created.
+  const Database = sqlite();
+  let header: ReturnType<typeof inspectHeader>;
+  try {
+    if (!opts.readonly) prepareDirectory(path, opts.ownDirectory ?? false);
+    header = inspectHeader(path);
+    if (!opts.readonly) prepareFile(path, header.state !== 'absent', opts.notice);
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    if (opts.readonly || (code !== 'EACCES' && code !== 'EPERM' && code !== 'EISDIR'))
+      throw new AuditDbError(`cannot open audit database ${path}: ${(e as Error).message}`, path);
+    const aside = moveAside(path);
+    opts.notice?.(
+      `audit database ${path} is unreadable (${(e as Error).message}): moved it to ${aside}, started a fresh one`,
+    );
+    return openAuditStore(path, opts);
+  }
+  if (header.state === 'sqlite' && header.version > SCHEMA_VERSION) throw newerError(path, header.version);
+  if (header.state === 'garbage') {
+    if (opts.readonly) throw new AuditDbError(`${path} is not an audit database (not a SQLite file)`, path);
+    const aside = moveAside(path);
+    opts.notice?.(
+      `audit database ${path} is corrupt (not a SQLite file): moved it to ${aside}, started a fresh one`,
+    );
+    return openAuditStore(path, opts);
+  }
+  let db: SqliteDatabase | null = null;
+  try {
+    db = new Database(path, { readonly: opts.readonly ?? false, fileMustExist: opts.readonly ?? false });
+    // Only a new database takes it, before anything is written (WAL mode included): then retention can give freed
+    // pages back to the file system.
+    if (!opts.readonly && header.state !== 'sqlite') db.pragma('auto_vacuum = INCREMENTAL');
+    configure(db, opts);
+    const version = opts.readonly
+      ? (db.pragma('user_version', { simple: true }) as number)
+      : migrate(db, path);
+    if (version > SCHEMA_VERSION) throw newerError(path, version);
+    if (opts.readonly && version < SCHEMA_VERSION)
+      throw new AuditDbError(
+        `${path} has schema version ${version}; open it with the server once to migrate`,
+        path,
+      );
+    const store = new AuditStore(db, path);
+    store.probe();
+    return store;
+  } catch (e) {
+    db?.close();
+    if (e instanceof AuditDbError) throw e;
+    if (!isCorruption(e) || opts.readonly)
+      throw new AuditDbError(`cannot open audit database ${path}: ${(e as Error).message}`, path);
+    const aside = moveAside(path);
+    opts.notice?.(
+      `audit database ${path} is corrupt (${(e as Error).message}): moved it to ${aside}, started a fresh one`,
+    );
+    return openAuditStore(path, opts);
+  }
+}

@@ -1,0 +1,178 @@
+/**
+ * The audit database's writes: each record kind (events.ts) into its table, a batch in one transaction, through
+ * statements prepared once.
+ */
+import type { AuditRecord, ProcessCloseRecord, ProcessExitRecord, ProcessStartRecord } from './events.js';
+import type { Row } from './rowItems.js';
+import type { SqliteDatabase } from './sqliteDriver.js';
+
+/** A JSON column's text (null for null or undefined). */
+const json = (v: unknown) => (v === null || v === undefined ? null : JSON.stringify(v));
+
+export class RecordWriter {
+  private readonly insertSession;
+  private readonly insertProcess;
+  private readonly insertDetails;
+  private readonly updateExit;
+  private readonly updateClose;
+  private readonly insertOutput;
+  private readonly insertNetwork;
+  private readonly insertApproval;
+  private readonly insertFs;
+  private readonly writeBatch: (records: readonly AuditRecord[]) => void;
+
+  constructor(db: SqliteDatabase) {
+    this.insertSession = db.prepare(
+      'INSERT INTO sessions (time, session_id, client_name, event) VALUES (?, ?, ?, ?)',
+    );
+    this.insertProcess = db.prepare(
+      `INSERT OR IGNORE INTO processes (session_id, process_id, client_name, command, cwd, tty, pid, sandbox_type,
+         started_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    );
+    this.insertDetails = db.prepare(
+      'INSERT OR REPLACE INTO process_details (process, argv, env_names, policy, network, metadata) VALUES (?, ?, ?, ?, ?, ?)',
+    );
+    this.updateExit = db.prepare(
+      `UPDATE processes SET exited_at = ?, exit_code = ?, signal = ?, sandbox_denied = ?, limit_hit = ?
+         WHERE session_id = ? AND process_id = ?`,
+    );
+    this.updateClose = db.prepare(
+      'UPDATE processes SET closed_at = ?, output_bytes = ? WHERE session_id = ? AND process_id = ? RETURNING id',
+    );
+    this.insertOutput = db.prepare(
+      'INSERT OR REPLACE INTO process_output (process, head, tail, omitted) VALUES (?, ?, ?, ?)',
+    );
+    this.insertNetwork = db.prepare(
+      `INSERT INTO network (time, session_id, process_id, host, port, protocol, method, decision, reason, source,
+         scope, override, client_address, metadata) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    );
+    this.insertApproval = db.prepare(
+      `INSERT INTO approvals (time, kind, prompt_id, decision, scope, decided_by, session_id, process_id, command,
+         host, port, protocol, method, released) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    );
+    this.insertFs = db.prepare(
+      `INSERT INTO fs_events (time, session_id, client_name, op, path, destination, bytes, outcome, error)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    );
+    this.writeBatch = db.transaction((records: readonly AuditRecord[]) => {
+      for (const r of records) this.writeOne(r);
+    });
+  }
+
+  /** Writes a batch in one transaction. */
+  write(records: readonly AuditRecord[]): void {
+    if (records.length > 0) this.writeBatch(records);
+  }
+
+  private writeOne(r: AuditRecord): void {
+    switch (r.kind) {
+      case 'session':
+        this.insertSession.run(r.time, r.sessionId, r.clientName, r.event);
+        return;
+      case 'processStart':
+        this.writeStart(r);
+        return;
+      case 'processExit':
+        this.writeExit(r);
+        return;
+      case 'processClose':
+        this.writeClose(r);
+        return;
+      case 'network':
+        this.insertNetwork.run(
+          r.time,
+          r.sessionId,
+          r.processId,
+          r.host,
+          r.port,
+          r.protocol,
+          r.method,
+          r.decision,
+          r.reason,
+          r.source,
+          r.scope,
+          r.override ? 1 : 0,
+          r.clientAddress,
+          json(r.metadata),
+        );
+        return;
+      case 'approval':
+        this.insertApproval.run(
+          r.time,
+          r.event,
+          r.promptId,
+          r.decision,
+          r.scope,
+          r.decidedBy,
+          r.sessionId,
+          r.processId,
+          json(r.command),
+          r.host,
+          r.port,
+          r.protocol,
+          r.method,
+          r.released,
+        );
+        return;
+      case 'fs':
+        this.insertFs.run(
+          r.time,
+          r.sessionId,
+          r.clientName,
+          r.op,
+          r.path,
+          r.destination,
+          r.bytes,
+          r.outcome,
+          r.error,
+        );
+        return;
+    }
+  }
+
+  private writeStart(r: ProcessStartRecord): void {
+    const info = this.insertProcess.run(
+      r.sessionId,
+      r.processId,
+      r.clientName,
+      r.argv.join(' '),
+      r.cwd,
+      r.tty ? 1 : 0,
+      r.pid,
+      r.sandboxType,
+      r.time,
+    );
+    if (info.changes === 0) return;
+    this.insertDetails.run(
+      info.lastInsertRowid,
+      JSON.stringify(r.argv),
+      JSON.stringify(r.envNames),
+      json(r.policy),
+      json(r.network),
+      json(r.metadata),
+    );
+  }
+
+  private writeExit(r: ProcessExitRecord): void {
+    this.updateExit.run(
+      r.time,
+      r.exitCode,
+      r.signal,
+      r.sandboxDenied ? 1 : 0,
+      r.limitHit,
+      r.sessionId,
+      r.processId,
+    );
+  }
+
+  private writeClose(r: ProcessCloseRecord): void {
+    const row = this.updateClose.get(r.time, r.outputBytes, r.sessionId, r.processId) as Row | undefined;
+    if (!row || (!r.head && !r.tail)) return;
+    this.insertOutput.run(
+      row.id,
+      r.head ? Buffer.from(r.head) : null,
+      r.tail ? Buffer.from(r.tail) : null,
+      r.omittedBytes,
+    );
+  }
+}

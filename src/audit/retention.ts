@@ -1,0 +1,85 @@
+/**
+ * Retention of the audit database: by age, and by size (oldest first across event types), in small steps so that
+ * the worker keeps committing incoming batches between them; freed pages go back to the file system.
+ */
+import type { Row } from './rowItems.js';
+import { EVENT_TABLES } from './schema.js';
+import type { SqliteDatabase } from './sqliteDriver.js';
+
+export interface RetentionOptions {
+  maxAgeMs: number;
+  maxBytes: number;
+  /** Rows deleted per transaction (between them, the worker writes incoming batches). */
+  chunkRows?: number;
+}
+
+/** Bytes the database's pages use (the file may be larger until freed pages are given back). */
+export function usedBytes(db: SqliteDatabase): number {
+  const pageSize = db.pragma('page_size', { simple: true }) as number;
+  const pages = db.pragma('page_count', { simple: true }) as number;
+  const free = db.pragma('freelist_count', { simple: true }) as number;
+  return (pages - free) * pageSize;
+}
+
+/**
+ * One step of retention: deletes up to `chunkRows` of the oldest events that are past the age limit or, while the
+ * database is above the size limit, the oldest events of all. Returns true when there is more to delete (call
+ * again after letting writes through). Frees the pages at the end.
+ */
+export function retentionStep(db: SqliteDatabase, opts: RetentionOptions, now = Date.now()): boolean {
+  const chunk = opts.chunkRows ?? 2000;
+  const cutoff = now - opts.maxAgeMs;
+  let deleted = 0;
+  db.transaction(() => {
+    for (const t of EVENT_TABLES) {
+      deleted += deleteOlder(db, t.table, t.time, cutoff, chunk);
+    }
+    if (deleted === 0 && usedBytes(db) > opts.maxBytes) {
+      // Over the size limit: the oldest events go, whatever their type. The cutoff is the earliest of the tables'
+      // `chunk`-th oldest times, so no table loses more than `chunk` rows and nothing newer than it goes first.
+      let sizeCutoff = Number.POSITIVE_INFINITY;
+      for (const t of EVENT_TABLES) {
+        // A table with fewer rows offers its newest time (all of it is older than the others' candidates then).
+        const r = (db
+          .prepare(`SELECT ${t.time} AS t FROM ${t.table} ORDER BY ${t.time} LIMIT 1 OFFSET ?`)
+          .get(chunk - 1) ?? db.prepare(`SELECT max(${t.time}) AS t FROM ${t.table}`).get()) as Row;
+        if (typeof r.t === 'number') sizeCutoff = Math.min(sizeCutoff, r.t);
+      }
+      if (sizeCutoff === Number.POSITIVE_INFINITY) return;
+      for (const t of EVENT_TABLES) deleted += deleteOlder(db, t.table, t.time, sizeCutoff + 1, chunk);
+    }
+  })();
+  if (deleted > 0) {
+    db.pragma('incremental_vacuum');
+    // The file shrinks when the WAL is checkpointed into it (PASSIVE: never waits for a reader of another Corral).
+    db.pragma('wal_checkpoint(PASSIVE)');
+  }
+  return deleted >= chunk || (deleted > 0 && usedBytes(db) > opts.maxBytes);
+}
+
+function deleteOlder(
+  db: SqliteDatabase,
+  table: string,
+  timeCol: string,
+  cutoff: number,
+  limit: number,
+): number {
+  if (table === 'processes') {
+    const ids = (
+      db
+        .prepare(`SELECT id FROM processes WHERE started_at < ? ORDER BY started_at LIMIT ?`)
+        .all(cutoff, limit) as Row[]
+    ).map((r) => r.id as number);
+    if (ids.length === 0) return 0;
+    const list = ids.join(',');
+    db.exec(`DELETE FROM process_output WHERE process IN (${list})`);
+    db.exec(`DELETE FROM process_details WHERE process IN (${list})`);
+    db.exec(`DELETE FROM processes WHERE id IN (${list})`);
+    return ids.length;
+  }
+  return db
+    .prepare(
+      `DELETE FROM ${table} WHERE id IN (SELECT id FROM ${table} WHERE ${timeCol} < ? ORDER BY ${timeCol} LIMIT ?)`,
+    )
+    .run(cutoff, limit).changes;
+}

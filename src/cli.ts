@@ -216,6 +216,7 @@ function auditOptions(values: {
     retentionDays: whole('audit-retention-days', 1),
     maxBytes: whole('audit-max-bytes', 1024 * 1024),
     otlpEndpoint: endpoint,
+    requiredBy: values['audit-db'] ? '--audit-db' : null,
   };
 }
 

@@ -228,8 +228,8 @@ export class HistoryView implements View {
       if (gen !== this.generation) return;
       this.items = [];
       this.cursor = null;
-      this.renderTable();
-      this.showNotice((e as Error).message);
+      // In place of the list: why there is none (the trail is off, or unavailable and why).
+      this.renderTable((e as Error).message);
       return;
     }
     if (gen !== this.generation) return;
@@ -247,7 +247,12 @@ export class HistoryView implements View {
       return;
     }
     if (!info.enabled) {
-      replace(this.retention, 'The audit trail is off on this host (started with --no-audit).');
+      replace(
+        this.retention,
+        info.unavailable
+          ? 'The audit trail is unavailable on this host: nothing is stored (why, below).'
+          : 'The audit trail is off on this host (started with --no-audit).',
+      );
       return;
     }
     const counts = `${info.counts.process} processes, ${info.counts.network} network decisions, ${info.counts.fs} file changes`;
@@ -274,7 +279,7 @@ export class HistoryView implements View {
 
   // ---- the list ------------------------------------------------------------------------------------------------
 
-  private renderTable(): void {
+  private renderTable(empty = 'Nothing recorded matches.'): void {
     const type = this.type.value as AuditEventType;
     const cols: Record<AuditEventType, string[]> = {
       process: ['Started', 'Command', 'Client', 'Sandbox', 'Exit', 'Output'],
@@ -292,11 +297,7 @@ export class HistoryView implements View {
     if (this.items.length === 0) {
       replace(
         this.body,
-        h(
-          'tr',
-          null,
-          h('td', { colspan: String(cols[type].length), class: 'empty-cell' }, 'Nothing recorded matches.'),
-        ),
+        h('tr', null, h('td', { colspan: String(cols[type].length), class: 'empty-cell' }, empty)),
       );
       return;
     }

@@ -17,8 +17,10 @@ import { type AuditOptions, AuditTrail } from './trail.js';
 export { type AuditOptions, AuditTrail, defaultAuditPath } from './trail.js';
 
 export interface Audit {
-  /** null: the trail is off (no database and no collector). */
+  /** null: the trail is off (no database and no collector), or unavailable without a collector. */
   readonly trail: AuditTrail | null;
+  /** Why no database is kept although one was asked for: better-sqlite3 does not load here (with the fix); else null. */
+  readonly unavailable: string | null;
   /** Directories every sandbox must hide (the database's). */
   readonly hiddenPaths: string[];
   /** Observes the server's seams and registers the audit/* methods. Once per server. */
@@ -31,14 +33,26 @@ export interface Audit {
 
 /**
  * Opens the trail (null options: off). Rejects with a message naming the database when it cannot be used; problems
- * it could handle (a corrupt or unreadable file moved aside) are logged as warnings with both paths.
+ * it could handle (a corrupt or unreadable file moved aside) are logged as warnings with both paths. When the SQLite
+ * driver does not load, the server runs without a database: one warning says why and how to fix it (unless
+ * `requiredBy` named the database: then it rejects).
  */
 export async function startAudit(opts: AuditOptions | null, log: Logger): Promise<Audit> {
-  const trail = opts && (opts.dbPath !== null || opts.otlpEndpoint) ? await AuditTrail.open(opts) : null;
+  let trail = opts && (opts.dbPath !== null || opts.otlpEndpoint) ? await AuditTrail.open(opts) : null;
+  const unavailable = trail?.unavailable ?? null;
+  if (trail && unavailable) {
+    log.warn(
+      `audit trail unavailable, nothing is stored: ${unavailable} (or pass --no-audit to run without it on purpose)`,
+    );
+    if (!trail.options.otlpEndpoint) {
+      await trail.close();
+      trail = null;
+    }
+  }
   if (trail) {
     for (const n of trail.startupNotices) log.warn(n);
     trail.onNotice = (n) => log.warn(n);
-    if (trail.options.dbPath) log.info(`audit trail: ${trail.options.dbPath}`);
+    if (trail.options.dbPath && !unavailable) log.info(`audit trail: ${trail.options.dbPath}`);
     if (trail.options.otlpEndpoint)
       log.info(`audit trail: exporting to ${trail.options.otlpEndpoint} (OTLP/HTTP)`);
   }
@@ -46,9 +60,10 @@ export async function startAudit(opts: AuditOptions | null, log: Logger): Promis
   const pendingBuses: NetworkEvents[] = [];
   return {
     trail,
-    hiddenPaths: trail?.directory ? [trail.directory] : [],
+    unavailable,
+    hiddenPaths: trail?.directory && !unavailable ? [trail.directory] : [],
     attach(server) {
-      registerAuditMethods(server, trail);
+      registerAuditMethods(server, trail, unavailable);
       if (!trail) return;
       observer = observeServer(server, trail);
       for (const b of pendingBuses) observer.attachNetwork(b);

@@ -1,7 +1,7 @@
 /**
  * The audit trail's JSON-RPC methods (`audit/query`, `audit/process`, `audit/info`), panel methods of the method
- * table. Without a database they answer `audit/info` with `enabled: false` and the others with -32600 saying the
- * trail is off.
+ * table. Without a database they answer `audit/info` with `enabled: false` (and `unavailable` saying why, when its
+ * driver does not load) and the others with -32600 saying the trail is off, or why it is unavailable.
  */
 
 import { type AuditInfoResult, AuditQueryParams } from '../protocol/audit.js';
@@ -25,11 +25,21 @@ const OFF_INFO: AuditInfoResult = {
   counts: { session: 0, process: 0, network: 0, approval: 0, fs: 0 },
   otlpEndpoint: null,
   notices: [],
+  unavailable: null,
 };
 
-export function registerAuditMethods(registry: MethodRegistry, trail: AuditTrail | null): void {
+/**
+ * `unavailable`: why the trail has no database although one was asked for (sqliteDriver.ts), or null. With no trail
+ * at all (off, or unavailable without a collector) `trail` is null.
+ */
+export function registerAuditMethods(
+  registry: MethodRegistry,
+  trail: AuditTrail | null,
+  unavailable: string | null,
+): void {
   // Queries run on the worker: park the answer without holding up the connection's later requests.
   const ask = <T>(work: (t: AuditTrail) => Promise<T>) => {
+    if (unavailable) throw invalidRequest(`the audit trail is unavailable on this server: ${unavailable}`);
     if (!trail?.options.dbPath) throw invalidRequest(OFF);
     return new Deferred(
       work(trail).catch((e: Error) => {
@@ -42,5 +52,5 @@ export function registerAuditMethods(registry: MethodRegistry, trail: AuditTrail
     return ask((t) => t.query(q));
   });
   registry.handle('audit/process', (p) => ask((t) => t.process(p.sessionId, p.processId)));
-  registry.handle('audit/info', () => (trail ? new Deferred(trail.info()) : OFF_INFO));
+  registry.handle('audit/info', () => (trail ? new Deferred(trail.info()) : { ...OFF_INFO, unavailable }));
 }

@@ -37,12 +37,9 @@ function load(): { driver: SqliteConstructor } | { problem: string } {
     return { driver };
   } catch (e) {
     const err = e as NodeJS.ErrnoException;
-    const why = err.message.split('\n')[0]!.trim();
-    return {
-      problem:
-        `the audit trail is unavailable: better-sqlite3 cannot be loaded (${why}). To fix it, ${remedy(err)}; ` +
-        'until then Corral runs without an audit trail (--no-audit says so on purpose)',
-    };
+    // Node's message spans lines (an ABI mismatch says both versions); a require's stack is no help to a person.
+    const why = err.message.split('\nRequire stack:')[0]!.replace(/\s+/g, ' ').trim();
+    return { problem: `better-sqlite3 cannot be loaded (${why}); to fix it, ${remedy(err)}` };
   }
 }
 

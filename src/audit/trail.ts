@@ -39,6 +39,11 @@ export interface AuditOptions {
   maxBytes?: number;
   otlpEndpoint?: string | null;
   serviceVersion?: string;
+  /**
+   * The option that named the database (`--audit-db`), or null. When better-sqlite3 cannot be loaded, opening then
+   * fails naming it (the operator asked for that file) instead of running without a database.
+   */
+  requiredBy?: string | null;
   /** Tests: how often the OTLP batch goes out (ms). */
   otlpDelayMs?: number;
 }
@@ -100,6 +105,8 @@ export class AuditTrail implements AuditSink {
   readonly outputBytes: number;
   /** The database's directory (hidden from every sandbox), or null without a database. */
   readonly directory: string | null;
+  /** Why there is no database although one was asked for (better-sqlite3 does not load), with the fix; else null. */
+  readonly unavailable: string | null;
   private queue: AuditRecord[] = [];
   private transfer: ArrayBuffer[] = [];
   private timer: NodeJS.Timeout | null = null;
@@ -107,14 +114,18 @@ export class AuditTrail implements AuditSink {
   private readonly replies = new Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void }>();
   private closed = false;
   private exited: Error | null = null;
+  /** What the worker had to say while opening the database (a file moved aside, …). */
+  readonly startupNotices: string[];
   /** Notices of the worker (a file moved aside, a failing disk, …): the server logs them. */
   onNotice: (text: string) => void = () => {};
 
   private constructor(
     private readonly worker: Worker,
     readonly options: Required<Omit<AuditOptions, 'otlpDelayMs'>>,
-    readonly startupNotices: string[],
+    ready: Extract<WorkerMessage, { type: 'ready' }>,
   ) {
+    this.startupNotices = ready.notices;
+    this.unavailable = ready.unavailable;
     this.outputBytes = options.outputBytes;
     this.directory = options.dbPath ? auditDirectory(options.dbPath) : null;
     worker.on('message', (m: WorkerMessage) => this.onMessage(m));
@@ -125,7 +136,8 @@ export class AuditTrail implements AuditSink {
   /**
    * Starts the worker and opens the database. Rejects with a message naming the path when the database cannot be
    * used (a newer schema, an unwritable directory); a corrupt or unreadable file is moved aside instead, and said so
-   * in `startupNotices`.
+   * in `startupNotices`. When better-sqlite3 cannot be loaded the trail opens without a database (`unavailable` says
+   * why), unless `requiredBy` named the database: then it rejects naming that option.
    */
   static async open(opts: AuditOptions): Promise<AuditTrail> {
     const options: Required<Omit<AuditOptions, 'otlpDelayMs'>> = {
@@ -135,6 +147,7 @@ export class AuditTrail implements AuditSink {
       maxBytes: opts.maxBytes ?? DEFAULT_MAX_BYTES,
       otlpEndpoint: opts.otlpEndpoint ?? null,
       serviceVersion: opts.serviceVersion ?? '0.1.0',
+      requiredBy: opts.requiredBy ?? null,
     };
     if (
       !Number.isInteger(options.outputBytes) ||
@@ -193,8 +206,14 @@ export class AuditTrail implements AuditSink {
       worker.on('error', onError);
       worker.on('exit', onExit);
     });
+    if (ready.unavailable && options.requiredBy) {
+      await worker.terminate();
+      throw new Error(
+        `${options.requiredBy} ${options.dbPath}: the audit trail is unavailable: ${ready.unavailable}`,
+      );
+    }
     worker.unref();
-    return new AuditTrail(worker, options, ready.notices);
+    return new AuditTrail(worker, options, ready);
   }
 
   // ---- AuditSink -------------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import type { AuditRecord } from './events.js';
 import { isCorruption, openAuditStore } from './openStore.js';
 import { OtlpExporter } from './otlp.js';
 import type { RetentionOptions } from './retention.js';
+import { SqliteUnavailableError } from './sqliteDriver.js';
 import type { AuditStore } from './store.js';
 
 export interface WorkerConfig {
@@ -34,7 +35,7 @@ export type WorkerRequest =
   | { type: 'close'; id: number };
 
 export type WorkerMessage =
-  | { type: 'ready'; schemaVersion: number | null; notices: string[] }
+  | { type: 'ready'; schemaVersion: number | null; notices: string[]; unavailable: string | null }
   | { type: 'failed'; message: string }
   | { type: 'notice'; text: string }
   | { type: 'reply'; id: number; result?: unknown; error?: string };
@@ -52,6 +53,8 @@ const notice = (text: string) => {
 };
 
 let store: AuditStore | null = null;
+/** Why there is no database although one was asked for: better-sqlite3 does not load (sqliteDriver.ts). */
+let unavailable: string | null = null;
 let otlp: OtlpExporter | null = null;
 let pending: AuditRecord[] = [];
 let retryTimer: NodeJS.Timeout | null = null;
@@ -59,7 +62,13 @@ let sinceRetention = 0;
 let retentionRunning: Promise<void> | null = null;
 
 function open(): void {
-  if (config.dbPath) store = openAuditStore(config.dbPath, { ownDirectory: config.ownDirectory, notice });
+  if (!config.dbPath) return;
+  try {
+    store = openAuditStore(config.dbPath, { ownDirectory: config.ownDirectory, notice });
+  } catch (e) {
+    if (!(e instanceof SqliteUnavailableError)) throw e;
+    unavailable = e.message;
+  }
 }
 
 function write(records: AuditRecord[]): void {
@@ -165,6 +174,7 @@ function info(): AuditInfoResult {
     counts: s ? s.counts() : empty,
     otlpEndpoint: config.otlp?.endpoint ?? null,
     notices: [...notices],
+    unavailable,
   };
 }
 
@@ -184,7 +194,8 @@ function reply(id: number, work: () => unknown): void {
 }
 
 function requireStore(): AuditStore {
-  if (!store) throw new Error('the audit trail is off (--no-audit) or its database could not be opened');
+  if (!store)
+    throw new Error(unavailable ?? 'the audit trail is off (--no-audit) or its database could not be opened');
   return store;
 }
 
@@ -245,6 +256,7 @@ try {
     type: 'ready',
     schemaVersion: opened?.schemaVersion ?? null,
     notices: [...notices],
+    unavailable,
   } satisfies WorkerMessage);
   if (opened) {
     void scheduleRetention();

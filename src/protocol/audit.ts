@@ -231,5 +231,10 @@ export const AuditInfoResult = z.object({
   otlpEndpoint: z.string().nullable(),
   /** Problems met at startup or since (a corrupt file moved aside, failed writes, …). */
   notices: z.array(z.string()),
+  /**
+   * Why nothing is stored although the trail is on: its SQLite driver (better-sqlite3) cannot be loaded in this
+   * runtime, with how to fix it. null when it loads or the trail is off (`enabled` false, `path` null).
+   */
+  unavailable: z.string().nullable(),
 });
 export type AuditInfoResult = z.infer<typeof AuditInfoResult>;

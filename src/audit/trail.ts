@@ -80,13 +80,15 @@ function workerScript(): string {
 
 /**
  * Starts the worker thread. From sources (tests, benches under tsx) the .ts script is loaded through tsx's loader,
- * which a worker does not inherit from the main thread.
+ * which a worker does not inherit from the main thread. The loader is resolved here, from this module's own place:
+ * the worker's eval code would resolve `tsx` from the process's working directory, wherever the CLI was started.
  */
 function startWorker(script: string, workerData: WorkerConfig): Worker {
   if (!script.endsWith('.ts')) return new Worker(script, { workerData, name: 'corral-audit' });
+  const tsxApi = import.meta.resolve('tsx/esm/api');
   const boot =
-    `import('tsx/esm/api').then((m) => { m.register(); return import(${JSON.stringify(pathToFileURL(script).href)}); })` +
-    '.catch((e) => { throw e; });';
+    `import(${JSON.stringify(tsxApi)}).then((m) => { m.register(); ` +
+    `return import(${JSON.stringify(pathToFileURL(script).href)}); }).catch((e) => { throw e; });`;
   return new Worker(boot, { eval: true, workerData, name: 'corral-audit' });
 }
 

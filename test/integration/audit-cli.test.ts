@@ -21,10 +21,17 @@ interface Server {
   exit: Promise<number | null>;
 }
 
-async function startServer(args: string[], env: NodeJS.ProcessEnv = process.env): Promise<Server> {
-  const child = spawn(process.execPath, [CLI, 'exec-server', '--listen', 'ws://127.0.0.1:0', ...args], {
+/** `corral exec-server` (the built CLI, or `entry`: node's arguments before the command) on a free port. */
+async function startServer(
+  args: string[],
+  env: NodeJS.ProcessEnv = process.env,
+  opts: { entry?: string[]; cwd?: string } = {},
+): Promise<Server> {
+  const entry = opts.entry ?? [CLI];
+  const child = spawn(process.execPath, [...entry, 'exec-server', '--listen', 'ws://127.0.0.1:0', ...args], {
     stdio: ['ignore', 'pipe', 'pipe'],
     env,
+    ...(opts.cwd ? { cwd: opts.cwd } : {}),
   });
   let err = '';
   child.stderr!.on('data', (d: Buffer) => {
@@ -83,6 +90,23 @@ describe('corral exec-server and its audit database', () => {
     const s2 = await startServer([], env);
     await stop(s2);
     assert.ok(existsSync(join(home, '.local', 'state', 'corral', 'audit.db')));
+  });
+
+  test('from sources, started in another directory, the audit worker loads (tsx resolved from its module, not the cwd)', async () => {
+    // A directory with no node_modules anywhere above it: nothing resolves from the working directory.
+    const cwd = fresh();
+    const path = join(cwd, 'state', 'audit.db');
+    const entry = ['--import', import.meta.resolve('tsx'), join(ROOT, 'src', 'cli.ts')];
+    const s = await startServer(['--audit-db', path], process.env, { entry, cwd });
+    const c = await RpcClient.open(s.url, 'from-elsewhere');
+    await runTrue(c);
+    c.close();
+    await stop(s);
+    assert.doesNotMatch(s.stderr(), /Cannot find package|audit worker exited/);
+    const db = new Database(path, { readonly: true });
+    const rows = db.prepare('SELECT process_id, client_name FROM processes').all();
+    db.close();
+    assert.deepEqual(rows, [{ process_id: 'p', client_name: 'from-elsewhere' }]);
   });
 
   test('several servers may create and share one database at once', async () => {

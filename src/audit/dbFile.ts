@@ -1,13 +1,16 @@
 /**
- * The audit database as a file on disk, before SQLite opens it: its directory (0700) and mode (0600), what its header
- * says it is, and moving a bad one aside.
+ * The audit database as a file on disk, before SQLite opens it: its directory (0700, ours, writable by nobody else)
+ * and mode (0600), no symbolic link where SQLite would follow one, what its header says it is, and moving a bad one
+ * aside.
  */
 import {
   chmodSync,
   closeSync,
   existsSync,
+  lstatSync,
   mkdirSync,
   openSync,
+  readlinkSync,
   readSync,
   renameSync,
   statSync,
@@ -48,6 +51,39 @@ export function moveAside(path: string): string {
     if (existsSync(path + ext)) renameSync(path + ext, to + ext);
   }
   return to;
+}
+
+/** The database's files: SQLite opens (and creates) all three, following a symbolic link at any of them. */
+const DB_FILES = ['', '-wal', '-shm'];
+
+/**
+ * Why the database's place is unsafe to write, or null. Anyone who can write its directory can plant, swap or
+ * remove its files while we use them; a symbolic link at the database (a repository can ship one, and --audit-db may
+ * point into a workspace) would make us chmod, migrate and write another file, say another program's SQLite database.
+ * Links at its -wal/-shm are refused too, rather than trusting each SQLite open not to follow them.
+ */
+export function unsafePlace(path: string): string | null {
+  const dir = dirname(path);
+  const d = statSync(dir);
+  const uid = process.geteuid?.() ?? d.uid;
+  if (d.uid !== uid && d.uid !== 0)
+    return `its directory ${dir} belongs to another user (uid ${d.uid}), who could replace its files`;
+  if (d.mode & 0o022)
+    return (
+      `its directory ${dir} is writable by ${d.mode & 0o002 ? 'every user' : 'its group'} (mode ` +
+      `${(d.mode & 0o7777).toString(8)}), who could plant or replace its files: use a directory of your own`
+    );
+  for (const ext of DB_FILES) {
+    let l: ReturnType<typeof lstatSync>;
+    try {
+      l = lstatSync(path + ext);
+    } catch {
+      continue;
+    }
+    if (l.isSymbolicLink())
+      return `${path + ext} is a symbolic link (to ${readlinkSync(path + ext)}): refusing to write through it`;
+  }
+  return null;
 }
 
 /** Creates the directory (0700, and the file 0600) if missing. */

@@ -4,7 +4,7 @@
  * committed batch survives the server being killed (SIGKILL, a crash): it is in the WAL file in the kernel's page
  * cache. A power cut may lose the last commits (never the file itself).
  */
-import { inspectHeader, moveAside, prepareDirectory, prepareFile } from './dbFile.js';
+import { inspectHeader, moveAside, prepareDirectory, prepareFile, unsafePlace } from './dbFile.js';
 import { MIGRATIONS, SCHEMA_VERSION } from './schema.js';
 import { type SqliteDatabase, sqlite } from './sqliteDriver.js';
 import { AuditStore } from './store.js';
@@ -65,6 +65,44 @@ function migrate(db: SqliteDatabase, path: string): number {
   return SCHEMA_VERSION;
 }
 
+type SchemaObject = { type: string; name: string; sql: string | null };
+const schemaKey = (o: SchemaObject) => `${o.type} ${o.name}: ${o.sql}`;
+
+function schemaOf(db: SqliteDatabase): SchemaObject[] {
+  return db
+    .prepare("SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\'")
+    .all() as SchemaObject[];
+}
+
+let expectedSchema: Set<string> | null = null;
+
+/**
+ * The objects of the schema (tables, indexes, triggers, views) that are not the ones the migrations create, by what
+ * they are and their name; empty for a database Corral made. A planted file of the right version could otherwise
+ * carry a trigger that deletes every recorded process, or a table with other constraints.
+ */
+function foreignObjects(db: SqliteDatabase, Database: ReturnType<typeof sqlite>): string[] {
+  if (!expectedSchema) {
+    const fresh = new Database(':memory:');
+    for (const m of MIGRATIONS) fresh.exec(m);
+    expectedSchema = new Set(schemaOf(fresh).map(schemaKey));
+    fresh.close();
+  }
+  const found = schemaOf(db);
+  const foreign = found.filter((o) => !expectedSchema!.has(schemaKey(o))).map((o) => `${o.type} ${o.name}`);
+  if (found.length < expectedSchema.size) foreign.push('missing objects');
+  return foreign;
+}
+
+/** The file holds a schema Corral did not make: it goes aside like a corrupt one. */
+class ForeignSchemaError extends Error {}
+
+function checkSchema(db: SqliteDatabase, Database: ReturnType<typeof sqlite>): void {
+  const foreign = foreignObjects(db, Database);
+  if (foreign.length > 0)
+    throw new ForeignSchemaError(`objects Corral did not create: ${foreign.join(', ')}`);
+}
+
 /**
  * Opens (creating it if needed) the audit database at `path`. An unreadable or corrupt file is moved aside (and
  * reported through `notice`, with both names) and a fresh database started; a file of a newer schema version is
@@ -76,10 +114,15 @@ export function openAuditStore(path: string, opts: StoreOptions = {}): AuditStor
   const Database = sqlite();
   let header: ReturnType<typeof inspectHeader>;
   try {
-    if (!opts.readonly) prepareDirectory(path, opts.ownDirectory ?? false);
+    if (!opts.readonly) {
+      prepareDirectory(path, opts.ownDirectory ?? false);
+      const unsafe = unsafePlace(path);
+      if (unsafe) throw new AuditDbError(`audit database ${path}: ${unsafe}`, path);
+    }
     header = inspectHeader(path);
     if (!opts.readonly) prepareFile(path, header.state !== 'absent', opts.notice);
   } catch (e) {
+    if (e instanceof AuditDbError) throw e;
     const code = (e as NodeJS.ErrnoException).code;
     if (opts.readonly || (code !== 'EACCES' && code !== 'EPERM' && code !== 'EISDIR'))
       throw new AuditDbError(`cannot open audit database ${path}: ${(e as Error).message}`, path);
@@ -104,6 +147,9 @@ export function openAuditStore(path: string, opts: StoreOptions = {}): AuditStor
     // Only a new database takes it, before anything is written (WAL mode included): then retention can give freed
     // pages back to the file system.
     if (!opts.readonly && header.state !== 'sqlite') db.pragma('auto_vacuum = INCREMENTAL');
+    // A file that claims the current version is checked before anything is changed (WAL mode included).
+    const claimed = db.pragma('user_version', { simple: true }) as number;
+    if (!opts.readonly && claimed === SCHEMA_VERSION) checkSchema(db, Database);
     configure(db, opts);
     const version = opts.readonly
       ? (db.pragma('user_version', { simple: true }) as number)
@@ -114,12 +160,20 @@ export function openAuditStore(path: string, opts: StoreOptions = {}): AuditStor
         `${path} has schema version ${version}; open it with the server once to migrate`,
         path,
       );
+    if (!opts.readonly && claimed < SCHEMA_VERSION) checkSchema(db, Database);
     const store = new AuditStore(db, path);
     store.probe();
     return store;
   } catch (e) {
     db?.close();
     if (e instanceof AuditDbError) throw e;
+    if (e instanceof ForeignSchemaError) {
+      const aside = moveAside(path);
+      opts.notice?.(
+        `audit database ${path} is not one Corral made (${e.message}): moved it to ${aside}, started a fresh one`,
+      );
+      return openAuditStore(path, opts);
+    }
     if (!isCorruption(e) || opts.readonly)
       throw new AuditDbError(`cannot open audit database ${path}: ${(e as Error).message}`, path);
     const aside = moveAside(path);

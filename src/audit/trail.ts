@@ -170,6 +170,8 @@ export class AuditTrail implements AuditSink {
       retention: { maxAgeMs: options.retentionDays * 86_400_000, maxBytes: options.maxBytes },
       retentionIntervalMs: RETENTION_INTERVAL_MS,
       retentionEveryRecords: 20_000,
+      // A tenth of the size limit: the file stays within about 1.1 times it, whatever a process prints.
+      retentionEveryBytes: Math.max(64 * 1024, Math.floor(options.maxBytes / 10)),
       outputBytes: options.outputBytes,
       otlp: options.otlpEndpoint
         ? {

@@ -18,9 +18,10 @@ export interface WorkerConfig {
   dbPath: string | null;
   ownDirectory: boolean;
   retention: RetentionOptions;
-  /** Run retention this often (ms) and after this many records. */
+  /** Run retention this often (ms), after this many records, and after this many bytes of stored output. */
   retentionIntervalMs: number;
   retentionEveryRecords: number;
+  retentionEveryBytes: number;
   outputBytes: number;
   otlp: { endpoint: string; serviceVersion: string; scheduledDelayMillis?: number } | null;
 }
@@ -59,6 +60,7 @@ let otlp: OtlpExporter | null = null;
 let pending: AuditRecord[] = [];
 let retryTimer: NodeJS.Timeout | null = null;
 let sinceRetention = 0;
+let bytesSinceRetention = 0;
 let retentionRunning: Promise<void> | null = null;
 
 function open(): void {
@@ -100,7 +102,13 @@ function write(records: AuditRecord[]): void {
     return;
   }
   sinceRetention += records.length;
-  if (sinceRetention >= config.retentionEveryRecords) scheduleRetention();
+  // Output is what makes a database big: a flood of chatty processes must not outgrow the size limit for long.
+  for (const r of records) {
+    if (r.kind === 'processClose')
+      bytesSinceRetention += (r.head?.byteLength ?? 0) + (r.tail?.byteLength ?? 0);
+  }
+  if (sinceRetention >= config.retentionEveryRecords || bytesSinceRetention >= config.retentionEveryBytes)
+    scheduleRetention();
 }
 
 function scheduleRetry(): void {
@@ -139,6 +147,7 @@ function scheduleRetention(now?: number, chain = false): Promise<void> {
   if (retentionRunning)
     return chain ? retentionRunning.then(() => scheduleRetention(now, true)) : retentionRunning;
   sinceRetention = 0;
+  bytesSinceRetention = 0;
   const pass = new Promise<void>((resolve) => {
     const step = () => {
       let more = false;

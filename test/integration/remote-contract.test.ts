@@ -65,19 +65,10 @@ function executorArgv(kind: Executor, binary: string | null): string[] {
   const common = ['--remote', '{base}', '--environment-id', '{id}', '--remote-transport', 'direct'];
   const sig = ['--aws-sigv4', '--aws-region', FAKE_AWS.region];
   if (kind === 'codex') return [binary!, 'exec-server', ...common, ...sig];
-  // The executor's cwd is its scratch directory: tsx is named by its resolved URL, not looked up from there.
+  // The executor's cwd is its scratch directory: tsx is named by its resolved URL, not looked up from there (the
+  // audit worker resolves it from its own module, so the trail stays on, in the executor's scratch HOME).
   const tsx = import.meta.resolve('tsx');
-  // No audit trail here: its worker would look tsx up from the scratch directory, and it is not what is compared.
-  return [
-    process.execPath,
-    '--import',
-    tsx,
-    join(ROOT, 'src', 'cli.ts'),
-    'exec-server',
-    ...common,
-    ...sig,
-    '--no-audit',
-  ];
+  return [process.execPath, '--import', tsx, join(ROOT, 'src', 'cli.ts'), 'exec-server', ...common, ...sig];
 }
 
 function executorEnv(dir: string): Record<string, string> {

@@ -597,6 +597,7 @@ async function execServerCommand(argv: string[]): Promise<void> {
     allowedOrigins: values['allow-origin'],
     allowedHosts: values['allow-host'],
   });
+  listener.readiness.register('audit', audit.ready);
   closeListener = () => listener.close();
   watchStdin();
   // The first line is what a client connects to; a token the caller chose (file, digest) is not echoed.

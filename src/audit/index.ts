@@ -27,6 +27,11 @@ export interface Audit {
   attach(server: ExecServer): void;
   /** Also records the decisions of another proxy event bus. */
   attachNetwork(bus: NetworkEvents): void;
+  /**
+   * The `audit` readiness check: false once a trail that was opened stops storing (its worker failed: a full or
+   * failing disk). Off, or degraded at startup with a warning (the driver does not load), is ready.
+   */
+  ready(): boolean;
   /** Records the end of open sessions, commits what is queued and closes the database. */
   stop(): Promise<void>;
 }
@@ -72,6 +77,7 @@ export async function startAudit(opts: AuditOptions | null, log: Logger): Promis
       if (observer) observer.attachNetwork(bus);
       else pendingBuses.push(bus);
     },
+    ready: () => trail === null || trail.storing,
     async stop() {
       observer?.end();
       observer = null;

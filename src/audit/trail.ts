@@ -302,6 +302,10 @@ export class AuditTrail implements AuditSink {
       this.onNotice(m.text);
       return;
     }
+    if (m.type === 'writing') {
+      this.writesFailing = m.failing;
+      return;
+    }
     if (m.type !== 'reply') return;
     const r = this.replies.get(m.id);
     if (!r) return;
@@ -309,6 +313,16 @@ export class AuditTrail implements AuditSink {
     if (this.replies.size === 0) this.worker.unref();
     if (m.error !== undefined) r.reject(new Error(m.error));
     else r.resolve(m.result);
+  }
+
+  private writesFailing = false;
+
+  /**
+   * False while writes to the database fail (a full or failing disk: retried every second), once the worker failed
+   * or exited, and after close(): events are not being stored.
+   */
+  get storing(): boolean {
+    return this.exited === null && !this.closed && !this.writesFailing;
   }
 
   private fail(e: Error): void {

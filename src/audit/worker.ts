@@ -39,6 +39,8 @@ export type WorkerMessage =
   | { type: 'ready'; schemaVersion: number | null; notices: string[]; unavailable: string | null }
   | { type: 'failed'; message: string }
   | { type: 'notice'; text: string }
+  /** Writes to the database started failing (they are retried every second) or work again. */
+  | { type: 'writing'; failing: boolean }
   | { type: 'reply'; id: number; result?: unknown; error?: string };
 
 /** Records kept for a retry while the database is busy or failing; past it the oldest are dropped (and said so). */
@@ -111,13 +113,24 @@ function write(records: AuditRecord[]): void {
     scheduleRetention();
 }
 
+let writesFailing = false;
+/** Tells the trail when writes start failing or work again (its readiness check). */
+function reportWriting(): void {
+  const failing = pending.length > 0 || retryTimer !== null || (!!config.dbPath && !store && !unavailable);
+  if (failing === writesFailing) return;
+  writesFailing = failing;
+  port.postMessage({ type: 'writing', failing } satisfies WorkerMessage);
+}
+
 function scheduleRetry(): void {
   retryTimer = setTimeout(() => {
     retryTimer = null;
     const batch = pending;
     pending = [];
     write(batch);
+    reportWriting();
   }, 1000);
+  reportWriting();
 }
 
 /** The file went bad under us: keep it aside for inspection and carry on in a fresh one. */
@@ -136,6 +149,7 @@ function recoverCorruption(e: Error): void {
   } catch (err) {
     notice(`audit: cannot recover ${path} (${(err as Error).message}); events are no longer stored`);
   }
+  reportWriting();
 }
 
 /**

@@ -8,7 +8,7 @@
  *
  * They need no credential and say nothing else: no version, no path, no error text (a failing check's reason goes to
  * the server's log, never to the caller). Readiness is a list of named checks that modules register
- * (`listener.readiness.register('audit', () => db.isOpen())`); the sandbox backend is the one every listener starts
+ * (`listener.readiness.register('audit', audit.ready)`: the audit worker still storing); the sandbox backend is the one every listener starts
  * with. Results are cached for `cacheMs` and concurrent probes share one evaluation, so a flood of unauthenticated
  * probes runs the checks at most once per `cacheMs`.
  */

@@ -268,6 +268,7 @@ export async function startHost(opts: HostOptions = {}): Promise<Host> {
       : {}),
   });
   port = listener.port;
+  listener.readiness.register('audit', audit.ready);
   const base = `http://${hostForUrl}:${listener.port}`;
   const execUrl = `${listener.url}/?token=${encodeURIComponent(tokens.agent)}`;
   const panelUrl = panelDir ? `${base}/panel/#token=${encodeURIComponent(tokens.panel)}` : null;

@@ -1,8 +1,8 @@
 // The audit trail of `corral exec-server` as a user runs it (issue 15): where the database goes by default,
 // --no-audit, and that a SIGKILL of the server during a flood loses nothing older than the flush interval.
 import assert from 'node:assert/strict';
-import { type ChildProcess, spawn } from 'node:child_process';
-import { existsSync, readdirSync, statSync } from 'node:fs';
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { existsSync, mkdirSync, readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import Database from 'better-sqlite3';
@@ -279,5 +279,47 @@ describe('corral exec-server and its audit database', () => {
     );
     assert.ok(checkedProcs > 100, `only ${checkedProcs} processes to check`);
     assert.ok(checkedFiles > 30, `only ${checkedFiles} writes to check`);
+  });
+
+  test('/readyz fails the audit check while the database cannot be written (a full disk), and passes once it can', {
+    skip: process.getuid?.() !== 0 ? 'needs root (mounts a small tmpfs for the database)' : false,
+  }, async () => {
+    const dir = fresh();
+    const mnt = join(dir, 'small');
+    mkdirSync(mnt);
+    execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=1m,mode=0700', 'corral-audit-full', mnt]);
+    try {
+      const s = await startServer(['--audit-db', join(mnt, 'audit.db'), '--audit-output-bytes', '1048576']);
+      try {
+        const readyz = async () => {
+          const r = await fetch(`${new URL(s.url).origin.replace(/^ws/, 'http')}/readyz`);
+          return `${r.status} ${await r.text()}`;
+        };
+        assert.equal(await readyz(), '200 {"status":"ok"}');
+        // 2 MiB of stored output (first and last MiB) cannot fit in 1 MiB.
+        const c = await RpcClient.open(s.url, 'full-disk');
+        await c.request('process/start', {
+          processId: 'big',
+          argv: ['/bin/sh', '-c', 'head -c 3000000 /dev/urandom'],
+          cwd: '/tmp',
+          env: {},
+          tty: false,
+        });
+        await c.collect('big');
+        await until(
+          async () => (await readyz()) === '503 {"status":"unavailable","failing":["audit"]}',
+          10_000,
+          'readiness to report the audit check failing',
+        );
+        execFileSync('mount', ['-o', 'remount,size=64m', mnt]);
+        await until(async () => (await readyz()) === '200 {"status":"ok"}', 10_000, 'readiness to recover');
+        c.close();
+      } finally {
+        await stop(s);
+      }
+      assert.match(s.stderr(), /audit: writing to .* failed/);
+    } finally {
+      execFileSync('umount', ['-l', mnt]);
+    }
   });
 });

@@ -7,7 +7,7 @@
       'target_name': 'corral_spawn',
       'conditions': [
         ['OS=="linux"', {
-          'sources': ['src/process/native/spawn.c', 'src/process/native/pipes.c', 'src/process/native/reactor.c', 'src/process/native/watchdog.c', 'src/process/native/relay.c', 'src/process/native/netns.c', 'src/process/native/fsat.c', 'src/sandbox/linux/native/sandbox.c'],
+          'sources': ['src/process/native/spawn.c', 'src/process/native/pipes.c', 'src/process/native/reactor.c', 'src/process/native/watchdog.c', 'src/process/native/relay.c', 'src/process/native/netns.c', 'src/process/native/fsat.c', 'src/sandbox/linux/native/sandbox.c', 'src/process/native/landlock.c', 'src/process/native/confine.c'],
           'cflags': ['-O2', '-Wall', '-Wextra', '-Wno-unused-parameter', '-Wno-missing-field-initializers'],
           # Bind every symbol at load time: a child running in our memory before exec must never enter the lazy
           # PLT resolver.
@@ -19,12 +19,13 @@
       ],
     },
     {
-      # The launcher of sandboxed terminals (fresh session keyring, exactly the fds it is given): see launcher.c.
+      # The launcher of sandboxed terminals (fresh session keyring, exactly the fds it is given, the Landlock backend's
+      # confinement): see launcher.c.
       'target_name': 'corral-sandbox-exec',
       'conditions': [
         ['OS=="linux"', {
           'type': 'executable',
-          'sources': ['src/sandbox/linux/native/launcher.c'],
+          'sources': ['src/sandbox/linux/native/launcher.c', 'src/process/native/confine.c'],
           'cflags': ['-O2', '-Wall', '-Wextra'],
         }, {
           'type': 'none',

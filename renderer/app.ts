@@ -194,6 +194,21 @@ function renderConnectBox(): void {
   );
 }
 
+/** The host's `corral doctor` report, folded: which sandbox each policy gets, and what is missing with its fix. */
+function doctorSummary(d: HostInfo['doctor']): HTMLElement | null {
+  if (!d) return null;
+  const missing = d.checks.filter((c) => c.status === 'missing');
+  return h(
+    'details',
+    { class: 'small doctor', 'data-doctor': missing.length > 0 ? 'missing' : 'ok' },
+    h('summary', null, missing.length > 0 ? `doctor: ${missing.length} to fix` : 'doctor: all good'),
+    ...d.policies.map((p) => h('div', { 'data-policy': p.policy }, `${p.policy}: ${p.sandbox}`)),
+    ...missing.map((c) =>
+      h('div', { class: 'muted', title: c.detail }, `✗ ${c.title}: ${c.fix ?? c.detail}`),
+    ),
+  );
+}
+
 function updateCounters(): void {
   const running = store.processes.counts.running;
   counters.processes!.textContent = running > 0 ? String(running) : '';
@@ -258,6 +273,7 @@ function boot(): void {
             ? h('div', { class: 'small', title: store.info.logFile }, 'log: ', store.info.logFile)
             : null,
           limitsLine(store.info),
+          doctorSummary(store.info.doctor),
         );
       }
     }

@@ -3,11 +3,14 @@ import { closeSync, constants, fstatSync, openSync, readFileSync, realpathSync }
 import { parseArgs } from 'node:util';
 import { exportAudit } from './audit/cli.js';
 import { type AuditOptions, defaultAuditPath, startAudit } from './audit/index.js';
+import { doctorCommand } from './doctor.js';
+import { WeakerGuarantee } from './protocol/exec.js';
 import { JoinParams, parseJoinText } from './protocol/fleet.js';
 import { EnvironmentId } from './protocol/remote.js';
 import { bearerAuth, noAuth, type RegistrationAuth, sigv4Auth } from './remote/auth.js';
 import { startDirectExecutor } from './remote/direct.js';
 import { RegistryClient } from './remote/registry.js';
+import { detectLinuxSandbox, type PrepareOptions } from './sandbox/index.js';
 import {
   type Authenticator,
   asyncCredentialAuth,
@@ -36,6 +39,8 @@ const USAGE = `usage: corral exec-server --listen ws://127.0.0.1:0 [options]
                                exec server with an agent token + the panel (its own token) at /panel/
        corral audit export [--db FILE] --format jsonl [--since ISO] [--session ID]
                                every stored event as one JSON object per line, oldest first
+       corral doctor [--json] [sandbox options]
+                               what this machine can sandbox, and what to change
 
        corral exec-server --remote URL --environment-id ID --remote-transport direct [--aws-sigv4 …] [options]
 
@@ -86,6 +91,12 @@ limits (exec-server and serve):
   --pids-max N                 processes + threads each command may have (its cgroup's pids.max)  [4096]
   --memory-max SIZE            memory each command may use: bytes, or with K, M, G (1024-based)  [half the RAM]
                                (a process/start may ask for less, with "limits", never for more)
+
+sandbox options (exec-server, serve and doctor):
+  --sandbox-fallback MODE       landlock: where bubblewrap cannot create namespaces (containers, CI), Linux
+                                sandboxes use Landlock + seccomp instead of failing; none: they fail  [none]
+  --sandbox-accept-weaker LIST  guarantees the Landlock backend may hold weaker than bubblewrap, comma-separated:
+                                protected-names, metadata, proxy-port, signals, host-ipc (see the README)  [none]
 
 audit options (exec-server and serve):
   --audit-db FILE         the audit database  [$XDG_STATE_HOME/corral/audit.db, ~/.local/state/corral/audit.db]
@@ -172,6 +183,46 @@ function readSecretFile(file: string, flag: string, minLength: number): { token:
   } finally {
     closeSync(fd);
   }
+}
+
+const SANDBOX_OPTIONS = {
+  'sandbox-fallback': { type: 'string', default: 'none' },
+  'sandbox-accept-weaker': { type: 'string', multiple: true, default: [] as string[] },
+} as const;
+
+/** The sandbox options of exec-server, serve and doctor. */
+function sandboxOptions(values: {
+  'sandbox-fallback'?: string | undefined;
+  'sandbox-accept-weaker'?: string[] | undefined;
+}): Pick<PrepareOptions, 'fallback' | 'acceptWeaker'> {
+  const fallback = values['sandbox-fallback'] ?? 'none';
+  if (fallback !== 'landlock' && fallback !== 'none')
+    fail(`--sandbox-fallback: unknown mode ${fallback} (landlock or none)`);
+  const names = (values['sandbox-accept-weaker'] ?? []).flatMap((v) => v.split(',')).map((v) => v.trim());
+  const accepted: WeakerGuarantee[] = [];
+  for (const n of names.filter(Boolean)) {
+    const r = WeakerGuarantee.safeParse(n);
+    if (!r.success)
+      fail(`--sandbox-accept-weaker: unknown guarantee ${n} (one of ${WeakerGuarantee.options.join(', ')})`);
+    if (!accepted.includes(r.data)) accepted.push(r.data);
+  }
+  return { fallback, acceptWeaker: accepted };
+}
+
+/** Logs once at startup which Linux backend sandboxed starts will get, and why bwrap cannot run when it cannot. */
+async function logLinuxSandbox(sandbox: PrepareOptions, log: ReturnType<typeof createLogger>): Promise<void> {
+  const d = await detectLinuxSandbox(sandbox).catch(() => null);
+  if (!d || d.backend === 'bwrap') return;
+  if (d.backend === 'landlock')
+    log.warn(
+      `bubblewrap cannot sandbox here (${d.why}): Linux sandboxes use the Landlock backend (ABI ${d.landlock.abi})`,
+    );
+  else
+    log.warn(
+      `bubblewrap cannot sandbox here (${d.why}): sandboxed starts will fail; run \`corral doctor\`${
+        d.landlock.abi > 0 ? ', or pass --sandbox-fallback landlock' : ''
+      }`,
+    );
 }
 
 const AUDIT_OPTIONS = {
@@ -456,6 +507,7 @@ async function execServerCommand(argv: string[]): Promise<void> {
       'allow-non-loopback': { type: 'boolean', default: false },
       help: { type: 'boolean', short: 'h', default: false },
       ...AUDIT_OPTIONS,
+      ...SANDBOX_OPTIONS,
     },
     strict: true,
   });
@@ -508,12 +560,14 @@ async function execServerCommand(argv: string[]): Promise<void> {
     (p): p is string => !!p,
   );
 
+  const sandbox = { hiddenPaths, ...sandboxOptions(values) };
+  await logLinuxSandbox(sandbox, log);
   const server = new ExecServer({
     resumeGraceMs,
     ...limits,
     concurrentRequests,
     log,
-    launcher: { sandbox: { hiddenPaths } },
+    launcher: { sandbox },
   });
   audit.attach(server);
   // With a panel credential, a fleet host (or a panel) can watch this server with the monitor.
@@ -650,6 +704,7 @@ async function serveCommand(argv: string[]): Promise<void> {
       'log-level': { type: 'string', default: 'info' },
       'log-file': { type: 'string' },
       ...AUDIT_OPTIONS,
+      ...SANDBOX_OPTIONS,
     },
     strict: true,
   });
@@ -657,6 +712,7 @@ async function serveCommand(argv: string[]): Promise<void> {
   if (!['error', 'warn', 'info', 'debug'].includes(level)) fail(`--log-level: unknown level ${level}`);
   const audit = auditOptions(values);
   const join = values.join.map(parseJoin);
+  const sandbox = sandboxOptions(values);
   const port = Number(values.port);
   if (!Number.isInteger(port) || port < 0 || port > 65535) fail('--port must be 0..65535');
   const resumeGraceMs = Number(values['resume-grace-ms']);
@@ -664,11 +720,12 @@ async function serveCommand(argv: string[]): Promise<void> {
     fail('--resume-grace-ms must be a whole number ≥ 0');
   if (!isLoopback(values.host)) fail(`--host: ${values.host} is not a loopback address`);
   const log = createLogger({ level, file: values['log-file'] ?? null });
+  await logLinuxSandbox(sandbox, log);
   const host = await startHost({
     host: values.host,
     ...(port !== 0 ? { port } : {}),
     resumeGraceMs,
-    server: parseLimits(values),
+    server: { ...parseLimits(values), launcher: { sandbox } },
     log,
     servePanel: true,
     logFile: values['log-file'] ?? null,
@@ -729,6 +786,15 @@ async function main(): Promise<void> {
     case 'audit':
       await auditCommand(rest);
       break;
+    case 'doctor': {
+      const { values } = parseArgs({
+        args: rest,
+        options: { json: { type: 'boolean', default: false }, ...SANDBOX_OPTIONS },
+        strict: true,
+      });
+      process.exitCode = await doctorCommand({ json: values.json, sandbox: sandboxOptions(values) });
+      break;
+    }
     case undefined:
     case '--help':
     case '-h':

@@ -1,4 +1,5 @@
 // The sandbox badges, the state pill and the effective-policy card of a process (the table and the detail pane).
+import { WEAKER_GUARANTEE_LABELS } from '../../src/protocol/exec.js';
 import type { MonitorProcess } from '../../src/protocol/monitor.js';
 import { h } from '../dom.js';
 
@@ -25,6 +26,21 @@ function clientUnwrapped(p: MonitorProcess): boolean {
  */
 export function badges(p: MonitorProcess, compact = false): HTMLElement[] {
   const out = [badge(p.badge)];
+  const g = p.sandboxGuarantees;
+  if (g?.backend === 'landlock') {
+    const weaker = g.weaker.map((w) => WEAKER_GUARANTEE_LABELS[w]);
+    out.push(
+      h(
+        'span',
+        {
+          class: `badge badge-landlock${weaker.length ? ' badge-weaker' : ''}`,
+          title: `Confined by Corral's Landlock backend (ABI ${g.landlockAbi ?? '?'}, ${g.reason === 'fallback' ? 'namespaces unavailable here' : 'asked for by the client'}): ${weaker.length ? `weaker than bubblewrap: ${weaker.join(', ')}` : 'every policy element held exactly'}`,
+          'data-badge-extra': 'landlock',
+        },
+        ['landlock', ...weaker].join(' — '),
+      ),
+    );
+  }
   if (clientUnwrapped(p) && p.badge !== 'client-wrapped') {
     out.push(
       h(

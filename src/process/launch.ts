@@ -1,3 +1,5 @@
+import type { SandboxGuarantees } from '../protocol/exec.js';
+
 /**
  * The one description of "what to exec" shared by the process manager, the spawners (node child_process, the native
  * fast spawner, node-pty) and the sandbox transform. A sandbox turns a LaunchSpec into another LaunchSpec (bwrap …).
@@ -22,6 +24,13 @@ export interface LaunchSpec {
    * (src/sandbox/linux/native/launcher.c), which then also becomes argv[0]'s program: use it with argv[0] === file.
    */
   freshSessionKeyring?: boolean;
+  /**
+   * The Landlock backend: the child confines itself right before exec (no new privileges, no capabilities, the
+   * Landlock ruleset at `rulesetFd` — an fd of this process, closed by whoever opened it after the spawn — then the
+   * seccomp program). The native spawner does it in the child; node-pty and child_process go through the sandbox
+   * launcher. Never together with `extraFds`.
+   */
+  confine?: { rulesetFd: number; seccomp: Buffer; flags?: number };
 }
 
 /** Which isolation actually applies to a started process, as reported in `process/start` and to the panel. */
@@ -33,6 +42,8 @@ export interface PreparedLaunch {
   sandboxType: SandboxType;
   /** A short human summary of the effective policy for the panel (writable roots, network mode, …). */
   summary?: Record<string, unknown>;
+  /** Which backend enforced it and the accepted weaker guarantees that apply (the Landlock backend only). */
+  guarantees?: SandboxGuarantees;
   /** Called once the child has a pid (e.g. to start a forwarder in its network namespace and release it). */
   afterSpawn?(pid: number): Promise<void>;
   /** Called exactly once after the process has closed, or if the spawn failed. Must not throw. */

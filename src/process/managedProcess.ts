@@ -147,22 +147,27 @@ export class ManagedProcess {
     const spec = this.launch.spec;
     const cgroupEntry = this.cgroup?.entryFiles ?? [];
     if (this.info.tty) {
-      let file = spec.file;
-      let args = spec.argv.slice(1);
       // node-pty always sets TERM (to "xterm" when absent): take it out again unless the client asked for it.
       const dropTerm = spec.env.TERM === undefined;
-      if (cgroupEntry.length > 0 || dropTerm || (spec.argv[0] !== undefined && spec.argv[0] !== spec.file)) {
-        // node-pty cannot set argv[0], nor enter a cgroup before the exec: a bash prologue does both.
-        ({ file, args } = wrapArgv(cgroupEntry, spec.file, spec.argv, dropTerm ? 'unset TERM; ' : ''));
-      }
+      const needPrologue =
+        cgroupEntry.length > 0 || dropTerm || (spec.argv[0] !== undefined && spec.argv[0] !== spec.file);
       // spawnPty reports the exit only after the output the child wrote before it (src/process/pty.ts).
-      const term = spawnPty(file, args, {
+      const term = spawnPty(spec.file, spec.argv.slice(1), {
         cwd: spec.cwd,
         env: spec.env,
         cols: 80,
         rows: 24,
         extraFds: spec.extraFds,
         freshSessionKeyring: spec.freshSessionKeyring,
+        ...(spec.argv[0] !== undefined ? { argv0: spec.argv[0] } : {}),
+        // node-pty cannot set argv[0], nor enter a cgroup before the exec: a bash prologue does both.
+        ...(needPrologue
+          ? {
+              prologue: (f: string, argv: string[]) =>
+                wrapArgv(cgroupEntry, f, argv, dropTerm ? 'unset TERM; ' : ''),
+            }
+          : {}),
+        ...(spec.confine ? { confine: spec.confine } : {}),
       });
       this.term = term;
       this.pid = term.pid;

@@ -68,6 +68,15 @@ export interface PtySpawnOptions {
   extraFds?: LaunchSpec['extraFds'];
   /** The child joins a new session keyring (through the sandbox launcher). */
   freshSessionKeyring?: boolean;
+  /** The child confines itself with Landlock + seccomp before exec (through the sandbox launcher). */
+  confine?: LaunchSpec['confine'];
+  /** The child's argv[0] (default: file), for the prologue. */
+  argv0?: string;
+  /**
+   * A shell prologue (cgroup.ts wrapArgv: entering the cgroup, argv[0]) that runs first, outside the sandbox launcher:
+   * a child that confined itself could no longer write its cgroup's entry file.
+   */
+  prologue?: (file: string, argv: string[]) => { file: string; args: string[] };
 }
 
 /**
@@ -75,17 +84,21 @@ export interface PtySpawnOptions {
  * fails; nothing is held then.
  */
 export function spawnPty(file: string, args: string[], opts: PtySpawnOptions): PtyChild {
-  const { extraFds = [], freshSessionKeyring = false, ...ptyOpts } = opts;
+  const { extraFds: given = [], freshSessionKeyring = false, confine, argv0, prologue, ...ptyOpts } = opts;
+  const extraFds = confine ? [...given, confine.rulesetFd] : given;
+  let argv = [argv0 ?? file, ...args];
   if (extraFds.length > 0 || freshSessionKeyring) {
     if (extraFds.some((fd) => fd === null) || (extraFds.length > 0 && !sandboxNative))
       throw new SpawnError('EINVAL', 'a terminal cannot get these fds (slot left closed, or no addon)');
     const l = throughLauncher(
-      { file, argv: [file, ...args], env: opts.env, cwd: opts.cwd },
+      { file, argv, env: opts.env, cwd: opts.cwd, ...(confine ? { confine } : {}) },
       extraFds as number[],
     );
     file = l.file;
-    args = l.argv.slice(1);
+    argv = l.argv;
   }
+  if (prologue) ({ file, args } = prologue(file, argv));
+  else args = argv.slice(1);
   endSpawnBatch(); // node-pty forks this thread: its child must not inherit SCHED_BATCH
   sandboxNative?.sealFds();
   const passed = extraFds as number[];

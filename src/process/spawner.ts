@@ -179,6 +179,7 @@ interface NativeBinding {
     freshKeyring?: boolean,
     cgroupFds?: number[],
     cgroupDirFd?: number,
+    confine?: LaunchSpec['confine'],
   ): [number, number, number, number, number?];
   setExitHandler(fn: (pid: number, status: number, signo: number) => void): void;
   /** Whether this build can start children without waiting for their exec (x86_64, arm64). */
@@ -187,6 +188,8 @@ interface NativeBinding {
   newPidNs?: boolean;
   /** Absent from builds older than spawn's freshKeyring argument. */
   freshKeyring?: boolean;
+  /** Absent from builds older than spawn's confine argument (the Landlock backend, confine.c). */
+  confine?: boolean;
   /** The Linux sandbox's helpers (src/sandbox/linux/native/sandbox.c). Absent from older builds. */
   sealFds?(): void;
   setInheritable?(fd: number, inheritable: boolean): void;
@@ -521,6 +524,13 @@ export function groupWatchdogPid(): number {
 export const nativeFsCalls: object | null =
   native.binding && 'fsOpenAt' in native.binding ? (native.binding as object) : null;
 
+/**
+ * The addon's exports when they hold the Landlock calls of landlock.c and spawn can confine a child (typed and
+ * checked by src/sandbox/linux/landlockNative.ts, their only user), else null.
+ */
+export const nativeLandlockCalls: object | null =
+  native.binding?.confine === true && 'landlockRuleset' in native.binding ? (native.binding as object) : null;
+
 /** Why the native spawner is not available (null when it is). */
 export const nativeLoadError: string | null = native.error;
 
@@ -562,15 +572,28 @@ export const sandboxLauncher: string | null = (() => {
 
 /**
  * `spec` started through the sandbox launcher: a fresh session keyring, `fds` at 3, 4, … and nothing else. For the
- * spawners that cannot do that in the child themselves (node-pty, child_process).
+ * spawners that cannot do that in the child themselves (node-pty, child_process). With `spec.confine`, the last of
+ * `fds` must be where the launcher finds the Landlock ruleset: it confines itself with it (and the seccomp program,
+ * passed as hex) and closes it before exec.
  */
 export function throughLauncher(spec: LaunchSpec, fds: number[]): LaunchSpec {
   if (!sandboxLauncher) {
     throw new SpawnError('ENOENT', `the sandbox launcher is not built: ${osErrorText('ENOENT')}`);
   }
+  const c = spec.confine;
+  const confine = c
+    ? [
+        '--landlock',
+        String(2 + fds.length),
+        '--seccomp',
+        c.seccomp.toString('hex'),
+        ...(c.flags ? ['--landlock-flags', String(c.flags)] : []),
+      ]
+    : [];
   const argv = [
     sandboxLauncher,
     ...fds.flatMap((fd) => ['--fd', String(fd)]),
+    ...confine,
     '--',
     spec.file,
     ...spec.argv.slice(1),
@@ -619,6 +642,12 @@ function spawnNative(
     spec = withCgroupPrologue(spec, opts.cgroup.paths);
     opts = { stdin: opts.stdin };
   }
+  if (spec.confine && (binding.confine !== true || (spec.extraFds?.length ?? 0) > 0)) {
+    throw new SpawnError(
+      'ENOSYS',
+      'this build of the native spawner cannot confine a child (Landlock), or extra fds were asked for with it',
+    );
+  }
   const unguarded = withoutPidGuard(spec);
   if (unguarded) spec = unguarded;
   const fds = [opts.stdin === 'pipe' ? FD_PIPE : FD_DEVNULL, FD_PIPE, FD_PIPE];
@@ -636,6 +665,7 @@ function spawnNative(
       spec.freshSessionKeyring === true,
       opts.cgroup?.fds,
       opts.cgroup?.dirFd ?? -1,
+      spec.confine,
     );
   } catch (e) {
     const errno = (e as { errno?: unknown }).errno;
@@ -671,11 +701,10 @@ function withCgroupPrologue(spec: LaunchSpec, procs: string[]): LaunchSpec {
 
 function spawnNode(spec: LaunchSpec, opts: SpawnOptions): SpawnedChild {
   checkNoNul(spec);
-  if (opts.cgroup) spec = withCgroupPrologue(spec, opts.cgroup.paths);
   endSpawnBatch();
   sandboxNative?.sealFds(); // child_process closes nothing: every fd we do not pass must be close-on-exec
-  if (spec.freshSessionKeyring) {
-    const extra = spec.extraFds ?? [];
+  if (spec.freshSessionKeyring || spec.confine) {
+    const extra = [...(spec.extraFds ?? []), ...(spec.confine ? [spec.confine.rulesetFd] : [])];
     if (extra.includes(null))
       throw new SpawnError('EINVAL', 'the sandbox launcher cannot leave an fd slot closed');
     spec = {
@@ -686,6 +715,8 @@ function spawnNode(spec: LaunchSpec, opts: SpawnOptions): SpawnedChild {
       extraFds: extra,
     };
   }
+  // Outside the launcher: a child that confined itself (Landlock) could no longer write its cgroup's entry file.
+  if (opts.cgroup) spec = withCgroupPrologue(spec, opts.cgroup.paths);
   // ChildProcess#spawn (what child_process.spawn calls after normalising its arguments) returns the exec error
   // synchronously, where child_process.spawn would only emit it on the next tick.
   const cp = new ChildProcess();

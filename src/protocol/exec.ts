@@ -89,6 +89,37 @@ export const ExecParams = z.object({
 export type ExecParams = z.infer<typeof ExecParams>;
 
 export const SandboxTypeWire = z.enum(['none', 'linuxSeccomp', 'macosSeatbelt']);
+
+/**
+ * The guarantees an operator may accept as weaker for the Landlock backend (`--sandbox-accept-weaker a,b`): each is
+ * one thing Landlock + seccomp cannot hold exactly without namespaces. Without its acceptance a start that needs it
+ * either gets the exact (stricter) behaviour or is refused (see src/sandbox/linux/landlock.ts and the README).
+ */
+export const WeakerGuarantee = z.enum(['protected-names', 'metadata', 'proxy-port', 'signals', 'host-ipc']);
+export type WeakerGuarantee = z.infer<typeof WeakerGuarantee>;
+
+/** What the panel badge says for each weaker guarantee in effect ("landlock — .git writable"). */
+export const WEAKER_GUARANTEE_LABELS: Record<WeakerGuarantee, string> = {
+  'protected-names': '.git/.codex writable',
+  metadata: 'file modes writable',
+  'proxy-port': 'proxy port open to any host',
+  signals: 'can signal other processes',
+  'host-ipc': 'host IPC reachable',
+};
+
+/**
+ * Ours, additive, next to `sandboxType`: which backend enforced the sandbox and which accepted weaker guarantees
+ * apply to this process (empty: every policy element is held exactly). Present for Landlock-sandboxed processes.
+ */
+export const SandboxGuarantees = z.object({
+  backend: z.enum(['bwrap', 'landlock']),
+  /** Why Landlock: the start asked for it (`useLegacyLandlock`), or namespaces are unavailable (`fallback`). */
+  reason: z.enum(['useLegacyLandlock', 'fallback']).optional(),
+  landlockAbi: z.number().int().optional(),
+  weaker: z.array(WeakerGuarantee),
+});
+export type SandboxGuarantees = z.infer<typeof SandboxGuarantees>;
+
 export const StartResult = z.object({
   processId: z.string(),
   /**
@@ -96,6 +127,8 @@ export const StartResult = z.object({
    * @since 0.169
    */
   sandboxType: SandboxTypeWire,
+  /** Which backend confines the process and which weaker guarantees the operator accepted (Landlock). @corral */
+  sandboxGuarantees: SandboxGuarantees.optional(),
 });
 export type StartResult = z.infer<typeof StartResult>;
 

@@ -4,7 +4,7 @@
  * `policy/preview` and `policy/checkUrl`. Pure: no Node imports, so the renderer imports these too.
  */
 import { z } from 'zod';
-import { LimitHit, OutputChunk, OutputStream, SandboxTypeWire } from './exec.js';
+import { LimitHit, OutputChunk, OutputStream, SandboxGuarantees, SandboxTypeWire } from './exec.js';
 
 /** What the panel shows as the sandbox badge. `client-wrapped`: a 0.120–0.130 client wrapped its own sandbox. */
 export const SandboxBadge = z.enum(['none', 'linux-seccomp', 'macos-seatbelt', 'client-wrapped']);
@@ -68,6 +68,8 @@ export const MonitorProcess = z.object({
    * @corral
    */
   launcherFlags: z.array(z.object({ name: z.string(), value: z.string().nullable() })).nullable(),
+  /** The Landlock backend's guarantees, as in process/start's result (absent under bubblewrap). */
+  sandboxGuarantees: SandboxGuarantees.optional(),
   /** The effective policy summary of the sandbox/proxy layers (writable roots, network mode, …), redacted. */
   policy: z.record(z.string(), z.unknown()).nullable(),
   metadata: z.record(z.string(), z.unknown()).nullable(),

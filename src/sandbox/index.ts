@@ -15,6 +15,7 @@ export { SandboxSetupError } from './errors.js';
 export { checkFsAccess, type FsAccessOptions } from './fsAccess.js';
 export { buildSeccompFilter } from './linux/seccomp.js';
 export {
+  detectLinuxSandbox,
   type LaunchCommand,
   type LaunchPlan,
   type LaunchPreview,
@@ -22,6 +23,7 @@ export {
   planLaunch,
   prepareLaunch,
   previewLaunch,
+  SANDBOX_ADVICE,
   sweepStalePrivateDirs,
   WINDOWS_ERROR,
 } from './prepare.js';

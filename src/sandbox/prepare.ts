@@ -1,15 +1,18 @@
-import type { ChildProcess } from 'node:child_process';
-import { lstatSync, mkdtempSync, realpathSync, rmSync, writeSync } from 'node:fs';
+import { type ChildProcess, execFile } from 'node:child_process';
+import { lstatSync, mkdtempSync, realpathSync, rmdirSync, rmSync, writeSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
 import { cgroupMountPoints } from '../process/cgroup.js';
 import type { LaunchSpec, PreparedLaunch, SandboxType } from '../process/launch.js';
 import { formatTag, ownTag, sweepStaleDirs } from '../process/serverTag.js';
 import { sandboxLauncher, sandboxNative } from '../process/spawner.js';
+import type { SandboxGuarantees, WeakerGuarantee } from '../protocol/exec.js';
 import type { ParsedSandbox } from '../protocol/sandbox.js';
 import { type EffectiveSandbox, effectiveSandbox } from './effective.js';
 import { SandboxSetupError } from './errors.js';
 import { type BwrapFeatures, bwrapArgs } from './linux/bwrapArgs.js';
+import { type LandlockPlan, planLandlock, WRITE } from './linux/landlock.js';
+import { buildRuleset, closeRuleset, type LandlockSupport, landlockSupport } from './linux/landlockNative.js';
 import { type BwrapHost, findBwrap, knownBwrap, probeBwrap, SYSTEM_BWRAP } from './linux/locate.js';
 import {
   closeQuietly,
@@ -24,7 +27,13 @@ import {
 } from './linux/managedNet.js';
 import { acquireSyntheticTargets, mountTargetLockDir } from './linux/mountTargets.js';
 import { guardArgv, hostPidOf, setupDone, UNSHARE } from './linux/pidGuard.js';
-import { buildSeccompFilter, hostSeccompArch, type SeccompArch, type SeccompMode } from './linux/seccomp.js';
+import {
+  buildSeccompFilter,
+  hostSeccompArch,
+  type SeccompArch,
+  type SeccompExtras,
+  type SeccompMode,
+} from './linux/seccomp.js';
 import { watchSandbox } from './linux/watchdog.js';
 import { buildSeatbelt, type SeatbeltProfile, seatbeltArgv } from './macos/seatbelt.js';
 import { isUnder, type ResolvedPolicy, resolvePolicy } from './resolve.js';
@@ -51,6 +60,13 @@ export interface PrepareOptions {
    * masked like an unreadable path (a file by /dev/null, a directory by an empty tmpfs).
    */
   hiddenPaths?: readonly string[];
+  /**
+   * `landlock`: where bubblewrap cannot create namespaces (or is not installed), Linux sandboxes use the Landlock
+   * backend instead of failing (`--sandbox-fallback landlock`). Default `none`: such a start fails, saying why.
+   */
+  fallback?: 'landlock' | 'none';
+  /** Guarantees the Landlock backend may hold weaker than bwrap would (`--sandbox-accept-weaker`); default none. */
+  acceptWeaker?: readonly WeakerGuarantee[];
 }
 
 /**
@@ -63,7 +79,7 @@ export type FdSlot = 'seccomp' | 'info' | 'block';
 /** The pure result of planning a launch: what would run, without any file, fd or process created. */
 export interface LaunchPlan {
   sandboxType: SandboxType;
-  mechanism: 'none' | 'passthrough' | 'bwrap' | 'seatbelt';
+  mechanism: 'none' | 'passthrough' | 'bwrap' | 'landlock' | 'seatbelt';
   /** The final spec; its `extraFds` are filled in by prepareLaunch from `fdSlots` (the same for pipes and a PTY). */
   spec: LaunchSpec;
   summary: Record<string, unknown>;
@@ -76,7 +92,13 @@ export interface LaunchPlan {
   seatbelt?: SeatbeltProfile;
   /** bwrap runs under the pid-namespace guard: its info-fd pids are relative to the guard's namespace. */
   pidGuard?: boolean;
+  /** The Landlock backend's ruleset plan (mechanism `landlock`). */
+  landlock?: LandlockPlan;
+  guarantees?: SandboxGuarantees;
 }
+
+/** Why a Linux sandbox uses the Landlock backend instead of bwrap. */
+export type LinuxBackend = { kind: 'bwrap' } | { kind: 'landlock'; reason: 'useLegacyLandlock' | 'fallback' };
 
 interface HostFacts {
   platform: NodeJS.Platform;
@@ -95,6 +117,10 @@ interface HostFacts {
   cgroupMounts?: string[];
   euid: number;
   hiddenPaths?: readonly string[];
+  /** Landlock instead of bwrap for every Linux sandbox (the fallback), else only when a start asks for it. */
+  linuxBackend: LinuxBackend;
+  landlock: LandlockSupport;
+  acceptWeaker: ReadonlySet<WeakerGuarantee>;
 }
 
 const WINDOWS_ERROR = 'sandbox type windows-restricted-token is not supported by this exec-server';
@@ -120,12 +146,12 @@ function policySummary(eff: EffectiveSandbox, r: ResolvedPolicy): Record<string,
 }
 
 const filters = new Map<string, Buffer>();
-/** The filter bytes, generated once per (arch, mode). */
-function seccompFilter(arch: SeccompArch, mode: SeccompMode): Buffer {
-  const key = `${arch}/${mode}`;
+/** The filter bytes, generated once per (arch, mode, extras). */
+function seccompFilter(arch: SeccompArch, mode: SeccompMode, extras?: SeccompExtras): Buffer {
+  const key = `${arch}/${mode}/${extras ? JSON.stringify(extras) : ''}`;
   let f = filters.get(key);
   if (!f) {
-    f = buildSeccompFilter(arch, mode);
+    f = buildSeccompFilter(arch, mode, extras);
     filters.set(key, f);
   }
   return f;
@@ -251,12 +277,13 @@ function planSeatbelt(eff: EffectiveSandbox, cmd: LaunchCommand, host: HostFacts
   };
 }
 
-function planLinux(eff: EffectiveSandbox, cmd: LaunchCommand, host: HostFacts): LaunchPlan {
-  if (eff.useLegacyLandlock) {
-    throw new SandboxSetupError(
-      'useLegacyLandlock: true is not supported by this exec-server (Landlock needs native code); the bubblewrap sandbox is available with useLegacyLandlock: false',
-    );
-  }
+/** What both Linux backends start from: the architecture, the resolved policy, the env; or nothing to enforce. */
+function linuxStart(
+  eff: EffectiveSandbox,
+  cmd: LaunchCommand,
+  host: HostFacts,
+  summary: Record<string, unknown>,
+): { arch: SeccompArch; r: ResolvedPolicy; env: Record<string, string> } | LaunchPlan {
   let arch: SeccompArch;
   try {
     arch = hostSeccompArch(host.arch, host.machine);
@@ -264,11 +291,10 @@ function planLinux(eff: EffectiveSandbox, cmd: LaunchCommand, host: HostFacts): 
     throw new SandboxSetupError((e as Error).message);
   }
   const r = resolvePolicy(eff, { tmpdir: host.tmpdir });
-  const managed = eff.enforceManagedNetwork;
-  const summary: Record<string, unknown> = { sandbox: 'linux-seccomp', ...policySummary(eff, r) };
+  Object.assign(summary, policySummary(eff, r));
   const env = { ...cmd.spec.env };
   if (eff.network === 'restricted') env.CODEX_SANDBOX_NETWORK_DISABLED = '1';
-  if (r.fullWrite && eff.network === 'enabled' && !managed) {
+  if (r.fullWrite && eff.network === 'enabled' && !eff.enforceManagedNetwork) {
     return {
       sandboxType: 'linuxSeccomp',
       mechanism: 'passthrough',
@@ -278,6 +304,18 @@ function planLinux(eff: EffectiveSandbox, cmd: LaunchCommand, host: HostFacts): 
       syntheticTargets: [],
     };
   }
+  return { arch, r, env };
+}
+
+function planLinux(eff: EffectiveSandbox, cmd: LaunchCommand, host: HostFacts): LaunchPlan {
+  if (eff.useLegacyLandlock) return planLandlockLaunch(eff, cmd, host, 'useLegacyLandlock');
+  if (host.linuxBackend.kind === 'landlock')
+    return planLandlockLaunch(eff, cmd, host, host.linuxBackend.reason);
+  const summary: Record<string, unknown> = { sandbox: 'linux-seccomp' };
+  const start = linuxStart(eff, cmd, host, summary);
+  if ('mechanism' in start) return start;
+  const { arch, r, env } = start;
+  const managed = eff.enforceManagedNetwork;
   if (host.hiddenPaths) hideServerPaths(r, host.hiddenPaths);
   protectCgroupFs(r, host.cgroupMounts ?? []);
   // Every sandbox has a filter: the network-enabled one denies only what no coding agent needs (seccomp.ts).
@@ -344,6 +382,88 @@ function planLinux(eff: EffectiveSandbox, cmd: LaunchCommand, host: HostFacts): 
   };
 }
 
+/** The server's own paths no sandbox may read (existing, canonical), with what each is. */
+function serverMasks(host: HostFacts): { path: string; what: string }[] {
+  const out: { path: string; what: string }[] = [];
+  const add = (given: string, what: string) => {
+    try {
+      out.push({ path: realpathSync(given), what });
+    } catch {
+      // not there: nothing to hide
+    }
+  };
+  for (const m of host.masks) add(m, "the server's private directory");
+  for (const h of host.hiddenPaths ?? []) add(h, "a file of the server's (token, log or audit database)");
+  return out;
+}
+
+/** The Landlock backend (linux/landlock.ts): no namespaces; the child confines itself right before exec. */
+function planLandlockLaunch(
+  eff: EffectiveSandbox,
+  cmd: LaunchCommand,
+  host: HostFacts,
+  reason: 'useLegacyLandlock' | 'fallback',
+): LaunchPlan {
+  if (host.landlock.abi === 0) {
+    throw new SandboxSetupError(
+      `landlock sandbox: Landlock is not available here (${host.landlock.missing})${
+        reason === 'useLegacyLandlock'
+          ? '; the bubblewrap sandbox is available with useLegacyLandlock: false'
+          : ''
+      }; the command was not run`,
+    );
+  }
+  const summary: Record<string, unknown> = {
+    sandbox: 'linux-seccomp',
+    backend: 'landlock',
+    backendReason: reason,
+    landlockAbi: host.landlock.abi,
+  };
+  const start = linuxStart(eff, cmd, host, summary);
+  if ('mechanism' in start) return start;
+  const { arch, r, env } = start;
+  const managed = eff.enforceManagedNetwork;
+  // The proxy listens on the host's loopback, which the sandbox shares: its variables stay as they are.
+  const proxyPorts = managed ? planManagedRoutes(cmd.spec.env).endpoints.map((e) => e.port) : [];
+  const canonical = (p: string | undefined) => {
+    try {
+      return p ? realpathSync(p) : undefined;
+    } catch {
+      return undefined;
+    }
+  };
+  const tmpRoots = [canonical('/tmp'), canonical(host.tmpdir)].filter(
+    (t): t is string => t !== undefined && r.writableRoots.some((w) => w.root === t),
+  );
+  const plan = planLandlock(r, {
+    abi: host.landlock.abi,
+    accept: host.acceptWeaker,
+    network: eff.network,
+    managed,
+    proxyPorts,
+    masks: serverMasks(host),
+    tmpRoots,
+    envTmpdir: canonical(env.TMPDIR) ?? env.TMPDIR,
+  });
+  const filter = seccompFilter(arch, plan.seccompMode, plan.seccompExtras);
+  summary.seccomp = plan.seccompMode;
+  summary.landlockRules = plan.rules.length;
+  if (plan.frozen.length > 0) summary.frozen = plan.frozen;
+  if (plan.weaker.length > 0) summary.weaker = plan.weaker;
+  if (proxyPorts.length > 0) summary.proxyEndpoints = proxyPorts.map((p) => `127.0.0.1:${p}`);
+  return {
+    sandboxType: 'linuxSeccomp',
+    mechanism: 'landlock',
+    spec: { ...cmd.spec, env, freshSessionKeyring: true },
+    summary,
+    fdSlots: [],
+    seccomp: { arch, mode: plan.seccompMode, filter },
+    syntheticTargets: [],
+    landlock: plan,
+    guarantees: { backend: 'landlock', reason, landlockAbi: plan.abi, weaker: plan.weaker },
+  };
+}
+
 function serverTmpdir(opts: PrepareOptions | undefined): string | undefined {
   const t = opts?.tmpdir ?? process.env.TMPDIR;
   return t?.startsWith('/') ? t : undefined;
@@ -372,8 +492,15 @@ function needsBwrap(
 
 const DEFAULT_FEATURES: BwrapFeatures = { argv0: false, perms: true };
 
-function hostFacts(opts: PrepareOptions | undefined, bwrap: BwrapHost): HostFacts {
+function hostFacts(
+  opts: PrepareOptions | undefined,
+  bwrap: BwrapHost,
+  linuxBackend: LinuxBackend = { kind: 'bwrap' },
+): HostFacts {
   return {
+    linuxBackend,
+    landlock: landlockSupport(),
+    acceptWeaker: new Set(opts?.acceptWeaker ?? []),
     masks: [sharedDir, lockDir].filter((d): d is string => d !== undefined),
     unshare: UNSHARE,
     cgroupMounts: cgroupMountPoints(),
@@ -408,7 +535,11 @@ export function previewLaunch(
   const platform = opts?.platform ?? process.platform;
   const path = opts?.bwrapPath ?? findBwrap(cmd.spec.cwd) ?? SYSTEM_BWRAP;
   const bwrap = knownBwrap(path) ?? { path, features: DEFAULT_FEATURES, proc: true };
-  const plan = planLaunch(sandbox, cmd, hostFacts({ ...opts, platform }, bwrap));
+  const backend: LinuxBackend =
+    opts?.fallback === 'landlock' && bwrapFailures.has(path)
+      ? { kind: 'landlock', reason: 'fallback' }
+      : { kind: 'bwrap' };
+  const plan = planLaunch(sandbox, cmd, hostFacts({ ...opts, platform }, bwrap, backend));
   return {
     sandboxType: plan.sandboxType,
     mechanism: plan.mechanism,
@@ -428,9 +559,15 @@ export function previewLaunch(
 let sharedDir: string | undefined;
 let lockDir: string | undefined;
 
+/**
+ * Where the server's private directory goes: $XDG_RUNTIME_DIR, else /dev/shm, else the temp dir. Not /tmp when it can
+ * be helped: a Landlock sandbox shares the host's filesystem, and Landlock cannot hide a directory inside a writable
+ * root such as /tmp (bwrap masks it; /dev/shm is never writable to a Landlock sandbox unless a policy names it).
+ */
 function privateBase(): string {
   const xdg = process.env.XDG_RUNTIME_DIR;
-  return xdg?.startsWith('/') ? xdg : os.tmpdir();
+  if (xdg?.startsWith('/')) return xdg;
+  return lstatSync('/dev/shm', { throwIfNoEntry: false })?.isDirectory() ? '/dev/shm' : os.tmpdir();
 }
 
 const PRIVATE_PREFIX = 'corral-sandbox-';
@@ -457,6 +594,61 @@ function sharedPrivateDir(): string {
   return sharedDir;
 }
 
+/** Where bwrap failed to start a sandbox (path → why), remembered when the Landlock fallback is on. */
+const bwrapFailures = new Map<string, string>();
+
+export const SANDBOX_ADVICE =
+  'run `corral doctor` to see what this machine lacks, or start the server with `--sandbox-fallback landlock` to use the Landlock backend where namespaces are unavailable';
+
+/** True when the start asks for the Landlock backend itself (the seed's and 0.169's `useLegacyLandlock`). */
+function asksForLandlock(sandbox: ParsedSandbox | null | undefined): boolean {
+  return (sandbox as { useLegacyLandlock?: unknown } | null | undefined)?.useLegacyLandlock === true;
+}
+
+/**
+ * bwrap's probe for this server (locate.ts), or why bwrap cannot sandbox here: not installed, or its preflight
+ * failed (no user namespaces: Docker's seccomp profile, max_user_namespaces = 0, AppArmor's restriction). With the
+ * Landlock fallback on, a failure is remembered for the life of the server (namespaces do not come back) and logged
+ * once by whoever asked first (detectLinuxSandbox).
+ */
+async function bwrapOrWhy(
+  path: string | undefined,
+  fallback: boolean,
+): Promise<{ bwrap: BwrapHost } | { why: string }> {
+  if (!path) {
+    return {
+      why: 'bubblewrap (bwrap) is not installed: the Linux sandbox is unavailable and the command was not run unsandboxed',
+    };
+  }
+  const known = fallback ? bwrapFailures.get(path) : undefined;
+  if (known) return { why: known };
+  try {
+    return { bwrap: await probeBwrap(path) };
+  } catch (e) {
+    if (!(e instanceof SandboxSetupError)) throw e;
+    if (fallback) bwrapFailures.set(path, e.message);
+    return { why: e.message };
+  }
+}
+
+/**
+ * Which Linux backend sandboxed starts get on this server, found once at startup (the CLI logs it): bwrap, or with
+ * the fallback on and bwrap unusable, Landlock (with why bwrap cannot run). Null off Linux.
+ */
+export async function detectLinuxSandbox(
+  opts?: PrepareOptions,
+): Promise<{ backend: 'bwrap' | 'landlock' | 'none'; why?: string; landlock: LandlockSupport } | null> {
+  if ((opts?.platform ?? process.platform) !== 'linux') return null;
+  const r = await bwrapOrWhy(opts?.bwrapPath ?? findBwrap(), opts?.fallback === 'landlock');
+  if ('bwrap' in r) return { backend: 'bwrap', landlock: landlockSupport() };
+  const landlock = landlockSupport();
+  return {
+    backend: opts?.fallback === 'landlock' && landlock.abi > 0 ? 'landlock' : 'none',
+    why: r.why,
+    landlock,
+  };
+}
+
 const NATIVE_MISSING =
   'the Linux sandbox needs the native addon and its launcher (build/Release/corral_spawn.node and corral-sandbox-exec; run `npm ci` or `npx node-gyp rebuild`): the command was not run with weaker isolation';
 
@@ -474,23 +666,92 @@ export async function prepareLaunch(
 ): Promise<PreparedLaunch> {
   const platform = opts?.platform ?? process.platform;
   let bwrap: BwrapHost = { path: opts?.bwrapPath ?? SYSTEM_BWRAP, features: DEFAULT_FEATURES, proc: true };
-  if (needsBwrap(sandbox, platform, cmd.enforceManagedNetwork === true)) {
-    const path = opts?.bwrapPath ?? findBwrap(cmd.spec.cwd);
-    if (!path) {
-      throw new SandboxSetupError(
-        'bubblewrap (bwrap) is not installed: the Linux sandbox is unavailable and the command was not run unsandboxed',
-      );
-    }
-    bwrap = await probeBwrap(path);
-    sharedPrivateDir();
-    lockDir = mountTargetLockDir();
+  let backend: LinuxBackend = { kind: 'bwrap' };
+  if (needsBwrap(sandbox, platform, cmd.enforceManagedNetwork === true) && !asksForLandlock(sandbox)) {
+    const fallback = opts?.fallback === 'landlock';
+    const r = await bwrapOrWhy(opts?.bwrapPath ?? findBwrap(cmd.spec.cwd), fallback);
+    if ('bwrap' in r) {
+      bwrap = r.bwrap;
+      sharedPrivateDir();
+      lockDir = mountTargetLockDir();
+    } else if (fallback) backend = { kind: 'landlock', reason: 'fallback' };
+    else throw new SandboxSetupError(`${r.why}; ${SANDBOX_ADVICE}`);
   }
-  const plan = planLaunch(sandbox, cmd, hostFacts({ ...opts, platform }, bwrap));
+  const plan = planLaunch(sandbox, cmd, hostFacts({ ...opts, platform }, bwrap, backend));
+  if (plan.mechanism === 'landlock') return materializeLandlock(plan);
   if (plan.mechanism !== 'bwrap') {
     return { spec: plan.spec, sandboxType: plan.sandboxType, summary: plan.summary, cleanup() {} };
   }
   if (!sandboxNative || !sandboxLauncher) throw new SandboxSetupError(NATIVE_MISSING);
   return materialize(plan, sandboxNative);
+}
+
+/** Removes a private TMPDIR: rmdir when the command left it empty, else `rm -rf`, which never follows a symlink. */
+function removePrivateTmp(dir: string): void {
+  try {
+    rmdirSync(dir);
+  } catch {
+    execFile('/bin/rm', ['-rf', '--', dir], { timeout: 60_000 }, () => {});
+  }
+}
+
+/**
+ * The Landlock launch: the ruleset is built here (its fd goes to the child, which applies it before exec, then is
+ * closed), with a private TMPDIR when the temp root's top level is frozen (see landlock.ts).
+ */
+function materializeLandlock(plan: LaunchPlan): PreparedLaunch {
+  const ll = plan.landlock!;
+  let tmp: string | undefined;
+  let fd = -1;
+  const closeFd = () => {
+    if (fd >= 0) closeRuleset(fd);
+    fd = -1;
+  };
+  let cleaned = false;
+  const cleanup = () => {
+    if (cleaned) return;
+    cleaned = true;
+    closeFd();
+    if (tmp) removePrivateTmp(tmp);
+  };
+  let env = plan.spec.env;
+  try {
+    const rules = [...ll.rules];
+    if (ll.privateTmpIn) {
+      tmp = mkdtempSync(join(ll.privateTmpIn, 'corral-tmp-'));
+      rules.push({ path: tmp, rights: WRITE });
+      env = { ...env, TMPDIR: tmp };
+    }
+    fd = buildRuleset({
+      handledFs: ll.handledFs,
+      handledNet: ll.handledNet,
+      scoped: ll.scoped,
+      rules,
+      connectPorts: ll.connectPorts,
+    });
+  } catch (e) {
+    cleanup();
+    throw new SandboxSetupError(`landlock sandbox: cannot build the ruleset: ${(e as Error).message}`);
+  }
+  const summary = tmp ? { ...plan.summary, tmpdir: tmp } : plan.summary;
+  return {
+    spec: {
+      ...plan.spec,
+      env,
+      confine: {
+        rulesetFd: fd,
+        seccomp: plan.seccomp!.filter,
+        ...(ll.restrictFlags ? { flags: ll.restrictFlags } : {}),
+      },
+    },
+    sandboxType: plan.sandboxType,
+    summary,
+    ...(plan.guarantees ? { guarantees: plan.guarantees } : {}),
+    async afterSpawn() {
+      closeFd(); // the child has its copy
+    },
+    cleanup,
+  };
 }
 
 /** The pipe that carries `filter` to bwrap: the whole program is written (it fits the pipe buffer) and the write end closed. */

@@ -8,9 +8,11 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { dirname, extname, join, normalize, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type AuditOptions, startAudit } from '../audit/index.js';
+import { doctorReport } from '../doctor.js';
 import { Fleet } from '../fleet/fleet.js';
 import type { NetworkEvents } from '../network/events.js';
 import { resolveProgram } from '../process/resolveProgram.js';
+import type { DoctorReport } from '../protocol/doctor.js';
 import type { JoinParams } from '../protocol/fleet.js';
 import type { HostInfo } from '../protocol/host.js';
 import { type IpcMainLike, type IpcSenderLike, type IpcServer, serveIpc } from '../rpc/ipcTransport.js';
@@ -272,7 +274,7 @@ export async function startHost(opts: HostOptions = {}): Promise<Host> {
   const base = `http://${hostForUrl}:${listener.port}`;
   const execUrl = `${listener.url}/?token=${encodeURIComponent(tokens.agent)}`;
   const panelUrl = panelDir ? `${base}/panel/#token=${encodeURIComponent(tokens.panel)}` : null;
-  const info: HostInfo = {
+  const info: Omit<HostInfo, 'doctor'> = {
     execUrl,
     panelUrl,
     logFile: opts.logFile ?? null,
@@ -282,7 +284,15 @@ export async function startHost(opts: HostOptions = {}): Promise<Host> {
     version: VERSION,
     resourceLimits: server.resourceLimits,
   };
-  server.handle('host/info', () => info);
+  // Made once, on the first host/info (a few sandboxed starts of /bin/true with this server's sandbox options).
+  let doctor: Promise<DoctorReport | null> | null = null;
+  server.handle('host/info', async () => {
+    doctor ??= doctorReport(launcher?.sandbox).catch((e: Error) => {
+      log.warn(`doctor: ${e.message}`);
+      return null;
+    });
+    return { ...info, doctor: await doctor } satisfies HostInfo;
+  });
   let stopped: Promise<void> | null = null;
   const ipcServers: IpcServer[] = [];
   return {

@@ -34,6 +34,7 @@ function fixedFields(p: ManagedProcess) {
     sandboxType: p.sandboxType,
     badge: sandboxBadge(p.sandboxType, p.info.argv),
     launcherFlags: isClientWrapped(p.info.argv) ? readLauncherArgs(p.info.argv).flags : null,
+    ...(p.launch.guarantees ? { sandboxGuarantees: p.launch.guarantees } : {}),
     policy: summary ? (redact(summary) as Record<string, unknown>) : null,
     metadata: p.info.metadata ? (redact(p.info.metadata) as Record<string, unknown>) : null,
     envKeys: Object.keys(p.launch.spec.env).sort(),

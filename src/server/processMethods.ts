@@ -199,7 +199,11 @@ class ProcessMethods {
     }
     session.add(proc);
     this.host.events.emitProcess('started', proc);
-    const result: StartResult = { processId: p.processId, sandboxType: launch.sandboxType };
+    const result: StartResult = {
+      processId: p.processId,
+      sandboxType: launch.sandboxType,
+      ...(launch.guarantees ? { sandboxGuarantees: launch.guarantees } : {}),
+    };
     const respond = () => new ResultWithCallback(result, () => session.release(proc));
     if (launch.afterSpawn) {
       return this.spawnAsync(proc, launch.afterSpawn.bind(launch)).then(respond, (e) => {

@@ -483,7 +483,7 @@ for (const who of ['root', 'nobody'] as Who[]) {
             argv: [
               '/bin/sh',
               '-c',
-              `while [ ! -e stop ]; do for f in /tmp/corral-sandbox-* /tmp/corral-sandbox-*/* /tmp/corral-sandbox-*/*/* $XDG_RUNTIME_DIR/corral-sandbox-*/*; do
+              `while [ ! -e stop ]; do for f in /tmp/corral-sandbox-* /tmp/corral-sandbox-*/* /tmp/corral-sandbox-*/*/* /dev/shm/corral-sandbox-*/* /dev/shm/corral-sandbox-*/*/* $XDG_RUNTIME_DIR/corral-sandbox-*/*; do
                  [ -e "$f" ] || continue
                  case "$f" in */corral-sandbox-*/*) case " $seen " in *" $f "*) ;; *) seen="$seen $f"; echo "FOUND $f";; esac;; esac
                  [ -p "$f" ] && { echo '{"child-pid": 1}' > "$f" & }

@@ -79,6 +79,10 @@ export interface ServerOptions {
   inherit?: Record<number, number>;
   /** A user key the server's session keyring holds. */
   keyring?: { description: string; secret: string };
+  /** An argv prefix the server runs under (test/helpers/namespaceless.ts: where namespaces fail). */
+  wrap?: string[];
+  /** The server's sandbox options (PrepareOptions: fallback, acceptWeaker). */
+  sandbox?: Record<string, unknown>;
 }
 
 export interface HostileServer {
@@ -90,10 +94,18 @@ export interface HostileServer {
 
 /** Starts `node server-child.ts` (the exec server on an ephemeral loopback port) as the given user. */
 export async function startServer(o: ServerOptions): Promise<HostileServer> {
-  const argv: string[] = [];
-  if (o.who === 'nobody') argv.push('setpriv', '--reuid=65534', '--regid=65534', '--clear-groups', '--');
+  const argv: string[] = [...(o.wrap ?? [])];
+  if (o.who === 'nobody')
+    argv.push('/usr/bin/setpriv', '--reuid=65534', '--regid=65534', '--clear-groups', '--');
   if (o.keyring) argv.push(PY, '-c', KEYRING_PY, o.keyring.description, o.keyring.secret);
-  argv.push(process.execPath, '--import', 'tsx', SERVER, o.tmpdir);
+  argv.push(
+    process.execPath,
+    '--import',
+    'tsx',
+    SERVER,
+    o.tmpdir,
+    ...(o.sandbox ? [JSON.stringify(o.sandbox)] : []),
+  );
   const stdio: (string | number)[] = ['ignore', 'pipe', 'pipe'];
   for (const [n, fd] of Object.entries(o.inherit ?? {})) {
     while (stdio.length < Number(n)) stdio.push('ignore');
@@ -141,6 +153,8 @@ export interface PolicyOptions {
   readOnly?: boolean;
   network?: 'restricted' | 'enabled';
   enforceManagedNetwork?: boolean;
+  /** Ask for the Landlock backend (the seed's and 0.169's `useLegacyLandlock`). */
+  useLegacyLandlock?: boolean;
 }
 
 /** The `sandbox` param of process/start as Codex 0.169 sends it (§3.2), or as the seed's SandboxLaunchConfig (§2.5). */
@@ -166,7 +180,7 @@ export function sandboxParam(shape: Shape, o: PolicyOptions): Record<string, unk
       workspaceRoots: [uri(o.cwd)],
       windowsSandboxLevel: 'disabled',
       windowsSandboxProxySettingsMode: 'reconcile',
-      useLegacyLandlock: false,
+      useLegacyLandlock: o.useLegacyLandlock ?? false,
     };
   }
   const entries = o.readOnly
@@ -197,13 +211,15 @@ export function sandboxParam(shape: Shape, o: PolicyOptions): Record<string, unk
     enforceManagedNetwork: o.enforceManagedNetwork ?? false,
     windowsSandboxLevel: 'disabled',
     windowsSandboxPrivateDesktop: false,
-    useLegacyLandlock: false,
+    useLegacyLandlock: o.useLegacyLandlock ?? false,
   };
 }
 
 export interface AgentRun {
   exitCode: number;
   sandboxType: string;
+  /** process/start's sandboxGuarantees (the Landlock backend). */
+  guarantees?: { backend: string; reason?: string; landlockAbi?: number; weaker: string[] };
   /** stdout + stderr (pipes) or the terminal's output (tty). */
   output: string;
 }
@@ -237,20 +253,28 @@ export async function runAgent(
   },
 ): Promise<AgentRun> {
   const processId = `hostile-${process.pid}-${++seq}`;
-  const started = await c.request<{ sandboxType: string }>('process/start', {
-    processId,
-    argv: o.argv,
-    cwd: o.cwd,
-    env: { PATH, TERM: 'dumb', ...(o.env ?? {}) },
-    tty: o.tty,
-    arg0: null,
-    sandbox: o.sandbox,
-    ...(o.enforceManagedNetwork ? { enforceManagedNetwork: true } : {}),
-  });
+  const started = await c.request<{ sandboxType: string; sandboxGuarantees?: AgentRun['guarantees'] }>(
+    'process/start',
+    {
+      processId,
+      argv: o.argv,
+      cwd: o.cwd,
+      env: { PATH, TERM: 'dumb', ...(o.env ?? {}) },
+      tty: o.tty,
+      arg0: null,
+      sandbox: o.sandbox,
+      ...(o.enforceManagedNetwork ? { enforceManagedNetwork: true } : {}),
+    },
+  );
   const events = await c.collect(processId, o.timeoutMs ?? 30_000);
   const exited = events.find((e) => e.method === 'process/exited');
   const output = o.tty
     ? c.output(processId, 'pty')
     : c.output(processId, 'stdout') + c.output(processId, 'stderr');
-  return { exitCode: (exited?.params.exitCode as number) ?? -1, sandboxType: started.sandboxType, output };
+  return {
+    exitCode: (exited?.params.exitCode as number) ?? -1,
+    sandboxType: started.sandboxType,
+    ...(started.sandboxGuarantees ? { guarantees: started.sandboxGuarantees } : {}),
+    output,
+  };
 }

@@ -375,11 +375,20 @@ describe('sandbox.md §12 further quick checks', () => {
     assert.ok(!existsSync(marker));
   });
 
-  test('useLegacyLandlock:true is refused naming the flag', async () => {
-    await assert.rejects(
-      run(seed({ cwd: f.W, useLegacyLandlock: true }), ['true'], { cwd: f.W, opts: opts() }),
-      /useLegacyLandlock/,
+  test('useLegacyLandlock:true runs under the Landlock backend, not bwrap', async () => {
+    const r = await run(
+      seed({ cwd: f.W, useLegacyLandlock: true }),
+      ['sh', '-c', 'echo ok > a.txt; cat /proc/self/status'],
+      {
+        cwd: f.W,
+        opts: opts(),
+      },
     );
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(readFileSync(join(f.W, 'a.txt'), 'utf8'), 'ok\n');
+    assert.match(r.stdout, /^CapEff:\s+0+$/m);
+    assert.match(r.stdout, /^Seccomp:\s+2$/m);
+    assert.match(r.stdout, /^NoNewPrivs:\s+1$/m);
   });
 
   test('the 0.169 FileSystemSandboxContext gives the results of case 3, as linuxSeccomp', async () => {

@@ -227,7 +227,8 @@ sys.stdout.write(reply.decode())
 describe('PTY launches (the setup pipes go through the sandbox launcher)', () => {
   test('a PTY command is sandboxed: tty present, workspace writable, outside read-only, seccomp active', async () => {
     const sb = seed({ cwd: f.W });
-    const base = process.env.XDG_RUNTIME_DIR?.startsWith('/') ? process.env.XDG_RUNTIME_DIR : tmpdir();
+    const xdg = process.env.XDG_RUNTIME_DIR;
+    const base = xdg?.startsWith('/') ? xdg : existsSync('/dev/shm') ? '/dev/shm' : tmpdir();
     const script = `for d in ${base}/corral-sandbox-*; do echo "PRIV $d: $(ls -A "$d" | wc -l)"; done; [ -t 0 ] && echo ISATTY; stty size; echo ok > pty.txt; echo x > "$OUT/p"; ${PY} -c "import socket; socket.socket()" 2>&1 | tail -1; echo done`;
     const r = await runPty(sb, ['/bin/sh', '-c', script], { cwd: f.W, env: { OUT: f.OUT }, opts: opts() });
     assert.equal(r.prepared.sandboxType, 'linuxSeccomp');

@@ -15,6 +15,7 @@ import os from 'node:os';
 import { join } from 'node:path';
 import type { LaunchSpec, PreparedLaunch } from '../../src/process/launch.js';
 import { spawnPty } from '../../src/process/pty.js';
+import { throughLauncher } from '../../src/process/spawner.js';
 import { parseSandboxParam } from '../../src/protocol/sandbox.js';
 import type { ParsedSandbox } from '../../src/sandbox/index.js';
 import { type PrepareOptions, prepareLaunch } from '../../src/sandbox/index.js';
@@ -111,12 +112,21 @@ export async function run(
     { spec, tty: false, enforceManagedNetwork: o.enforceManagedNetwork },
     o.opts,
   );
-  const s = prepared.spec;
+  let s = prepared.spec;
+  let fds = s.extraFds ?? [];
+  if (s.confine) {
+    // The Landlock backend: as the child_process spawner does it, through the launcher holding the ruleset.
+    fds = [...fds, s.confine.rulesetFd];
+    s = throughLauncher(
+      s,
+      fds.map((_, i) => 3 + i),
+    );
+  }
   const child = spawn(s.file, s.argv.slice(1), {
     argv0: s.argv[0],
     cwd: s.cwd,
     env: s.env,
-    stdio: ['ignore', 'pipe', 'pipe', ...(s.extraFds ?? []).map((fd) => (fd === null ? 'ignore' : fd))],
+    stdio: ['ignore', 'pipe', 'pipe', ...fds.map((fd) => (fd === null ? 'ignore' : fd))],
   });
   let stdout = '';
   let stderr = '';
@@ -174,6 +184,7 @@ export async function runPty(
     rows: 50,
     extraFds: s.extraFds,
     freshSessionKeyring: s.freshSessionKeyring,
+    ...(s.confine ? { confine: s.confine } : {}),
   });
   let output = '';
   term.onData((d) => {

@@ -192,9 +192,10 @@ test('dispatch errors: windows, seatbelt off macOS, linux off Linux, legacy land
     () => previewLaunch(seed(), { spec: spec(), tty: false }, { ...linux, platform: 'darwin' }),
     /linux-seccomp is only available on Linux/,
   );
-  assert.throws(
-    () => previewLaunch(seed({ useLegacyLandlock: true }), { spec: spec(), tty: false }, linux),
-    /useLegacyLandlock/,
+  // useLegacyLandlock: the Landlock backend (linux/landlock.ts), never bwrap in its place.
+  assert.equal(
+    previewLaunch(seed({ useLegacyLandlock: true }), { spec: spec(), tty: false }, linux).mechanism,
+    'landlock',
   );
   assert.throws(
     () => previewLaunch(seed(), { spec: spec(), tty: false }, { ...linux, arch: 'ia32', machine: 'i686' }),

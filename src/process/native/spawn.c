@@ -26,7 +26,9 @@
 //         freshKeyring?: boolean,
 //         cgroupFds?: number[] /* open cgroup entry files (v1 tasks, v2 cgroup.procs): the child writes "0" into each */,
 //         cgroupDirFd?: number /* v2: an open cgroup directory: the child is created in it (clone3 CLONE_INTO_CGROUP,
-//                                 Linux 5.7+), and cgroupFds are only the fallback where clone3 cannot do that */)
+//                                 Linux 5.7+), and cgroupFds are only the fallback where clone3 cannot do that */,
+//         confine?: { rulesetFd, seccomp: Buffer, flags? } /* the Landlock backend: the child confines itself (Landlock
+//                   ruleset, no capabilities, seccomp filter) right before exec: confine.c; null/undefined: not */)
 //     -> [pid, fd0, fd1, fd2, slot]   parent ends of created pipes (-1 where none); slot: the child's process group
 //        in the group watchdog (watchdog.c), -1 if none: pass it to unwatchGroup once the group may outlive us.
 //        A child given cgroupFds is not registered (the watchdog empties the cgroups themselves).
@@ -38,8 +40,10 @@
 //   setExitHandler(fn(pid, exitStatus /* -1 if signalled */, signo /* 0 if exited */))
 //   asyncExec: boolean   whether async mode is compiled in
 //   newPidNs: true       spawn understands its newPidNs argument
-//   freshKeyring: true   spawn understands a final freshKeyring argument: the child joins a new anonymous session
+//   freshKeyring: true   spawn understands a freshKeyring argument: the child joins a new anonymous session
 //                        keyring before exec (a sandboxed child must not possess the server's session keyring)
+//   confine: true        spawn understands its confine argument
+//   landlockAbi, landlockRuleset: see landlock.c
 //   sealFds, setInheritable, pipe, pinSymlinks: see src/sandbox/linux/native/sandbox.c. Loading the addon marks
 //   every fd >= 3 of this process close-on-exec.
 //   checkPath(path, kind: 0 = directory to run in, 1 = program) -> 0 or errno (ENOENT, ENOTDIR, EACCES, ...)
@@ -74,6 +78,7 @@
 
 #include "common.h"
 #include "fsat.h"
+#include "landlock.h"
 #include "netns.h"
 #include "pipes.h"
 #include "relay.h"
@@ -122,6 +127,7 @@ struct child_args {
   int fresh_keyring;   // join a new anonymous session keyring before exec
   int ncg;
   int cg_fds[MAX_CGROUP_FILES];  // open cgroup.procs files (our fds) the child moves itself into before exec
+  struct corral_confinement confine;  // the Landlock backend: applied right before exec (confine.c)
   volatile int err;  // vfork mode: set by the child when it fails; 0 when execve succeeded
   volatile int err_in_cgroup;  // vfork mode: err came from entering the cgroup
 };
@@ -173,8 +179,12 @@ static int child_main_vfork(void *p) {
     }
   }
   if (chdir(a->cwd) < 0) child_fail(a, errno);
-  if (a->fresh_keyring && syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, NULL, 0, 0, 0) < 0 && errno != ENOSYS)
+  // EPERM/ENOSYS: keyrings are denied to this process (a container's seccomp profile): no keyring to leave behind.
+  if (a->fresh_keyring && syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, NULL, 0, 0, 0) < 0 && errno != ENOSYS &&
+      errno != EPERM)
     child_fail(a, errno);
+  long confined = corral_confine_self(&a->confine);  // uses the ruleset fd: before the close below
+  if (confined < 0) child_fail(a, (int)-confined);
   // Everything above the requested fds goes, whatever flags it has.
   if (syscall(SYS_close_range, (unsigned int)a->nfds, ~0U, 0) < 0) {
     for (unsigned int fd = (unsigned int)a->nfds; fd < a->close_from_max; fd++) close((int)fd);
@@ -362,8 +372,10 @@ static int child_main_async(void *p) {
   }
   if (cg_err < 0) child_die_at(a, cg_err, 1, "cannot move into the cgroup of ");
   if ((r = raw_syscall(SYS_chdir, (long)a->cwd, 0, 0, 0)) < 0) child_die(a, r, 1);
-  if (a->fresh_keyring && (r = raw_syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, 0, 0, 0)) < 0 && r != -ENOSYS)
+  if (a->fresh_keyring && (r = raw_syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, 0, 0, 0)) < 0 && r != -ENOSYS &&
+      r != -EPERM)
     child_die(a, r, 1);
+  if ((r = corral_confine_self(&a->confine)) < 0) child_die(a, r, 0);  // it says why itself
   // Everything above the requested fds goes, whatever flags it has.
   if (raw_syscall(SYS_close_range, a->nfds, (long)~0U, 0, 0) < 0) {
     for (unsigned int fd = (unsigned int)a->nfds; fd < a->close_from_max; fd++) raw_syscall(SYS_close, fd, 0, 0, 0);
@@ -822,13 +834,13 @@ static __thread char *vfork_stack;
 
 
 static napi_value js_spawn(napi_env env, napi_callback_info info) {
-  size_t argc = 10;
-  napi_value args[10];
+  size_t argc = 11;
+  napi_value args[11];
   struct addon_state *st;
   if (napi_get_cb_info(env, info, &argc, args, NULL, NULL) != napi_ok || argc < 5) {
-    napi_throw_type_error(
-        env, NULL,
-        "spawn(file, argv, env, cwd, fds, waitExec, newPidNs, freshKeyring, cgroupFds, cgroupDirFd) expects 5 to 10 arguments");
+    napi_throw_type_error(env, NULL,
+                          "spawn(file, argv, env, cwd, fds, waitExec, newPidNs, freshKeyring, cgroupFds, cgroupDirFd, "
+                          "confine) expects 5 to 11 arguments");
     return NULL;
   }
   napi_get_instance_data(env, (void **)&st);
@@ -896,6 +908,10 @@ static napi_value js_spawn(napi_env env, napi_callback_info info) {
       goto out;
     }
     a->cg_fds[i] = fd;
+  }
+  if (argc >= 11 && corral_confinement_from_js(env, args[10], &a->confine) != 0) {
+    napi_throw_type_error(env, NULL, "spawn: confine must be { rulesetFd, seccomp: Buffer, flags? }");
+    goto out;
   }
   if (!wait_exec && (err = precheck(pe->file, pe->cwd)) != 0) goto fail;
 
@@ -1225,6 +1241,7 @@ NAPI_MODULE_INIT(/* napi_env env, napi_value exports */) {
       {"asyncExec", NULL, NULL, NULL, NULL, async_ok, napi_default, NULL},
       {"newPidNs", NULL, NULL, NULL, NULL, new_pidns_ok, napi_default, NULL},
       {"freshKeyring", NULL, NULL, NULL, NULL, new_pidns_ok, napi_default, NULL},
+      {"confine", NULL, NULL, NULL, NULL, new_pidns_ok, napi_default, NULL},
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
   int re = reactor_init(&st->reactor, env, st->loop, st->async_ctx);
@@ -1237,6 +1254,7 @@ NAPI_MODULE_INIT(/* napi_env env, napi_value exports */) {
   if (corral_netns_init(env, exports) != napi_ok) return NULL;
   if (corral_fsat_init(env, exports) != napi_ok) return NULL;
   if (corral_sandbox_init(env, exports) != napi_ok) return NULL;
+  if (corral_landlock_init(env, exports) != napi_ok) return NULL;
   return exports;
 }
 

@@ -19,6 +19,12 @@
  * jobservers, Python's multiprocessing need them): they are connection-oriented, so they reach nothing but their
  * peer without connect(), which is denied (restricted) or cannot name a unix path (proxy-routed: no AF_UNIX socket()),
  * and the kernel ignores a destination address on them.
+ *
+ * The Landlock backend (landlock.ts) runs without namespaces, so its filters add what a namespace or a read-only
+ * mount gave bwrap (SeccompExtras): the metadata calls (chmod, chown, utimes, xattrs, inode flags: Landlock does not
+ * cover them, and a read-only bind answered EROFS), SysV IPC and POSIX message queues (no IPC namespace), truncate by
+ * path (Landlock before ABI 3), and for managed network TCP stream sockets only (Landlock's port rules cover TCP alone)
+ * without TCP Fast Open, whose sendto/sendmsg connects without connect(2).
  */
 
 export type SeccompArch = 'x64' | 'arm64';
@@ -30,6 +36,15 @@ const BPF_JMP_JEQ_K = 0x15;
 const BPF_JMP_JGE_K = 0x35;
 const BPF_JMP_JSET_K = 0x45;
 const BPF_RET_K = 0x06;
+/** The opcodes of our BPF subset, for programs assembled elsewhere (assembleBpf: the tests' container profiles). */
+export const BPF = {
+  LD_W_ABS: BPF_LD_W_ABS,
+  ALU_AND_K: BPF_ALU_AND_K,
+  JEQ_K: BPF_JMP_JEQ_K,
+  JGE_K: BPF_JMP_JGE_K,
+  JSET_K: BPF_JMP_JSET_K,
+  RET_K: BPF_RET_K,
+} as const;
 
 export const SECCOMP_RET_KILL_PROCESS = 0x80000000;
 export const SECCOMP_RET_ALLOW = 0x7fff0000;
@@ -85,7 +100,54 @@ type SyscallName =
   | 'io_uring_setup'
   | 'io_uring_enter'
   | 'io_uring_register'
-  | 'clone3';
+  | 'clone3'
+  | SurfaceName;
+
+/** The calls only the Landlock backend's filters look at (SeccompExtras). */
+type SurfaceName =
+  | 'sendmsg'
+  | 'ioctl'
+  | 'truncate'
+  | 'chmod'
+  | 'fchmod'
+  | 'fchmodat'
+  | 'fchmodat2'
+  | 'chown'
+  | 'fchown'
+  | 'lchown'
+  | 'fchownat'
+  | 'utime'
+  | 'utimes'
+  | 'futimesat'
+  | 'utimensat'
+  | 'setxattr'
+  | 'lsetxattr'
+  | 'fsetxattr'
+  | 'removexattr'
+  | 'lremovexattr'
+  | 'fremovexattr'
+  | 'setxattrat'
+  | 'removexattrat'
+  | 'shmget'
+  | 'shmat'
+  | 'shmctl'
+  | 'semget'
+  | 'semop'
+  | 'semctl'
+  | 'semtimedop'
+  | 'msgget'
+  | 'msgsnd'
+  | 'msgrcv'
+  | 'msgctl'
+  | 'mq_open'
+  | 'mq_unlink'
+  | 'mq_timedsend'
+  | 'mq_timedreceive'
+  | 'mq_notify'
+  | 'mq_getsetattr';
+
+/** A call the architecture does not have (arm64 has only the *at forms of chmod, chown, utimes). */
+const NONE = -1;
 
 /** From asm/unistd_64.h (x86_64) and asm-generic/unistd.h (aarch64). */
 export const SYSCALLS: Record<SeccompArch, Record<SyscallName, number>> = {
@@ -122,6 +184,46 @@ export const SYSCALLS: Record<SeccompArch, Record<SyscallName, number>> = {
     io_uring_enter: 426,
     io_uring_register: 427,
     clone3: 435,
+    sendmsg: 46,
+    ioctl: 16,
+    truncate: 76,
+    chmod: 90,
+    fchmod: 91,
+    fchmodat: 268,
+    fchmodat2: 452,
+    chown: 92,
+    fchown: 93,
+    lchown: 94,
+    fchownat: 260,
+    utime: 132,
+    utimes: 235,
+    futimesat: 261,
+    utimensat: 280,
+    setxattr: 188,
+    lsetxattr: 189,
+    fsetxattr: 190,
+    removexattr: 197,
+    lremovexattr: 198,
+    fremovexattr: 199,
+    setxattrat: 463,
+    removexattrat: 466,
+    shmget: 29,
+    shmat: 30,
+    shmctl: 31,
+    semget: 64,
+    semop: 65,
+    semctl: 66,
+    semtimedop: 220,
+    msgget: 68,
+    msgsnd: 69,
+    msgrcv: 70,
+    msgctl: 71,
+    mq_open: 240,
+    mq_unlink: 241,
+    mq_timedsend: 242,
+    mq_timedreceive: 243,
+    mq_notify: 244,
+    mq_getsetattr: 245,
   },
   arm64: {
     unshare: 97,
@@ -156,6 +258,46 @@ export const SYSCALLS: Record<SeccompArch, Record<SyscallName, number>> = {
     io_uring_enter: 426,
     io_uring_register: 427,
     clone3: 435,
+    sendmsg: 211,
+    ioctl: 29,
+    truncate: 45,
+    chmod: NONE,
+    fchmod: 52,
+    fchmodat: 53,
+    fchmodat2: 452,
+    chown: NONE,
+    fchown: 55,
+    lchown: NONE,
+    fchownat: 54,
+    utime: NONE,
+    utimes: NONE,
+    futimesat: NONE,
+    utimensat: 88,
+    setxattr: 5,
+    lsetxattr: 6,
+    fsetxattr: 7,
+    removexattr: 14,
+    lremovexattr: 15,
+    fremovexattr: 16,
+    setxattrat: 463,
+    removexattrat: 466,
+    shmget: 194,
+    shmat: 196,
+    shmctl: 195,
+    semget: 190,
+    semop: 193,
+    semctl: 191,
+    semtimedop: 192,
+    msgget: 186,
+    msgsnd: 189,
+    msgrcv: 188,
+    msgctl: 187,
+    mq_open: 180,
+    mq_unlink: 181,
+    mq_timedsend: 182,
+    mq_timedreceive: 183,
+    mq_notify: 184,
+    mq_getsetattr: 185,
   },
 };
 
@@ -229,8 +371,77 @@ export function seccompRules(mode: SeccompMode): SeccompRules {
   return { denied: [...SURFACE_DENIED], notSocket: [], sockets: null };
 }
 
+/** What the Landlock backend's filters add to a mode (see the module comment). */
+export interface SeccompExtras {
+  /**
+   * `deny`: every call that changes a file's mode, owner, times, extended attributes or inode flags fails (EPERM),
+   * wherever the file is; `no-privilege-bits`: they work, but no mode with setuid or setgid can be set.
+   */
+  metadata?: 'deny' | 'no-privilege-bits';
+  /** SysV shared memory, semaphores, message queues and POSIX message queues fail (EPERM). */
+  denyHostIpc?: boolean;
+  /** truncate(2) by path fails (Landlock before ABI 3 cannot restrict it; ftruncate needs a writable fd). */
+  denyPathTruncate?: boolean;
+  /** proxy-routed only: AF_INET/AF_INET6 sockets only as TCP streams, and no MSG_FASTOPEN on sends. */
+  tcpOnly?: boolean;
+}
+
+const METADATA_CALLS: SyscallName[] = [
+  'chmod',
+  'fchmod',
+  'fchmodat',
+  'fchmodat2',
+  'chown',
+  'fchown',
+  'lchown',
+  'fchownat',
+  'utime',
+  'utimes',
+  'futimesat',
+  'utimensat',
+  'setxattr',
+  'lsetxattr',
+  'fsetxattr',
+  'removexattr',
+  'lremovexattr',
+  'fremovexattr',
+  'setxattrat',
+  'removexattrat',
+];
+const HOST_IPC_CALLS: SyscallName[] = [
+  'shmget',
+  'shmat',
+  'shmctl',
+  'semget',
+  'semop',
+  'semctl',
+  'semtimedop',
+  'msgget',
+  'msgsnd',
+  'msgrcv',
+  'msgctl',
+  'mq_open',
+  'mq_unlink',
+  'mq_timedsend',
+  'mq_timedreceive',
+  'mq_notify',
+  'mq_getsetattr',
+];
+/** The mode argument of chmod-like calls: [call, which argument]. */
+const MODE_ARGS: [SyscallName, number][] = [
+  ['chmod', 1],
+  ['fchmod', 1],
+  ['fchmodat', 2],
+  ['fchmodat2', 2],
+];
+export const S_ISUID_ISGID = 0o6000;
+/** FS_IOC_SETFLAGS, FS_IOC32_SETFLAGS, FS_IOC_FSSETXATTR (chattr and project ids on an fd opened read-only). */
+export const INODE_FLAG_IOCTLS = [0x40086602, 0x40046602, 0x401c5820];
+export const MSG_FASTOPEN = 0x20000000;
+const IPPROTO_TCP = 6;
+
 /** One instruction with symbolic jump targets (labels) or fall-through (null). */
-interface Insn {
+export interface Insn {
   code: number;
   k: number;
   jt?: string | null;
@@ -238,7 +449,8 @@ interface Insn {
   label?: string;
 }
 
-function assemble(prog: Insn[]): Buffer {
+/** Assembles instructions with symbolic jumps into `struct sock_filter[]` bytes. */
+export function assembleBpf(prog: Insn[]): Buffer {
   const at = new Map<string, number>();
   prog.forEach((ins, i) => {
     if (ins.label) at.set(ins.label, i);
@@ -266,21 +478,44 @@ const OFF_ARCH = 4;
 /** Low 32 bits of args[0] and args[1] (little-endian). */
 const OFF_ARG0 = 16;
 const OFF_ARG1 = 24;
+const OFF_ARG2 = 32;
+const OFF_ARG3 = 40;
+const OFF_ARG: Record<number, number> = { 0: OFF_ARG0, 1: OFF_ARG1, 2: OFF_ARG2, 3: OFF_ARG3 };
 
-/** The filter for `arch` in `mode`, as bytes for `bwrap --seccomp FD`. */
-export function buildSeccompFilter(arch: SeccompArch, mode: SeccompMode): Buffer {
+/**
+ * The filter for `arch` in `mode`, as bytes for `bwrap --seccomp FD` (or the Landlock backend's confinement, with
+ * its `extras`; without extras the program is exactly bwrap's).
+ */
+export function buildSeccompFilter(arch: SeccompArch, mode: SeccompMode, extras: SeccompExtras = {}): Buffer {
   const nr = SYSCALLS[arch];
   const rules = seccompRules(mode);
+  const has = (name: SyscallName) => nr[name] !== NONE;
+  const denied = [
+    ...rules.denied,
+    ...(extras.metadata === 'deny' ? METADATA_CALLS : []),
+    ...(extras.denyHostIpc ? HOST_IPC_CALLS : []),
+    ...(extras.denyPathTruncate ? (['truncate'] as SyscallName[]) : []),
+  ].filter(has);
+  const modeChecks = extras.metadata === 'no-privilege-bits' ? MODE_ARGS.filter(([n]) => has(n)) : [];
+  const tcpOnly = extras.tcpOnly === true && mode === 'proxy-routed';
   const p: Insn[] = [];
   p.push({ code: BPF_LD_W_ABS, k: OFF_ARCH });
   p.push({ code: BPF_JMP_JEQ_K, k: AUDIT_ARCH[arch], jt: null, jf: 'kill' });
   p.push({ code: BPF_LD_W_ABS, k: OFF_NR });
   if (arch === 'x64') p.push({ code: BPF_JMP_JGE_K, k: X32_SYSCALL_BIT, jt: 'deny', jf: null });
-  for (const name of rules.denied) p.push({ code: BPF_JMP_JEQ_K, k: nr[name], jt: 'deny', jf: null });
+  for (const name of denied) p.push({ code: BPF_JMP_JEQ_K, k: nr[name], jt: 'deny', jf: null });
   for (const name of rules.notSocket) p.push({ code: BPF_JMP_JEQ_K, k: nr[name], jt: 'notsock', jf: null });
   p.push({ code: BPF_JMP_JEQ_K, k: nr.clone3, jt: 'enosys', jf: null });
   p.push({ code: BPF_JMP_JEQ_K, k: nr.clone, jt: 'nsflags', jf: null });
   p.push({ code: BPF_JMP_JEQ_K, k: nr.unshare, jt: 'nsflags', jf: null });
+  for (const [name, arg] of modeChecks)
+    p.push({ code: BPF_JMP_JEQ_K, k: nr[name], jt: `mode${arg}`, jf: null });
+  if (extras.metadata === 'deny') p.push({ code: BPF_JMP_JEQ_K, k: nr.ioctl, jt: 'ioctl', jf: null });
+  if (tcpOnly) {
+    p.push({ code: BPF_JMP_JEQ_K, k: nr.sendto, jt: 'flags3', jf: null });
+    p.push({ code: BPF_JMP_JEQ_K, k: nr.sendmmsg, jt: 'flags3', jf: null });
+    p.push({ code: BPF_JMP_JEQ_K, k: nr.sendmsg, jt: 'flags2', jf: null });
+  }
   const s = rules.sockets;
   if (s) {
     p.push({ code: BPF_JMP_JEQ_K, k: nr.socket, jt: 'socket', jf: null });
@@ -290,27 +525,52 @@ export function buildSeccompFilter(arch: SeccompArch, mode: SeccompMode): Buffer
   // clone(flags, …) and unshare(flags): no new user namespace (the flags are args[0] on both architectures).
   p.push({ code: BPF_LD_W_ABS, k: OFF_ARG0, label: 'nsflags' });
   p.push({ code: BPF_JMP_JSET_K, k: CLONE_NEWUSER, jt: 'deny', jf: 'allow' });
+  // A mode argument with setuid or setgid: denied.
+  for (const arg of [...new Set(modeChecks.map(([, a]) => a))]) {
+    p.push({ code: BPF_LD_W_ABS, k: OFF_ARG[arg]!, label: `mode${arg}` });
+    p.push({ code: BPF_JMP_JSET_K, k: S_ISUID_ISGID, jt: 'deny', jf: 'allow' });
+  }
+  if (extras.metadata === 'deny') {
+    p.push({ code: BPF_LD_W_ABS, k: OFF_ARG1, label: 'ioctl' });
+    for (const cmd of INODE_FLAG_IOCTLS) p.push({ code: BPF_JMP_JEQ_K, k: cmd, jt: 'deny', jf: null });
+    p.push({ code: BPF_RET_K, k: SECCOMP_RET_ALLOW });
+  }
+  if (tcpOnly) {
+    for (const arg of [3, 2]) {
+      p.push({ code: BPF_LD_W_ABS, k: OFF_ARG[arg]!, label: `flags${arg}` });
+      p.push({ code: BPF_JMP_JSET_K, k: MSG_FASTOPEN, jt: 'deny', jf: 'allow' });
+    }
+  }
   if (s) {
-    const families = (label: string, list: number[]) => {
+    const families = (label: string, list: number[], inet: string) => {
       p.push({ code: BPF_LD_W_ABS, k: OFF_ARG0, label });
       for (const fam of list) {
-        p.push({ code: BPF_JMP_JEQ_K, k: fam, jt: fam === AF.UNIX ? 'unixtype' : 'allow', jf: null });
+        p.push({ code: BPF_JMP_JEQ_K, k: fam, jt: fam === AF.UNIX ? 'unixtype' : inet, jf: null });
       }
       p.push({ code: BPF_RET_K, k: SECCOMP_RET_EPERM });
     };
-    families('socket', s.socketFamilies);
-    families('socketpair', s.socketpairFamilies);
+    families('socket', s.socketFamilies, tcpOnly ? 'inettype' : 'allow');
+    families('socketpair', s.socketpairFamilies, 'allow');
     p.push({ code: BPF_LD_W_ABS, k: OFF_ARG1, label: 'unixtype' });
     p.push({ code: BPF_ALU_AND_K, k: SOCK_TYPE_MASK });
     for (const t of s.unixTypes) p.push({ code: BPF_JMP_JEQ_K, k: t, jt: 'allow', jf: null });
     p.push({ code: BPF_RET_K, k: SECCOMP_RET_EPERM });
+    if (tcpOnly) {
+      // TCP only: SOCK_STREAM (flags masked off) with protocol 0 or IPPROTO_TCP (not SCTP, not MPTCP).
+      p.push({ code: BPF_LD_W_ABS, k: OFF_ARG1, label: 'inettype' });
+      p.push({ code: BPF_ALU_AND_K, k: SOCK_TYPE_MASK });
+      p.push({ code: BPF_JMP_JEQ_K, k: SOCK.STREAM, jt: null, jf: 'deny' });
+      p.push({ code: BPF_LD_W_ABS, k: OFF_ARG2 });
+      p.push({ code: BPF_JMP_JEQ_K, k: 0, jt: 'allow', jf: null });
+      p.push({ code: BPF_JMP_JEQ_K, k: IPPROTO_TCP, jt: 'allow', jf: 'deny' });
+    }
   }
   p.push({ code: BPF_RET_K, k: SECCOMP_RET_ALLOW, label: 'allow' });
   p.push({ code: BPF_RET_K, k: SECCOMP_RET_EPERM, label: 'deny' });
   if (rules.notSocket.length > 0) p.push({ code: BPF_RET_K, k: SECCOMP_RET_ENOTSOCK, label: 'notsock' });
   p.push({ code: BPF_RET_K, k: SECCOMP_RET_ENOSYS, label: 'enosys' });
   p.push({ code: BPF_RET_K, k: SECCOMP_RET_KILL_PROCESS, label: 'kill' });
-  return assemble(p);
+  return assembleBpf(p);
 }
 
 /** The architecture to filter for: Node's arch, which must be x64/arm64 and match the kernel's (`uname -m`). */
@@ -328,21 +588,18 @@ export function hostSeccompArch(nodeArch: string, machine: string): SeccompArch 
 /** A tiny interpreter of our own BPF subset, for tests and the panel: returns the action for a syscall. */
 export function evalSeccomp(
   filter: Buffer,
-  data: { arch: number; nr: number; arg0?: number; arg1?: number },
+  data: { arch: number; nr: number; arg0?: number; arg1?: number; arg2?: number; arg3?: number },
 ): number {
   let acc = 0;
   let pc = 0;
   const n = filter.length / 8;
-  const word = (k: number) =>
-    k === OFF_ARCH
-      ? data.arch
-      : k === OFF_NR
-        ? data.nr
-        : k === OFF_ARG0
-          ? (data.arg0 ?? 0) >>> 0
-          : k === OFF_ARG1
-            ? (data.arg1 ?? 0) >>> 0
-            : 0;
+  const args: Record<number, number | undefined> = {
+    [OFF_ARG0]: data.arg0,
+    [OFF_ARG1]: data.arg1,
+    [OFF_ARG2]: data.arg2,
+    [OFF_ARG3]: data.arg3,
+  };
+  const word = (k: number) => (k === OFF_ARCH ? data.arch : k === OFF_NR ? data.nr : (args[k] ?? 0) >>> 0);
   while (pc < n) {
     const code = filter.readUInt16LE(pc * 8);
     const jt = filter.readUInt8(pc * 8 + 2);

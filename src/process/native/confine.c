@@ -1,0 +1,121 @@
+// Confining a sandboxed child right before execve (the Landlock backend, src/sandbox/linux/landlock.ts): see
+// confine.h. The parent has already built the Landlock ruleset (landlock.c) and the seccomp program; this file only
+// applies them, in this order:
+//   1. PR_SET_NO_NEW_PRIVS: nothing the command executes can gain privileges (setuid, file capabilities), and
+//      Landlock and seccomp may be applied without CAP_SYS_ADMIN;
+//   2. capabilities: the bounding set emptied and the securebits locked (both need CAP_SETPCAP: as root), ambient
+//      capabilities cleared, then effective, permitted and inheritable set to nothing (always allowed). With (1) an
+//      execve cannot give any back, also to root: a sandbox started by root has CapEff 0, as under bwrap --cap-drop ALL;
+//   3. landlock_restrict_self: the filesystem, TCP and scope rules (a new Landlock domain: the sandbox can neither
+//      ptrace nor signal anything outside it, from ABI 6 for signals);
+//   4. the seccomp filter (the keyring calls it denies are made by the caller before this).
+
+#define _GNU_SOURCE
+#include "confine.h"
+
+#include <errno.h>
+#include <linux/capability.h>
+#include <linux/prctl.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <sys/syscall.h>
+
+#ifndef SYS_landlock_restrict_self
+#define SYS_landlock_restrict_self 446
+#endif
+#ifndef PR_CAP_AMBIENT
+#define PR_CAP_AMBIENT 47
+#define PR_CAP_AMBIENT_CLEAR_ALL 4
+#endif
+
+// SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_KEEP_CAPS_LOCKED | SECBIT_NO_CAP_AMBIENT_RAISE (+ _LOCKED): uid 0
+// gets no capabilities from execve, and none of this can be undone.
+#define CONFINE_SECUREBITS 0xe3
+
+#if defined(__x86_64__)
+static inline long sys5(long n, long a, long b, long c, long d, long e) {
+  long ret;
+  register long r10 __asm__("r10") = d;
+  register long r8 __asm__("r8") = e;
+  __asm__ volatile("syscall" : "=a"(ret) : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8) : "rcx", "r11", "memory");
+  return ret;
+}
+#elif defined(__aarch64__)
+static inline long sys5(long n, long a, long b, long c, long d, long e) {
+  register long x8 __asm__("x8") = n;
+  register long x0 __asm__("x0") = a;
+  register long x1 __asm__("x1") = b;
+  register long x2 __asm__("x2") = c;
+  register long x3 __asm__("x3") = d;
+  register long x4 __asm__("x4") = e;
+  __asm__ volatile("svc 0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4) : "memory", "cc");
+  return x0;
+}
+#else
+#include <unistd.h>
+// Elsewhere the native spawner waits for the exec (vfork mode), so libc is safe to call here.
+static inline long sys5(long n, long a, long b, long c, long d, long e) {
+  long r = syscall(n, a, b, c, d, e);
+  return r < 0 ? -errno : r;
+}
+#endif
+
+static void say(const char *s) {
+  size_t n = 0;
+  while (s[n]) n++;
+  while (n > 0) {
+    long w = sys5(SYS_write, 2, (long)s, (long)n, 0, 0);
+    if (w == -EINTR) continue;
+    if (w <= 0) return;
+    s += w;
+    n -= (size_t)w;
+  }
+}
+
+static const char *errname(long err) {
+  switch (err) {
+    case EPERM: return "Operation not permitted";
+    case EINVAL: return "Invalid argument";
+    case ENOSYS: return "Function not implemented";
+    case EBADF: return "Bad file descriptor";
+    case EFAULT: return "Bad address";
+    case ENOMEM: return "Cannot allocate memory";
+    case E2BIG: return "Argument list too long";
+    case EACCES: return "Permission denied";
+    case EOPNOTSUPP: return "Operation not supported";
+    default: return "error";
+  }
+}
+
+static long fail(const char *step, long r) {
+  say("corral: cannot confine the sandbox (");
+  say(step);
+  say("): ");
+  say(errname(-r));
+  say("\n");
+  return r;
+}
+
+long corral_confine_self(const struct corral_confinement *c) {
+  long r;
+  if (!c->active) return 0;
+  if ((r = sys5(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)) < 0) return fail("no_new_privs", r);
+  // Without CAP_SETPCAP (not root) these fail with EPERM: there is nothing to drop there that (1) does not neuter.
+  for (long cap = 0; cap < 64; cap++) {
+    r = sys5(SYS_prctl, PR_CAPBSET_DROP, cap, 0, 0, 0);
+    if (r == -EINVAL) break;  // past the last capability this kernel knows
+  }
+  sys5(SYS_prctl, PR_SET_SECUREBITS, CONFINE_SECUREBITS, 0, 0, 0);
+  sys5(SYS_prctl, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+  struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+  struct __user_cap_data_struct none[_LINUX_CAPABILITY_U32S_3];
+  for (int i = 0; i < _LINUX_CAPABILITY_U32S_3; i++) none[i].effective = none[i].permitted = none[i].inheritable = 0;
+  if ((r = sys5(SYS_capset, (long)&hdr, (long)none, 0, 0, 0)) < 0) return fail("capset", r);
+  if ((r = sys5(SYS_landlock_restrict_self, c->ruleset_fd, c->restrict_flags, 0, 0, 0)) < 0)
+    return fail("landlock_restrict_self", r);
+  if (c->filter_len > 0) {
+    struct sock_fprog prog = {.len = (unsigned short)c->filter_len, .filter = (struct sock_filter *)c->filter};
+    if ((r = sys5(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, (long)&prog, 0, 0)) < 0) return fail("seccomp", r);
+  }
+  return 0;
+}

@@ -1,0 +1,95 @@
+/**
+ * The Landlock backend's one door to native code (src/process/native/landlock.c and confine.c): the kernel's ABI
+ * version and the ruleset builder, behind an explicit capability check of the addon's exports. Everything else about
+ * Landlock is planned in TypeScript (landlock.ts); the child applies the ruleset itself (LaunchSpec.confine).
+ */
+import { closeSync } from 'node:fs';
+import { nativeLandlockCalls, nativeLoadError, sandboxLauncher } from '../../process/spawner.js';
+
+interface LandlockCalls {
+  landlockAbi(): [number, number, number];
+  landlockRuleset(
+    handledFs: number,
+    handledNet: number,
+    scoped: number,
+    paths: string[],
+    rights: number[],
+    ports: number[],
+  ): number;
+}
+
+function isLandlockCalls(b: object | null): b is LandlockCalls {
+  const c = b as Partial<LandlockCalls> | null;
+  return typeof c?.landlockAbi === 'function' && typeof c.landlockRuleset === 'function';
+}
+
+const calls: LandlockCalls | null = isLandlockCalls(nativeLandlockCalls) ? nativeLandlockCalls : null;
+
+export interface LandlockSupport {
+  /** The kernel's Landlock ABI version; 0: none. */
+  abi: number;
+  /** The kernel's errata bitmask (fixes of known Landlock bugs, LANDLOCK_CREATE_RULESET_ERRATA). */
+  errata: number;
+  /** Why there is no Landlock here (null when abi > 0). */
+  missing: string | null;
+}
+
+let support: LandlockSupport | undefined;
+
+/** What this kernel and build offer, asked once per process. */
+export function landlockSupport(): LandlockSupport {
+  if (support) return support;
+  if (!calls) {
+    support = {
+      abi: 0,
+      errata: 0,
+      missing: `the native addon has no Landlock support (${nativeLoadError ?? 'an older build'}): run \`npm ci\` or \`npx node-gyp rebuild\``,
+    };
+  } else if (!sandboxLauncher) {
+    support = { abi: 0, errata: 0, missing: 'the sandbox launcher (corral-sandbox-exec) is not built' };
+  } else {
+    const [abi, errata, errno] = calls.landlockAbi();
+    support = {
+      abi,
+      errata,
+      missing:
+        abi > 0
+          ? null
+          : errno === 38 // ENOSYS
+            ? 'this kernel has no Landlock (CONFIG_SECURITY_LANDLOCK is not set, or the call is blocked by a seccomp filter)'
+            : errno === 95 // EOPNOTSUPP
+              ? 'Landlock is built into this kernel but not enabled: add landlock to the lsm= boot parameter'
+              : `landlock_create_ruleset failed (errno ${errno})`,
+    };
+  }
+  return support;
+}
+
+export interface RulesetSpec {
+  handledFs: number;
+  handledNet: number;
+  scoped: number;
+  rules: { path: string; rights: number }[];
+  connectPorts: number[];
+}
+
+/** A new ruleset fd (close-on-exec; the caller closes it once the child has it). Throws an Error with `errno`. */
+export function buildRuleset(spec: RulesetSpec): number {
+  if (!calls) throw new Error(landlockSupport().missing ?? 'no Landlock');
+  return calls.landlockRuleset(
+    spec.handledFs,
+    spec.handledNet,
+    spec.scoped,
+    spec.rules.map((r) => r.path),
+    spec.rules.map((r) => r.rights),
+    spec.connectPorts,
+  );
+}
+
+export function closeRuleset(fd: number): void {
+  try {
+    closeSync(fd);
+  } catch {
+    // already closed
+  }
+}

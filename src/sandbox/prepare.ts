@@ -423,8 +423,10 @@ function planLandlockLaunch(
   if ('mechanism' in start) return start;
   const { arch, r, env } = start;
   const managed = eff.enforceManagedNetwork;
-  // The proxy listens on the host's loopback, which the sandbox shares: its variables stay as they are.
-  const proxyPorts = managed ? planManagedRoutes(cmd.spec.env).endpoints.map((e) => e.port) : [];
+  // The proxy listens on the host's loopback, which the sandbox shares: its variables keep pointing at it.
+  const routes = managed ? planManagedRoutes(cmd.spec.env, false) : undefined;
+  if (routes) Object.assign(env, routes.env);
+  const proxyPorts = routes ? routes.endpoints.map((e) => e.port) : [];
   const canonical = (p: string | undefined) => {
     try {
       return p ? realpathSync(p) : undefined;

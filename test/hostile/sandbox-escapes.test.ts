@@ -7,8 +7,9 @@
  * what exists, what was received, what a host process can see afterwards.
  */
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import {
+  chmodSync,
   closeSync,
   lstatSync,
   openSync,
@@ -17,12 +18,14 @@ import {
   readlinkSync,
   statSync,
   symlinkSync,
+  utimesSync,
   writeFileSync,
 } from 'node:fs';
 import http from 'node:http';
 import type net from 'node:net';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { landlockSupport } from '../../src/sandbox/linux/landlockNative.js';
 import { lockFile } from '../../src/sandbox/linux/mountTargets.js';
 import type { RpcClient } from '../helpers/client.js';
 import { until } from '../helpers/server.js';
@@ -32,11 +35,12 @@ import {
   chownTree,
   type HostileServer,
   NOBODY,
+  type PolicyOptions,
   PY,
+  sandboxParam as policyParam,
   runAgent,
   runPlanted,
   type Shape,
-  sandboxParam,
   scratch,
   startServer,
   type Who,
@@ -47,6 +51,8 @@ const SHAPES: Shape[] = ['0.169', 'seed'];
 const TTYS = [false, true];
 const SECRET_FILE_TEXT = 'fd-secret-5f2c9e';
 const KEY = { description: 'corral-hostile-secret', secret: 'keyring-secret-8d41a7' };
+/** In the server's environment: no sandbox may read it (/proc/<server>/environ). */
+const SERVER_ENV_SECRET = 'server-env-secret-3b9f12';
 
 /** Lists the fds this process holds (without opening any itself), then uses fds 200 and 201 if it has them. */
 const FD_PROBE = `
@@ -150,6 +156,58 @@ print('GOT', got, flush=True)
 `;
 
 /** Kernel interfaces a coding agent has no use for (issue 12, item 8); each probe in a child of its own. */
+/** Signals, ptrace and /proc reads at the server (SRV) and at a process of the same user (victim.pid). */
+const PROCS_ATTACK = `
+import ctypes, errno, os, signal
+libc = ctypes.CDLL(None, use_errno=True)
+x64 = os.uname().machine == 'x86_64'
+def t(name, fn):
+    try:
+        fn(); print(name, 'OK')
+    except OSError as e:
+        print(name, errno.errorcode.get(e.errno, e.errno))
+def sys(nr, *a):
+    r = libc.syscall(nr, *a)
+    if r < 0: raise OSError(ctypes.get_errno(), 'syscall %d' % nr)
+    return r
+for who, pid in (('server', int(os.environ['SRV'])), ('victim', int(open('victim.pid').read()))):
+    t(who + '-kill0', lambda: os.kill(pid, 0))
+    t(who + '-stop', lambda: os.kill(pid, signal.SIGSTOP))
+    t(who + '-pidfd-signal', lambda: sys(424, sys(434, pid, 0), signal.SIGSTOP, None, 0))
+    t(who + '-ptrace', lambda: sys(101 if x64 else 117, 16, pid, 0, 0))
+    t(who + '-environ', lambda: print(open('/proc/%d/environ' % pid, 'rb').read().decode(errors='replace')))
+    t(who + '-mem', lambda: open('/proc/%d/mem' % pid, 'rb').read(1))
+    t(who + '-fd-read', lambda: [print(open('/proc/%d/fd/%s' % (pid, n), 'rb').read(64)) for n in os.listdir('/proc/%d/fd' % pid)])
+    t(who + '-fd-link', lambda: [print(os.readlink('/proc/%d/fd/%s' % (pid, n))) for n in os.listdir('/proc/%d/fd' % pid)])
+    t(who + '-cwd', lambda: print(os.listdir('/proc/%d/cwd/' % pid)))
+`;
+
+/** Holds a SysV shared memory segment (mode 0600) with argv[1] in it and prints its id. */
+const SHM_HOLDER = `
+import ctypes, signal, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+shmid = libc.shmget(0, 4096, 0o1600)  # IPC_PRIVATE, IPC_CREAT | 0600
+if shmid < 0: sys.exit('shmget: %d' % ctypes.get_errno())
+addr = libc.shmat(shmid, None, 0)
+ctypes.memmove(addr, sys.argv[1].encode(), len(sys.argv[1]))
+def bye(*_):
+    libc.shmctl(shmid, 0, None); sys.exit(0)  # IPC_RMID
+signal.signal(signal.SIGTERM, bye)
+print('SHMID', shmid, flush=True)
+signal.pause()
+`;
+
+/** Attaches the segment argv[1] and prints what it holds, or the errno. */
+const SHM_READER = `
+import ctypes, errno, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+addr = libc.shmat(int(sys.argv[1]), None, 0o10000)  # SHM_RDONLY
+if addr in (None, ctypes.c_void_p(-1).value): print('shmat', errno.errorcode.get(ctypes.get_errno()))
+else: print('GOT', ctypes.string_at(addr, 64).split(b'\\0')[0].decode())
+`;
+
 const SURFACE_ATTACK = `
 import ctypes, errno, os
 libc = ctypes.CDLL(None, use_errno=True)
@@ -196,390 +254,568 @@ function exists(p: string): boolean {
   }
 }
 
-for (const who of ['root', 'nobody'] as Who[]) {
-  describe(`hostile repository, server as ${who}`, { skip: whySkip(who) }, () => {
-    let s: ReturnType<typeof scratch>;
-    let srv: HostileServer;
-    let srv2: HostileServer | undefined;
-    let c: RpcClient & { sessionId: string };
-    let T: string;
-    let OUT: string;
-    before(async () => {
-      s = scratch(who);
-      T = s.mk('tmpdir');
-      OUT = s.mk('outside');
-      const secretPath = join(s.root, 'root-only-secret');
-      writeFileSync(secretPath, SECRET_FILE_TEXT, { mode: 0o600 });
-      const secretFd = openSync(secretPath, 'r');
-      const outFd = openSync(OUT, 'r');
-      try {
-        srv = await startServer({ who, tmpdir: T, inherit: { 200: secretFd, 201: outFd }, keyring: KEY });
-      } finally {
-        closeSync(secretFd);
-        closeSync(outFd);
-      }
-      c = await srv.client();
-    });
-    after(async () => {
-      await srv?.close();
-      await srv2?.close();
-      s?.cleanup();
-    });
+/**
+ * Both Linux backends face the same attacks: bubblewrap, and the Landlock backend (issue 17; asked for with
+ * useLegacyLandlock, as a start where namespaces are unavailable gets it with --sandbox-fallback landlock). Its server
+ * accepts `proxy-port` (so that the managed-network attacks run: without it such a start is refused, see
+ * landlock-fallback.test.ts); everything else is held exactly.
+ */
+const BACKENDS = ['bwrap', 'landlock'] as const;
+type Backend = (typeof BACKENDS)[number];
 
-    for (const shape of SHAPES) {
-      for (const tty of TTYS) {
-        const mode = `${shape}, ${tty ? 'tty' : 'pipes'}`;
+function whySkipBackend(backend: Backend, who: Who): string | false {
+  const why = whySkip(who);
+  if (why || backend === 'bwrap') return why;
+  return landlockSupport().abi >= 6
+    ? false
+    : `Landlock ABI 6 is needed here: ${landlockSupport().missing ?? `ABI ${landlockSupport().abi}`}`;
+}
 
-        test(`protected names that are symlinks keep pointing where they did (${mode})`, async () => {
-          const W = fresh(s, 'sym');
-          const C = fresh(s, 'codexdata');
-          s.mk(`${W.slice(s.root.length + 1)}/real-git/hooks`);
-          writeFileSync(join(W, 'real-git', 'HEAD'), 'ref: refs/heads/main\n');
-          writeFileSync(join(C, 'config.toml'), 'sandbox_mode = "read-only"\n');
-          symlinkSync('real-git', join(W, '.git'));
-          symlinkSync(C, join(W, '.codex'));
-          const r = await runPlanted(
-            c,
+for (const backend of BACKENDS)
+  for (const who of ['root', 'nobody'] as Who[]) {
+    describe(`hostile repository, ${backend}, server as ${who}`, {
+      skip: whySkipBackend(backend, who),
+    }, () => {
+      const sandboxParam = (shape: Shape, o: PolicyOptions) =>
+        policyParam(shape, { ...o, useLegacyLandlock: backend === 'landlock' });
+      const bwrapOnly =
+        backend === 'landlock' ? 'bwrap only: the Landlock backend makes no mount points' : false;
+      let s: ReturnType<typeof scratch>;
+      let srv: HostileServer;
+      let srv2: HostileServer | undefined;
+      let c: RpcClient & { sessionId: string };
+      let T: string;
+      let OUT: string;
+      before(async () => {
+        s = scratch(who);
+        T = s.mk('tmpdir');
+        OUT = s.mk('outside');
+        const secretPath = join(s.root, 'root-only-secret');
+        writeFileSync(secretPath, SECRET_FILE_TEXT, { mode: 0o600 });
+        const secretFd = openSync(secretPath, 'r');
+        const outFd = openSync(OUT, 'r');
+        try {
+          srv = await startServer({
             who,
-            W,
-            [
-              'mv -f .git .git-moved; rm -f .git; mkdir -p .git/hooks',
-              `printf '#!/bin/sh\\necho PWNED\\n' > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit`,
-              'ln -sfn /tmp .git; ln -sfn "$PWD/evil" .codex; mv -fT real-git .git',
-              'echo PWNED > real-git/hooks/post-checkout; echo PWNED > .git/hooks/post-merge',
-              'mv -f .codex .codex-moved; rm -f .codex; mkdir -p .codex',
-              `echo 'sandbox_mode = "danger-full-access"' > .codex/config.toml`,
-              `echo 'approval_policy = "never"' >> .codex/config.toml`,
-              'ls -la',
-            ],
-            { tty, sandbox: sandboxParam(shape, { cwd: W }) },
-          );
-          assert.equal(r.sandboxType, 'linuxSeccomp');
-          assert.match(r.output, /DONE/);
-          assert.equal(readlinkSync(join(W, '.git')), 'real-git', r.output);
-          assert.equal(readlinkSync(join(W, '.codex')), C, r.output);
-          assert.deepEqual(readdirSync(join(W, 'real-git', 'hooks')), [], r.output);
-          assert.equal(readFileSync(join(C, 'config.toml'), 'utf8'), 'sandbox_mode = "read-only"\n');
-          for (const n of ['.git-moved', '.codex-moved', 'evil'])
-            assert.ok(!exists(join(W, n)), `${n}\n${r.output}`);
-        });
-
-        test(`protected names cannot be created in any writable root (${mode})`, async () => {
-          const W = fresh(s, 'missing');
-          const EXTRA = fresh(s, 'extra');
-          const r = await runPlanted(
-            c,
-            who,
-            W,
-            [
-              'for R in "$PWD" "$EXTRA" "$TDIR"; do',
-              '  mkdir "$R/.git" && mkdir "$R/.git/hooks"; echo PWNED > "$R/.git/hooks/pre-commit"',
-              // A mount point the sandbox can chmod is its own private tmpfs: whatever it writes there, the host never sees.
-              '  chmod 755 "$R/.git" && mkdir -p "$R/.git/hooks" && echo PWNED > "$R/.git/hooks/pre-commit" && echo "WROTE PRIVATE"',
-              `  mkdir -p "$R/.codex"; echo 'sandbox_mode = "danger-full-access"' > "$R/.codex/config.toml"`,
-              '  mkdir -p "$R/agents-src/skills" && mv -fT "$R/agents-src" "$R/.agents"',
-              '  echo k > "$R/aws-src"; ln "$R/aws-src" "$R/.aws"; ln -s /tmp "$R/.git"',
-              '  python3 -c "import os,sys; os.rename(sys.argv[1] + \'/aws-src\', sys.argv[1] + \'/.aws\')" "$R"',
-              'done',
-            ],
-            { tty, env: { EXTRA, TDIR: T }, sandbox: sandboxParam(shape, { cwd: W, writable: [EXTRA] }) },
-          );
-          assert.match(r.output, /DONE/);
-          for (const R of [W, EXTRA, T]) {
-            for (const n of ['.git', '.codex', '.agents', '.aws']) {
-              assert.ok(await gone(join(R, n)), `${join(R, n)} exists on the host\n${r.output}`);
-            }
-          }
-        });
-
-        test(`two servers share the mount points of missing names: one ending does not unpin the other (${mode})`, async () => {
-          // Server 2 is another Corral server of the same user (the app and a CLI server, say) using the same root.
-          const W = fresh(s, 'shared');
-          const EXTRA = fresh(s, 'shared-root');
-          chownTree(who, W);
-          srv2 ??= await startServer({ who, tmpdir: T });
-          const c2 = await srv2.client();
-          const sandbox = sandboxParam(shape, { cwd: W, writable: [EXTRA] });
-          // Server 2's sandbox makes the mount point of EXTRA/.git; then server 1's sandbox starts (finding it there),
-          // then server 2's ends: the mount point must stay while server 1's sandbox uses it.
-          const b = runAgent(c2, {
-            argv: ['/bin/sh', '-c', 'while [ ! -e b-go ]; do sleep 0.02; done'],
-            cwd: W,
-            tty,
-            sandbox,
+            tmpdir: T,
+            inherit: { 200: secretFd, 201: outFd },
+            keyring: KEY,
+            env: { CORRAL_SERVER_SECRET: SERVER_ENV_SECRET },
+            ...(backend === 'landlock' ? { sandbox: { acceptWeaker: ['proxy-port'] } } : {}),
           });
-          let a: Promise<AgentRun> | undefined;
-          try {
-            await until(() => exists(join(EXTRA, '.git')), 10_000, "server 2's mount point");
-            a = runPlanted(
+        } finally {
+          closeSync(secretFd);
+          closeSync(outFd);
+        }
+        c = await srv.client();
+      });
+      after(async () => {
+        await srv?.close();
+        await srv2?.close();
+        s?.cleanup();
+      });
+
+      for (const shape of SHAPES) {
+        for (const tty of TTYS) {
+          const mode = `${shape}, ${tty ? 'tty' : 'pipes'}`;
+
+          test(`protected names that are symlinks keep pointing where they did (${mode})`, async () => {
+            const W = fresh(s, 'sym');
+            const C = fresh(s, 'codexdata');
+            s.mk(`${W.slice(s.root.length + 1)}/real-git/hooks`);
+            writeFileSync(join(W, 'real-git', 'HEAD'), 'ref: refs/heads/main\n');
+            writeFileSync(join(C, 'config.toml'), 'sandbox_mode = "read-only"\n');
+            symlinkSync('real-git', join(W, '.git'));
+            symlinkSync(C, join(W, '.codex'));
+            const r = await runPlanted(
               c,
               who,
               W,
               [
-                'touch a-ready; while [ ! -e a-go ]; do sleep 0.02; done',
-                'mkdir "$EXTRA/.git"; mkdir -p "$EXTRA/.git/hooks"; echo PWNED > "$EXTRA/.git/hooks/pre-commit"',
+                'mv -f .git .git-moved; rm -f .git; mkdir -p .git/hooks',
+                `printf '#!/bin/sh\\necho PWNED\\n' > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit`,
+                'ln -sfn /tmp .git; ln -sfn "$PWD/evil" .codex; mv -fT real-git .git',
+                'echo PWNED > real-git/hooks/post-checkout; echo PWNED > .git/hooks/post-merge',
+                'mv -f .codex .codex-moved; rm -f .codex; mkdir -p .codex',
+                `echo 'sandbox_mode = "danger-full-access"' > .codex/config.toml`,
+                `echo 'approval_policy = "never"' >> .codex/config.toml`,
+                'ls -la',
               ],
-              { tty, env: { EXTRA }, sandbox },
+              { tty, sandbox: sandboxParam(shape, { cwd: W }) },
             );
-            await until(() => exists(join(W, 'a-ready')), 10_000, "server 1's sandbox");
-            writeFileSync(join(W, 'b-go'), '');
-            assert.equal((await b).exitCode, 0);
-            // Server 2 lets its share go (LINGER_MS after its sandbox ended): one flock on the name is left, server 1's.
-            const ino = statSync(lockFile(join(EXTRA, '.git'), who === 'nobody' ? NOBODY : 0)).ino;
-            const holders = () =>
-              readFileSync('/proc/locks', 'utf8')
-                .split('\n')
-                .filter((l) => l.includes('FLOCK') && l.split(/\s+/).some((w) => w.endsWith(`:${ino}`)))
-                .length;
-            await until(() => holders() === 1, 10_000, 'server 2 to let go of its share');
-            assert.ok(exists(join(EXTRA, '.git')), 'server 2 removed a mount point server 1 still uses');
-          } finally {
-            writeFileSync(join(W, 'b-go'), '');
-            writeFileSync(join(W, 'a-go'), '');
-          }
-          await b;
-          const r = await a!;
-          assert.match(r.output, /DONE/);
-          assert.ok(await gone(join(EXTRA, '.git')), r.output);
-        });
-
-        test(`renaming a parent does not unpin a protected path (${mode})`, async () => {
-          const W = fresh(s, 'parent');
-          const EXTRA = fresh(s, 'outer');
-          const N = s.mk(`${EXTRA.slice(s.root.length + 1)}/a/b/inner`);
-          s.mk(`${N.slice(s.root.length + 1)}/.git/hooks`);
-          chownTree(who, EXTRA);
-          const r = await runPlanted(
-            c,
-            who,
-            W,
-            [
-              'mv -f "$EXTRA/a" "$EXTRA/a-moved"; mkdir -p "$N/.git/hooks"',
-              'echo PWNED > "$N/.git/hooks/pre-commit"; echo PWNED > "$EXTRA/a-moved/b/inner/.git/hooks/x"',
-              'mv -f "$EXTRA/a/b" "$EXTRA/a/b-moved"; mv -f "$N" "$N-moved"',
-            ],
-            { tty, env: { EXTRA, N }, sandbox: sandboxParam(shape, { cwd: W, writable: [EXTRA, N] }) },
-          );
-          assert.match(r.output, /DONE/);
-          assert.deepEqual(readdirSync(join(N, '.git', 'hooks')), [], r.output);
-          for (const p of [join(EXTRA, 'a-moved'), join(EXTRA, 'a', 'b-moved'), `${N}-moved`])
-            assert.ok(!exists(p), `${p}\n${r.output}`);
-        });
-
-        test(`inherited and later-opened fds reach no child (${mode})`, async () => {
-          const W = fresh(s, 'fds');
-          chownTree(who, W);
-          // A terminal the server holds while the probes run: its master fd must not reach them either.
-          const holder = runAgent(c, {
-            argv: ['/bin/sh', '-c', 'while [ ! -e stop ]; do sleep 0.05; done'],
-            cwd: W,
-            tty: true,
-            sandbox: null,
+            assert.equal(r.sandboxType, 'linuxSeccomp');
+            assert.match(r.output, /DONE/);
+            assert.equal(readlinkSync(join(W, '.git')), 'real-git', r.output);
+            assert.equal(readlinkSync(join(W, '.codex')), C, r.output);
+            assert.deepEqual(readdirSync(join(W, 'real-git', 'hooks')), [], r.output);
+            assert.equal(readFileSync(join(C, 'config.toml'), 'utf8'), 'sandbox_mode = "read-only"\n');
+            for (const n of ['.git-moved', '.codex-moved', 'evil'])
+              assert.ok(!exists(join(W, n)), `${n}\n${r.output}`);
           });
-          const tag = Math.random().toString(36).slice(2, 8);
-          try {
-            for (const sandbox of [null, sandboxParam(shape, { cwd: W, readOnly: true })]) {
-              const r = await runAgent(c, {
-                argv: [PY, '-S', '-c', FD_PROBE],
-                cwd: W,
-                tty,
-                env: { TAG: tag },
-                sandbox,
-              });
-              assert.match(r.output, /HELD \[\]/, r.output);
-              assert.ok(!r.output.includes(SECRET_FILE_TEXT), r.output);
-              assert.match(r.output, /read200 No such file or directory/, r.output);
-              assert.match(r.output, /write201 No such file or directory/, r.output);
+
+          test(`protected names cannot be created in any writable root (${mode})`, async () => {
+            const W = fresh(s, 'missing');
+            const EXTRA = fresh(s, 'extra');
+            const r = await runPlanted(
+              c,
+              who,
+              W,
+              [
+                'for R in "$PWD" "$EXTRA" "$TDIR"; do',
+                '  mkdir "$R/.git" && mkdir "$R/.git/hooks"; echo PWNED > "$R/.git/hooks/pre-commit"',
+                // A mount point the sandbox can chmod is its own private tmpfs: whatever it writes there, the host never sees.
+                '  chmod 755 "$R/.git" && mkdir -p "$R/.git/hooks" && echo PWNED > "$R/.git/hooks/pre-commit" && echo "WROTE PRIVATE"',
+                `  mkdir -p "$R/.codex"; echo 'sandbox_mode = "danger-full-access"' > "$R/.codex/config.toml"`,
+                '  mkdir -p "$R/agents-src/skills" && mv -fT "$R/agents-src" "$R/.agents"',
+                '  echo k > "$R/aws-src"; ln "$R/aws-src" "$R/.aws"; ln -s /tmp "$R/.git"',
+                '  python3 -c "import os,sys; os.rename(sys.argv[1] + \'/aws-src\', sys.argv[1] + \'/.aws\')" "$R"',
+                'done',
+              ],
+              { tty, env: { EXTRA, TDIR: T }, sandbox: sandboxParam(shape, { cwd: W, writable: [EXTRA] }) },
+            );
+            assert.match(r.output, /DONE/);
+            for (const R of [W, EXTRA, T]) {
+              for (const n of ['.git', '.codex', '.agents', '.aws']) {
+                assert.ok(await gone(join(R, n)), `${join(R, n)} exists on the host\n${r.output}`);
+              }
             }
-          } finally {
-            writeFileSync(join(W, 'stop'), '');
-            await holder;
-          }
-          assert.deepEqual(
-            readdirSync(OUT).filter((n) => n.startsWith('pwned')),
-            [],
-          );
-        });
-
-        test(`a sandbox gets a fresh session keyring and no keyring syscalls (${mode})`, async () => {
-          const W = fresh(s, 'keys');
-          chownTree(who, W);
-          // Control: an unsandboxed command shares the server's session keyring and its secret.
-          const host = await runAgent(c, { argv: [PY, '-c', KEYRING_LIST], cwd: W, tty, sandbox: null });
-          assert.match(host.output, new RegExp(`KEY ${KEY.description}`), host.output);
-          const r = await runAgent(c, {
-            argv: [PY, '-c', KEYRING_PROBE],
-            cwd: W,
-            tty,
-            sandbox: sandboxParam(shape, { cwd: W, readOnly: true }),
           });
-          assert.ok(!r.output.includes(KEY.secret), r.output);
-          assert.match(r.output, /search EPERM/, r.output);
-          assert.match(r.output, /add EPERM/, r.output);
-          assert.match(r.output, /request EPERM/, r.output);
-          const afterwards = await runAgent(c, {
-            argv: [PY, '-c', KEYRING_LIST],
-            cwd: W,
-            tty,
-            sandbox: null,
-          });
-          assert.ok(!afterwards.output.includes('corral-hostile-evil'), afterwards.output);
-          assert.match(afterwards.output, new RegExp(`VALUE ${KEY.secret}`));
-        });
 
-        test(`no datagram reaches a host unix socket by its path (${mode})`, async () => {
-          const W = fresh(s, 'dgram');
-          chownTree(who, W);
-          const cases: [string, Record<string, unknown> | null, boolean][] = [
-            ['unsandboxed (control)', null, false],
-            ['restricted', sandboxParam(shape, { cwd: W }), false],
-            ['managed network', sandboxParam(shape, { cwd: W, enforceManagedNetwork: true }), true],
-          ];
-          for (const [what, sandbox, managed] of cases) {
-            const sock = join(fresh(s, 'sockdir'), 'host.sock');
-            const rx = spawn(PY, ['-c', DGRAM_RECEIVER, sock], { stdio: ['ignore', 'pipe', 'inherit'] });
-            let out = '';
-            rx.stdout.setEncoding('utf8').on('data', (d: string) => {
-              out += d;
+          test(`two servers share the mount points of missing names: one ending does not unpin the other (${mode})`, {
+            skip: bwrapOnly,
+          }, async () => {
+            // Server 2 is another Corral server of the same user (the app and a CLI server, say) using the same root.
+            const W = fresh(s, 'shared');
+            const EXTRA = fresh(s, 'shared-root');
+            chownTree(who, W);
+            srv2 ??= await startServer({ who, tmpdir: T });
+            const c2 = await srv2.client();
+            const sandbox = sandboxParam(shape, { cwd: W, writable: [EXTRA] });
+            // Server 2's sandbox makes the mount point of EXTRA/.git; then server 1's sandbox starts (finding it there),
+            // then server 2's ends: the mount point must stay while server 1's sandbox uses it.
+            const b = runAgent(c2, {
+              argv: ['/bin/sh', '-c', 'while [ ! -e b-go ]; do sleep 0.02; done'],
+              cwd: W,
+              tty,
+              sandbox,
             });
-            const done = new Promise((r) => rx.once('exit', r));
+            let a: Promise<AgentRun> | undefined;
             try {
-              await new Promise<void>((resolve) => {
-                const check = () => (out.includes('READY') ? resolve() : rx.stdout.once('data', check));
-                check();
-              });
-              const r = await runAgent(c, {
-                argv: [PY, '-c', DGRAM_ATTACK],
-                cwd: W,
-                tty,
-                env: { DGRAM: sock, HTTP_PROXY: 'http://127.0.0.1:9' },
-                sandbox,
-                ...(managed && shape === '0.169' ? { enforceManagedNetwork: true } : {}),
-              });
-              const end = spawn(PY, [
-                '-c',
-                'import socket,sys; socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendto(b"END", sys.argv[1])',
-                sock,
-              ]);
-              await new Promise((res) => end.once('exit', res));
-              await done;
-              const got = /GOT (.*)/.exec(out)?.[1] ?? '';
-              if (sandbox === null)
-                assert.match(got, /pair-sendmsg/, `${what}: the control must arrive\n${r.output}`);
-              else assert.equal(got, '[]', `${what}: datagrams reached the host socket\n${r.output}`);
+              await until(() => exists(join(EXTRA, '.git')), 10_000, "server 2's mount point");
+              a = runPlanted(
+                c,
+                who,
+                W,
+                [
+                  'touch a-ready; while [ ! -e a-go ]; do sleep 0.02; done',
+                  'mkdir "$EXTRA/.git"; mkdir -p "$EXTRA/.git/hooks"; echo PWNED > "$EXTRA/.git/hooks/pre-commit"',
+                ],
+                { tty, env: { EXTRA }, sandbox },
+              );
+              await until(() => exists(join(W, 'a-ready')), 10_000, "server 1's sandbox");
+              writeFileSync(join(W, 'b-go'), '');
+              assert.equal((await b).exitCode, 0);
+              // Server 2 lets its share go (LINGER_MS after its sandbox ended): one flock on the name is left, server 1's.
+              const ino = statSync(lockFile(join(EXTRA, '.git'), who === 'nobody' ? NOBODY : 0)).ino;
+              const holders = () =>
+                readFileSync('/proc/locks', 'utf8')
+                  .split('\n')
+                  .filter((l) => l.includes('FLOCK') && l.split(/\s+/).some((w) => w.endsWith(`:${ino}`)))
+                  .length;
+              await until(() => holders() === 1, 10_000, 'server 2 to let go of its share');
+              assert.ok(exists(join(EXTRA, '.git')), 'server 2 removed a mount point server 1 still uses');
             } finally {
-              rx.kill('SIGKILL');
+              writeFileSync(join(W, 'b-go'), '');
+              writeFileSync(join(W, 'a-go'), '');
             }
-          }
-        });
+            await b;
+            const r = await a!;
+            assert.match(r.output, /DONE/);
+            assert.ok(await gone(join(EXTRA, '.git')), r.output);
+          });
 
-        test(`a sandbox sees none of the server's private files; managed starts all succeed (${mode})`, async () => {
-          const W = fresh(s, 'private');
-          chownTree(who, W);
-          const proxy = http.createServer((req, res) => res.end(`proxied: ${req.method} ${req.url}\n`));
-          await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', () => r()));
-          const port = (proxy.address() as net.AddressInfo).port;
-          const attacker = runAgent(c, {
-            argv: [
-              '/bin/sh',
-              '-c',
-              `while [ ! -e stop ]; do for f in /tmp/corral-sandbox-* /tmp/corral-sandbox-*/* /tmp/corral-sandbox-*/*/* /dev/shm/corral-sandbox-*/* /dev/shm/corral-sandbox-*/*/* $XDG_RUNTIME_DIR/corral-sandbox-*/*; do
+          test(`renaming a parent does not unpin a protected path (${mode})`, async () => {
+            const W = fresh(s, 'parent');
+            const EXTRA = fresh(s, 'outer');
+            const N = s.mk(`${EXTRA.slice(s.root.length + 1)}/a/b/inner`);
+            s.mk(`${N.slice(s.root.length + 1)}/.git/hooks`);
+            chownTree(who, EXTRA);
+            const r = await runPlanted(
+              c,
+              who,
+              W,
+              [
+                'mv -f "$EXTRA/a" "$EXTRA/a-moved"; mkdir -p "$N/.git/hooks"',
+                'echo PWNED > "$N/.git/hooks/pre-commit"; echo PWNED > "$EXTRA/a-moved/b/inner/.git/hooks/x"',
+                'mv -f "$EXTRA/a/b" "$EXTRA/a/b-moved"; mv -f "$N" "$N-moved"',
+              ],
+              { tty, env: { EXTRA, N }, sandbox: sandboxParam(shape, { cwd: W, writable: [EXTRA, N] }) },
+            );
+            assert.match(r.output, /DONE/);
+            assert.deepEqual(readdirSync(join(N, '.git', 'hooks')), [], r.output);
+            for (const p of [join(EXTRA, 'a-moved'), join(EXTRA, 'a', 'b-moved'), `${N}-moved`])
+              assert.ok(!exists(p), `${p}\n${r.output}`);
+          });
+
+          test(`inherited and later-opened fds reach no child (${mode})`, async () => {
+            const W = fresh(s, 'fds');
+            chownTree(who, W);
+            // A terminal the server holds while the probes run: its master fd must not reach them either.
+            const holder = runAgent(c, {
+              argv: ['/bin/sh', '-c', 'while [ ! -e stop ]; do sleep 0.05; done'],
+              cwd: W,
+              tty: true,
+              sandbox: null,
+            });
+            const tag = Math.random().toString(36).slice(2, 8);
+            try {
+              for (const sandbox of [null, sandboxParam(shape, { cwd: W, readOnly: true })]) {
+                const r = await runAgent(c, {
+                  argv: [PY, '-S', '-c', FD_PROBE],
+                  cwd: W,
+                  tty,
+                  env: { TAG: tag },
+                  sandbox,
+                });
+                assert.match(r.output, /HELD \[\]/, r.output);
+                assert.ok(!r.output.includes(SECRET_FILE_TEXT), r.output);
+                assert.match(r.output, /read200 No such file or directory/, r.output);
+                assert.match(r.output, /write201 No such file or directory/, r.output);
+              }
+            } finally {
+              writeFileSync(join(W, 'stop'), '');
+              await holder;
+            }
+            assert.deepEqual(
+              readdirSync(OUT).filter((n) => n.startsWith('pwned')),
+              [],
+            );
+          });
+
+          test(`a sandbox gets a fresh session keyring and no keyring syscalls (${mode})`, async () => {
+            const W = fresh(s, 'keys');
+            chownTree(who, W);
+            // Control: an unsandboxed command shares the server's session keyring and its secret.
+            const host = await runAgent(c, { argv: [PY, '-c', KEYRING_LIST], cwd: W, tty, sandbox: null });
+            assert.match(host.output, new RegExp(`KEY ${KEY.description}`), host.output);
+            const r = await runAgent(c, {
+              argv: [PY, '-c', KEYRING_PROBE],
+              cwd: W,
+              tty,
+              sandbox: sandboxParam(shape, { cwd: W, readOnly: true }),
+            });
+            assert.ok(!r.output.includes(KEY.secret), r.output);
+            assert.match(r.output, /search EPERM/, r.output);
+            assert.match(r.output, /add EPERM/, r.output);
+            assert.match(r.output, /request EPERM/, r.output);
+            const afterwards = await runAgent(c, {
+              argv: [PY, '-c', KEYRING_LIST],
+              cwd: W,
+              tty,
+              sandbox: null,
+            });
+            assert.ok(!afterwards.output.includes('corral-hostile-evil'), afterwards.output);
+            assert.match(afterwards.output, new RegExp(`VALUE ${KEY.secret}`));
+          });
+
+          test(`no datagram reaches a host unix socket by its path (${mode})`, async () => {
+            const W = fresh(s, 'dgram');
+            chownTree(who, W);
+            const cases: [string, Record<string, unknown> | null, boolean][] = [
+              ['unsandboxed (control)', null, false],
+              ['restricted', sandboxParam(shape, { cwd: W }), false],
+              ['managed network', sandboxParam(shape, { cwd: W, enforceManagedNetwork: true }), true],
+            ];
+            for (const [what, sandbox, managed] of cases) {
+              const sock = join(fresh(s, 'sockdir'), 'host.sock');
+              const rx = spawn(PY, ['-c', DGRAM_RECEIVER, sock], { stdio: ['ignore', 'pipe', 'inherit'] });
+              let out = '';
+              rx.stdout.setEncoding('utf8').on('data', (d: string) => {
+                out += d;
+              });
+              const done = new Promise((r) => rx.once('exit', r));
+              try {
+                await new Promise<void>((resolve) => {
+                  const check = () => (out.includes('READY') ? resolve() : rx.stdout.once('data', check));
+                  check();
+                });
+                const r = await runAgent(c, {
+                  argv: [PY, '-c', DGRAM_ATTACK],
+                  cwd: W,
+                  tty,
+                  env: { DGRAM: sock, HTTP_PROXY: 'http://127.0.0.1:9' },
+                  sandbox,
+                  ...(managed && shape === '0.169' ? { enforceManagedNetwork: true } : {}),
+                });
+                const end = spawn(PY, [
+                  '-c',
+                  'import socket,sys; socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendto(b"END", sys.argv[1])',
+                  sock,
+                ]);
+                await new Promise((res) => end.once('exit', res));
+                await done;
+                const got = /GOT (.*)/.exec(out)?.[1] ?? '';
+                if (sandbox === null)
+                  assert.match(got, /pair-sendmsg/, `${what}: the control must arrive\n${r.output}`);
+                else assert.equal(got, '[]', `${what}: datagrams reached the host socket\n${r.output}`);
+              } finally {
+                rx.kill('SIGKILL');
+              }
+            }
+          });
+
+          test(`a sandbox sees none of the server's private files; managed starts all succeed (${mode})`, async () => {
+            const W = fresh(s, 'private');
+            chownTree(who, W);
+            const proxy = http.createServer((req, res) => res.end(`proxied: ${req.method} ${req.url}\n`));
+            await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', () => r()));
+            const port = (proxy.address() as net.AddressInfo).port;
+            const attacker = runAgent(c, {
+              argv: [
+                '/bin/sh',
+                '-c',
+                `while [ ! -e stop ]; do for f in /tmp/corral-sandbox-* /tmp/corral-sandbox-*/* /tmp/corral-sandbox-*/*/* /dev/shm/corral-sandbox-*/* /dev/shm/corral-sandbox-*/*/* $XDG_RUNTIME_DIR/corral-sandbox-*/*; do
                  [ -e "$f" ] || continue
                  case "$f" in */corral-sandbox-*/*) case " $seen " in *" $f "*) ;; *) seen="$seen $f"; echo "FOUND $f";; esac;; esac
                  [ -p "$f" ] && { echo '{"child-pid": 1}' > "$f" & }
                done; done; echo STOPPED`,
-            ],
-            cwd: W,
-            tty,
-            sandbox: sandboxParam(shape, { cwd: W, readOnly: true }),
-            timeoutMs: 120_000,
-          });
-          try {
-            for (let i = 0; i < 15; i++) {
-              const r = await runAgent(c, {
-                argv: ['/usr/bin/curl', '-sS', '-m10', `http://example.invalid/start-${i}`],
-                cwd: W,
-                tty: i % 2 === 1,
-                env: { HTTP_PROXY: `http://127.0.0.1:${port}` },
-                sandbox: sandboxParam(shape, { cwd: W, enforceManagedNetwork: true }),
-                ...(shape === '0.169' ? { enforceManagedNetwork: true } : {}),
-              });
-              assert.equal(r.exitCode, 0, `managed start ${i}: ${r.output}`);
-              assert.match(r.output, new RegExp(`proxied: GET http://example.invalid/start-${i}`));
-            }
-          } finally {
-            writeFileSync(join(W, 'stop'), '');
-            proxy.close();
-          }
-          const a = await attacker;
-          assert.match(a.output, /STOPPED/);
-          assert.ok(!/FOUND/.test(a.output), a.output.split('\n').slice(0, 20).join('\n'));
-        });
-
-        test(`what held keeps holding: writes out through /proc, links and mounts; ptrace; /dev/shm (${mode})`, async () => {
-          const W = fresh(s, 'held');
-          s.mk(`${W.slice(s.root.length + 1)}/.git/hooks`);
-          writeFileSync(join(OUT, 'victim'), 'original\n');
-          chownTree(who, OUT);
-          const tag = `corral-held-${Math.random().toString(36).slice(2, 8)}`;
-          const r = await runPlanted(
-            c,
-            who,
-            W,
-            [
-              'echo x > /proc/self/root"$OUT/via-proc-root"; echo x > /proc/1/cwd/../../"$OUT/via-proc1-cwd"',
-              'ln -s "$OUT" out-link; echo x > out-link/via-symlink; ln "$OUT/victim" hard 2>&1; echo PWNED >> hard',
-              'echo PWNED >> "$OUT/victim"; umount .git; mount -t tmpfs none .git; mount -o remount,rw,bind /',
-              'echo PWNED > .git/hooks/pre-commit; echo x > "/dev/shm/$TAG"',
-              `${PY} -c "import ctypes,os; l=ctypes.CDLL(None,use_errno=True); print('ptrace', l.ptrace(16, 1, 0, 0), ctypes.get_errno())"`,
-              `${PY} -c "import os; os.chroot('/tmp')" 2>&1 | tail -1`,
-            ],
-            { tty, env: { OUT, TAG: tag }, sandbox: sandboxParam(shape, { cwd: W }) },
-          );
-          assert.match(r.output, /DONE/);
-          assert.deepEqual(readdirSync(OUT).sort(), ['victim'], r.output);
-          assert.equal(readFileSync(join(OUT, 'victim'), 'utf8'), 'original\n');
-          assert.deepEqual(readdirSync(join(W, '.git', 'hooks')), [], r.output);
-          assert.ok(!exists(join('/dev/shm', tag)), 'the sandbox wrote the host /dev/shm');
-          assert.match(r.output, /ptrace -1 1\b/, r.output); // EPERM
-          assert.match(r.output, /PermissionError: \[Errno 1\]/, r.output); // chroot
-        });
-
-        test(`perf_event_open, userfaultfd, nested user namespaces are denied in every mode (${mode})`, async () => {
-          const W = fresh(s, 'surface');
-          s.mk(`${W.slice(s.root.length + 1)}/.git/hooks`);
-          chownTree(who, W);
-          writeFileSync(join(W, 'surface.py'), SURFACE_ATTACK);
-          const nested =
-            'unshare -Urm sh -c "mount -t tmpfs none .git && mkdir .git/hooks && echo PWNED > .git/hooks/pre-commit"';
-          for (const [what, sandbox] of [
-            ['restricted', sandboxParam(shape, { cwd: W })],
-            ['managed network', sandboxParam(shape, { cwd: W, enforceManagedNetwork: true })],
-            ['network enabled', sandboxParam(shape, { cwd: W, network: 'enabled' })],
-          ] as const) {
-            const r = await runAgent(c, {
-              argv: ['/bin/sh', '-c', `${PY} surface.py; ${nested}; echo DONE`],
+              ],
               cwd: W,
               tty,
-              env: { HTTP_PROXY: 'http://127.0.0.1:9' },
-              sandbox,
-              ...(what === 'managed network' && shape === '0.169' ? { enforceManagedNetwork: true } : {}),
+              sandbox: sandboxParam(shape, { cwd: W, readOnly: true }),
+              timeoutMs: 120_000,
             });
-            assert.match(r.output, /DONE/, `${what}: ${r.output}`);
-            for (const name of [
-              'perf_event_open',
-              'userfaultfd',
-              'unshare-user',
-              'clone-user',
-              'io_uring_setup',
-            ])
-              assert.match(r.output, new RegExp(`^${name} EPERM`, 'm'), `${what}: ${r.output}`);
-            assert.match(r.output, /^clone3-user ENOSYS/m, `${what}: ${r.output}`);
-            assert.doesNotMatch(r.output, /^\S+ OK/m, `${what}: ${r.output}`);
-            assert.deepEqual(readdirSync(join(W, '.git', 'hooks')), []);
-          }
-        });
+            try {
+              for (let i = 0; i < 15; i++) {
+                const r = await runAgent(c, {
+                  argv: ['/usr/bin/curl', '-sS', '-m10', `http://example.invalid/start-${i}`],
+                  cwd: W,
+                  tty: i % 2 === 1,
+                  env: { HTTP_PROXY: `http://127.0.0.1:${port}` },
+                  sandbox: sandboxParam(shape, { cwd: W, enforceManagedNetwork: true }),
+                  ...(shape === '0.169' ? { enforceManagedNetwork: true } : {}),
+                });
+                assert.equal(r.exitCode, 0, `managed start ${i}: ${r.output}`);
+                assert.match(r.output, new RegExp(`proxied: GET http://example.invalid/start-${i}`));
+              }
+            } finally {
+              writeFileSync(join(W, 'stop'), '');
+              proxy.close();
+            }
+            const a = await attacker;
+            assert.match(a.output, /STOPPED/);
+            assert.ok(!/FOUND/.test(a.output), a.output.split('\n').slice(0, 20).join('\n'));
+          });
+
+          test(`what held keeps holding: writes out through /proc, links and mounts; ptrace; /dev/shm (${mode})`, async () => {
+            const W = fresh(s, 'held');
+            s.mk(`${W.slice(s.root.length + 1)}/.git/hooks`);
+            writeFileSync(join(OUT, 'victim'), 'original\n');
+            chownTree(who, OUT);
+            const tag = `corral-held-${Math.random().toString(36).slice(2, 8)}`;
+            const r = await runPlanted(
+              c,
+              who,
+              W,
+              [
+                'echo x > /proc/self/root"$OUT/via-proc-root"; echo x > /proc/1/cwd/../../"$OUT/via-proc1-cwd"',
+                'ln -s "$OUT" out-link; echo x > out-link/via-symlink; ln "$OUT/victim" hard 2>&1; echo PWNED >> hard',
+                'echo PWNED >> "$OUT/victim"; umount .git; mount -t tmpfs none .git; mount -o remount,rw,bind /',
+                'echo PWNED > .git/hooks/pre-commit; echo x > "/dev/shm/$TAG"',
+                `${PY} -c "import ctypes,os; l=ctypes.CDLL(None,use_errno=True); print('ptrace', l.ptrace(16, 1, 0, 0), ctypes.get_errno())"`,
+                `${PY} -c "import os; os.chroot('/tmp')" 2>&1 | tail -1`,
+              ],
+              { tty, env: { OUT, TAG: tag }, sandbox: sandboxParam(shape, { cwd: W }) },
+            );
+            assert.match(r.output, /DONE/);
+            assert.deepEqual(readdirSync(OUT).sort(), ['victim'], r.output);
+            assert.equal(readFileSync(join(OUT, 'victim'), 'utf8'), 'original\n');
+            assert.deepEqual(readdirSync(join(W, '.git', 'hooks')), [], r.output);
+            assert.ok(!exists(join('/dev/shm', tag)), 'the sandbox wrote the host /dev/shm');
+            assert.match(r.output, /ptrace -1 1\b/, r.output); // EPERM
+            assert.match(r.output, /PermissionError: \[Errno 1\]/, r.output); // chroot
+          });
+
+          test(`perf_event_open, userfaultfd, nested user namespaces are denied in every mode (${mode})`, async () => {
+            const W = fresh(s, 'surface');
+            s.mk(`${W.slice(s.root.length + 1)}/.git/hooks`);
+            chownTree(who, W);
+            writeFileSync(join(W, 'surface.py'), SURFACE_ATTACK);
+            const nested =
+              'unshare -Urm sh -c "mount -t tmpfs none .git && mkdir .git/hooks && echo PWNED > .git/hooks/pre-commit"';
+            for (const [what, sandbox] of [
+              ['restricted', sandboxParam(shape, { cwd: W })],
+              ['managed network', sandboxParam(shape, { cwd: W, enforceManagedNetwork: true })],
+              ['network enabled', sandboxParam(shape, { cwd: W, network: 'enabled' })],
+            ] as const) {
+              const r = await runAgent(c, {
+                argv: ['/bin/sh', '-c', `${PY} surface.py; ${nested}; echo DONE`],
+                cwd: W,
+                tty,
+                env: { HTTP_PROXY: 'http://127.0.0.1:9' },
+                sandbox,
+                ...(what === 'managed network' && shape === '0.169' ? { enforceManagedNetwork: true } : {}),
+              });
+              assert.match(r.output, /DONE/, `${what}: ${r.output}`);
+              for (const name of [
+                'perf_event_open',
+                'userfaultfd',
+                'unshare-user',
+                'clone-user',
+                'io_uring_setup',
+              ])
+                assert.match(r.output, new RegExp(`^${name} EPERM`, 'm'), `${what}: ${r.output}`);
+              assert.match(r.output, /^clone3-user ENOSYS/m, `${what}: ${r.output}`);
+              assert.doesNotMatch(r.output, /^\S+ OK/m, `${what}: ${r.output}`);
+              assert.deepEqual(readdirSync(join(W, '.git', 'hooks')), []);
+            }
+          });
+
+          test(`the server and the user's other processes: no signal, no ptrace, nothing from their /proc (${mode})`, async () => {
+            const W = fresh(s, 'procs');
+            writeFileSync(join(W, 'procs.py'), PROCS_ATTACK);
+            chownTree(who, W);
+            // A process of the same user outside every sandbox (an agent's own unsandboxed command).
+            const victim = runAgent(c, {
+              argv: [
+                '/bin/sh',
+                '-c',
+                'echo $$ > victim.pid; while [ ! -e stop ]; do sleep 0.05; done; echo VICTIM-DONE',
+              ],
+              cwd: W,
+              tty: false,
+              sandbox: null,
+            });
+            try {
+              await until(() => exists(join(W, 'victim.pid')), 10_000, 'the victim');
+              for (const [what, sandbox] of [
+                ['restricted', sandboxParam(shape, { cwd: W })],
+                ['network enabled', sandboxParam(shape, { cwd: W, network: 'enabled' })],
+              ] as const) {
+                const r = await runAgent(c, {
+                  argv: [PY, '-S', 'procs.py'],
+                  cwd: W,
+                  tty,
+                  env: { SRV: String(srv.pid) },
+                  sandbox,
+                });
+                assert.match(r.output, /^server-kill0 /m, r.output);
+                assert.doesNotMatch(r.output, /^\S+ OK/m, `${what}: ${r.output}`);
+                assert.ok(!r.output.includes(SERVER_ENV_SECRET), `${what}: ${r.output}`);
+                assert.ok(!r.output.includes(SECRET_FILE_TEXT), `${what}: ${r.output}`);
+                if (backend === 'landlock') assert.match(r.output, /^server-kill0 EPERM/m, r.output);
+              }
+              const state = readFileSync(`/proc/${srv.pid}/stat`, 'utf8').split(') ')[1]?.[0];
+              assert.notEqual(state, 'T', 'the server was stopped');
+            } finally {
+              writeFileSync(join(W, 'stop'), '');
+            }
+            assert.match((await victim).output, /VICTIM-DONE/);
+          });
+
+          test(`modes, owners, times and xattrs outside the writable roots stay as they were (${mode})`, async () => {
+            const W = fresh(s, 'meta');
+            const victim = join(fresh(s, 'meta-out'), 'victim');
+            writeFileSync(victim, 'x', { mode: 0o644 });
+            chmodSync(victim, 0o644);
+            utimesSync(victim, 978307200, 978307200); // 2001-01-01
+            chownTree(who, victim);
+            chownTree(who, W);
+            const r = await runPlanted(
+              c,
+              who,
+              W,
+              [
+                'chmod 777 "$V"; chmod u+s "$V"; touch -d 2020-01-01 "$V"; chown "$(id -u):$(id -g)" "$V"',
+                `${PY} -c "import os,sys; os.setxattr(sys.argv[1], 'user.corral', b'x')" "$V" 2>&1 | tail -1`,
+              ],
+              { tty, env: { V: victim }, sandbox: sandboxParam(shape, { cwd: W }) },
+            );
+            assert.match(r.output, /DONE/);
+            const st = statSync(victim);
+            assert.equal(st.mode & 0o7777, 0o644, r.output);
+            assert.equal(st.mtimeMs, 978307200000, r.output);
+            const xattrs = execFileSync(
+              PY,
+              ['-c', 'import os,sys; print(os.listxattr(sys.argv[1]))', victim],
+              {
+                encoding: 'utf8',
+              },
+            ).trim();
+            assert.equal(xattrs, '[]', r.output);
+          });
+
+          test(`what the sandbox sees of the host's processes (${mode})`, {
+            skip: tty || shape !== '0.169' ? 'once per server' : false,
+          }, async () => {
+            const W = fresh(s, 'ps');
+            chownTree(who, W);
+            const r = await runAgent(c, {
+              argv: [
+                '/bin/sh',
+                '-c',
+                'tr "\\0" " " < /proc/$SRV/cmdline; echo; echo PIDS $(ls /proc | grep -c "^[0-9]*$")',
+              ],
+              cwd: W,
+              tty,
+              env: { SRV: String(srv.pid) },
+              sandbox: sandboxParam(shape, { cwd: W }),
+            });
+            const pids = Number(/PIDS (\d+)/.exec(r.output)?.[1]);
+            if (backend === 'bwrap') {
+              // Its own pid namespace: none of the host's processes, the server's command line neither.
+              assert.ok(!r.output.includes('server-child'), r.output);
+              assert.ok(pids < 10, r.output);
+            } else {
+              // No pid namespace (README, the Landlock backend's limits): the host's process list and command lines
+              // are readable, as to any process of the user; their environment, memory, fds and signals are not.
+              assert.ok(r.output.includes('server-child'), r.output);
+              assert.ok(pids > 10, r.output);
+            }
+          });
+
+          test(`the host's SysV shared memory is out of reach (${mode})`, async () => {
+            const W = fresh(s, 'shm');
+            chownTree(who, W);
+            const secret = `shm-secret-${Math.random().toString(36).slice(2, 8)}`;
+            const owner =
+              who === 'nobody'
+                ? ['/usr/bin/setpriv', '--reuid=65534', '--regid=65534', '--clear-groups', '--']
+                : [];
+            const host = spawn(
+              owner[0] ?? PY,
+              [...owner.slice(1), ...(owner.length ? [PY] : []), '-c', SHM_HOLDER, secret],
+              {
+                stdio: ['ignore', 'pipe', 'inherit'],
+              },
+            );
+            let out = '';
+            host.stdout.setEncoding('utf8').on('data', (d: string) => {
+              out += d;
+            });
+            try {
+              await until(() => /SHMID \d+/.test(out), 10_000, 'the host segment');
+              const shmid = /SHMID (\d+)/.exec(out)![1]!;
+              const control = await runAgent(c, {
+                argv: [PY, '-c', SHM_READER, shmid],
+                cwd: W,
+                tty,
+                sandbox: null,
+              });
+              assert.ok(control.output.includes(secret), `the control must read it: ${control.output}`);
+              const r = await runAgent(c, {
+                argv: [PY, '-c', SHM_READER, shmid],
+                cwd: W,
+                tty,
+                sandbox: sandboxParam(shape, { cwd: W, network: 'enabled' }),
+              });
+              assert.match(r.output, /^shmat (EPERM|EINVAL)/m, r.output);
+              assert.ok(!r.output.includes(secret), r.output);
+            } finally {
+              host.kill('SIGTERM');
+            }
+          });
+        }
       }
-    }
-  });
-}
+    });
+  }

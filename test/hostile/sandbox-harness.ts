@@ -83,6 +83,8 @@ export interface ServerOptions {
   wrap?: string[];
   /** The server's sandbox options (PrepareOptions: fallback, acceptWeaker). */
   sandbox?: Record<string, unknown>;
+  /** More environment for the server. */
+  env?: Record<string, string>;
 }
 
 export interface HostileServer {
@@ -112,7 +114,7 @@ export async function startServer(o: ServerOptions): Promise<HostileServer> {
     stdio[Number(n)] = fd;
   }
   // No XDG_RUNTIME_DIR, no TMPDIR: the server's private files go to /tmp, as in the review.
-  const env: Record<string, string> = { PATH, HOME: o.who === 'nobody' ? '/tmp' : '/root' };
+  const env: Record<string, string> = { PATH, HOME: o.who === 'nobody' ? '/tmp' : '/root', ...o.env };
   const child = spawn(argv[0]!, argv.slice(1), { cwd: ROOT, env, stdio: stdio as never });
   let err = '';
   child.stderr!.setEncoding('utf8').on('data', (d: string) => {

@@ -79,9 +79,11 @@ function parseProxy(value: string): { url: URL; endpoint: ProxyEndpoint } | null
 
 /**
  * Finds the loopback proxy endpoints in `env` and rewrites the variables to the in-namespace forwarders (scheme,
- * credentials and path kept). Fails closed when there are none.
+ * credentials and path kept); with `forward` false (the Landlock backend: the sandbox shares the host's loopback) they
+ * keep pointing at the proxy. Either way every URL variable is set in both cases (curl reads only http_proxy for
+ * http:// URLs). Fails closed when there are none.
  */
-export function planManagedRoutes(env: Record<string, string>): ManagedRoutes {
+export function planManagedRoutes(env: Record<string, string>, forward = true): ManagedRoutes {
   const keys = Object.keys(env).filter((k) => PROXY_ENV_KEYS.includes(k.toUpperCase()));
   if (keys.length === 0 || keys.every((k) => !env[k]?.trim())) {
     throw new SandboxSetupError(
@@ -100,6 +102,11 @@ export function planManagedRoutes(env: Record<string, string>): ManagedRoutes {
     u.hostname = '127.0.0.1';
     u.port = String(FORWARD_BASE_PORT + i);
     const original = env[k]!.trim();
+    if (!forward) {
+      out[k] = original;
+      rewritten.set(k.toUpperCase(), original);
+      continue;
+    }
     let value = u.toString();
     if (!original.includes('://')) value = value.replace(/^http:\/\//, '');
     if (!/\/$/.test(original) && value.endsWith('/') && u.pathname === '/') value = value.slice(0, -1);

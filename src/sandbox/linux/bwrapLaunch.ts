@@ -1,0 +1,270 @@
+/** The bubblewrap backend: its plan (bwrap's arguments, fd slots, pins) and what a launch creates for it. */
+import type { ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync, writeSync } from 'node:fs';
+import os from 'node:os';
+import { join } from 'node:path';
+import type { LaunchSpec, PreparedLaunch } from '../../process/launch.js';
+import type { sandboxNative } from '../../process/spawner.js';
+import type { EffectiveSandbox } from '../effective.js';
+import { SandboxSetupError } from '../errors.js';
+import {
+  type FdSlot,
+  type HostFacts,
+  hideServerPaths,
+  type LaunchCommand,
+  type LaunchPlan,
+  linuxStart,
+  seccompFilter,
+} from '../launchPlan.js';
+import { isUnder, type ResolvedPolicy } from '../resolve.js';
+import { bwrapArgs } from './bwrapArgs.js';
+import {
+  closeQuietly,
+  FORWARD_BASE_PORT,
+  listenInSandboxNetns,
+  type ManagedRoutes,
+  planManagedRoutes,
+  readChildPid,
+  release,
+  startForwarder,
+  startHostBridges,
+} from './managedNet.js';
+import { acquireSyntheticTargets } from './mountTargets.js';
+import { guardArgv, hostPidOf, setupDone } from './pidGuard.js';
+import { sharedPrivateDir } from './privateDir.js';
+import type { SeccompMode } from './seccomp.js';
+import { watchSandbox } from './watchdog.js';
+
+/**
+ * Keeps every cgroup filesystem read-only inside the sandbox: with a writable root above it (e.g. `--bind / /`) a
+ * sandboxed process could otherwise raise its own pids/memory limits or move itself out of its cgroup. A writable
+ * root inside a cgroup mount is made read-only itself.
+ */
+function protectCgroupFs(r: ResolvedPolicy, mounts: string[]): void {
+  for (const w of r.writableRoots) {
+    for (const m of mounts) {
+      const path = isUnder(m, w.root) ? m : isUnder(w.root, m) ? w.root : null;
+      if (path !== null && !w.readOnlySubpaths.some((s) => s.path === path)) {
+        w.readOnlySubpaths.push({ path, access: 'read', state: 'dir' });
+      }
+    }
+  }
+}
+
+/** The bubblewrap launch: namespaces, mounts, the seccomp program on a pipe, the managed network's forwarders. */
+export function planBwrapLaunch(eff: EffectiveSandbox, cmd: LaunchCommand, host: HostFacts): LaunchPlan {
+  const summary: Record<string, unknown> = { sandbox: 'linux-seccomp' };
+  const start = linuxStart(eff, cmd, host, summary);
+  if ('mechanism' in start) return start;
+  const { arch, r, env } = start;
+  const managed = eff.enforceManagedNetwork;
+  if (host.hiddenPaths) hideServerPaths(r, host.hiddenPaths);
+  protectCgroupFs(r, host.cgroupMounts ?? []);
+  // Every sandbox has a filter: the network-enabled one denies only what no coding agent needs (seccomp.ts).
+  const mode: SeccompMode = managed
+    ? 'proxy-routed'
+    : eff.network === 'restricted'
+      ? 'restricted'
+      : 'network-enabled';
+  let routes: ManagedRoutes | undefined;
+  if (managed) {
+    routes = planManagedRoutes(cmd.spec.env);
+    Object.assign(env, routes.env);
+    if (eff.network === 'restricted') env.CODEX_SANDBOX_NETWORK_DISABLED = '1';
+  }
+  const pins = r.pinnedLinks;
+  // bwrap waits on its block fd while the server pins symlinks and/or sets up the managed network.
+  const fdSlots: FdSlot[] = managed || pins.length > 0 ? ['seccomp', 'info', 'block'] : ['seccomp'];
+  const fdOf = (s: FdSlot) => (fdSlots.includes(s) ? 3 + fdSlots.indexOf(s) : undefined);
+  const b = bwrapArgs(r, {
+    unshareNet: eff.network === 'restricted' || managed,
+    proc: host.bwrap.proc,
+    newSession: !cmd.tty,
+    chdir: cmd.spec.cwd,
+    file: cmd.spec.file,
+    args: cmd.spec.argv.slice(1),
+    argv0: cmd.spec.argv[0],
+    seccompFd: fdOf('seccomp'),
+    infoFd: fdOf('info'),
+    blockFd: fdOf('block'),
+    features: host.bwrap.features,
+    masks: host.masks,
+  });
+  summary.seccomp = mode;
+  summary.bwrap = host.bwrap.path;
+  summary.proc = host.bwrap.proc;
+  if (pins.length > 0) summary.pinnedSymlinks = pins;
+  if (host.masks.length > 0) summary.masked = host.masks;
+  if (b.argv0Ignored) summary.arg0 = 'ignored: bwrap < 0.9 has no --argv0';
+  if (routes) summary.proxyEndpoints = routes.endpoints.map((e) => `${e.host}:${e.port}`);
+  let argv = [host.bwrap.path, ...b.args];
+  const guard = host.euid === 0 && host.unshare !== undefined;
+  if (guard) argv = guardArgv(host.unshare!, argv, false);
+  else if (host.euid === 0)
+    summary.terminate = 'unshare not found: killing bwrap may leave the sandbox running';
+  const spec: LaunchSpec = {
+    file: argv[0]!,
+    argv,
+    env,
+    cwd: cmd.spec.cwd,
+    extraFds: fdSlots.map(() => null),
+    freshSessionKeyring: true,
+  };
+  return {
+    sandboxType: 'linuxSeccomp',
+    mechanism: 'bwrap',
+    spec,
+    summary,
+    fdSlots,
+    seccomp: { arch, mode, filter: seccompFilter(arch, mode) },
+    managed: routes,
+    pins: pins.length > 0 ? pins : undefined,
+    syntheticTargets: b.syntheticTargets,
+    pidGuard: guard,
+  };
+}
+
+/** The pipe that carries `filter` to bwrap: the whole program is written (it fits the pipe buffer) and the write end closed. */
+function filterPipe(native: NonNullable<typeof sandboxNative>, filter: Buffer): number {
+  const [r, w] = native.pipe();
+  try {
+    if (writeSync(w, filter) !== filter.length) throw new Error('short write of the seccomp program');
+  } catch (e) {
+    closeQuietly(r);
+    throw e;
+  } finally {
+    closeQuietly(w);
+  }
+  return r;
+}
+
+/** Creates what a bwrap launch needs: the setup pipes, synthetic mount targets, the managed network after spawn. */
+export function materializeBwrap(
+  plan: LaunchPlan,
+  native: NonNullable<typeof sandboxNative>,
+): PreparedLaunch {
+  /** Our copies of the child's ends: closed once the child has them (afterSpawn) or on cleanup. */
+  const childEnds: number[] = [];
+  let dir: string | undefined;
+  let releaseTargets: (() => void) | undefined;
+  let bridges: { close(): void } | undefined;
+  let forwarder: ChildProcess | undefined;
+  let pidReader: { promise: Promise<number>; cancel(): void } | undefined;
+  let blockFd: number | undefined;
+  let cleaned = false;
+  let unwatch: (() => void) | undefined;
+  const closeChildEnds = () => {
+    for (const fd of childEnds.splice(0)) closeQuietly(fd);
+  };
+  const cleanup = () => {
+    if (cleaned) return;
+    cleaned = true;
+    unwatch?.();
+    pidReader?.cancel();
+    closeChildEnds();
+    closeQuietly(blockFd);
+    blockFd = undefined;
+    if (forwarder && forwarder.exitCode === null) forwarder.kill('SIGKILL');
+    bridges?.close();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+    releaseTargets?.();
+  };
+  try {
+    const slotFds: Partial<Record<FdSlot, number>> = {};
+    slotFds.seccomp = filterPipe(native, plan.seccomp!.filter);
+    childEnds.push(slotFds.seccomp);
+    if (plan.fdSlots.includes('info')) {
+      const [infoR, infoW] = native.pipe();
+      childEnds.push(infoW);
+      slotFds.info = infoW;
+      // Read from now on: nothing bwrap writes is lost, and our read end stays open until cleanup (bwrap writes its
+      // JSON in several writes; a closed reader would kill it with SIGPIPE).
+      pidReader = readChildPid(infoR, 15_000);
+      pidReader.promise.catch(() => {});
+      const [blockR, blockW] = native.pipe();
+      childEnds.push(blockR);
+      slotFds.block = blockR;
+      blockFd = blockW;
+    }
+    const spec: LaunchSpec = { ...plan.spec, extraFds: plan.fdSlots.map((s) => slotFds[s]!) };
+    releaseTargets = acquireSyntheticTargets(plan.syntheticTargets);
+    const managed = plan.managed;
+    const pins = plan.pins;
+    const prepared: PreparedLaunch = {
+      spec,
+      sandboxType: plan.sandboxType,
+      summary: plan.summary,
+      cleanup,
+      async afterSpawn(pid: number) {
+        closeChildEnds();
+        if (!cleaned) unwatch = watchSandbox(pid);
+        if (!managed && !pins) return;
+        let nsPid = await pidReader!.promise;
+        if (plan.pidGuard) {
+          const hostPid = hostPidOf(pid, nsPid);
+          if (hostPid === undefined)
+            throw new SandboxSetupError('sandbox setup: cannot find the sandbox process');
+          nsPid = hostPid;
+        }
+        if (cleaned) throw new SandboxSetupError('sandbox setup: the process exited during setup');
+        if (pins) {
+          await setupDone(nsPid, 15_000).catch((e: Error) => {
+            throw new SandboxSetupError(`sandbox setup: ${e.message}`);
+          });
+          if (cleaned) throw new SandboxSetupError('sandbox setup: the process exited during setup');
+          pinSymlinks(native, nsPid, pins);
+        }
+        if (managed) await setUpManagedNetwork(nsPid, managed);
+        if (cleaned) throw new SandboxSetupError('sandbox setup: the process exited during setup');
+        release(blockFd!); // bwrap execs the command
+      },
+    };
+    // Managed network: listeners made inside the sandbox's network namespace by the addon; else (the namespace
+    // cannot be entered, or CORRAL_SANDBOX_FORWARDER=1) a forwarder process in the namespace and a unix-socket
+    // bridge in the private directory (masked in every sandbox).
+    const setUpManagedNetwork = async (nsPid: number, routes: ManagedRoutes) => {
+      let direct: { close(): void } | null = null;
+      if (process.env.CORRAL_SANDBOX_FORWARDER !== '1') {
+        try {
+          direct = listenInSandboxNetns(nsPid, routes.endpoints);
+        } catch {
+          direct = null;
+        }
+      }
+      if (direct) {
+        bridges = direct;
+        return;
+      }
+      dir = mkdtempSync(join(sharedPrivateDir(), 'launch-'));
+      const bridge = await startHostBridges(dir, routes.endpoints);
+      bridges = bridge;
+      if (cleaned) throw new SandboxSetupError('managed network: the process exited during setup');
+      forwarder = await startForwarder(
+        nsPid,
+        bridge.sockets.map((sock, i) => ({ sock, port: FORWARD_BASE_PORT + i })),
+      );
+      if (cleaned) {
+        forwarder.kill('SIGKILL');
+        throw new SandboxSetupError('managed network: the process exited during setup');
+      }
+    };
+    return prepared;
+  } catch (e) {
+    cleanup();
+    if (e instanceof SandboxSetupError) throw e;
+    throw new SandboxSetupError(`sandbox setup failed: ${(e as Error).message}`);
+  }
+}
+
+/** Pins the plan's symlinks in the sandbox of `pid` (bwrap holds it on its block fd); a failure refuses the start. */
+function pinSymlinks(native: NonNullable<typeof sandboxNative>, pid: number, pins: string[]): void {
+  try {
+    native.pinSymlinks(pid, pins);
+  } catch (e) {
+    const err = e as Error & { errno?: number };
+    const why = err.errno === os.constants.errno.ENOLINK ? 'it is no longer a symbolic link' : err.message;
+    throw new SandboxSetupError(
+      `cannot pin the symbolic link a protected path goes through (${why}): a link in a writable root could be replaced, so the command was not started`,
+    );
+  }
+}

@@ -95,8 +95,15 @@ static bool get_array(napi_env env, napi_value v, uint32_t *n, uint32_t max) {
 
 // One path_beneath rule; 0 when added or deliberately skipped, else an errno value.
 static int add_path_rule(int ruleset, const char *path, uint64_t rights) {
-  int fd = open(path, O_PATH | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) return errno == ENOENT || errno == ENOTDIR || errno == EACCES ? 0 : errno;
+  // The plan's paths are canonical: a symlink on the way was put there since (by a sandbox, in a writable root) and
+  // would move the rule elsewhere. RESOLVE_NO_SYMLINKS fails with ELOOP then; a trailing symlink opens as itself.
+  struct {
+    uint64_t flags, mode, resolve;
+  } how = {O_PATH | O_CLOEXEC | O_NOFOLLOW, 0, 0x04 /* RESOLVE_NO_SYMLINKS */};
+  int fd = (int)syscall(437 /* openat2, the same number on every architecture */, AT_FDCWD, path, &how, sizeof how);
+  if (fd < 0 && errno == ENOSYS) fd = open(path, O_PATH | O_CLOEXEC | O_NOFOLLOW);  // Linux < 5.6
+  // Not there (or no longer reachable without a symlink): no rule, which grants nothing.
+  if (fd < 0) return errno == ENOENT || errno == ENOTDIR || errno == EACCES || errno == ELOOP ? 0 : errno;
   struct stat st;
   int err = 0;
   if (fstat(fd, &st) < 0) err = errno;

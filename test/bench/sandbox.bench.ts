@@ -4,8 +4,9 @@
  * close, cleanup. Against: the same unsandboxed, bwrap alone, and the sandboxed launch through child_process (the
  * fallback spawner, which runs the root pid-namespace guard as `unshare … sh … bwrap`, see
  * src/sandbox/linux/pidGuard.ts; the native spawner clones the guard's init itself). The workspace has no .codex,
- * so each run also creates and removes the synthetic mount target. Variants alternate run by run, so machine load
- * hits them alike.
+ * so each run also creates and removes the synthetic mount target. The Landlock rows: the same policy with
+ * `useLegacyLandlock` (issue 17: no namespaces; the ruleset is built per start and the child confines itself before
+ * exec). Variants alternate run by run, so machine load hits them alike.
  */
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
@@ -72,7 +73,7 @@ export async function run(): Promise<BenchRow[]> {
   const W = join(root, 'ws');
   mkdirSync(join(W, '.git'), { recursive: true });
   try {
-    const parsed = parseSandboxParam({
+    const param = (useLegacyLandlock: boolean) => ({
       sandbox: 'linux-seccomp',
       policy: {
         type: 'workspace-write',
@@ -94,21 +95,29 @@ export async function run(): Promise<BenchRow[]> {
       enforceManagedNetwork: false,
       windowsSandboxLevel: 'disabled',
       windowsSandboxPrivateDesktop: false,
-      useLegacyLandlock: false,
+      useLegacyLandlock,
     });
-    if (!parsed.success) throw parsed.error;
-    const sb = parsed.data as ParsedSandbox;
-    const spec: LaunchSpec = { file: '/bin/true', argv: ['true'], env: { PATH: '/usr/bin:/bin' }, cwd: W };
-    const sandboxedWith = (kind: SpawnerKind) => async () => {
-      const p = await prepareLaunch(sb, { spec, tty: false });
-      try {
-        if ((await runSpec(p.spec, kind, p.afterSpawn?.bind(p))) !== 0)
-          throw new Error('sandboxed true failed');
-      } finally {
-        p.cleanup();
-      }
+    const parse = (useLegacyLandlock: boolean) => {
+      const parsed = parseSandboxParam(param(useLegacyLandlock));
+      if (!parsed.success) throw parsed.error;
+      return parsed.data as ParsedSandbox;
     };
+    const sb = parse(false);
+    const sbLandlock = parse(true);
+    const spec: LaunchSpec = { file: '/bin/true', argv: ['true'], env: { PATH: '/usr/bin:/bin' }, cwd: W };
+    const sandboxedWith =
+      (kind: SpawnerKind, with_ = sb) =>
+      async () => {
+        const p = await prepareLaunch(with_, { spec, tty: false });
+        try {
+          if ((await runSpec(p.spec, kind, p.afterSpawn?.bind(p))) !== 0)
+            throw new Error('sandboxed true failed');
+        } finally {
+          p.cleanup();
+        }
+      };
     const sandboxed = sandboxedWith(spawnerKind);
+    const landlocked = sandboxedWith(spawnerKind, sbLandlock);
     // Managed network (enforceManagedNetwork): the proxy variables are rewritten to an endpoint inside the sandbox's
     // network namespace; `true` never connects, so nothing needs to listen on the host port. forwarder: the fallback
     // path (a node process entered into the namespace and a unix-socket bridge) for comparison.
@@ -128,6 +137,7 @@ export async function run(): Promise<BenchRow[]> {
       }
     };
     await sandboxed(); // probe bwrap once (cached for the process, as in the server)
+    await landlocked(); // fails here, not in the middle of the runs, where Landlock is missing
     const bwrapOnly: LaunchSpec = {
       file: '/usr/bin/bwrap',
       argv: [
@@ -150,21 +160,26 @@ export async function run(): Promise<BenchRow[]> {
       env: spec.env,
       cwd: W,
     };
-    const [tSandboxed, tPlain, tBwrap, tViaNode, prepOnly, tManaged, tForwarder] = await measureAlternating([
-      sandboxed,
-      async () => {
-        await runSpec(spec, spawnerKind);
-      },
-      async () => {
-        await runSpec(bwrapOnly, spawnerKind);
-      },
-      sandboxedWith('node'),
-      async () => {
-        (await prepareLaunch(sb, { spec, tty: false })).cleanup();
-      },
-      managedWith(false),
-      managedWith(true),
-    ]);
+    const [tSandboxed, tPlain, tBwrap, tViaNode, prepOnly, tManaged, tForwarder, tLandlock, prepLandlock] =
+      await measureAlternating([
+        sandboxed,
+        async () => {
+          await runSpec(spec, spawnerKind);
+        },
+        async () => {
+          await runSpec(bwrapOnly, spawnerKind);
+        },
+        sandboxedWith('node'),
+        async () => {
+          (await prepareLaunch(sb, { spec, tty: false })).cleanup();
+        },
+        managedWith(false),
+        managedWith(true),
+        landlocked,
+        async () => {
+          (await prepareLaunch(sbLandlock, { spec, tty: false })).cleanup();
+        },
+      ]);
     return [
       {
         section: 'sandbox',
@@ -178,6 +193,21 @@ export async function run(): Promise<BenchRow[]> {
         section: 'sandbox',
         metric: 'start→exit `true`, sandboxed p90',
         corral: pct(tSandboxed, 90),
+        reference: pct(tPlain, 90),
+        unit: 'ms',
+      },
+      {
+        section: 'sandbox',
+        metric: `start→exit \`true\`, Landlock-sandboxed p50 (${spawnerKind} spawner; ref: unsandboxed)`,
+        corral: pct(tLandlock, 50),
+        reference: pct(tPlain, 50),
+        unit: 'ms',
+        target: '≤ 2.5 ms',
+      },
+      {
+        section: 'sandbox',
+        metric: 'start→exit `true`, Landlock-sandboxed p90',
+        corral: pct(tLandlock, 90),
         reference: pct(tPlain, 90),
         unit: 'ms',
       },
@@ -210,6 +240,12 @@ export async function run(): Promise<BenchRow[]> {
         section: 'sandbox',
         metric: 'prepareLaunch alone p50 (resolve, BPF, argv)',
         corral: pct(prepOnly, 50),
+        unit: 'ms',
+      },
+      {
+        section: 'sandbox',
+        metric: '  Landlock: prepareLaunch alone p50 (resolve, decomposition, BPF, ruleset)',
+        corral: pct(prepLandlock, 50),
         unit: 'ms',
       },
     ];

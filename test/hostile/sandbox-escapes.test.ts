@@ -16,6 +16,7 @@ import {
   readdirSync,
   readFileSync,
   readlinkSync,
+  renameSync,
   statSync,
   symlinkSync,
   utimesSync,
@@ -772,6 +773,36 @@ for (const backend of BACKENDS)
               assert.ok(r.output.includes('server-child'), r.output);
               assert.ok(pids > 10, r.output);
             }
+          });
+
+          test(`a directory moved out from under the workspace takes no write access with it (${mode})`, async () => {
+            // The Landlock backend reuses a ruleset for the same rules, and a rule follows the inode its path named:
+            // after the host moves W/sub out (to OUT) and makes a new W/sub, a reused ruleset would still let the
+            // sandbox write the old one, now outside every writable root.
+            const W = fresh(s, 'moved');
+            s.mk(`${W.slice(s.root.length + 1)}/.git`);
+            s.mk(`${W.slice(s.root.length + 1)}/sub`);
+            const moved = join(fresh(s, 'moved-out'), 'sub');
+            chownTree(who, W);
+            const sandbox = sandboxParam(shape, { cwd: W });
+            const write = (target: string) =>
+              runAgent(c, {
+                argv: ['/bin/sh', '-c', `echo x > "${target}" && echo WROTE; true`],
+                cwd: W,
+                tty,
+                sandbox,
+              });
+            for (let i = 0; i < 2; i++) assert.match((await write(join(W, 'sub', `a${i}`))).output, /WROTE/);
+            renameSync(join(W, 'sub'), moved);
+            s.mk(`${W.slice(s.root.length + 1)}/sub`);
+            chownTree(who, join(W, 'sub'));
+            const out = await write(join(moved, 'b'));
+            assert.ok(!exists(join(moved, 'b')), `wrote through a stale rule\n${out.output}`);
+            assert.match(
+              (await write(join(W, 'sub', 'c'))).output,
+              /WROTE/,
+              'the new W/sub must be writable',
+            );
           });
 
           test(`the host's SysV shared memory is out of reach (${mode})`, async () => {

@@ -1,8 +1,8 @@
 /** The Landlock backend's launch: its plan (linux/landlock.ts) from a resolved policy, and the ruleset it builds. */
-import { execFile } from 'node:child_process';
-import { mkdtempSync, realpathSync, rmdirSync } from 'node:fs';
+import { lstatSync, mkdtempSync, realpathSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { PreparedLaunch } from '../../process/launch.js';
+import { formatTag, ownTag, sweepStaleDirs } from '../../process/serverTag.js';
 import type { EffectiveSandbox } from '../effective.js';
 import { SandboxSetupError } from '../errors.js';
 import {
@@ -13,7 +13,7 @@ import {
   seccompFilter,
 } from '../launchPlan.js';
 import { planLandlock, WRITE } from './landlock.js';
-import { buildRuleset, closeRuleset } from './landlockNative.js';
+import { buildRuleset, closeRuleset, type RulesetSpec } from './landlockNative.js';
 import { planManagedRoutes } from './managedNet.js';
 
 /** The server's own paths no sandbox may read (existing, canonical), with what each is. */
@@ -100,43 +100,112 @@ export function planLandlockLaunch(
   };
 }
 
-/** Removes a private TMPDIR: rmdir when the command left it empty, else `rm -rf`, which never follows a symlink. */
-function removePrivateTmp(dir: string): void {
-  try {
-    rmdirSync(dir);
-  } catch {
-    execFile('/bin/rm', ['-rf', '--', dir], { timeout: 60_000 }, () => {});
-  }
+const TMP_PREFIX = 'corral-tmp-';
+/** Per temp root: the private TMPDIR of this server's Landlock sandboxes. */
+const privateTmps = new Map<string, string>();
+
+/**
+ * The private TMPDIR in `root` (a frozen temp root, see landlock.ts) for this server's Landlock sandboxes: one per
+ * server, as bwrap's sandboxes share the host's /tmp; removed when the server exits, and by the next server when it
+ * was killed (its name carries the server's tag). The same for every start, so their rulesets are the same too.
+ */
+function privateTmpIn(root: string): string {
+  const known = privateTmps.get(root);
+  if (known) return known;
+  sweepStaleDirs(root, TMP_PREFIX);
+  const made = mkdtempSync(join(root, `${TMP_PREFIX}${formatTag(ownTag())}-`));
+  privateTmps.set(root, made);
+  process.once('exit', () => {
+    try {
+      rmSync(made, { recursive: true, force: true });
+    } catch {
+      // a sandbox left something we cannot remove: the next server's sweep tries again
+    }
+  });
+  return made;
 }
 
 /**
- * The Landlock launch: the ruleset is built here (its fd goes to the child, which applies it before exec, then is
- * closed), with a private TMPDIR when the temp root's top level is frozen (see landlock.ts).
+ * A built ruleset, kept for the next start with the same rules (an agent's commands come one after another under one
+ * policy): building one opens every rule's path (hundreds where a temp root is decomposed). Landlock binds a rule to
+ * the inode its path named when the rule was added, and the ruleset holds that inode, so its number cannot be reused:
+ * a path that still names the same (dev, ino) means the same rule. Any path that names another inode (or appeared, or
+ * went) makes the start build a new ruleset.
+ */
+interface CachedRuleset {
+  key: string;
+  fd: number;
+  /** `dev:ino` of each rule's path (`-` where missing) when the ruleset was built. */
+  inodes: string[];
+  /** Launches that may still pass the fd to a child. */
+  users: number;
+  evicted: boolean;
+}
+const rulesets: CachedRuleset[] = [];
+const MAX_RULESETS = 4;
+
+function inodesOf(paths: string[]): string[] {
+  return paths.map((p) => {
+    const st = lstatSync(p, { throwIfNoEntry: false });
+    return st ? `${st.dev}:${st.ino}` : '-';
+  });
+}
+
+function releaseRuleset(c: CachedRuleset): void {
+  c.users--;
+  if (c.evicted && c.users === 0) closeRuleset(c.fd);
+}
+
+function evict(c: CachedRuleset): void {
+  const i = rulesets.indexOf(c);
+  if (i >= 0) rulesets.splice(i, 1);
+  c.evicted = true;
+  if (c.users === 0) closeRuleset(c.fd);
+}
+
+/** The ruleset for `spec`: the cached one when every rule's path names the inode it named, else a new one. */
+function acquireRuleset(spec: RulesetSpec): { ruleset: CachedRuleset; cached: boolean } {
+  const key = JSON.stringify(spec);
+  const paths = spec.rules.map((r) => r.path);
+  const hit = rulesets.find((c) => c.key === key);
+  if (hit) {
+    const now = inodesOf(paths);
+    if (now.every((v, i) => v === hit.inodes[i])) {
+      hit.users++;
+      return { ruleset: hit, cached: true };
+    }
+    evict(hit);
+  }
+  // Inodes first: a change between them and the build shows at the next start.
+  const inodes = inodesOf(paths);
+  const ruleset: CachedRuleset = { key, fd: buildRuleset(spec), inodes, users: 1, evicted: false };
+  rulesets.unshift(ruleset);
+  while (rulesets.length > MAX_RULESETS) evict(rulesets[rulesets.length - 1]!);
+  return { ruleset, cached: false };
+}
+
+/**
+ * The Landlock launch: the ruleset (built, or the last one for the same rules) goes to the child, which applies it
+ * before exec; with a private TMPDIR when the temp root's top level is frozen (see landlock.ts).
  */
 export function materializeLandlock(plan: LaunchPlan): PreparedLaunch {
   const ll = plan.landlock!;
-  let tmp: string | undefined;
-  let fd = -1;
-  const closeFd = () => {
-    if (fd >= 0) closeRuleset(fd);
-    fd = -1;
-  };
-  let cleaned = false;
-  const cleanup = () => {
-    if (cleaned) return;
-    cleaned = true;
-    closeFd();
-    if (tmp) removePrivateTmp(tmp);
+  let held: CachedRuleset | undefined;
+  const release = () => {
+    if (held) releaseRuleset(held);
+    held = undefined;
   };
   let env = plan.spec.env;
+  let tmp: string | undefined;
+  let got: { ruleset: CachedRuleset; cached: boolean };
   try {
     const rules = [...ll.rules];
     if (ll.privateTmpIn) {
-      tmp = mkdtempSync(join(ll.privateTmpIn, 'corral-tmp-'));
+      tmp = privateTmpIn(ll.privateTmpIn);
       rules.push({ path: tmp, rights: WRITE });
       env = { ...env, TMPDIR: tmp };
     }
-    fd = buildRuleset({
+    got = acquireRuleset({
       handledFs: ll.handledFs,
       handledNet: ll.handledNet,
       scoped: ll.scoped,
@@ -144,16 +213,20 @@ export function materializeLandlock(plan: LaunchPlan): PreparedLaunch {
       connectPorts: ll.connectPorts,
     });
   } catch (e) {
-    cleanup();
     throw new SandboxSetupError(`landlock sandbox: cannot build the ruleset: ${(e as Error).message}`);
   }
-  const summary = tmp ? { ...plan.summary, tmpdir: tmp } : plan.summary;
+  held = got.ruleset;
+  const summary = {
+    ...plan.summary,
+    landlockRuleset: got.cached ? 'reused' : 'built',
+    ...(tmp ? { tmpdir: tmp } : {}),
+  };
   return {
     spec: {
       ...plan.spec,
       env,
       confine: {
-        rulesetFd: fd,
+        rulesetFd: got.ruleset.fd,
         seccomp: plan.seccomp!.filter,
         ...(ll.restrictFlags ? { flags: ll.restrictFlags } : {}),
       },
@@ -162,8 +235,8 @@ export function materializeLandlock(plan: LaunchPlan): PreparedLaunch {
     summary,
     ...(plan.guarantees ? { guarantees: plan.guarantees } : {}),
     async afterSpawn() {
-      closeFd(); // the child has its copy
+      release(); // the child has its copy
     },
-    cleanup,
+    cleanup: release,
   };
 }

@@ -1,0 +1,96 @@
+/**
+ * The Landlock ruleset builder (src/process/native/landlock.c) applied by a real child (confine.c): a rule lands on
+ * the path the plan named, never on what a symlink put on the way since planning points at.
+ */
+import assert from 'node:assert/strict';
+import { existsSync, mkdirSync, mkdtempSync, realpathSync, rmSync, symlinkSync } from 'node:fs';
+import os from 'node:os';
+import { join } from 'node:path';
+import { after, test } from 'node:test';
+import type { LaunchSpec } from '../../src/process/launch.js';
+import { spawnPiped } from '../../src/process/spawner.js';
+import { buildSeccompFilter } from '../../src/sandbox/index.js';
+import { handledFs, READ, WRITE } from '../../src/sandbox/linux/landlock.js';
+import { buildRuleset, closeRuleset, landlockSupport } from '../../src/sandbox/linux/landlockNative.js';
+import { hostSeccompArch } from '../../src/sandbox/linux/seccomp.js';
+
+const support = landlockSupport();
+const root = realpathSync(mkdtempSync(join(os.tmpdir(), 'corral-ll-ruleset-')));
+after(() => rmSync(root, { recursive: true, force: true }));
+
+function runConfined(rules: { path: string; rights: number }[], script: string): Promise<string> {
+  const fd = buildRuleset({
+    handledFs: handledFs(support.abi),
+    handledNet: 0,
+    scoped: 0,
+    rules,
+    connectPorts: [],
+  });
+  const spec: LaunchSpec = {
+    file: '/bin/sh',
+    argv: ['sh', '-c', script],
+    env: { PATH: '/usr/bin:/bin' },
+    cwd: '/',
+    confine: {
+      rulesetFd: fd,
+      seccomp: buildSeccompFilter(hostSeccompArch(os.arch(), os.machine()), 'network-enabled'),
+    },
+  };
+  return new Promise((resolve, reject) => {
+    let c: ReturnType<typeof spawnPiped>;
+    try {
+      c = spawnPiped(spec, { stdin: 'null' });
+    } catch (e) {
+      closeRuleset(fd);
+      reject(e);
+      return;
+    }
+    closeRuleset(fd);
+    let out = '';
+    let open = 2;
+    let code: number | undefined;
+    const done = () => open === 0 && code !== undefined && resolve(`${out}exit ${code}`);
+    for (const s of [c.stdout, c.stderr]) {
+      s.on('data', (d: Buffer) => {
+        out += d.toString();
+      });
+      s.on('close', () => {
+        open--;
+        done();
+      });
+    }
+    c.onExit((exitCode) => {
+      code = exitCode;
+      done();
+    });
+  });
+}
+
+test('a rule whose path goes through a symlink is not placed (no write reaches the link target)', {
+  skip: support.abi === 0 ? `no Landlock here: ${support.missing}` : false,
+}, async () => {
+  const real = join(root, 'outside');
+  mkdirSync(join(real, 'sub'), { recursive: true });
+  mkdirSync(join(root, 'ws', 'sub'), { recursive: true });
+  // Control: the rule on the real path grants the write.
+  const ok = await runConfined(
+    [
+      { path: '/', rights: READ },
+      { path: join(root, 'ws', 'sub'), rights: WRITE },
+    ],
+    `echo x > ${join(root, 'ws', 'sub', 'a')} && echo WROTE`,
+  );
+  assert.match(ok, /WROTE/, ok);
+  // The plan named ws/sub; since, ws became a symlink to outside (a sandbox could do that in a writable root).
+  rmSync(join(root, 'ws'), { recursive: true });
+  symlinkSync(real, join(root, 'ws'));
+  const out = await runConfined(
+    [
+      { path: '/', rights: READ },
+      { path: join(root, 'ws', 'sub'), rights: WRITE },
+    ],
+    `echo x > ${join(real, 'sub', 'b')} && echo WROTE`,
+  );
+  assert.ok(!existsSync(join(real, 'sub', 'b')), `the rule followed the symlink: ${out}`);
+  assert.doesNotMatch(out, /WROTE/);
+});

@@ -1,7 +1,7 @@
 /**
  * The cgroups of whole servers (src/process/cgroup.ts) and what a server leaves behind: a SIGKILLed server takes its
  * commands' descendants along (tty `nohup` children, `setsid` escapes: the group watchdog), leaves no cgroups, and
- * what a dead server did leave (cgroups, private directories in TMPDIR) is removed by the next server, never a live
+ * what a dead server did leave (cgroups, its private directory) is removed by the next server, never a live
  * server's and never anything planted through a symlink. A fork bomb of an unprivileged server (uid 65534, its own
  * delegated cgroup, RLIMIT_NPROC 300) no longer takes the uid's whole process budget. Without a usable cgroup the
  * server says so and refuses per-start limits.
@@ -129,7 +129,9 @@ describe('servers that die', () => {
   let env: NodeJS.ProcessEnv;
   before(() => {
     tmp = mkdtempSync('/var/tmp/corral-cg-it-');
-    env = { ...process.env, TMPDIR: tmp, XDG_RUNTIME_DIR: '' };
+    // The server's private directory goes to $XDG_RUNTIME_DIR (without it /dev/shm, never a temp dir a sandbox may
+    // write): here, into tmp.
+    env = { ...process.env, TMPDIR: tmp, XDG_RUNTIME_DIR: tmp };
   });
   after(() => rmSync(tmp, { recursive: true, force: true }));
 

@@ -216,6 +216,30 @@ describe('panel in a browser against the headless host', () => {
     await browser.screenshot('process-detail-sandboxed');
   });
 
+  test('a Landlock-sandboxed process says so in its badge; the host info shows the doctor report', async () => {
+    const page = browser.page;
+    await page.click('button[data-view="processes"]');
+    await agent.request('process/start', {
+      processId: 'agent-landlock',
+      argv: ['/bin/sh', '-c', 'exec sleep 300'],
+      cwd: dir.path,
+      env: { PATH: '/usr/bin:/bin' },
+      tty: false,
+      sandbox: { ...workspaceWrite(dir.path), useLegacyLandlock: true },
+    });
+    const extra = page.locator('tr[data-process-id="agent-landlock"] [data-badge-extra="landlock"]');
+    await extra.waitFor();
+    assert.equal(await visibleText(extra), 'landlock');
+    assert.match((await extra.getAttribute('title')) ?? '', /every policy element held exactly/);
+    const doctor = page.locator('#side-foot details.doctor');
+    await doctor.waitFor();
+    assert.match((await doctor.locator('summary').textContent()) ?? '', /^doctor: /);
+    assert.equal(
+      await doctor.locator('[data-policy="useLegacyLandlock (workspace-write)"]').textContent(),
+      'useLegacyLandlock (workspace-write): landlock',
+    );
+  });
+
   test('the panel says what bounds each command, and marks a process that hit its limit', async () => {
     const page = browser.page;
     const limits = host.server.resourceLimits;

@@ -1,6 +1,7 @@
 // The Corral panel: processes, network, policy debugger and a run form, over the one client API.
 import '@xterm/xterm/css/xterm.css';
 import './styles.css';
+import type { DoctorReport } from '../src/protocol/doctor.js';
 import { Connection } from './client.js';
 import { fmtBytes, h, replace } from './dom.js';
 import { type HostInfo, Store } from './store.js';
@@ -84,6 +85,14 @@ const conn = new Connection({
     store.info = info;
     store.loadSnapshot(snapshot);
     store.emit('info');
+    // The doctor report takes a few sandboxed starts the first time: it comes when it comes.
+    api.request('host/doctor', {}).then(
+      (d) => {
+        store.doctor = d;
+        store.emit('info');
+      },
+      () => {},
+    );
     // Network approvals: the prompt stack over every view (issue 7).
     await (views.approvals as ApprovalsView).subscribe(api);
   },
@@ -195,7 +204,7 @@ function renderConnectBox(): void {
 }
 
 /** The host's `corral doctor` report, folded: which sandbox each policy gets, and what is missing with its fix. */
-function doctorSummary(d: HostInfo['doctor']): HTMLElement | null {
+function doctorSummary(d: DoctorReport | null): HTMLElement | null {
   if (!d) return null;
   const missing = d.checks.filter((c) => c.status === 'missing');
   return h(
@@ -273,7 +282,7 @@ function boot(): void {
             ? h('div', { class: 'small', title: store.info.logFile }, 'log: ', store.info.logFile)
             : null,
           limitsLine(store.info),
-          doctorSummary(store.info.doctor),
+          doctorSummary(store.doctor),
         );
       }
     }

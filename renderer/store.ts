@@ -2,6 +2,7 @@
 // only: a notification updates the tables at once and says what changed; views render at most once per frame.
 
 // host/info: one definition, in src/protocol.
+import type { DoctorReport } from '../src/protocol/doctor.js';
 import type { HostInfo } from '../src/protocol/host.js';
 import type {
   DroppedCounts,
@@ -50,6 +51,8 @@ export class Store {
   networkWired = false;
   previewWired = false;
   info: HostInfo | null = null;
+  /** host/doctor, once it has answered. */
+  doctor: DoctorReport | null = null;
   /** The panel's own session (sessionKey). */
   selfSession: string | null = null;
   /** Clock offset: server time − local time at snapshot. */

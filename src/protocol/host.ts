@@ -1,6 +1,5 @@
 /** Wire shape of `host/info` (panel connections): what the panel's "Connect an agent" box shows. Pure. */
 import { z } from 'zod';
-import { DoctorReport } from './doctor.js';
 
 /** What bounds each command (src/process/cgroup.ts), or why nothing does. */
 export const ResourceLimitsInfo = z.object({
@@ -30,7 +29,5 @@ export const HostInfo = z.object({
   platform: z.string(),
   version: z.string(),
   resourceLimits: ResourceLimitsInfo,
-  /** What this machine can sandbox (`corral doctor`); absent from older hosts. @corral */
-  doctor: DoctorReport.nullable().optional(),
 });
 export type HostInfo = z.infer<typeof HostInfo>;

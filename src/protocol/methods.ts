@@ -15,6 +15,7 @@
 import { z } from 'zod';
 import * as approvals from './approvals.js';
 import * as audit from './audit.js';
+import { DoctorReport } from './doctor.js';
 import * as exec from './exec.js';
 import * as fleet from './fleet.js';
 import * as fs from './fs.js';
@@ -303,6 +304,13 @@ export const METHODS = {
     'HostInfoParams',
     HostInfo,
     'The URLs, mode and version of the Corral host serving this connection.',
+  ),
+  'host/doctor': method(
+    'panel',
+    IgnoredParams,
+    'HostDoctorParams',
+    DoctorReport,
+    'What this machine can sandbox (`corral doctor`, with this server’s sandbox options): made once, on the first call (a few sandboxed starts of /bin/true), then the same report.',
   ),
 } as const satisfies Record<string, MethodSpec>;
 

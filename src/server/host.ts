@@ -274,7 +274,7 @@ export async function startHost(opts: HostOptions = {}): Promise<Host> {
   const base = `http://${hostForUrl}:${listener.port}`;
   const execUrl = `${listener.url}/?token=${encodeURIComponent(tokens.agent)}`;
   const panelUrl = panelDir ? `${base}/panel/#token=${encodeURIComponent(tokens.panel)}` : null;
-  const info: Omit<HostInfo, 'doctor'> = {
+  const info: HostInfo = {
     execUrl,
     panelUrl,
     logFile: opts.logFile ?? null,
@@ -284,14 +284,17 @@ export async function startHost(opts: HostOptions = {}): Promise<Host> {
     version: VERSION,
     resourceLimits: server.resourceLimits,
   };
-  // Made once, on the first host/info (a few sandboxed starts of /bin/true with this server's sandbox options).
-  let doctor: Promise<DoctorReport | null> | null = null;
-  server.handle('host/info', async () => {
+  server.handle('host/info', () => info);
+  // Made once, on the first host/doctor (a few sandboxed starts of /bin/true with this server's sandbox options): its
+  // own method, so that host/info never waits for it.
+  let doctor: Promise<DoctorReport> | null = null;
+  server.handle('host/doctor', () => {
     doctor ??= doctorReport(launcher?.sandbox).catch((e: Error) => {
+      doctor = null; // the next call tries again
       log.warn(`doctor: ${e.message}`);
-      return null;
+      throw e;
     });
-    return { ...info, doctor: await doctor } satisfies HostInfo;
+    return doctor;
   });
   let stopped: Promise<void> | null = null;
   const ipcServers: IpcServer[] = [];

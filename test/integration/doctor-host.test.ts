@@ -1,11 +1,11 @@
 /**
- * `corral doctor` in the host's `host/info` (what the panel's host info shows): the report is there for a panel
+ * `corral doctor` as the host's `host/doctor` (what the panel's host info shows): the report is there for a panel
  * connection, made with this server's sandbox options, and matches the protocol's schema. The namespace-less
  * environments are in landlock-fallback.test.ts (the CLI there); this one is the host as it runs here.
  */
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { HostInfo } from '../../src/protocol/host.js';
+import { DoctorReport } from '../../src/protocol/doctor.js';
 import { type Host, startHost } from '../../src/server/host.js';
 import { RpcClient } from '../helpers/client.js';
 
@@ -17,13 +17,11 @@ before(async () => {
 });
 after(() => host?.shutdown());
 
-test('host/info carries the doctor report, made with the server sandbox options', async () => {
+test('host/doctor is the doctor report, made with the server sandbox options, for panel connections only', async () => {
   const url = host.execUrl.replace(/\?token=.*/, `?token=${encodeURIComponent(host.tokens.panel)}`);
   const panel = await RpcClient.open(url, 'corral-panel');
   try {
-    const info = HostInfo.parse(await panel.request('host/info', {}));
-    const d = info.doctor;
-    assert.ok(d, 'no doctor report');
+    const d = DoctorReport.parse(await panel.request('host/doctor', {}));
     assert.deepEqual(d.options, { fallback: 'landlock', acceptWeaker: ['proxy-port'] });
     const ids = d.checks.map((c) => c.id);
     for (const id of ['bwrap', 'landlock', 'seccomp', 'cgroup', 'addon', 'launcher', 'panel'])
@@ -31,7 +29,14 @@ test('host/info carries the doctor report, made with the server sandbox options'
     const legacy = d.policies.find((p) => p.policy === 'useLegacyLandlock (workspace-write)');
     assert.equal(legacy?.sandbox, 'landlock', JSON.stringify(d.policies));
     // Asked again: the same report (made once per host).
-    assert.deepEqual(HostInfo.parse(await panel.request('host/info', {})).doctor, d);
+    assert.deepEqual(DoctorReport.parse(await panel.request('host/doctor', {})), d);
+    // An agent connection does not get it.
+    const agent = await RpcClient.open(host.execUrl);
+    try {
+      assert.equal((await agent.requestError('host/doctor', {})).code, -32600);
+    } finally {
+      agent.close();
+    }
   } finally {
     panel.close();
   }

@@ -37,6 +37,8 @@ export class Row implements MonitorProcess {
   sandboxType: MonitorProcess['sandboxType'];
   badge: MonitorProcess['badge'];
   launcherFlags: MonitorProcess['launcherFlags'];
+  /** The Landlock backend's guarantees (undefined under bubblewrap): fixed at the start. */
+  sandboxGuarantees: MonitorProcess['sandboxGuarantees'];
   policy: Record<string, unknown> | null;
   metadata: Record<string, unknown> | null;
   envKeys: string[];
@@ -78,6 +80,7 @@ export class Row implements MonitorProcess {
     this.sandboxType = p.sandboxType;
     this.badge = p.badge;
     this.launcherFlags = intern.value(p.launcherFlags);
+    this.sandboxGuarantees = p.sandboxGuarantees && intern.value(p.sandboxGuarantees);
     this.policy = intern.value(p.policy);
     this.metadata = intern.value(p.metadata);
     this.envKeys = intern.value(p.envKeys);

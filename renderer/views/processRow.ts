@@ -97,10 +97,12 @@ export function bindRow(tr: HTMLTableRowElement, r: Row, o: RowContext): void {
           replace(td, r.clientName, self ? h('span', { class: 'muted small self-tag' }, ' (panel)') : null);
         break;
       }
-      case 'sandbox':
-        sig = `${r.badge}|${r.policy?.clientWrapped === true && r.policy?.unwrapped === true}`;
+      case 'sandbox': {
+        const g = r.sandboxGuarantees;
+        sig = `${r.badge}|${r.policy?.clientWrapped === true && r.policy?.unwrapped === true}|${g ? `${g.backend}:${g.weaker.join(',')}` : ''}`;
         if (sig !== cells[i]) replace(td, ...badges(r, true));
         break;
+      }
       case 'pid':
         sig = r.pid ? String(r.pid) : '–';
         if (sig !== cells[i]) td.textContent = sig;

@@ -227,8 +227,10 @@ describe('panel in a browser against the headless host', () => {
       tty: false,
       sandbox: { ...workspaceWrite(dir.path), useLegacyLandlock: true },
     });
-    const extra = page.locator('tr[data-process-id="agent-landlock"] [data-badge-extra="landlock"]');
-    await extra.waitFor();
+    const row = page.locator('tr[data-process-id="agent-landlock"]');
+    await row.waitFor();
+    const extra = row.locator('[data-badge-extra="landlock"]');
+    assert.equal(await extra.count(), 1, await row.innerHTML());
     assert.equal(await visibleText(extra), 'landlock');
     assert.match((await extra.getAttribute('title')) ?? '', /every policy element held exactly/);
     const doctor = page.locator('#side-foot details.doctor');

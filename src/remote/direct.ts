@@ -119,7 +119,7 @@ export function startDirectExecutor(server: ExecServer, o: DirectExecutorOptions
       ws.once('open', () => {
         opened = true;
         const n = ++linksOpened;
-        const conn = server.connect(webSocketTransport(ws, peer, { clientSide: true }), principal);
+        const conn = server.connect(webSocketTransport(ws, peer), principal);
         ws.on('message', (data, isBinary) => {
           conn.receive(isBinary || typeof data !== 'string' ? data.toString() : data);
         });

@@ -1,31 +1,34 @@
 import { ErrorCode, RpcError } from '../protocol/errors.js';
+import type { OutputStream } from '../protocol/exec.js';
+import { encodeOutput, encodeOutputs, type OutputHead } from './output.js';
 
-/** How a transport frames one message on the wire, for senders that build several framed messages into one buffer. */
-export interface Framing {
-  /** Bytes of framing in front of a message of `payloadLength` bytes. */
-  headerLength(payloadLength: number): number;
-  /** Writes that framing at `off` (exactly headerLength(payloadLength) bytes). */
-  writeHeader(buf: Buffer, off: number, payloadLength: number): void;
-  /** Set when this is unmasked WebSocket text framing (RFC 6455), which native code can also write. */
-  readonly webSocketText?: boolean;
-}
-
-/** What a connection needs from its transport (a WebSocket, Electron IPC, stdio, or a test pipe). */
+/**
+ * What a connection needs from its transport (a WebSocket, Electron IPC, stdio, or a test pipe): something that
+ * moves the bytes of whole messages. Serialisation and flow control are the connection's.
+ */
 export interface Transport {
-  /** Sends one JSON-RPC message. `onWritten` (optional) runs once the bytes have left this process's buffers. */
-  send(text: string, onWritten?: () => void): void;
-  /** Optional fast path: sends one message given as its UTF-8 bytes (a text frame; the caller no longer touches it). */
-  sendBuffer?(data: Buffer, onWritten?: () => void): void;
-  /** Optional fast path: sends several messages (UTF-8 bytes, in order) with one write; `onWritten` once for all. */
-  sendBatch?(messages: Buffer[], onWritten?: () => void): void;
-  /** Optional, with sendFramed: the framing of one message. */
-  readonly framing?: Framing;
-  /** Optional fast path: writes bytes holding whole messages, each already framed with `framing`. */
-  sendFramed?(data: Buffer, onWritten?: () => void): void;
+  /**
+   * Moves `messages` (each the UTF-8 text of one JSON-RPC message), in order. `onWritten` runs once they have all
+   * left this process's buffers (a transport that is closed may never call it: the connection is closed then too).
+   */
+  write(messages: readonly Buffer[], onWritten: () => void): void;
   /** Closes the transport (WebSocket close code semantics: 1002 protocol error, 1009 too big, 1000 normal). */
   close(code: number, reason?: string): void;
   /** "ip:port" of the peer, used in parse-error texts. */
   readonly peer: string;
+}
+
+/** The JSON text of a notification as bytes, for one message sent to several connections (RpcConnection.send). */
+export function encodeNotification(method: string, params: unknown): Buffer {
+  return Buffer.from(`{"method":${JSON.stringify(method)},"params":${JSON.stringify(params)}}`);
+}
+
+/** A watcher of a connection's queue (see RpcConnection.watchQueue). */
+interface QueueWatcher {
+  readonly high: number;
+  readonly low: number;
+  readonly fn: (congested: boolean) => void;
+  congested: boolean;
 }
 
 /** A handler result that completes later without holding up the connection's request queue (long-poll reads). */
@@ -89,11 +92,15 @@ export class RpcConnection {
   private closedFlag = false;
   private nextOutboundId = 1;
   private readonly outbound = new Map<number, OutboundPending>();
+  private bytesQueued = 0;
+  /** Bumped at close: write callbacks of an earlier generation are ignored. */
+  private generation = 0;
+  private readonly watchers: QueueWatcher[] = [];
   /** Free slot for the dispatcher's per-connection state. */
   state: unknown = undefined;
 
   constructor(
-    readonly transport: Transport,
+    private readonly transport: Transport,
     private readonly dispatcher: Dispatcher,
     private readonly parsePrefix = 'failed to parse websocket JSON-RPC message from exec-server websocket',
   ) {}
@@ -172,49 +179,92 @@ export class RpcConnection {
       }, timeoutMs);
       timer.unref?.();
       this.outbound.set(id, { resolve, reject, timer });
-      this.sendRaw(`{"id":${id},"method":${JSON.stringify(method)},"params":${JSON.stringify(params)}}`);
+      this.send(`{"id":${id},"method":${JSON.stringify(method)},"params":${JSON.stringify(params)}}`);
     });
   }
 
-  /** Sends a notification. */
-  notify(method: string, params: unknown, onWritten?: () => void): void {
-    this.sendRaw(`{"method":${JSON.stringify(method)},"params":${JSON.stringify(params)}}`, onWritten);
+  /** Bytes handed to the transport and not yet written out. */
+  get queuedBytes(): number {
+    return this.bytesQueued;
   }
 
-  /** Sends a pre-serialised message (hot paths build their own JSON). */
-  sendRaw(text: string, onWritten?: () => void): void {
-    if (this.closedFlag) return;
-    this.transport.send(text, onWritten);
-  }
-
-  /** Sends a pre-serialised message given as UTF-8 bytes (output notifications), without a string round trip when
-   * the transport takes bytes. */
-  sendBuffer(data: Buffer, onWritten?: () => void): void {
-    if (this.closedFlag) return;
-    if (this.transport.sendBuffer) this.transport.sendBuffer(data, onWritten);
-    else this.transport.send(data.toString('utf8'), onWritten);
-  }
-
-  /** Sends several pre-serialised messages (UTF-8 bytes) in order; `onWritten` runs once all have been written. */
-  sendBatch(messages: Buffer[], onWritten?: () => void): void {
-    if (this.closedFlag) return;
-    if (this.transport.sendBatch) {
-      this.transport.sendBatch(messages, onWritten);
-      return;
+  /**
+   * Calls `fn(true)` when more than `high` bytes are queued on the transport (at once if they already are), and
+   * `fn(false)` when that has fallen back to `low` or below. Returns the function that stops watching. (Sessions
+   * pause their children's output this way, protocol.md §5.9; the panel's feed drops output.)
+   */
+  watchQueue(high: number, low: number, fn: (congested: boolean) => void): () => void {
+    const w: QueueWatcher = { high, low, fn, congested: false };
+    this.watchers.push(w);
+    if (this.bytesQueued > high) {
+      w.congested = true;
+      fn(true);
     }
-    const last = messages.length - 1;
-    for (let i = 0; i <= last; i++) this.sendBuffer(messages[i]!, i === last ? onWritten : undefined);
+    return () => {
+      const i = this.watchers.indexOf(w);
+      if (i >= 0) this.watchers.splice(i, 1);
+    };
   }
 
-  /** The transport's framing when it accepts pre-framed bytes (sendFramed), else null. */
-  get framing(): Framing | null {
-    return this.transport.sendFramed ? (this.transport.framing ?? null) : null;
+  /** Sends a notification. */
+  notify(method: string, params: unknown): void {
+    this.send(encodeNotification(method, params));
   }
 
-  /** Sends bytes holding whole messages framed with `framing` (only when `framing` is not null). */
-  sendFramed(data: Buffer, onWritten?: () => void): void {
+  /** Sends the output notification of one chunk (head: see src/rpc/output.ts). */
+  notifyOutput(head: OutputHead, seq: number, stream: OutputStream, data: Uint8Array): void {
+    this.send(encodeOutput(head, seq, stream, data));
+  }
+
+  /** Sends the output notifications of one read: `data` in chunks of `chunkSize`, seqs from `firstSeq`, one write. */
+  notifyOutputs(
+    head: OutputHead,
+    firstSeq: number,
+    stream: OutputStream,
+    data: Uint8Array,
+    chunkSize: number,
+  ): void {
+    if (this.closedFlag || data.length === 0) return;
+    const messages: Buffer[] = [];
+    this.write(messages, encodeOutputs(head, firstSeq, stream, data, chunkSize, messages));
+  }
+
+  /**
+   * Sends one message already serialised (encodeNotification, encodeOutput, or JSON text); `onWritten` runs once it
+   * has been written out (never after the connection closed).
+   */
+  send(message: Buffer | string, onWritten?: () => void): void {
     if (this.closedFlag) return;
-    this.transport.sendFramed!(data, onWritten);
+    const m = typeof message === 'string' ? Buffer.from(message) : message;
+    this.write([m], m.length, onWritten);
+  }
+
+  private write(messages: Buffer[], bytes: number, onWritten?: () => void): void {
+    this.bytesQueued += bytes;
+    const gen = this.generation;
+    this.transport.write(messages, () => {
+      if (gen !== this.generation) return;
+      this.written(bytes);
+      onWritten?.();
+    });
+    if (this.watchers.length === 0) return;
+    for (const w of this.watchers) {
+      if (!w.congested && this.bytesQueued > w.high) {
+        w.congested = true;
+        w.fn(true);
+      }
+    }
+  }
+
+  private written(bytes: number): void {
+    this.bytesQueued -= bytes;
+    if (!this.watchers.some((w) => w.congested && this.bytesQueued <= w.low)) return;
+    for (const w of [...this.watchers]) {
+      if (w.congested && this.bytesQueued <= w.low) {
+        w.congested = false;
+        w.fn(false);
+      }
+    }
   }
 
   /** Closes the connection (transport close code). */
@@ -234,6 +284,10 @@ export class RpcConnection {
       p.reject(new OutboundRequestError('connection closed', null));
     }
     this.outbound.clear();
+    // Whatever the transport still reports as written no longer counts (nothing is queued on a closed connection).
+    this.generation++;
+    this.bytesQueued = 0;
+    this.watchers.length = 0;
     this.dispatcher.closed(this);
   }
 
@@ -302,11 +356,11 @@ export class RpcConnection {
 
   private sendResult(id: RequestId, result: unknown): void {
     if (result instanceof ResultWithCallback) {
-      this.sendRaw(`{"id":${JSON.stringify(id)},"result":${JSON.stringify(result.value)}}`);
+      this.sendText(`{"id":${JSON.stringify(id)},"result":${JSON.stringify(result.value)}}`);
       result.afterSend();
       return;
     }
-    this.sendRaw(`{"id":${JSON.stringify(id)},"result":${JSON.stringify(result ?? {})}}`);
+    this.sendText(`{"id":${JSON.stringify(id)},"result":${JSON.stringify(result ?? {})}}`);
   }
 
   private sendError(id: RequestId, e: unknown): void {
@@ -314,9 +368,13 @@ export class RpcConnection {
       e instanceof RpcError
         ? e
         : new RpcError(ErrorCode.InternalError, e instanceof Error ? e.message : String(e));
-    this.sendRaw(
+    this.sendText(
       `{"error":{"code":${err.code},"message":${JSON.stringify(err.message)}},"id":${JSON.stringify(id)}}`,
     );
+  }
+
+  private sendText(text: string): void {
+    if (!this.closedFlag) this.send(Buffer.from(text));
   }
 }
 

@@ -68,14 +68,17 @@ export function ipcTransport(sender: IpcSenderLike, opts: { acks?: boolean } = {
   let head = 0;
   return {
     peer: `ipc:${sender.id}`,
-    send(text, onWritten) {
+    write(messages, onWritten) {
       if (sender.isDestroyed()) {
-        onWritten?.();
+        onWritten();
         return;
       }
-      sender.send(IPC_CHANNEL, text);
-      if (acks) pending.push(onWritten ?? null);
-      else onWritten?.();
+      const last = messages.length - 1;
+      for (let i = 0; i <= last; i++) {
+        sender.send(IPC_CHANNEL, messages[i]!.toString('utf8'));
+        if (acks) pending.push(i === last ? onWritten : null);
+      }
+      if (!acks) onWritten();
     },
     close(code, reason) {
       if (!sender.isDestroyed()) sender.send(IPC_CONTROL, { type: 'closed', code, reason: reason ?? '' });

@@ -324,7 +324,7 @@ export class Feed<P, S> {
   private send(sub: FeedSubscriber<P, S>, text: string): void {
     const len = text.length;
     sub.queued += len;
-    sub.conn.sendRaw(text, () => {
+    sub.conn.send(text, () => {
       sub.queued -= len;
       if (sub.waiting && sub.queued <= this.opts.lowWaterBytes) {
         sub.waiting = false;

@@ -1,12 +1,18 @@
 import { createInterface } from 'node:readline';
 import type { ExecServer } from './execServer.js';
 
+const NEWLINE = Buffer.from('\n');
+
 /** `--listen stdio`: newline-delimited JSON-RPC on stdin/stdout (as 0.169's `codex exec-server --listen stdio`). */
 export function serveStdio(server: ExecServer, onEnd: () => void): void {
   const conn = server.connect({
     peer: 'stdio',
-    send(text, onWritten) {
-      process.stdout.write(`${text}\n`, onWritten ? () => onWritten() : undefined);
+    write(messages, onWritten) {
+      const last = messages.length - 1;
+      for (let i = 0; i <= last; i++) {
+        process.stdout.write(messages[i]!);
+        process.stdout.write(NEWLINE, i === last ? () => onWritten() : undefined);
+      }
     },
     close() {
       process.stdin.pause();

@@ -1,9 +1,10 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { type AddressInfo, isIP } from 'node:net';
 import { networkInterfaces } from 'node:os';
+import type { Duplex } from 'node:stream';
 import { type WebSocket, WebSocketServer } from 'ws';
 import { MAX_MESSAGE_BYTES } from '../protocol/methods.js';
-import type { Framing, RpcConnection, Transport } from '../rpc/connection.js';
+import type { RpcConnection, Transport } from '../rpc/connection.js';
 import type { Authenticated, Authenticator, Principal } from './auth.js';
 import type { ExecServer } from './execServer.js';
 import { answerHealth, defaultReadiness, type Readiness } from './health.js';
@@ -67,131 +68,34 @@ const BASE_HEADERS = {
 
 const TEXT_FRAME = { binary: false } as const;
 
-/** Whether ws's sender writes frames straight to the socket right now (nothing queued behind compression/Blobs). */
-function senderIdle(ws: WebSocket): boolean {
-  const sender = (ws as unknown as { _sender?: { _state?: number; _queue?: unknown[] } })._sender;
-  return sender?._state === 0 && sender._queue?.length === 0;
-}
-
-/** Unmasked (server → client) WebSocket text frame headers, FIN set (RFC 6455 §5.2). */
-export const textFraming: Framing = {
-  webSocketText: true,
-  headerLength: (n) => (n < 126 ? 2 : n < 65536 ? 4 : 10),
-  writeHeader(buf, off, n) {
-    buf[off] = 0x81; // FIN + text
-    if (n < 126) buf[off + 1] = n;
-    else if (n < 65536) {
-      buf[off + 1] = 126;
-      buf.writeUInt16BE(n, off + 2);
-    } else {
-      buf[off + 1] = 127;
-      buf.writeUInt32BE(Math.floor(n / 2 ** 32), off + 2);
-      buf.writeUInt32BE(n >>> 0, off + 6);
-    }
-  },
-};
-
-/** The payloads of the text frames `textFraming` wrote into `data`. */
-export function framePayloads(data: Buffer): Buffer[] {
-  const out: Buffer[] = [];
-  let off = 0;
-  while (off < data.length) {
-    const b = data[off + 1]!;
-    let n = b;
-    let h = 2;
-    if (b === 126) {
-      n = data.readUInt16BE(off + 2);
-      h = 4;
-    } else if (b === 127) {
-      n = data.readUInt32BE(off + 2) * 2 ** 32 + data.readUInt32BE(off + 6);
-      h = 10;
-    }
-    out.push(data.subarray(off + h, off + h + n));
-    off += h + n;
-  }
-  return out;
-}
-
-/** `messages` as text frames, concatenated into one Buffer. */
-function textFrames(messages: Buffer[]): Buffer {
-  let total = 0;
-  for (const m of messages) total += textFraming.headerLength(m.length) + m.length;
-  const out = Buffer.allocUnsafe(total);
-  let off = 0;
-  for (const m of messages) {
-    textFraming.writeHeader(out, off, m.length);
-    off += textFraming.headerLength(m.length);
-    off += m.copy(out, off);
-  }
-  return out;
-}
-
 /**
- * Wraps a `ws` WebSocket as an RPC transport. Messages sent within one tick are corked into a single socket write
- * (a 64 KiB pipe read becomes 8 notifications: one writev instead of eight). `clientSide`: the socket is one we
- * dialled (a remote executor's link, src/remote/direct.ts), whose frames must be masked (RFC 6455 §5.3), so the
- * pre-framed fast paths (unmasked server frames) are left out and ws frames every message.
+ * A `ws` WebSocket as an RPC transport: each message one text frame (`websocket.send`; ws masks the frames of a
+ * socket we dialled, a remote executor's link). With `socket` (the upgrade's), the messages of one loop turn leave
+ * in one socket write: it is corked until the next tick (a 64 KiB pipe read is 8 notifications: one writev instead
+ * of eight).
  */
-export function webSocketTransport(
-  ws: WebSocket,
-  peer: string,
-  opts: { clientSide?: boolean } = {},
-): Transport {
-  const socket = (ws as unknown as { _socket?: import('node:net').Socket })._socket;
+export function webSocketTransport(ws: WebSocket, peer: string, socket?: Duplex): Transport {
   let corked = false;
   const uncork = () => {
     corked = false;
     socket?.uncork();
   };
-  const cork = () => {
-    corked = true;
-    socket!.cork();
-    process.nextTick(uncork);
-  };
-  const sendFramed = (data: Buffer, onWritten?: () => void): void => {
-    if (ws.readyState !== ws.OPEN) return;
-    if (!socket || !senderIdle(ws)) {
-      const payloads = framePayloads(data);
-      const last = payloads.length - 1;
-      for (let i = 0; i <= last; i++) ws.send(payloads[i]!, TEXT_FRAME, i === last ? onWritten : undefined);
-      return;
-    }
-    if (!corked) cork();
-    // ws writes every frame straight to the socket when its sender is idle (no compression, no Blob pending), so
-    // frames written here keep their order with ws's own.
-    socket.write(data, onWritten);
-  };
-  const base: Transport = {
+  return {
     peer,
-    send(text, onWritten) {
+    write(messages, onWritten) {
       if (ws.readyState !== ws.OPEN) return;
-      if (socket && !corked) cork();
-      if (onWritten) ws.send(text, onWritten);
-      else ws.send(text);
-    },
-    sendBuffer(data, onWritten) {
-      if (ws.readyState !== ws.OPEN) return;
-      if (socket && !corked) cork();
-      ws.send(data, TEXT_FRAME, onWritten);
+      if (socket && !corked) {
+        corked = true;
+        socket.cork();
+        process.nextTick(uncork);
+      }
+      const last = messages.length - 1;
+      for (let i = 0; i < last; i++) ws.send(messages[i]!, TEXT_FRAME);
+      ws.send(messages[last]!, TEXT_FRAME, onWritten);
     },
     close(code, reason) {
       if (ws.readyState === ws.OPEN || ws.readyState === ws.CONNECTING) ws.close(code, reason);
     },
-  };
-  if (opts.clientSide) return base;
-  return {
-    ...base,
-    sendBatch(messages, onWritten) {
-      if (ws.readyState !== ws.OPEN) return;
-      if (!socket || !senderIdle(ws)) {
-        const last = messages.length - 1;
-        for (let i = 0; i <= last; i++) ws.send(messages[i]!, TEXT_FRAME, i === last ? onWritten : undefined);
-        return;
-      }
-      sendFramed(textFrames(messages), onWritten);
-    },
-    framing: textFraming,
-    sendFramed,
   };
 }
 
@@ -270,7 +174,7 @@ export async function listenWebSocket(server: ExecServer, opts: ListenOptions): 
     if (result.presented !== null) server.protectSecrets([result.presented]);
     wss.handleUpgrade(req, socket, head, (ws) => {
       const peer = `${req.socket.remoteAddress ?? '?'}:${req.socket.remotePort ?? 0}`;
-      const conn = server.connect(webSocketTransport(ws, peer), result.principal);
+      const conn = server.connect(webSocketTransport(ws, peer, socket), result.principal);
       ws.on('message', (data, isBinary) => {
         conn.receive(isBinary || typeof data !== 'string' ? data.toString() : data);
       });

@@ -390,9 +390,9 @@ describe('monitor feed', () => {
     const frames: string[] = [];
     const stuck: Transport = {
       peer: 'stuck',
-      send(text, onWritten) {
-        frames.push(text);
-        if (onWritten) held.push(onWritten);
+      write(messages, onWritten) {
+        for (const m of messages) frames.push(m.toString());
+        held.push(onWritten);
       },
       close() {},
     };

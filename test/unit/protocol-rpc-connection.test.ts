@@ -8,7 +8,10 @@ function setup(handlers: Record<string, (params: unknown) => unknown> = {}) {
   const closes: number[] = [];
   const transport: Transport = {
     peer: '127.0.0.1:5555',
-    send: (t) => sent.push(t),
+    write(messages, onWritten) {
+      for (const m of messages) sent.push(m.toString());
+      onWritten();
+    },
     close: (code) => closes.push(code),
   };
   const dispatcher: Dispatcher = {

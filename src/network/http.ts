@@ -1,11 +1,16 @@
 /**
- * The HTTP/1.1 side of the managed proxy (network-proxy.md §4.2, §4.3, §4.10, §5): one Node HTTP server on a
- * loopback port. New connections start on the fast path (fastpath.ts), which hands a socket to Node's own HTTP
- * connection handling at a request boundary whenever a request is not its simple case; Node's events then go to the
- * entry points — request.ts (plain requests), upgrade.ts, connect.ts — which all admit through admission.ts.
+ * The HTTP/1.1 side of the managed proxy (network-proxy.md §4.2, §4.3, §4.10, §5): a TCP listener on a loopback port
+ * whose connections start on the fast path (fastpath.ts). The fast path hands a socket to a Node HTTP server at a
+ * request boundary whenever a request is not its simple case (by `server.emit('connection', socket)`, the documented
+ * way to give an HTTP server a connection); Node's events then go to the entry points — request.ts (plain
+ * requests), upgrade.ts, connect.ts — which all admit through admission.ts.
+ *
+ * The HTTP server listens too, on an ephemeral loopback port of its own that nobody is told about: Node enforces
+ * `headersTimeout` (a client trickling a head forever) only on the connections of a server that listens. What
+ * reaches that port is handled like anything the fast path hands over (the same entry points, the same admission).
  */
 import http from 'node:http';
-import type { Socket } from 'node:net';
+import net, { type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { onConnect } from './connect.js';
 import { type Dialer, ForwardAgents } from './dial.js';
@@ -33,6 +38,9 @@ export interface HttpProxyDeps {
 const ODD_METHOD_LINE = /^([A-Za-z]{1,20}) (\S+) HTTP\/1\.[01]\r\n/;
 
 export class HttpProxy {
+  /** Accepts the proxy's connections (the port clients are given). */
+  private readonly listener: net.Server;
+  /** Node's HTTP handling, for what the fast path hands over. */
   readonly server: http.Server;
   private readonly sockets = new Set<Duplex>();
   private readonly fast: FastHttp;
@@ -41,8 +49,11 @@ export class HttpProxy {
   private readonly ctx: HttpContext;
   private closed = false;
 
+  private readonly idleTimeoutMs: number;
+
   constructor(deps: HttpProxyDeps) {
     const idle = deps.idleTimeoutMs;
+    this.idleTimeoutMs = idle;
     this.server = http.createServer({
       ...PARSER_OPTIONS,
       headersTimeout: idle,
@@ -67,7 +78,7 @@ export class HttpProxy {
         socket.on('error', () => socket.destroy());
         (socket as Partial<Socket>).setTimeout?.(0);
       },
-      reattach: (socket) => this.server.emit('connection', socket),
+      reattach: (socket) => this.accept(socket),
       takeAdmission: (req) => {
         const preset = this.presets.get(req.socket);
         if (!preset) return undefined;
@@ -75,12 +86,7 @@ export class HttpProxy {
         return preset.method === req.method && preset.url === req.url ? preset.admission : undefined;
       },
     };
-    // Node's own connection handling, captured so that the fast path can give it a socket at a request boundary.
-    const nodeConnection = this.server.listeners('connection') as ((s: Socket) => void)[];
-    this.server.removeAllListeners('connection');
-    const toNode = (socket: Socket) => {
-      for (const l of nodeConnection) l.call(this.server, socket);
-    };
+    const toNode = (socket: Socket) => this.server.emit('connection', socket);
     this.fast = new FastHttp({
       policy: deps.policy,
       recorder: deps.recorder,
@@ -103,14 +109,7 @@ export class HttpProxy {
       },
       track: (s) => this.track(s),
     });
-    this.server.on('connection', (socket: Socket) => {
-      this.track(socket);
-      // Silent connections are closed after the idle timeout with no bytes (§5 item 6). Node resets the socket
-      // timeout itself once a request arrives and applies keepAliveTimeout between requests.
-      socket.setTimeout(idle);
-      if (this.closed) socket.destroy();
-      else this.fast.accept(socket);
-    });
+    this.listener = net.createServer({ noDelay: true, allowHalfOpen: true }, (socket) => this.accept(socket));
     this.server.on('request', (req, res) => {
       // The idle timer is for silent connections only: a request in flight may wait on its upstream for as long as
       // it takes (Node re-arms keepAliveTimeout once the response is done).
@@ -131,14 +130,28 @@ export class HttpProxy {
     );
   }
 
-  listen(): Promise<number> {
-    return listenLoopback(this.server);
+  /** Starts listening; resolves with the proxy's port. */
+  async listen(): Promise<number> {
+    await listenLoopback(this.server);
+    return listenLoopback(this.listener);
+  }
+
+  private accept(socket: Socket): void {
+    this.track(socket);
+    // Silent connections are closed after the idle timeout with no bytes (§5 item 6). Node resets the socket
+    // timeout itself once a request arrives and applies keepAliveTimeout between requests.
+    socket.setTimeout(this.idleTimeoutMs);
+    if (this.closed) socket.destroy();
+    else this.fast.accept(socket);
   }
 
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    const done = new Promise<void>((resolve) => this.server.close(() => resolve()));
+    const done = Promise.all([
+      new Promise<void>((resolve) => this.server.close(() => resolve())),
+      new Promise<void>((resolve) => this.listener.close(() => resolve())),
+    ]);
     for (const s of this.sockets) s.destroy();
     this.server.closeAllConnections();
     this.fast.destroy();

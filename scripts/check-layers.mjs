@@ -5,6 +5,8 @@
 //   renderer      the panel (DOM): its own files and src/protocol; packages zod and @xterm/*
 //   preload       the Electron preload: its own files and src/protocol; of packages only electron
 //   main          the Electron main process: anything of src/, never renderer/ or preload/
+//   src/platform  the native seam: its own files only; src/platform/addon.ts (the addon's loader) is imported by
+//                 no file outside src/platform (everything else uses a capability of src/platform)
 //   src           the server (Node): src/ only (never main/, preload/, renderer/), and never electron
 //
 // and no import cycles between files. Test files may import anything. Each violation is printed as
@@ -42,19 +44,30 @@ const LAYERS = [
   {
     name: 'main',
     dir: 'main/',
-    may: ['main', 'src', 'protocol'],
+    may: ['main', 'src', 'protocol', 'platform'],
     packages: null,
     rule: 'main/ may import src/ and its own files, never renderer/ or preload/ (they run in other processes)',
   },
   {
+    name: 'platform',
+    dir: 'src/platform/',
+    may: ['platform'],
+    packages: null,
+    forbiddenPackages: ['electron'],
+    rule: 'src/platform (the native seam) imports only its own files: everything above it builds on it',
+  },
+  {
     name: 'src',
     dir: 'src/',
-    may: ['src', 'protocol'],
+    may: ['src', 'protocol', 'platform'],
     packages: null,
     forbiddenPackages: ['electron'],
     rule: 'src/ runs under plain Node: it imports src/ only (never main/, preload/ or renderer/) and never electron',
   },
 ];
+
+/** The loader of the native addon, private to src/platform. */
+const ADDON_LOADER = 'src/platform/addon.ts';
 
 const SOURCE = /\.(ts|mts|cts|js|mjs)$/;
 const BUILTINS = new Set(builtinModules);
@@ -130,6 +143,12 @@ export function checkLayers(root) {
         }
         if (!layer.may.includes(targetLayer.name)) {
           problems.push(`${at}: imports '${spec}' (${targetRel}): ${layer.rule}`);
+          continue;
+        }
+        if (targetRel.split(sep).join('/') === ADDON_LOADER && layer.name !== 'platform') {
+          problems.push(
+            `${at}: imports '${spec}' (${targetRel}): only src/platform touches the native addon; use one of its capabilities`,
+          );
           continue;
         }
         if (SOURCE.test(targetRel)) edges.push({ to: targetRel, line, spec });

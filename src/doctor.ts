@@ -9,8 +9,9 @@ import { accessSync, constants, existsSync, mkdirSync, mkdtempSync, readFileSync
 import { createRequire } from 'node:module';
 import os from 'node:os';
 import { join } from 'node:path';
+import { sandboxLauncher } from './platform/sandbox.js';
 import type { LaunchSpec } from './process/launch.js';
-import { nativeLoadError, sandboxLauncher, spawnerKind, spawnPiped } from './process/spawner.js';
+import { nativeLoadError, spawnerKind, spawnPiped } from './process/spawner.js';
 import type { DoctorCheck, DoctorReport, PolicyOutcome } from './protocol/doctor.js';
 import { parseSandboxParam } from './protocol/sandbox.js';
 import { type PrepareOptions, prepareLaunch, SandboxSetupError } from './sandbox/index.js';

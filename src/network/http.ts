@@ -78,7 +78,7 @@ export class HttpProxy {
         socket.on('error', () => socket.destroy());
         (socket as Partial<Socket>).setTimeout?.(0);
       },
-      reattach: (socket) => this.accept(socket),
+      reattach: (socket) => this.accept(socket as Socket),
       takeAdmission: (req) => {
         const preset = this.presets.get(req.socket);
         if (!preset) return undefined;

@@ -9,7 +9,7 @@
  */
 import { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
-import { nativeRelay } from '../process/spawner.js';
+import { spliceRelay as nativeRelay, type RelayHandle } from '../platform/relay.js';
 
 const stats = { spliced: 0, piped: 0, activeRelays: 0 };
 
@@ -121,7 +121,7 @@ function spliceTunnel(
     const ha = handleOf(a);
     const hb = handleOf(b);
     if (!ha || !hb) return destroyBoth();
-    let handle: unknown = null;
+    let handle: RelayHandle | null = null;
     try {
       // When the relay ends (both directions at EOF, or an error), its copies of the fds are closed: destroying our
       // sockets closes the connections.

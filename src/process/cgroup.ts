@@ -42,6 +42,7 @@ import {
   writeFileSync,
 } from 'node:fs';
 import { totalmem } from 'node:os';
+import { type GroupWatchdog, groupWatchdog } from '../platform/watchdog.js';
 import { deadServerEntries, formatTag, ownTag, parseTag } from './serverTag.js';
 
 export type LimitKind = 'pids' | 'memory';
@@ -636,11 +637,6 @@ function writeOptional(path: string, value: string): void {
   }
 }
 
-/** The addon's hooks into the group watchdog (spawner.ts binds them). */
-export interface WatchdogHooks {
-  setCgroupCleanup(version: 1 | 2, bases: string[], removeBases: boolean): void;
-}
-
 /**
  * This process's cgroups: set up once (cgroupHost()), shared by every ExecServer in the process. Hands out a cgroup
  * per command (acquire), pools and removes them, and cleans up at exit.
@@ -794,7 +790,7 @@ export class CgroupHost {
   }
 
   /** Hands the cgroup directories to the group watchdog, which empties and removes them if this process dies. */
-  attachWatchdog(hooks: WatchdogHooks | null): void {
+  attachWatchdog(hooks: Pick<GroupWatchdog, 'setCgroupCleanup'> | null): void {
     if (!this.setup || !hooks || this.watched) return;
     this.watched = true;
     try {
@@ -876,8 +872,6 @@ export function setupCgroups(mode = process.env.CORRAL_CGROUPS): CgroupHost {
 }
 
 let host: CgroupHost | null = null;
-let watchdogHooks: WatchdogHooks | null = null;
-
 /** This process's cgroups, set up on first use; removed at exit (and by the group watchdog if we die). */
 export function cgroupHost(): CgroupHost {
   if (!host) {
@@ -885,16 +879,10 @@ export function cgroupHost(): CgroupHost {
     host = h;
     if (h.usable) {
       process.once('exit', () => h.dispose());
-      h.attachWatchdog(watchdogHooks);
+      h.attachWatchdog(groupWatchdog);
     }
   }
   return host;
-}
-
-/** Called once by the spawner module with the addon's watchdog (null without the addon). */
-export function setWatchdogHooks(hooks: WatchdogHooks | null): void {
-  watchdogHooks = hooks;
-  if (host?.usable) host.attachWatchdog(hooks);
 }
 
 /**

@@ -1,5 +1,6 @@
 import type { Writable } from 'node:stream';
 import { type Clock, realClock } from '../clock.js';
+import { groupWatchdog } from '../platform/watchdog.js';
 import type { OutputStream } from '../protocol/exec.js';
 import {
   type CgroupHost,
@@ -11,7 +12,7 @@ import {
 import type { PreparedLaunch, SandboxType } from './launch.js';
 import { OutputBuffer, type RetainedChunk } from './outputBuffer.js';
 import { type PtyChild, spawnPty } from './pty.js';
-import { ensureGroupWatchdog, type OutputPipe, spawnPiped, watchProcessGroup } from './spawner.js';
+import { type OutputPipe, spawnPiped } from './spawner.js';
 
 /** Largest output chunk on the wire (protocol.md §5.9). */
 export const MAX_CHUNK = 8192;
@@ -173,8 +174,8 @@ export class ManagedProcess {
       this.pid = term.pid;
       // node-pty's child leads its own session: without a cgroup, its group dies with the server by the watchdog;
       // with one, the watchdog empties the cgroup.
-      if (!this.cgroup) this.releaseGroup = watchProcessGroup(term.pid);
-      else ensureGroupWatchdog();
+      if (!this.cgroup) this.releaseGroup = groupWatchdog?.watchGroup(term.pid) ?? (() => {});
+      else groupWatchdog?.ensure();
       this.openStreams = 1;
       term.onData((d) => this.onData('pty', d));
       term.onExit((exitCode) => {

@@ -32,8 +32,10 @@
 import { closeSync, constants as fsConstants, openSync, readSync } from 'node:fs';
 import type { Socket } from 'node:net';
 import * as pty from 'node-pty';
+import { sandboxNative } from '../platform/sandbox.js';
+import { endSpawnBatch, watchExit } from '../platform/spawn.js';
 import type { LaunchSpec } from './launch.js';
-import { endSpawnBatch, SpawnError, sandboxNative, throughLauncher, watchExit } from './spawner.js';
+import { SpawnError, throughLauncher } from './spawner.js';
 
 /** How long, after the child's exit, output is still read before the pty is let go. */
 const DRAIN_MS = 100;

@@ -1,6 +1,6 @@
-import { accessSync, constants, statSync } from 'node:fs';
 import { isAbsolute, join, resolve } from 'node:path';
-import { nativeCheckPath, osErrorText } from './spawner.js';
+import { checkPath } from '../platform/spawn.js';
+import { osErrorText } from './spawner.js';
 
 /** glibc's execvp fallback when the child has no PATH. */
 const DEFAULT_PATH = '/bin:/usr/bin';
@@ -13,44 +13,17 @@ export class LaunchCheckError extends Error {
 
 /** Checks the working directory the way the kernel's chdir would: missing → ENOENT, not a directory → ENOTDIR. */
 export function checkCwd(cwd: string): void {
-  const native = nativeCheckPath(cwd, 'cwd');
-  if (native !== undefined) {
-    // chdir's errors; a directory without search permission (EACCES) fails here, not in the child
-    if (native !== null)
-      throw new LaunchCheckError(native === 'ENOTDIR' || native === 'EACCES' ? native : 'ENOENT');
-    return;
-  }
-  let st: import('node:fs').Stats;
-  try {
-    st = statSync(cwd);
-  } catch (e) {
-    const code = (e as NodeJS.ErrnoException).code;
-    throw new LaunchCheckError(code === 'ENOTDIR' ? 'ENOTDIR' : code === 'EACCES' ? 'EACCES' : 'ENOENT');
-  }
-  if (!st.isDirectory()) throw new LaunchCheckError('ENOTDIR');
+  const err = checkPath(cwd, 'cwd');
+  // chdir's errors; a directory without search permission (EACCES) fails here, not in the child
+  if (err !== null) throw new LaunchCheckError(err === 'ENOTDIR' || err === 'EACCES' ? err : 'ENOENT');
 }
 
 function executable(path: string): 'ok' | 'ENOENT' | 'EACCES' {
-  const native = nativeCheckPath(path, 'program');
-  if (native !== undefined) {
-    if (native === null) return 'ok';
-    return native === 'ENOENT' || native === 'ENOTDIR' || native === 'ELOOP' || native === 'ENAMETOOLONG'
-      ? 'ENOENT'
-      : 'EACCES';
-  }
-  let st: import('node:fs').Stats;
-  try {
-    st = statSync(path);
-  } catch {
-    return 'ENOENT';
-  }
-  if (st.isDirectory()) return 'EACCES';
-  try {
-    accessSync(path, constants.X_OK);
-  } catch {
-    return 'EACCES';
-  }
-  return 'ok';
+  const err = checkPath(path, 'program');
+  if (err === null) return 'ok';
+  return err === 'ENOENT' || err === 'ENOTDIR' || err === 'ELOOP' || err === 'ENAMETOOLONG'
+    ? 'ENOENT'
+    : 'EACCES';
 }
 
 /**

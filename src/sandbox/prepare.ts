@@ -4,9 +4,9 @@
  * linux/bwrapLaunch.ts, linux/landlockLaunch.ts and macos/seatbelt.ts; the shared types in launchPlan.ts.
  */
 import os from 'node:os';
+import { sandboxLauncher, sandboxNative } from '../platform/sandbox.js';
 import { cgroupMountPoints } from '../process/cgroup.js';
 import type { LaunchSpec, PreparedLaunch, SandboxType } from '../process/launch.js';
-import { sandboxLauncher, sandboxNative } from '../process/spawner.js';
 import type { ParsedSandbox } from '../protocol/sandbox.js';
 import { type EffectiveSandbox, effectiveSandbox } from './effective.js';
 import { SandboxSetupError } from './errors.js';

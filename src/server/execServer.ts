@@ -1,4 +1,5 @@
 import { type Clock, realClock } from '../clock.js';
+import { nativeSpawnAbsence } from '../platform/spawn.js';
 import { type CgroupHost, cgroupHost, defaultLimits, type ResourceLimits } from '../process/cgroup.js';
 import { buildChildEnv, sanitizedServerEnv, withoutSecrets } from '../process/env.js';
 import type { ManagedProcess } from '../process/managedProcess.js';
@@ -144,6 +145,12 @@ export class ExecServer implements Dispatcher, MethodRegistry, ProcessHost {
 
   /** Says at start what bounds each command, or that nothing does (issue 13: never silently). */
   private logResourceLimits(): void {
+    if (nativeSpawnAbsence) {
+      this.log.warn(
+        `${nativeSpawnAbsence}: commands start through child_process, nothing kills them if this server is killed, ` +
+          'and sandboxed commands and sandboxed fs/* are refused',
+      );
+    }
     const { cgroups, limits } = this.commandResources;
     const st = cgroups.status;
     if (st.version === 'none') {

@@ -1,9 +1,10 @@
 import { constants as fsc } from 'node:fs';
+import type { NativeFs } from '../platform/confinedFs.js';
+import { errnoError } from '../platform/errno.js';
 import { internalError } from '../protocol/errors.js';
 import type { FsRules, FsStep } from '../sandbox/fsAccess.js';
 import type { FsBackend, FsNodeInfo, Located, NodeKind, OpenedFile } from './fsBackend.js';
 import { closeFd, nodeInfo, notRegularFile } from './fsIo.js';
-import { errnoError, type NativeFs } from './fsNative.js';
 
 /**
  * The backend of fs/* requests with a sandbox context: nothing is ever used by name. A path is walked one component

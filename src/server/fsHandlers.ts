@@ -1,4 +1,5 @@
 import { type Clock, realClock } from '../clock.js';
+import { nativeFs } from '../platform/confinedFs.js';
 import { ErrorCode, internalError, RpcError } from '../protocol/errors.js';
 import type { MethodName } from '../protocol/methods.js';
 import type { FsRules } from '../sandbox/fsAccess.js';
@@ -8,7 +9,6 @@ import type { ServerEvents } from './events.js';
 import { ConfinedFs } from './fsConfined.js';
 import { HostFs } from './fsHost.js';
 import { DEFAULT_FS_LIMITS, Deadline, type FsLimits } from './fsIo.js';
-import { nativeFs } from './fsNative.js';
 import * as ops from './fsOps.js';
 
 /**

@@ -2,9 +2,9 @@ import * as fs from 'node:fs';
 import { constants as fsc, type Stats } from 'node:fs';
 import * as fsp from 'node:fs/promises';
 import { dirname } from 'node:path';
+import { errnoError } from '../platform/errno.js';
 import type { FsBackend, FsNodeInfo, Located, NodeKind, OpenedFile } from './fsBackend.js';
 import { closeFd, kindOfMode, nodeInfo, notRegularFile } from './fsIo.js';
-import { errnoError } from './fsNative.js';
 
 /**
  * The backend of fs/* requests without a sandbox context: by name, through Node's fs (the kernel follows symlinks

@@ -1,3 +1,4 @@
+import { errnoError } from '../platform/errno.js';
 import { internalError } from '../protocol/errors.js';
 import type { DirectoryEntry, Metadata } from '../protocol/fs.js';
 import type { FsBackend, Located } from './fsBackend.js';
@@ -11,7 +12,6 @@ import {
   readCapped,
   writeAll,
 } from './fsIo.js';
-import { errnoError } from './fsNative.js';
 
 /**
  * The fs/* methods (protocol.md §6) written once on an FsBackend: the same code runs by name for requests without a

@@ -9,7 +9,7 @@ import { readdirSync } from 'node:fs';
 import net from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { tunnelStats } from '../../src/network/tunnel.js';
-import { nativeRelay } from '../../src/process/spawner.js';
+import { spliceRelay as nativeRelay } from '../../src/platform/relay.js';
 import { type ProxyFixture, startEcho, startProxy, waitFor } from './network-helpers.js';
 
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');

@@ -335,11 +335,11 @@ describe('fs/* with a sandbox context', () => {
     assert.equal(readFileSync(`${f.W}/victim`, 'utf8'), 'mine');
   });
 
-  test('without the addon (CORRAL_NATIVE_FS=0) sandboxed fs/* is refused, saying why; unsandboxed fs/* works', async () => {
+  test('without the addon (CORRAL_NATIVE=0) sandboxed fs/* is refused, saying why; unsandboxed fs/* works', async () => {
     const root = fileURLToPath(new URL('../..', import.meta.url));
     const proc = spawn(process.execPath, ['--import', 'tsx', 'src/cli.ts', 'exec-server'], {
       cwd: root,
-      env: { ...process.env, CORRAL_NATIVE_FS: '0' },
+      env: { ...process.env, CORRAL_NATIVE: '0' },
       stdio: ['ignore', 'pipe', 'inherit'],
     });
     try {
@@ -354,7 +354,7 @@ describe('fs/* with a sandbox context', () => {
       });
       assert.equal(e.code, -32603);
       assert.ok(
-        e.message.includes(path) && e.message.includes('CORRAL_NATIVE_FS=0') && e.message.includes('openat2'),
+        e.message.includes(path) && e.message.includes('CORRAL_NATIVE=0') && e.message.includes('openat2'),
         e.message,
       );
       assert.ok(!existsSync(path));

@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, readdirSync, readlinkSync } from 'node:fs';
 import { after, before, describe, it } from 'node:test';
-import { watchExit } from '../../src/process/spawner.js';
+import { watchExit } from '../../src/platform/spawn.js';
 import { b64, type Notification, type RpcClient } from '../helpers/client.js';
 import { startTestServer, type TestServer, until } from '../helpers/server.js';
 import { type Fixture, fixture, seed, special } from './sandbox-util.js';

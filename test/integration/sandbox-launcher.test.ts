@@ -8,7 +8,7 @@ import { execFileSync, spawn } from 'node:child_process';
 import { closeSync, mkdirSync, openSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { sandboxLauncher, sandboxNative } from '../../src/process/spawner.js';
+import { sandboxLauncher, sandboxNative } from '../../src/platform/sandbox.js';
 import { type Fixture, fixture, run, seed, special } from './sandbox-util.js';
 
 const skip = sandboxLauncher && sandboxNative ? false : 'the addon and its launcher are not built';

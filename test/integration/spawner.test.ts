@@ -19,10 +19,10 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { pathToFileURL } from 'node:url';
 import { build } from 'esbuild';
+import { groupWatchdog } from '../../src/platform/watchdog.js';
 import type { LaunchSpec } from '../../src/process/launch.js';
 import { spawnPty } from '../../src/process/pty.js';
 import {
-  groupWatchdogPid,
   nativeLoadError,
   SpawnError,
   type SpawnedChild,
@@ -189,7 +189,7 @@ describe('group watchdog', { skip: nativeLoadError ? `addon not built: ${nativeL
     // Signals interrupt system calls (EINTR); mistaking an interrupted liveness check for the watchdog's death once
     // restarted it, and the old watchdog killed every registered group (children exited 137).
     const codes = [(await finish(spawnPipedWith('native', sh('exit 0'), { stdin: 'null' }))).code];
-    const dog = groupWatchdogPid();
+    const dog = groupWatchdog!.pid();
     assert.ok(dog > 0, 'a watchdog runs once a native child exists');
     const onSignal = () => {};
     process.on('SIGUSR2', onSignal);
@@ -211,12 +211,12 @@ describe('group watchdog', { skip: nativeLoadError ? `addon not built: ${nativeL
       codes.filter((c) => c !== 0),
       [],
     );
-    assert.equal(groupWatchdogPid(), dog);
+    assert.equal(groupWatchdog!.pid(), dog);
   });
 
   it('a killed watchdog is replaced at the next spawn, and the replacement holds only its pipe', async () => {
     await finish(spawnPipedWith('native', sh('exit 0'), { stdin: 'null' }));
-    const dog = groupWatchdogPid();
+    const dog = groupWatchdog!.pid();
     assert.ok(dog > 0);
     process.kill(dog, 'SIGKILL');
     await until('the old watchdog to be a zombie', () =>
@@ -224,7 +224,7 @@ describe('group watchdog', { skip: nativeLoadError ? `addon not built: ${nativeL
     );
     const r = await finish(spawnPipedWith('native', sh('exit 3'), { stdin: 'null' }));
     assert.equal(r.code, 3);
-    const next = groupWatchdogPid();
+    const next = groupWatchdog!.pid();
     assert.ok(next > 0 && next !== dog, 'a new watchdog');
     assert.throws(() => readFileSync(`/proc/${dog}/stat`), 'the old one is reaped');
     await until('the new watchdog to drop our fds', () => readdirSync(`/proc/${next}/fd`).length === 1);
@@ -232,40 +232,43 @@ describe('group watchdog', { skip: nativeLoadError ? `addon not built: ${nativeL
 });
 
 describe('spawner selection', () => {
-  it('uses the native addon on Linux unless CORRAL_SPAWNER=node', () => {
-    if (process.env.CORRAL_SPAWNER === 'node') assert.equal(spawnerKind, 'node');
+  it('uses the native addon on Linux unless CORRAL_NATIVE=0', () => {
+    if (process.env.CORRAL_NATIVE === '0') assert.equal(spawnerKind, 'node');
     else if (process.platform === 'linux') {
       assert.equal(nativeLoadError, null);
       assert.equal(spawnerKind, 'native');
     } else assert.equal(spawnerKind, 'node');
   });
 
-  it('CORRAL_SPAWNER=node selects child_process', async () => {
+  it('CORRAL_NATIVE=0 selects child_process and turns every native capability off, saying so', async () => {
     const out = await helperOutput(
-      `const m = await import(${JSON.stringify(SPAWNER)}); console.log(m.spawnerKind);`,
-      {
-        ...process.env,
-        CORRAL_SPAWNER: 'node',
-      },
+      `const m = await import(${JSON.stringify(SPAWNER)});
+       const w = await import(${JSON.stringify(join(root, 'src/platform/watchdog.ts'))});
+       const r = await import(${JSON.stringify(join(root, 'src/platform/relay.ts'))});
+       const f = await import(${JSON.stringify(join(root, 'src/platform/confinedFs.ts'))});
+       console.log(JSON.stringify([m.spawnerKind, m.nativeLoadError, w.groupWatchdog, r.spliceRelay, f.nativeFs]));`,
+      { ...process.env, CORRAL_NATIVE: '0' },
     );
-    assert.equal(out.trim(), 'node');
+    const why = 'the native addon is turned off (CORRAL_NATIVE=0)';
+    assert.deepEqual(JSON.parse(out), ['node', why, null, null, { available: false, reason: why }]);
   });
 
-  it('CORRAL_SPAWNER=native-vfork makes spawnPiped wait for exec (exec-time errors throw)', {
-    skip: nativeLoadError ? 'native spawner not built' : false,
-  }, async () => {
+  it('the vfork mode waits for exec (exec-time errors throw)', {
+    skip: nativeLoadError ? `needs the native addon: ${nativeLoadError}` : false,
+  }, () => {
     const script = join(dir, 'bad-interpreter-env');
     writeFileSync(script, '#!/no/such/interpreter\n');
     chmodSync(script, 0o755);
-    const out = await helperOutput(
-      `const m = await import(${JSON.stringify(SPAWNER)});
-         let outcome = 'started';
-         try { m.spawnPiped({ file: ${JSON.stringify(script)}, argv: ['x'], env: {}, cwd: '/' }, { stdin: 'null' }); }
-         catch (e) { outcome = e.errno; }
-         console.log(m.spawnerKind, m.nativeMode, outcome);`,
-      { ...process.env, CORRAL_SPAWNER: 'native-vfork' },
+    assert.throws(
+      () =>
+        spawnPipedWith(
+          'native',
+          { file: script, argv: ['x'], env: {}, cwd: '/' },
+          { stdin: 'null' },
+          'vfork',
+        ),
+      (e: SpawnError) => e.errno === 'ENOENT',
     );
-    assert.equal(out.trim(), 'native vfork ENOENT');
   });
 
   it('an esbuild bundle outside src/ finds the addon from the package root', async () => {
@@ -288,8 +291,7 @@ describe('spawner selection', () => {
       out += d;
     });
     await new Promise((r) => p.on('close', r));
-    const expected =
-      process.platform === 'linux' && process.env.CORRAL_SPAWNER !== 'node' ? 'native' : 'node';
+    const expected = process.platform === 'linux' && process.env.CORRAL_NATIVE !== '0' ? 'native' : 'node';
     assert.equal(out.trim(), `${expected} 0 bundled`);
   });
   it('two copies of the module in one process (sources and a bundle) both get their exits', async () => {
@@ -344,8 +346,7 @@ describe('spawner selection', () => {
     });
     const status = await new Promise<number | null>((r) => p.on('close', (c) => r(c)));
     assert.equal(status, 0, out);
-    const expected =
-      process.platform === 'linux' && process.env.CORRAL_SPAWNER !== 'node' ? 'native' : 'node';
+    const expected = process.platform === 'linux' && process.env.CORRAL_NATIVE !== '0' ? 'native' : 'node';
     assert.equal(out.trim(), `${expected} 5`);
   });
 });

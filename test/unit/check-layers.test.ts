@@ -128,6 +128,28 @@ describe('check-layers', () => {
     assert.match(r.stderr, /4 forbidden import/);
   });
 
+  test('the native addon belongs to src/platform: importing its loader from elsewhere, or src/ from src/platform, fails', () => {
+    const r = check(
+      tree({
+        'src/platform/addon.ts': 'export const addon = null;\n',
+        'src/platform/relay.ts': "import { addon } from './addon.js';\nexport const relay = addon;\n",
+        'src/platform/up.ts': "import { S } from '../server/ok.js';\nexport const U = S;\n",
+        'src/server/ok.ts': "import { relay } from '../platform/relay.js';\nexport const S = relay;\n",
+        'src/network/tunnel.ts': "import { addon } from '../platform/addon.js';\nexport const T = addon;\n",
+      }),
+    );
+    assert.equal(r.status, 1);
+    assert.match(
+      r.stderr,
+      /^src\/network\/tunnel\.ts:1: imports '\.\.\/platform\/addon\.js' \(src\/platform\/addon\.ts\): only src\/platform touches the native addon/m,
+    );
+    assert.match(
+      r.stderr,
+      /^src\/platform\/up\.ts:1: imports '\.\.\/server\/ok\.js' \(src\/server\/ok\.ts\): src\/platform/m,
+    );
+    assert.match(r.stderr, /2 forbidden import/);
+  });
+
   test('an import cycle fails, even a type-only one through a third file, naming each import of the loop', () => {
     const r = check(
       tree({

@@ -12,7 +12,7 @@
 // name can never reach further than one directory below its fd. Calls return -errno instead of throwing: a missing
 // path is routine in a walk, and an exception per ENOENT costs more than the syscall.
 //
-// JS interface (see src/server/fsNative.ts):
+// JS interface (see src/platform/confinedFs.ts):
 //   fsProbe() -> 0 | errno            whether openat2 works here (ENOSYS before Linux 5.6, EPERM under some seccomp)
 //   fsOpenRoot() -> fd | -errno       O_PATH fd of "/"
 //   fsOpenAt(dirfd, name, flags, mode) -> fd | -errno

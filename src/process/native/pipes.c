@@ -6,15 +6,13 @@
 // their turn then) and call JS once with the byte count. Nothing is allocated per read: JS copies what it keeps
 // before it returns. EOF and read errors close the pipe and call back with 0.
 //
-// JS interface (see src/process/spawner.ts, NativePipe):
+// JS interface (see src/platform/pipes.ts):
 //   pipeOpen(fd, scratch: Uint8Array, onData(n: number)) -> handle
 //                                                          takes ownership of fd (made non-blocking);
 //                                                          n > 0: scratch[0, n) holds new data, valid during the call;
 //                                                          n = 0: EOF, the fd is closed
 //   pipePause(handle), pipeResume(handle)                 stop / restart reading (backpressure)
 //   pipeClose(handle)                                      closes the fd now; onData is not called again
-//   frameOutputs(...)                                      process/output notifications of one read as WebSocket
-//                                                          frames (see there)
 //   base64Into(src: Uint8Array, dst: Uint8Array, offset) -> bytes written   standard alphabet with padding; dst must
 //                                                          have room for 4 * ceil(src.length / 3) bytes at offset
 
@@ -347,86 +345,6 @@ static napi_value js_base64_into(napi_env env, napi_callback_info info) {
   return res;
 }
 
-// frameOutputs(src, chunkSize, prefix, firstSeq, fields, dst, offset) -> bytes written
-// The process/output notifications for one read, each as an unmasked WebSocket text frame (RFC 6455 §5.2): src is
-// cut into chunks of chunkSize bytes (the last may be shorter), chunk k becomes
-//   prefix + decimal(firstSeq + k) + fields + base64(chunk) + '"}}'
-// (prefix ends with `"seq":`, fields is `,"stream":"…","chunk":"`). dst must have room for every frame at offset;
-// throws a RangeError (writing nothing) when it has not.
-static size_t decimal_len(uint64_t v) {
-  size_t n = 1;
-  while (v >= 10) {
-    v /= 10;
-    n++;
-  }
-  return n;
-}
-
-static napi_value js_frame_outputs(napi_env env, napi_callback_info info) {
-  size_t argc = 7;
-  napi_value args[7];
-  uint8_t *src, *prefix, *fields, *dst;
-  size_t slen, plen, flen, dlen;
-  uint32_t chunk = 0;
-  int64_t first = -1, off = -1;
-  if (!state_of(env, info, &argc, args) || argc < 7 || !bytes_of(env, args[0], &src, &slen) ||
-      napi_get_value_uint32(env, args[1], &chunk) != napi_ok || chunk == 0 || !bytes_of(env, args[2], &prefix, &plen) ||
-      napi_get_value_int64(env, args[3], &first) != napi_ok || first < 0 || !bytes_of(env, args[4], &fields, &flen) ||
-      !bytes_of(env, args[5], &dst, &dlen) || napi_get_value_int64(env, args[6], &off) != napi_ok || off < 0) {
-    napi_throw_type_error(env, NULL,
-                          "frameOutputs(src: Uint8Array, chunkSize: positive integer, prefix: Uint8Array, firstSeq: "
-                          "non-negative integer, fields: Uint8Array, dst: Uint8Array, offset: non-negative integer)");
-    return NULL;
-  }
-  // Sizes first: nothing is written unless everything fits.
-  size_t need = 0;
-  uint64_t seq = (uint64_t)first;
-  for (size_t at = 0; at < slen; at += chunk, seq++) {
-    size_t n = slen - at < chunk ? slen - at : chunk;
-    size_t payload = plen + decimal_len(seq) + flen + (n + 2) / 3 * 4 + 3;
-    need += (payload < 126 ? 2 : payload < 65536 ? 4 : 10) + payload;
-  }
-  if ((size_t)off > dlen || dlen - (size_t)off < need) {
-    napi_throw_range_error(env, NULL, "frameOutputs: destination too small");
-    return NULL;
-  }
-  uint8_t *out = dst + off;
-  seq = (uint64_t)first;
-  for (size_t at = 0; at < slen; at += chunk, seq++) {
-    size_t n = slen - at < chunk ? slen - at : chunk;
-    size_t digits = decimal_len(seq);
-    size_t payload = plen + digits + flen + (n + 2) / 3 * 4 + 3;
-    *out++ = 0x81;  // FIN + text
-    if (payload < 126) {
-      *out++ = (uint8_t)payload;
-    } else if (payload < 65536) {
-      *out++ = 126;
-      *out++ = (uint8_t)(payload >> 8);
-      *out++ = (uint8_t)payload;
-    } else {
-      *out++ = 127;
-      for (int b = 7; b >= 0; b--) *out++ = (uint8_t)((uint64_t)payload >> (8 * b));
-    }
-    memcpy(out, prefix, plen);
-    out += plen;
-    uint64_t v = seq;
-    for (size_t d = digits; d > 0; d--) {
-      out[d - 1] = (uint8_t)('0' + v % 10);
-      v /= 10;
-    }
-    out += digits;
-    memcpy(out, fields, flen);
-    out += flen;
-    out += base64_encode(src + at, n, out);
-    *out++ = '"';
-    *out++ = '}';
-    *out++ = '}';
-  }
-  napi_value res;
-  napi_create_double(env, (double)need, &res);
-  return res;
-}
-
 // ---- set-up ------------------------------------------------------------------------------------------------------
 
 // Environment teardown (runs before the reactor's, which spawn.c registered first): close every pipe; the references
@@ -455,7 +373,6 @@ napi_status corral_pipes_init(napi_env env, napi_value exports, struct reactor *
       {"pipeResume", NULL, js_pipe_resume, NULL, NULL, NULL, napi_default, st},
       {"pipeClose", NULL, js_pipe_close, NULL, NULL, NULL, napi_default, st},
       {"base64Into", NULL, js_base64_into, NULL, NULL, NULL, napi_default, st},
-      {"frameOutputs", NULL, js_frame_outputs, NULL, NULL, NULL, napi_default, st},
   };
   return napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
 }

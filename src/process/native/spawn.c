@@ -1220,7 +1220,8 @@ NAPI_MODULE_INIT(/* napi_env env, napi_value exports */) {
   napi_set_instance_data(env, st, finalize_state, NULL);
   napi_add_env_cleanup_hook(env, cleanup_state, st);
 
-  napi_value async_ok, new_pidns_ok;
+  napi_value abi, async_ok, new_pidns_ok;
+  napi_create_int32(env, CORRAL_NATIVE_ABI, &abi);
   napi_get_boolean(env, true, &new_pidns_ok);  // also the value of freshKeyring
 #ifdef HAVE_RAW_SYSCALL
   napi_get_boolean(env, true, &async_ok);
@@ -1238,6 +1239,7 @@ NAPI_MODULE_INIT(/* napi_env env, napi_value exports */) {
       {"watchGroup", NULL, js_watch_group, NULL, NULL, NULL, napi_default, NULL},
       {"ensureWatchdog", NULL, js_ensure_watchdog, NULL, NULL, NULL, napi_default, NULL},
       {"setCgroupCleanup", NULL, js_set_cgroup_cleanup, NULL, NULL, NULL, napi_default, NULL},
+      {"abi", NULL, NULL, NULL, NULL, abi, napi_default, NULL},
       {"asyncExec", NULL, NULL, NULL, NULL, async_ok, napi_default, NULL},
       {"newPidNs", NULL, NULL, NULL, NULL, new_pidns_ok, napi_default, NULL},
       {"freshKeyring", NULL, NULL, NULL, NULL, new_pidns_ok, napi_default, NULL},

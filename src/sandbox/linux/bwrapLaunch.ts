@@ -3,8 +3,8 @@ import type { ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync, writeSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
+import type { sandboxNative } from '../../platform/sandbox.js';
 import type { LaunchSpec, PreparedLaunch } from '../../process/launch.js';
-import type { sandboxNative } from '../../process/spawner.js';
 import type { EffectiveSandbox } from '../effective.js';
 import { SandboxSetupError } from '../errors.js';
 import {

@@ -4,26 +4,8 @@
  * Landlock is planned in TypeScript (landlock.ts); the child applies the ruleset itself (LaunchSpec.confine).
  */
 import { closeSync } from 'node:fs';
-import { nativeLandlockCalls, nativeLoadError, sandboxLauncher } from '../../process/spawner.js';
-
-interface LandlockCalls {
-  landlockAbi(): [number, number, number];
-  landlockRuleset(
-    handledFs: number,
-    handledNet: number,
-    scoped: number,
-    paths: string[],
-    rights: number[],
-    ports: number[],
-  ): number;
-}
-
-function isLandlockCalls(b: object | null): b is LandlockCalls {
-  const c = b as Partial<LandlockCalls> | null;
-  return typeof c?.landlockAbi === 'function' && typeof c.landlockRuleset === 'function';
-}
-
-const calls: LandlockCalls | null = isLandlockCalls(nativeLandlockCalls) ? nativeLandlockCalls : null;
+import { landlockCalls as calls, landlockAbsence as nativeLoadError } from '../../platform/landlock.js';
+import { sandboxLauncher } from '../../platform/sandbox.js';
 
 export interface LandlockSupport {
   /** The kernel's Landlock ABI version; 0: none. */

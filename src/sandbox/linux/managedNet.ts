@@ -3,7 +3,7 @@ import { closeSync, writeSync } from 'node:fs';
 import net from 'node:net';
 import { join } from 'node:path';
 import { tunnel } from '../../network/tunnel.js';
-import { nativeListenInNetns } from '../../process/spawner.js';
+import { listenInNetns as nativeListenInNetns } from '../../platform/netns.js';
 import { SandboxSetupError } from '../errors.js';
 
 /**

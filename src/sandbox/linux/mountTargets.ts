@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { existsSync, lstatSync, mkdirSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
-import { sandboxNative } from '../../process/spawner.js';
+import { sandboxNative } from '../../platform/sandbox.js';
 import { SandboxSetupError } from '../errors.js';
 
 /**

@@ -1,5 +1,11 @@
-import { constants } from 'node:os';
-import { nativeFsCalls, nativeLoadError } from '../process/spawner.js';
+/**
+ * The fd-relative file calls of confined fs/* (src/process/native/fsat.c): openat2 with RESOLVE_BENEATH and no
+ * symlinks, so a path cannot leave the directory it is resolved in, whatever a sandboxed process does to the tree
+ * meanwhile. Node has no openat2: without the addon sandboxed fs/* is refused, saying why (by design; unsandboxed
+ * fs/* uses Node's fs).
+ */
+import { type Addon, addon, addonAbsence } from './addon.js';
+import { errnoError, errnoName } from './errno.js';
 
 /** statx of an fd (fsat.c fsStat). `ident` ("dev:ino") names the inode, whatever path reaches it. */
 export interface FdStat {
@@ -42,35 +48,18 @@ export interface NativeFs {
 /** Whether confined fs/* can run here; when not, why (sandboxed fs/* requests are then refused with that reason). */
 export type NativeFsAvailability = { available: true; fs: NativeFs } | { available: false; reason: string };
 
-interface Calls {
-  fsProbe(): number;
-  fsOpenRoot(): number;
-  fsOpenAt(dirfd: number, name: string, flags: number, mode: number): number;
-  fsStat(fd: number): number | [string, number, number, number, number, number, number];
-  fsDup(fd: number): number;
-  fsReadlink(fd: number): number | string;
-  fsMkdirAt(dirfd: number, name: string, mode: number): number;
-  fsUnlinkAt(dirfd: number, name: string, isDir: boolean): number;
-  fsSymlinkAt(target: string, dirfd: number, name: string): number;
-  fsReadDir(fd: number, max: number): number | (string | number)[];
-}
-
-const ERRNO_NAMES = new Map(Object.entries(constants.errno).map(([k, v]) => [v, k]));
-
-/** The name of an errno value ("ENOENT"), as Node's errors carry it in `code`. */
-export function errnoName(errno: number): string {
-  return ERRNO_NAMES.get(Math.abs(errno)) ?? `E${Math.abs(errno)}`;
-}
-
-/** An Error shaped like Node's fs errors (`code`, `errno`, `syscall`), so that one mapping serves both backends. */
-export function errnoError(errno: number, syscall: string): NodeJS.ErrnoException {
-  const code = errnoName(errno);
-  const e = new Error(`${code}: ${syscall}`) as NodeJS.ErrnoException;
-  e.code = code;
-  e.errno = -Math.abs(errno);
-  e.syscall = syscall;
-  return e;
-}
+type Calls = Pick<
+  Addon,
+  | 'fsOpenRoot'
+  | 'fsOpenAt'
+  | 'fsStat'
+  | 'fsDup'
+  | 'fsReadlink'
+  | 'fsMkdirAt'
+  | 'fsUnlinkAt'
+  | 'fsSymlinkAt'
+  | 'fsReadDir'
+>;
 
 function wrap(c: Calls): NativeFs {
   return {
@@ -109,23 +98,14 @@ function wrap(c: Calls): NativeFs {
 }
 
 function load(): NativeFsAvailability {
-  if (process.platform !== 'linux')
-    return { available: false, reason: `${process.platform} has no openat2 (Linux 5.6+)` };
-  if (process.env.CORRAL_NATIVE_FS === '0')
-    return { available: false, reason: 'confined fs calls are turned off (CORRAL_NATIVE_FS=0)' };
-  if (!nativeFsCalls)
-    return {
-      available: false,
-      reason: `Corral's native addon is not loaded (${nativeLoadError ?? 'a build without fsat.c'})`,
-    };
-  const c = nativeFsCalls as Calls;
-  const probe = c.fsProbe();
+  if (!addon) return { available: false, reason: addonAbsence ?? 'the native addon is not loaded' };
+  const probe = addon.fsProbe();
   if (probe !== 0)
     return {
       available: false,
       reason: `openat2 does not work on this kernel (${errnoName(probe)}; needs Linux 5.6+)`,
     };
-  return { available: true, fs: wrap(c) };
+  return { available: true, fs: wrap(addon) };
 }
 
 /** Decided once, at load. */

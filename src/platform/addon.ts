@@ -1,0 +1,174 @@
+/**
+ * The one loader of Corral's native addon (build/Release/corral_spawn.node, built from src/process/native and
+ * src/sandbox/linux/native by node-gyp at `npm ci`). Nothing outside src/platform imports this file
+ * (scripts/check-layers.mjs enforces it): every other module uses a capability of src/platform, which is either
+ * the addon's (typed, every member present) or its JavaScript implementation or an explicit refusal, decided in that
+ * capability's file once, at load.
+ *
+ * The addon is loaded only when all of these hold, else `addon` is null and `addonAbsence` says why:
+ *  - Linux (the C is Linux-only; elsewhere nothing is built);
+ *  - env CORRAL_NATIVE is not "0" (the one switch that turns every native capability off: what macOS or a machine
+ *    without a compiler gets; CI runs the whole suite a second time that way);
+ *  - the build exists and loads;
+ *  - its `abi` equals NATIVE_ABI: a build from another version of the C is never half used.
+ */
+import { existsSync, readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+/** The interface version this JavaScript was written against (CORRAL_NATIVE_ABI in src/process/native/common.h). */
+export const NATIVE_ABI = 1;
+
+declare const handleBrand: unique symbol;
+/** An opaque handle the addon hands out (a pipe reader, a relay). */
+export type NativeHandle = { readonly [handleBrand]: true };
+
+/**
+ * The Landlock backend's confinement, applied by the child right before exec (confine.c): the ruleset fd, the
+ * seccomp program, Landlock restrict flags. (src/process/launch.ts LaunchSpec.confine.)
+ */
+export interface Confinement {
+  rulesetFd: number;
+  seccomp: Buffer;
+  flags?: number;
+}
+
+/** Everything the addon exports at NATIVE_ABI. Only the capability files of src/platform see it. */
+export interface Addon {
+  readonly abi: number;
+  // spawn.c
+  /**
+   * Starts a child (clone + execve; see src/platform/spawn.ts). fds: stdin, stdout, stderr, extra fds at 3, 4, …
+   * (-1 closed, -2 a new pipe, -3 /dev/null). Returns [pid, stdin fd, stdout fd, stderr fd, watchdog slot].
+   */
+  spawn(
+    file: string,
+    argv: string[],
+    env: string[],
+    cwd: string,
+    fds: number[],
+    waitExec: boolean,
+    newPidNs: boolean,
+    freshKeyring: boolean,
+    cgroupFds: number[] | undefined,
+    cgroupDirFd: number,
+    confine: Confinement | undefined,
+  ): [number, number, number, number, number];
+  setExitHandler(fn: (pid: number, status: number, signo: number) => void): void;
+  /** Whether this build can start children without waiting for their exec (x86_64, arm64). */
+  readonly asyncExec: boolean;
+  /** spawn understands its confine argument (confine.c). */
+  readonly confine: boolean;
+  /** false: the pid is already gone (fn is never called). Throws (ENOSYS, EMFILE) when no pidfd can be had. */
+  watchExit(pid: number, fn: () => void): boolean;
+  /** 0, or the errno a chdir into (kind 0) or an execve of (kind 1) `path` would fail with. */
+  checkPath(path: string, kind: 0 | 1): number;
+  /** Ends the spawning thread's SCHED_BATCH window of this loop turn (spawn.c, batch_begin). */
+  schedRestore(): void;
+  // watchdog.c
+  unwatchGroup(slot: number): void;
+  watchdogPid(): number;
+  /** Registers a process group started another way (node-pty); the slot, or -1. */
+  watchGroup(pgid: number): number;
+  ensureWatchdog(): void;
+  setCgroupCleanup(version: 1 | 2, bases: string[], removeBases: boolean): void;
+  // pipes.c
+  pipeOpen(fd: number, scratch: Uint8Array, onData: (n: number) => void): NativeHandle;
+  pipePause(h: NativeHandle): void;
+  pipeResume(h: NativeHandle): void;
+  pipeClose(h: NativeHandle): void;
+  /** Standard base64 of `src` written into `dst` at `offset`; returns the bytes written. */
+  base64Into(src: Uint8Array, dst: Uint8Array, offset: number): number;
+  // relay.c
+  relayOpen(
+    fdA: number,
+    fdB: number,
+    onDone: (err: number, aToB: number, bToA: number) => void,
+  ): NativeHandle;
+  relayClose(h: NativeHandle): void;
+  // netns.c
+  listenInNetns(pid: number, ports: number[]): number[];
+  // landlock.c (see src/platform/landlock.ts)
+  landlockAbi(): [number, number, number];
+  landlockRuleset(
+    handledFs: number,
+    handledNet: number,
+    scoped: number,
+    paths: string[],
+    rights: number[],
+    ports: number[],
+  ): number;
+  // fsat.c (see src/platform/confinedFs.ts)
+  fsProbe(): number;
+  fsOpenRoot(): number;
+  fsOpenAt(dirfd: number, name: string, flags: number, mode: number): number;
+  fsStat(fd: number): number | [string, number, number, number, number, number, number];
+  fsDup(fd: number): number;
+  fsReadlink(fd: number): number | string;
+  fsMkdirAt(dirfd: number, name: string, mode: number): number;
+  fsUnlinkAt(dirfd: number, name: string, isDir: boolean): number;
+  fsSymlinkAt(target: string, dirfd: number, name: string): number;
+  fsReadDir(fd: number, max: number): number | (string | number)[];
+  // src/sandbox/linux/native/sandbox.c (see src/platform/sandbox.ts)
+  sealFds(): void;
+  setInheritable(fd: number, inheritable: boolean): void;
+  pipe(): [number, number];
+  pinSymlinks(pid: number, paths: string[]): void;
+  holdMountTarget(lockFile: string, target: string): number;
+  releaseMountTarget(fd: number, lockFile: string, target: string): void;
+}
+
+/** The package root: the nearest directory upwards holding our package.json (works from src/ and from dist/). */
+function packageRoot(): string | null {
+  let dir = dirname(fileURLToPath(import.meta.url));
+  for (;;) {
+    const pj = join(dir, 'package.json');
+    if (existsSync(pj)) {
+      try {
+        if ((JSON.parse(readFileSync(pj, 'utf8')) as { name?: string }).name === 'corral') return dir;
+      } catch {
+        // not ours; keep looking
+      }
+    }
+    const up = dirname(dir);
+    if (up === dir) return null;
+    dir = up;
+  }
+}
+
+/** Where node-gyp puts what it builds (the addon and the sandbox launcher), or null when the package root is unknown. */
+export const buildDir: string | null = (() => {
+  const root = packageRoot();
+  return root ? join(root, 'build', 'Release') : null;
+})();
+
+function load(): { addon: Addon; absence: null } | { addon: null; absence: string } {
+  if (process.env.CORRAL_NATIVE === '0')
+    return { addon: null, absence: 'the native addon is turned off (CORRAL_NATIVE=0)' };
+  if (process.platform !== 'linux')
+    return { addon: null, absence: `the native addon is Linux-only (this is ${process.platform})` };
+  if (!buildDir) return { addon: null, absence: 'the native addon was not found (no package root)' };
+  const path = join(buildDir, 'corral_spawn.node');
+  let exports: { abi?: unknown };
+  try {
+    exports = createRequire(import.meta.url)(path) as { abi?: unknown };
+  } catch (e) {
+    return { addon: null, absence: `the native addon did not load (${(e as Error).message.split('\n')[0]})` };
+  }
+  if (exports.abi !== NATIVE_ABI) {
+    return {
+      addon: null,
+      absence: `the native addon at ${path} is another version (abi ${String(exports.abi ?? 'none')}, this build needs ${NATIVE_ABI}): rebuild it with \`npx node-gyp rebuild\``,
+    };
+  }
+  return { addon: exports as Addon, absence: null };
+}
+
+const loaded = load();
+
+/** The addon, or null (see addonAbsence). */
+export const addon: Addon | null = loaded.addon;
+
+/** Why the addon is not loaded, in words for a user ("the native addon is turned off (CORRAL_NATIVE=0)"); null when it is. */
+export const addonAbsence: string | null = loaded.absence;

@@ -1,0 +1,156 @@
+/**
+ * Starting children natively (src/process/native/spawn.c): clone(CLONE_VM) + execve without waiting for the exec,
+ * every fd not passed closed in the child, PR_SET_PDEATHSIG(SIGKILL), entry into a cgroup before the exec, pidfd exit
+ * watching on the libuv loop. Node cannot do these; without the addon src/process/spawner.ts uses child_process (and
+ * says what that cannot do). Also the path checks and exit watching that go with it, each with its JS
+ * implementation or refusal.
+ */
+import { accessSync, constants, statSync } from 'node:fs';
+import { type Addon, addon, addonAbsence, type Confinement } from './addon.js';
+import { errnoName } from './errno.js';
+import { watchdogSlotRelease } from './watchdog.js';
+
+export interface NativeChild {
+  pid: number;
+  /** -1 unless a stdin pipe was asked for. */
+  stdinFd: number;
+  stdoutFd: number;
+  stderrFd: number;
+  /** Ends the group watchdog's protection of the child's process group (call once it has closed). */
+  releaseGroup(): void;
+}
+
+export interface NativeSpawnArgs {
+  file: string;
+  argv: string[];
+  /** "KEY=value" pairs. */
+  env: string[];
+  cwd: string;
+  /** stdin, stdout, stderr, then the extra fds at 3, 4, …: an fd, or FD_CLOSED / FD_PIPE / FD_DEVNULL. */
+  fds: number[];
+  waitExec: boolean;
+  /** Clone the child as the init of a new pid namespace (needs root; see newPidNs). */
+  newPidNs: boolean;
+  freshKeyring: boolean;
+  cgroup?: { fds: number[]; dirFd?: number };
+  /** The Landlock backend: the child confines itself right before exec (confine.c). */
+  confine?: Confinement;
+  /** Called once, on the loop, with the wait status (signo 0 for a normal exit). */
+  onExit(status: number, signo: number): void;
+}
+
+export const FD_CLOSED = -1;
+export const FD_PIPE = -2;
+export const FD_DEVNULL = -3;
+
+export interface NativeSpawner {
+  /** Whether children can start without the loop waiting for their exec (x86_64, arm64). */
+  readonly asyncExec: boolean;
+  /** Whether spawn can clone into a new pid namespace: root only (CLONE_NEWPID needs CAP_SYS_ADMIN). */
+  readonly newPidNs: boolean;
+  /** Throws an Error with a numeric `errno` when the start fails. */
+  spawn(a: NativeSpawnArgs): NativeChild;
+}
+
+/**
+ * Exit callbacks by pid. The addon has one exit handler per process (per thread), shared by every copy of the
+ * platform that loads it (sources and a bundle, say), so the table lives on the addon's exports object.
+ */
+function exitTable(a: Addon): Map<number, (status: number, signo: number) => void> {
+  const b = a as Addon & { corralExits?: Map<number, (status: number, signo: number) => void> };
+  if (b.corralExits) return b.corralExits;
+  const table = new Map<number, (status: number, signo: number) => void>();
+  b.corralExits = table;
+  a.setExitHandler((pid, status, signo) => {
+    const cb = table.get(pid);
+    if (!cb) return;
+    table.delete(pid);
+    cb(status, signo);
+  });
+  return table;
+}
+
+function nativeSpawner(a: Addon): NativeSpawner {
+  const exits = exitTable(a);
+  return {
+    asyncExec: a.asyncExec,
+    newPidNs: process.geteuid?.() === 0,
+    spawn(s) {
+      const [pid, stdinFd, stdoutFd, stderrFd, slot] = a.spawn(
+        s.file,
+        s.argv,
+        s.env,
+        s.cwd,
+        s.fds,
+        s.waitExec || !a.asyncExec,
+        s.newPidNs,
+        s.freshKeyring,
+        s.cgroup?.fds,
+        s.cgroup?.dirFd ?? -1,
+        s.confine,
+      );
+      exits.set(pid, s.onExit);
+      return { pid, stdinFd, stdoutFd, stderrFd, releaseGroup: watchdogSlotRelease(slot) };
+    },
+  };
+}
+
+/** The native spawner, or null without the addon (src/process/spawner.ts then uses child_process). */
+export const nativeSpawn: NativeSpawner | null = addon ? nativeSpawner(addon) : null;
+
+/** Why there is no native spawner (the addon's absence); null when there is one. */
+export const nativeSpawnAbsence: string | null = addonAbsence;
+
+/**
+ * Call before starting a process any other way than nativeSpawn (node-pty, child_process): the native spawner keeps
+ * this thread SCHED_BATCH from its first spawn of a loop turn until the loop polls again, and a child forked meanwhile
+ * would inherit that policy for life. Nothing to do without the addon.
+ */
+export const endSpawnBatch: () => void = addon ? addon.schedRestore.bind(addon) : () => {};
+
+/**
+ * Whether `path` would work as a child's cwd (chdir) or program (execve): null, or the errno name the kernel would
+ * give. The addon asks the kernel itself (faccessat, the same lookup as the call); the JS implementation answers
+ * from stat and access(X_OK), which agree on everything but the rarer errors (ELOOP, ENAMETOOLONG are ENOENT there).
+ */
+export const checkPath: (path: string, kind: 'cwd' | 'program') => string | null = addon
+  ? (path, kind) => {
+      const err = addon!.checkPath(path, kind === 'cwd' ? 0 : 1);
+      return err === 0 ? null : errnoName(err);
+    }
+  : (path, kind) => {
+      let dir: boolean;
+      try {
+        dir = statSync(path).isDirectory();
+      } catch (e) {
+        return (e as NodeJS.ErrnoException).code ?? 'ENOENT';
+      }
+      if (kind === 'cwd' && !dir) return 'ENOTDIR';
+      if (kind === 'program' && dir) return 'EACCES';
+      try {
+        accessSync(path, constants.X_OK);
+      } catch {
+        return 'EACCES';
+      }
+      return null;
+    };
+
+/**
+ * Calls `cb` once, on the event loop, when process `pid` has terminated: for processes the native spawner did not
+ * start (node-pty's children). It polls a pidfd and never reaps. A pid that is already gone calls back on a later
+ * turn. Returns false, and never calls `cb`, when it cannot watch (no addon; a kernel without pidfd_open; EMFILE):
+ * the caller must learn of the exit another way (node-pty's own exit event).
+ *
+ * Call it while the pid cannot have been reused, i.e. before the process can have been reaped.
+ */
+export function watchExit(pid: number, cb: () => void): boolean {
+  if (!addon) return false;
+  let watching: boolean;
+  try {
+    watching = addon.watchExit(pid, cb);
+  } catch {
+    return false; // ENOSYS (Linux < 5.3), EMFILE, …
+  }
+  if (!watching) setImmediate(cb);
+  return true;
+}

@@ -272,7 +272,7 @@ describe('protocol CLI', () => {
       ELECTRON_NO_ATTACH_CONSOLE: '1',
       NODE_OPTIONS: '--no-warnings',
       CORRAL_INTERNAL_SECRET: 'x',
-      CORRAL_SPAWNER: process.env.CORRAL_SPAWNER ?? 'native',
+      CORRAL_NATIVE: process.env.CORRAL_NATIVE ?? '1',
       MY_API_KEY: 'k',
       GH_TOKEN: 't',
       aws_secret_access: 's',

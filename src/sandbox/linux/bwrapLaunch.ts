@@ -33,7 +33,6 @@ import { acquireSyntheticTargets } from './mountTargets.js';
 import { guardArgv, hostPidOf, setupDone } from './pidGuard.js';
 import { sharedPrivateDir } from './privateDir.js';
 import type { SeccompMode } from './seccomp.js';
-import { watchSandbox } from './watchdog.js';
 
 /**
  * Keeps every cgroup filesystem read-only inside the sandbox: with a writable root above it (e.g. `--bind / /`) a
@@ -152,14 +151,12 @@ export function materializeBwrap(
   let pidReader: { promise: Promise<number>; cancel(): void } | undefined;
   let blockFd: number | undefined;
   let cleaned = false;
-  let unwatch: (() => void) | undefined;
   const closeChildEnds = () => {
     for (const fd of childEnds.splice(0)) closeQuietly(fd);
   };
   const cleanup = () => {
     if (cleaned) return;
     cleaned = true;
-    unwatch?.();
     pidReader?.cancel();
     closeChildEnds();
     closeQuietly(blockFd);
@@ -197,7 +194,6 @@ export function materializeBwrap(
       cleanup,
       async afterSpawn(pid: number) {
         closeChildEnds();
-        if (!cleaned) unwatch = watchSandbox(pid);
         if (!managed && !pins) return;
         let nsPid = await pidReader!.promise;
         if (plan.pidGuard) {

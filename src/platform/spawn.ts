@@ -5,7 +5,7 @@
  * says what that cannot do). Also the path checks and exit watching that go with it, each with its JS
  * implementation or refusal.
  */
-import { accessSync, constants, statSync } from 'node:fs';
+import { accessSync, constants, readFileSync, statSync } from 'node:fs';
 import { type Addon, addon, addonAbsence, type Confinement } from './addon.js';
 import { errnoName } from './errno.js';
 import { watchdogSlotRelease } from './watchdog.js';
@@ -135,16 +135,41 @@ export const checkPath: (path: string, kind: 'cwd' | 'program') => string | null
       return null;
     };
 
+/** How often the JS implementation of watchExit looks at /proc. */
+const EXIT_POLL_MS = 5;
+
+/** Whether `pid` has terminated: gone, or a zombie (/proc/<pid>/stat state Z or X). */
+function terminated(pid: number): boolean {
+  let stat: string;
+  try {
+    stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  } catch {
+    return true;
+  }
+  const state = stat[stat.lastIndexOf(')') + 2];
+  return state === 'Z' || state === 'X';
+}
+
 /**
  * Calls `cb` once, on the event loop, when process `pid` has terminated: for processes the native spawner did not
- * start (node-pty's children). It polls a pidfd and never reaps. A pid that is already gone calls back on a later
- * turn. Returns false, and never calls `cb`, when it cannot watch (no addon; a kernel without pidfd_open; EMFILE):
- * the caller must learn of the exit another way (node-pty's own exit event).
+ * start (node-pty's children). It never reaps. The addon polls a pidfd on the loop; the JS implementation looks at
+ * /proc/<pid>/stat every EXIT_POLL_MS (Linux). A pid that is already gone calls back on a later turn. Returns false,
+ * and never calls `cb`, when it cannot watch (no /proc; the addon's pidfd_open failing, EMFILE): the caller must learn
+ * of the exit another way (node-pty's own exit event).
  *
- * Call it while the pid cannot have been reused, i.e. before the process can have been reaped.
+ * Call it while the pid cannot have been reused, i.e. before the process can have been reaped: a reaped pid is only
+ * reused after the kernel's pid counter wraps, far longer than the poll.
  */
 export function watchExit(pid: number, cb: () => void): boolean {
-  if (!addon) return false;
+  if (!addon) {
+    if (process.platform !== 'linux') return false;
+    const timer = setInterval(() => {
+      if (!terminated(pid)) return;
+      clearInterval(timer);
+      cb();
+    }, EXIT_POLL_MS);
+    return true;
+  }
   let watching: boolean;
   try {
     watching = addon.watchExit(pid, cb);

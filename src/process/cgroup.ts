@@ -895,9 +895,28 @@ export function wrapArgv(
   file: string,
   argv: string[],
   between = '',
+  env?: Record<string, string>,
 ): { file: string; args: string[] } {
   const enter = entryFiles.map((_, i) => `echo 0 >"$${i + 1}" || exit 127; `).join('');
   const shift = entryFiles.length > 0 ? `shift ${entryFiles.length}; ` : '';
-  const script = `${enter}${shift}${between}exec -a "$0" "$@"`;
-  return { file: '/bin/bash', args: ['-c', script, argv[0] ?? file, ...entryFiles, file, ...argv.slice(1)] };
+  const script = `${enter}${shift}${between}${env ? keepEnv(env) : ''}exec -a "$0" "$@"`;
+  // --norc: bash would read ~/.bashrc when its stdin is a socket (child_process's pipes), taking it for rshd.
+  return {
+    file: '/bin/bash',
+    args: ['--norc', '-c', script, argv[0] ?? file, ...entryFiles, file, ...argv.slice(1)],
+  };
+}
+
+/**
+ * Undoes what bash adds to the environment of what it execs, so that the command sees exactly `env`: PWD (unset when
+ * not given) and SHLVL. Bash's `exec` re-exports SHLVL as its level minus one: a given SHLVL comes out as given (bash
+ * raised it by one at start), and an absent one is bound, by a nameref, to an array element, which is never exported.
+ */
+function keepEnv(env: Record<string, string>): string {
+  const pwd = env.PWD === undefined ? 'unset PWD; ' : '';
+  const shlvl =
+    env.SHLVL === undefined
+      ? 'unset SHLVL; declare -a corral_shlvl; declare -n SHLVL="corral_shlvl[0]"; '
+      : '';
+  return pwd + shlvl;
 }

@@ -165,7 +165,7 @@ export class ManagedProcess {
         ...(needPrologue
           ? {
               prologue: (f: string, argv: string[]) =>
-                wrapArgv(cgroupEntry, f, argv, dropTerm ? 'unset TERM; ' : ''),
+                wrapArgv(cgroupEntry, f, argv, dropTerm ? 'unset TERM; ' : '', spec.env),
             }
           : {}),
         ...(spec.confine ? { confine: spec.confine } : {}),

@@ -282,7 +282,7 @@ function spawnNative(
 
 /** The spec run through the bash prologue that enters the cgroup first (cgroup.ts wrapArgv). */
 function withCgroupPrologue(spec: LaunchSpec, procs: string[]): LaunchSpec {
-  const w = wrapArgv(procs, spec.file, spec.argv);
+  const w = wrapArgv(procs, spec.file, spec.argv, '', spec.env);
   return { ...spec, file: w.file, argv: ['bash', ...w.args] };
 }
 

@@ -7,6 +7,7 @@ import { after, before, describe, test } from 'node:test';
 import WebSocket from 'ws';
 import { type Host, startHost } from '../../src/server/host.js';
 import { RpcClient } from '../helpers/client.js';
+import { needsSandbox } from '../helpers/native.js';
 import { tempDir } from '../helpers/server.js';
 import { type Browser, ensureBuilt, openBrowser, visibleText } from './harness.js';
 
@@ -190,7 +191,7 @@ describe('panel in a browser against the headless host', () => {
     assert.equal(await page.locator('[data-testid="terminate"]').isDisabled(), true);
   });
 
-  test('a sandboxed process shows its badge and effective policy', async () => {
+  test('a sandboxed process shows its badge and effective policy', { skip: needsSandbox }, async () => {
     const page = browser.page;
     await page.click('button[data-view="processes"]');
     await agent.request('process/start', {
@@ -353,7 +354,7 @@ describe('panel in a browser against the headless host', () => {
     await browser.screenshot('policy');
   });
 
-  test('the run form sends process/start through the same client API', async () => {
+  test('the run form sends process/start through the same client API', { skip: needsSandbox }, async () => {
     const page = browser.page;
     await page.click('button[data-view="run"]');
     await page.fill('[data-testid="run-argv"]', 'echo from-run-form; echo to-stderr >&2');

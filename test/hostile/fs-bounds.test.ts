@@ -19,6 +19,7 @@ import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { DEFAULT_FS_LIMITS } from '../../src/server/fsIo.js';
 import { b64, RpcCallError, RpcClient } from '../helpers/client.js';
+import { needsConfinedFs } from '../helpers/native.js';
 import { startTestServer } from '../helpers/server.js';
 import { PATH } from '../integration/sandbox-util.js';
 import { type HostileFixture, hostileFixture, sandboxContext } from './fs-util.js';
@@ -103,7 +104,9 @@ async function server(prefix: string[] = []): Promise<Cli> {
 }
 
 describe('fs/* is bounded whatever it meets', () => {
-  test('a symlink to /dev/zero is refused at once, naming it, with and without a sandbox context', async () => {
+  test('a symlink to /dev/zero is refused at once, naming it, with and without a sandbox context', {
+    skip: needsConfinedFs,
+  }, async () => {
     const s = await server();
     const c = await RpcClient.open(s.url);
     const link = join(f.W, 'package.json');
@@ -130,7 +133,9 @@ describe('fs/* is bounded whatever it meets', () => {
     c.close();
   });
 
-  test('fs/readFile is capped at what fits in one message, and says so', async () => {
+  test('fs/readFile is capped at what fits in one message, and says so', {
+    skip: needsConfinedFs,
+  }, async () => {
     const ts = await startTestServer();
     try {
       const c = await ts.client();
@@ -155,7 +160,9 @@ describe('fs/* is bounded whatever it meets', () => {
     }
   });
 
-  test('four FIFO reads and a FIFO write neither block their connections, nor other clients, nor process/*', async () => {
+  test('four FIFO reads and a FIFO write neither block their connections, nor other clients, nor process/*', {
+    skip: needsConfinedFs,
+  }, async () => {
     const s = await server();
     const fifos = [1, 2, 3, 4, 5].map((i) => join(f.W, `fifo${i}`));
     for (const p of fifos) execFileSync('mkfifo', [p]);
@@ -215,7 +222,9 @@ describe('fs/* is bounded whatever it meets', () => {
     for (const c of [...readers, other]) c.close();
   });
 
-  test('a slow fs/* request does not hold the process/* requests of its connection', async () => {
+  test('a slow fs/* request does not hold the process/* requests of its connection', {
+    skip: needsConfinedFs,
+  }, async () => {
     const s = await server();
     const c = await RpcClient.open(s.url);
     const tree = join(f.W, 'many');
@@ -262,7 +271,9 @@ describe('fs/* is bounded whatever it meets', () => {
     await Promise.all(sent);
   });
 
-  test('deep trees: a recursive copy or remove holds few fds per level, and refuses past 256 levels', async () => {
+  test('deep trees: a recursive copy or remove holds few fds per level, and refuses past 256 levels', {
+    skip: needsConfinedFs,
+  }, async () => {
     // 150 levels in a server allowed 400 open files: fine; 300 levels: refused before anything changes.
     const s = await server(['prlimit', '--nofile=400', '--']);
     const c = await RpcClient.open(s.url);

@@ -14,6 +14,7 @@ import {
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { b64, RpcCallError, type RpcClient } from '../helpers/client.js';
+import { needsConfinedFs } from '../helpers/native.js';
 import { startTestServer, type TestServer } from '../helpers/server.js';
 import { type HostileFixture, hostileFixture, type Racer, sandboxContext, startRacer } from './fs-util.js';
 
@@ -153,34 +154,6 @@ const results = new Map<
   { ok: number; refused: number; errors: Map<string, number>; escapes: number[] }
 >();
 
-before(async () => {
-  f = hostileFixture('corral-fs-race-');
-  for (const c of CASES) {
-    const ws = join(f.W, c.name);
-    const out = join(f.OUT, c.name);
-    mkdirSync(ws);
-    mkdirSync(out);
-    writeFileSync(join(out, 'secret'), SECRET);
-    writeFileSync(join(out, 'outside-marker'), 'x');
-    if (c.target === '') {
-      mkdirSync(join(ws, 'd'));
-      writeFileSync(join(ws, 'd', 'secret'), INSIDE);
-      symlinkSync(out, join(ws, 'l'));
-      c.setup(ws, out);
-    } else {
-      c.setup(ws, out);
-      symlinkSync(join(out, c.target), join(ws, 'l'));
-    }
-  }
-  ts = await startTestServer({ launcher: { sandbox: { tmpdir: f.T } } });
-  agent = await ts.client('agent');
-  racer = await startRacer(
-    agent,
-    f,
-    CASES.map((c) => c.pair),
-  );
-});
-
 after(async () => {
   const swaps = racer ? await racer.stop() : 0;
   console.log(`racer made ${swaps} exchanges`);
@@ -196,7 +169,37 @@ after(async () => {
   f?.close();
 });
 
-describe(`fs/* with a sandbox context under a RENAME_EXCHANGE race (${ATTEMPTS} attempts per method)`, () => {
+describe(`fs/* with a sandbox context under a RENAME_EXCHANGE race (${ATTEMPTS} attempts per method)`, {
+  skip: needsConfinedFs,
+}, () => {
+  before(async () => {
+    f = hostileFixture('corral-fs-race-');
+    for (const c of CASES) {
+      const ws = join(f.W, c.name);
+      const out = join(f.OUT, c.name);
+      mkdirSync(ws);
+      mkdirSync(out);
+      writeFileSync(join(out, 'secret'), SECRET);
+      writeFileSync(join(out, 'outside-marker'), 'x');
+      if (c.target === '') {
+        mkdirSync(join(ws, 'd'));
+        writeFileSync(join(ws, 'd', 'secret'), INSIDE);
+        symlinkSync(out, join(ws, 'l'));
+        c.setup(ws, out);
+      } else {
+        c.setup(ws, out);
+        symlinkSync(join(out, c.target), join(ws, 'l'));
+      }
+    }
+    ts = await startTestServer({ launcher: { sandbox: { tmpdir: f.T } } });
+    agent = await ts.client('agent');
+    racer = await startRacer(
+      agent,
+      f,
+      CASES.map((c) => c.pair),
+    );
+  });
+
   for (const c of CASES) {
     test(`${c.name}: 0 escapes`, async () => {
       const ws = join(f.W, c.name);

@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type { AuditProcessResult } from '../../src/protocol/audit.js';
 import type { RpcClient } from '../helpers/client.js';
+import { needsSandbox } from '../helpers/native.js';
 import { tempDir } from '../helpers/server.js';
 import { type AuditedServer, openDb, startAuditedServer } from './audit-helpers.js';
 import { seed, special } from './sandbox-util.js';
@@ -15,7 +16,7 @@ import { seed, special } from './sandbox-util.js';
 const BWRAP = '/usr/bin/bwrap';
 
 describe('the audit database and a hostile process', {
-  skip: !existsSync(BWRAP) && 'bubblewrap is not installed',
+  skip: (!existsSync(BWRAP) && 'bubblewrap is not installed') || needsSandbox,
 }, () => {
   const dir = tempDir('corral-audit-hostile-');
   const ws = join(dir.path, 'workspace');

@@ -19,6 +19,7 @@ import type {
 } from '../../src/protocol/audit.js';
 import { NOT_PRIVILEGED } from '../../src/server/dispatch.js';
 import { b64, RpcClient } from '../helpers/client.js';
+import { needsConfinedFs } from '../helpers/native.js';
 import { tempDir, until } from '../helpers/server.js';
 import { type AuditedServer, openDb, run, startAuditedServer } from './audit-helpers.js';
 import { startOrigin, stubResolver } from './network-helpers.js';
@@ -199,7 +200,9 @@ describe('audit trail of a running server', () => {
     }
   });
 
-  test('fs/*: writes, creates, copies and removes with path, bytes and outcome; every sandbox refusal, reads too', async () => {
+  test('fs/*: writes, creates, copies and removes with path, bytes and outcome; every sandbox refusal, reads too', {
+    skip: needsConfinedFs,
+  }, async () => {
     const agent = await as.agent('patcher');
     const w = join(dir.path, 'work');
     const outside = join(dir.path, 'outside');

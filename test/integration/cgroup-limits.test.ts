@@ -11,6 +11,7 @@ import { existsSync, readdirSync, readFileSync, rmdirSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 import { cgroupHost } from '../../src/process/cgroup.js';
 import type { RpcClient } from '../helpers/client.js';
+import { needsSandbox } from '../helpers/native.js';
 import { alive, startTestServer, type TestServer, until } from '../helpers/server.js';
 import { seed, special } from './sandbox-util.js';
 
@@ -87,6 +88,7 @@ describe('per-command cgroups', { skip }, () => {
   for (const mode of ['unsandboxed', 'sandboxed'] as const) {
     test(`a fork bomb (${mode}) stays at its pidsMax while another session starts processes`, {
       timeout: 60_000,
+      skip: mode === 'sandboxed' && needsSandbox,
     }, async () => {
       const id = `bomb-${++n}`;
       const t0 = Date.now();
@@ -143,6 +145,7 @@ describe('per-command cgroups', { skip }, () => {
   for (const mode of ['unsandboxed', 'sandboxed'] as const) {
     test(`a memory hog (${mode}) is killed at its memory limit, with limitHit memory`, {
       timeout: 60_000,
+      skip: mode === 'sandboxed' && needsSandbox,
     }, async () => {
       const id = `hog-${++n}`;
       // 512 MiB at most, so that the test stays bounded without a limit too.
@@ -311,7 +314,9 @@ describe('per-command cgroups', { skip }, () => {
     if (host.status.version === 'v1') assert.equal(a.output('lim-1'), '77\n');
   });
 
-  test('a sandboxed process with a writable root cannot write to the cgroup filesystem', async () => {
+  test('a sandboxed process with a writable root cannot write to the cgroup filesystem', {
+    skip: needsSandbox,
+  }, async () => {
     const id = `escape-${++n}`;
     // Full disk write, network off: bwrap binds / read-write, so this is where cgroupfs would be writable.
     const sandbox = seed({ cwd: '/tmp', kind: 'unrestricted', network: 'restricted' });

@@ -7,6 +7,7 @@ import { existsSync, readdirSync, readlinkSync } from 'node:fs';
 import { after, before, describe, it } from 'node:test';
 import { watchExit } from '../../src/platform/spawn.js';
 import { b64, type Notification, type RpcClient } from '../helpers/client.js';
+import { needsSandbox } from '../helpers/native.js';
 import { startTestServer, type TestServer, until } from '../helpers/server.js';
 import { type Fixture, fixture, seed, special } from './sandbox-util.js';
 
@@ -151,7 +152,9 @@ describe('PTY output written right before exit is never lost', () => {
   });
 });
 
-describe('PTY tail under the sandbox (bwrap behind the `sh -c exec 3<…` wrapper)', () => {
+describe('PTY tail under the sandbox (bwrap behind the `sh -c exec 3<…` wrapper)', {
+  skip: needsSandbox,
+}, () => {
   let f: Fixture;
   let ts: TestServer;
   let c: Client;
@@ -193,7 +196,7 @@ describe('PTY tail under the sandbox (bwrap behind the `sh -c exec 3<…` wrappe
   });
 });
 
-describe('watchExit (native addon): exit of a process we did not start', () => {
+describe('watchExit (a pidfd with the addon, /proc without): exit of a process we did not start', () => {
   it('calls back once the process has terminated and leaves the reaping (and its status) to the parent', async () => {
     const child = spawn('/bin/sh', ['-c', 'echo up; read x; exit 5'], { stdio: ['pipe', 'pipe', 'ignore'] });
     const up = new Promise((resolve) => child.stdout!.once('data', resolve));

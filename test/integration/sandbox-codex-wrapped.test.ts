@@ -6,6 +6,7 @@ import type { ManagedProcess } from '../../src/process/managedProcess.js';
 import { startHost } from '../../src/server/host.js';
 import { ensureBuilt, openBrowser, visibleText } from '../browser/harness.js';
 import { RpcClient } from '../helpers/client.js';
+import { needsSandbox } from '../helpers/native.js';
 import { startTestServer, type TestServer } from '../helpers/server.js';
 import { type Fixture, fixture, PATH } from './sandbox-util.js';
 
@@ -201,7 +202,7 @@ beforeEach(() => {
 });
 
 describe('client-wrapped commands are unwrapped into our sandbox (as root)', {
-  skip: !isRoot && 'needs root',
+  skip: (!isRoot && 'needs root') || needsSandbox,
 }, () => {
   test('0.120/0.125 flags: runs under bwrap, CapEff 0, outside write and umount .git fail', async () => {
     const r = await start(c, [launcher, ...flags0120(), '--', '/bin/bash', '-lc', PROBE]);
@@ -340,7 +341,9 @@ describe('anything not understood runs as sent (today’s behaviour)', {
   });
 });
 
-describe('the panel shows both: client-wrapped and unwrapped', { skip: !isRoot && 'needs root' }, () => {
+describe('the panel shows both: client-wrapped and unwrapped', {
+  skip: (!isRoot && 'needs root') || needsSandbox,
+}, () => {
   test('an unwrapped process has the linux-seccomp badge plus "client-wrapped, unwrapped"', async () => {
     const host = await startHost({ servePanel: true, panelDir: ensureBuilt(), resumeGraceMs: 0 });
     const browser = await openBrowser();

@@ -5,6 +5,7 @@ import { after, before, describe, test } from 'node:test';
 import { parseSandboxParam } from '../../src/protocol/sandbox.js';
 import type { ParsedSandbox } from '../../src/sandbox/index.js';
 import { checkFsAccess, isLikelySandboxDenied, SandboxSetupError } from '../../src/sandbox/index.js';
+import { needsSandbox } from '../helpers/native.js';
 import {
   type Fixture,
   fixture,
@@ -31,7 +32,7 @@ after(async () => {
 const ws = () => seed({ cwd: f.W });
 const opts = () => ({ tmpdir: f.T });
 
-describe('sandbox.md §12 conformance (Linux, real bwrap)', () => {
+describe('sandbox.md §12 conformance (Linux, real bwrap)', { skip: needsSandbox }, () => {
   test('1: none / danger-full-access runs the command itself, no bwrap', async () => {
     const sb = seed({
       cwd: f.W,
@@ -339,7 +340,7 @@ t('io_uring_setup', sc('io_uring', 425, 1, buf))
   });
 });
 
-describe('sandbox.md §12 further quick checks', () => {
+describe('sandbox.md §12 further quick checks', { skip: needsSandbox }, () => {
   test('macos-seatbelt on Linux and windows-restricted-token are start errors naming the type', async () => {
     await assert.rejects(
       run(seed({ cwd: f.W, sandbox: 'macos-seatbelt' }), ['true'], { cwd: f.W, opts: opts() }),

@@ -5,6 +5,7 @@ import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { needsSandbox } from '../helpers/native.js';
 import {
   type Fixture,
   fixture,
@@ -64,7 +65,7 @@ function envFor(extra: Record<string, string> = {}) {
   };
 }
 
-describe('managed network (enforceManagedNetwork)', () => {
+describe('managed network (enforceManagedNetwork)', { skip: needsSandbox }, () => {
   test('control: unsandboxed, the escape probes do reach the host listeners', async () => {
     const before = { ...f.hits };
     const r = await run(null, [PY, '-c', ESCAPES], { cwd: f.W, env: envFor() });
@@ -224,7 +225,7 @@ sys.stdout.write(reply.decode())
   });
 });
 
-describe('PTY launches (the setup pipes go through the sandbox launcher)', () => {
+describe('PTY launches (the setup pipes go through the sandbox launcher)', { skip: needsSandbox }, () => {
   test('a PTY command is sandboxed: tty present, workspace writable, outside read-only, seccomp active', async () => {
     const sb = seed({ cwd: f.W });
     const xdg = process.env.XDG_RUNTIME_DIR;

@@ -5,6 +5,7 @@ import { dirname, join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { b64, RpcCallError, RpcClient } from '../helpers/client.js';
+import { needsSandbox } from '../helpers/native.js';
 import { startTestServer, type TestServer } from '../helpers/server.js';
 import {
   type Fixture,
@@ -77,7 +78,7 @@ async function runVia(
   };
 }
 
-describe('sandbox through the exec server', () => {
+describe('sandbox through the exec server', { skip: needsSandbox }, () => {
   test('workspace write succeeds and reports sandboxType linuxSeccomp', async () => {
     const r = await runVia(c, ['/bin/sh', '-c', 'echo srv > srv.txt']);
     assert.equal(r.started.sandboxType, 'linuxSeccomp');

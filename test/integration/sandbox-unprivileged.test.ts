@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import { needsSandbox } from '../helpers/native.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const FIXTURE = fileURLToPath(new URL('../fixtures/unprivileged/managed-net.ts', import.meta.url));
@@ -24,7 +25,7 @@ function whySkip(): string | false {
 }
 
 test('unprivileged: a sandbox with managed network reaches its endpoint through listeners made in its namespace', {
-  skip: whySkip(),
+  skip: whySkip() || needsSandbox,
   timeout: 60_000,
 }, async (t) => {
   const child = spawn(

@@ -10,6 +10,7 @@ import { after, before, describe, it } from 'node:test';
 import { type Cli, ROOT, startCli } from '../helpers/cli.js';
 import { RpcClient } from '../helpers/client.js';
 import { httpFetch, upgradeStatus } from '../helpers/http.js';
+import { needsSandbox } from '../helpers/native.js';
 
 const PATH = '/usr/local/bin:/usr/bin:/bin';
 const PROBE = join(ROOT, 'test', 'fixtures', 'trust', 'probe.mjs');
@@ -138,7 +139,9 @@ describe('exec-server is authenticated by default', () => {
     }
   });
 
-  it('a sandbox with network enabled that connects to the server port is refused (401)', async () => {
+  it('a sandbox with network enabled that connects to the server port is refused (401)', {
+    skip: needsSandbox,
+  }, async () => {
     const c = await RpcClient.open(cli.url!);
     try {
       // As Codex 0.120 does: CODEX_EXEC_SERVER_URL with the token goes to the command; the probe uses it if present.
@@ -154,7 +157,9 @@ describe('exec-server is authenticated by default', () => {
     }
   });
 
-  it("a sandbox sees its own pid namespace only: not the server's /proc, no token in any /proc it can read", async () => {
+  it("a sandbox sees its own pid namespace only: not the server's /proc, no token in any /proc it can read", {
+    skip: needsSandbox,
+  }, async () => {
     const c = await RpcClient.open(cli.url!);
     try {
       const token = tokenOf(cli.url!)!;
@@ -226,7 +231,9 @@ describe('--ws-token-file and --ws-auth none', () => {
     assert.match(b.stderr(), /at least 16 characters/);
   });
 
-  it('no sandbox can read the token file or the log, even one that may read everything and write their directory', async () => {
+  it('no sandbox can read the token file or the log, even one that may read everything and write their directory', {
+    skip: needsSandbox,
+  }, async () => {
     const file = join(dir, 'token');
     const token = 'file-token-0123456789abcdef';
     writeFileSync(file, `${token}\n`, { mode: 0o600 });

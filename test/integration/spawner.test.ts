@@ -29,6 +29,7 @@ import {
   spawnerKind,
   spawnPipedWith,
 } from '../../src/process/spawner.js';
+import { needsAddon } from '../helpers/native.js';
 
 const root = join(import.meta.dirname, '..', '..');
 const SPAWNER = join(root, 'src', 'process', 'spawner.ts');
@@ -352,7 +353,7 @@ describe('spawner selection', () => {
 });
 
 for (const kind of ['native', 'vfork', 'node'] as const) {
-  describe(`spawnPiped (${kind})`, () => {
+  describe(`spawnPiped (${kind})`, { skip: kind !== 'node' && needsAddon('the native spawner') }, () => {
     it('reports exit codes: status & 0xff, 128+signo for signals', async () => {
       assert.deepEqual(await run(kind, sh('printf out; printf err >&2; exit 3')), {
         stdout: 'out',

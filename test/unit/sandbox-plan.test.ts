@@ -12,6 +12,7 @@ import {
   SandboxSetupError,
   WINDOWS_ERROR,
 } from '../../src/sandbox/index.js';
+import { needsSandbox } from '../helpers/native.js';
 
 const root = mkdtempSync(join(os.tmpdir(), 'corral-sbx-plan-'));
 const W = join(root, 'ws');
@@ -250,7 +251,9 @@ test('macOS: sandbox-exec argv, params after realpath, CODEX_SANDBOX=seatbelt', 
   assert.equal(p.spec.env.CODEX_SANDBOX_NETWORK_DISABLED, '1');
 });
 
-test('prepareLaunch: the seccomp program comes in a pipe (pipes and PTY alike), closed by cleanup; nothing on disk', async () => {
+test('prepareLaunch: the seccomp program comes in a pipe (pipes and PTY alike), closed by cleanup; nothing on disk', {
+  skip: needsSandbox,
+}, async () => {
   for (const tty of [false, true]) {
     const l = await prepareLaunch(seed(), { spec: spec(), tty }, { tmpdir: '' });
     const fd = l.spec.extraFds?.[0];

@@ -8,6 +8,7 @@ import { after, before, test } from 'node:test';
 import { DoctorReport } from '../../src/protocol/doctor.js';
 import { type Host, startHost } from '../../src/server/host.js';
 import { RpcClient } from '../helpers/client.js';
+import { needsSandbox } from '../helpers/native.js';
 
 let host: Host;
 before(async () => {
@@ -17,7 +18,9 @@ before(async () => {
 });
 after(() => host?.shutdown());
 
-test('host/doctor is the doctor report, made with the server sandbox options, for panel connections only', async () => {
+test('host/doctor is the doctor report, made with the server sandbox options, for panel connections only', {
+  skip: needsSandbox,
+}, async () => {
   const url = host.execUrl.replace(/\?token=.*/, `?token=${encodeURIComponent(host.tokens.panel)}`);
   const panel = await RpcClient.open(url, 'corral-panel');
   try {

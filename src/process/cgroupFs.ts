@@ -1,0 +1,154 @@
+/** Reading and writing cgroupfs: the mounts, our own cgroups, small files read again through open descriptors. */
+import { accessSync, closeSync, constants, readFileSync, readSync, writeFileSync } from 'node:fs';
+
+// ---------------------------------------------------------------------------------------------------------------
+// Reading the system
+
+/** A cgroup could not be made, opened or limited. */
+export class CgroupError extends Error {}
+
+export interface MountInfo {
+  root: string;
+  mountPoint: string;
+  fsType: string;
+  superOptions: string[];
+}
+
+export function unescapeMount(s: string): string {
+  return s.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(Number.parseInt(o, 8)));
+}
+
+export function readMounts(): MountInfo[] {
+  let text: string;
+  try {
+    text = readFileSync('/proc/self/mountinfo', 'utf8');
+  } catch {
+    return [];
+  }
+  const out: MountInfo[] = [];
+  for (const line of text.split('\n')) {
+    const [pre, post] = line.split(' - ');
+    if (!pre || !post) continue;
+    const f = pre.split(' ');
+    const g = post.split(' ');
+    if (f.length < 5 || g.length < 3) continue;
+    out.push({
+      root: unescapeMount(f[3]!),
+      mountPoint: unescapeMount(f[4]!),
+      fsType: g[0]!,
+      superOptions: g[2]!.split(','),
+    });
+  }
+  return out;
+}
+
+/**
+ * Where cgroup (v1) and cgroup2 filesystems are mounted in this mount namespace, plus /sys/fs/cgroup when it is a
+ * mount of its own (the tmpfs holding the v1 hierarchies); none below another.
+ */
+export function cgroupMountPoints(): string[] {
+  const points = readMounts()
+    .filter((m) => m.fsType === 'cgroup' || m.fsType === 'cgroup2' || m.mountPoint === '/sys/fs/cgroup')
+    .map((m) => m.mountPoint);
+  return [...new Set(points)].filter((p) => !points.some((q) => q !== p && p.startsWith(`${q}/`)));
+}
+
+/** /proc/self/cgroup: controller list ('' for v2) → our path in that hierarchy. */
+export function readOwnCgroups(): Map<string, string> {
+  const m = new Map<string, string>();
+  let text = '';
+  try {
+    text = readFileSync('/proc/self/cgroup', 'utf8');
+  } catch {
+    return m;
+  }
+  for (const line of text.split('\n')) {
+    const a = line.indexOf(':');
+    const b = line.indexOf(':', a + 1);
+    if (a < 0 || b < 0) continue;
+    m.set(line.slice(a + 1, b), line.slice(b + 1));
+  }
+  return m;
+}
+
+/** Our directory in a mounted hierarchy: the mount point plus our path below the mount's root. */
+export function dirIn(mount: MountInfo, path: string): string | null {
+  const root = mount.root === '/' ? '' : mount.root;
+  if (root && path !== root && !path.startsWith(`${root}/`)) return null;
+  const rel = path.slice(root.length);
+  return rel === '' || rel === '/' ? mount.mountPoint : `${mount.mountPoint}${rel}`;
+}
+
+export function readText(path: string): string | null {
+  try {
+    return readFileSync(path, 'utf8');
+  } catch {
+    return null;
+  }
+}
+
+export function writable(dir: string): boolean {
+  try {
+    accessSync(dir, constants.W_OK);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** The value of the line `<key> <number>` in a cgroup file of counters (0 when absent). */
+export function counter(text: string | null, key: string): number {
+  if (!text) return 0;
+  let at = text.startsWith(`${key} `) ? 0 : text.indexOf(`\n${key} `);
+  if (at < 0) return 0;
+  if (at > 0) at++;
+  let n = 0;
+  for (let i = at + key.length + 1; i < text.length; i++) {
+    const d = text.charCodeAt(i) - 48;
+    if (d < 0 || d > 9) break;
+    n = n * 10 + d;
+  }
+  return n;
+}
+
+export function errText(e: unknown): string {
+  return (e as NodeJS.ErrnoException).code ?? (e as Error).message;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The server's cgroups
+
+/** Scratch for reading cgroup files (they are small: cgroup.procs of a command, event counters). */
+export const SCRATCH = Buffer.allocUnsafe(64 * 1024);
+
+/**
+ * The text of an open cgroup file of one record (a value, or counters), read again from its start: cgroupfs makes it
+ * anew at every pread from 0. Not for lists such as cgroup.procs, whose iterator a pread does not restart (the
+ * kernel returned the previous read's list).
+ */
+export function preadText(fd: number): string {
+  try {
+    const n = readSync(fd, SCRATCH, 0, SCRATCH.length, 0);
+    return SCRATCH.toString('latin1', 0, n);
+  } catch {
+    return '';
+  }
+}
+
+export function closeAll(fds: number[]): void {
+  for (const fd of fds) {
+    try {
+      closeSync(fd);
+    } catch {
+      // already closed
+    }
+  }
+}
+
+export function writeOptional(path: string, value: string): void {
+  try {
+    writeFileSync(path, value);
+  } catch {
+    // absent (no swap accounting) or refused: the main limit stands
+  }
+}

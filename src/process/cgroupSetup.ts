@@ -1,0 +1,233 @@
+/** One hierarchy's directory of this server: finding it (v2 or v1), sweeping dead servers' groups, killing a group. */
+import { existsSync, mkdirSync, readdirSync, rmdirSync, statSync, writeFileSync } from 'node:fs';
+import { dirIn, errText, readMounts, readOwnCgroups, readText, writable } from './cgroupFs.js';
+import { deadServerEntries, formatTag, ownTag, parseTag } from './serverTag.js';
+
+// ---------------------------------------------------------------------------------------------------------------
+// One hierarchy's directory of this server
+
+export interface Hierarchy {
+  /** The server's directory: corral-<tag>. */
+  base: string;
+  /** Limit files that live in this hierarchy. */
+  pids: boolean;
+  memory: boolean;
+}
+
+export interface Setup {
+  version: 'v2' | 'v1';
+  hierarchies: Hierarchy[];
+  /** v2: the kernel has cgroup.kill. */
+  cgroupKill: boolean;
+  /** The server moved itself into corral-<tag>/server (v2): the base stays until a later server removes it. */
+  serverLeaf: boolean;
+  problem: string | null;
+}
+
+export const BASE_PREFIX = 'corral-';
+
+export function baseName(): string {
+  return `${BASE_PREFIX}${formatTag(ownTag())}`;
+}
+
+/** Kills what a cgroup directory holds (v2 cgroup.kill, else pids.max 0 and SIGKILL to every listed pid). */
+export function killDir(dir: string, useCgroupKill: boolean): number {
+  if (useCgroupKill) {
+    try {
+      writeFileSync(`${dir}/cgroup.kill`, '1');
+      return 0;
+    } catch {
+      // kernel < 5.14 or gone: fall back to the listed pids
+    }
+  }
+  try {
+    writeFileSync(`${dir}/pids.max`, '0');
+  } catch {
+    // no pids controller here
+  }
+  return killListed(`${dir}/cgroup.procs`);
+}
+
+/** SIGKILLs every pid listed in a cgroup.procs file; returns how many were listed. */
+export function killListed(procs: string): number {
+  let n = 0;
+  for (const s of (readText(procs) ?? '').split('\n')) {
+    const pid = Number(s);
+    if (!(pid > 1)) continue;
+    n++;
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      // already gone
+    }
+  }
+  return n;
+}
+
+export function tryRmdir(dir: string): boolean {
+  try {
+    rmdirSync(dir);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === 'ENOENT';
+  }
+}
+
+/** Subdirectories of a server base that hold commands (p-<n>) or the server itself (server). */
+export function children(base: string): string[] {
+  try {
+    return readdirSync(base, { withFileTypes: true })
+      .filter((d) => d.isDirectory())
+      .map((d) => d.name);
+  } catch {
+    return [];
+  }
+}
+
+/**
+ * Removes the directories of dead servers next to ours (same parent cgroup): kills what they still hold, then
+ * removes them, waiting a little for the killed processes to go. Only entries named corral-<tag> whose tag is dead
+ * and whose directory belongs to our uid.
+ */
+export function sweepStale(parent: string, useCgroupKill: boolean): string[] {
+  const removed: string[] = [];
+  for (const name of deadServerEntries(parent, BASE_PREFIX)) {
+    const dir = `${parent}/${name}`;
+    // Exactly corral-<tag>, a directory of our uid (cgroupfs has no symlinks; the owner says whose it is).
+    if (formatTag(parseTag(name.slice(BASE_PREFIX.length))!) !== name.slice(BASE_PREFIX.length)) continue;
+    try {
+      const st = statSync(dir);
+      if (!st.isDirectory() || st.uid !== process.geteuid?.()) continue;
+    } catch {
+      continue;
+    }
+    const deadline = Date.now() + 1000;
+    for (;;) {
+      const kids = children(dir);
+      for (const k of kids) killDir(`${dir}/${k}`, useCgroupKill);
+      killDir(dir, useCgroupKill);
+      for (const k of kids) tryRmdir(`${dir}/${k}`);
+      if (tryRmdir(dir)) {
+        removed.push(dir);
+        break;
+      }
+      if (Date.now() > deadline) break;
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 10);
+    }
+  }
+  return removed;
+}
+
+export function setupV2(force: boolean): Setup | string {
+  const own = readOwnCgroups().get('');
+  if (own === undefined) return 'cgroup v2: this process is in no cgroup v2 hierarchy';
+  const mount = readMounts().find((m) => m.fsType === 'cgroup2' && dirIn(m, own) !== null);
+  if (!mount) return 'cgroup v2: the hierarchy is not mounted';
+  const dir = dirIn(mount, own)!;
+  if (!writable(dir)) return `cgroup v2: ${dir} is not writable by this user (not delegated)`;
+  const available = (readText(`${dir}/cgroup.controllers`) ?? '').trim().split(/\s+/);
+  const wanted = (['pids', 'memory'] as const).filter((c) => available.includes(c));
+  const missing = (['pids', 'memory'] as const).filter((c) => !available.includes(c));
+  if (wanted.length < 2 && !force)
+    return `cgroup v2: the ${missing.join(' and ')} controller${missing.length > 1 ? 's are' : ' is'} not available in ${dir}`;
+  // The real root cgroup (the only one without cgroup.type) may hold processes and give its children controllers;
+  // any other, the root of a cgroup namespace (a container) included, may not.
+  const isRoot = !existsSync(`${dir}/cgroup.type`);
+  const enabled = (readText(`${dir}/cgroup.subtree_control`) ?? '').trim().split(/\s+/);
+  const toEnable = wanted.filter((c) => !enabled.includes(c));
+  let serverLeaf = false;
+  if (toEnable.length > 0 && !isRoot) {
+    // A non-root cgroup with processes cannot enable controllers for its children: move out of it first, if we are
+    // alone in it.
+    const procs = (readText(`${dir}/cgroup.procs`) ?? '').trim().split(/\s+/).filter(Boolean).map(Number);
+    if (procs.some((p) => p !== process.pid))
+      return `cgroup v2: ${dir} also holds other processes, so it cannot give controllers to its children; start corral in a cgroup of its own (e.g. systemd-run --user --scope -p Delegate=yes corral …)`;
+    serverLeaf = true;
+  }
+  sweepStale(dir, true);
+  const base = `${dir}/${baseName()}`;
+  try {
+    mkdirSync(base);
+    if (serverLeaf) {
+      mkdirSync(`${base}/server`);
+      writeFileSync(`${base}/server/cgroup.procs`, '0');
+    }
+    if (toEnable.length > 0)
+      writeFileSync(`${dir}/cgroup.subtree_control`, toEnable.map((c) => `+${c}`).join(' '));
+    if (wanted.length > 0)
+      writeFileSync(`${base}/cgroup.subtree_control`, wanted.map((c) => `+${c}`).join(' '));
+  } catch (e) {
+    if (serverLeaf) {
+      try {
+        writeFileSync(`${dir}/cgroup.procs`, '0');
+      } catch {
+        // stays in the leaf: harmless
+      }
+      tryRmdir(`${base}/server`);
+    }
+    tryRmdir(base);
+    return `cgroup v2: cannot set up ${base}: ${errText(e)}`;
+  }
+  return {
+    version: 'v2',
+    hierarchies: [{ base, pids: wanted.includes('pids'), memory: wanted.includes('memory') }],
+    cgroupKill: existsSync(`${base}/cgroup.kill`),
+    serverLeaf,
+    problem:
+      missing.length > 0
+        ? `cgroup v2: the ${missing.join(' and ')} controller${missing.length > 1 ? 's are' : ' is'} not available in ${dir}: ${missing.join(' and ')} not limited`
+        : null,
+  };
+}
+
+export function setupV1(force: boolean): Setup | string {
+  const own = readOwnCgroups();
+  const mounts = readMounts().filter((m) => m.fsType === 'cgroup');
+  const hierarchies: Hierarchy[] = [];
+  const problems: string[] = [];
+  for (const controller of ['pids', 'memory'] as const) {
+    const mount = mounts.find((m) => m.superOptions.includes(controller));
+    const path = [...own].find(([k]) => k.split(',').includes(controller))?.[1];
+    const dir = mount && path !== undefined ? dirIn(mount, path) : null;
+    if (!dir) {
+      problems.push(`the ${controller} controller is not mounted`);
+      continue;
+    }
+    if (!writable(dir)) {
+      problems.push(`${dir} is not writable by this user`);
+      continue;
+    }
+    hierarchies.push({
+      base: `${dir}/${baseName()}`,
+      pids: controller === 'pids',
+      memory: controller === 'memory',
+    });
+  }
+  if (hierarchies.length === 0 || (hierarchies.length < 2 && !force))
+    return `cgroup v1: ${problems.join('; ')}`;
+  const made: Hierarchy[] = [];
+  for (const h of hierarchies) {
+    const parent = h.base.slice(0, h.base.lastIndexOf('/'));
+    sweepStale(parent, false);
+    try {
+      mkdirSync(h.base);
+      made.push(h);
+    } catch (e) {
+      problems.push(`cannot create ${h.base}: ${errText(e)}`);
+    }
+  }
+  if (made.length === 0 || (made.length < 2 && !force)) {
+    for (const h of made) tryRmdir(h.base);
+    return `cgroup v1: ${problems.join('; ')}`;
+  }
+  const missing = (['pids', 'memory'] as const).filter((c) => !made.some((h) => h[c]));
+  return {
+    version: 'v1',
+    // The pids hierarchy first: processes are found and killed there (pids.max 0 stops their forks).
+    hierarchies: made.sort((a, b) => Number(b.pids) - Number(a.pids)),
+    cgroupKill: false,
+    serverLeaf: false,
+    problem:
+      missing.length > 0 ? `cgroup v1: ${problems.join('; ')}: ${missing.join(' and ')} not limited` : null,
+  };
+}

@@ -1,0 +1,474 @@
+/** The command line of `corral exec-server` and `corral serve`: usage, and the options parsed into server settings. */
+import { createHash } from 'node:crypto';
+import { closeSync, constants, fstatSync, openSync, readFileSync, realpathSync } from 'node:fs';
+import { type AuditOptions, defaultAuditPath } from './audit/index.js';
+import { WeakerGuarantee } from './protocol/exec.js';
+import { bearerAuth, noAuth, type RegistrationAuth, sigv4Auth } from './remote/auth.js';
+import { detectLinuxSandbox, type PrepareOptions } from './sandbox/index.js';
+import {
+  type Authenticator,
+  asyncCredentialAuth,
+  credentialAuth,
+  DEFAULT_MAX_CLOCK_SKEW_SECONDS,
+  digestVerifier,
+  generateToken,
+  MIN_SHARED_SECRET_BYTES,
+  openAccess,
+  parseTokenSha256,
+  signedBearerVerifier,
+  tokenAuth,
+  withPanelToken,
+} from './server/auth.js';
+import type { ExecServerOptions } from './server/execServer.js';
+import type { createLogger } from './server/log.js';
+
+export const USAGE = `usage: corral exec-server --listen ws://127.0.0.1:0 [options]
+       corral exec-server --listen stdio
+       corral serve [--port N] [--resume-grace-ms N] [--join URL]... [limits] [audit options] [--log-level L]
+                               [--log-file F]
+                               exec server with an agent token + the panel (its own token) at /panel/
+       corral audit export [--db FILE] --format jsonl [--since ISO] [--session ID]
+                               every stored event as one JSON object per line, oldest first
+       corral doctor [--json] [sandbox options]
+                               what this machine can sandbox, and what to change
+
+       corral exec-server --remote URL --environment-id ID --remote-transport direct [--aws-sigv4 …] [options]
+
+options:
+  --listen URL            ws://HOST:PORT (PORT 0 picks a free port) or stdio  [ws://127.0.0.1:0]
+  --ws-auth MODE          capability-token: a token is required on WebSocket upgrades (generated per start and
+                          printed in the URL, ws://HOST:PORT/?token=…); signed-bearer-token: an HS256 JWT signed
+                          with --ws-shared-secret-file; or none: anyone who can reach the port (every local user,
+                          any sandbox with network) may connect  [capability-token]
+  --ws-token-file FILE    the token to require instead of a generated one (the file: mode 0600, owned by you)
+  --ws-token-sha256 HEX   require the token whose SHA-256 is HEX (the token itself is never given to Corral)
+  --ws-shared-secret-file FILE  signed-bearer-token: the HS256 key (≥ 32 bytes; mode 0600, owned by you)
+  --ws-issuer ISS         signed-bearer-token: the iss a token must carry
+  --ws-audience AUD       signed-bearer-token: a value its aud must hold
+  --ws-max-clock-skew-seconds N  signed-bearer-token: leeway for exp and nbf  [30]
+  --concurrent-requests N requests of one connection handled at once (a parked process/read never holds one)  [1]
+  --exit-on-stdin-close   exit (killing every child) when standard input closes
+  --panel-token-file FILE exec-server: also accept this token (same rules as --ws-token-file) as a panel
+                          credential: the monitor, approvals and policy methods, for a fleet host watching this server
+  --join URL              serve: watch this Corral server too (repeatable): its panel credential from
+                          #token-file=PATH (same rules as --ws-token-file; never ?token=: argv is public), upgrade
+                          headers as #header=Name:Value (e.g. the agent-sandbox router's X-Sandbox-ID), #name=NAME
+  --allow-origin ORIGIN   allow a browser Origin to connect (repeatable); any other Origin gets 403
+  --allow-host NAME       also answer requests whose Host is NAME (repeatable), e.g. a Kubernetes Service name
+  --resume-grace-ms N     keep a disconnected session's processes N ms for resume, then kill them  [10000]
+  --log-level LEVEL       error | warn | info | debug  [info]
+  --log-file FILE         also log to FILE
+  --allow-non-loopback    permit --listen on a non-loopback address
+
+remote executor (README "Remote executor"; instead of --listen):
+  --remote URL            register with the environment registry at URL (https://, or http:// on loopback) and
+                          serve the harness over the WebSocket link it hands back (wss://, or ws:// on loopback)
+  --environment-id ID     the environment to register as (letters, digits, - and _)
+  --remote-transport T    direct (noise is not supported by Corral)  [direct]
+  --name NAME             a human-readable name for the logs
+  --aws-sigv4             sign the registration and each handshake with AWS SigV4 (as codex 0.169 requires for
+                          direct); credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or the shared file
+  --aws-profile P, --aws-region R, --aws-service S  SigV4 profile, region, service  [execute-api]
+  --registration-bearer-stdin  instead: read one line from stdin and send it as Authorization: Bearer
+
+limits (exec-server and serve):
+  --max-processes N            live processes allowed per session  [1024]
+  --max-total-processes N      live processes allowed on the whole server  [4096]
+  --max-sessions N             agent sessions (attached or detached) allowed at once  [256]
+  --max-retained-mib N         MiB of finished processes' output kept for process/read, per session  [64]
+  --max-total-retained-mib N   the same, for all sessions together  [1024]
+  --max-approval-timeout-ms N  longest a network approval prompt may wait, whatever the config asks  [120000]
+  --pids-max N                 processes + threads each command may have (its cgroup's pids.max)  [4096]
+  --memory-max SIZE            memory each command may use: bytes, or with K, M, G (1024-based)  [half the RAM]
+                               (a process/start may ask for less, with "limits", never for more)
+
+sandbox options (exec-server, serve and doctor):
+  --sandbox-fallback MODE       landlock: where bubblewrap cannot create namespaces (containers, CI), Linux
+                                sandboxes use Landlock + seccomp instead of failing; none: they fail  [none]
+  --sandbox-accept-weaker LIST  guarantees the Landlock backend may hold weaker than bubblewrap, comma-separated:
+                                protected-names, metadata, proxy-port, signals, host-ipc (see the README)  [none]
+
+audit options (exec-server and serve):
+  --audit-db FILE         the audit database  [$XDG_STATE_HOME/corral/audit.db, ~/.local/state/corral/audit.db]
+  --no-audit              store nothing
+  --audit-output-bytes N  keep the first and the last N bytes of each process's output; 0 keeps none  [65536]
+  --audit-retention-days N  delete events older than N days  [30]
+  --audit-max-bytes N     above N bytes, delete the oldest events  [1073741824]
+  --otlp-endpoint URL     also send every event to an OpenTelemetry collector (OTLP/HTTP logs, e.g. http://127.0.0.1:4318)`;
+
+export function fail(message: string): never {
+  process.stderr.write(`corral: ${message}\n${USAGE}\n`);
+  process.exit(2);
+}
+
+/** The limit options shared by `exec-server` and `serve`. */
+export const LIMIT_OPTIONS = {
+  'max-processes': { type: 'string', default: '1024' },
+  'max-total-processes': { type: 'string', default: '4096' },
+  'max-sessions': { type: 'string', default: '256' },
+  'max-retained-mib': { type: 'string', default: '64' },
+  'max-total-retained-mib': { type: 'string', default: '1024' },
+  'max-approval-timeout-ms': { type: 'string', default: '120000' },
+  'pids-max': { type: 'string' },
+  'memory-max': { type: 'string' },
+} as const;
+
+export type LimitValues = {
+  [K in Exclude<keyof typeof LIMIT_OPTIONS, 'pids-max' | 'memory-max'>]: string;
+} & {
+  'pids-max'?: string;
+  'memory-max'?: string;
+};
+
+export function positiveInt(flag: string, text: string): number {
+  const n = Number(text);
+  if (!Number.isSafeInteger(n) || n < 1) fail(`--${flag} must be a whole number ≥ 1`);
+  return n;
+}
+
+export function parseLimits(v: LimitValues): Partial<ExecServerOptions> {
+  const MiB = 1024 * 1024;
+  return {
+    maxProcessesPerSession: positiveInt('max-processes', v['max-processes']),
+    maxProcessesTotal: positiveInt('max-total-processes', v['max-total-processes']),
+    maxSessions: positiveInt('max-sessions', v['max-sessions']),
+    retention: {
+      sessionBytes: positiveInt('max-retained-mib', v['max-retained-mib']) * MiB,
+      serverBytes: positiveInt('max-total-retained-mib', v['max-total-retained-mib']) * MiB,
+    },
+    approvals: { maxTimeoutMs: positiveInt('max-approval-timeout-ms', v['max-approval-timeout-ms']) },
+    limits: limitFlags(v),
+  };
+}
+
+/**
+ * Reads a secret file (`--ws-token-file`, `--ws-shared-secret-file`): a regular file of this user (or root) that
+ * neither group nor others can read, holding one word of at least `minLength` characters. Returns it and the file's
+ * real path (hidden from every sandbox).
+ */
+export function readSecretFile(
+  file: string,
+  flag: string,
+  minLength: number,
+): { token: string; path: string } {
+  let fd: number;
+  try {
+    fd = openSync(file, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+  } catch (e) {
+    fail(`${flag}: ${(e as Error).message}`);
+  }
+  try {
+    const st = fstatSync(fd);
+    if (!st.isFile()) fail(`${flag}: ${file} is not a regular file`);
+    const me = process.geteuid?.() ?? st.uid;
+    if (st.uid !== me && st.uid !== 0) fail(`${flag}: ${file} is owned by uid ${st.uid}, not by you`);
+    if ((st.mode & 0o077) !== 0) {
+      fail(
+        `${flag}: ${file} can be read by others (mode ${(st.mode & 0o777).toString(8).padStart(4, '0')}): chmod 600 it`,
+      );
+    }
+    const token = readFileSync(fd, 'utf8').trim();
+    if (!token) fail(`${flag}: the file is empty`);
+    // A token is counted in characters, an HMAC key in bytes (as Codex counts it).
+    const what = flag === '--ws-token-file' ? 'token' : 'secret';
+    const size = what === 'token' ? token.length : Buffer.byteLength(token);
+    if (size < minLength)
+      fail(`${flag}: the ${what} must be at least ${minLength} ${what === 'token' ? 'characters' : 'bytes'}`);
+    if (/\s/.test(token)) fail(`${flag}: the ${what} must not contain white space`);
+    return { token, path: realpathSync(file) };
+  } finally {
+    closeSync(fd);
+  }
+}
+
+export const SANDBOX_OPTIONS = {
+  'sandbox-fallback': { type: 'string', default: 'none' },
+  'sandbox-accept-weaker': { type: 'string', multiple: true, default: [] as string[] },
+} as const;
+
+/** The sandbox options of exec-server, serve and doctor. */
+export function sandboxOptions(values: {
+  'sandbox-fallback'?: string | undefined;
+  'sandbox-accept-weaker'?: string[] | undefined;
+}): Pick<PrepareOptions, 'fallback' | 'acceptWeaker'> {
+  const fallback = values['sandbox-fallback'] ?? 'none';
+  if (fallback !== 'landlock' && fallback !== 'none')
+    fail(`--sandbox-fallback: unknown mode ${fallback} (landlock or none)`);
+  const names = (values['sandbox-accept-weaker'] ?? []).flatMap((v) => v.split(',')).map((v) => v.trim());
+  const accepted: WeakerGuarantee[] = [];
+  for (const n of names.filter(Boolean)) {
+    const r = WeakerGuarantee.safeParse(n);
+    if (!r.success)
+      fail(`--sandbox-accept-weaker: unknown guarantee ${n} (one of ${WeakerGuarantee.options.join(', ')})`);
+    if (!accepted.includes(r.data)) accepted.push(r.data);
+  }
+  return { fallback, acceptWeaker: accepted };
+}
+
+/** Logs once at startup which Linux backend sandboxed starts will get, and why bwrap cannot run when it cannot. */
+export async function logLinuxSandbox(
+  sandbox: PrepareOptions,
+  log: ReturnType<typeof createLogger>,
+): Promise<void> {
+  const d = await detectLinuxSandbox(sandbox).catch(() => null);
+  if (!d || d.backend === 'bwrap') return;
+  if (d.backend === 'landlock')
+    log.warn(
+      `bubblewrap cannot sandbox here (${d.why}): Linux sandboxes use the Landlock backend (ABI ${d.landlock.abi})`,
+    );
+  else
+    log.warn(
+      `bubblewrap cannot sandbox here (${d.why}): sandboxed starts will fail; run \`corral doctor\`${
+        d.landlock.abi > 0 ? ', or pass --sandbox-fallback landlock' : ''
+      }`,
+    );
+}
+
+export const AUDIT_OPTIONS = {
+  'audit-db': { type: 'string' },
+  'no-audit': { type: 'boolean', default: false },
+  'audit-output-bytes': { type: 'string', default: '65536' },
+  'audit-retention-days': { type: 'string', default: '30' },
+  'audit-max-bytes': { type: 'string', default: String(1024 * 1024 * 1024) },
+  'otlp-endpoint': { type: 'string' },
+} as const;
+
+/** The audit options of exec-server and serve; null: off (--no-audit without a collector). */
+export function auditOptions(values: {
+  'audit-db'?: string | undefined;
+  'no-audit'?: boolean | undefined;
+  'audit-output-bytes'?: string | undefined;
+  'audit-retention-days'?: string | undefined;
+  'audit-max-bytes'?: string | undefined;
+  'otlp-endpoint'?: string | undefined;
+}): AuditOptions | null {
+  const whole = (name: keyof typeof AUDIT_OPTIONS, min: number) => {
+    const n = Number(values[name]);
+    if (!Number.isInteger(n) || n < min) fail(`--${name} must be a whole number ≥ ${min}`);
+    return n;
+  };
+  const outputBytes = whole('audit-output-bytes', 0);
+  if (outputBytes > 1024 * 1024) fail('--audit-output-bytes must be at most 1048576');
+  const endpoint = values['otlp-endpoint'] ?? null;
+  if (endpoint !== null) {
+    try {
+      const u = new URL(endpoint);
+      if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new Error('not http');
+    } catch {
+      fail(`--otlp-endpoint: expected an http(s) URL, got ${endpoint}`);
+    }
+  }
+  if (values['no-audit'] && values['audit-db']) fail('--no-audit and --audit-db exclude each other');
+  if (values['no-audit'] && endpoint === null) return null;
+  return {
+    dbPath: values['no-audit'] ? null : (values['audit-db'] ?? defaultAuditPath()),
+    outputBytes,
+    retentionDays: whole('audit-retention-days', 1),
+    maxBytes: whole('audit-max-bytes', 1024 * 1024),
+    otlpEndpoint: endpoint,
+    requiredBy: values['audit-db'] ? '--audit-db' : null,
+  };
+}
+
+/** Reports a startup failure (no usage text: the arguments were fine) and exits 1. */
+export function fatal(message: string): never {
+  process.stderr.write(`corral: ${message}\n`);
+  process.exit(1);
+}
+
+/** --pids-max and --memory-max: the server's per-command cgroup limits (only those given). */
+export function limitFlags(values: { 'pids-max'?: string; 'memory-max'?: string }): {
+  pidsMax?: number;
+  memoryMaxBytes?: number;
+} {
+  const out: { pidsMax?: number; memoryMaxBytes?: number } = {};
+  if (values['pids-max'] !== undefined) {
+    const n = Number(values['pids-max']);
+    if (!Number.isInteger(n) || n < 1 || n > 4_194_304) fail('--pids-max must be a whole number 1..4194304');
+    out.pidsMax = n;
+  }
+  if (values['memory-max'] !== undefined) {
+    const m = /^(\d+)([KMGT]?)i?B?$/i.exec(values['memory-max'].trim());
+    const unit = { '': 1, K: 2 ** 10, M: 2 ** 20, G: 2 ** 30, T: 2 ** 40 }[(m?.[2] ?? '').toUpperCase()];
+    const bytes = m && unit ? Number(m[1]) * unit : Number.NaN;
+    if (!Number.isSafeInteger(bytes) || bytes < 2 ** 20)
+      fail(`--memory-max: expected a size of at least 1M (e.g. 512M, 8G), got ${values['memory-max']}`);
+    out.memoryMaxBytes = bytes;
+  }
+  return out;
+}
+
+/** The first line of standard input (`--registration-bearer-stdin`); stdin stays open for `--exit-on-stdin-close`. */
+export function readStdinLine(flag: string): Promise<string> {
+  return new Promise((resolve) => {
+    let buf = '';
+    const onData = (d: Buffer) => {
+      buf += d.toString('utf8');
+      const nl = buf.indexOf('\n');
+      if (nl < 0) {
+        if (buf.length > 65536) fail(`${flag}: no line within 64 KiB`);
+        return;
+      }
+      process.stdin.off('data', onData);
+      process.stdin.off('end', onEnd);
+      process.stdin.pause();
+      resolve(buf.slice(0, nl).trim());
+    };
+    const onEnd = () => fail(`${flag}: standard input closed before a line was read`);
+    process.stdin.on('data', onData);
+    process.stdin.once('end', onEnd);
+  });
+}
+
+export function isLoopback(host: string): boolean {
+  return host === 'localhost' || host === '::1' || host === '[::1]' || /^127\.\d+\.\d+\.\d+$/.test(host);
+}
+
+/** What `--ws-auth` and its flags ask for (the checks and messages of `codex exec-server` 0.169). */
+export function listenerAuth(values: Record<string, string | boolean | string[] | undefined>): {
+  auth: Authenticator;
+  /** The generated token to print in the URL, if any. */
+  printedToken: string | null;
+  hiddenPaths: string[];
+  describe: string;
+} {
+  const str = (k: string) => values[k] as string | undefined;
+  const mode = str('ws-auth');
+  const jwtFlags = ['ws-shared-secret-file', 'ws-issuer', 'ws-audience', 'ws-max-clock-skew-seconds'];
+  const tokenFlags = ['ws-token-file', 'ws-token-sha256'];
+  const given = (list: string[]) => list.filter((k) => str(k) !== undefined);
+  if (mode !== 'capability-token' && mode !== 'signed-bearer-token' && mode !== 'none')
+    fail(`--ws-auth: unknown mode ${mode} (capability-token, signed-bearer-token or none)`);
+  if (mode === 'none') {
+    if (given([...tokenFlags, ...jwtFlags]).length > 0)
+      fail('websocket auth flags require `--ws-auth capability-token` or `--ws-auth signed-bearer-token`');
+    return { auth: openAccess(), printedToken: null, hiddenPaths: [], describe: 'no authentication' };
+  }
+  if (mode === 'capability-token') {
+    if (given(jwtFlags).length > 0)
+      fail(
+        '`--ws-shared-secret-file`, `--ws-issuer`, `--ws-audience`, and `--ws-max-clock-skew-seconds` require `--ws-auth signed-bearer-token`',
+      );
+    if (given(tokenFlags).length === 2)
+      fail('`--ws-token-file` and `--ws-token-sha256` are mutually exclusive');
+    const sha = str('ws-token-sha256');
+    if (sha !== undefined) {
+      let digest: Buffer;
+      try {
+        digest = parseTokenSha256(sha);
+      } catch (e) {
+        fail((e as Error).message);
+      }
+      const auth = credentialAuth(
+        digestVerifier([{ sha256: digest, principal: { role: 'agent', credential: 'token' } }]),
+      );
+      return {
+        auth,
+        printedToken: null,
+        hiddenPaths: [],
+        describe: 'the token of --ws-token-sha256 required',
+      };
+    }
+    const file = str('ws-token-file') ? readSecretFile(str('ws-token-file')!, '--ws-token-file', 16) : null;
+    // The token lives in this process's memory only: never in argv, the environment, a log line or a file we write.
+    const token = file?.token ?? generateToken();
+    return {
+      auth: tokenAuth(token),
+      printedToken: file ? null : token,
+      hiddenPaths: file ? [file.path] : [],
+      describe: file ? `token from ${file.path} required` : 'token required: see the URL on stdout',
+    };
+  }
+  if (given(tokenFlags).length > 0)
+    fail(
+      '`--ws-token-file` and `--ws-token-sha256` require `--ws-auth capability-token`, not `signed-bearer-token`',
+    );
+  const secretFile = str('ws-shared-secret-file');
+  if (!secretFile) fail('`--ws-shared-secret-file` is required when `--ws-auth signed-bearer-token` is set');
+  const secret = readSecretFile(secretFile, '--ws-shared-secret-file', MIN_SHARED_SECRET_BYTES);
+  const skewText = str('ws-max-clock-skew-seconds');
+  const skew = skewText === undefined ? DEFAULT_MAX_CLOCK_SKEW_SECONDS : Number(skewText);
+  if (!Number.isSafeInteger(skew) || skew < 0) fail('--ws-max-clock-skew-seconds must be a whole number ≥ 0');
+  const issuer = str('ws-issuer')?.trim() || null;
+  const audience = str('ws-audience')?.trim() || null;
+  const verifier = signedBearerVerifier({
+    secret: Buffer.from(secret.token, 'utf8'),
+    issuer,
+    audience,
+    maxClockSkewSeconds: skew,
+  });
+  return {
+    auth: asyncCredentialAuth(verifier),
+    printedToken: null,
+    hiddenPaths: [secret.path],
+    describe: `HS256 bearer tokens signed with ${secret.path} required${issuer ? `, iss ${issuer}` : ''}${audience ? `, aud ${audience}` : ''}`,
+  };
+}
+
+export type Listening = ReturnType<typeof listenerAuth>;
+
+/**
+ * `--panel-token-file`: the listener also accepts that token (a different one) as a panel credential — the monitor,
+ * approvals and policy methods — so that a fleet host can watch this server.
+ */
+export function withPanelCredential(
+  l: Listening,
+  values: Record<string, string | boolean | string[] | undefined>,
+): Listening & { panel: boolean } {
+  const file = values['panel-token-file'] as string | undefined;
+  if (file === undefined) return { ...l, panel: false };
+  if (!l.auth.required) fail('--ws-auth none and --panel-token-file exclude each other');
+  const panel = readSecretFile(file, '--panel-token-file', 16);
+  const sha = values['ws-token-sha256'] as string | undefined;
+  const sameAsAgent =
+    l.auth.secrets.includes(panel.token) ||
+    (sha !== undefined && parseTokenSha256(sha).equals(createHash('sha256').update(panel.token).digest()));
+  if (sameAsAgent) fail('--panel-token-file: the panel token must differ from the agent token');
+  return {
+    ...l,
+    auth: withPanelToken(l.auth, panel.token),
+    hiddenPaths: [...l.hiddenPaths, panel.path],
+    describe: `${l.describe}; the token of --panel-token-file for a panel`,
+    panel: true,
+  };
+}
+
+/** The registration auth of `--remote`: SigV4, a bearer read from stdin, or none (loopback registries only). */
+export async function registrationAuth(
+  values: Record<string, string | boolean | string[] | undefined>,
+  base: string,
+): Promise<RegistrationAuth> {
+  const sigv4 = values['aws-sigv4'] === true;
+  const bearer = values['registration-bearer-stdin'] === true;
+  if (sigv4 && bearer) fail('--aws-sigv4 and --registration-bearer-stdin exclude each other');
+  for (const f of ['aws-profile', 'aws-region', 'aws-service'])
+    if (values[f] !== undefined && !sigv4) fail(`--${f} requires --aws-sigv4`);
+  if (sigv4) {
+    try {
+      return sigv4Auth({
+        profile: (values['aws-profile'] as string | undefined) ?? null,
+        region: (values['aws-region'] as string | undefined) ?? null,
+        service: (values['aws-service'] as string | undefined) ?? 'execute-api',
+      });
+    } catch (e) {
+      fail((e as Error).message);
+    }
+  }
+  if (bearer) {
+    const line = await readStdinLine('--registration-bearer-stdin');
+    try {
+      return bearerAuth(line);
+    } catch (e) {
+      fail(`--registration-bearer-stdin: ${(e as Error).message}`);
+    }
+  }
+  let host = '';
+  try {
+    host = new URL(base).hostname;
+  } catch {}
+  if (!isLoopback(host.replace(/^\[|\]$/g, '')))
+    fail(
+      '--remote: a registry that is not on loopback needs a credential (--aws-sigv4 or --registration-bearer-stdin)',
+    );
+  return noAuth();
+}

@@ -20,6 +20,8 @@ export class FakeClock implements Clock {
   private time: number;
   private seq = 0;
   private readonly timers = new Map<number, Pending>();
+  /** whenPending's waiters, told each time a timer is set. */
+  private readonly onSet = new Set<() => void>();
 
   /** Starts at the real time (so timestamps read as they would), unless given another. */
   constructor(start = Date.now()) {
@@ -34,6 +36,7 @@ export class FakeClock implements Clock {
     const seq = ++this.seq;
     this.timers.set(seq, { at: this.time + Math.max(0, ms), seq, fn });
     const timer: FakeTimer = { seq, unref: () => timer };
+    for (const w of this.onSet) w();
     return timer;
   }
 
@@ -47,12 +50,24 @@ export class FakeClock implements Clock {
   }
 
   /** Resolves once at least `n` timers are set (the code under test has reached its wait), or fails after `ms`. */
-  async whenPending(n = 1, ms = 10_000): Promise<void> {
-    const deadline = Date.now() + ms;
-    while (this.timers.size < n) {
-      if (Date.now() > deadline) throw new Error(`timed out waiting for ${n} timer(s) on the fake clock`);
-      await new Promise((r) => setTimeout(r, 5));
-    }
+  whenPending(n = 1, ms = 10_000): Promise<void> {
+    if (this.timers.size >= n) return Promise.resolve();
+    return new Promise((resolve, reject) => {
+      const check = () => {
+        if (this.timers.size < n) return;
+        done();
+        resolve();
+      };
+      const deadline = setTimeout(() => {
+        done();
+        reject(new Error(`timed out waiting for ${n} timer(s) on the fake clock`));
+      }, ms);
+      const done = () => {
+        clearTimeout(deadline);
+        this.onSet.delete(check);
+      };
+      this.onSet.add(check);
+    });
   }
 
   /** Moves time forward by `ms`, running each timer that falls due at its own time, oldest first. */

@@ -119,21 +119,15 @@ export async function run(): Promise<BenchRow[]> {
     const sandboxed = sandboxedWith(spawnerKind);
     const landlocked = sandboxedWith(spawnerKind, sbLandlock);
     // Managed network (enforceManagedNetwork): the proxy variables are rewritten to an endpoint inside the sandbox's
-    // network namespace; `true` never connects, so nothing needs to listen on the host port. forwarder: the fallback
-    // path (a node process entered into the namespace and a unix-socket bridge) for comparison.
+    // network namespace; `true` never connects, so nothing needs to listen on the host port.
     const managedSpec: LaunchSpec = { ...spec, env: { ...spec.env, HTTP_PROXY: 'http://127.0.0.1:9' } };
-    const managedWith = (forwarder: boolean) => async () => {
-      if (forwarder) process.env.CORRAL_SANDBOX_FORWARDER = '1';
+    const managed = async () => {
+      const p = await prepareLaunch(sb, { spec: managedSpec, tty: false, enforceManagedNetwork: true });
       try {
-        const p = await prepareLaunch(sb, { spec: managedSpec, tty: false, enforceManagedNetwork: true });
-        try {
-          if ((await runSpec(p.spec, spawnerKind, p.afterSpawn?.bind(p))) !== 0)
-            throw new Error('sandboxed true with managed network failed');
-        } finally {
-          p.cleanup();
-        }
+        if ((await runSpec(p.spec, spawnerKind, p.afterSpawn?.bind(p))) !== 0)
+          throw new Error('sandboxed true with managed network failed');
       } finally {
-        delete process.env.CORRAL_SANDBOX_FORWARDER;
+        p.cleanup();
       }
     };
     await sandboxed(); // probe bwrap once (cached for the process, as in the server)
@@ -160,7 +154,7 @@ export async function run(): Promise<BenchRow[]> {
       env: spec.env,
       cwd: W,
     };
-    const [tSandboxed, tPlain, tBwrap, tViaNode, prepOnly, tManaged, tForwarder, tLandlock, prepLandlock] =
+    const [tSandboxed, tPlain, tBwrap, tViaNode, prepOnly, tManaged, tLandlock, prepLandlock] =
       await measureAlternating([
         sandboxed,
         async () => {
@@ -173,8 +167,7 @@ export async function run(): Promise<BenchRow[]> {
         async () => {
           (await prepareLaunch(sb, { spec, tty: false })).cleanup();
         },
-        managedWith(false),
-        managedWith(true),
+        managed,
         landlocked,
         async () => {
           (await prepareLaunch(sbLandlock, { spec, tty: false })).cleanup();
@@ -215,12 +208,6 @@ export async function run(): Promise<BenchRow[]> {
         section: 'sandbox',
         metric: 'same with managed network (listeners made in the netns) p50',
         corral: pct(tManaged, 50),
-        unit: 'ms',
-      },
-      {
-        section: 'sandbox',
-        metric: '  managed network via the fallback forwarder process p50',
-        corral: pct(tForwarder, 50),
         unit: 'ms',
       },
       {

@@ -11,7 +11,6 @@ import {
   fixture,
   loggingProxy,
   PY,
-  pidsMatching,
   run,
   runPty,
   seed,
@@ -102,34 +101,20 @@ describe('managed network (enforceManagedNetwork)', { skip: needsSandbox }, () =
     assert.equal(f.hits.udp, before.udp);
   });
 
-  for (const path of ['listeners made in the namespace', 'forwarder process and bridge'] as const) {
-    // The fallback enters the namespace with nsenter, which only root can do here (README "Limits").
-    const skip =
-      path === 'forwarder process and bridge' && process.getuid?.() !== 0
-        ? 'the forwarder fallback needs root'
-        : false;
-    test(`${path}: 4 MiB and a half-close get through; the endpoint answers after the sandbox stops sending`, {
-      skip,
-    }, async () => {
-      // The proxy endpoint here is a digest server: it reads until EOF, then answers with the SHA-256 of what it
-      // got. A FIN that tore the connection down on the way, or a lost byte, would show.
-      let forwarderSeen: boolean | undefined;
-      const digest = net.createServer({ allowHalfOpen: true }, (s) => {
-        // the forwarder process (named by its unix socket argument) runs only on the fallback path
-        forwarderSeen = pidsMatching('proxy-route-0.sock').length > 0;
-        const h = createHash('sha256');
-        s.on('data', (d) => h.update(d));
-        s.on('end', () => s.end(`${h.digest('hex')}\n`));
-        s.on('error', () => {});
-      });
-      await new Promise<void>((r) => digest.listen(0, '127.0.0.1', () => r()));
-      const saved = process.env.CORRAL_SANDBOX_FORWARDER;
-      if (path === 'forwarder process and bridge') process.env.CORRAL_SANDBOX_FORWARDER = '1';
-      else delete process.env.CORRAL_SANDBOX_FORWARDER;
-      try {
-        const port = (digest.address() as net.AddressInfo).port;
-        const sb = seed({ cwd: f.W, enforceManagedNetwork: true });
-        const client = `
+  test('listeners made in the namespace: 4 MiB and a half-close get through; the endpoint answers after the sandbox stops sending', async () => {
+    // The proxy endpoint here is a digest server: it reads until EOF, then answers with the SHA-256 of what it
+    // got. A FIN that tore the connection down on the way, or a lost byte, would show.
+    const digest = net.createServer({ allowHalfOpen: true }, (s) => {
+      const h = createHash('sha256');
+      s.on('data', (d) => h.update(d));
+      s.on('end', () => s.end(`${h.digest('hex')}\n`));
+      s.on('error', () => {});
+    });
+    await new Promise<void>((r) => digest.listen(0, '127.0.0.1', () => r()));
+    try {
+      const port = (digest.address() as net.AddressInfo).port;
+      const sb = seed({ cwd: f.W, enforceManagedNetwork: true });
+      const client = `
 import os, socket, sys
 u = os.environ['HTTP_PROXY'].rsplit(':', 1)
 s = socket.create_connection((u[0].split('//')[-1], int(u[1])), timeout=10)
@@ -142,23 +127,19 @@ while True:
     reply += d
 sys.stdout.write(reply.decode())
 `;
-        const r = await run(sb, [PY, '-c', client], {
-          cwd: f.W,
-          env: envFor({ HTTP_PROXY: `http://127.0.0.1:${port}` }),
-          opts: opts(),
-        });
-        assert.equal(r.code, 0, r.stderr);
-        assert.equal(forwarderSeen, path === 'forwarder process and bridge', 'the path taken');
-        const sent = Buffer.alloc(256 * 16384);
-        for (let i = 0; i < sent.length; i++) sent[i] = i & 255;
-        assert.equal(r.stdout, `${createHash('sha256').update(sent).digest('hex')}\n`);
-      } finally {
-        if (saved === undefined) delete process.env.CORRAL_SANDBOX_FORWARDER;
-        else process.env.CORRAL_SANDBOX_FORWARDER = saved;
-        await new Promise((r) => digest.close(r));
-      }
-    });
-  }
+      const r = await run(sb, [PY, '-c', client], {
+        cwd: f.W,
+        env: envFor({ HTTP_PROXY: `http://127.0.0.1:${port}` }),
+        opts: opts(),
+      });
+      assert.equal(r.code, 0, r.stderr);
+      const sent = Buffer.alloc(256 * 16384);
+      for (let i = 0; i < sent.length; i++) sent[i] = i & 255;
+      assert.equal(r.stdout, `${createHash('sha256').update(sent).digest('hex')}\n`);
+    } finally {
+      await new Promise((r) => digest.close(r));
+    }
+  });
 
   test('the in-namespace listeners are closed with the process: no fd is left behind', async () => {
     const fdCount = () => readdirSync('/proc/self/fd').length;
@@ -182,7 +163,7 @@ sys.stdout.write(reply.decode())
     assert.ok(await waitFor(() => fdCount() <= before, 2000), `fds: ${before} before, ${fdCount()} after`);
   });
 
-  test('the scheme is kept (socks5h stays socks5h) and the bridge directory and forwarder are removed', async () => {
+  test('the scheme is kept (socks5h stays socks5h); nothing is put in the server’s private directory', async () => {
     const sb = seed({ cwd: f.W, enforceManagedNetwork: true });
     const r = await run(sb, ['sh', '-c', 'echo "all=$ALL_PROXY all_lc=$all_proxy"'], {
       cwd: f.W,
@@ -191,10 +172,6 @@ sys.stdout.write(reply.decode())
     });
     assert.equal(r.code, 0, r.stderr);
     assert.match(r.stdout, /all=socks5h:\/\/127\.0\.0\.1:\d+ all_lc=socks5h:\/\/127\.0\.0\.1:\d+/);
-    assert.ok(
-      await waitFor(() => pidsMatching('proxy-route-0.sock').length === 0, 2000),
-      'forwarder must be gone',
-    );
     // Listeners made in the sandbox's namespace: nothing was put in the server's private directory.
     const [priv] = r.prepared.summary!.masked as string[];
     assert.deepEqual(readdirSync(priv!), []);

@@ -1,8 +1,6 @@
 /** The bubblewrap backend: its plan (bwrap's arguments, fd slots, pins) and what a launch creates for it. */
-import type { ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync, writeSync } from 'node:fs';
+import { writeSync } from 'node:fs';
 import os from 'node:os';
-import { join } from 'node:path';
 import type { sandboxNative } from '../../platform/sandbox.js';
 import type { LaunchSpec, PreparedLaunch } from '../../process/launch.js';
 import type { EffectiveSandbox } from '../effective.js';
@@ -20,18 +18,14 @@ import { isUnder, type ResolvedPolicy } from '../resolve.js';
 import { bwrapArgs } from './bwrapArgs.js';
 import {
   closeQuietly,
-  FORWARD_BASE_PORT,
   listenInSandboxNetns,
   type ManagedRoutes,
   planManagedRoutes,
   readChildPid,
   release,
-  startForwarder,
-  startHostBridges,
 } from './managedNet.js';
 import { acquireSyntheticTargets } from './mountTargets.js';
 import { guardArgv, hostPidOf, setupDone } from './pidGuard.js';
-import { sharedPrivateDir } from './privateDir.js';
 import type { SeccompMode } from './seccomp.js';
 
 /**
@@ -50,7 +44,7 @@ function protectCgroupFs(r: ResolvedPolicy, mounts: string[]): void {
   }
 }
 
-/** The bubblewrap launch: namespaces, mounts, the seccomp program on a pipe, the managed network's forwarders. */
+/** The bubblewrap launch: namespaces, mounts, the seccomp program on a pipe, the managed network's listeners. */
 export function planBwrapLaunch(eff: EffectiveSandbox, cmd: LaunchCommand, host: HostFacts): LaunchPlan {
   const summary: Record<string, unknown> = { sandbox: 'linux-seccomp' };
   const start = linuxStart(eff, cmd, host, summary);
@@ -144,10 +138,8 @@ export function materializeBwrap(
 ): PreparedLaunch {
   /** Our copies of the child's ends: closed once the child has them (afterSpawn) or on cleanup. */
   const childEnds: number[] = [];
-  let dir: string | undefined;
   let releaseTargets: (() => void) | undefined;
   let bridges: { close(): void } | undefined;
-  let forwarder: ChildProcess | undefined;
   let pidReader: { promise: Promise<number>; cancel(): void } | undefined;
   let blockFd: number | undefined;
   let cleaned = false;
@@ -161,9 +153,7 @@ export function materializeBwrap(
     closeChildEnds();
     closeQuietly(blockFd);
     blockFd = undefined;
-    if (forwarder && forwarder.exitCode === null) forwarder.kill('SIGKILL');
     bridges?.close();
-    if (dir) rmSync(dir, { recursive: true, force: true });
     releaseTargets?.();
   };
   try {
@@ -203,46 +193,21 @@ export function materializeBwrap(
           nsPid = hostPid;
         }
         if (cleaned) throw new SandboxSetupError('sandbox setup: the process exited during setup');
-        if (pins) {
-          await setupDone(nsPid, 15_000).catch((e: Error) => {
-            throw new SandboxSetupError(`sandbox setup: ${e.message}`);
-          });
-          if (cleaned) throw new SandboxSetupError('sandbox setup: the process exited during setup');
-          pinSymlinks(native, nsPid, pins);
-        }
-        if (managed) await setUpManagedNetwork(nsPid, managed);
+        // Both steps act on the sandbox as bwrap leaves it: the mounts made (pins), loopback up in its network
+        // namespace (a listener bound before bwrap brings `lo` up fails with EADDRNOTAVAIL) and no capability left.
+        await setupDone(nsPid, 15_000).catch((e: Error) => {
+          throw new SandboxSetupError(`sandbox setup: ${e.message}`);
+        });
+        if (cleaned) throw new SandboxSetupError('sandbox setup: the process exited during setup');
+        if (pins) pinSymlinks(native, nsPid, pins);
+        if (managed) setUpManagedNetwork(nsPid, managed);
         if (cleaned) throw new SandboxSetupError('sandbox setup: the process exited during setup');
         release(blockFd!); // bwrap execs the command
       },
     };
-    // Managed network: listeners made inside the sandbox's network namespace by the addon; else (the namespace
-    // cannot be entered, or CORRAL_SANDBOX_FORWARDER=1) a forwarder process in the namespace and a unix-socket
-    // bridge in the private directory (masked in every sandbox).
-    const setUpManagedNetwork = async (nsPid: number, routes: ManagedRoutes) => {
-      let direct: { close(): void } | null = null;
-      if (process.env.CORRAL_SANDBOX_FORWARDER !== '1') {
-        try {
-          direct = listenInSandboxNetns(nsPid, routes.endpoints);
-        } catch {
-          direct = null;
-        }
-      }
-      if (direct) {
-        bridges = direct;
-        return;
-      }
-      dir = mkdtempSync(join(sharedPrivateDir(), 'launch-'));
-      const bridge = await startHostBridges(dir, routes.endpoints);
-      bridges = bridge;
-      if (cleaned) throw new SandboxSetupError('managed network: the process exited during setup');
-      forwarder = await startForwarder(
-        nsPid,
-        bridge.sockets.map((sock, i) => ({ sock, port: FORWARD_BASE_PORT + i })),
-      );
-      if (cleaned) {
-        forwarder.kill('SIGKILL');
-        throw new SandboxSetupError('managed network: the process exited during setup');
-      }
+    // Managed network: listeners made inside the sandbox's network namespace by the addon (managedNet.ts).
+    const setUpManagedNetwork = (nsPid: number, routes: ManagedRoutes) => {
+      bridges = listenInSandboxNetns(nsPid, routes.endpoints);
     };
     return prepared;
   } catch (e) {

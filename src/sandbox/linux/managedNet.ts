@@ -1,16 +1,14 @@
-import { type ChildProcess, spawn } from 'node:child_process';
 import { closeSync, writeSync } from 'node:fs';
 import net from 'node:net';
-import { join } from 'node:path';
 import { tunnel } from '../../network/tunnel.js';
 import { listenInNetns as nativeListenInNetns } from '../../platform/netns.js';
 import { SandboxSetupError } from '../errors.js';
 
 /**
- * Managed network inside `bwrap --unshare-net` (sandbox.md §8.6): a host Unix-socket bridge to each loopback proxy
- * endpoint found in the command's proxy variables, and a forwarder started in the sandbox's network namespace with
- * `nsenter` that listens on 127.0.0.1:<port> there and pipes to the bridge. The command is held by bwrap's
- * `--block-fd` until the forwarder is ready.
+ * Managed network inside `bwrap --unshare-net` (sandbox.md §8.6): for each loopback proxy endpoint found in the
+ * command's proxy variables, a listener on 127.0.0.1:<port> inside the sandbox's network namespace, made there by the
+ * addon (netns.c) and served from this process, which connects each accepted connection to the proxy. The command is
+ * held by bwrap's `--block-fd` until the listeners exist.
  */
 
 /** Proxy variables read from the command env, case-insensitively (as Codex's proxy routing). */
@@ -127,34 +125,6 @@ export function planManagedRoutes(env: Record<string, string>, forward = true): 
   return { endpoints, env: out };
 }
 
-/** The forwarder run inside the sandbox's netns: argv = [sock0, port0, sock1, port1, …]; prints READY. */
-export const FORWARDER_SOURCE = `
-const net = require('net');
-const a = process.argv.slice(1);
-let pending = a.length / 2;
-for (let i = 0; i < a.length; i += 2) {
-  const sock = a[i], port = Number(a[i + 1]);
-  // allowHalfOpen: a FIN from one side ends the other side's output and nothing more (no cut-off replies).
-  const srv = net.createServer({ allowHalfOpen: true }, (c) => {
-    const u = net.connect({ path: sock, allowHalfOpen: true });
-    const done = () => { c.destroy(); u.destroy(); };
-    c.on('error', done); u.on('error', done); c.on('close', done); u.on('close', done);
-    c.pipe(u); u.pipe(c);
-  });
-  const listen = (n) => {
-    srv.once('error', (e) => {
-      if (e.code === 'EADDRNOTAVAIL' && n < 200) setTimeout(() => listen(n + 1), 5);
-      else { process.stderr.write('forwarder: ' + e.message + '\\n'); process.exit(1); }
-    });
-    srv.listen(port, '127.0.0.1', () => { if (--pending === 0) process.stdout.write('READY\\n'); });
-  };
-  listen(0);
-}
-process.stdin.on('end', () => process.exit(0));
-process.stdin.on('error', () => process.exit(0));
-process.stdin.resume();
-`;
-
 /**
  * Connects an accepted connection to a proxy endpoint and tunnels it (tunnel.ts: half-closes forwarded, the bytes
  * moved by splice once the upstream socket is connected; until then Node buffers what the sandbox sends).
@@ -186,16 +156,20 @@ function forwardTo(c: net.Socket, ep: ProxyEndpoint, conns: Set<net.Socket>): vo
 
 /**
  * Listens on 127.0.0.1:FORWARD_BASE_PORT + i inside the network namespace of `pid` (the sockets are created there by
- * the native addon, netns.c) and forwards each connection to endpoint i from this process: no forwarder process and
- * no bridge. Null without the addon; throws when the namespace cannot be entered (the caller falls back to the
- * forwarder).
+ * the native addon, netns.c) and forwards each connection to endpoint i from this process. Throws a SandboxSetupError
+ * naming the errno when the namespace cannot be entered or a port cannot be bound there.
  */
-export function listenInSandboxNetns(pid: number, endpoints: ProxyEndpoint[]): { close(): void } | null {
-  if (!nativeListenInNetns) return null;
-  const fds = nativeListenInNetns(
-    pid,
-    endpoints.map((_, i) => FORWARD_BASE_PORT + i),
-  );
+export function listenInSandboxNetns(pid: number, endpoints: ProxyEndpoint[]): { close(): void } {
+  if (!nativeListenInNetns) throw new SandboxSetupError('managed network: the native addon is not loaded');
+  let fds: number[];
+  try {
+    fds = nativeListenInNetns(
+      pid,
+      endpoints.map((_, i) => FORWARD_BASE_PORT + i),
+    );
+  } catch (e) {
+    throw new SandboxSetupError(`managed network: cannot listen in the sandbox: ${(e as Error).message}`);
+  }
   const servers: net.Server[] = [];
   const conns = new Set<net.Socket>();
   try {
@@ -211,38 +185,6 @@ export function listenInSandboxNetns(pid: number, endpoints: ProxyEndpoint[]): {
     throw e;
   }
   return {
-    close() {
-      for (const s of servers) s.close();
-      for (const c of conns) c.destroy();
-    },
-  };
-}
-
-/** Host side of the bridge: one UDS listener per endpoint, each forwarding to the proxy over loopback TCP. */
-export async function startHostBridges(
-  dir: string,
-  endpoints: ProxyEndpoint[],
-): Promise<{ sockets: string[]; close(): void }> {
-  const servers: net.Server[] = [];
-  const conns = new Set<net.Socket>();
-  const sockets: string[] = [];
-  try {
-    for (const [i, ep] of endpoints.entries()) {
-      const sock = join(dir, `proxy-route-${i}.sock`);
-      const srv = net.createServer({ allowHalfOpen: true }, (c) => forwardTo(c, ep, conns));
-      await new Promise<void>((resolve, reject) => {
-        srv.once('error', reject);
-        srv.listen(sock, () => resolve());
-      });
-      servers.push(srv);
-      sockets.push(sock);
-    }
-  } catch (e) {
-    for (const s of servers) s.close();
-    throw new SandboxSetupError(`managed network: cannot create the proxy bridge: ${(e as Error).message}`);
-  }
-  return {
-    sockets,
     close() {
       for (const s of servers) s.close();
       for (const c of conns) c.destroy();
@@ -288,54 +230,6 @@ export function readChildPid(fd: number, timeoutMs: number): { promise: Promise<
       sock.destroy();
     },
   };
-}
-
-/** Starts the forwarder in the netns of `pid` and resolves once it is listening. */
-export function startForwarder(
-  pid: number,
-  routes: { sock: string; port: number }[],
-  nsenter = '/usr/bin/nsenter',
-): Promise<ChildProcess> {
-  const env: Record<string, string> = { PATH: process.env.PATH ?? '/usr/bin:/bin' };
-  if (process.versions.electron) env.ELECTRON_RUN_AS_NODE = '1';
-  const args = [
-    '--target',
-    String(pid),
-    '--user',
-    '--net',
-    '--preserve-credentials',
-    '--',
-    process.execPath,
-    '-e',
-    FORWARDER_SOURCE,
-    ...routes.flatMap((r) => [r.sock, String(r.port)]),
-  ];
-  const child = spawn(nsenter, args, { stdio: ['pipe', 'pipe', 'pipe'], env });
-  return new Promise((resolve, reject) => {
-    let out = '';
-    let err = '';
-    const fail = (why: string) => {
-      child.kill('SIGKILL');
-      reject(new SandboxSetupError(`managed network: the in-sandbox forwarder failed: ${why}`));
-    };
-    child.stdout!.setEncoding('utf8');
-    child.stderr!.setEncoding('utf8');
-    child.stderr!.on('data', (d: string) => {
-      err += d;
-    });
-    child.stdout!.on('data', (d: string) => {
-      out += d;
-      if (out.includes('READY\n')) {
-        child.stdout!.removeAllListeners('data');
-        child.stdout!.resume();
-        resolve(child);
-      }
-    });
-    child.on('error', (e) => fail(e.message));
-    child.on('exit', (code, sig) => {
-      if (!out.includes('READY\n')) fail(err.trim() || `exit ${code ?? sig}`);
-    });
-  });
 }
 
 /** Writes the release byte to bwrap's `--block-fd` (the write end of its pipe, held by us). */

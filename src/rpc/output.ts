@@ -63,19 +63,58 @@ function messageBuffer(n: number): Buffer {
   return b;
 }
 
-/** The notification of one chunk. */
-export function encodeOutput(head: OutputHead, seq: number, stream: OutputStream, data: Uint8Array): Buffer {
+/** `,"firstSeq":` and `,"skippedBytes":`: the panel feed's optional fields (monitor/output). */
+const FIRST_SEQ = Buffer.from(',"firstSeq":');
+const SKIPPED_BYTES = Buffer.from(',"skippedBytes":');
+
+/**
+ * What a notification may carry besides one chunk: `firstSeq` when it joins the chunks firstSeq..seq, and
+ * `skippedBytes` when output before it was dropped (both monitor/output only; written when > 0).
+ */
+export interface OutputExtras {
+  firstSeq?: number;
+  skippedBytes?: number;
+}
+
+/**
+ * The notification of one chunk: `{method, params: {...fields, seq, firstSeq?, stream, chunk, skippedBytes?}}`, as
+ * JSON.stringify gives it.
+ */
+export function encodeOutput(
+  head: OutputHead,
+  seq: number,
+  stream: OutputStream,
+  data: Uint8Array,
+  extras?: OutputExtras,
+): Buffer {
   const digits = decimalLength(seq);
   const fields = STREAM_FIELDS[stream];
-  const buf = messageBuffer(head.length + digits + fields.length + Math.ceil(data.length / 3) * 4 + 3);
+  const first = extras?.firstSeq ?? 0;
+  const skipped = extras?.skippedBytes ?? 0;
+  const firstDigits = first > 0 ? decimalLength(first) : 0;
+  const skippedDigits = skipped > 0 ? decimalLength(skipped) : 0;
+  const extra =
+    (first > 0 ? FIRST_SEQ.length + firstDigits : 0) +
+    (skipped > 0 ? SKIPPED_BYTES.length + skippedDigits : 0);
+  const buf = messageBuffer(
+    head.length + digits + fields.length + Math.ceil(data.length / 3) * 4 + 3 + extra,
+  );
   buf.set(head, 0);
   let off = writeDecimal(buf, head.length, seq, digits);
+  if (first > 0) {
+    buf.set(FIRST_SEQ, off);
+    off = writeDecimal(buf, off + FIRST_SEQ.length, first, firstDigits);
+  }
   buf.set(fields, off);
   off += fields.length;
   off += base64Into(data, buf, off);
-  buf[off] = 0x22; // "}}
+  buf[off++] = 0x22; // "
+  if (skipped > 0) {
+    buf.set(SKIPPED_BYTES, off);
+    off = writeDecimal(buf, off + SKIPPED_BYTES.length, skipped, skippedDigits);
+  }
+  buf[off] = 0x7d; // }}
   buf[off + 1] = 0x7d;
-  buf[off + 2] = 0x7d;
   return buf;
 }
 

@@ -28,6 +28,7 @@ import type {
   SessionChangeKind,
 } from '../protocol/monitor.js';
 import { ResultWithCallback, type RpcConnection } from '../rpc/connection.js';
+import { type OutputHead, outputHead } from '../rpc/output.js';
 import type { ConnState, MethodRegistry } from './dispatch.js';
 import type { ServerEvents } from './events.js';
 import { type JoinedServers, remoteServer } from './joinedServers.js';
@@ -87,6 +88,8 @@ export class Monitor {
   private readonly clock: Clock;
   private readonly reportedBytes = new WeakMap<ManagedProcess, number>();
   private readonly recordJson = new WeakMap<object, string>();
+  /** The start of each process's monitor/output notifications, built once. */
+  private readonly outputHeads = new WeakMap<object, OutputHead>();
   private joined: JoinedServers | null = null;
   private readonly onOutput = (proc: ManagedProcess, seq: number, stream: OutputStream, data: Buffer) =>
     this.feed.output(this.localKey(proc), proc, seq, stream, data);
@@ -317,11 +320,19 @@ export class Monitor {
             : this.jsonOf(s)
         }}`,
       networkJson: (rec) => this.jsonOf(rec),
-      outputRef: (p) =>
-        isLocal(p)
-          ? `"sessionId":${JSON.stringify(p.info.sessionId)},"processId":${JSON.stringify(p.info.processId)}`
-          : `"server":${JSON.stringify(p.server ?? '')},"sessionId":${JSON.stringify(p.sessionId)},` +
-            `"processId":${JSON.stringify(p.processId)}`,
+      outputHead: (p) => {
+        let head = this.outputHeads.get(p);
+        if (head === undefined) {
+          head = outputHead(
+            'monitor/output',
+            isLocal(p)
+              ? { sessionId: p.info.sessionId, processId: p.info.processId }
+              : { server: p.server ?? '', sessionId: p.sessionId, processId: p.processId },
+          );
+          this.outputHeads.set(p, head);
+        }
+        return head;
+      },
       snapshot: (self) => this.snapshotPages(self),
     };
   }

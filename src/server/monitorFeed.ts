@@ -19,6 +19,7 @@ import { type Clock, realClock, type Timer } from '../clock.js';
 import type { OutputStream } from '../protocol/exec.js';
 import type { DroppedCounts, MonitorSnapshot, SessionChangeKind } from '../protocol/monitor.js';
 import type { RpcConnection } from '../rpc/connection.js';
+import { encodeOutput, type OutputHead } from '../rpc/output.js';
 
 export const BATCH_MS = 50;
 /** Processes per page of a snapshot (and the most a batch carries). */
@@ -40,8 +41,8 @@ export interface FeedSource<P, S> {
   sessionJson(kind: SessionChangeKind, item: S, self: unknown): string;
   /** A network event (blocked or audit) as JSON. */
   networkJson(rec: object): string;
-  /** The `"server":…,"sessionId":…,"processId":…` members of an output notification of the process. */
-  outputRef(item: P): string;
+  /** The start of the process's monitor/output notifications (its `server`, `sessionId`, `processId`): rpc/output.ts. */
+  outputHead(item: P): OutputHead;
   /** A snapshot for `self` whose `processes` holds the first page; `rest` the other processes, newest first. */
   snapshot(self: unknown): { snapshot: MonitorSnapshot; rest: P[] };
 }
@@ -321,7 +322,7 @@ export class Feed<P, S> {
     if (again) this.schedule();
   }
 
-  private send(sub: FeedSubscriber<P, S>, text: string): void {
+  private send(sub: FeedSubscriber<P, S>, text: string | Buffer): void {
     const len = text.length;
     sub.queued += len;
     sub.conn.send(text, () => {
@@ -401,7 +402,7 @@ export class Feed<P, S> {
         if (pend.skipped > 0) sub.skippedCarry.set(key, pend.skipped);
         continue;
       }
-      const ref = this.source.outputRef(pend.item);
+      const head = this.source.outputHead(pend.item);
       let skipped = pend.skipped;
       let i = 0;
       while (i < pend.parts.length) {
@@ -413,9 +414,10 @@ export class Feed<P, S> {
         const last = run[run.length - 1]!;
         this.send(
           sub,
-          `{"method":"monitor/output","params":{${ref},"seq":${last.seq},` +
-            `${run.length > 1 ? `"firstSeq":${first.seq},` : ''}"stream":"${first.stream}",` +
-            `"chunk":"${data.toString('base64')}"${skipped > 0 ? `,"skippedBytes":${skipped}` : ''}}}`,
+          encodeOutput(head, last.seq, first.stream, data, {
+            firstSeq: run.length > 1 ? first.seq : 0,
+            skippedBytes: skipped,
+          }),
         );
         skipped = 0;
         i = j;

@@ -6,16 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { needsSandbox } from '../helpers/native.js';
-import {
-  type Fixture,
-  fixture,
-  loggingProxy,
-  PY,
-  run,
-  runPty,
-  seed,
-  waitFor,
-} from './sandbox-util.js';
+import { type Fixture, fixture, loggingProxy, PY, run, runPty, seed, waitFor } from './sandbox-util.js';
 
 /** Managed network inside the sandbox (sandbox.md §8.6, case 12) and PTY launches (§11.5). */
 

@@ -72,6 +72,29 @@ describe('output notifications (src/rpc/output.ts: the one place their text is b
     }
   });
 
+  it('the panel feed’s joined and skipped chunks (firstSeq, skippedBytes) are what JSON.stringify gives', () => {
+    const remote = outputHead('monitor/output', { server: 'pod-"1"', sessionId: 's1', processId: 'p' });
+    const seqs = [1, 9, 10, 99, 100, 12_345, 9_999_999_999];
+    for (const seq of seqs) {
+      for (const firstSeq of [0, 1, 7, seq]) {
+        for (const skippedBytes of [0, 1, 10, 65_536, 123_456_789]) {
+          const data = randomBytes(seq % 97);
+          const params: Record<string, unknown> = { server: 'pod-"1"', sessionId: 's1', processId: 'p', seq };
+          if (firstSeq > 0) params.firstSeq = firstSeq;
+          params.stream = 'pty';
+          params.chunk = data.toString('base64');
+          if (skippedBytes > 0) params.skippedBytes = skippedBytes;
+          const got = encodeOutput(remote, seq, 'pty', data, { firstSeq, skippedBytes }).toString();
+          assert.equal(
+            got,
+            JSON.stringify({ method: 'monitor/output', params }),
+            `${seq} ${firstSeq} ${skippedBytes}`,
+          );
+        }
+      }
+    }
+  });
+
   it('messages never share bytes: one built later does not change one built earlier', () => {
     const a = encodeOutput(head, 1, 'stdout', Buffer.from('first'));
     const copy = Buffer.from(a);

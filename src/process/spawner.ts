@@ -7,20 +7,22 @@
  *    It cannot set PR_SET_PDEATHSIG. With the addon, every fd of this process is close-on-exec (sealFds before each
  *    spawn), so it passes on nothing either; without it, fds this process inherited reach its children.
  * Every child is its own session and process-group leader, sees exactly `spec.env`, gets /dev/null or a pipe as
- * stdin, pipes as stdout/stderr, and the extra fds at 3, 4, …. Exec failures throw SpawnError synchronously, with
- * Rust's OS error text (what Codex reports).
+ * stdin, pipes as stdout/stderr, and the extra fds at 3, 4, …. The usual exec failures (missing or unusable program
+ * or cwd) throw SpawnError synchronously, with Rust's OS error text (what Codex reports); what only execve itself can
+ * see (a missing #! interpreter) is exit 127 with the error on stderr, in both implementations (see NativeMode).
  *
  * PR_SET_PDEATHSIG belongs to the spawning *thread*: call spawnPiped from the main thread (or a thread that lives as
  * long as its children should).
  */
-import { ChildProcess } from 'node:child_process';
+import { type StdioOptions, spawn } from 'node:child_process';
 import { Socket } from 'node:net';
 import { constants as osConstants } from 'node:os';
-import type { Writable } from 'node:stream';
-import { getSystemErrorName } from 'node:util';
+import { join } from 'node:path';
+import { PassThrough, type Writable } from 'node:stream';
 import { type OutputPipe, openOutputPipe, readablePipe } from '../platform/pipes.js';
 import { sandboxLauncher, sandboxNative } from '../platform/sandbox.js';
 import {
+  checkPath,
   endSpawnBatch,
   FD_CLOSED,
   FD_DEVNULL,
@@ -286,6 +288,18 @@ function withCgroupPrologue(spec: LaunchSpec, procs: string[]): LaunchSpec {
   return { ...spec, file: w.file, argv: ['bash', ...w.args] };
 }
 
+/** The working directory and an explicit program path, checked as chdir and execve would (the native spawner's order). */
+function checkBeforeStart(spec: LaunchSpec): void {
+  const cwdErr = checkPath(spec.cwd, 'cwd');
+  if (cwdErr !== null)
+    throw spawnError(osConstants.errno[cwdErr === 'ENOTDIR' || cwdErr === 'EACCES' ? cwdErr : 'ENOENT']);
+  if (!spec.file.includes('/')) return; // a bare name: child_process searches the child's PATH
+  const fileErr = checkPath(spec.file.startsWith('/') ? spec.file : join(spec.cwd, spec.file), 'program');
+  if (fileErr === null) return;
+  const enoent = ['ENOENT', 'ENOTDIR', 'ELOOP', 'ENAMETOOLONG'].includes(fileErr);
+  throw spawnError(osConstants.errno[enoent ? 'ENOENT' : 'EACCES']);
+}
+
 function spawnNode(spec: LaunchSpec, opts: SpawnOptions): SpawnedChild {
   checkNoNul(spec);
   endSpawnBatch();
@@ -304,37 +318,43 @@ function spawnNode(spec: LaunchSpec, opts: SpawnOptions): SpawnedChild {
   }
   // Outside the launcher: a child that confined itself (Landlock) could no longer write its cgroup's entry file.
   if (opts.cgroup) spec = withCgroupPrologue(spec, opts.cgroup.paths);
-  // ChildProcess#spawn (what child_process.spawn calls after normalising its arguments) returns the exec error
-  // synchronously, where child_process.spawn would only emit it on the next tick.
-  const cp = new ChildProcess();
+  // The checks the native async spawner makes before it starts a child, so that the usual exec failures are thrown
+  // here, synchronously, with the same errno. What only execve sees (a missing #! interpreter, a race) comes from
+  // child_process on the next tick, and is reported as the native async spawner does: exit 127 with
+  // `corral: cannot execute <file>: <error>` on stderr.
+  checkBeforeStart(spec);
   const stdio: (string | number)[] = [opts.stdin === 'pipe' ? 'pipe' : 'ignore', 'pipe', 'pipe'];
   for (const fd of spec.extraFds ?? []) stdio.push(fd ?? 'ignore');
-  let err: unknown;
-  try {
-    err = (cp as unknown as { spawn(o: object): unknown }).spawn({
-      file: spec.file,
-      args: spec.argv,
-      envPairs: envPairs(spec.env),
-      cwd: spec.cwd,
-      stdio,
-      detached: true,
-      windowsHide: true,
-    });
-  } catch (e) {
-    const errno = (e as { errno?: unknown }).errno;
-    if (typeof errno === 'number' && errno < 0) throw spawnError(-errno);
-    throw e;
-  }
-  if (typeof err === 'number' && err < 0) {
-    cp.on('error', () => {}); // the same error, emitted on the next tick: already reported by throwing
-    const name = getSystemErrorName(err);
-    throw spawnError(osConstants.errno[name as keyof typeof osConstants.errno] ?? -err);
-  }
-  if (cp.pid === undefined || !cp.stdout || !cp.stderr) {
-    cp.on('error', () => {});
-    throw spawnError(osConstants.errno.EINVAL);
-  }
+  const cp = spawn(spec.file, spec.argv.slice(1), {
+    argv0: spec.argv[0] ?? spec.file,
+    env: spec.env,
+    cwd: spec.cwd,
+    stdio: stdio as StdioOptions,
+    detached: true,
+    windowsHide: true,
+  });
   const latch = new ExitLatch();
+  if (cp.pid === undefined || !cp.stdout || !cp.stderr) {
+    const stderr = new PassThrough();
+    cp.stdout?.destroy();
+    cp.stderr?.destroy();
+    cp.stdin?.destroy();
+    cp.once('error', (e: NodeJS.ErrnoException) => {
+      const text = STRERROR[e.code ?? ''] ?? e.code ?? e.message;
+      stderr.end(`corral: cannot execute ${spec.file}: ${text}\n`);
+      latch.fire(127, null);
+    });
+    const empty = new PassThrough();
+    empty.end();
+    return {
+      releaseGroup: () => {},
+      pid: 0,
+      stdin: null,
+      stdout: readablePipe(empty),
+      stderr: readablePipe(stderr),
+      onExit: (cb) => latch.on(cb),
+    };
+  }
   cp.once('exit', (code, signal) => {
     if (signal) latch.fire(128 + (osConstants.signals[signal] ?? 0), signal);
     else latch.fire(code ?? 0, null);

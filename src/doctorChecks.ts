@@ -1,0 +1,306 @@
+/**
+ * The host checks of `corral doctor` (src/doctor.ts): bubblewrap, user namespaces, Landlock, seccomp, cgroups, the
+ * native addon and the panel. Each says what it found and, when something is missing, the one line that fixes it.
+ */
+import { execFile } from 'node:child_process';
+import { accessSync, constants, existsSync, readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { join } from 'node:path';
+import { sandboxLauncher } from './platform/sandbox.js';
+import { nativeLoadError, spawnerKind } from './process/spawner.js';
+import type { DoctorCheck } from './protocol/doctor.js';
+import { landlockSupport } from './sandbox/linux/landlockNative.js';
+import { findBwrap, probeBwrap } from './sandbox/linux/locate.js';
+
+function readText(p: string): string | null {
+  try {
+    return readFileSync(p, 'utf8').trim();
+  } catch {
+    return null;
+  }
+}
+
+function run(file: string, args: string[]): Promise<{ code: number; out: string }> {
+  return new Promise((resolve) => {
+    execFile(file, args, { timeout: 10_000, env: { PATH: '/usr/bin:/bin' } }, (err, stdout, stderr) => {
+      const code = err ? (typeof err.code === 'number' ? err.code : 1) : 0;
+      resolve({ code, out: `${stdout}${stderr}`.trim() });
+    });
+  });
+}
+
+/** Signs that this process runs in a container (none of them is proof on its own). */
+export function containerEvidence(): string[] {
+  const out: string[] = [];
+  if (existsSync('/.dockerenv')) out.push('/.dockerenv exists (Docker)');
+  if (existsSync('/run/.containerenv')) out.push('/run/.containerenv exists (Podman)');
+  if (process.env.KUBERNETES_SERVICE_HOST) out.push('KUBERNETES_SERVICE_HOST is set (a Kubernetes pod)');
+  const cg = readText('/proc/1/cgroup') ?? '';
+  const m = /(docker|kubepods|containerd|libpod|lxc)/.exec(cg);
+  if (m) out.push(`/proc/1/cgroup names ${m[1]}`);
+  const uidMap = readText('/proc/self/uid_map');
+  if (uidMap && !/^0\s+0\s+4294967295$/.test(uidMap.replace(/\s+/g, ' ').trim()))
+    out.push(`this process is in a user namespace (uid_map: ${uidMap.replace(/\s+/g, ' ')})`);
+  return out;
+}
+
+/** /proc/self/status fields (Seccomp, Seccomp_filters, NoNewPrivs, CapEff). */
+function status(): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const line of (readText('/proc/self/status') ?? '').split('\n')) {
+    const i = line.indexOf(':');
+    if (i > 0) out[line.slice(0, i)] = line.slice(i + 1).trim();
+  }
+  return out;
+}
+
+export async function bwrapCheck(): Promise<{ check: DoctorCheck; works: boolean }> {
+  const check = (works: boolean, detail: string, fix?: string) => ({
+    works,
+    check: {
+      id: 'bwrap',
+      title: 'bubblewrap',
+      status: works ? ('ok' as const) : ('missing' as const),
+      detail,
+      ...(fix ? { fix } : {}),
+    },
+  });
+  const path = findBwrap();
+  if (!path) {
+    return check(
+      false,
+      'bwrap is not installed: the namespace sandbox cannot run',
+      'apt-get install -y bubblewrap   (Fedora: dnf install bubblewrap; or use --sandbox-fallback landlock)',
+    );
+  }
+  const version = (await run(path, ['--version'])).out.replace(/^bubblewrap\s*/, '') || 'unknown version';
+  try {
+    await probeBwrap(path);
+    return check(true, `${path} ${version}: user, pid, ipc and network namespaces work`);
+  } catch (e) {
+    return check(
+      false,
+      `${path} ${version} cannot create namespaces: ${(e as Error).message}`,
+      'see "user namespaces" below, or start Corral with --sandbox-fallback landlock',
+    );
+  }
+}
+
+export function usernsChecks(bwrapWorks: boolean, inContainer: boolean): DoctorCheck[] {
+  const out: DoctorCheck[] = [];
+  const max = readText('/proc/sys/user/max_user_namespaces');
+  const where = inContainer ? ' (where it is set: on the host, or in the enclosing user namespace)' : '';
+  if (max !== null) {
+    out.push(
+      Number(max) === 0
+        ? {
+            id: 'userns-max',
+            title: 'user namespaces',
+            status: 'missing',
+            detail: 'user.max_user_namespaces is 0: no user namespace can be created',
+            fix: `sysctl -w user.max_user_namespaces=15000${where}`,
+          }
+        : {
+            id: 'userns-max',
+            title: 'user namespaces',
+            status: 'ok',
+            detail: `user.max_user_namespaces is ${max}`,
+          },
+    );
+  }
+  const clone = readText('/proc/sys/kernel/unprivileged_userns_clone');
+  if (clone === '0' && process.geteuid?.() !== 0) {
+    out.push({
+      id: 'userns-clone',
+      title: 'unprivileged user namespaces',
+      status: 'missing',
+      detail:
+        'kernel.unprivileged_userns_clone is 0 (Debian before 11): only root may create user namespaces',
+      fix: `sysctl -w kernel.unprivileged_userns_clone=1${where}`,
+    });
+  }
+  const aa = readText('/proc/sys/kernel/apparmor_restrict_unprivileged_userns');
+  if (aa !== null) {
+    out.push(
+      aa === '1' && !bwrapWorks
+        ? {
+            id: 'apparmor-userns',
+            title: 'AppArmor user namespace restriction',
+            status: 'missing',
+            detail:
+              'kernel.apparmor_restrict_unprivileged_userns is 1 (Ubuntu 23.10+): unconfined programs get no user namespaces',
+            fix: 'install an AppArmor profile that lets /usr/bin/bwrap use userns (Ubuntu: apparmor profile bwrap-userns-restrict), or sysctl -w kernel.apparmor_restrict_unprivileged_userns=0',
+          }
+        : {
+            id: 'apparmor-userns',
+            title: 'AppArmor user namespace restriction',
+            status: 'info',
+            detail: `kernel.apparmor_restrict_unprivileged_userns is ${aa}${aa === '1' ? ' (bwrap works anyway: it has a profile)' : ''}`,
+          },
+    );
+  }
+  return out;
+}
+
+export function landlockCheck(inContainer: boolean): DoctorCheck {
+  const s = landlockSupport();
+  if (s.abi === 0) {
+    return {
+      id: 'landlock',
+      title: 'Landlock',
+      status: 'missing',
+      detail: `no Landlock: ${s.missing}`,
+      fix: inContainer
+        ? "the container's seccomp profile may block landlock_* (Docker ≥ 23 allows them), or the host kernel lacks Landlock (Linux ≥ 5.13, CONFIG_SECURITY_LANDLOCK=y, lsm=landlock,…)"
+        : 'boot Linux ≥ 5.13 with CONFIG_SECURITY_LANDLOCK=y and landlock in the lsm= boot parameter',
+    };
+  }
+  const has = [
+    'filesystem',
+    ...(s.abi >= 2 ? ['refer'] : []),
+    ...(s.abi >= 3 ? ['truncate'] : []),
+    ...(s.abi >= 4 ? ['TCP bind/connect'] : []),
+    ...(s.abi >= 5 ? ['device ioctl'] : []),
+    ...(s.abi >= 6 ? ['signal and abstract socket scopes'] : []),
+    ...(s.abi >= 7 ? ['audit logging'] : []),
+  ];
+  const lacks = [
+    ...(s.abi < 4 ? ['managed network (needs ABI 4)'] : []),
+    ...(s.abi < 6 ? ['signal scoping (needs ABI 6: refused unless --sandbox-accept-weaker signals)'] : []),
+  ];
+  return {
+    id: 'landlock',
+    title: 'Landlock',
+    status: lacks.length > 0 ? 'missing' : 'ok',
+    detail: `ABI ${s.abi} (errata 0x${s.errata.toString(16)}): ${has.join(', ')}${lacks.length ? `; lacks ${lacks.join(', ')}` : ''}`,
+    ...(lacks.length ? { fix: 'a newer kernel (ABI 4: Linux 6.7, ABI 6: Linux 6.12)' } : {}),
+  };
+}
+
+export function seccompCheck(): DoctorCheck {
+  const st = status();
+  if (st.Seccomp === undefined) {
+    return {
+      id: 'seccomp',
+      title: 'seccomp',
+      status: 'missing',
+      detail: 'this kernel has no seccomp (no Seccomp line in /proc/self/status)',
+      fix: 'a kernel built with CONFIG_SECCOMP_FILTER=y',
+    };
+  }
+  const filters = st.Seccomp_filters ?? '?';
+  return {
+    id: 'seccomp',
+    title: 'seccomp',
+    status: 'ok',
+    detail:
+      st.Seccomp === '2'
+        ? `supported; this process already runs under ${filters} filter(s) (a container runtime's profile?)${st.NoNewPrivs === '1' ? ', with no_new_privs' : ''}`
+        : 'supported; no filter on this process',
+  };
+}
+
+/**
+ * cgroup version and whether this process may make child cgroups (a delegated subtree). Only reads the system.
+ * TODO(cgroups): use src/process/cgroup.ts's status once it has landed.
+ */
+export function cgroupCheck(): DoctorCheck {
+  const v2 = existsSync('/sys/fs/cgroup/cgroup.controllers');
+  const own = (readText('/proc/self/cgroup') ?? '').split('\n');
+  if (v2) {
+    const path = own.find((l) => l.startsWith('0::'))?.slice(3) ?? '/';
+    const dir = join('/sys/fs/cgroup', path);
+    const controllers = readText(join(dir, 'cgroup.controllers')) ?? '';
+    let writable = false;
+    try {
+      accessSync(join(dir, 'cgroup.subtree_control'), constants.W_OK);
+      accessSync(dir, constants.W_OK);
+      writable = true;
+    } catch {
+      writable = false;
+    }
+    const usable = writable && controllers.includes('pids') && controllers.includes('memory');
+    return usable
+      ? {
+          id: 'cgroup',
+          title: 'cgroups',
+          status: 'ok',
+          detail: `cgroup v2, ${dir} is delegated to this user (controllers: ${controllers || 'none'})`,
+        }
+      : {
+          id: 'cgroup',
+          title: 'cgroups',
+          status: 'missing',
+          detail: `cgroup v2, but ${dir} is not delegated to this user${writable ? ' with the pids and memory controllers' : ''}: commands get no pids/memory limits`,
+          fix: 'run Corral in a delegated scope: systemd-run --user --scope -p Delegate=yes corral …',
+        };
+  }
+  const v1 = own.some((l) => /:pids:/.test(l));
+  return {
+    id: 'cgroup',
+    title: 'cgroups',
+    status: v1 ? 'info' : 'missing',
+    detail: v1 ? 'cgroup v1 (pids and memory hierarchies)' : 'no cgroup filesystem found',
+    ...(v1 ? {} : { fix: 'mount cgroup2 on /sys/fs/cgroup (systemd does by default)' }),
+  };
+}
+
+export function addonCheck(): DoctorCheck[] {
+  const out: DoctorCheck[] = [];
+  out.push(
+    spawnerKind === 'native'
+      ? {
+          id: 'addon',
+          title: 'native addon',
+          status: 'ok',
+          detail: 'build/Release/corral_spawn.node is loaded',
+        }
+      : {
+          id: 'addon',
+          title: 'native addon',
+          status: 'missing',
+          detail: `not loaded (${nativeLoadError ?? 'CORRAL_SPAWNER=node'}): Linux sandboxes are refused`,
+          fix: 'apt-get install -y build-essential python3 && npm ci   (or npx node-gyp rebuild)',
+        },
+  );
+  out.push(
+    sandboxLauncher
+      ? { id: 'launcher', title: 'sandbox launcher', status: 'ok', detail: sandboxLauncher }
+      : {
+          id: 'launcher',
+          title: 'sandbox launcher',
+          status: 'missing',
+          detail: 'build/Release/corral-sandbox-exec is missing: sandboxed terminals are refused',
+          fix: 'npm ci   (or npx node-gyp rebuild)',
+        },
+  );
+  return out;
+}
+
+export function panelCheck(): DoctorCheck {
+  let electron: string | null = null;
+  try {
+    const p = createRequire(import.meta.url)('electron') as unknown;
+    if (typeof p === 'string' && existsSync(p)) electron = p;
+  } catch {
+    electron = null;
+  }
+  const chromium = ['/usr/bin/chromium', '/usr/bin/chromium-browser', '/usr/bin/google-chrome'].find((p) =>
+    existsSync(p),
+  );
+  if (electron) return { id: 'panel', title: 'panel', status: 'ok', detail: `Electron at ${electron}` };
+  if (chromium)
+    return {
+      id: 'panel',
+      title: 'panel',
+      status: 'ok',
+      detail: `no Electron: \`npm start\` serves the panel to a browser (${chromium} found)`,
+    };
+  return {
+    id: 'panel',
+    title: 'panel',
+    status: 'missing',
+    detail: 'neither Electron nor Chromium: open the panel URL of `corral serve` in any browser',
+    fix: 'npm install electron   (or apt-get install -y chromium)',
+  };
+}

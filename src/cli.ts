@@ -2,22 +2,24 @@ import { parseArgs } from 'node:util';
 import { exportAudit } from './audit/cli.js';
 import { defaultAuditPath, startAudit } from './audit/index.js';
 import {
+  isLoopback,
+  listenerAuth,
+  readSecretFile,
+  registrationAuth,
+  withPanelCredential,
+} from './cliAuth.js';
+import {
   AUDIT_OPTIONS,
   auditOptions,
   fail,
   fatal,
-  isLoopback,
   LIMIT_OPTIONS,
-  listenerAuth,
   logLinuxSandbox,
   parseLimits,
   positiveInt,
-  readSecretFile,
-  registrationAuth,
   SANDBOX_OPTIONS,
   sandboxOptions,
   USAGE,
-  withPanelCredential,
 } from './cliOptions.js';
 import { doctorCommand } from './doctor.js';
 import { JoinParams, parseJoinText } from './protocol/fleet.js';

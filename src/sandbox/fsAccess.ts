@@ -2,15 +2,13 @@ import { decodePathOrFileUri } from '../protocol/paths.js';
 import type { ParsedSandbox, SandboxPolicy } from '../protocol/sandbox.js';
 import { type EffectiveSandbox, effectiveFromLegacy, effectiveSandbox } from './effective.js';
 import { SandboxSetupError } from './errors.js';
+import { canonicalize, type FsProbe, realFsProbe } from './fsProbe.js';
 import {
   type Access,
   accessOf,
   type ConcreteEntry,
-  canonicalize,
-  type FsProbe,
   PROTECTED_NAMES,
   type ResolvedPolicy,
-  realFsProbe,
   resolvePolicy,
 } from './resolve.js';
 

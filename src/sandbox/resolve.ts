@@ -1,86 +1,11 @@
-import { lstatSync, readdirSync, readFileSync, readlinkSync, realpathSync } from 'node:fs';
-import { dirname, isAbsolute, join, normalize, resolve as resolvePath, sep } from 'node:path';
+/**
+ * Resolution of a sandbox policy into concrete paths (sandbox.md §6): writable roots with their protected and
+ * read-only subpaths, unreadable paths, and the links they go through, from the filesystem as fsProbe.ts sees it.
+ */
+import { dirname, isAbsolute, join, resolve as resolvePath, sep } from 'node:path';
 import type { EffectiveSandbox, Entry, FsPolicy } from './effective.js';
 import { SandboxSetupError } from './errors.js';
-
-/** The filesystem facts resolution needs; injectable so resolution stays a pure function in tests. */
-export interface FsProbe {
-  /** The type of the path itself (no link following), or null when it does not exist. */
-  kind(p: string): 'dir' | 'file' | 'symlink' | 'other' | null;
-  /** realpath, or null when it cannot be resolved. */
-  realpath(p: string): string | null;
-  /** A small text file's content, or null. */
-  readText(p: string): string | null;
-  /** A symlink's target as stored, or null. Without it, symlinks are resolved (realpath) but not reported. */
-  readlink?(p: string): string | null;
-}
-
-export const realFsProbe: FsProbe = {
-  kind(p) {
-    try {
-      // No exception for the common missing path (.codex, .agents, …): building one costs more than the lstat.
-      const st = lstatSync(p, { throwIfNoEntry: false });
-      if (!st) return null;
-      if (st.isSymbolicLink()) return 'symlink';
-      // An empty directory of mode 0500 is the placeholder of a missing protected path (linux/mountTargets.ts),
-      // maybe another server's: missing, so that this launch takes its share of it rather than bind it as it is.
-      if (st.isDirectory()) return (st.mode & 0o7777) === 0o500 && isEmptyDir(p) ? null : 'dir';
-      if (st.isFile()) return 'file';
-      return 'other';
-    } catch {
-      return null;
-    }
-  },
-  realpath(p) {
-    try {
-      return realpathSync(p);
-    } catch {
-      return null;
-    }
-  },
-  readText(p) {
-    try {
-      return readFileSync(p, 'utf8').slice(0, 4096);
-    } catch {
-      return null;
-    }
-  },
-  readlink(p) {
-    try {
-      return readlinkSync(p);
-    } catch {
-      return null;
-    }
-  },
-};
-
-function isEmptyDir(p: string): boolean {
-  try {
-    return readdirSync(p).length === 0;
-  } catch {
-    return false;
-  }
-}
-
-/** `probe` with every answer kept (for the span of one resolution). */
-function memoProbe(probe: FsProbe): FsProbe {
-  const memo = <T>(fn: (p: string) => T) => {
-    const seen = new Map<string, T>();
-    return (p: string) => {
-      if (seen.has(p)) return seen.get(p)!;
-      const v = fn(p);
-      seen.set(p, v);
-      return v;
-    };
-  };
-  const m: FsProbe = {
-    kind: memo((p) => probe.kind(p)),
-    realpath: memo((p) => probe.realpath(p)),
-    readText: memo((p) => probe.readText(p)),
-  };
-  if (probe.readlink) m.readlink = memo((p) => probe.readlink!(p));
-  return m;
-}
+import { canonicalize, type FsProbe, memoProbe, realFsProbe, trace } from './fsProbe.js';
 
 export type Access = 'read' | 'write' | 'none';
 export type PathState = 'dir' | 'file' | 'symlink' | 'other' | 'missing';
@@ -159,55 +84,6 @@ export function byDepthThenPath(a: string, b: string): number {
 export function isUnder(p: string, root: string): boolean {
   if (root === '/') return true;
   return p === root || p.startsWith(root.endsWith(sep) ? root : root + sep);
-}
-
-/**
- * Resolves `p` component by component like the kernel does, reporting every symlink it goes through (their own
- * paths, not their targets) and where it ends: the canonical form of `canonicalize`. Without `probe.readlink` it is
- * canonicalize and reports nothing.
- */
-export function trace(p: string, probe: FsProbe): { path: string; links: string[] } {
-  if (!probe.readlink) return { path: canonicalize(p, probe), links: [] };
-  const links: string[] = [];
-  let parts = normalize(p).split('/').filter(Boolean);
-  let cur = '/';
-  let hops = 0;
-  while (parts.length > 0) {
-    const name = parts.shift()!;
-    if (name === '.') continue;
-    if (name === '..') {
-      cur = dirname(cur);
-      continue;
-    }
-    const next = join(cur, name);
-    const k = probe.kind(next);
-    if (k === 'symlink') {
-      const target = probe.readlink(next);
-      if (target === null || ++hops > 40) return { path: join(next, ...parts), links };
-      if (!links.includes(next)) links.push(next);
-      parts = [...target.split('/').filter(Boolean), ...parts];
-      if (target.startsWith('/')) cur = '/';
-      continue;
-    }
-    if (k === null) return { path: join(next, ...parts), links }; // the rest does not exist: taken as written
-    cur = next;
-  }
-  return { path: cur, links };
-}
-
-/** Canonical form: realpath of the longest existing ancestor, plus the rest. */
-export function canonicalize(p: string, probe: FsProbe): string {
-  const abs = normalize(p);
-  let head = abs;
-  const tail: string[] = [];
-  for (;;) {
-    const real = probe.realpath(head);
-    if (real !== null) return tail.length ? join(real, ...tail.reverse()) : real;
-    const parent = dirname(head);
-    if (parent === head) return abs;
-    tail.push(head.slice(parent === '/' ? 1 : parent.length + 1));
-    head = parent;
-  }
 }
 
 function state(p: string, probe: FsProbe): PathState {

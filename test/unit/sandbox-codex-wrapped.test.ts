@@ -10,7 +10,8 @@ import {
   shouldUnwrap,
 } from '../../src/sandbox/codexWrapped.js';
 import { effectiveSandbox } from '../../src/sandbox/effective.js';
-import { type FsProbe, resolvePolicy } from '../../src/sandbox/resolve.js';
+import type { FsProbe } from '../../src/sandbox/fsProbe.js';
+import { resolvePolicy } from '../../src/sandbox/resolve.js';
 
 /*
  * The exact argv shapes of 0.120–0.130 client-wrapped commands (sandbox.md §3.1): the real frames captured by the

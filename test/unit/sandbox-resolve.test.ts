@@ -3,10 +3,11 @@ import { posix } from 'node:path';
 import { test } from 'node:test';
 import { parseSandboxParam } from '../../src/protocol/sandbox.js';
 import { effectiveSandbox } from '../../src/sandbox/effective.js';
+import type { FsProbe } from '../../src/sandbox/fsProbe.js';
 import type { ParsedSandbox } from '../../src/sandbox/index.js';
 import { bwrapArgs, bwrapFsArgs } from '../../src/sandbox/linux/bwrapArgs.js';
 import { buildSeatbelt, seatbeltArgv } from '../../src/sandbox/macos/seatbelt.js';
-import { accessOf, type FsProbe, resolvePolicy } from '../../src/sandbox/resolve.js';
+import { accessOf, resolvePolicy } from '../../src/sandbox/resolve.js';
 
 type Node = 'dir' | 'file' | { link: string } | { text: string };
 

@@ -53,9 +53,11 @@ function configure(db: SqliteDatabase, opts: StoreOptions): void {
 
 /**
  * Brings the schema up to date in one IMMEDIATE transaction (several Corral servers may open a new file at once: the
- * second waits for the first and then finds nothing to do).
+ * second waits for the first and then finds nothing to do). A database already current is only read: opening it
+ * never waits for the write lock, which another Corral may hold for a while (a retention step, a large batch).
  */
 function migrate(db: SqliteDatabase, path: string): number {
+  if ((db.pragma('user_version', { simple: true }) as number) === SCHEMA_VERSION) return SCHEMA_VERSION;
   db.transaction(() => {
     const version = db.pragma('user_version', { simple: true }) as number;
     if (version > SCHEMA_VERSION) throw newerError(path, version);

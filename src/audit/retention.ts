@@ -21,6 +21,9 @@ export function usedBytes(db: SqliteDatabase): number {
   return (pages - free) * pageSize;
 }
 
+/** Pages one retention step gives back to the file system at most (16 MiB of 4 KiB pages). */
+export const VACUUM_PAGES_PER_STEP = 4096;
+
 /**
  * One step of retention: deletes up to `chunkRows` of the oldest events that are past the age limit or, while the
  * database is above the size limit, the oldest events of all. Returns true when there is more to delete (call
@@ -49,12 +52,19 @@ export function retentionStep(db: SqliteDatabase, opts: RetentionOptions, now = 
       for (const t of EVENT_TABLES) deleted += deleteOlder(db, t.table, t.time, sizeCutoff + 1, chunk);
     }
   })();
-  if (deleted > 0) {
-    db.pragma('incremental_vacuum');
+  // Freed pages go back to the file system a bounded number at a time (each call is a write transaction that other
+  // Corral servers on the same file wait for); what is left is given back by the next steps.
+  const free = db.pragma('freelist_count', { simple: true }) as number;
+  let left = free;
+  if (free > 0) {
+    db.pragma(`incremental_vacuum(${VACUUM_PAGES_PER_STEP})`);
     // The file shrinks when the WAL is checkpointed into it (PASSIVE: never waits for a reader of another Corral).
     db.pragma('wal_checkpoint(PASSIVE)');
+    left = db.pragma('freelist_count', { simple: true }) as number;
   }
-  return deleted >= chunk || (deleted > 0 && usedBytes(db) > opts.maxBytes);
+  // More to give back only while vacuuming gives (a file made without auto_vacuum = INCREMENTAL never does).
+  const moreToFree = left > 0 && left < free;
+  return deleted >= chunk || (deleted > 0 && usedBytes(db) > opts.maxBytes) || moreToFree;
 }
 
 function deleteOlder(

@@ -18,6 +18,7 @@ import { after, describe, test } from 'node:test';
 import Database from 'better-sqlite3';
 import type { AuditRecord } from '../../src/audit/events.js';
 import { openAuditStore } from '../../src/audit/openStore.js';
+import { VACUUM_PAGES_PER_STEP } from '../../src/audit/retention.js';
 import { SCHEMA_VERSION } from '../../src/audit/schema.js';
 import { AuditTrail } from '../../src/audit/trail.js';
 import { type AuditProcessItem, AuditQueryParams } from '../../src/protocol/audit.js';
@@ -328,6 +329,82 @@ describe('audit database file', () => {
         .prepare('SELECT count(*) AS n FROM process_output WHERE process NOT IN (SELECT id FROM processes)')
         .get() as { n: number };
       assert.equal(orphans.n, 0, 'no output is left without its process');
+    } finally {
+      store.close();
+    }
+  });
+
+  test('a current database opens while another Corral holds its write lock (CI: "database is locked" at start)', () => {
+    const path = join(fresh(), 'audit.db');
+    openAuditStore(path).close();
+    const other = new Database(path);
+    other.pragma('busy_timeout = 0');
+    other.exec('BEGIN IMMEDIATE'); // another server in the middle of a long write (a retention step, a big batch)
+    try {
+      const t0 = process.hrtime.bigint();
+      const store = openAuditStore(path, { busyTimeoutMs: 2000 });
+      const waitedMs = Number(process.hrtime.bigint() - t0) / 1e6;
+      try {
+        assert.equal(store.db.pragma('user_version', { simple: true }), SCHEMA_VERSION);
+        // Opening did not wait out the busy timeout for a lock it does not need.
+        assert.ok(waitedMs < 2000, `opened after ${waitedMs} ms`);
+      } finally {
+        store.close();
+      }
+      // A database that needs its schema (a new one) does wait for the lock, and names the file when it cannot get it.
+      const path2 = join(fresh(), 'audit.db');
+      const creating = new Database(path2);
+      creating.exec('BEGIN IMMEDIATE');
+      try {
+        assert.throws(
+          () => openAuditStore(path2, { busyTimeoutMs: 50 }),
+          (e: Error) => e.message.includes(path2) && /locked|busy/i.test(e.message),
+        );
+      } finally {
+        creating.exec('ROLLBACK');
+        creating.close();
+      }
+    } finally {
+      if (other.inTransaction) other.exec('ROLLBACK');
+      other.close();
+    }
+  });
+
+  test('retention gives freed pages back a bounded number per step, and says there is more while it does', () => {
+    const path = join(fresh(), 'audit.db');
+    const store = openAuditStore(path);
+    try {
+      const out = new Uint8Array(8192).fill(0x62);
+      const t0 = Date.UTC(2026, 0, 1);
+      const batch: AuditRecord[] = [];
+      for (let i = 0; i < 6000; i++) {
+        batch.push(start(t0 + i, 's', `p${i}`, ['/bin/true']));
+        batch.push({
+          kind: 'processClose',
+          time: t0 + i + 1,
+          sessionId: 's',
+          processId: `p${i}`,
+          outputBytes: out.length,
+          head: out,
+          tail: null,
+          omittedBytes: 0,
+        });
+      }
+      store.write(batch);
+      // Everything is past the age limit: one step of 10k rows deletes it all at once.
+      const opts = { maxAgeMs: DAY, maxBytes: 2 ** 40, chunkRows: 10_000 };
+      const later = t0 + 10 * DAY;
+      const freeAfter: number[] = [];
+      let more = store.retentionStep(opts, later);
+      freeAfter.push(store.db.pragma('freelist_count', { simple: true }) as number);
+      while (more) {
+        more = store.retentionStep(opts, later);
+        freeAfter.push(store.db.pragma('freelist_count', { simple: true }) as number);
+      }
+      assert.ok(freeAfter.length >= 3, `given back in ${freeAfter.length} steps: ${freeAfter.join(' ')}`);
+      for (let i = 1; i < freeAfter.length; i++)
+        assert.ok(freeAfter[i - 1]! - freeAfter[i]! <= VACUUM_PAGES_PER_STEP, freeAfter.join(' '));
+      assert.equal(freeAfter.at(-1), 0, 'all of it in the end');
     } finally {
       store.close();
     }

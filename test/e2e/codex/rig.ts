@@ -332,7 +332,9 @@ function readFiles(dir: string): Record<string, string> {
   const files: Record<string, string> = {};
   for (const name of readdirSync(dir)) {
     const p = join(dir, name);
-    if (name === '.git' || !statSync(p).isFile()) continue;
+    // A placeholder of a missing protected name (.aws, .codex: an empty 0500 directory held while a sandboxed command
+    // runs) may go between the listing and the stat: Codex can finish on process/exited, before the server's cleanup.
+    if (name === '.git' || !statSync(p, { throwIfNoEntry: false })?.isFile()) continue;
     files[name] = readFileSync(p, 'utf8').slice(0, 65536);
   }
   return files;

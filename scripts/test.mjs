@@ -3,8 +3,7 @@
 // being current, then every test file with node's test runner (TypeScript through tsx).
 // `npm test -- unit sandbox` runs only the test files whose path contains one of the given words.
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readdirSync, statSync } from 'node:fs';
 import { dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -40,11 +39,6 @@ if (files.length === 0) {
   console.error(`no test files match ${filters.join(' ')}`);
   process.exit(1);
 }
-// The servers the tests start keep their audit trail in a state directory of this run, not in the user's
-// (~/.local/state/corral/audit.db would grow with every run, shared by every test server at once).
-const state = mkdtempSync(join(tmpdir(), 'corral-test-state-'));
-process.env.XDG_STATE_HOME = state;
-process.on('exit', () => rmSync(state, { recursive: true, force: true }));
 run(process.execPath, [
   '--import',
   'tsx',

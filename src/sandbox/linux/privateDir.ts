@@ -1,6 +1,8 @@
 /**
- * The server's private directory (the forwarder fallback's bridge sockets; masked in every sandbox) and the user's
- * mount-target lock directory: created on the first bwrap launch, removed when the server exits.
+ * The server's private directory (masked in every sandbox) and the user's mount-target lock directory: created on the
+ * first bwrap launch, removed when the server exits. The private directory holds nothing since the managed network's
+ * forwarder and its bridge sockets were removed; it stays, masked and swept, for what a launch must keep from every
+ * sandbox (removing it, and its mask, is a follow-up).
  */
 import { lstatSync, mkdtempSync, realpathSync, rmSync } from 'node:fs';
 import os from 'node:os';

@@ -193,21 +193,32 @@ export function materializeBwrap(
           nsPid = hostPid;
         }
         if (cleaned) throw new SandboxSetupError('sandbox setup: the process exited during setup');
-        // Both steps act on the sandbox as bwrap leaves it: the mounts made (pins), loopback up in its network
-        // namespace (a listener bound before bwrap brings `lo` up fails with EADDRNOTAVAIL) and no capability left.
-        await setupDone(nsPid, 15_000).catch((e: Error) => {
-          throw new SandboxSetupError(`sandbox setup: ${e.message}`);
-        });
-        if (cleaned) throw new SandboxSetupError('sandbox setup: the process exited during setup');
-        if (pins) pinSymlinks(native, nsPid, pins);
-        if (managed) setUpManagedNetwork(nsPid, managed);
+        const waitSetupDone = async () => {
+          await setupDone(nsPid, 15_000).catch((e: Error) => {
+            throw new SandboxSetupError(`sandbox setup: ${e.message}`);
+          });
+          if (cleaned) throw new SandboxSetupError('sandbox setup: the process exited during setup');
+        };
+        // Pins act on the mounts as bwrap leaves them: after its setup.
+        if (pins) {
+          await waitSetupDone();
+          pinSymlinks(native, nsPid, pins);
+        }
+        // The listeners: tried at once (bwrap is nearly always far enough by now), and if that fails, again once
+        // bwrap has finished its setup (a listener made in the middle of it failed with EADDRNOTAVAIL: CI, about 1
+        // start in 1000, as uid 65534). The second failure refuses the start.
+        if (managed) {
+          try {
+            bridges = listenInSandboxNetns(nsPid, managed.endpoints);
+          } catch (e) {
+            if (pins) throw e;
+            await waitSetupDone();
+            bridges = listenInSandboxNetns(nsPid, managed.endpoints);
+          }
+        }
         if (cleaned) throw new SandboxSetupError('sandbox setup: the process exited during setup');
         release(blockFd!); // bwrap execs the command
       },
-    };
-    // Managed network: listeners made inside the sandbox's network namespace by the addon (managedNet.ts).
-    const setUpManagedNetwork = (nsPid: number, routes: ManagedRoutes) => {
-      bridges = listenInSandboxNetns(nsPid, routes.endpoints);
     };
     return prepared;
   } catch (e) {

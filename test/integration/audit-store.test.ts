@@ -341,13 +341,10 @@ describe('audit database file', () => {
     other.pragma('busy_timeout = 0');
     other.exec('BEGIN IMMEDIATE'); // another server in the middle of a long write (a retention step, a big batch)
     try {
-      const t0 = process.hrtime.bigint();
+      // Without the write lock's holder letting go: a wait for it would end in "database is locked" (the busy timeout).
       const store = openAuditStore(path, { busyTimeoutMs: 2000 });
-      const waitedMs = Number(process.hrtime.bigint() - t0) / 1e6;
       try {
         assert.equal(store.db.pragma('user_version', { simple: true }), SCHEMA_VERSION);
-        // Opening did not wait out the busy timeout for a lock it does not need.
-        assert.ok(waitedMs < 2000, `opened after ${waitedMs} ms`);
       } finally {
         store.close();
       }

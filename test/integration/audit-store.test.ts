@@ -30,6 +30,20 @@ const CLI = join(ROOT, 'dist', 'cli.js');
 const DAY = 86_400_000;
 const sha = (p: string) => createHash('sha256').update(readFileSync(p)).digest('hex');
 
+/** The close of a process whose whole output is `out` (kept as its head). */
+function closedWith(out: Uint8Array, time: number, sessionId: string, processId: string): AuditRecord {
+  return {
+    kind: 'processClose',
+    time,
+    sessionId,
+    processId,
+    outputBytes: out.length,
+    head: out,
+    tail: null,
+    omittedBytes: 0,
+  };
+}
+
 function start(
   time: number,
   sessionId: string,
@@ -270,16 +284,7 @@ describe('audit database file', () => {
       for (let i = 0; i < 1500; i++) {
         const t = t0 + i * 1000;
         batch.push(start(t, 's', `p${i}`, ['/bin/cat', `file-${i}`]));
-        batch.push({
-          kind: 'processClose',
-          time: t + 1,
-          sessionId: 's',
-          processId: `p${i}`,
-          outputBytes: out.length,
-          head: out,
-          tail: null,
-          omittedBytes: 0,
-        });
+        batch.push(closedWith(out, t + 1, 's', `p${i}`));
         batch.push({
           kind: 'network',
           time: t + 2,
@@ -376,16 +381,7 @@ describe('audit database file', () => {
       const batch: AuditRecord[] = [];
       for (let i = 0; i < 6000; i++) {
         batch.push(start(t0 + i, 's', `p${i}`, ['/bin/true']));
-        batch.push({
-          kind: 'processClose',
-          time: t0 + i + 1,
-          sessionId: 's',
-          processId: `p${i}`,
-          outputBytes: out.length,
-          head: out,
-          tail: null,
-          omittedBytes: 0,
-        });
+        batch.push(closedWith(out, t0 + i + 1, 's', `p${i}`));
       }
       store.write(batch);
       // Everything is past the age limit: one step of 10k rows deletes it all at once.

@@ -171,7 +171,7 @@ function hostFacts(
     acceptWeaker: new Set(opts?.acceptWeaker ?? []),
     masks: privateMasks(),
     unshare: UNSHARE,
-    cgroupMounts: cgroupMountPoints(),
+    cgroupMounts: cgroupMountPoints,
     euid: process.geteuid?.() ?? -1,
     ...(opts?.hiddenPaths ? { hiddenPaths: opts.hiddenPaths } : {}),
     platform: opts?.platform ?? process.platform,

@@ -13,12 +13,13 @@ import { buildSeccompFilter } from '../../src/sandbox/index.js';
 import { handledFs, READ, WRITE } from '../../src/sandbox/linux/landlock.js';
 import { buildRuleset, closeRuleset, landlockSupport } from '../../src/sandbox/linux/landlockNative.js';
 import { hostSeccompArch } from '../../src/sandbox/linux/seccomp.js';
+import { outputAndExit } from '../helpers/spawned.js';
 
 const support = landlockSupport();
 const root = realpathSync(mkdtempSync(join(os.tmpdir(), 'corral-ll-ruleset-')));
 after(() => rmSync(root, { recursive: true, force: true }));
 
-function runConfined(rules: { path: string; rights: number }[], script: string): Promise<string> {
+async function runConfined(rules: { path: string; rights: number }[], script: string): Promise<string> {
   const fd = buildRuleset({
     handledFs: handledFs(support.abi),
     handledNet: 0,
@@ -36,34 +37,13 @@ function runConfined(rules: { path: string; rights: number }[], script: string):
       seccomp: buildSeccompFilter(hostSeccompArch(os.arch(), os.machine()), 'network-enabled'),
     },
   };
-  return new Promise((resolve, reject) => {
-    let c: ReturnType<typeof spawnPiped>;
-    try {
-      c = spawnPiped(spec, { stdin: 'null' });
-    } catch (e) {
-      closeRuleset(fd);
-      reject(e);
-      return;
-    }
+  let c: ReturnType<typeof spawnPiped>;
+  try {
+    c = spawnPiped(spec, { stdin: 'null' });
+  } finally {
     closeRuleset(fd);
-    let out = '';
-    let open = 2;
-    let code: number | undefined;
-    const done = () => open === 0 && code !== undefined && resolve(`${out}exit ${code}`);
-    for (const s of [c.stdout, c.stderr]) {
-      s.on('data', (d: Buffer) => {
-        out += d.toString();
-      });
-      s.on('close', () => {
-        open--;
-        done();
-      });
-    }
-    c.onExit((exitCode) => {
-      code = exitCode;
-      done();
-    });
-  });
+  }
+  return outputAndExit(c);
 }
 
 test('a rule whose path goes through a symlink is not placed (no write reaches the link target)', {

@@ -11,6 +11,7 @@ import { type Cli, ROOT, startCli } from '../helpers/cli.js';
 import { RpcClient } from '../helpers/client.js';
 import { httpFetch, upgradeStatus } from '../helpers/http.js';
 import { needsSandbox } from '../helpers/native.js';
+import { workspaceWriteParam } from '../helpers/seedSandbox.js';
 
 const PATH = '/usr/local/bin:/usr/bin:/bin';
 const PROBE = join(ROOT, 'test', 'fixtures', 'trust', 'probe.mjs');
@@ -29,31 +30,7 @@ function canSetpriv(): boolean {
 }
 
 /** A seed sandbox: read everything, write the workspace, network as given. */
-function sandbox(cwd: string, network: 'enabled' | 'restricted') {
-  return {
-    sandbox: 'linux-seccomp',
-    policy: {
-      type: 'workspace-write',
-      network_access: network === 'enabled',
-      exclude_tmpdir_env_var: false,
-      exclude_slash_tmp: false,
-    },
-    fileSystemPolicy: {
-      kind: 'restricted',
-      entries: [
-        { path: { type: 'special', value: { kind: 'root' } }, access: 'read' },
-        { path: { type: 'special', value: { kind: 'current_working_directory' } }, access: 'write' },
-      ],
-    },
-    networkPolicy: network,
-    sandboxPolicyCwd: cwd,
-    additionalPermissions: null,
-    enforceManagedNetwork: false,
-    windowsSandboxLevel: 'disabled',
-    windowsSandboxPrivateDesktop: false,
-    useLegacyLandlock: false,
-  };
-}
+const sandbox = (cwd: string, network: 'enabled' | 'restricted') => workspaceWriteParam(cwd, { network });
 
 async function run(
   c: RpcClient,

@@ -52,7 +52,7 @@ export function planBwrapLaunch(eff: EffectiveSandbox, cmd: LaunchCommand, host:
   const { arch, r, env } = start;
   const managed = eff.enforceManagedNetwork;
   if (host.hiddenPaths) hideServerPaths(r, host.hiddenPaths);
-  protectCgroupFs(r, host.cgroupMounts ?? []);
+  protectCgroupFs(r, host.cgroupMounts?.() ?? []);
   // Every sandbox has a filter: the network-enabled one denies only what no coding agent needs (seccomp.ts).
   const mode: SeccompMode = managed
     ? 'proxy-routed'

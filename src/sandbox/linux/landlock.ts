@@ -239,7 +239,15 @@ function decompose(
 export function planLandlock(r: ResolvedPolicy, host: LandlockHost): LandlockPlan {
   const { abi, accept } = host;
   const list = host.list ?? defaultList;
-  const isDir = host.isDir ?? defaultIsDir;
+  const probe = host.isDir ?? defaultIsDir;
+  const types = new Map<string, boolean | null>(); // one look per path and plan: decompose asks per ancestor
+  const isDir = (p: string): boolean | null => {
+    const known = types.get(p);
+    if (known !== undefined) return known;
+    const t = probe(p);
+    types.set(p, t);
+    return t;
+  };
   const weaker = new Set<WeakerGuarantee>();
 
   // Processes: without a pid namespace, only Landlock's signal scope (ABI 6) keeps signals inside the sandbox.

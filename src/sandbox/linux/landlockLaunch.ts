@@ -1,5 +1,5 @@
 /** The Landlock backend's launch: its plan (linux/landlock.ts) from a resolved policy, and the ruleset it builds. */
-import { lstatSync, mkdtempSync, realpathSync, rmSync } from 'node:fs';
+import { mkdtempSync, realpathSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { PreparedLaunch } from '../../process/launch.js';
 import { formatTag, ownTag, sweepStaleDirs } from '../../process/serverTag.js';
@@ -13,7 +13,7 @@ import {
   seccompFilter,
 } from '../launchPlan.js';
 import { planLandlock, WRITE } from './landlock.js';
-import { buildRuleset, closeRuleset, type RulesetSpec } from './landlockNative.js';
+import { acquireRuleset, type KeptRuleset, releaseRuleset, reusablePlan } from './landlockReuse.js';
 import { planManagedRoutes } from './managedNet.js';
 
 /** The server's own paths no sandbox may read (existing, canonical), with what each is. */
@@ -71,7 +71,7 @@ export function planLandlockLaunch(
   const tmpRoots = [canonical('/tmp'), canonical(host.tmpdir)].filter(
     (t): t is string => t !== undefined && r.writableRoots.some((w) => w.root === t),
   );
-  const plan = planLandlock(r, {
+  const given = {
     abi: host.landlock.abi,
     accept: host.acceptWeaker,
     network: eff.network,
@@ -80,7 +80,9 @@ export function planLandlockLaunch(
     masks: serverMasks(host),
     tmpRoots,
     envTmpdir: canonical(env.TMPDIR) ?? env.TMPDIR,
-  });
+  };
+  const inputs = JSON.stringify({ r, ...given, accept: [...given.accept].sort() });
+  const { plan, basis } = reusablePlan(inputs, (looks) => planLandlock(r, { ...given, ...looks }));
   const filter = seccompFilter(arch, plan.seccompMode, plan.seccompExtras);
   summary.seccomp = plan.seccompMode;
   summary.landlockRules = plan.rules.length;
@@ -95,7 +97,7 @@ export function planLandlockLaunch(
     fdSlots: [],
     seccomp: { arch, mode: plan.seccompMode, filter },
     syntheticTargets: [],
-    landlock: plan,
+    landlock: { ...plan, basis },
     guarantees: { backend: 'landlock', reason, landlockAbi: plan.abi, weaker: plan.weaker },
   };
 }
@@ -126,78 +128,19 @@ function privateTmpIn(root: string): string {
 }
 
 /**
- * A built ruleset, kept for the next start with the same rules (an agent's commands come one after another under one
- * policy): building one opens every rule's path (hundreds where a temp root is decomposed). Landlock binds a rule to
- * the inode its path named when the rule was added, and the ruleset holds that inode, so its number cannot be reused:
- * a path that still names the same (dev, ino) means the same rule. Any path that names another inode (or appeared, or
- * went) makes the start build a new ruleset.
- */
-interface CachedRuleset {
-  key: string;
-  fd: number;
-  /** `dev:ino` of each rule's path (`-` where missing) when the ruleset was built. */
-  inodes: string[];
-  /** Launches that may still pass the fd to a child. */
-  users: number;
-  evicted: boolean;
-}
-const rulesets: CachedRuleset[] = [];
-const MAX_RULESETS = 4;
-
-function inodesOf(paths: string[]): string[] {
-  return paths.map((p) => {
-    const st = lstatSync(p, { throwIfNoEntry: false });
-    return st ? `${st.dev}:${st.ino}` : '-';
-  });
-}
-
-function releaseRuleset(c: CachedRuleset): void {
-  c.users--;
-  if (c.evicted && c.users === 0) closeRuleset(c.fd);
-}
-
-function evict(c: CachedRuleset): void {
-  const i = rulesets.indexOf(c);
-  if (i >= 0) rulesets.splice(i, 1);
-  c.evicted = true;
-  if (c.users === 0) closeRuleset(c.fd);
-}
-
-/** The ruleset for `spec`: the cached one when every rule's path names the inode it named, else a new one. */
-function acquireRuleset(spec: RulesetSpec): { ruleset: CachedRuleset; cached: boolean } {
-  const key = JSON.stringify(spec);
-  const paths = spec.rules.map((r) => r.path);
-  const hit = rulesets.find((c) => c.key === key);
-  if (hit) {
-    const now = inodesOf(paths);
-    if (now.every((v, i) => v === hit.inodes[i])) {
-      hit.users++;
-      return { ruleset: hit, cached: true };
-    }
-    evict(hit);
-  }
-  // Inodes first: a change between them and the build shows at the next start.
-  const inodes = inodesOf(paths);
-  const ruleset: CachedRuleset = { key, fd: buildRuleset(spec), inodes, users: 1, evicted: false };
-  rulesets.unshift(ruleset);
-  while (rulesets.length > MAX_RULESETS) evict(rulesets[rulesets.length - 1]!);
-  return { ruleset, cached: false };
-}
-
-/**
  * The Landlock launch: the ruleset (built, or the last one for the same rules) goes to the child, which applies it
  * before exec; with a private TMPDIR when the temp root's top level is frozen (see landlock.ts).
  */
 export function materializeLandlock(plan: LaunchPlan): PreparedLaunch {
   const ll = plan.landlock!;
-  let held: CachedRuleset | undefined;
+  let held: KeptRuleset | undefined;
   const release = () => {
     if (held) releaseRuleset(held);
     held = undefined;
   };
   let env = plan.spec.env;
   let tmp: string | undefined;
-  let got: { ruleset: CachedRuleset; cached: boolean };
+  let got: { ruleset: KeptRuleset; cached: boolean };
   try {
     const rules = [...ll.rules];
     if (ll.privateTmpIn) {
@@ -205,13 +148,17 @@ export function materializeLandlock(plan: LaunchPlan): PreparedLaunch {
       rules.push({ path: tmp, rights: WRITE });
       env = { ...env, TMPDIR: tmp };
     }
-    got = acquireRuleset({
-      handledFs: ll.handledFs,
-      handledNet: ll.handledNet,
-      scoped: ll.scoped,
-      rules,
-      connectPorts: ll.connectPorts,
-    });
+    got = acquireRuleset(
+      {
+        handledFs: ll.handledFs,
+        handledNet: ll.handledNet,
+        scoped: ll.scoped,
+        rules,
+        connectPorts: ll.connectPorts,
+      },
+      `${ll.basis?.rulesKey ?? JSON.stringify(ll.rules)}|${ll.handledFs}|${ll.handledNet}|${ll.scoped}|${ll.connectPorts}|${tmp ?? ''}`,
+      ll.basis?.listings ?? new Map(),
+    );
   } catch (e) {
     throw new SandboxSetupError(`landlock sandbox: cannot build the ruleset: ${(e as Error).message}`);
   }

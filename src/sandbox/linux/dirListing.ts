@@ -1,0 +1,62 @@
+/**
+ * Directory listings for the Landlock decomposition (landlock.ts), kept between starts while the directory is
+ * unchanged. An agent's commands come one after another under one policy, and a decomposed temp root (/tmp holding
+ * the workspace) has hundreds of entries: listing it and checking each entry's inode on every start cost ~2 ms.
+ *
+ * Unchanged means the same (dev, ino, ctime, mtime): creating, removing or renaming an entry updates its directory's
+ * ctime and mtime, so while they hold, every entry name still names the inode it named when listed. File times come
+ * from a coarse clock (one tick: up to 10 ms), so a change in the tick of the listing itself may leave them equal: a
+ * listing counts as stable (reusable, and proof of its entries' inodes) only when the directory's times were older
+ * than RACY_MS when it was read; a younger one is read again at the next start ("racy git" has the same rule). A
+ * sandbox cannot change a decomposed directory's entries (it lacks the rights to create, remove or rename there);
+ * a host process that does so between the check and the child's exec is the same race as any path-based rule.
+ */
+import { lstatSync, readdirSync } from 'node:fs';
+import type { ListedEntry } from './landlock.js';
+
+export interface Listing {
+  /** null: the directory cannot be listed (missing, not a directory, no permission). */
+  entries: ListedEntry[] | null;
+  /** `dev:ino:ctime:mtime` (ns) when it was read; '-' when missing. */
+  token: string;
+  /** Whether the directory's times were older than RACY_MS at the read: later changes show in the token. */
+  stable: boolean;
+}
+
+const RACY_MS = 50n;
+const MAX_DIRS = 256;
+const listings = new Map<string, Listing>();
+
+function tokenOf(dir: string): { token: string; settledBefore: bigint } {
+  const st = lstatSync(dir, { bigint: true, throwIfNoEntry: false });
+  if (!st) return { token: '-', settledBefore: 0n };
+  let newest = st.ctimeNs;
+  if (st.mtimeNs > newest) newest = st.mtimeNs;
+  return { token: `${st.dev}:${st.ino}:${st.ctimeNs}:${st.mtimeNs}`, settledBefore: newest };
+}
+
+/** The directory's entries: the kept listing when the directory is unchanged since a stable read, else a new read. */
+export function listDirectory(dir: string): Listing {
+  const statAt = BigInt(Date.now()) * 1_000_000n;
+  const { token, settledBefore } = tokenOf(dir);
+  const kept = listings.get(dir);
+  if (kept?.stable && kept.token === token) return kept;
+  let entries: ListedEntry[] | null;
+  try {
+    entries = readdirSync(dir, { withFileTypes: true }).map((d) => ({
+      name: d.name,
+      symlink: d.isSymbolicLink(),
+    }));
+  } catch {
+    entries = null;
+  }
+  const listing: Listing = {
+    entries,
+    token,
+    stable: token !== '-' && settledBefore < statAt - RACY_MS * 1_000_000n,
+  };
+  listings.delete(dir);
+  listings.set(dir, listing);
+  if (listings.size > MAX_DIRS) listings.delete(listings.keys().next().value!);
+  return listing;
+}

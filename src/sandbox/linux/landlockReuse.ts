@@ -1,0 +1,176 @@
+/**
+ * What a Landlock start reuses from the ones before it (issue 17: a Landlock start should cost little more than an
+ * unsandboxed one, and an agent's commands come one after another under one policy):
+ *
+ * - the plan (landlock.ts), while its inputs are the same, every directory it listed is unchanged since a stable
+ *   listing (dirListing.ts) and every path whose type it looked at has that type still: planning lists every
+ *   decomposed directory (a temp root holding the workspace: hundreds of entries);
+ * - the built ruleset, while every rule's path names the inode it named at the build: Landlock binds a rule to that
+ *   inode, and the ruleset holds it, so its number cannot be reused. A rule's path in a directory whose stable
+ *   listing is the one its inodes were last checked under needs no look: the directory's entries have not changed.
+ *
+ * Anything else (a path of another inode, one that appeared or went, an unstable listing) plans or builds anew.
+ */
+import { lstatSync } from 'node:fs';
+import { dirname } from 'node:path';
+import { listDirectory } from './dirListing.js';
+import type { LandlockPlan, ListedEntry } from './landlock.js';
+import { buildRuleset, closeRuleset, type RulesetSpec } from './landlockNative.js';
+
+/** What a plan was made from on the filesystem, and the key of its rules. */
+export interface PlanBasis {
+  /** Directory → its stable listing's token (unstable listings are not here: the plan is then not kept). */
+  listings: Map<string, string>;
+  /** Path → what isDir said. */
+  types: Map<string, boolean | null>;
+  /** Plans with the same rules have the same key (the rules' JSON). */
+  rulesKey: string;
+}
+
+export interface FsLooks {
+  list: (dir: string) => ListedEntry[] | null;
+  isDir: (p: string) => boolean | null;
+}
+
+function typeOf(p: string): boolean | null {
+  const st = lstatSync(p, { throwIfNoEntry: false });
+  return st ? st.isDirectory() : null;
+}
+
+interface KeptPlan {
+  inputs: string;
+  plan: LandlockPlan;
+  basis: PlanBasis;
+  /** Every listing was stable: the plan may be reused. */
+  reusable: boolean;
+}
+const plans: KeptPlan[] = [];
+const MAX_PLANS = 4;
+
+function stillHolds(b: PlanBasis): boolean {
+  for (const [dir, token] of b.listings) {
+    const l = listDirectory(dir);
+    if (!l.stable || l.token !== token) return false;
+  }
+  for (const [p, t] of b.types) if (typeOf(p) !== t) return false;
+  return true;
+}
+
+/**
+ * The plan for `inputs` (everything planLandlock is given but the filesystem, as one string): the kept one while
+ * its basis holds, else `make` with recording looks.
+ */
+export function reusablePlan(
+  inputs: string,
+  make: (looks: FsLooks) => LandlockPlan,
+): { plan: LandlockPlan; basis: PlanBasis } {
+  const kept = plans.find((k) => k.inputs === inputs);
+  if (kept?.reusable && stillHolds(kept.basis)) return kept;
+  const listings = new Map<string, string>();
+  const types = new Map<string, boolean | null>();
+  let reusable = true;
+  const plan = make({
+    list(dir) {
+      const l = listDirectory(dir);
+      if (l.stable) listings.set(dir, l.token);
+      else reusable = false;
+      return l.entries;
+    },
+    isDir(p) {
+      const t = typeOf(p);
+      types.set(p, t);
+      return t;
+    },
+  });
+  const basis: PlanBasis = { listings, types, rulesKey: JSON.stringify(plan.rules) };
+  if (kept) plans.splice(plans.indexOf(kept), 1);
+  plans.unshift({ inputs, plan, basis, reusable });
+  if (plans.length > MAX_PLANS) plans.pop();
+  return { plan, basis };
+}
+
+export interface KeptRuleset {
+  key: string;
+  fd: number;
+  /** `dev:ino` of each rule's path (`-` where missing) when the ruleset was built. */
+  inodes: string[];
+  /** The stable listings' tokens under which every rule's path was last seen naming its inode of `inodes`. */
+  verified: Map<string, string>;
+  /** The rules (indices) no listing of `verified` vouches for: looked at on every start. */
+  looked?: number[];
+  /** Launches that may still pass the fd to a child. */
+  users: number;
+  evicted: boolean;
+}
+const rulesets: KeptRuleset[] = [];
+const MAX_RULESETS = 4;
+
+function inodeOf(p: string): string {
+  const st = lstatSync(p, { throwIfNoEntry: false });
+  return st ? `${st.dev}:${st.ino}` : '-';
+}
+
+/** Whether every rule's path still names the inode it named at the build (`listings`: the stable ones of now). */
+function stillNamesItsInodes(c: KeptRuleset, paths: string[], listings: Map<string, string>): boolean {
+  if (c.verified === listings && c.looked) {
+    // The same plan again, its listings unchanged (reusablePlan checked them): only the unvouched paths.
+    for (const i of c.looked) if (inodeOf(paths[i]!) !== c.inodes[i]) return false;
+    return true;
+  }
+  const looked: number[] = [];
+  for (const [i, p] of paths.entries()) {
+    const dir = dirname(p);
+    const token = listings.get(dir);
+    if (token !== undefined && c.verified.get(dir) === token) continue;
+    if (inodeOf(p) !== c.inodes[i]) return false;
+    if (listings.get(dir) === undefined) looked.push(i);
+  }
+  c.verified = listings; // each path was looked at (or vouched for) after these listings' tokens were taken
+  c.looked = looked;
+  return true;
+}
+
+function evict(c: KeptRuleset): void {
+  const i = rulesets.indexOf(c);
+  if (i >= 0) rulesets.splice(i, 1);
+  c.evicted = true;
+  if (c.users === 0) closeRuleset(c.fd);
+}
+
+export function releaseRuleset(c: KeptRuleset): void {
+  c.users--;
+  if (c.evicted && c.users === 0) closeRuleset(c.fd);
+}
+
+/**
+ * The ruleset for `spec` (`key`: equal for equal specs): the kept one when every rule's path names the inode it
+ * named, else a new one. Held until releaseRuleset.
+ */
+export function acquireRuleset(
+  spec: RulesetSpec,
+  key: string,
+  listings: Map<string, string>,
+): { ruleset: KeptRuleset; cached: boolean } {
+  const paths = spec.rules.map((r) => r.path);
+  const hit = rulesets.find((c) => c.key === key);
+  if (hit) {
+    if (stillNamesItsInodes(hit, paths, listings)) {
+      hit.users++;
+      return { ruleset: hit, cached: true };
+    }
+    evict(hit);
+  }
+  // Inodes first: a change between them and the build shows at the next start.
+  const inodes = paths.map(inodeOf);
+  const ruleset: KeptRuleset = {
+    key,
+    fd: buildRuleset(spec),
+    inodes,
+    verified: listings,
+    users: 1,
+    evicted: false,
+  };
+  rulesets.unshift(ruleset);
+  while (rulesets.length > MAX_RULESETS) evict(rulesets[rulesets.length - 1]!);
+  return { ruleset, cached: false };
+}

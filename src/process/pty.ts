@@ -14,14 +14,16 @@
  *     node-pty's waitpid thread does).
  *  3. On that exit we drain the master ourselves with non-blocking reads until one reports EAGAIN: on Linux a tty
  *     read that finds the line discipline empty first flushes the pending flip-buffer work, so EAGAIN means the
- *     child's output has all been delivered. The drain reads only when node-pty's stream holds no buffered data and
- *     is not paused, so the bytes keep their order. Then we close the held slave: the master reads EIO, node-pty
+ *     child's output has all been delivered. The drain reads node-pty's master fd (its public `fd`) only while that
+ *     number still names this pty's master (/proc/self/fdinfo: the devpts mount and pty index, which no other pty
+ *     can have while we hold the slave): node-pty closes the fd when its stream ends, and the number may be reused.
+ *     It reads only while node-pty's stream is not paused, so the bytes keep their order. Then we close the held slave: the master reads EIO, node-pty
  *     closes its stream and emits its 'exit' (with the status its waitpid got), which we report.
  *  The drain is bounded (DRAIN_MS): a background grandchild that keeps the pty open and keeps writing does not hold
  *  the exit back; its later output is then cut off as before (node-pty destroys its stream 200 ms after the reap).
  *
- * Fallback (no addon, a kernel without pidfd_open, a node-pty whose internals differ, or a slave we cannot open):
- * node-pty's own behaviour, with the loss described above.
+ * Fallback (no watch on the child's exit, a kernel without the pty index in fdinfo, a node-pty without these getters,
+ * or a slave we cannot open): node-pty's own behaviour, with the loss described above.
  *
  * File descriptors: node-pty's fork closes nothing, and its master fd is not close-on-exec. Right before the fork we
  * mark every fd of this process close-on-exec (the addon's sealFds), and right after it the new master too, so a
@@ -29,8 +31,7 @@
  * Extra fds (a sandbox's setup pipes) and a fresh session keyring go through the sandbox launcher, which moves the
  * fds it is given to 3, 4, … and closes everything else; those fds are inheritable only for the length of the fork.
  */
-import { closeSync, constants as fsConstants, openSync, readSync } from 'node:fs';
-import type { Socket } from 'node:net';
+import { closeSync, constants as fsConstants, openSync, readFileSync, readSync } from 'node:fs';
 import * as pty from 'node-pty';
 import { sandboxNative } from '../platform/sandbox.js';
 import { endSpawnBatch, watchExit } from '../platform/spawn.js';
@@ -54,11 +55,10 @@ export interface PtyChild {
   resume(): void;
 }
 
-/** node-pty 1.x UnixTerminal members we rely on (public getters `fd`, `ptsName`; internal `_socket`). */
-interface UnixTerminalInternals {
+/** node-pty 1.x UnixTerminal's public getters we rely on (not in its IPty interface, which covers Windows too). */
+interface UnixTerminalMembers {
   fd?: unknown;
   ptsName?: unknown;
-  _socket?: unknown;
 }
 
 export interface PtySpawnOptions {
@@ -115,6 +115,19 @@ export function spawnPty(file: string, args: string[], opts: PtySpawnOptions): P
   return new PtyProcess(term);
 }
 
+/** A pty master fd's devpts mount and pty index (`mnt:index`, from /proc/self/fdinfo), or null if it is none. */
+function masterIdentity(fd: number): string | null {
+  let info: string;
+  try {
+    info = readFileSync(`/proc/self/fdinfo/${fd}`, 'utf8');
+  } catch {
+    return null;
+  }
+  const index = /^tty-index:\s*(\d+)$/m.exec(info)?.[1];
+  const mount = /^mnt_id:\s*(\d+)$/m.exec(info)?.[1];
+  return index !== undefined && mount !== undefined ? `${mount}:${index}` : null;
+}
+
 class PtyProcess implements PtyChild {
   readonly pid: number;
   lossless = false;
@@ -123,8 +136,9 @@ class PtyProcess implements PtyChild {
   private paused = false;
   /** Our hold on the slave side; null when not held (fallback) or let go. */
   private slaveFd: number | null = null;
+  /** node-pty's master fd, and what it named when we started holding the slave (masterIdentity). */
   private masterFd = -1;
-  private socket: Socket | null = null;
+  private masterId: string | null = null;
   /** Set once the child has terminated (pidfd): the drain runs until this deadline at most. */
   private drainDeadline: number | null = null;
   private drainScheduled = false;
@@ -143,9 +157,10 @@ class PtyProcess implements PtyChild {
   }
 
   private holdSlave(): void {
-    const t = this.term as unknown as UnixTerminalInternals;
-    const socket = t._socket as Socket | undefined;
-    if (typeof t.fd !== 'number' || typeof t.ptsName !== 'string' || typeof socket?.destroy !== 'function')
+    const t = this.term as unknown as UnixTerminalMembers;
+    if (typeof t.fd !== 'number' || typeof t.ptsName !== 'string') return;
+    const identity = masterIdentity(t.fd);
+    if (identity === null || !identity.endsWith(`:${t.ptsName.slice(t.ptsName.lastIndexOf('/') + 1)}`))
       return;
     let fd: number;
     try {
@@ -156,7 +171,7 @@ class PtyProcess implements PtyChild {
     }
     this.slaveFd = fd;
     this.masterFd = t.fd;
-    this.socket = socket;
+    this.masterId = identity;
     if (!watchExit(this.pid, () => this.childExited())) {
       this.releaseSlave(); // nobody would tell us when to let go
       return;
@@ -173,32 +188,32 @@ class PtyProcess implements PtyChild {
   /** Reads what is left on the master, then lets the slave go (see the module comment). */
   private drain(): void {
     this.drainScheduled = false;
-    const socket = this.socket;
-    if (this.slaveFd === null || socket === null) return;
-    if (socket.destroyed) {
-      this.releaseSlave(); // its fd is closed (its number may already be reused): never read it
-      return;
-    }
-    // Paused (backpressure): resume() continues. Bytes buffered in the stream must be delivered before ours.
+    if (this.slaveFd === null) return;
+    // Paused (backpressure): resume() continues; node-pty's stream delivers what it buffered first (on the next tick,
+    // before this runs again from setImmediate), and while it flows it delivers each read at once.
     if (this.paused) return;
-    if (socket.readableLength === 0) {
-      for (let i = 0; i < READS_PER_TURN; i++) {
-        this.readBuf ??= Buffer.allocUnsafe(64 * 1024);
-        let n: number;
-        try {
-          n = readSync(this.masterFd, this.readBuf, 0, this.readBuf.length, null);
-        } catch {
-          // EAGAIN: all delivered. EIO: nothing left to read either.
-          this.releaseSlave();
-          return;
-        }
-        if (n <= 0) {
-          this.releaseSlave();
-          return;
-        }
-        this.emitData(Buffer.from(this.readBuf.subarray(0, n)));
-        if (this.paused || this.slaveFd === null) return;
+    for (let i = 0; i < READS_PER_TURN; i++) {
+      // node-pty closes its fd when its stream ends: the number may name another file by now. Only the JS thread
+      // closes it, so nothing can come between this look and the read.
+      if (masterIdentity(this.masterFd) !== this.masterId) {
+        this.releaseSlave();
+        return;
       }
+      this.readBuf ??= Buffer.allocUnsafe(64 * 1024);
+      let n: number;
+      try {
+        n = readSync(this.masterFd, this.readBuf, 0, this.readBuf.length, null);
+      } catch {
+        // EAGAIN: all delivered. EIO: nothing left to read either.
+        this.releaseSlave();
+        return;
+      }
+      if (n <= 0) {
+        this.releaseSlave();
+        return;
+      }
+      this.emitData(Buffer.from(this.readBuf.subarray(0, n)));
+      if (this.paused || this.slaveFd === null) return;
     }
     if (Date.now() >= (this.drainDeadline ?? 0)) this.releaseSlave();
     else this.scheduleDrain();

@@ -20,13 +20,16 @@ function ttyParams(processId: string, script: string) {
   return { processId, argv: ['/bin/bash', '-c', script], cwd: '/', env: { PATH }, tty: true, arg0: null };
 }
 
-/** This process's fds on a pty slave (the server runs in-process): the held slaves must all be let go. */
+/**
+ * This process's fds on a pty slave or master (the server runs in-process): the held slaves must all be let go,
+ * and node-pty's masters with them, once the processes closed.
+ */
 function heldSlaves(): string[] {
   const out: string[] = [];
   for (const fd of readdirSync('/proc/self/fd')) {
     try {
       const target = readlinkSync(`/proc/self/fd/${fd}`);
-      if (/^\/dev\/pts\/\d+$/.test(target)) out.push(`${fd} -> ${target}`);
+      if (/^\/dev\/(pts\/\d+|ptmx)$/.test(target)) out.push(`${fd} -> ${target}`);
     } catch {
       // closed meanwhile
     }

@@ -41,21 +41,17 @@ import {
   type ApprovalsState,
   type ApprovalsSubscribeResult,
   type DecideResult,
-  decisionOfClientAnswer,
   type ExportResult,
   exportDomains,
-  NETWORK_POLICY_REQUEST_METHOD,
-  type NetworkPolicyRequestParams,
-  NetworkPolicyRequestResult,
   type RememberedDecision,
   type RevokeResult,
 } from '../protocol/approvals.js';
 import { invalidRequest } from '../protocol/errors.js';
 import type { RpcConnection } from '../rpc/connection.js';
 import { PromptCaps, type PromptLimits } from './approvalCaps.js';
+import { askSessionClient } from './approvalClient.js';
 import { RememberedDecisions } from './approvalDecisions.js';
 import { ApprovalFeed } from './approvalFeed.js';
-import { clientOf, type MethodRegistry } from './dispatch.js';
 import type { ServerEvents } from './events.js';
 import type { Logger } from './log.js';
 import type { Session } from './session.js';
@@ -264,48 +260,12 @@ export class ApprovalBroker {
     });
   }
 
-  /**
-   * Asks the client of the prompt's own session (if it answers approvals) with `network/policyRequest`. Its answer
-   * decides the prompt unless someone answered first; errors, `ask` and silence leave the prompt to the panel and
-   * its timeout.
-   */
+  /** Asks the prompt's own session's client, if it answers approvals (approvalClient.ts); its answer may decide. */
   private askClient(p: Pending): void {
-    const conn = this.server.sessions.get(p.prompt.sessionId)?.conn;
-    if (!conn || conn.closed || p.askedClients.has(conn)) return;
-    const client = clientOf(conn);
-    if (!client?.answersNetworkApprovals) return;
-    p.askedClients.add(conn);
-    const { prompt } = p;
-    const params: NetworkPolicyRequestParams = {
-      processId: prompt.processId,
-      request: { protocol: prompt.protocol, host: prompt.host, port: prompt.port, method: prompt.method },
-      promptId: prompt.id,
-      command: prompt.command,
-      expiresAt: prompt.expiresAt,
-      timeoutMs: prompt.timeoutMs,
-    };
-    const by: ApprovalDecidedBy = {
-      kind: 'client',
-      credential: client.principal.credential,
-      clientName: client.clientName,
-    };
-    const wait = Math.max(1, prompt.expiresAt - this.clock.now());
-    conn.request(NETWORK_POLICY_REQUEST_METHOD, params, wait).then(
-      (result) => {
-        const answer = NetworkPolicyRequestResult.safeParse(result);
-        if (!answer.success) {
-          this.server.log.warn(
-            `approval ${prompt.id}: the client's ${NETWORK_POLICY_REQUEST_METHOD} answer is invalid (${answer.error.issues[0]?.message}); left to the panel`,
-          );
-          return;
-        }
-        const decision = decisionOfClientAnswer(answer.data);
-        // First answer wins: a prompt the panel (or a timeout) already resolved is not touched.
-        if (decision === null || this.pendingById.get(prompt.id) !== p) return;
-        this.applyDecision(prompt.id, decision, by);
-      },
-      () => {},
-    );
+    askSessionClient(this.server, p.prompt, p.askedClients, (decision, by) => {
+      // First answer wins: a prompt the panel (or a timeout) already resolved is not touched.
+      if (this.pendingById.get(p.prompt.id) === p) this.applyDecision(p.prompt.id, decision, by);
+    });
   }
 
   /** Ends a prompt: releases its held requests with the outcome's answer and tells the subscribers. */
@@ -433,34 +393,4 @@ export class ApprovalBroker {
   unsubscribe(conn: RpcConnection): void {
     this.feed.unsubscribe(conn);
   }
-}
-
-/** The panel's `approvals/*` methods on `broker`. */
-export function registerApprovalMethods(registry: MethodRegistry, broker: ApprovalBroker): void {
-  // `server` names a server a fleet host watches (src/fleet serves those calls before these): never this one's.
-  const own = (server: string | null | undefined) => {
-    if (server) throw invalidRequest(`unknown server ${server}`);
-  };
-  registry.handle('approvals/subscribe', (_p, { conn }) => broker.subscribe(conn));
-  registry.handle('approvals/unsubscribe', (_p, { conn }) => {
-    broker.unsubscribe(conn);
-    return {};
-  });
-  registry.handle('approvals/list', () => broker.state());
-  registry.handle('approvals/decide', (p, { state }) => {
-    own(p.server);
-    return broker.applyDecision(p.id, p.decision, {
-      kind: 'panel',
-      credential: state.principal.credential,
-      clientName: state.clientName || null,
-    });
-  });
-  registry.handle('approvals/revoke', (p) => {
-    own(p.server);
-    return broker.revoke(p.id);
-  });
-  registry.handle('approvals/export', (p) => {
-    own(p?.server);
-    return broker.exportSnippet(p?.sessionId);
-  });
 }

@@ -7,7 +7,8 @@ import type { ExecParams } from '../protocol/exec.js';
 import type { ResourceLimitsInfo } from '../protocol/host.js';
 import type { MethodName } from '../protocol/methods.js';
 import { type Dispatcher, ResultWithCallback, RpcConnection, type Transport } from '../rpc/connection.js';
-import { ApprovalBroker, type ApprovalOptions, registerApprovalMethods } from './approvals.js';
+import { registerApprovalMethods } from './approvalMethods.js';
+import { ApprovalBroker, type ApprovalOptions } from './approvals.js';
 import { LOCAL_AGENT, type Principal } from './auth.js';
 import {
   type Call,

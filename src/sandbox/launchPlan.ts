@@ -91,8 +91,8 @@ export interface HostFacts {
   tmpdir: string | undefined;
   bwrap: BwrapHost;
   /**
-   * Masked in every sandbox (an empty tmpfs each): the server's private directory (privateDir.ts) and the user's
-   * mount-target lock directory. No sandbox sees what Corral keeps for other launches.
+   * Masked in every sandbox (an empty tmpfs each): the user's mount-target lock directory (privateDir.ts). No
+   * sandbox sees what Corral keeps for other launches.
    */
   masks: string[];
   /** util-linux `unshare` for the pid-namespace guard (used when running as root; see linux/pidGuard.ts). */

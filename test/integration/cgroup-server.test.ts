@@ -1,7 +1,7 @@
 /**
  * The cgroups of whole servers (src/process/cgroup.ts) and what a server leaves behind: a SIGKILLed server takes its
  * commands' descendants along (tty `nohup` children, `setsid` escapes: the group watchdog), leaves no cgroups, and
- * what a dead server did leave (cgroups, its private directory) is removed by the next server, never a live
+ * what a dead server did leave (cgroups, the private directory older versions made) is removed by the next server, never a live
  * server's and never anything planted through a symlink. A fork bomb of an unprivileged server (uid 65534, its own
  * delegated cgroup, RLIMIT_NPROC 300) no longer takes the uid's whole process budget. Without a usable cgroup the
  * server says so and refuses per-start limits.
@@ -129,8 +129,8 @@ describe('servers that die', () => {
   let env: NodeJS.ProcessEnv;
   before(() => {
     tmp = mkdtempSync('/var/tmp/corral-cg-it-');
-    // The server's private directory goes to $XDG_RUNTIME_DIR (without it /dev/shm, never a temp dir a sandbox may
-    // write): here, into tmp.
+    // Older servers' private directories went to $XDG_RUNTIME_DIR (without it /dev/shm, never a temp dir a sandbox
+    // may write), and that is where the sweep looks: here, into tmp.
     env = { ...process.env, TMPDIR: tmp, XDG_RUNTIME_DIR: tmp };
   });
   after(() => rmSync(tmp, { recursive: true, force: true }));
@@ -204,7 +204,7 @@ describe('servers that die', () => {
     }
   });
 
-  it('the next server removes what a dead server left (cgroups and what is in them, its private directory), never a live server’s nor planted entries', {
+  it('the next server removes what a dead server left (cgroups and what is in them, an older version’s private directory), never a live server’s nor planted entries', {
     skip: noWatchdog || noCgroups,
     timeout: 60_000,
   }, async () => {
@@ -228,8 +228,11 @@ describe('servers that die', () => {
     const deadTag = tagOf(serverPid(dead));
     const liveTag = tagOf(serverPid(live));
     const privateOf = (tag: string) => readdirSync(tmp).filter((e) => e.startsWith(`corral-sandbox-${tag}-`));
-    assert.equal(privateOf(deadTag).length, 1);
-    assert.equal(privateOf(liveTag).length, 1);
+    // Servers make no private directory any more (a sandboxed start ran on each); older versions did, named with
+    // their tag: one each, as such a server would have left it.
+    assert.equal(privateOf(deadTag).length, 0);
+    assert.equal(privateOf(liveTag).length, 0);
+    for (const tag of [deadTag, liveTag]) mkdirSync(`${tmp}/corral-sandbox-${tag}-older`, { mode: 0o700 });
     const deadBases = basesOf(orphan);
     const liveBases = basesOf(liveChild);
     assert.ok(deadBases.length > 0 && liveBases.length > 0);

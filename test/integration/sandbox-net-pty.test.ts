@@ -5,6 +5,8 @@ import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { formatTag, ownTag } from '../../src/process/serverTag.js';
+import { mountTargetLockDir } from '../../src/sandbox/linux/mountTargets.js';
 import { needsSandbox } from '../helpers/native.js';
 import { type Fixture, fixture, loggingProxy, PY, run, runPty, seed, waitFor } from './sandbox-util.js';
 
@@ -154,7 +156,7 @@ sys.stdout.write(reply.decode())
     assert.ok(await waitFor(() => fdCount() <= before, 2000), `fds: ${before} before, ${fdCount()} after`);
   });
 
-  test('the scheme is kept (socks5h stays socks5h); nothing is put in the server’s private directory', async () => {
+  test('the scheme is kept (socks5h stays socks5h); no private directory is made for it', async () => {
     const sb = seed({ cwd: f.W, enforceManagedNetwork: true });
     const r = await run(sb, ['sh', '-c', 'echo "all=$ALL_PROXY all_lc=$all_proxy"'], {
       cwd: f.W,
@@ -163,9 +165,10 @@ sys.stdout.write(reply.decode())
     });
     assert.equal(r.code, 0, r.stderr);
     assert.match(r.stdout, /all=socks5h:\/\/127\.0\.0\.1:\d+ all_lc=socks5h:\/\/127\.0\.0\.1:\d+/);
-    // Listeners made in the sandbox's namespace: nothing was put in the server's private directory.
-    const [priv] = r.prepared.summary!.masked as string[];
-    assert.deepEqual(readdirSync(priv!), []);
+    // Listeners made in the sandbox's namespace: no directory of the server's holds anything for it (the one mask is
+    // the mount-target lock directory, as for every bwrap sandbox).
+    assert.deepEqual(r.prepared.summary!.masked, [mountTargetLockDir()]);
+    assert.ok(!readdirSync(tmpdir()).some((e) => e.startsWith(`corral-sandbox-${formatTag(ownTag())}-`)));
   });
 
   test('enforceManagedNetwork with sandbox null (0.169 top-level flag): network-only sandbox, writes unrestricted', async () => {
@@ -196,15 +199,14 @@ sys.stdout.write(reply.decode())
 describe('PTY launches (the setup pipes go through the sandbox launcher)', { skip: needsSandbox }, () => {
   test('a PTY command is sandboxed: tty present, workspace writable, outside read-only, seccomp active', async () => {
     const sb = seed({ cwd: f.W });
-    const xdg = process.env.XDG_RUNTIME_DIR;
-    const base = xdg?.startsWith('/') ? xdg : existsSync('/dev/shm') ? '/dev/shm' : tmpdir();
-    const script = `for d in ${base}/corral-sandbox-*; do echo "PRIV $d: $(ls -A "$d" | wc -l)"; done; [ -t 0 ] && echo ISATTY; stty size; echo ok > pty.txt; echo x > "$OUT/p"; ${PY} -c "import socket; socket.socket()" 2>&1 | tail -1; echo done`;
+    const locks = mountTargetLockDir();
+    const script = `echo "LOCKS $(ls -A ${locks} | wc -l)"; [ -t 0 ] && echo ISATTY; stty size; echo ok > pty.txt; echo x > "$OUT/p"; ${PY} -c "import socket; socket.socket()" 2>&1 | tail -1; echo done`;
     const r = await runPty(sb, ['/bin/sh', '-c', script], { cwd: f.W, env: { OUT: f.OUT }, opts: opts() });
     assert.equal(r.prepared.sandboxType, 'linuxSeccomp');
     assert.match(r.output, /ISATTY/);
-    // The server's private directory is masked in every sandbox: empty inside.
-    const [priv] = r.prepared.summary!.masked as string[];
-    assert.ok(r.output.includes(`PRIV ${priv}: 0`), r.output);
+    // The mount-target lock directory is masked in every sandbox: empty inside.
+    assert.deepEqual(r.prepared.summary!.masked, [locks]);
+    assert.match(r.output, /LOCKS 0\r?$/m);
     assert.match(r.output, /^50 200\r?$/m);
     assert.ok(existsSync(join(f.W, 'pty.txt')));
     assert.match(r.output, /Read-only file system/);

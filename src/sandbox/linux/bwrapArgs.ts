@@ -24,7 +24,7 @@ export interface BwrapOptions {
   infoFd?: number;
   blockFd?: number;
   features: BwrapFeatures;
-  /** Directories whose content the sandbox must not see (the server's private directory): an empty tmpfs each. */
+  /** Directories whose content the sandbox must not see (the mount-target lock directory): an empty tmpfs each. */
   masks?: string[];
 }
 

@@ -26,7 +26,7 @@ function serverMasks(host: HostFacts): { path: string; what: string }[] {
       // not there: nothing to hide
     }
   };
-  for (const m of host.masks) add(m, "the server's private directory");
+  for (const m of host.masks) add(m, "the server's mount-target lock directory");
   for (const h of host.hiddenPaths ?? []) add(h, "a file of the server's (token, log or audit database)");
   return out;
 }

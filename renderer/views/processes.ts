@@ -13,7 +13,7 @@ export { badge, badges, policyView, statePill } from './badges.js';
 
 const ROW_HEIGHT = 32;
 /** Data-driven renders of the table are at least this far apart (ms). */
-const MIN_RENDER_MS = 100;
+const MIN_RENDER_MS = 50;
 /** The server filter's "all" (a server id is never this). */
 const ALL = '\u0001all';
 

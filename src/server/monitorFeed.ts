@@ -2,7 +2,7 @@
  * Delivery of the monitor feed to its subscribers, coalesced and bounded.
  *
  * The exec path only marks things dirty: a process event is one Map.set per subscriber, nothing is described or
- * serialised there. At most once per `batchMs` (50 ms), and only while something is pending, a tick sends each
+ * serialised there. At most once per `batchMs` (25 ms), and only while something is pending, a tick sends each
  * subscriber one `monitor/batch` with the latest state of every process, session and server that changed (a process
  * that started and closed within one batch is sent once), the network events in order, and the live output of the
  * processes it follows, joined per stream and capped (the newest bytes are kept; what was skipped is counted on the
@@ -21,7 +21,7 @@ import type { DroppedCounts, MonitorSnapshot, SessionChangeKind } from '../proto
 import type { RpcConnection } from '../rpc/connection.js';
 import { encodeOutput, type OutputHead } from '../rpc/output.js';
 
-export const BATCH_MS = 50;
+export const BATCH_MS = 25;
 /** Processes per page of a snapshot (and the most a batch carries). */
 export const SNAPSHOT_PAGE = 2000;
 /** Dirty processes a subscriber that is not draining may accumulate before it is dropped to a resync. */

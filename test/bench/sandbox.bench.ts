@@ -17,7 +17,7 @@ import { join } from 'node:path';
 import type { LaunchSpec } from '../../src/process/launch.js';
 import { type SpawnerKind, spawnerKind, spawnPipedWith } from '../../src/process/spawner.js';
 import { prepareLaunch } from '../../src/sandbox/index.js';
-import { workspaceWrite } from '../helpers/seedSandbox.js';
+import { seed, special } from '../integration/sandbox-util.js';
 import type { BenchRow } from './types.js';
 
 const RUNS = 60;
@@ -96,7 +96,15 @@ export async function run(): Promise<BenchRow[]> {
   mkdirSync(join(WL, '.git'), { recursive: true });
   try {
     const parse = (useLegacyLandlock: boolean, cwd = W) =>
-      workspaceWrite(cwd, { slashTmp: true, useLegacyLandlock });
+      seed({
+        cwd,
+        entries: [
+          special('root', 'read'),
+          special('current_working_directory', 'write'),
+          special('slash_tmp', 'write'),
+        ],
+        useLegacyLandlock,
+      });
     const sb = parse(false);
     const sbLandlock = parse(true, WL);
     const sbLandlockShared = parse(true);

@@ -14,11 +14,13 @@ import { spawnPiped } from '../../src/process/spawner.js';
 import { prepareLaunch } from '../../src/sandbox/index.js';
 import { listDirectory } from '../../src/sandbox/linux/dirListing.js';
 import { landlockSupport } from '../../src/sandbox/linux/landlockNative.js';
-import { workspaceWrite } from '../helpers/seedSandbox.js';
 import { until } from '../helpers/server.js';
 import { outputAndExit } from '../helpers/spawned.js';
+import { seed, special } from './sandbox-util.js';
 
 const support = landlockSupport();
+/** Read everything, write the workspace (no temp roots: only the workspace is decomposed). */
+const WORKSPACE_ONLY = [special('root', 'read'), special('current_working_directory', 'write')];
 const root = realpathSync(mkdtempSync(join(os.tmpdir(), 'corral-ll-reuse-')));
 after(() => rmSync(root, { recursive: true, force: true }));
 
@@ -30,7 +32,10 @@ async function run(cwd: string, script: string): Promise<{ out: string; ruleset:
     env: { PATH: '/usr/bin:/bin' },
     cwd,
   };
-  const p = await prepareLaunch(workspaceWrite(cwd, { useLegacyLandlock: true }), { spec, tty: false });
+  const p = await prepareLaunch(seed({ cwd, entries: WORKSPACE_ONLY, useLegacyLandlock: true }), {
+    spec,
+    tty: false,
+  });
   try {
     const c = spawnPiped(p.spec, { stdin: 'null' });
     void p.afterSpawn?.(c.pid);

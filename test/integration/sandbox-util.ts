@@ -38,8 +38,8 @@ export const special = (kind: string, access: string, extra: Record<string, unkn
 });
 export const pathEntry = (path: string, access: string) => ({ path: { type: 'path', path }, access });
 
-/** A seed SandboxLaunchConfig (§2.5 shape), parsed through the real schema. */
-export function seed(o: {
+/** The options of a seed SandboxLaunchConfig (seedParam, seed). */
+export interface SeedOptions {
   cwd: string;
   sandbox?: string;
   policy?: Record<string, unknown>;
@@ -49,8 +49,11 @@ export function seed(o: {
   additionalPermissions?: unknown;
   enforceManagedNetwork?: boolean;
   useLegacyLandlock?: boolean;
-}): ParsedSandbox {
-  const raw = {
+}
+
+/** A seed SandboxLaunchConfig (§2.5 shape) as it goes on the wire. */
+export function seedParam(o: SeedOptions) {
+  return {
     sandbox: o.sandbox ?? 'linux-seccomp',
     policy: o.policy ?? {
       type: 'workspace-write',
@@ -75,6 +78,11 @@ export function seed(o: {
     windowsSandboxPrivateDesktop: false,
     useLegacyLandlock: o.useLegacyLandlock ?? false,
   };
+}
+
+/** The same, parsed through the real schema. */
+export function seed(o: SeedOptions): ParsedSandbox {
+  const raw = seedParam(o);
   const r = parseSandboxParam(raw);
   if (!r.success) throw r.error;
   return r.data as ParsedSandbox;

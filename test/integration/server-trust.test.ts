@@ -11,7 +11,7 @@ import { type Cli, ROOT, startCli } from '../helpers/cli.js';
 import { RpcClient } from '../helpers/client.js';
 import { httpFetch, upgradeStatus } from '../helpers/http.js';
 import { needsSandbox } from '../helpers/native.js';
-import { workspaceWriteParam } from '../helpers/seedSandbox.js';
+import { seedParam, special } from './sandbox-util.js';
 
 const PATH = '/usr/local/bin:/usr/bin:/bin';
 const PROBE = join(ROOT, 'test', 'fixtures', 'trust', 'probe.mjs');
@@ -30,7 +30,18 @@ function canSetpriv(): boolean {
 }
 
 /** A seed sandbox: read everything, write the workspace, network as given. */
-const sandbox = (cwd: string, network: 'enabled' | 'restricted') => workspaceWriteParam(cwd, { network });
+const sandbox = (cwd: string, network: 'enabled' | 'restricted') =>
+  seedParam({
+    cwd,
+    network,
+    policy: {
+      type: 'workspace-write',
+      network_access: network === 'enabled',
+      exclude_tmpdir_env_var: false,
+      exclude_slash_tmp: false,
+    },
+    entries: [special('root', 'read'), special('current_working_directory', 'write')],
+  });
 
 async function run(
   c: RpcClient,

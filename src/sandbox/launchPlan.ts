@@ -91,7 +91,7 @@ export interface HostFacts {
   tmpdir: string | undefined;
   bwrap: BwrapHost;
   /**
-   * Masked in every sandbox (an empty tmpfs each): the user's mount-target lock directory (privateDir.ts). No
+   * Masked in every sandbox (an empty tmpfs each): the user's mount-target lock directory (maskedDirs.ts). No
    * sandbox sees what Corral keeps for other launches.
    */
   masks: string[];

@@ -28,14 +28,14 @@ import { materializeLandlock, planLandlockLaunch } from './linux/landlockLaunch.
 import { type LandlockSupport, landlockSupport } from './linux/landlockNative.js';
 import { type BwrapHost, findBwrap, knownBwrap, probeBwrap, SYSTEM_BWRAP } from './linux/locate.js';
 import { planManagedRoutes } from './linux/managedNet.js';
+import { ensureMaskedDirs, maskedDirs } from './linux/maskedDirs.js';
 import { UNSHARE } from './linux/pidGuard.js';
-import { ensurePrivateDirs, privateMasks } from './linux/privateDir.js';
 import type { SeccompArch, SeccompMode } from './linux/seccomp.js';
 import { buildSeatbelt, seatbeltArgv } from './macos/seatbelt.js';
 import { resolvePolicy } from './resolve.js';
 
 export type { FdSlot, LaunchCommand, LaunchPlan, LinuxBackend, PrepareOptions } from './launchPlan.js';
-export { sweepStalePrivateDirs } from './linux/privateDir.js';
+export { sweepStalePrivateDirs } from './linux/maskedDirs.js';
 
 /** The effective sandbox for `enforceManagedNetwork` without a sandbox: full filesystem, network only via the proxy. */
 function enforcementOnly(cwd: string): EffectiveSandbox {
@@ -169,7 +169,7 @@ function hostFacts(
     linuxBackend,
     landlock: landlockSupport(),
     acceptWeaker: new Set(opts?.acceptWeaker ?? []),
-    masks: privateMasks(),
+    masks: maskedDirs(),
     unshare: UNSHARE,
     cgroupMounts: cgroupMountPoints,
     euid: process.geteuid?.() ?? -1,
@@ -302,7 +302,7 @@ export async function prepareLaunch(
     const r = await bwrapOrWhy(opts?.bwrapPath ?? findBwrap(cmd.spec.cwd), fallback);
     if ('bwrap' in r) {
       bwrap = r.bwrap;
-      ensurePrivateDirs();
+      ensureMaskedDirs();
     } else if (fallback) backend = { kind: 'landlock', reason: 'fallback' };
     else throw new SandboxSetupError(`${r.why}; ${SANDBOX_ADVICE}`);
   }

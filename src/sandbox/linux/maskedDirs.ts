@@ -31,12 +31,12 @@ export function sweepStalePrivateDirs(): string[] {
 }
 let swept = false;
 
-/** Finds the lock directory (the first bwrap launch does). */
-export function ensurePrivateDirs(): void {
+/** Finds the lock directory (the first bwrap launch does): from then on it is masked. */
+export function ensureMaskedDirs(): void {
   lockDir = mountTargetLockDir();
 }
 
 /** What every bwrap sandbox masks: the lock directory, once found. */
-export function privateMasks(): string[] {
+export function maskedDirs(): string[] {
   return lockDir ? [lockDir] : [];
 }

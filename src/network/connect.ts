@@ -66,5 +66,5 @@ export const onConnect: SocketEntry = async (ctx, req, socket, head) => {
   } catch {
     socket.destroy();
   }
-  if (upstream) tunnel(socket, upstream, head);
+  if (upstream) tunnel(socket, upstream, head, ctx.track);
 };

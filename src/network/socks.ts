@@ -149,7 +149,7 @@ export class SocksProxy {
     const local = upstream as Partial<net.Socket>;
     socket.setTimeout(0);
     socket.write(reply(REP.succeeded, local.localAddress ?? '0.0.0.0', local.localPort ?? 0));
-    tunnel(socket, upstream, rest);
+    tunnel(socket, upstream, rest, this.origin.track);
   }
 
   private async onUdpAssociate(control: net.Socket): Promise<void> {

@@ -2,14 +2,17 @@
  * The byte pipe behind every tunnel of the managed proxy (HTTP CONNECT, upgrades, SOCKS5 CONNECT): both directions,
  * half-close forwarded, any error or close on one side tears down both.
  *
- * Between two plain sockets the bytes are moved by the native addon with splice(2) (src/process/native/relay.c): no
- * byte passes through JavaScript, which made a tunnel ~2× faster end to end and cut the proxy's CPU per MiB ~10×
- * (`npm run bench`, "CONNECT tunnel"). Anything else (TLS sockets, a test's stream, no addon, or
- * CORRAL_PROXY_SPLICE=0) is piped by Node streams.
+ * Between two plain TCP sockets the bytes are moved by the native addon with splice(2) (src/process/native/relay.c):
+ * no byte passes through JavaScript, which made a tunnel ~2× faster end to end and cut the proxy's CPU per MiB ~10×
+ * (`npm run bench`, "CONNECT tunnel"). The handover uses Node's public API only: each socket is named to the relay by
+ * its addresses and a keep-alive mark (platform/relay.ts), what Node had already read goes to the relay as the first
+ * bytes, and the Node sockets are then closed: the relay holds the connections, and the owner tracks a stand-in
+ * stream that ends with the relay and stops it when destroyed. Anything else (TLS sockets, unix sockets, a test's
+ * stream, no addon, or CORRAL_PROXY_SPLICE=0) is piped by Node streams.
  */
 import { Socket } from 'node:net';
-import type { Duplex } from 'node:stream';
-import { spliceRelay as nativeRelay, type RelayHandle } from '../platform/relay.js';
+import { Duplex } from 'node:stream';
+import { spliceRelay as nativeRelay, type RelayHandle, type RelaySocketId } from '../platform/relay.js';
 
 const stats = { spliced: 0, piped: 0, activeRelays: 0 };
 
@@ -18,12 +21,11 @@ export function tunnelStats(): Readonly<typeof stats> {
   return { ...stats };
 }
 
+/** How the owner of a tunnel (a proxy) keeps the streams it destroys when it closes; it forgets one on its 'close'. */
+export type TrackStream = (s: Duplex) => void;
+
 /** Bidirectional pipe with half-close and error teardown. `headToB` is written to b first. */
-export function tunnel(a: Duplex, b: Duplex, headToB?: Buffer): void {
-  const destroyBoth = () => {
-    a.destroy();
-    b.destroy();
-  };
+export function tunnel(a: Duplex, b: Duplex, headToB: Buffer | undefined, track: TrackStream): void {
   // An error on one side (a reset, say) resets the other: ending it with a FIN would pass a cut-off stream for a
   // complete one.
   const resetBoth = () => {
@@ -35,16 +37,20 @@ export function tunnel(a: Duplex, b: Duplex, headToB?: Buffer): void {
   a.on('close', () => b.destroy());
   b.on('close', () => a.destroy());
   // Half-close: a side whose input has ended keeps its output instead of being ended and closed by Node, which tore
-  // the whole tunnel down on the first FIN (for the splice path: a FIN Node read before the relay took over).
+  // the whole tunnel down on the first FIN.
   for (const s of [a, b]) if (s instanceof Socket) s.allowHalfOpen = true;
   if (spliceEnabled() && spliceable(a) && spliceable(b)) {
-    stats.spliced++;
-    spliceTunnel(a as Socket, b as Socket, headToB, destroyBoth, resetBoth);
+    spliceTunnel(a as Socket, b as Socket, headToB, track);
     return;
   }
+  pipeBoth(a, b, headToB, undefined);
+}
+
+function pipeBoth(a: Duplex, b: Duplex, headToB: Buffer | undefined, headToA: Buffer | undefined): void {
   stats.piped++;
   // pipe() ends the other side's output when one side's input ends
   if (headToB && headToB.length > 0) b.write(headToB);
+  if (headToA && headToA.length > 0) a.write(headToA);
   a.pipe(b);
   b.pipe(a);
   a.resume();
@@ -62,88 +68,88 @@ function spliceEnabled(): boolean {
   return nativeRelay !== null && process.env.CORRAL_PROXY_SPLICE !== '0';
 }
 
-/** libuv's stream handle behind a net.Socket (Node internals, checked before use). */
-interface StreamHandle {
-  fd?: number;
-  reading?: boolean;
-  readStop?(): number;
-}
-
-function handleOf(s: Duplex): StreamHandle | null {
-  const h = (s as unknown as { _handle?: StreamHandle | null })._handle;
-  return h && typeof h.fd === 'number' && h.fd >= 0 && typeof h.readStop === 'function' ? h : null;
-}
-
-/** A connected plain socket (not TLS: its fd carries ciphertext) whose fd we can use. */
+/** A connected plain TCP socket (not TLS: its bytes on the wire are ciphertext; not a unix socket: no addresses). */
 function spliceable(s: Duplex): boolean {
   if (!(s instanceof Socket) || (s as Socket & { encrypted?: boolean }).encrypted) return false;
-  return !s.destroyed && !s.connecting && handleOf(s) !== null;
+  return !s.destroyed && !s.connecting && typeof s.remotePort === 'number' && typeof s.localPort === 'number';
 }
 
-/**
- * Takes the socket's reading away from Node and returns what Node had already read. After readStop, `reading` is
- * left true on purpose: Socket#_read restarts reading only when it is false, and the stream machinery calls _read
- * (read(0) after a push, resume()) at times we do not control. Closing still works as usual.
- */
-function takeReading(s: Socket, h: StreamHandle): Buffer[] {
-  s.pause();
-  const buffered: Buffer[] = [];
-  for (let c = s.read() as Buffer | null; c !== null; c = s.read() as Buffer | null) buffered.push(c);
-  // Synchronous: libuv delivers reads from the loop only, so nothing can reach Node's buffer after this.
-  h.readStop!();
-  h.reading = true;
-  return buffered;
+// Keep-alive idle times from 16384 s (4.5 h) up: far from any a socket of ours is given for keep-alive itself, and
+// cleared by the relay as soon as it has found the socket.
+const MARK_BASE = 16384;
+const MARK_SPAN = 16384;
+let nextMark = 0;
+
+/** Marks s and names it for the relay, or null when Node cannot say its addresses. */
+function markedId(s: Socket, mark: number): RelaySocketId | null {
+  const { localAddress, localPort, remoteAddress, remotePort } = s;
+  if (!localAddress || !remoteAddress || localPort === undefined || remotePort === undefined) return null;
+  s.setKeepAlive(true, mark * 1000);
+  return [mark, localAddress, localPort, remoteAddress, remotePort];
 }
 
-/** Writes the chunks, then calls done once every write queued on s so far has reached the kernel. */
-function flushThen(s: Socket, chunks: (Buffer | undefined)[], done: () => void): void {
-  const data = chunks.filter((c): c is Buffer => c !== undefined && c.length > 0);
-  const last = data.pop();
-  for (const c of data) s.write(c);
-  if (last) s.write(last, (err) => err || done());
-  else if (s.writableLength === 0) done();
+/** Everything Node has read from s and not delivered. */
+function drain(s: Socket): Buffer[] {
+  const chunks: Buffer[] = [];
+  for (let c = s.read() as Buffer | null; c !== null; c = s.read() as Buffer | null) chunks.push(c);
+  return chunks;
+}
+
+/** Calls done once every write queued on s so far has reached the kernel (destroying s would drop the rest). */
+function flushed(s: Socket, done: () => void): void {
+  if (s.writableLength === 0) done();
   else s.write(Buffer.alloc(0), (err) => err || done());
 }
 
-function spliceTunnel(
-  a: Socket,
-  b: Socket,
-  headToB: Buffer | undefined,
-  destroyBoth: () => void,
-  resetBoth: () => void,
-): void {
+function spliceTunnel(a: Socket, b: Socket, headToB: Buffer | undefined, track: TrackStream): void {
   const relay = nativeRelay!;
-  const fromA = takeReading(a, handleOf(a)!);
-  const fromB = takeReading(b, handleOf(b)!);
+  a.pause();
+  b.pause();
   let waiting = 2;
-  const ready = () => {
+  const handOver = () => {
     if (--waiting > 0 || a.destroyed || b.destroyed) return;
-    const ha = handleOf(a);
-    const hb = handleOf(b);
-    if (!ha || !hb) return destroyBoth();
+    // Synchronous from here to the end: libuv delivers reads from the loop only, so nothing reaches Node after drain.
+    const toB = Buffer.concat([...(headToB ? [headToB] : []), ...drain(a)]);
+    const toA = Buffer.concat(drain(b));
+    const mark = MARK_BASE + (nextMark++ % MARK_SPAN);
+    const ida = markedId(a, mark);
+    const idb = markedId(b, mark);
     let handle: RelayHandle | null = null;
+    const standIn = new Duplex({
+      read() {},
+      write(_chunk, _encoding, cb) {
+        cb(new Error('this tunnel is relayed natively: nothing can be written to it from JavaScript'));
+      },
+      destroy(err, cb) {
+        if (handle !== null) {
+          relay.close(handle);
+          handle = null;
+          stats.activeRelays--;
+        }
+        cb(err);
+      },
+    });
     try {
-      // When the relay ends (both directions at EOF, or an error), its copies of the fds are closed: destroying our
-      // sockets closes the connections.
-      handle = relay.open(ha.fd!, hb.fd!, (err) => {
+      if (!ida || !idb) throw new Error('no addresses');
+      handle = relay.open(ida, idb, toB.length > 0 ? toB : null, toA.length > 0 ? toA : null, () => {
         handle = null;
         stats.activeRelays--;
-        if (err === 0) destroyBoth();
-        else resetBoth();
+        standIn.destroy();
       });
     } catch {
-      return destroyBoth();
+      // The relay could not find the sockets: Node streams carry the tunnel, with what was drained sent first.
+      if (ida) a.setKeepAlive(false);
+      if (idb) b.setKeepAlive(false);
+      pipeBoth(a, b, toB, toA);
+      return;
     }
+    stats.spliced++;
     stats.activeRelays++;
-    const stop = () => {
-      if (handle === null) return;
-      relay.close(handle);
-      handle = null;
-      stats.activeRelays--;
-    };
-    a.once('close', stop);
-    b.once('close', stop);
+    track(standIn);
+    // The relay has its own duplicates: closing ours leaves the connections to it.
+    a.destroy();
+    b.destroy();
   };
-  flushThen(b, [headToB, ...fromA], ready);
-  flushThen(a, fromB, ready);
+  flushed(a, handOver);
+  flushed(b, handOver);
 }

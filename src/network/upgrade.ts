@@ -67,5 +67,5 @@ export const onUpgrade: SocketEntry = async (ctx, req, socket, head) => {
   }
   if (!upstream) return;
   upstream.write(upstreamHead(method, t.target.path, req.rawHeaders, t.target.authority));
-  tunnel(socket, upstream, head);
+  tunnel(socket, upstream, head, ctx.track);
 };

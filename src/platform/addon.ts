@@ -18,7 +18,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 /** The interface version this JavaScript was written against (CORRAL_NATIVE_ABI in src/process/native/common.h). */
-export const NATIVE_ABI = 1;
+export const NATIVE_ABI = 2;
 
 declare const handleBrand: unique symbol;
 /** An opaque handle the addon hands out (a pipe reader, a relay). */
@@ -81,9 +81,12 @@ export interface Addon {
   /** Standard base64 of `src` written into `dst` at `offset`; returns the bytes written. */
   base64Into(src: Uint8Array, dst: Uint8Array, offset: number): number;
   // relay.c
+  /** A socket named by [mark, localAddress, localPort, remoteAddress, remotePort] (relay.c find_socket). */
   relayOpen(
-    fdA: number,
-    fdB: number,
+    a: [number, string, number, string, number],
+    b: [number, string, number, string, number],
+    headAToB: Buffer | null,
+    headBToA: Buffer | null,
     onDone: (err: number, aToB: number, bToA: number) => void,
   ): NativeHandle;
   relayClose(h: NativeHandle): void;

@@ -7,21 +7,35 @@
 // reach ~1.7 GiB/s without a proxy). Here each direction is socket -> pipe -> socket with splice: the kernel moves
 // page references, no byte enters our memory and no JS runs until the tunnel ends.
 //
-// The relay works on its own duplicates of the two fds (the caller's sockets stay open and must neither read nor
-// write while the relay runs). Half-close is forwarded: when one side's input ends and its pipe is drained, the other
-// side's output is shut down (shutdown(SHUT_WR)). The relay ends when both directions have ended that way, or at the
-// first error; it then closes its duplicates and calls back once. What the caller does with its own fds afterwards
-// (close them) finishes the connections.
+// Node does not say which fd a net.Socket holds (only its private handle does). The caller names each socket by what
+// Node does say, its two addresses, plus a mark it has just set through Node's public setKeepAlive (SO_KEEPALIVE on,
+// TCP_KEEPIDLE = the mark); the relay looks through this process's fds for the one TCP socket that carries both
+// (find_socket). The mark is what makes the match safe: this process also holds sockets inside sandboxes' network
+// namespaces (netns.c), where another connection can have the very same addresses, and nothing but this process can
+// set a socket option on its fds. No match, or more than one, refuses the relay (the caller pipes Node streams).
 //
-// JS interface (see src/network/relay.ts):
-//   relayOpen(fdA, fdB, onDone(err: number, aToB: number, bToA: number)) -> handle
+// The relay works on its own duplicates of the two fds, clears the mark (SO_KEEPALIVE off) and the caller then closes
+// its sockets: from then on the connections live as long as the relay. Half-close is forwarded: when one side's input
+// ends and its pipe is drained, the other side's output is shut down (shutdown(SHUT_WR)). The relay ends when both
+// directions have ended that way (the duplicates are closed: a FIN), or at the first error (both are reset: an error
+// on one side is never passed on as a clean end), and calls back once.
+//
+// JS interface (see src/platform/relay.ts):
+//   relayOpen(a: SocketId, b: SocketId, headAToB: Buffer | null, headBToA: Buffer | null,
+//             onDone(err: number, aToB: number, bToA: number)) -> handle
+//        SocketId = [mark, localAddress, localPort, remoteAddress, remotePort] (Node's strings for the addresses);
+//        the heads are bytes that go out before anything the relay reads (what Node had read and not delivered);
 //        err: 0 when both directions ended with EOF, else an errno value (ECONNRESET, EPIPE, ...); byte counts are
-//        what was written to the other side
+//        what was written to the other side. Throws ENOENT (no such socket) or ENOTUNIQ (more than one).
 //   relayClose(handle)   stops now (the caller is tearing the tunnel down); onDone is not called
 
 #define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <node_api.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -56,6 +70,8 @@ struct relay_end {
 };
 
 struct relay_dir {
+  char *head;  // sent before what is in the pipe (malloc'd copy, NULL once sent)
+  size_t head_len, head_off;
   int pipe_r, pipe_w;
   size_t in_pipe;  // bytes spliced in and not yet out
   size_t cap;      // the pipe's size
@@ -106,6 +122,8 @@ static napi_ref stop(struct relay *r) {
       close(r->fd[i]);
       r->fd[i] = -1;
     }
+    free(r->dir[i].head);
+    r->dir[i].head = NULL;
     if (r->dir[i].pipe_r >= 0) close(r->dir[i].pipe_r);
     if (r->dir[i].pipe_w >= 0) close(r->dir[i].pipe_w);
     r->dir[i].pipe_r = r->dir[i].pipe_w = -1;
@@ -115,6 +133,12 @@ static napi_ref stop(struct relay *r) {
 
 static void finish(struct relay *r, int err) {
   double a_to_b = r->dir[0].bytes, b_to_a = r->dir[1].bytes;
+  if (err != 0) {
+    // An error on one side resets both: ending the other with a FIN would pass a cut-off stream for a complete one.
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    for (int i = 0; i < 2; i++)
+      if (r->fd[i] >= 0) (void)setsockopt(r->fd[i], SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+  }
   napi_ref cb = stop(r);
   if (!cb || !r->st) return;
   napi_env env = r->st->env;
@@ -134,7 +158,21 @@ static int pump(struct relay *r, int i) {
   int src = r->fd[i], dst = r->fd[1 - i];
   for (;;) {
     bool progress = false;
-    if (d->in_pipe > 0) {
+    if (d->head) {
+      ssize_t n = send(dst, d->head + d->head_off, d->head_len - d->head_off, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) {
+        d->head_off += (size_t)n;
+        d->bytes += (double)n;
+        progress = true;
+        if (d->head_off == d->head_len) {
+          free(d->head);
+          d->head = NULL;
+        }
+      } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
+        return errno;
+      }
+    }
+    if (!d->head && d->in_pipe > 0) {
       ssize_t n = splice(d->pipe_r, NULL, dst, NULL, d->in_pipe, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
       if (n > 0) {
         d->in_pipe -= (size_t)n;
@@ -156,7 +194,7 @@ static int pump(struct relay *r, int i) {
         return errno;
       }
     }
-    if (d->eof && d->in_pipe == 0 && !d->done) {
+    if (d->eof && !d->head && d->in_pipe == 0 && !d->done) {
       d->done = true;
       if (shutdown(dst, SHUT_WR) < 0 && errno != ENOTCONN) return errno;
     }
@@ -191,16 +229,121 @@ static struct relay_state *state_of(napi_env env, napi_callback_info info, size_
   return data;
 }
 
+// One socket as the caller names it (see the top of this file).
+struct socket_id {
+  int mark;
+  int family;  // of the local address; the remote one must have the same
+  unsigned char local[16], remote[16];
+  int local_port, remote_port;
+};
+
+// Node's text form of an address ("127.0.0.1", "::ffff:127.0.0.1", "fe80::1%eth0") to bytes; the family, or -1.
+static int parse_addr(const char *text, unsigned char out[16]) {
+  char buf[INET6_ADDRSTRLEN + 1];
+  size_t n = strcspn(text, "%");
+  if (n >= sizeof buf) return -1;
+  memcpy(buf, text, n);
+  buf[n] = 0;
+  if (inet_pton(AF_INET, buf, out) == 1) return AF_INET;
+  if (inet_pton(AF_INET6, buf, out) == 1) return AF_INET6;
+  return -1;
+}
+
+static bool read_socket_id(napi_env env, napi_value v, struct socket_id *id) {
+  bool is_array = false;
+  uint32_t len = 0;
+  if (napi_is_array(env, v, &is_array) != napi_ok || !is_array || napi_get_array_length(env, v, &len) != napi_ok ||
+      len != 5)
+    return false;
+  napi_value e[5];
+  for (uint32_t i = 0; i < 5; i++)
+    if (napi_get_element(env, v, i, &e[i]) != napi_ok) return false;
+  char local[INET6_ADDRSTRLEN + 64], remote[INET6_ADDRSTRLEN + 64];
+  size_t got = 0;
+  if (napi_get_value_int32(env, e[0], &id->mark) != napi_ok || id->mark <= 0 ||
+      napi_get_value_string_utf8(env, e[1], local, sizeof local, &got) != napi_ok || got >= sizeof local - 1 ||
+      napi_get_value_int32(env, e[2], &id->local_port) != napi_ok ||
+      napi_get_value_string_utf8(env, e[3], remote, sizeof remote, &got) != napi_ok || got >= sizeof remote - 1 ||
+      napi_get_value_int32(env, e[4], &id->remote_port) != napi_ok)
+    return false;
+  id->family = parse_addr(local, id->local);
+  return id->family > 0 && parse_addr(remote, id->remote) == id->family && id->local_port > 0 &&
+         id->local_port < 65536 && id->remote_port > 0 && id->remote_port < 65536;
+}
+
+static bool addr_is(const struct sockaddr_storage *sa, int family, const unsigned char *addr, int port) {
+  if (sa->ss_family != family) return false;
+  if (family == AF_INET) {
+    const struct sockaddr_in *a = (const struct sockaddr_in *)sa;
+    return ntohs(a->sin_port) == port && memcmp(&a->sin_addr, addr, 4) == 0;
+  }
+  const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)sa;
+  return ntohs(a->sin6_port) == port && memcmp(&a->sin6_addr, addr, 16) == 0;
+}
+
+static bool socket_is(int fd, const struct socket_id *id) {
+  int v = 0;
+  socklen_t len = sizeof v;
+  if (getsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &v, &len) < 0 || v != 1) return false;  // ENOTSOCK: not a socket
+  len = sizeof v;
+  if (getsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &v, &len) < 0 || v != id->mark) return false;
+  len = sizeof v;
+  if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &v, &len) < 0 || v != SOCK_STREAM) return false;
+  struct sockaddr_storage sa;
+  len = sizeof sa;
+  if (getsockname(fd, (struct sockaddr *)&sa, &len) < 0 || !addr_is(&sa, id->family, id->local, id->local_port))
+    return false;
+  len = sizeof sa;
+  return getpeername(fd, (struct sockaddr *)&sa, &len) == 0 && addr_is(&sa, id->family, id->remote, id->remote_port);
+}
+
+// The fd of this process that is the socket `id` names: >= 0, or -ENOENT (none), -ENOTUNIQ (more than one), -errno.
+static int find_socket(const struct socket_id *id) {
+  DIR *d = opendir("/proc/self/fd");
+  if (!d) return -errno;
+  int self = dirfd(d), found = -ENOENT;
+  for (struct dirent *e; (e = readdir(d)) != NULL;) {
+    char *end = NULL;
+    long fd = strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != 0 || fd == self || !socket_is((int)fd, id)) continue;
+    if (found >= 0) {
+      found = -ENOTUNIQ;
+      break;
+    }
+    found = (int)fd;
+  }
+  closedir(d);
+  return found;
+}
+
 static napi_value js_relay_open(napi_env env, napi_callback_info info) {
-  size_t argc = 3;
-  napi_value args[3];
+  size_t argc = 5;
+  napi_value args[5];
   struct relay_state *st = state_of(env, info, &argc, args);
-  int32_t fa = -1, fb = -1;
+  struct socket_id ida, idb;
   napi_valuetype t = napi_undefined;
-  if (!st || argc < 3 || napi_get_value_int32(env, args[0], &fa) != napi_ok || fa < 0 ||
-      napi_get_value_int32(env, args[1], &fb) != napi_ok || fb < 0 || napi_typeof(env, args[2], &t) != napi_ok ||
-      t != napi_function) {
-    napi_throw_type_error(env, NULL, "relayOpen(fdA: non-negative integer, fdB: non-negative integer, onDone: function)");
+  void *head[2] = {NULL, NULL};
+  size_t head_len[2] = {0, 0};
+  bool heads_ok = argc >= 5;
+  for (int i = 0; heads_ok && i < 2; i++) {
+    napi_valuetype ht = napi_undefined;
+    bool is_buffer = false;
+    if (napi_typeof(env, args[2 + i], &ht) != napi_ok) heads_ok = false;
+    else if (ht == napi_null || ht == napi_undefined) continue;
+    else if (napi_is_buffer(env, args[2 + i], &is_buffer) != napi_ok || !is_buffer ||
+             napi_get_buffer_info(env, args[2 + i], &head[i], &head_len[i]) != napi_ok)
+      heads_ok = false;
+  }
+  if (!st || !heads_ok || !read_socket_id(env, args[0], &ida) || !read_socket_id(env, args[1], &idb) ||
+      napi_typeof(env, args[4], &t) != napi_ok || t != napi_function) {
+    napi_throw_type_error(env, NULL,
+                          "relayOpen(a: [mark, localAddress, localPort, remoteAddress, remotePort], b: the same, "
+                          "headAToB: Buffer | null, headBToA: Buffer | null, onDone: function)");
+    return NULL;
+  }
+  int fa = find_socket(&ida), fb = fa < 0 ? fa : find_socket(&idb);
+  if (fa < 0 || fb < 0) {
+    corral_throw_errno(env, fa < 0 ? -fa : -fb, "relayOpen");
     return NULL;
   }
   struct relay *r = calloc(1, sizeof *r);
@@ -213,8 +356,17 @@ static napi_value js_relay_open(napi_env env, napi_callback_info info) {
   r->stopped = false;
   r->refs = 1;  // ours until the external takes it over
   int e = 0;
+  for (int i = 0; i < 2; i++) {
+    if (head_len[i] == 0) continue;
+    if (!(r->dir[i].head = malloc(head_len[i]))) e = ENOMEM;
+    else memcpy(r->dir[i].head, head[i], head_len[i]);
+    r->dir[i].head_len = head_len[i];
+  }
   // The duplicates share the sockets' open file descriptions, O_NONBLOCK included (libuv set it).
-  if ((r->fd[0] = fcntl(fa, F_DUPFD_CLOEXEC, 3)) < 0 || (r->fd[1] = fcntl(fb, F_DUPFD_CLOEXEC, 3)) < 0) e = errno;
+  if (e == 0 && ((r->fd[0] = fcntl(fa, F_DUPFD_CLOEXEC, 3)) < 0 || (r->fd[1] = fcntl(fb, F_DUPFD_CLOEXEC, 3)) < 0)) e = errno;
+  // The mark has done its work (the option belongs to the socket, so the caller's fds lose it too).
+  int off = 0;
+  for (int i = 0; e == 0 && i < 2; i++) (void)setsockopt(r->fd[i], SOL_SOCKET, SO_KEEPALIVE, &off, sizeof off);
   for (int i = 0; e == 0 && i < 2; i++) {
     int p[2];
     if (pipe2(p, O_CLOEXEC | O_NONBLOCK) < 0) {
@@ -229,7 +381,7 @@ static napi_value js_relay_open(napi_env env, napi_callback_info info) {
     r->dir[i].cap = size > 0 ? (size_t)size : 65536;
   }
   napi_value ext;
-  if (e == 0 && (napi_create_reference(env, args[2], 1, &r->cb) != napi_ok ||
+  if (e == 0 && (napi_create_reference(env, args[4], 1, &r->cb) != napi_ok ||
                  napi_create_external(env, r, finalize_external, NULL, &ext) != napi_ok)) {
     e = ENOMEM;
   }

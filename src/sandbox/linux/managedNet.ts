@@ -1,5 +1,6 @@
 import { closeSync, writeSync } from 'node:fs';
 import net from 'node:net';
+import type { Duplex } from 'node:stream';
 import { tunnel } from '../../network/tunnel.js';
 import { listenInNetns as nativeListenInNetns } from '../../platform/netns.js';
 import { SandboxSetupError } from '../errors.js';
@@ -129,7 +130,7 @@ export function planManagedRoutes(env: Record<string, string>, forward = true): 
  * Connects an accepted connection to a proxy endpoint and tunnels it (tunnel.ts: half-closes forwarded, the bytes
  * moved by splice once the upstream socket is connected; until then Node buffers what the sandbox sends).
  */
-function forwardTo(c: net.Socket, ep: ProxyEndpoint, conns: Set<net.Socket>): void {
+function forwardTo(c: net.Socket, ep: ProxyEndpoint, conns: Set<Duplex>): void {
   const up = net.connect({ host: ep.host, port: ep.port, allowHalfOpen: true });
   conns.add(c);
   conns.add(up);
@@ -150,7 +151,10 @@ function forwardTo(c: net.Socket, ep: ProxyEndpoint, conns: Set<net.Socket>): vo
     c.off('error', early);
     up.off('error', early);
     c.off('close', early);
-    tunnel(c, up);
+    tunnel(c, up, undefined, (s) => {
+      conns.add(s);
+      s.once('close', () => conns.delete(s));
+    });
   });
 }
 
@@ -171,7 +175,7 @@ export function listenInSandboxNetns(pid: number, endpoints: ProxyEndpoint[]): {
     throw new SandboxSetupError(`managed network: cannot listen in the sandbox: ${(e as Error).message}`);
   }
   const servers: net.Server[] = [];
-  const conns = new Set<net.Socket>();
+  const conns = new Set<Duplex>();
   try {
     for (const [i, ep] of endpoints.entries()) {
       const srv = net.createServer({ allowHalfOpen: true }, (c) => forwardTo(c, ep, conns));

@@ -55,13 +55,13 @@ export class NetnsDialer {
     return new NetnsDialer(child, netns);
   }
 
-  /** A socket connected to host:port in the namespace (host defaults to its 127.0.0.1). */
-  dial(port: number, host = '127.0.0.1'): Promise<Socket> {
+  /** A socket connected to host:port in the namespace (host defaults to its 127.0.0.1), from localPort if given. */
+  dial(port: number, host = '127.0.0.1', localPort?: number): Promise<Socket> {
     if (this.closed) return Promise.reject(new DialError('ENETDOWN'));
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
       this.pending.set(id, { resolve, reject });
-      this.child.send({ id, host, port });
+      this.child.send({ id, host, port, localPort });
     });
   }
 

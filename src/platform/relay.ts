@@ -9,7 +9,7 @@ export type RelayHandle = NativeHandle;
 
 /**
  * A socket as Node describes it, plus the mark its owner has just set with `setKeepAlive(true, mark * 1000)`: how the
- * relay finds the one fd of this process that is this socket (relay.c find_socket).
+ * relay finds the one fd of this process that is this socket (relay.c find_sockets).
  */
 export type RelaySocketId = [
   mark: number,

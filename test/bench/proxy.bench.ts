@@ -96,6 +96,53 @@ async function startRole(role: string, env: NodeJS.ProcessEnv = process.env): Pr
   return { proc, info, cpu };
 }
 
+/**
+ * The splice handover's own cost (src/network/tunnel.ts → relay.c find_sockets): how long relayOpen takes to find a
+ * tunnel's two sockets among this process's fds, at 50, 1000 and 5000 open fds (the proxy's process at rest, busy,
+ * and holding thousands of children's pipes). Prints one JSON line of p50s (ms), or {} without the addon.
+ */
+async function measureHandover(): Promise<void> {
+  const { openSync, readdirSync } = await import('node:fs');
+  const { spliceRelay } = await import('../../src/platform/relay.js');
+  if (!spliceRelay) {
+    process.stdout.write('{}\n');
+    return;
+  }
+  const server = net.createServer((s) => s.on('error', () => {}));
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+  const port = (server.address() as net.AddressInfo).port;
+  const out: Record<string, number> = {};
+  let mark = 20000;
+  for (const fds of [50, 1000, 5000]) {
+    while (readdirSync('/proc/self/fd').length < fds) openSync('/dev/null', 'r');
+    const times: number[] = [];
+    for (let i = 0; i < 100; i++) {
+      const pair = [net.connect(port, '127.0.0.1'), net.connect(port, '127.0.0.1')];
+      await Promise.all(pair.map((s) => new Promise((r) => s.once('connect', r))));
+      const m = mark++;
+      const [a, b] = pair.map((s) => {
+        s.setKeepAlive(true, m * 1000);
+        return [m, s.localAddress!, s.localPort!, s.remoteAddress!, s.remotePort!] as [
+          number,
+          string,
+          number,
+          string,
+          number,
+        ];
+      });
+      const t = performance.now();
+      const h = spliceRelay.open(a!, b!, null, null, () => {});
+      times.push(performance.now() - t);
+      spliceRelay.close(h);
+      for (const s of pair) s.destroy();
+    }
+    times.sort((x, y) => x - y);
+    out[String(fds)] = times[50]!;
+  }
+  process.stdout.write(`${JSON.stringify(out)}\n`);
+  process.exit(0);
+}
+
 function percentile(sorted: number[], p: number): number {
   if (sorted.length === 0) return Number.NaN;
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
@@ -233,6 +280,7 @@ export async function run(): Promise<BenchRow[]> {
     } finally {
       streamsProxy.proc.kill();
     }
+    const handover = (await startRole('--bench-handover')).info;
     const section = 'network proxy (32 keep-alive clients)';
     return [
       {
@@ -312,6 +360,12 @@ export async function run(): Promise<BenchRow[]> {
         corral: directTunnel.mibs,
         unit: 'MiB/s',
       },
+      ...Object.entries(handover).map(([fds, ms]) => ({
+        section,
+        metric: `splice handover (find both sockets) p50, ${fds} open fds`,
+        corral: Math.round(ms * 1000) / 1000,
+        unit: 'ms',
+      })),
     ];
   } finally {
     origin.proc.kill();
@@ -322,3 +376,4 @@ export async function run(): Promise<BenchRow[]> {
 const role = process.argv[2];
 if (role === '--bench-origin') await serveOrigin();
 else if (role === '--bench-proxy') await serveProxy();
+else if (role === '--bench-handover') await measureHandover();

@@ -10,7 +10,7 @@
 // Node does not say which fd a net.Socket holds (only its private handle does). The caller names each socket by what
 // Node does say, its two addresses, plus a mark it has just set through Node's public setKeepAlive (SO_KEEPALIVE on,
 // TCP_KEEPIDLE = the mark); the relay looks through this process's fds for the one TCP socket that carries both
-// (find_socket). The mark is what makes the match safe: this process also holds sockets inside sandboxes' network
+// (find_sockets). The mark is what makes the match safe: this process also holds sockets inside sandboxes' network
 // namespaces (netns.c), where another connection can have the very same addresses, and nothing but this process can
 // set a socket option on its fds. No match, or more than one, refuses the relay (the caller pipes Node streams).
 //
@@ -31,7 +31,6 @@
 
 #define _GNU_SOURCE
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -39,9 +38,11 @@
 #include <node_api.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -281,11 +282,10 @@ static bool addr_is(const struct sockaddr_storage *sa, int family, const unsigne
   return ntohs(a->sin6_port) == port && memcmp(&a->sin6_addr, addr, 16) == 0;
 }
 
+// Whether fd (a socket with SO_KEEPALIVE on) is the one id names.
 static bool socket_is(int fd, const struct socket_id *id) {
   int v = 0;
   socklen_t len = sizeof v;
-  if (getsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &v, &len) < 0 || v != 1) return false;  // ENOTSOCK: not a socket
-  len = sizeof v;
   if (getsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &v, &len) < 0 || v != id->mark) return false;
   len = sizeof v;
   if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &v, &len) < 0 || v != SOCK_STREAM) return false;
@@ -297,23 +297,38 @@ static bool socket_is(int fd, const struct socket_id *id) {
   return getpeername(fd, (struct sockaddr *)&sa, &len) == 0 && addr_is(&sa, id->family, id->remote, id->remote_port);
 }
 
-// The fd of this process that is the socket `id` names: >= 0, or -ENOENT (none), -ENOTUNIQ (more than one), -errno.
-static int find_socket(const struct socket_id *id) {
-  DIR *d = opendir("/proc/self/fd");
-  if (!d) return -errno;
-  int self = dirfd(d), found = -ENOENT;
-  for (struct dirent *e; (e = readdir(d)) != NULL;) {
-    char *end = NULL;
-    long fd = strtol(e->d_name, &end, 10);
-    if (end == e->d_name || *end != 0 || fd == self || !socket_is((int)fd, id)) continue;
-    if (found >= 0) {
-      found = -ENOTUNIQ;
-      break;
-    }
-    found = (int)fd;
+// How many fd slots this process's table has (FDSize in /proc/self/status): every open fd is below it. Without /proc,
+// the soft RLIMIT_NOFILE, at most 1 << 16.
+static int fd_table_size(void) {
+  int size = 0;
+  FILE *f = fopen("/proc/self/status", "re");
+  if (f) {
+    char line[128];
+    while (fgets(line, sizeof line, f))
+      if (strncmp(line, "FDSize:", 7) == 0) size = atoi(line + 7);
+    fclose(f);
   }
-  closedir(d);
-  return found;
+  if (size > 0) return size;
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) size = (int)rl.rlim_cur;
+  return size > 0 && size < (1 << 16) ? size : 1 << 16;
+}
+
+// The fds of this process that are the sockets ids[0] and ids[1] name, in one pass over the fd table (a getsockopt
+// per slot, ~0.15 µs: 1.2 ms for 8192 slots; reading /proc/self/fd instead cost ~1.3 µs per open fd). fds[i] >= 0, or
+// -ENOENT (no such socket) or -ENOTUNIQ (more than one).
+static void find_sockets(const struct socket_id ids[2], int fds[2]) {
+  fds[0] = fds[1] = -ENOENT;
+  int size = fd_table_size();
+  for (int fd = 0; fd < size; fd++) {
+    int on = 0;
+    socklen_t len = sizeof on;
+    if (getsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, &len) < 0 || on != 1) continue;  // EBADF, ENOTSOCK, not marked
+    for (int i = 0; i < 2; i++) {
+      if (fds[i] == -ENOTUNIQ || !socket_is(fd, &ids[i])) continue;
+      fds[i] = fds[i] >= 0 ? -ENOTUNIQ : fd;
+    }
+  }
 }
 
 static napi_value js_relay_open(napi_env env, napi_callback_info info) {
@@ -341,9 +356,12 @@ static napi_value js_relay_open(napi_env env, napi_callback_info info) {
                           "headAToB: Buffer | null, headBToA: Buffer | null, onDone: function)");
     return NULL;
   }
-  int fa = find_socket(&ida), fb = fa < 0 ? fa : find_socket(&idb);
-  if (fa < 0 || fb < 0) {
-    corral_throw_errno(env, fa < 0 ? -fa : -fb, "relayOpen");
+  struct socket_id ids[2] = {ida, idb};
+  int found[2];
+  find_sockets(ids, found);
+  int fa = found[0], fb = found[1];
+  if (fa < 0 || fb < 0 || fa == fb) {
+    corral_throw_errno(env, fa < 0 ? -fa : fb < 0 ? -fb : EINVAL, "relayOpen");
     return NULL;
   }
   struct relay *r = calloc(1, sizeof *r);

@@ -19,6 +19,10 @@ export interface LinkTarget {
   headers: Record<string, string>;
 }
 
+/**
+ * `connecting` until the first connection is up; `connected`; `disconnected` from a drop until the link is up again
+ * (its retries do not flip it back to `connecting`: the state says whether the server can be reached).
+ */
 export type LinkState = 'connecting' | 'connected' | 'disconnected';
 
 export interface LinkHandlers {
@@ -139,7 +143,7 @@ export class RemoteLink {
   private connect(): void {
     if (this.stopped) return;
     this.retryAt = null;
-    this.set('connecting');
+    this.set(this.state === 'disconnected' ? 'disconnected' : 'connecting');
     const url = new URL(this.target.url);
     url.searchParams.set('token', this.target.token);
     const ws = new WebSocket(url, {

@@ -62,7 +62,7 @@ describe('fleet panel over three pods behind the router', { skip }, () => {
     await page.click('button[data-view="servers"]');
     for (const p of fleet.pods()) {
       const r = page.locator(`[data-testid="servers-table"] tr[data-server="${id(p.name)}"]`);
-      await r.locator('text=connected').waitFor({ timeout: 20_000 });
+      await r.locator('.status-dot[data-state="connected"]').waitFor({ timeout: 20_000 });
       await r.locator('td', { hasText: /^ready$/ }).waitFor({ timeout: 20_000 });
       assert.match(await visibleText(r), new RegExp(p.name));
     }
@@ -165,9 +165,9 @@ describe('fleet panel over three pods behind the router', { skip }, () => {
     await browser.screenshot('fleet-pod3-down');
     await page.click('button[data-view="servers"]');
     const srv = page.locator(`[data-testid="servers-table"] tr[data-server="${id('pod-3')}"]`);
-    await srv.locator('text=disconnected').waitFor();
+    await srv.locator('.status-dot[data-state="disconnected"]').waitFor();
     await fleet.startPod('pod-3');
-    await srv.locator('text=connected').waitFor({ timeout: 30_000 });
+    await srv.locator('.status-dot[data-state="connected"]').waitFor({ timeout: 30_000 });
     await page.click('button[data-view="processes"]');
     // The old rows stay, stale (the new pod does not know them); a process on the new pod is live.
     assert.equal(await rowOf('pod-3', 'sleeper').and(page.locator('tr.stale')).count(), 1);

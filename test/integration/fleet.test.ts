@@ -258,6 +258,11 @@ describe('fleet host: joined servers in one monitor', () => {
     await c.shutdown();
     const down = await waitServer(panel, 's2', (s) => s.state === 'disconnected');
     assert.ok(down.lastError);
+    // Its retries keep it down: a later retry scheduled means an attempt came between, and the state has not changed
+    // since the drop (it was never `connecting` again: the state says whether the server can be reached).
+    const later = await waitServer(panel, 's2', (s) => s.retryAt !== null && s.retryAt !== down.retryAt);
+    assert.equal(later.state, 'disconnected');
+    assert.equal(later.since, down.since);
     // The rows stay (the snapshot of a new subscriber has them).
     const p2 = await panelOf(a, 'panel-2');
     const snap = (await p2.request('monitor/subscribe', {})) as {

@@ -23,6 +23,16 @@
  * watchdog if the server dies any other way, every process in our cgroups is killed and the directories removed;
  * a later server removes the cgroups of dead servers at start.
  *
+ * CPU: all the commands of a server run in one CPU group, `corral-<tag>` itself (v1: the base under the cpu mount,
+ * which commands enter directly; v2: our directory gives the cpu controller to the base, not below it), so together
+ * they weigh as one program against the user's others. Without it each command, being a session of its own
+ * (setsid), is an autogroup of its own to the scheduler (kernel.sched_autogroup_enabled, on by default) and weighs
+ * like a whole desktop session: an agent running hundreds of short commands a second took the CPU of the panel, the
+ * browser and the server itself (test/bench/panel.bench.ts: the panel's lag p99 318-342 ms ungrouped, 155-178 ms
+ * grouped; the commands' own throughput on a saturated machine is lower by as much as the others now get). Inside
+ * the group the scheduler shares by thread. Optional: where the cpu controller cannot be had the limits still apply,
+ * and host/info says why (cpuProblem); CORRAL_CGROUP_CPU=0 turns it off.
+ *
  * Where neither version can be used (no write access, controllers not delegated), commands run without a cgroup:
  * the server says so at start and in `status` (host/info), never silently. Env CORRAL_CGROUPS=0 turns the cgroups
  * off; CORRAL_CGROUPS=v1 or v2 insists on one version.
@@ -57,6 +67,10 @@ export interface CgroupStatus {
   dirs: string[];
   /** Why cgroups, or one of the limits, cannot be used; null when everything works. */
   problem: string | null;
+  /** The commands run in one CPU group (see "CPU" above). */
+  cpuGroup: boolean;
+  /** Why not; null when they are. */
+  cpuProblem: string | null;
 }
 
 /** The default pids.max of a command. */
@@ -95,8 +109,10 @@ export class CgroupHost implements CgroupOwner {
           enforced: (['pids', 'memory'] as const).filter((k) => setup.hierarchies.some((h) => h[k])),
           dirs: setup.hierarchies.map((h) => h.base),
           problem: setup.problem,
+          cpuGroup: setup.hierarchies.some((h) => h.cpu),
+          cpuProblem: setup.cpuProblem,
         }
-      : { version: 'none', enforced: [], dirs: [], problem };
+      : { version: 'none', enforced: [], dirs: [], problem, cpuGroup: false, cpuProblem: problem };
   }
 
   get usable(): boolean {
@@ -121,6 +137,10 @@ export class CgroupHost implements CgroupOwner {
       const dirs: string[] = [];
       try {
         for (const h of this.setup.hierarchies) {
+          if (h.cpu && this.setup.version === 'v1') {
+            dirs.push(h.base); // every command enters the base of the cpu hierarchy itself
+            continue;
+          }
           const d = `${h.base}/p-${n}`;
           mkdirSync(d);
           dirs.push(d);

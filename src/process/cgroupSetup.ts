@@ -12,6 +12,11 @@ export interface Hierarchy {
   /** Limit files that live in this hierarchy. */
   pids: boolean;
   memory: boolean;
+  /**
+   * The base is a CPU group that every command runs in (see cgroup.ts, "CPU"): v1, the cpu hierarchy (commands enter
+   * the base itself, no `p-<n>` is made there); v2, the cpu controller is enabled for the base (not below it).
+   */
+  cpu: boolean;
 }
 
 export interface Setup {
@@ -22,6 +27,8 @@ export interface Setup {
   /** The server moved itself into corral-<tag>/server (v2): the base stays until a later server removes it. */
   serverLeaf: boolean;
   problem: string | null;
+  /** Why commands are not CPU groups inside the server's (see cgroup.ts, "CPU"); null when they are. */
+  cpuProblem: string | null;
 }
 
 export const BASE_PREFIX = 'corral-';
@@ -135,12 +142,30 @@ export function setupV2(force: boolean): Setup | string {
   const isRoot = !existsSync(`${dir}/cgroup.type`);
   const enabled = (readText(`${dir}/cgroup.subtree_control`) ?? '').trim().split(/\s+/);
   const toEnable = wanted.filter((c) => !enabled.includes(c));
+  const othersHere = () =>
+    (readText(`${dir}/cgroup.procs`) ?? '')
+      .trim()
+      .split(/\s+/)
+      .filter(Boolean)
+      .some((p) => Number(p) !== process.pid);
+  // CPU (optional, see cgroup.ts): our directory gives the cpu controller to its children (the base is then a CPU
+  // group) where the kernel offers it; at the real root only if it is on already (turning it on there would change
+  // how every other cgroup of the machine is scheduled).
+  const cpuEnabled = enabled.includes('cpu');
+  let cpuProblem = cpuOff()
+    ? cpuOff()
+    : !available.includes('cpu')
+      ? `cgroup v2: the cpu controller is not available in ${dir}`
+      : isRoot && !cpuEnabled
+        ? 'cgroup v2: the cpu controller is off in the root cgroup (corral does not turn it on for the whole machine)'
+        : !cpuEnabled && toEnable.length === 0 && othersHere()
+          ? `cgroup v2: ${dir} also holds other processes, so it cannot give the cpu controller to its children`
+          : null;
   let serverLeaf = false;
-  if (toEnable.length > 0 && !isRoot) {
+  if ((toEnable.length > 0 || (cpuProblem === null && !cpuEnabled)) && !isRoot) {
     // A non-root cgroup with processes cannot enable controllers for its children: move out of it first, if we are
     // alone in it.
-    const procs = (readText(`${dir}/cgroup.procs`) ?? '').trim().split(/\s+/).filter(Boolean).map(Number);
-    if (procs.some((p) => p !== process.pid))
+    if (othersHere())
       return `cgroup v2: ${dir} also holds other processes, so it cannot give controllers to its children; start corral in a cgroup of its own (e.g. systemd-run --user --scope -p Delegate=yes corral …)`;
     serverLeaf = true;
   }
@@ -168,9 +193,21 @@ export function setupV2(force: boolean): Setup | string {
     tryRmdir(base);
     return `cgroup v2: cannot set up ${base}: ${errText(e)}`;
   }
+  // The cpu controller apart: the kernel refuses it in some places (e.g. while a realtime process is outside the
+  // root cgroup), and commands still get their pids and memory limits without it.
+  let cpu = cpuEnabled && cpuProblem === null;
+  if (!cpu && cpuProblem === null) {
+    try {
+      writeFileSync(`${dir}/cgroup.subtree_control`, '+cpu');
+      cpu = true;
+    } catch (e) {
+      cpuProblem = `cgroup v2: cannot enable the cpu controller for ${base}: ${errText(e)}`;
+    }
+  }
   return {
     version: 'v2',
-    hierarchies: [{ base, pids: wanted.includes('pids'), memory: wanted.includes('memory') }],
+    hierarchies: [{ base, pids: wanted.includes('pids'), memory: wanted.includes('memory'), cpu }],
+    cpuProblem,
     cgroupKill: existsSync(`${base}/cgroup.kill`),
     serverLeaf,
     problem:
@@ -201,6 +238,7 @@ export function setupV1(force: boolean): Setup | string {
       base: `${dir}/${baseName()}`,
       pids: controller === 'pids',
       memory: controller === 'memory',
+      cpu: false,
     });
   }
   if (hierarchies.length === 0 || (hierarchies.length < 2 && !force))
@@ -221,13 +259,43 @@ export function setupV1(force: boolean): Setup | string {
     return `cgroup v1: ${problems.join('; ')}`;
   }
   const missing = (['pids', 'memory'] as const).filter((c) => !made.some((h) => h[c]));
+  const cpu = cpuHierarchyV1(own, mounts);
   return {
     version: 'v1',
     // The pids hierarchy first: processes are found and killed there (pids.max 0 stops their forks).
-    hierarchies: made.sort((a, b) => Number(b.pids) - Number(a.pids)),
+    hierarchies: [
+      ...made.sort((a, b) => Number(b.pids) - Number(a.pids)),
+      ...(typeof cpu === 'string' ? [] : [cpu]),
+    ],
+    cpuProblem: typeof cpu === 'string' ? cpu : null,
     cgroupKill: false,
     serverLeaf: false,
     problem:
       missing.length > 0 ? `cgroup v1: ${problems.join('; ')}: ${missing.join(' and ')} not limited` : null,
   };
+}
+
+/** v1: the server's directory in the cpu hierarchy (optional: limits work without it), or why there is none. */
+function cpuHierarchyV1(own: Map<string, string>, mounts: ReturnType<typeof readMounts>): Hierarchy | string {
+  const off = cpuOff();
+  if (off) return off;
+  const mount = mounts.find((m) => m.fsType === 'cgroup' && m.superOptions.includes('cpu'));
+  const path = [...own].find(([k]) => k.split(',').includes('cpu'))?.[1];
+  const dir = mount && path !== undefined ? dirIn(mount, path) : null;
+  if (!dir) return 'cgroup v1: the cpu controller is not mounted';
+  if (!writable(dir)) return `cgroup v1: ${dir} is not writable by this user`;
+  const base = `${dir}/${baseName()}`;
+  sweepStale(dir, false);
+  try {
+    mkdirSync(base);
+  } catch (e) {
+    return `cgroup v1: cannot create ${base}: ${errText(e)}`;
+  }
+  return { base, pids: false, memory: false, cpu: true };
+}
+
+/** CORRAL_CGROUP_CPU=0: commands are not made CPU groups (each is then scheduled as the session it is). */
+function cpuOff(): string | null {
+  const v = process.env.CORRAL_CGROUP_CPU;
+  return v === '0' || v === 'off' ? 'CPU groups are turned off (CORRAL_CGROUP_CPU=0)' : null;
 }

@@ -189,7 +189,9 @@ export class ProcessCgroup {
   /** Removes the directories (and closes the files once they are all gone); false while one is still busy. */
   remove(): boolean {
     let all = true;
-    for (const d of this.dirs) if (!tryRmdir(d)) all = false;
+    // The base of a shared hierarchy (v1 cpu) is not the command's to remove.
+    for (const [i, d] of this.dirs.entries())
+      if (d !== this.setup.hierarchies[i]!.base && !tryRmdir(d)) all = false;
     if (all && !this.removed) {
       this.removed = true;
       closeAll(

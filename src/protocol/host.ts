@@ -15,6 +15,13 @@ export const ResourceLimitsInfo = z.object({
   pidsMax: z.number().nullable(),
   /** The memory limit a command gets (and the most it may ask for), bytes; null when not enforced. */
   memoryMaxBytes: z.number().nullable(),
+  /**
+   * Whether the server's commands all run in one CPU group, so that together they weigh as one program against the
+   * user's others (however many sessions they start).
+   */
+  cpuGroup: z.boolean(),
+  /** Why they are not; null when they are. */
+  cpuProblem: z.string().nullable(),
 });
 export type ResourceLimitsInfo = z.infer<typeof ResourceLimitsInfo>;
 

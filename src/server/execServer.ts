@@ -165,7 +165,11 @@ export class ExecServer implements Dispatcher, MethodRegistry, ProcessHost {
         ? [`${Math.round(limits.memoryMaxBytes / 2 ** 20)} MiB of memory`]
         : []),
     ];
-    this.log.info(`each command runs in its own cgroup (${st.version}): at most ${bounds.join(' and ')}`);
+    this.log.info(
+      `each command runs in its own cgroup (${st.version}): at most ${bounds.join(' and ')}` +
+        (st.cpuGroup ? '; all commands share one CPU group' : ''),
+    );
+    if (st.cpuProblem) this.log.info(`commands do not share one CPU group: ${st.cpuProblem}`);
   }
 
   /** The limits each command gets, and what enforces them (host/info). */

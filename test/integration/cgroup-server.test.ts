@@ -107,12 +107,15 @@ async function startPrinting(c: RpcClient, processId: string, script: string, tt
   return Number(c.output(processId).trim().split(/\s+/)[0]);
 }
 
-/** Our cgroup directories of a process (from /proc/<pid>/cgroup): the corral-<tag> base per hierarchy. */
+/**
+ * Our cgroup directories of a process (from /proc/<pid>/cgroup): the corral-<tag> base per hierarchy (a command's
+ * `p-<n>` is in it; in the v1 cpu hierarchy the command is in the base itself).
+ */
 function basesOf(pid: number): string[] {
   const out: string[] = [];
   for (const line of readFileSync(`/proc/${pid}/cgroup`, 'utf8').split('\n')) {
     const [, ctl, path] = line.split(':');
-    const m = /^(.*\/corral-[\d.]+)\/p-\d+$/.exec(path ?? '');
+    const m = /^(.*\/corral-[\d.]+)(\/p-\d+)?$/.exec(path ?? '');
     if (!m) continue;
     const mount = ctl === '' ? '/sys/fs/cgroup/unified' : `/sys/fs/cgroup/${ctl!.replace(/^name=/, '')}`;
     for (const d of [mount, '/sys/fs/cgroup']) if (existsSync(`${d}${m[1]}`)) out.push(`${d}${m[1]}`);

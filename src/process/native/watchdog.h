@@ -9,7 +9,7 @@ void watchdog_remove(int slot);
 pid_t watchdog_pid(void);
 // Starts the watchdog if it is not running; 0 or an errno value.
 int watchdog_ensure(void);
-#define WATCHDOG_CG_BASES 2
+#define WATCHDOG_CG_BASES 3
 // Cgroup mode (up to 4 sets per process): on our death the watchdog kills every process in the `p-*` subdirectories of
 // bases[0] (cgroup.kill on v2, else SIGKILL to each pid of their cgroup.procs after pids.max 0 on bases[0]), then
 // removes the `p-*` directories of every base (and the bases, if remove_bases). Starts the watchdog. 0 or an errno.

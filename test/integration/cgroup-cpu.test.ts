@@ -44,25 +44,34 @@ function cpuCgroupOf(pid: number): string {
   return (v1 ?? lines.find((l) => l.startsWith('0::'))!).split(':')[2]!;
 }
 
-/** A server (through the CLI), `BUSY` busy commands in it and one busy program in a session of its own. */
+/**
+ * A server (through the CLI), `BUSY` busy commands in it (or, `oneCommand`, one command that starts `BUSY` busy
+ * loops in sessions of their own, as a hostile command would to be weighed `BUSY` times) and one busy program in a
+ * session of its own.
+ */
 async function contend(
   env: NodeJS.ProcessEnv,
+  oneCommand = false,
 ): Promise<{ inside: number; outside: number; groups: string[] }> {
   const cli = await startCli(['exec-server', '--listen', 'ws://127.0.0.1:0', '--log-level', 'info'], { env });
   clis.push(cli);
   const c = await RpcClient.open(cli.url!);
+  const pidsOf = (id: string) => c.output(id).trim().split(/\s+/).filter(Boolean).map(Number);
   const pids: number[] = [];
-  for (let i = 0; i < BUSY; i++) {
+  const starts = oneCommand ? 1 : BUSY;
+  for (let i = 0; i < starts; i++) {
     const id = `busy${i}`;
+    const loop = "/bin/sh -c 'echo $$; while :; do :; done'";
     await c.request('process/start', {
       processId: id,
-      argv: ['/bin/sh', '-c', 'echo $$; while :; do :; done'],
+      argv: ['/bin/sh', '-c', oneCommand ? `${`setsid ${loop} & `.repeat(BUSY)}wait` : `exec ${loop}`],
       cwd: '/tmp',
       env: { PATH },
       tty: false,
     });
-    await until(() => /^\d+\s/.test(c.output(id)), 10_000, `the pid of ${id}`);
-    pids.push(Number(c.output(id).trim()));
+    const want = oneCommand ? BUSY : 1;
+    await until(() => pidsOf(id).length >= want && /\n$/.test(c.output(id)), 10_000, `the pids of ${id}`);
+    pids.push(...pidsOf(id));
   }
   const outsider = spawn('setsid', ['/bin/sh', '-c', 'while :; do :; done'], { stdio: 'ignore' });
   outsiders.push(outsider);
@@ -110,6 +119,17 @@ describe('the CPU group of a server’s commands', { skip: noCpu, timeout: 120_0
     const mount = r.groups[0]!.startsWith('/') ? cpuMount() : null;
     if (mount)
       await until(() => !existsSync(`${mount}${[...bases][0]}`), 5000, 'the CPU group to be removed');
+  });
+
+  it('a command that starts six busy loops in sessions of their own (setsid) still weighs as one program', async (t) => {
+    const r = await contend({ ...process.env, CORRAL_CGROUP_CPU: undefined }, true);
+    assert.equal(new Set(r.groups).size, 1, `all in one CPU group: ${r.groups.join(' ')}`);
+    const ratio = r.outside / r.inside;
+    t.diagnostic(`outsider ${r.outside} ticks, the loops ${r.inside}: ${ratio.toFixed(2)}`);
+    assert.ok(
+      ratio > 0.5,
+      `the outsider had ${r.outside} ticks while the loops had ${r.inside} (${ratio.toFixed(2)})`,
+    );
   });
 
   it('CORRAL_CGROUP_CPU=0: each command weighs like a program of its own (the test above tells them apart)', async (t) => {

@@ -152,15 +152,15 @@ export function setupV2(force: boolean): Setup | string {
   // group) where the kernel offers it; at the real root only if it is on already (turning it on there would change
   // how every other cgroup of the machine is scheduled).
   const cpuEnabled = enabled.includes('cpu');
-  let cpuProblem = cpuOff()
-    ? cpuOff()
-    : !available.includes('cpu')
+  let cpuProblem =
+    cpuOff() ??
+    (!available.includes('cpu')
       ? `cgroup v2: the cpu controller is not available in ${dir}`
       : isRoot && !cpuEnabled
         ? 'cgroup v2: the cpu controller is off in the root cgroup (corral does not turn it on for the whole machine)'
         : !cpuEnabled && toEnable.length === 0 && othersHere()
           ? `cgroup v2: ${dir} also holds other processes, so it cannot give the cpu controller to its children`
-          : null;
+          : null);
   let serverLeaf = false;
   if ((toEnable.length > 0 || (cpuProblem === null && !cpuEnabled)) && !isRoot) {
     // A non-root cgroup with processes cannot enable controllers for its children: move out of it first, if we are

@@ -10,6 +10,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { after, describe, it } from 'node:test';
 import { cgroupHost } from '../../src/process/cgroup.js';
+import { readMounts } from '../../src/process/cgroupFs.js';
 import { type Cli, startCli } from '../helpers/cli.js';
 import { RpcClient } from '../helpers/client.js';
 import { alive, until } from '../helpers/server.js';
@@ -146,16 +147,7 @@ describe('the CPU group of a server’s commands', { skip: noCpu, timeout: 120_0
 
 /** Where the cpu controller's hierarchy is mounted (v1 `cpu`, else the v2 mount). */
 function cpuMount(): string | null {
-  for (const l of readFileSync('/proc/self/mountinfo', 'utf8').split('\n')) {
-    const [pre, post] = l.split(' - ');
-    if (!pre || !post) continue;
-    const [fsType, , opts] = post.split(' ');
-    const point = pre.split(' ')[4]!;
-    if (fsType === 'cgroup' && opts!.split(',').includes('cpu')) return point;
-  }
-  for (const l of readFileSync('/proc/self/mountinfo', 'utf8').split('\n')) {
-    const [pre, post] = l.split(' - ');
-    if (post?.startsWith('cgroup2 ')) return pre!.split(' ')[4]!;
-  }
-  return null;
+  const mounts = readMounts();
+  const v1 = mounts.find((m) => m.fsType === 'cgroup' && m.superOptions.includes('cpu'));
+  return (v1 ?? mounts.find((m) => m.fsType === 'cgroup2'))?.mountPoint ?? null;
 }

@@ -20,6 +20,7 @@ import { RpcClient } from './client.js';
 import { type Exchange, exchange } from './fleet/http.js';
 import { corralContainer, MANIFEST_DIR, REPO, readYamlDocuments } from './fleet/manifests.js';
 import { NetnsDialer, type NetnsProcess, netnsAvailable, spawnInNetns } from './fleet/netns.js';
+import { makeNodesGroup, type NodesGroup } from './fleet/nodesGroup.js';
 import { type SandboxRouter, type SandboxRouterOptions, startSandboxRouter } from './fleet/sandboxRouter.js';
 
 type Json = Record<string, unknown>;
@@ -50,6 +51,8 @@ export interface Fleet {
   readonly token: string;
   /** With `panelToken: true`: the panel credential every pod also accepts (`--panel-token-file`). */
   readonly panelToken: string | null;
+  /** With `nodesCpuGroup: true`: the CPU group all pods run in, or why there is none. */
+  readonly nodesCpuGroup: { dir: string } | { problem: string } | null;
   pods(): FleetPod[];
   pod(name: string, namespace?: string): FleetPod;
   route(name: string, namespace?: string): AgentRoute;
@@ -79,6 +82,11 @@ export interface FleetOptions {
    * host can watch them (issue 19 item 1).
    */
   panelToken?: boolean;
+  /**
+   * All pods (servers and their commands) run in one CPU group of their own, standing in for other nodes: see
+   * fleet/nodesGroup.ts. Without it the pods share this machine's scheduler as so many programs.
+   */
+  nodesCpuGroup?: boolean;
 }
 
 /** Where the rig puts the panel credential: beside the pod's token file. */
@@ -173,6 +181,9 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
     ? `panel-${Math.random().toString(36).slice(2)}${Date.now().toString(36)}`
     : null;
   const pods = new Map<string, Pod>();
+  const nodes: NodesGroup | string | null = opts.nodesCpuGroup
+    ? makeNodesGroup(template.uid, template.gid)
+    : null;
   const key = (ns: string, name: string) => `${ns}/${name}`;
 
   const router = await startSandboxRouter({
@@ -252,7 +263,11 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
       ],
     ];
     // Resolves once the server printed its URL: it listens, in its own namespace.
-    const proc = await spawnInNetns(argv, { cwd: mapPath(volumes, template.workingDir), env });
+    const proc = await spawnInNetns(argv, {
+      cwd: mapPath(volumes, template.workingDir),
+      env,
+      ...(nodes && typeof nodes !== 'string' ? { cgroupProcs: nodes.procs } : {}),
+    });
     const dialer = await NetnsDialer.enter(proc.proc.pid!);
     const pod = new Pod(name, namespace, proc, dialer, volumes);
     pods.set(key(namespace, name), pod);
@@ -295,6 +310,8 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
     router,
     token,
     panelToken,
+    nodesCpuGroup:
+      nodes === null ? null : typeof nodes === 'string' ? { problem: nodes } : { dir: nodes.dir },
     pods: () => [...pods.values()],
     pod: find,
     route,
@@ -316,6 +333,7 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
         await p.kill();
         p.dialer.close();
       }
+      if (nodes && typeof nodes !== 'string') await nodes.remove();
       rmSync(base, { recursive: true, force: true });
     },
   };

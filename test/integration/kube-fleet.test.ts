@@ -3,7 +3,7 @@
 // exec-server clients starting processes on several of them through the router stand-in. The fleet panel test
 // (issue 19 item 1) reuses the same rig (test/helpers/fleetRig.ts).
 import assert from 'node:assert/strict';
-import { readFileSync, readlinkSync } from 'node:fs';
+import { existsSync, readFileSync, readlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { RpcClient } from '../helpers/client.js';
@@ -203,5 +203,37 @@ describe('Corral pods behind the agent-sandbox router', { skip }, () => {
     } finally {
       c.close();
     }
+  });
+});
+
+describe('the rig’s CPU group for the pods (other nodes, on one machine)', { skip }, () => {
+  it('a pod’s server and its commands run inside the group, and closing the rig removes it', async () => {
+    const fleet = await startFleet({ pods: 1, nodesCpuGroup: true });
+    let dir = '';
+    try {
+      const g = fleet.nodesCpuGroup;
+      assert.ok(g && 'dir' in g, `no group: ${JSON.stringify(g)}`);
+      dir = g.dir;
+      const pod = fleet.pods()[0]!;
+      const procs = readFileSync(`${dir}/cgroup.procs`, 'utf8').split('\n').filter(Boolean).map(Number);
+      // The prologue entered the group and then exec'd down to the server: same pid.
+      assert.ok(procs.includes(pod.pid), `pod ${pod.pid} in ${procs.join(',')}`);
+      const c = await fleet.connect(pod.name);
+      try {
+        const r = await run(c, ['/bin/cat', '/proc/self/cgroup']);
+        assert.equal(r.exitCode, 0, r.stderr);
+        // The command is in the group too (or in a group its server made inside it: the pod's user cannot make
+        // the pids and memory groups here, so the server runs its commands without, as in a non-root container).
+        const name = dir.slice(dir.lastIndexOf('/') + 1);
+        const v1 = r.stdout.split('\n').find((l) => /^\d+:([^:]*,)?cpu(,[^:]*)?:/.test(l));
+        const cpuLine = v1 ?? r.stdout.split('\n').find((l) => l.startsWith('0::'))!;
+        assert.match(cpuLine, new RegExp(`:/(.+/)?${name}(/.*)?$`), r.stdout);
+      } finally {
+        c.close();
+      }
+    } finally {
+      await fleet.close();
+    }
+    assert.ok(!existsSync(dir), `${dir} removed`);
   });
 });

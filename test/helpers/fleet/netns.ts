@@ -109,11 +109,18 @@ export interface NetnsProcess {
  */
 export async function spawnInNetns(
   argv: string[],
-  opts: { cwd?: string; env?: NodeJS.ProcessEnv } = {},
+  opts: {
+    cwd?: string;
+    env?: NodeJS.ProcessEnv;
+    /** A cgroup's `cgroup.procs` the process enters before argv runs (so everything it starts is in it too). */
+    cgroupProcs?: string;
+  } = {},
 ): Promise<NetnsProcess> {
+  // $1 is the cgroup.procs file ('' for none), the rest argv; the prologue runs as the caller (root) before argv.
+  const prologue = '{ [ -z "$1" ] || echo $$ > "$1"; } && shift && ip link set lo up && exec "$@"';
   const proc = spawn(
     'unshare',
-    ['-n', '--', '/bin/sh', '-c', 'ip link set lo up && exec "$@"', 'netns', ...argv],
+    ['-n', '--', '/bin/sh', '-c', prologue, 'netns', opts.cgroupProcs ?? '', ...argv],
     {
       cwd: opts.cwd,
       env: opts.env ?? { PATH: '/usr/local/bin:/usr/bin:/bin' },

@@ -20,18 +20,15 @@ import { type Browser, openBrowser } from '../browser/harness.js';
 import {
   Agent,
   flood,
-  lags,
   leanSubscriber,
-  longTaskRows,
   longTasksIn,
+  measurePhase,
   metrics,
   PAGE_INSTRUMENTATION,
   pageTimes,
   pct,
   type Serve,
   startServe,
-  type TracedTask,
-  traceTasks,
   waitCount,
   waitShown,
 } from './panelDriver.js';
@@ -111,99 +108,17 @@ function scrollTable(
   return page.evaluate(`(${SCROLL_SRC})(${steps})`);
 }
 
-interface Phase {
-  lagAppear: number[];
-  lagFinal: number[];
-  missing: number;
-  rate: number;
-  msPerProcess: number;
-  cpuMsPerProcess: number;
-  long: number[];
-  traced: TracedTask[];
-  heap: number;
-}
-
-async function measuredFlood(
+/** A phase of four agents flooding at `rate`, measured on the page. */
+function floodPhase(
   page: Page,
   cdp: CDPSession,
   agents: Agent[],
+  section: string,
   opts: { total: number; rate: number; prefix: string; waitMs: number },
-): Promise<Phase> {
-  const m0 = await metrics(cdp);
-  const p0 = await now(page);
-  const stopTrace = await traceTasks(cdp);
-  const f = await flood(agents, { total: opts.total, rate: opts.rate, inflight: 64, prefix: opts.prefix });
-  await waitShown(
-    page,
-    f.timings.map((t) => t.processId),
-    opts.waitMs,
+): Promise<BenchRow[]> {
+  return measurePhase(page, cdp, { section, rate: opts.rate, waitMs: opts.waitMs }, () =>
+    flood(agents, { total: opts.total, rate: opts.rate, inflight: 64, prefix: opts.prefix }),
   );
-  const m1 = await metrics(cdp);
-  const p1 = await now(page);
-  const traced = await stopTrace();
-  const shown = await pageTimes(page);
-  const l = lags(f.timings, shown);
-  const heap = (await metrics(cdp, true)).heapUsed;
-  return {
-    lagAppear: l.appear,
-    lagFinal: l.final,
-    missing: l.missing,
-    rate: f.rate,
-    msPerProcess: ((m1.taskSeconds - m0.taskSeconds) * 1000) / opts.total,
-    cpuMsPerProcess: ((m1.cpuSeconds - m0.cpuSeconds) * 1000) / opts.total,
-    long: longTasksIn(shown.long, p0, p1),
-    traced,
-    heap,
-  };
-}
-
-function phaseRows(section: string, p: Phase, target: { rate: number }): BenchRow[] {
-  const lagTarget = '≤ 250';
-  return [
-    {
-      section,
-      metric: 'achieved rate',
-      corral: Math.round(p.rate),
-      unit: 'proc/s',
-      target: `${target.rate}`,
-    },
-    {
-      section,
-      metric: 'lag, first shown after start (p50 / p99 / max)',
-      corral: `${Math.round(pct(p.lagAppear, 50))} / ${Math.round(pct(p.lagAppear, 99))} / ${Math.round(Math.max(...p.lagAppear))}`,
-      unit: 'ms',
-      target: lagTarget,
-    },
-    {
-      section,
-      metric: 'lag, final state after process/closed (p50 / p99 / max)',
-      corral: `${Math.round(pct(p.lagFinal, 50))} / ${Math.round(pct(p.lagFinal, 99))} / ${Math.round(Math.max(...p.lagFinal))}`,
-      unit: 'ms',
-      target: lagTarget,
-    },
-    {
-      section,
-      metric: 'processes never shown in their final state',
-      corral: p.missing,
-      unit: '',
-      target: '0',
-    },
-    {
-      section,
-      metric: 'page main-thread CPU per process (ThreadTime)',
-      corral: r2(p.cpuMsPerProcess),
-      unit: 'ms',
-      target: '≤ 0.3',
-    },
-    {
-      section,
-      metric: '  main-thread tasks per process, wall clock (TaskDuration)',
-      corral: r2(p.msPerProcess),
-      unit: 'ms',
-    },
-    ...longTaskRows(section, p.long, p.traced),
-    { section, metric: 'JS heap after GC', corral: r1(p.heap / MiB), unit: 'MiB', target: '≤ 150' },
-  ];
 }
 
 export async function run(): Promise<BenchRow[]> {
@@ -258,22 +173,22 @@ export async function run(): Promise<BenchRow[]> {
       },
     );
 
-    const ten = await measuredFlood(page, cdp, agents, {
-      total: 10_000,
-      rate: 2000,
-      prefix: 'f10k-',
-      waitMs: 180_000,
-    });
-    rows.push(...phaseRows('panel: 10k at 2000/s', ten, { rate: 2000 }));
-    // Below saturation: 2000/s is more than two cores can start (the achieved rate says what this one reached).
-    const below = await measuredFlood(page, cdp, agents, {
-      total: 5000,
-      rate: BELOW_SATURATION_RATE,
-      prefix: 'f5k-',
-      waitMs: 180_000,
-    });
     rows.push(
-      ...phaseRows(`panel: 5k at ${BELOW_SATURATION_RATE}/s`, below, { rate: BELOW_SATURATION_RATE }),
+      ...(await floodPhase(page, cdp, agents, 'panel: 10k at 2000/s', {
+        total: 10_000,
+        rate: 2000,
+        prefix: 'f10k-',
+        waitMs: 180_000,
+      })),
+    );
+    // Below saturation: 2000/s is more than two cores can start (the achieved rate says what this one reached).
+    rows.push(
+      ...(await floodPhase(page, cdp, agents, `panel: 5k at ${BELOW_SATURATION_RATE}/s`, {
+        total: 5000,
+        rate: BELOW_SATURATION_RATE,
+        prefix: 'f5k-',
+        waitMs: 180_000,
+      })),
     );
 
     // 100k stored: fill the server with the panel closed, then open it on them.
@@ -358,13 +273,14 @@ export async function run(): Promise<BenchRow[]> {
       { section, metric: 'table rows in the DOM', corral: sc.rowsInDom, unit: 'rows' },
     );
     await browser.screenshot('panel-bench-100k');
-    const burst = await measuredFlood(page, cdp, agents, {
-      total: 2000,
-      rate: 2000,
-      prefix: 'b100k-',
-      waitMs: 180_000,
-    });
-    rows.push(...phaseRows('panel: 2000 more at 2000/s on 100k', burst, { rate: 2000 }));
+    rows.push(
+      ...(await floodPhase(page, cdp, agents, 'panel: 2000 more at 2000/s on 100k', {
+        total: 2000,
+        rate: 2000,
+        prefix: 'b100k-',
+        waitMs: 180_000,
+      })),
+    );
   } catch (e) {
     rows.push({ section: 'panel', metric: 'ERROR', corral: (e as Error).message.slice(0, 120), unit: '' });
   } finally {

@@ -14,6 +14,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import type { CDPSession, Page } from 'playwright-core';
 import WebSocket from 'ws';
+import { type Browser, openBrowser } from '../browser/harness.js';
 import type { BenchRow } from './types.js';
 
 export const ROOT = join(import.meta.dirname, '..', '..');
@@ -416,4 +417,104 @@ export function longTaskRows(section: string, long: number[], traced: TracedTask
       unit: 'ms',
     },
   ];
+}
+
+/**
+ * One measured phase with the panel open: `produce` makes the processes (and says when each started and closed);
+ * then how the page showed them — achieved rate, lag, processes never shown, main-thread CPU per process, long tasks
+ * (with their CPU from a trace), heap.
+ */
+export async function measurePhase(
+  page: Page,
+  cdp: CDPSession,
+  phase: { section: string; rate: number; what?: string; waitMs?: number },
+  produce: () => Promise<{ timings: Timing[]; rate: number }>,
+): Promise<BenchRow[]> {
+  const { section } = phase;
+  const m0 = await metrics(cdp);
+  const p0 = await page.evaluate(() => performance.now());
+  const stopTrace = await traceTasks(cdp);
+  const run = await produce();
+  const missing = await waitShown(
+    page,
+    run.timings.map((t) => t.processId),
+    phase.waitMs ?? 120_000,
+  );
+  const m1 = await metrics(cdp);
+  const p1 = await page.evaluate(() => performance.now());
+  const traced = await stopTrace();
+  const shown = await pageTimes(page);
+  const l = lags(run.timings, shown);
+  const long = longTasksIn(shown.long, p0, p1);
+  const heap = (await metrics(cdp, true)).heapUsed;
+  const total = run.timings.length;
+  const perProcess = (seconds: number) => Math.round((seconds * 1e5) / total) / 100;
+  const fmt = (v: number[]) =>
+    `${Math.round(pct(v, 50))} / ${Math.round(pct(v, 99))} / ${Math.round(Math.max(...v))}`;
+  return [
+    {
+      section,
+      metric: `achieved rate${phase.what ? `, ${phase.what}` : ''}`,
+      corral: Math.round(run.rate),
+      unit: 'proc/s',
+      target: `${phase.rate}`,
+    },
+    {
+      section,
+      metric: 'lag, first shown after start (p50 / p99 / max)',
+      corral: fmt(l.appear),
+      unit: 'ms',
+      target: '≤ 250',
+    },
+    {
+      section,
+      metric: 'lag, final state after process/closed (p50 / p99 / max)',
+      corral: fmt(l.final),
+      unit: 'ms',
+      target: '≤ 250',
+    },
+    { section, metric: 'processes never shown in their final state', corral: missing, unit: '', target: '0' },
+    {
+      section,
+      metric: 'page main-thread CPU per process (ThreadTime)',
+      corral: perProcess(m1.cpuSeconds - m0.cpuSeconds),
+      unit: 'ms',
+      target: '≤ 0.3',
+    },
+    {
+      section,
+      metric: '  main-thread tasks per process, wall clock (TaskDuration)',
+      corral: perProcess(m1.taskSeconds - m0.taskSeconds),
+      unit: 'ms',
+    },
+    ...longTaskRows(section, long, traced),
+    {
+      section,
+      metric: 'JS heap after GC',
+      corral: Math.round((heap / 1048576) * 10) / 10,
+      unit: 'MiB',
+      target: '≤ 150',
+    },
+  ];
+}
+
+/**
+ * Chromium on a fleet host's panel, instrumented (PAGE_INSTRUMENTATION, CDP Performance), once it is connected and
+ * lists the server `lastServer` (the last one joined) in its server filter.
+ */
+export async function openFleetPanel(
+  panelUrl: string,
+  lastServer: string,
+): Promise<{ browser: Browser; page: Page; cdp: CDPSession }> {
+  const browser = await openBrowser();
+  const page = browser.page;
+  await page.addInitScript(PAGE_INSTRUMENTATION);
+  const cdp = await page.context().newCDPSession(page);
+  await cdp.send('Performance.enable');
+  await page.goto(panelUrl);
+  await page.locator('#conn-status', { hasText: 'connected' }).waitFor({ timeout: 60_000 });
+  await page
+    .locator('[data-testid="filter-server"] option', { hasText: lastServer })
+    .waitFor({ state: 'attached', timeout: 60_000 });
+  return { browser, page, cdp };
 }

@@ -11,22 +11,15 @@
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { CDPSession, Page } from 'playwright-core';
-import { type Browser, openBrowser } from '../browser/harness.js';
+import type { Browser } from '../browser/harness.js';
 import { type Fleet, fleetAvailable, startFleet } from '../helpers/fleetRig.js';
 import {
   Agent,
   flood,
-  lags,
-  longTaskRows,
-  longTasksIn,
-  metrics,
-  PAGE_INSTRUMENTATION,
-  pageTimes,
-  pct,
+  measurePhase,
+  openFleetPanel,
   type Serve,
   startServe,
-  traceTasks,
   waitShown,
 } from './panelDriver.js';
 import type { BenchRow } from './types.js';
@@ -38,75 +31,6 @@ const LOW_PER_POD_RATE = 100;
 const PER_POD = 1000;
 
 const sectionOf = (perPod: number) => `panel: fleet, ${PODS} pods × ${perPod}/s`;
-
-/** One flood of PER_POD processes on every pod at `perPod`/s each, and what the page showed of it. */
-async function measure(
-  page: Page,
-  cdp: CDPSession,
-  agents: Agent[],
-  perPod: number,
-  prefix: string,
-): Promise<BenchRow[]> {
-  const section = sectionOf(perPod);
-  const m0 = await metrics(cdp);
-  const p0 = await page.evaluate(() => performance.now());
-  const stopTrace = await traceTasks(cdp);
-  const run = await flood(agents, { total: PER_POD * PODS, rate: perPod * PODS, inflight: 32, prefix });
-  const missing = await waitShown(
-    page,
-    run.timings.map((t) => t.processId),
-    120_000,
-  );
-  const m1 = await metrics(cdp);
-  const p1 = await page.evaluate(() => performance.now());
-  const traced = await stopTrace();
-  const shown = await pageTimes(page);
-  const l = lags(run.timings, shown);
-  const long = longTasksIn(shown.long, p0, p1);
-  const heap = (await metrics(cdp, true)).heapUsed;
-  const total = PER_POD * PODS;
-  const fmt = (v: number[]) =>
-    `${Math.round(pct(v, 50))} / ${Math.round(pct(v, 99))} / ${Math.round(Math.max(...v))}`;
-  return [
-    {
-      section,
-      metric: 'achieved rate, all pods',
-      corral: Math.round(run.rate),
-      unit: 'proc/s',
-      target: `${perPod * PODS}`,
-    },
-    {
-      section,
-      metric: 'lag, first shown after start (p50 / p99 / max)',
-      corral: fmt(l.appear),
-      unit: 'ms',
-      target: '≤ 250',
-    },
-    {
-      section,
-      metric: 'lag, final state after process/closed (p50 / p99 / max)',
-      corral: fmt(l.final),
-      unit: 'ms',
-      target: '≤ 250',
-    },
-    { section, metric: 'processes never shown in their final state', corral: missing, unit: '', target: '0' },
-    {
-      section,
-      metric: 'page main-thread CPU per process (ThreadTime)',
-      corral: Math.round(((m1.cpuSeconds - m0.cpuSeconds) * 1e5) / total) / 100,
-      unit: 'ms',
-      target: '≤ 0.3',
-    },
-    ...longTaskRows(section, long, traced),
-    {
-      section,
-      metric: 'JS heap after GC',
-      corral: Math.round((heap / 1048576) * 10) / 10,
-      unit: 'MiB',
-      target: '≤ 150',
-    },
-  ];
-}
 
 export async function run(): Promise<BenchRow[]> {
   const avail = fleetAvailable();
@@ -143,17 +67,14 @@ export async function run(): Promise<BenchRow[]> {
     }
     // Warm the pods (their per-process path is JavaScript V8 optimises as it runs).
     await flood(agents, { total: 400 * PODS, rate: 100_000, inflight: 16, prefix: 'warm-' });
-    browser = await openBrowser();
-    const page = browser.page;
-    await page.addInitScript(PAGE_INSTRUMENTATION);
-    const cdp = await page.context().newCDPSession(page);
-    await cdp.send('Performance.enable');
-    await page.goto(serve.panelUrl);
-    await page.locator('#conn-status', { hasText: 'connected' }).waitFor({ timeout: 60_000 });
-    await page
-      .locator('[data-testid="filter-server"] option', { hasText: `pod-${PODS}` })
-      .waitFor({ state: 'attached', timeout: 60_000 });
+    const opened = await openFleetPanel(serve.panelUrl, `pod-${PODS}`);
+    browser = opened.browser;
+    const { page, cdp } = opened;
     await waitShown(page, [`warm-${400 * PODS - 1}`], 120_000);
+    const measure = (perPod: number, prefix: string) =>
+      measurePhase(page, cdp, { section: sectionOf(perPod), rate: perPod * PODS, what: 'all pods' }, () =>
+        flood(agents, { total: PER_POD * PODS, rate: perPod * PODS, inflight: 32, prefix }),
+      );
     const rows: BenchRow[] = [
       {
         section: sectionOf(PER_POD_RATE),
@@ -168,9 +89,9 @@ export async function run(): Promise<BenchRow[]> {
         unit: '',
       },
     ];
-    rows.push(...(await measure(page, cdp, agents, PER_POD_RATE, 'f-')));
+    rows.push(...(await measure(PER_POD_RATE, 'f-')));
     // The same below saturation: the asked 4000/s is more than two cores can start at all.
-    rows.push(...(await measure(page, cdp, agents, LOW_PER_POD_RATE, 'g-')));
+    rows.push(...(await measure(LOW_PER_POD_RATE, 'g-')));
     return rows;
   } catch (e) {
     return [

@@ -3,6 +3,7 @@
 // makes it send.
 import type { AddressInfo } from 'node:net';
 import WebSocket, { WebSocketServer } from 'ws';
+import { emptySnapshot } from './monitorRows.js';
 
 export interface HostileServer {
   url: string;
@@ -34,18 +35,7 @@ export async function startHostileServer(): Promise<HostileServer> {
       const reply = (result: unknown) => ws.send(JSON.stringify({ id: m.id, result }));
       if (m.method === 'initialize') reply({ sessionId: 'hostile' });
       else if (m.method === 'monitor/subscribe') {
-        reply({
-          processes: [],
-          sessions: [],
-          blocked: [],
-          audit: [],
-          hosts: [],
-          dropped: { output: 0, network: 0, evicted: 0, forgottenProcesses: 0 },
-          limits: { blockedRing: 1, auditRing: 1, finishedProcesses: 1, subscriberHighWaterBytes: 1 },
-          networkWired: false,
-          previewWired: false,
-          serverTime: Date.now(),
-        });
+        reply(emptySnapshot());
       } else if (m.method === 'approvals/subscribe')
         reply({ pending: [], decisions: [], audit: [], timeoutMs: 1000 });
       else if (m.method === 'monitor/terminate') reply({ running: true });

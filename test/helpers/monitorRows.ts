@@ -28,3 +28,19 @@ export function monitorProcess(over: Partial<MonitorProcess> & { processId: stri
     ...over,
   };
 }
+
+/** A `monitor/subscribe` answer of a server with nothing to show yet (stand-in servers of the fleet tests). */
+export function emptySnapshot(): Record<string, unknown> {
+  return {
+    processes: [],
+    sessions: [],
+    blocked: [],
+    audit: [],
+    hosts: [],
+    dropped: { output: 0, network: 0, evicted: 0, forgottenProcesses: 0 },
+    limits: { blockedRing: 1, auditRing: 1, finishedProcesses: 1, subscriberHighWaterBytes: 1 },
+    networkWired: false,
+    previewWired: false,
+    serverTime: Date.now(),
+  };
+}

@@ -147,3 +147,41 @@ test('rows of the same server, session and id are one row; other servers with th
   t.setFilter({ server: 'pod-1' });
   assert.deepEqual(viewOf(t), ['pod-1/s/x']);
 });
+
+test('preparing the search text of new rows costs those rows only, not a walk over the rows already prepared', () => {
+  const t = new ProcessTable();
+  t.upsertAll(Array.from({ length: 20_000 }, (_, i) => proc({ processId: `old-${i}` })));
+  let asked = 0;
+  assert.equal(
+    t.prepareSearch(() => {
+      asked++;
+      return false;
+    }),
+    true,
+  );
+  // 20 000 rows: asked once per step of rows, not once per row.
+  assert.ok(asked <= 20_000 / 32, `stop asked ${asked} times for 20 000 rows`);
+  // A batch of 10 new rows after that: a question or two, not 20 010.
+  t.upsertAll(Array.from({ length: 10 }, (_, i) => proc({ processId: `new-${i}` })));
+  asked = 0;
+  assert.equal(
+    t.prepareSearch(() => {
+      asked++;
+      return false;
+    }),
+    true,
+  );
+  assert.ok(asked <= 2, `stop asked ${asked} times for 10 new rows`);
+  for (const r of t.rows.values()) assert.ok(r.hay?.includes(r.processId), `${r.key} prepared`);
+  // Stopped at once, nothing is lost: the rest is prepared by the next call.
+  t.upsertAll(Array.from({ length: 100 }, (_, i) => proc({ processId: `more-${i}` })));
+  assert.equal(
+    t.prepareSearch(() => true),
+    false,
+  );
+  assert.equal(
+    t.prepareSearch(() => false),
+    true,
+  );
+  for (const r of t.rows.values()) assert.ok(r.hay?.includes(r.processId), `${r.key} prepared`);
+});

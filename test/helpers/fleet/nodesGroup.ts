@@ -12,6 +12,7 @@
  */
 import { chownSync, mkdirSync, readdirSync, rmdirSync } from 'node:fs';
 import { dirIn, readMounts, readOwnCgroups, readText } from '../../../src/process/cgroupFs.js';
+import { until } from '../server.js';
 
 export interface NodesGroup {
   /** The group's directory. */
@@ -19,8 +20,8 @@ export interface NodesGroup {
   /** Where a process writes its pid to enter the group. */
   readonly procs: string;
   /**
-   * Removes the group (with the groups the pods made inside it) once the processes in it are gone: a SIGKILLed pod's
-   * commands and its server's watchdog may take a moment to end (10 s at most, then what is left stays).
+   * Kills what is still in the group (a SIGKILLed pod's commands may outlive it for a moment) and removes the group,
+   * with the groups the pods made inside it, once they are gone (10 s at most, then what is left stays).
    */
   remove(): Promise<void>;
 }
@@ -54,23 +55,30 @@ export function makeNodesGroup(uid: number, gid: number): NodesGroup | string {
     dir,
     procs: `${dir}/cgroup.procs`,
     async remove() {
-      const deadline = Date.now() + 10_000;
-      while (hasTasks(dir) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      // Everything in the group is the pods' (a killed pod's commands may outlive it until its watchdog acts).
+      for (const pid of tasksIn(dir)) {
+        try {
+          process.kill(pid, 'SIGKILL');
+        } catch {
+          // already gone
+        }
+      }
+      await until(() => tasksIn(dir).length === 0, 10_000, `${dir} to empty`).catch(() => {});
       removeTree(dir);
     },
   };
 }
 
-/** Some process is still in the group or in one below it. */
-function hasTasks(dir: string): boolean {
-  if ((readText(`${dir}/cgroup.procs`) ?? '').trim() !== '') return true;
+/** The processes in the group and in the groups below it. */
+function tasksIn(dir: string): number[] {
+  const pids = (readText(`${dir}/cgroup.procs`) ?? '').split('\n').filter(Boolean).map(Number);
   try {
-    return readdirSync(dir, { withFileTypes: true }).some(
-      (e) => e.isDirectory() && hasTasks(`${dir}/${e.name}`),
-    );
+    for (const e of readdirSync(dir, { withFileTypes: true }))
+      if (e.isDirectory()) pids.push(...tasksIn(`${dir}/${e.name}`));
   } catch {
-    return false;
+    // gone
   }
+  return pids;
 }
 
 /** rmdir of a cgroup directory and the empty groups below it (cgroupfs removes a group by rmdir alone). */
@@ -87,6 +95,6 @@ function removeTree(dir: string): void {
   try {
     rmdirSync(dir);
   } catch {
-    // still in use (a pod's process not yet reaped): its watchdog or the next rig run cannot remove it either; left.
+    // still in use: left (it is empty of the rig's processes or was not removable at all).
   }
 }

@@ -24,8 +24,9 @@ import {
 import { doctorCommand } from './doctor.js';
 import { JoinParams, parseJoinText } from './protocol/fleet.js';
 import { EnvironmentId } from './protocol/remote.js';
+import { escapeTerminalLines } from './protocol/terminalText.js';
 import { startDirectExecutor } from './remote/direct.js';
-import { RegistryClient } from './remote/registry.js';
+import { parseRelayHost, RegistryClient, type RelayHost } from './remote/registry.js';
 import { ExecServer } from './server/execServer.js';
 import { sandboxPreview, startHost } from './server/host.js';
 import { createLogger, type LogLevel } from './server/log.js';
@@ -56,6 +57,7 @@ async function execServerCommand(argv: string[]): Promise<void> {
       'aws-region': { type: 'string' },
       'aws-service': { type: 'string' },
       'registration-bearer-stdin': { type: 'boolean', default: false },
+      'relay-host': { type: 'string', multiple: true, default: [] },
       'panel-token-file': { type: 'string' },
       'allow-origin': { type: 'string', multiple: true, default: [] },
       'allow-host': { type: 'string', multiple: true, default: [] },
@@ -95,6 +97,7 @@ async function execServerCommand(argv: string[]): Promise<void> {
       if (values[f as keyof typeof values] !== undefined) fail(`--${f} requires --remote`);
     if (values['aws-sigv4'] || values['registration-bearer-stdin'])
       fail('--aws-sigv4 and --registration-bearer-stdin require --remote');
+    if (values['relay-host'].length > 0) fail('--relay-host requires --remote');
   } else {
     if (values.listen !== undefined) fail('--listen and --remote exclude each other');
     const explicitAuth = argv.some((a) => /^--ws-(auth|token|shared|issuer|audience|max-clock)/.test(a));
@@ -158,12 +161,18 @@ async function execServerCommand(argv: string[]): Promise<void> {
   };
 
   if (remote !== undefined) {
+    let relayHosts: RelayHost[];
+    try {
+      relayHosts = values['relay-host'].map(parseRelayHost);
+    } catch (e) {
+      fail((e as Error).message);
+    }
     const auth = await registrationAuth(values, remote);
     let registry: RegistryClient;
     try {
-      registry = new RegistryClient(remote, values['environment-id']!, auth);
+      registry = new RegistryClient(remote, values['environment-id']!, auth, { relayHosts });
     } catch (e) {
-      process.stderr.write(`corral: ${(e as Error).message}\n`);
+      process.stderr.write(`corral: ${escapeTerminalLines((e as Error).message)}\n`);
       process.exit(2);
     }
     watchStdin();
@@ -175,7 +184,7 @@ async function execServerCommand(argv: string[]): Promise<void> {
     executor.done.then(
       () => {},
       (e) => {
-        process.stderr.write(`corral: remote executor: ${(e as Error).message}\n`);
+        process.stderr.write(`corral: remote executor: ${escapeTerminalLines((e as Error).message)}\n`);
         void server
           .shutdown()
           .then(() => audit.stop())
@@ -366,6 +375,6 @@ async function main(): Promise<void> {
 }
 
 main().catch((e) => {
-  process.stderr.write(`corral: ${e instanceof Error ? e.message : String(e)}\n`);
+  process.stderr.write(`corral: ${escapeTerminalLines(e instanceof Error ? e.message : String(e))}\n`);
   process.exit(1);
 });

@@ -2,6 +2,7 @@
  * credentials are cliAuth.ts). */
 import { type AuditOptions, defaultAuditPath } from './audit/index.js';
 import { WeakerGuarantee } from './protocol/exec.js';
+import { escapeTerminalLines } from './protocol/terminalText.js';
 import { detectLinuxSandbox, type PrepareOptions } from './sandbox/index.js';
 import type { ExecServerOptions } from './server/execServer.js';
 import type { createLogger } from './server/log.js';
@@ -54,6 +55,9 @@ remote executor (README "Remote executor"; instead of --listen):
                           direct); credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or the shared file
   --aws-profile P, --aws-region R, --aws-service S  SigV4 profile, region, service  [execute-api]
   --registration-bearer-stdin  instead: read one line from stdin and send it as Authorization: Bearer
+  --relay-host HOST[:PORT]  also dial the executor link here (repeatable; no PORT: 443): the registration
+                          credential goes only to the registry's own host and port and to these, whatever URL the
+                          registry answers, and over ws:// only when the registry itself is http:// on loopback
 
 limits (exec-server and serve):
   --max-processes N            live processes allowed per session  [1024]
@@ -81,7 +85,7 @@ audit options (exec-server and serve):
   --otlp-endpoint URL     also send every event to an OpenTelemetry collector (OTLP/HTTP logs, e.g. http://127.0.0.1:4318)`;
 
 export function fail(message: string): never {
-  process.stderr.write(`corral: ${message}\n${USAGE}\n`);
+  process.stderr.write(`corral: ${escapeTerminalLines(message)}\n${USAGE}\n`);
   process.exit(2);
 }
 
@@ -216,7 +220,7 @@ export function auditOptions(values: {
 
 /** Reports a startup failure (no usage text: the arguments were fine) and exits 1. */
 export function fatal(message: string): never {
-  process.stderr.write(`corral: ${message}\n`);
+  process.stderr.write(`corral: ${escapeTerminalLines(message)}\n`);
   process.exit(1);
 }
 

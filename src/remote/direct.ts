@@ -12,6 +12,9 @@
  *   half again of jitter, reset once a handshake succeeds; any other 4xx (401, 403, 404 …) is fatal;
  * - TLS (https://, wss://) is required unless the host is loopback.
  *
+ * Unlike Codex, the link (and so the registration credential on its handshake) goes only where registry.ts's
+ * checkRelayUrl allows: the registry's own host and port, or a `--relay-host`; checked again before every dial.
+ *
  * Every link is the same principal (an agent: `remote:<environment id>`), so a harness that reconnects through a new
  * link can resume its session (`initialize {resumeSessionId}`) within the server's resume grace period.
  */
@@ -22,7 +25,7 @@ import type { ExecServer } from '../server/execServer.js';
 import type { Logger } from '../server/log.js';
 import { webSocketTransport } from '../server/wsListener.js';
 import type { RegistrationAuth } from './auth.js';
-import { type Registration, type RegistryClient, RegistryError, requireTlsOrLoopback } from './registry.js';
+import { type Registration, type RegistryClient, RegistryError } from './registry.js';
 
 export const HANDSHAKE_TIMEOUT_MS = 10_000;
 /** How long stop() waits for the relay to answer the close frame before dropping the link. */
@@ -96,7 +99,7 @@ export function startDirectExecutor(server: ExecServer, o: DirectExecutorOptions
    */
   const link = (reg: Registration): Promise<void> =>
     new Promise((resolve, reject) => {
-      const url = requireTlsOrLoopback(reg.url.href, 'wss', 'the executor URL');
+      const url = registry.checkRelayUrl(reg.url.href);
       const headers = auth.sign({ method: 'GET', url, headers: {}, body: '' });
       const ws = new WebSocket(url, {
         headers,

@@ -1,9 +1,17 @@
 /**
  * The environment registry client of a remote executor: `POST {base}/cloud/environment/{id}/direct/register` with
  * `{"transport":"direct_jsonrpc_v1"}`, signed by the registration auth, answered with where to dial
- * (src/protocol/remote.ts). No redirects are followed (a redirect would carry the signed request elsewhere), the
- * request times out after 10 s, and TLS is required unless the host is loopback, for the base URL and for the URL
- * the registry hands back (the released Codex executor's rule).
+ * (src/protocol/remote.ts). TLS is required unless the host is loopback, for the base URL and for the URL the
+ * registry hands back (the released Codex executor's rule). Every answer is hostile until checked: at most
+ * MAX_RESPONSE_BYTES within REGISTRY_REQUEST_TIMEOUT_MS in all, parsed with zod, any failure a RegistryError.
+ *
+ * Where the registration credential goes (the bearer, or SigV4 headers) is decided here, not by the registry:
+ * - the registration POST goes to the registry's own origin only. A redirect is followed only when it is a 307/308
+ *   to that same origin (re-signed for its path, at most MAX_REDIRECTS); any other 3xx fails naming where it
+ *   pointed, with nothing sent there;
+ * - the executor link (the URL the registry answers) must be on the registry's own host and port, or on a host the
+ *   user allowed with `--relay-host HOST[:PORT]`; cleartext `ws://` only when the registry itself is `http://` (on
+ *   loopback). Anything else fails registration naming the URL and why, before any connection to it.
  */
 import { request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';
@@ -15,10 +23,16 @@ import {
   EnvironmentId,
   RegistryErrorBody,
 } from '../protocol/remote.js';
+import { escapeTerminalText } from '../protocol/terminalText.js';
 import type { RegistrationAuth } from './auth.js';
 
 export const REGISTRY_REQUEST_TIMEOUT_MS = 10_000;
-const MAX_RESPONSE_BYTES = 1024 * 1024;
+/** The largest registry answer read (a registration answer is a few hundred bytes). */
+export const MAX_RESPONSE_BYTES = 64 * 1024;
+/** Same-origin 307/308 redirects followed for one registration. */
+export const MAX_REDIRECTS = 3;
+/** The longest text of a registry's error body quoted in a message. */
+const MAX_QUOTED_CHARS = 300;
 
 /** A failure talking to the registry. `retryable`: worth trying again later (network, 5xx, 408, 429). */
 export class RegistryError extends Error {
@@ -60,28 +74,110 @@ export function requireTlsOrLoopback(url: string, secure: 'https' | 'wss', what:
   );
 }
 
+/** A URL as a message may name it: scheme, host, port and path (no credentials, no query, no fragment). */
+export function describeUrl(u: URL): string {
+  return `${u.protocol}//${u.host}${u.pathname}`;
+}
+
+/** The port a URL connects to (its scheme's default when it names none). */
+function effectivePort(u: URL): number {
+  if (u.port !== '') return Number(u.port);
+  return u.protocol === 'https:' || u.protocol === 'wss:' ? 443 : 80;
+}
+
+/** A host the user allows the executor link on (`--relay-host HOST[:PORT]`); no port: the scheme's default. */
+export interface RelayHost {
+  hostname: string;
+  port: number | null;
+}
+
+/** `HOST`, `HOST:PORT`, `[IPv6]` or `[IPv6]:PORT`, normalized as a URL's host is (lower case, IPv4 canonical). */
+export function parseRelayHost(text: string): RelayHost {
+  const t = text.trim();
+  const bad = () =>
+    new RegistryError(`--relay-host: expected HOST or HOST:PORT, got ${JSON.stringify(text)}`, null, false);
+  if (t === '' || /[/@?#\\\s]/.test(t)) throw bad();
+  let u: URL;
+  try {
+    u = new URL(`wss://${t}`);
+  } catch {
+    throw bad();
+  }
+  if (u.hostname === '' || u.pathname !== '/' || u.username !== '' || u.password !== '') throw bad();
+  return { hostname: u.hostname, port: u.port === '' ? null : Number(u.port) };
+}
+
+/**
+ * The executor URL the registry answered, if the registration credential may go there: wss:// (or ws:// on loopback
+ * when the registry itself is http://), no user info, and the registry's own host and port or an allowed relay host.
+ * Otherwise a RegistryError naming the URL (without its query) and why.
+ */
+export function checkRelayUrl(relay: string, registry: URL, allowed: readonly RelayHost[]): URL {
+  const what = 'the registry returned the executor URL';
+  const u = requireTlsOrLoopback(relay, 'wss', what);
+  const named = `${what} ${describeUrl(u)}`;
+  if (u.protocol === 'ws:' && registry.protocol !== 'http:')
+    throw new RegistryError(
+      `${named}: the registry is ${registry.protocol}//, so its executor link must be wss:// (the registration credential would cross in cleartext)`,
+      null,
+      false,
+    );
+  if (u.username !== '' || u.password !== '')
+    throw new RegistryError(
+      `${named}: the URL carries user info, which the executor never sends`,
+      null,
+      false,
+    );
+  const port = effectivePort(u);
+  if (u.hostname === registry.hostname && port === effectivePort(registry)) return u;
+  if (allowed.some((h) => h.hostname === u.hostname && (h.port ?? effectivePort(u)) === port)) return u;
+  const hostPort = u.hostname.includes(':')
+    ? `[${u.hostname.replace(/^\[|\]$/g, '')}]:${port}`
+    : `${u.hostname}:${port}`;
+  throw new RegistryError(
+    `${named}: ${hostPort} is not the registry's host (${registry.host}) nor a --relay-host, and the registration credential goes only to those (pass --relay-host ${hostPort} to allow it)`,
+    null,
+    false,
+  );
+}
+
 export interface Registration {
   environmentId: string;
   registrationId: string;
-  /** Where to dial (checked: wss://, or ws:// on loopback). */
+  /** Where to dial (checked by checkRelayUrl). */
   url: URL;
+}
+
+export interface RegistryClientOptions {
+  /** Hosts besides the registry's own that the executor link may be on (`--relay-host`). */
+  relayHosts?: readonly RelayHost[];
 }
 
 export class RegistryClient {
   readonly base: URL;
   readonly environmentId: string;
+  readonly relayHosts: readonly RelayHost[];
 
   constructor(
     base: string,
     environmentId: string,
     private readonly auth: RegistrationAuth,
+    opts: RegistryClientOptions = {},
   ) {
+    this.relayHosts = opts.relayHosts ?? [];
     const id = EnvironmentId.safeParse(environmentId);
     if (!id.success) throw new RegistryError(`--environment-id: ${id.error.issues[0]!.message}`, null, false);
     this.environmentId = id.data;
     const trimmed = base.trim().replace(/\/+$/, '');
     if (trimmed === '') throw new RegistryError('--remote: the registry base URL is required', null, false);
     this.base = requireTlsOrLoopback(trimmed, 'https', '--remote');
+    if (this.base.username !== '' || this.base.password !== '')
+      throw new RegistryError('--remote: the registry URL must not carry user info', null, false);
+  }
+
+  /** `relay` if the executor link may be dialled there with the registration credential (checkRelayUrl). */
+  checkRelayUrl(relay: string): URL {
+    return checkRelayUrl(relay, this.base, this.relayHosts);
   }
 
   /** The endpoint for this environment's registration. */
@@ -94,15 +190,22 @@ export class RegistryClient {
   }
 
   async register(): Promise<Registration> {
-    const url = this.registerUrl;
+    let url = this.registerUrl;
     const body = JSON.stringify(DirectRegistrationRequest.parse({ transport: DIRECT_TRANSPORT }));
-    const headers = this.auth.sign({
-      method: 'POST',
-      url,
-      headers: { 'content-type': 'application/json', accept: '*/*' },
-      body,
-    });
-    const { status, text } = await post(url, headers, body);
+    const deadline = Date.now() + REGISTRY_REQUEST_TIMEOUT_MS;
+    let answer: Answer;
+    for (let hops = 0; ; hops++) {
+      const headers = this.auth.sign({
+        method: 'POST',
+        url,
+        headers: { 'content-type': 'application/json', accept: '*/*' },
+        body,
+      });
+      answer = await post(url, headers, body, deadline);
+      if (answer.status < 300 || answer.status > 399) break;
+      url = this.redirectTarget(url, answer, hops);
+    }
+    const { status, text } = answer;
     if (status < 200 || status > 299) throw registryHttpError(status, text);
     let json: unknown;
     try {
@@ -131,8 +234,32 @@ export class RegistryClient {
     return {
       environmentId: r.environment_id,
       registrationId: r.registration_id,
-      url: requireTlsOrLoopback(r.url, 'wss', 'the registry returned the executor URL'),
+      url: this.checkRelayUrl(r.url),
     };
+  }
+
+  /** Where a 3xx answer may be followed: a 307/308 within the registry's origin; anything else fails. */
+  private redirectTarget(from: URL, answer: Answer, hops: number): URL {
+    const { status, location } = answer;
+    let to: URL | null = null;
+    try {
+      to = location === null ? null : new URL(location, from);
+    } catch {}
+    const where = to ? describeUrl(to) : location === null ? 'nowhere (no Location)' : 'an invalid Location';
+    const refuse = (why: string) =>
+      new RegistryError(
+        `the environment registry answered HTTP ${status} redirecting to ${escapeTerminalText(where.slice(0, MAX_QUOTED_CHARS))}: ${why}`,
+        status,
+        false,
+      );
+    if (!to || to.origin !== this.base.origin || to.username !== '' || to.password !== '')
+      throw refuse(
+        `redirects off the registry's origin (${this.base.origin}) are not followed: nothing was sent there`,
+      );
+    if (status !== 307 && status !== 308)
+      throw refuse('only 307 and 308 keep the registration a POST; not followed');
+    if (hops + 1 > MAX_REDIRECTS) throw refuse(`more than ${MAX_REDIRECTS} redirects`);
+    return to;
   }
 }
 
@@ -141,7 +268,9 @@ function registryHttpError(status: number, text: string): RegistryError {
   try {
     const body = RegistryErrorBody.safeParse(JSON.parse(text));
     if (body.success && body.data.error)
-      detail = [body.data.error.code, body.data.error.message].filter(Boolean).join(': ');
+      detail = escapeTerminalText(
+        [body.data.error.code, body.data.error.message].filter(Boolean).join(': ').slice(0, MAX_QUOTED_CHARS),
+      );
   } catch {}
   const what =
     status === 401 || status === 403
@@ -154,59 +283,77 @@ function registryHttpError(status: number, text: string): RegistryError {
   );
 }
 
-function post(
-  url: URL,
-  headers: Record<string, string>,
-  body: string,
-): Promise<{ status: number; text: string }> {
+interface Answer {
+  status: number;
+  text: string;
+  /** The Location header of a 3xx (null when absent). */
+  location: string | null;
+}
+
+/** One POST, no redirect followed; the answer's body bounded by MAX_RESPONSE_BYTES, everything by `deadline`. */
+function post(url: URL, headers: Record<string, string>, body: string, deadline: number): Promise<Answer> {
   const send = url.protocol === 'https:' ? httpsRequest : httpRequest;
   return new Promise((resolve, reject) => {
-    const req = send(
-      url,
-      {
-        method: 'POST',
-        headers: { ...headers, 'content-length': String(Buffer.byteLength(body)) },
-        timeout: REGISTRY_REQUEST_TIMEOUT_MS,
-      },
-      (res) => {
-        const chunks: Buffer[] = [];
-        let size = 0;
-        res.on('data', (d: Buffer) => {
-          size += d.length;
-          if (size > MAX_RESPONSE_BYTES) {
-            req.destroy(
-              new RegistryError(
-                'the environment registry answer is too large',
-                res.statusCode ?? null,
-                false,
-              ),
-            );
-            return;
-          }
-          chunks.push(d);
-        });
-        res.on('end', () =>
-          resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') }),
-        );
-        res.on('error', reject);
-      },
-    );
-    req.on('timeout', () =>
-      req.destroy(
-        new RegistryError(
-          `the environment registry did not answer within ${REGISTRY_REQUEST_TIMEOUT_MS} ms`,
-          null,
-          true,
+    const req = send(url, {
+      method: 'POST',
+      headers: { ...headers, 'content-length': String(Buffer.byteLength(body)) },
+    });
+    // One deadline for connecting, sending and the whole answer: a registry trickling bytes cannot hold us.
+    const timer = setTimeout(
+      () =>
+        req.destroy(
+          new RegistryError(
+            `the environment registry did not answer within ${REGISTRY_REQUEST_TIMEOUT_MS} ms`,
+            null,
+            true,
+          ),
         ),
-      ),
+      Math.max(0, deadline - Date.now()),
     );
-    req.on('error', (e) =>
+    const settle = () => clearTimeout(timer);
+    const fail = (e: Error) => {
+      settle();
       reject(
         e instanceof RegistryError
           ? e
-          : new RegistryError(`cannot reach the environment registry: ${e.message}`, null, true),
-      ),
-    );
+          : new RegistryError(
+              `cannot reach the environment registry: ${escapeTerminalText(e.message)}`,
+              null,
+              true,
+            ),
+      );
+    };
+    req.on('response', (res) => {
+      const chunks: Buffer[] = [];
+      let size = 0;
+      const declared = Number(res.headers['content-length']);
+      const tooLarge = () =>
+        req.destroy(
+          new RegistryError(
+            `the environment registry answer is larger than ${MAX_RESPONSE_BYTES} bytes`,
+            res.statusCode ?? null,
+            false,
+          ),
+        );
+      if (declared > MAX_RESPONSE_BYTES) return tooLarge();
+      res.on('data', (d: Buffer) => {
+        size += d.length;
+        if (size > MAX_RESPONSE_BYTES) return tooLarge();
+        chunks.push(d);
+      });
+      res.on('end', () => {
+        settle();
+        const location = res.headers.location;
+        resolve({
+          status: res.statusCode ?? 0,
+          text: Buffer.concat(chunks).toString('utf8'),
+          location: typeof location === 'string' ? location : null,
+        });
+      });
+      // A destroy after the answer began (too large, the deadline) is reported on the answer, not the request.
+      res.on('error', fail);
+    });
+    req.on('error', fail);
     req.end(body);
   });
 }

@@ -1,4 +1,5 @@
 import type { EnvPolicy } from '../protocol/exec.js';
+import { SecretScrub } from './secretScrub.js';
 
 /** Variables a coding client's child needs from the server when it asks for `inherit: "core"`. */
 const CORE_VARS = [
@@ -62,21 +63,15 @@ export function buildChildEnv(
 }
 
 /**
- * The environment without every variable whose value (or name) contains one of `secrets` — the server's credentials.
- * Codex 0.120 forwards `CODEX_EXEC_SERVER_URL`, token included, to every command it runs; a sandboxed command that
- * learnt it could connect back and start an unsandboxed process. Applied to every child, sandboxed or not.
+ * The environment without every variable whose value (or name) holds one of `secrets` — the server's credentials — in
+ * any of the forms of src/process/secretScrub.ts (raw, percent-, form-, JSON-escaped, base64, hex, inside a longer
+ * value). Codex 0.120 forwards `CODEX_EXEC_SERVER_URL`, token included, to every command it runs; a sandboxed command
+ * that learnt it could connect back and start an unsandboxed process. Applied to every child, sandboxed or not. A
+ * server keeps one SecretScrub (its needles are computed once); this is the one-off form.
  */
 export function withoutSecrets(
   env: Record<string, string>,
   secrets: Iterable<string>,
 ): { env: Record<string, string>; removed: string[] } {
-  const list = [...secrets].filter((s) => s !== '');
-  if (list.length === 0) return { env, removed: [] };
-  const out: Record<string, string> = {};
-  const removed: string[] = [];
-  for (const [k, v] of Object.entries(env)) {
-    if (list.some((s) => v.includes(s) || k.includes(s))) removed.push(k);
-    else out[k] = v;
-  }
-  return { env: removed.length === 0 ? env : out, removed };
+  return new SecretScrub(secrets).scrub(env);
 }

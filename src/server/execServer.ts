@@ -1,8 +1,9 @@
 import { type Clock, realClock } from '../clock.js';
 import { nativeSpawnAbsence } from '../platform/spawn.js';
 import { type CgroupHost, cgroupHost, defaultLimits, type ResourceLimits } from '../process/cgroup.js';
-import { buildChildEnv, sanitizedServerEnv, withoutSecrets } from '../process/env.js';
+import { buildChildEnv, sanitizedServerEnv } from '../process/env.js';
 import type { ManagedProcess } from '../process/managedProcess.js';
+import { SecretScrub } from '../process/secretScrub.js';
 import type { ExecParams } from '../protocol/exec.js';
 import type { ResourceLimitsInfo } from '../protocol/host.js';
 import type { MethodName } from '../protocol/methods.js';
@@ -82,8 +83,8 @@ export class ExecServer implements Dispatcher, MethodRegistry, ProcessHost {
   readonly sessions: SessionTable;
   readonly log: Logger;
   readonly clock: Clock;
-  /** Credential strings no child may see in its environment. */
-  private readonly secrets = new Set<string>();
+  /** Credentials no child may see in its environment, in any form (src/process/secretScrub.ts). */
+  private readonly secrets = new SecretScrub();
   readonly retention: RetentionLedger;
   readonly launcher: Launcher;
   readonly preparer: LaunchPreparer;
@@ -217,12 +218,21 @@ export class ExecServer implements Dispatcher, MethodRegistry, ProcessHost {
 
   /** The environment a child gets for these params: `env` over `envPolicy`, without the server's secrets. */
   childEnv(p: ExecParams): Record<string, string> {
-    return withoutSecrets(buildChildEnv(p.env, p.envPolicy, this.baseEnv).env, this.secrets).env;
+    const { env, removed } = this.secrets.scrub(buildChildEnv(p.env, p.envPolicy, this.baseEnv).env);
+    if (removed.length > 0)
+      this.log.debug(
+        `process ${p.processId}: ${removed.join(', ')} not passed on: a server credential is in it`,
+      );
+    return env;
   }
 
-  /** Values that must never reach a child: any variable whose value contains one is dropped (src/process/env.ts). */
-  protectSecrets(values: Iterable<string>): void {
-    for (const v of values) if (v !== '') this.secrets.add(v);
+  /**
+   * Values that must never reach a child: any variable whose value or name holds one, in any form (percent-, form-,
+   * JSON-escaped, base64, hex), is dropped (src/process/secretScrub.ts). `until` (ms since the epoch): when the value
+   * stops being a credential (a presented JWT's `exp`), so that it can be forgotten.
+   */
+  protectSecrets(values: Iterable<string>, until?: number): void {
+    for (const v of values) this.secrets.add(v, until);
   }
 
   /** The session a client's `sessionId` (its resume key) names. */

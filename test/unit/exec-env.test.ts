@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { buildChildEnv, sanitizedServerEnv, withoutSecrets } from '../../src/process/env.js';
+import { SecretScrub } from '../../src/process/secretScrub.js';
 import { EnvPolicy } from '../../src/protocol/exec.js';
 
 const server = {
@@ -117,5 +118,90 @@ describe('the server credentials never reach a child (issue 13)', () => {
     assert.deepEqual(r.removed.sort(), ['CODEX_EXEC_SERVER_URL', 'ELSEWHERE']);
     assert.deepEqual(withoutSecrets({ a: 'b' }, []).env, { a: 'b' });
     assert.deepEqual(withoutSecrets({ 'k-sekrit-123': 'v' }, ['sekrit-123']).removed, ['k-sekrit-123']);
+  });
+});
+
+describe('a credential in any encoding never reaches a child (issue 30 item 1)', () => {
+  // A base64 token, as `openssl rand -base64 32` makes: `+`, `/` and `=` must be encoded in a URL.
+  const TOKEN = 'q+Ab/9cD+eF0gH1/iJ2kL3mN4oP5qR6sT7uV8wX9yZ0=';
+  const pctLower = (s: string) => encodeURIComponent(s).replace(/%[0-9A-F]{2}/g, (m) => m.toLowerCase());
+  const fully = (s: string, upper: boolean) =>
+    [...Buffer.from(s)]
+      .map((b) => `%${b.toString(16).padStart(2, '0')[upper ? 'toUpperCase' : 'toLowerCase']()}`)
+      .join('');
+  const jsonEscapedAll = (s: string) =>
+    [...s].map((c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`).join('');
+  const variants: Record<string, string> = {
+    raw: TOKEN,
+    pctUpper: `ws://127.0.0.1:9/?token=${encodeURIComponent(TOKEN)}`,
+    pctLower: `ws://127.0.0.1:9/?token=${pctLower(TOKEN)}`,
+    pctMixed: `?token=${encodeURIComponent(TOKEN).replace('%2B', '%2b')}`,
+    fullyUpper: `?token=${fully(TOKEN, true)}`,
+    fullyLower: `?token=${fully(TOKEN, false)}`,
+    form: new URLSearchParams({ token: TOKEN, x: 'a b' }).toString(),
+    doubly: encodeURIComponent(`ws://h/?token=${encodeURIComponent(TOKEN)}`),
+    json: JSON.stringify({ url: `ws://127.0.0.1:9/?token=${TOKEN}` }).replace(/\//g, '\\/'),
+    jsonUnicode: `{"t":"${TOKEN.replace(/\+/g, '\\u002b').replace(/\//g, '\\u002F')}"}`,
+    jsonAll: `{"t":"${jsonEscapedAll(TOKEN)}"}`,
+    jsonInUrl: `http://x/?cfg=${encodeURIComponent(JSON.stringify({ token: TOKEN }).replace(/\+/g, '\\u002b'))}`,
+    urlInJson: JSON.stringify({ u: `ws://h/?token=${encodeURIComponent(TOKEN)}` }),
+    longer: `ws://127.0.0.1:9/some/path?a=1&token=${encodeURIComponent(TOKEN)}&b=2#frag`,
+    entities: TOKEN.replace(/\+/g, '&#43;').replace(/\//g, '&#x2F;').replace(/=/g, '&equals;'),
+    base64: Buffer.from(`user:${TOKEN}`).toString('base64'),
+    base64Shift1: Buffer.from(`u:${TOKEN}:x`).toString('base64'),
+    base64Shift2: Buffer.from(`us:${TOKEN}!`).toString('base64url'),
+    hex: Buffer.from(`>${TOKEN}<`).toString('hex'),
+    plusAsSpace: `token=${TOKEN.replace(/\+/g, ' ')}`,
+  };
+
+  for (const [name, value] of Object.entries(variants)) {
+    it(`drops ${name}`, () => {
+      const r = withoutSecrets({ CODEX_EXEC_SERVER_URL: value, KEEP: 'kept' }, [TOKEN]);
+      assert.deepEqual(r.removed, ['CODEX_EXEC_SERVER_URL'], `${name} survived: ${value}`);
+      assert.deepEqual(r.env, { KEEP: 'kept' });
+    });
+  }
+
+  it('a name holding an encoded secret is dropped too', () => {
+    const r = withoutSecrets({ [`X_${encodeURIComponent(TOKEN)}`]: '1', Y: '2' }, [TOKEN]);
+    assert.deepEqual(r.env, { Y: '2' });
+  });
+
+  it('other values, encoded or not, are kept untouched', () => {
+    const env = {
+      PATH: '/usr/local/bin:/usr/bin:/bin',
+      URL: 'ws://127.0.0.1:9/?token=q%2BAb%2F9cD%2BeF0gH1%2FiJ2kL3mN4oP5qR6sT7uV8wX9yZ1%3D', // one character off
+      JSON: '{"a":"\\u002b\\/","b":"%2B%2F"}',
+      DEEP: '%25'.repeat(5000),
+      ESC: '\\'.repeat(5000),
+      AMP: '&#'.repeat(5000),
+    };
+    const r = withoutSecrets(env, [TOKEN]);
+    assert.deepEqual(r.removed, []);
+    assert.equal(r.env, env);
+  });
+
+  it('a secret that expires is forgotten', () => {
+    let now = 1000;
+    const scrub = new SecretScrub([], () => now);
+    scrub.add('presented-jwt-value-1', 2000);
+    assert.deepEqual(scrub.scrub({ A: 'presented-jwt-value-1' }).removed, ['A']);
+    now = 2000;
+    assert.deepEqual(scrub.scrub({ A: 'presented-jwt-value-1' }).removed, []);
+    assert.equal(scrub.size, 0);
+  });
+
+  it('scrubbing a 50-variable environment costs microseconds', () => {
+    const scrub = new SecretScrub([TOKEN, 'panel-token-panel-token-panel-token', 'x'.repeat(43)]);
+    const env: Record<string, string> = {};
+    for (let i = 0; i < 50; i++)
+      env[`VAR_${i}`] = i % 2 ? `/usr/lib/thing-${i}/bin:/opt/x/${i}:/usr/share/${i}` : `v${i}`;
+    env.SOME_URL = 'https://example.test/a%20b?c=d&e=f';
+    for (let i = 0; i < 2000; i++) scrub.scrub(env);
+    const n = 20_000;
+    const t = process.hrtime.bigint();
+    for (let i = 0; i < n; i++) scrub.scrub(env);
+    const us = Number(process.hrtime.bigint() - t) / n / 1000;
+    assert.ok(us < 50, `${us.toFixed(1)} µs per scrub`);
   });
 });

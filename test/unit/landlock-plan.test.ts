@@ -35,6 +35,7 @@ const host = (o: Partial<LandlockHost> = {}): LandlockHost => ({
   masks: [],
   tmpRoots: [],
   envTmpdir: undefined,
+  cgroupMounts: [],
   ...o,
 });
 const MAKE = FS.MAKE_REG | FS.MAKE_DIR | FS.REMOVE_FILE | FS.REMOVE_DIR;
@@ -106,3 +107,33 @@ test('each element Landlock cannot hold is refused, naming it and the flag that 
   assert.equal(plan.seccompExtras.metadata, 'no-privilege-bits');
   assert.equal(plan.seccompExtras.denyHostIpc, undefined);
 });
+
+test('a cgroup mount inside a writable root is carved out read-only; a write asked for inside one is refused', () => {
+  // The workspace's src stands in for a cgroup mount (the plan only sees paths).
+  const mount = join(W, 'src');
+  const plan = planLandlock(resolved(), host({ cgroupMounts: [mount] }));
+  const writes = (p: string) =>
+    plan.rules.filter((r) => isUnderPath(p, r.path) && (r.rights & ~READ) !== 0).map((r) => r.path);
+  // No rule on the mount or on any of its ancestors gives more than reading.
+  assert.deepEqual(writes(mount), [], JSON.stringify(plan.rules));
+  assert.ok((plan.rules.find((r) => r.path === join(W, 'README'))!.rights & FS.WRITE_FILE) !== 0);
+  // Writable `/` (a full-access policy under Landlock): the same, every ancestor frozen.
+  const full = resolvePolicy(effectiveSandbox(seed({ cwd: W, entries: [special('root', 'write')] }), false), {
+    tmpdir: undefined,
+  });
+  const p2 = planLandlock(full, host({ cgroupMounts: [mount] }));
+  assert.deepEqual(
+    p2.rules.filter((r) => isUnderPath(mount, r.path) && (r.rights & ~READ) !== 0).map((r) => r.path),
+    [],
+  );
+  assert.ok(p2.frozen.includes('/') && p2.frozen.includes(W), p2.frozen.join(' '));
+  // A writable root inside a cgroup mount cannot be held: refused, naming the mount.
+  assert.throws(
+    () => planLandlock(resolved(), host({ cgroupMounts: [root] })),
+    (e: unknown) => e instanceof SandboxSetupError && e.message.includes(`lies in the cgroup mount ${root}`),
+  );
+});
+
+function isUnderPath(p: string, r: string): boolean {
+  return r === '/' || p === r || p.startsWith(`${r}/`);
+}

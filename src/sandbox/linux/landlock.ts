@@ -29,7 +29,12 @@
  * - processes: no pid namespace. Landlock keeps ptrace (ABI 1) and signals (ABI 6 scope) inside the sandbox's own
  *   domain; before ABI 6 refused unless `signals` is accepted. The process list of the host stays visible (/proc);
  * - IPC: no IPC namespace: SysV IPC and POSIX message queues denied by seccomp unless `host-ipc` is accepted;
- * - devices: only null, zero, full, random, urandom, tty, ptmx and pts, as bwrap's --dev.
+ * - devices: only null, zero, full, random, urandom, tty, ptmx and pts, as bwrap's --dev;
+ * - cgroup filesystems (issue 30): every cgroup and cgroup2 mount (host.cgroupMounts, from /proc/self/mountinfo) is
+ *   read-only whatever the policy says, as bwrap mounts them: a writable `cgroup.procs`/`tasks` would let a command
+ *   leave its cgroup (its pids and memory limits, and the kill that ends it), `release_agent` run a program as root
+ *   on v1. A writable root that holds one is decomposed around it (a carve-out, frozen ancestors and all); a policy
+ *   that asks to write inside one is refused naming the mount.
  */
 import { lstatSync, readdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -115,6 +120,8 @@ export interface LandlockHost {
   list?: (dir: string) => ListedEntry[] | null;
   /** Whether a path is a directory (false for anything else; null when missing). */
   isDir?: (p: string) => boolean | null;
+  /** Where cgroup filesystems are mounted (src/process/cgroupFs.ts cgroupMountPoints): read-only in every plan. */
+  cgroupMounts: readonly string[];
 }
 
 export interface LandlockPlan {
@@ -315,6 +322,18 @@ export function planLandlock(r: ResolvedPolicy, host: LandlockHost): LandlockPla
       );
     }
     if (w !== 0) points.set(m.path, isDir(m.path) ? w & FS.READ_DIR : 0);
+  }
+  // Cgroup filesystems: read-only (see the module comment). Landlock cannot take a right away below a rule, so a
+  // mount inside a writable root becomes a carve-out; a write asked for inside a mount cannot be held at all.
+  for (const m of host.cgroupMounts) {
+    const inside = entries.find((e) => e.access === 'write' && isUnder(e.path, m));
+    if (inside)
+      refuse(
+        'a cgroup filesystem',
+        `${inside.path} is writable in the policy but lies in the cgroup mount ${m}, which every sandbox sees read-only (writing there moves processes out of their cgroup and its limits)`,
+      );
+    const w = wantNow(m);
+    if ((w & ~READ) !== 0) points.set(m, w & READ);
   }
 
   const { rules, frozen } = decompose(points, list, isDir);

@@ -80,6 +80,8 @@ export function planLandlockLaunch(
     masks: serverMasks(host),
     tmpRoots,
     envTmpdir: canonical(env.TMPDIR) ?? env.TMPDIR,
+    // Read-only in every plan (landlock.ts): a part of the inputs, so a new cgroup mount makes a new plan.
+    cgroupMounts: host.cgroupMounts?.() ?? [],
   };
   const inputs = JSON.stringify({ r, ...given, accept: [...given.accept].sort() });
   const { plan, basis } = reusablePlan(inputs, (looks) => planLandlock(r, { ...given, ...looks }));

@@ -78,7 +78,10 @@ export type RememberedDecision = z.infer<typeof RememberedDecision>;
 /** Who answered a prompt: the panel (app window or panel token), or the client whose process it is. */
 export const ApprovalDecidedBy = z.object({
   kind: z.enum(['panel', 'client']),
-  /** The credential's name (never its secret): `panel-token`, `ipc`, `remote:<environment>`, `jwt:<iss>/<sub>` … */
+  /**
+   * The credential's name (never its secret): `panel-token`, `ipc`, `remote:<environment>`, `jwt:<iss>/<sub>` (each
+   * part percent-encoded, so `jwt:a%2Fb/c` is issuer `a/b`, subject `c`) …
+   */
   credential: z.string(),
   /** The client's `clientName`. */
   clientName: z.string().nullable(),

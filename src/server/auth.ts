@@ -40,16 +40,26 @@ export interface CredentialVerifier {
   readonly secrets: readonly string[];
 }
 
+/** What a signed token proved: who, and until when the token itself is a credential (its `exp`, ms since the epoch). */
+export interface VerifiedToken {
+  principal: Principal;
+  until: number;
+}
+
 /** A verifier that answers later (signed tokens: jose verifies asynchronously). */
 export interface AsyncCredentialVerifier {
-  verify(presented: string): Promise<Principal | null>;
+  verify(presented: string): Promise<VerifiedToken | null>;
   readonly secrets: readonly string[];
 }
 
-/** A request that passed: who it is, and the credential it presented (scrubbed from children from then on). */
+/**
+ * A request that passed: who it is, and the credential it presented (scrubbed from children from then on, in every
+ * form; until `presentedUntil`, ms since the epoch, when it expires — a JWT's `exp` — or for good).
+ */
 export interface Authenticated {
   principal: Principal;
   presented: string | null;
+  presentedUntil?: number;
 }
 
 /** The upgrade-time check of a listener. */
@@ -218,8 +228,9 @@ export type JwtRefusal =
 /**
  * Verifies HS256 JWTs with `jose`: the signature with the shared secret (HS256 only, so `alg: none`, RS256/ES256 and
  * any other algorithm are refused before a key is used), `exp` required, `nbf` when present, both with the clock
- * skew, `iss` and `aud` when configured. A token's holder is an agent; its sessions are bound to its issuer and
- * subject (`jwt:<iss>/<sub>`), so a refreshed token of the same subject can resume them and another subject cannot.
+ * skew, `iss` and `aud` when configured; `sub` a non-empty string and `iss` a string when present (jwtCredential).
+ * A token's holder is an agent; its sessions are bound to its issuer and subject (`jwt:<iss>/<sub>`, each part
+ * percent-encoded), so a refreshed token of the same subject can resume them and another subject cannot.
  */
 export function signedBearerVerifier(
   o: SignedBearerOptions,
@@ -240,13 +251,31 @@ export function signedBearerVerifier(
           ...(o.issuer ? { issuer: o.issuer } : {}),
           ...(o.audience ? { audience: o.audience } : {}),
         });
-        return { role: 'agent', credential: `jwt:${payload.iss ?? ''}/${payload.sub ?? ''}` };
+        const credential = jwtCredential(payload.iss, payload.sub);
+        if (credential === null) {
+          onRefused('invalid websocket jwt');
+          return null;
+        }
+        // exp is required; the skew is added so that the token is forgotten only once nothing accepts it.
+        return { principal: { role: 'agent', credential }, until: ((payload.exp ?? 0) + skew) * 1000 };
       } catch (e) {
         onRefused(jwtRefusal(e));
         return null;
       }
     },
   };
+}
+
+/**
+ * The credential name of a token's subject: `jwt:<iss>/<sub>`, each part percent-encoded (encodeURIComponent: `/`
+ * and `%` included), so that the one unencoded `/` separates them and (iss `a/b`, sub `c`) is `jwt:a%2Fb/c`, never
+ * (iss `a`, sub `b/c`) `jwt:a/b%2Fc`. `sub` must be a non-empty string (a session is bound to a subject: a token
+ * naming none is refused); `iss`, when present, a string (absent and empty are both "no issuer"). null: refuse.
+ */
+export function jwtCredential(iss: unknown, sub: unknown): string | null {
+  if (typeof sub !== 'string' || sub === '') return null;
+  if (iss !== undefined && typeof iss !== 'string') return null;
+  return `jwt:${encodeURIComponent(iss ?? '')}/${encodeURIComponent(sub)}`;
 }
 
 function jwtRefusal(e: unknown): JwtRefusal {
@@ -267,8 +296,8 @@ export function asyncCredentialAuth(verifier: AsyncCredentialVerifier): Authenti
     async authenticate(req, url) {
       const presented = presentedCredential(req, url);
       if (presented === null) return null;
-      const principal = await verifier.verify(presented);
-      return principal ? { principal, presented } : null;
+      const verified = await verifier.verify(presented);
+      return verified ? { principal: verified.principal, presented, presentedUntil: verified.until } : null;
     },
   };
 }

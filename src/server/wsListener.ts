@@ -171,7 +171,7 @@ export async function listenWebSocket(server: ExecServer, opts: ListenOptions): 
     result: Authenticated,
     origin: string | null,
   ) => {
-    if (result.presented !== null) server.protectSecrets([result.presented]);
+    if (result.presented !== null) server.protectSecrets([result.presented], result.presentedUntil);
     wss.handleUpgrade(req, socket, head, (ws) => {
       const peer = `${req.socket.remoteAddress ?? '?'}:${req.socket.remotePort ?? 0}`;
       const conn = server.connect(webSocketTransport(ws, peer, socket), result.principal);

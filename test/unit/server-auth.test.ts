@@ -7,6 +7,7 @@ import {
   generateToken,
   hostAuth,
   hostTokens,
+  jwtCredential,
   openAccess,
   presentedCredential,
   tokenAuth,
@@ -66,5 +67,25 @@ describe('server auth (src/server/auth.ts)', () => {
     for (const h of ['evil.example:80', '127.0.0.1.evil.example', 'localhost.evil:1', '', undefined])
       assert.ok(!hostHeaderAllowed(h, '127.0.0.1'), String(h));
     assert.ok(hostHeaderAllowed('10.1.2.3:5', '10.1.2.3'));
+  });
+
+  it('a JWT subject is named unambiguously: each part percent-encoded; non-string claims and no subject refused', () => {
+    assert.equal(jwtCredential('a/b', 'c'), 'jwt:a%2Fb/c');
+    assert.equal(jwtCredential('a', 'b/c'), 'jwt:a/b%2Fc');
+    assert.equal(jwtCredential('https://idp.test', 'alice'), 'jwt:https%3A%2F%2Fidp.test/alice');
+    assert.equal(jwtCredential(undefined, 'alice'), 'jwt:/alice');
+    assert.notEqual(jwtCredential('a%2Fb', 'c'), jwtCredential('a/b', 'c'));
+    for (const [iss, sub] of [
+      ['a', 42],
+      ['a', {}],
+      ['a', ['x']],
+      ['a', null],
+      ['a', ''],
+      ['a', undefined],
+      [1, 'x'],
+      [null, 'x'],
+      [['a'], 'x'],
+    ] as const)
+      assert.equal(jwtCredential(iss, sub), null, JSON.stringify([iss, sub]));
   });
 });

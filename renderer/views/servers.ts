@@ -3,7 +3,7 @@
 
 import type { MethodParams } from '../../src/protocol/methods.js';
 import type { MonitorServer } from '../../src/protocol/monitor.js';
-import { fmtAgo, h, perFrame, replace } from '../dom.js';
+import { fmtAgo, fmtBytes, h, perFrame, replace } from '../dom.js';
 import type { AppContext, View } from '../view.js';
 
 const STATE_TEXT: Record<MonitorServer['state'], string> = {
@@ -171,7 +171,25 @@ export class ServersView implements View {
           h('td', { class: 'num' }, String(store.processes.byServer.get(s.id)?.total ?? 0)),
           h('td', { class: s.rejected > 0 ? 'num bad' : 'num' }, String(s.rejected)),
           h('td', null, s.since ? fmtAgo(s.since, now) : '–'),
-          h('td', { class: 'small' }, s.lastError ?? ''),
+          h(
+            'td',
+            { class: 'small' },
+            s.lastError ?? '',
+            s.dropped
+              ? h(
+                  'div',
+                  { class: 'bad', 'data-testid': 'dropped' },
+                  `dropped ${fmtAgo(s.dropped.at, now)}: ${s.dropped.reason}`,
+                )
+              : null,
+            s.overBudget
+              ? h(
+                  'div',
+                  { class: 'bad', 'data-testid': 'over-budget' },
+                  `over budget: rows forgotten to keep ${fmtBytes(s.keptBytes ?? 0)} of ${fmtBytes(s.budgetBytes ?? 0)}`,
+                )
+              : null,
+          ),
           h(
             'td',
             null,

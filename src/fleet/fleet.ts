@@ -19,6 +19,7 @@ import {
   ExportResult,
   RevokeResult,
 } from '../protocol/approvals.js';
+import { JsonBoundError } from '../protocol/boundedJson.js';
 import { invalidRequest, RpcError } from '../protocol/errors.js';
 import { TerminateResult, WriteResult } from '../protocol/exec.js';
 import type { JoinParams } from '../protocol/fleet.js';
@@ -206,6 +207,10 @@ export class Fleet implements JoinedServers {
       ready: l.ready,
       processes: j.mirror.processes.size,
       rejected: j.rejected,
+      dropped: l.dropped,
+      keptBytes: j.mirror.kept,
+      budgetBytes: this.limits.keptBytes,
+      overBudget: j.mirror.overBudget,
     };
   }
 
@@ -229,9 +234,9 @@ export class Fleet implements JoinedServers {
   /** After each (re)connection: the monitor feed, the approvals, and the output the host's panels follow. */
   private async subscribeTo(j: Joined): Promise<void> {
     const snap = await j.link.request('monitor/subscribe', { output: 'followed' }, MonitorSnapshot);
-    j.mirror.snapshot(snap);
+    if (!this.bounded(j, 'monitor/subscribe', () => j.mirror.snapshot(snap))) return;
     const approvals = await j.link.request('approvals/subscribe', {}, ApprovalsSubscribeResult);
-    j.mirror.approvalsState(approvals);
+    if (!this.bounded(j, 'approvals/subscribe', () => j.mirror.approvalsState(approvals))) return;
     for (const p of j.mirror.prompts.values())
       this.toApprovalSubscribers('approvals/requested', { prompt: p });
     this.toApprovalSubscribers('approvals/decisions', { server: j.id, decisions: j.mirror.decisions });
@@ -253,7 +258,23 @@ export class Fleet implements JoinedServers {
     return null;
   }
 
+  /** Runs `f` on what server `j` sent in `what`; if that breaks a bound, drops its link (shown in the Servers view). */
+  private bounded(j: Joined, what: string, f: () => void): boolean {
+    try {
+      f();
+      return true;
+    } catch (e) {
+      if (!(e instanceof JsonBoundError)) throw e;
+      j.link.drop(`${what.slice(0, 64)}: ${e.message}`);
+      return false;
+    }
+  }
+
   private notification(j: Joined, method: string, params: unknown): void {
+    this.bounded(j, method, () => this.notified(j, method, params));
+  }
+
+  private notified(j: Joined, method: string, params: unknown): void {
     const m = j.mirror;
     const schema = NOTIFICATIONS[method as keyof typeof NOTIFICATIONS];
     if (!schema) {
@@ -295,11 +316,11 @@ export class Fleet implements JoinedServers {
           decisions: m.setDecisions((v as ApprovalDecisionsNotification).decisions),
         });
         break;
-      case 'approvals/audit':
-        this.toApprovalSubscribers('approvals/audit', {
-          event: m.approvalEvent((v as ApprovalAuditNotification).event),
-        });
+      case 'approvals/audit': {
+        const event = m.approvalEvent((v as ApprovalAuditNotification).event);
+        if (event) this.toApprovalSubscribers('approvals/audit', { event });
         break;
+      }
     }
   }
 

@@ -8,6 +8,7 @@ import { request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import WebSocket from 'ws';
 import type { z } from 'zod';
+import { parseJson } from '../protocol/boundedJson.js';
 import { InitializeResult } from '../protocol/exec.js';
 import type { Logger } from '../server/log.js';
 
@@ -72,6 +73,8 @@ export class RemoteLink {
   lastError: string | null = null;
   retryAt: number | null = null;
   ready: boolean | null = null;
+  /** The last time the host dropped the link for what the server sent, and why (kept across reconnections). */
+  dropped: { reason: string; at: number } | null = null;
   private ws: WebSocket | null = null;
   private attempt = 0;
   private nextId = 1;
@@ -169,7 +172,7 @@ export class RemoteLink {
     ws.on('pong', () => {
       this.alive = true;
     });
-    ws.on('message', (data, isBinary) => this.message(data as Buffer, isBinary));
+    ws.on('message', (data, isBinary) => this.message(ws, data as Buffer, isBinary));
     ws.on('open', () => {
       opened = true;
       void this.handshake(ws);
@@ -201,18 +204,41 @@ export class RemoteLink {
     }
   }
 
-  private message(data: Buffer, isBinary: boolean): void {
+  /**
+   * Drops the connection because of what the server sent (a bound it broke): the reason is kept (`dropped`, shown in
+   * the Servers view) and the next attempt waits the longest backoff, so a server that does it again costs little.
+   */
+  drop(reason: string): void {
+    const ws = this.ws;
+    if (!ws) return;
+    this.dropped = { reason, at: Date.now() };
+    this.opts.log.warn(`fleet: ${this.target.url}: dropped the link: ${reason}`);
+    this.closed(ws, `dropped by the host: ${reason}`, true);
+    ws.terminate();
+  }
+
+  /** One frame of the server. Never throws: a fault handling it drops the link (with why) instead. */
+  private message(ws: WebSocket, data: Buffer, isBinary: boolean): void {
+    if (this.ws !== ws) return;
+    try {
+      this.handle(data, isBinary);
+    } catch (e) {
+      this.drop(`handling its message failed: ${String((e as Error)?.message ?? e).slice(0, 200)}`);
+    }
+  }
+
+  private handle(data: Buffer, isBinary: boolean): void {
     if (isBinary) {
       this.handlers.rejected('a binary frame');
       return;
     }
-    let msg: unknown;
-    try {
-      msg = JSON.parse(data.toString('utf8'));
-    } catch {
-      this.handlers.rejected('a frame that is not JSON');
+    const parsed = parseJson(data.toString('utf8'));
+    if (!parsed.ok) {
+      if (parsed.bound) this.drop(`a message with ${parsed.error}`);
+      else this.handlers.rejected('a frame that is not JSON');
       return;
     }
+    const msg = parsed.value;
     if (msg === null || typeof msg !== 'object' || Array.isArray(msg)) {
       this.handlers.rejected('not a message');
       return;
@@ -260,7 +286,8 @@ export class RemoteLink {
     p.resolve(r.data);
   }
 
-  private closed(ws: WebSocket, why: string): void {
+  /** The link `ws` is gone (`why`); `longest`: wait the longest backoff before the next attempt. */
+  private closed(ws: WebSocket, why: string, longest = false): void {
     if (this.ws !== ws) return;
     this.ws = null;
     this.clearTimers();
@@ -268,7 +295,8 @@ export class RemoteLink {
     this.ready = null;
     if (this.stopped) return;
     const [first, max] = this.opts.backoffMs ?? [250, 10_000];
-    const delay = Math.min(max, first * 2 ** Math.min(this.attempt, 10)) * (0.8 + Math.random() * 0.4);
+    const delay =
+      (longest ? max : Math.min(max, first * 2 ** Math.min(this.attempt, 10))) * (0.8 + Math.random() * 0.4);
     this.attempt++;
     this.retryAt = Date.now() + Math.round(delay);
     this.set('disconnected', why);

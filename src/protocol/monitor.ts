@@ -187,6 +187,16 @@ export const MonitorServer = z.object({
   processes: z.number(),
   /** Messages from it that the host refused (malformed, too large, not allowed). */
   rejected: z.number(),
+  /**
+   * The last time the host dropped the link because of what the server sent (a message or row past a bound: nested
+   * too deep, too many values, metadata too large), and why. Kept across reconnections; absent or null: never.
+   */
+  dropped: z.object({ reason: z.string(), at: z.number() }).nullable().optional(),
+  /** What the host keeps of the server's rows (estimated bytes: JSON size plus a cost per value), and the most. */
+  keptBytes: z.number().optional(),
+  budgetBytes: z.number().optional(),
+  /** The host forgot (or refused) rows of the server to stay within `budgetBytes`. */
+  overBudget: z.boolean().optional(),
 });
 export type MonitorServer = z.infer<typeof MonitorServer>;
 

@@ -1,3 +1,4 @@
+import { parseJson } from '../protocol/boundedJson.js';
 import { ErrorCode, RpcError } from '../protocol/errors.js';
 import type { OutputStream } from '../protocol/exec.js';
 import { encodeOutput, encodeOutputs, type OutputHead } from './output.js';
@@ -114,16 +115,27 @@ export class RpcConnection {
     return this.queue.length;
   }
 
-  /** Feeds one inbound message (the text of one WebSocket message). */
+  /**
+   * Feeds one inbound message (the text of one WebSocket message). Never throws: whatever the peer sent is answered
+   * (a parse error with id -1), or closes the connection (a protocol violation, or a fault of ours: 1011).
+   */
   receive(text: string): void {
     if (this.closedFlag) return;
-    let msg: unknown;
     try {
-      msg = JSON.parse(text);
-    } catch (e) {
-      this.parseError((e as Error).message);
+      this.receiveParsed(text);
+    } catch {
+      this.close(1011, 'internal error');
+    }
+  }
+
+  private receiveParsed(text: string): void {
+    // Bounded: no message nests deeper than MESSAGE_BOUNDS or holds more values (src/protocol/boundedJson.ts).
+    const parsed = parseJson(text);
+    if (!parsed.ok) {
+      this.parseError(parsed.error);
       return;
     }
+    const msg = parsed.value;
     if (msg === null || typeof msg !== 'object' || Array.isArray(msg)) {
       this.parseError(
         `invalid type: ${Array.isArray(msg) ? 'sequence' : typeof msg}, expected a JSON-RPC message`,

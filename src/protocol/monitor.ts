@@ -192,8 +192,9 @@ export const MonitorServer = z.object({
    * too deep, too many values, metadata too large), and why. Kept across reconnections; absent or null: never.
    */
   dropped: z.object({ reason: z.string(), at: z.number() }).nullable().optional(),
-  /** What the host keeps of the server's rows (estimated bytes: JSON size plus a cost per value), and the most. */
+  /** What the host keeps of the server's rows (estimated bytes: their JSON size plus a cost per value). */
   keptBytes: z.number().optional(),
+  /** The most the host keeps of one server's rows (same measure): its budget. */
   budgetBytes: z.number().optional(),
   /** The host forgot (or refused) rows of the server to stay within `budgetBytes`. */
   overBudget: z.boolean().optional(),

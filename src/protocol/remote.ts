@@ -23,14 +23,20 @@ export const EnvironmentId = z
 export const DirectRegistrationRequest = z.object({ transport: z.literal(DIRECT_TRANSPORT) });
 export type DirectRegistrationRequest = z.infer<typeof DirectRegistrationRequest>;
 
+/** A registry's answer is hostile until parsed: every field a bounded string (extra fields are dropped). */
 export const DirectRegistrationResponse = z.object({
-  environment_id: z.string(),
-  transport: z.string(),
-  registration_id: z.string().trim().min(1, 'registration_id is empty'),
-  url: z.string().trim().min(1, 'url is empty'),
+  environment_id: z.string().max(256, 'environment_id is longer than 256 characters'),
+  transport: z.string().max(256, 'transport is longer than 256 characters'),
+  registration_id: z
+    .string()
+    .trim()
+    .min(1, 'registration_id is empty')
+    .max(1024, 'registration_id is longer than 1024 characters'),
+  url: z.string().trim().min(1, 'url is empty').max(8192, 'url is longer than 8192 characters'),
 });
 export type DirectRegistrationResponse = z.infer<typeof DirectRegistrationResponse>;
 
+/** An error answer's body; its text is quoted (cut and escaped) in the executor's message. */
 export const RegistryErrorBody = z.object({
   error: z.object({ code: z.string().nullish(), message: z.string().nullish() }).nullish(),
 });

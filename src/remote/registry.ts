@@ -66,6 +66,12 @@ export function requireTlsOrLoopback(url: string, secure: 'https' | 'wss', what:
   }
   const scheme = u.protocol.slice(0, -1);
   if (scheme === secure) return u;
+  if (scheme !== secure.slice(0, -1))
+    throw new RegistryError(
+      `${what} ${u.protocol}//${u.host}${u.pathname}: expected a ${secure}:// URL`,
+      null,
+      false,
+    );
   if (scheme === secure.slice(0, -1) && isLoopbackHost(u.hostname)) return u;
   throw new RegistryError(
     `${what} ${u.protocol}//${u.host}${u.pathname}: the remote transport requires ${secure}:// for non-loopback endpoints`,
@@ -130,7 +136,8 @@ export function checkRelayUrl(relay: string, registry: URL, allowed: readonly Re
     );
   const port = effectivePort(u);
   if (u.hostname === registry.hostname && port === effectivePort(registry)) return u;
-  if (allowed.some((h) => h.hostname === u.hostname && (h.port ?? effectivePort(u)) === port)) return u;
+  const schemeDefault = u.protocol === 'wss:' ? 443 : 80;
+  if (allowed.some((h) => h.hostname === u.hostname && (h.port ?? schemeDefault) === port)) return u;
   const hostPort = u.hostname.includes(':')
     ? `[${u.hostname.replace(/^\[|\]$/g, '')}]:${port}`
     : `${u.hostname}:${port}`;
@@ -151,12 +158,15 @@ export interface Registration {
 export interface RegistryClientOptions {
   /** Hosts besides the registry's own that the executor link may be on (`--relay-host`). */
   relayHosts?: readonly RelayHost[];
+  /** The deadline of one registration, redirects included (ms); tests may shorten it. */
+  timeoutMs?: number;
 }
 
 export class RegistryClient {
   readonly base: URL;
   readonly environmentId: string;
   readonly relayHosts: readonly RelayHost[];
+  private readonly timeoutMs: number;
 
   constructor(
     base: string,
@@ -165,6 +175,7 @@ export class RegistryClient {
     opts: RegistryClientOptions = {},
   ) {
     this.relayHosts = opts.relayHosts ?? [];
+    this.timeoutMs = opts.timeoutMs ?? REGISTRY_REQUEST_TIMEOUT_MS;
     const id = EnvironmentId.safeParse(environmentId);
     if (!id.success) throw new RegistryError(`--environment-id: ${id.error.issues[0]!.message}`, null, false);
     this.environmentId = id.data;
@@ -192,7 +203,7 @@ export class RegistryClient {
   async register(): Promise<Registration> {
     let url = this.registerUrl;
     const body = JSON.stringify(DirectRegistrationRequest.parse({ transport: DIRECT_TRANSPORT }));
-    const deadline = Date.now() + REGISTRY_REQUEST_TIMEOUT_MS;
+    const deadline = Date.now() + this.timeoutMs;
     let answer: Answer;
     for (let hops = 0; ; hops++) {
       const headers = this.auth.sign({
@@ -201,7 +212,7 @@ export class RegistryClient {
         headers: { 'content-type': 'application/json', accept: '*/*' },
         body,
       });
-      answer = await post(url, headers, body, deadline);
+      answer = await post(url, headers, body, deadline, this.timeoutMs);
       if (answer.status < 300 || answer.status > 399) break;
       url = this.redirectTarget(url, answer, hops);
     }
@@ -291,7 +302,13 @@ interface Answer {
 }
 
 /** One POST, no redirect followed; the answer's body bounded by MAX_RESPONSE_BYTES, everything by `deadline`. */
-function post(url: URL, headers: Record<string, string>, body: string, deadline: number): Promise<Answer> {
+function post(
+  url: URL,
+  headers: Record<string, string>,
+  body: string,
+  deadline: number,
+  timeoutMs: number,
+): Promise<Answer> {
   const send = url.protocol === 'https:' ? httpsRequest : httpRequest;
   return new Promise((resolve, reject) => {
     const req = send(url, {
@@ -302,11 +319,7 @@ function post(url: URL, headers: Record<string, string>, body: string, deadline:
     const timer = setTimeout(
       () =>
         req.destroy(
-          new RegistryError(
-            `the environment registry did not answer within ${REGISTRY_REQUEST_TIMEOUT_MS} ms`,
-            null,
-            true,
-          ),
+          new RegistryError(`the environment registry did not answer within ${timeoutMs} ms`, null, true),
         ),
       Math.max(0, deadline - Date.now()),
     );

@@ -171,8 +171,8 @@ export function listenerAuth(values: Record<string, string | boolean | string[] 
 export type Listening = ReturnType<typeof listenerAuth>;
 
 /**
- * `--panel-token-file`: the listener also accepts that token (a different one) as a panel credential — the monitor,
- * approvals and policy methods — so that a fleet host can watch this server.
+ * `--panel-token-file`: the listener also accepts that token (a different one) as a watching panel credential — the
+ * monitor, approvals and policy methods, never process/* or fs/* — so that a fleet host can watch this server.
  */
 export function withPanelCredential(
   l: Listening,

@@ -35,6 +35,7 @@ options:
   --exit-on-stdin-close   exit (killing every child) when standard input closes
   --panel-token-file FILE exec-server: also accept this token (same rules as --ws-token-file) as a panel
                           credential: the monitor, approvals and policy methods, for a fleet host watching this server
+                          (never process/* or fs/*: it cannot start a command)
   --join URL              serve: watch this Corral server too (repeatable): its panel credential from
                           #token-file=PATH (same rules as --ws-token-file; never ?token=: argv is public), upgrade
                           headers as #header=Name:Value (e.g. the agent-sandbox router's X-Sandbox-ID), #name=NAME

@@ -21,6 +21,14 @@ export type Role = 'agent' | 'panel';
 export interface Principal {
   readonly role: Role;
   readonly credential: string;
+  /**
+   * A panel that watches and steers (monitor/*, approvals/*, policy/*, host/*) but may call no agent method
+   * (process/*, fs/*): the credential of `corral exec-server --panel-token-file`, which a fleet host holds. The fleet
+   * host forwards only monitor and approval calls, so it needs no more; a joined server must not hand it the power
+   * to run commands. The host's own panel (the app's window, `corral serve`'s panel token) starts commands from its
+   * Run view and is not watch-only.
+   */
+  readonly watchOnly?: boolean;
 }
 
 /** The app's own window over IPC: always the panel. */
@@ -143,11 +151,14 @@ export function tokenAuth(
 }
 
 /**
- * `auth`, plus one more credential whose holders are the panel (`corral exec-server --panel-token-file`: a fleet host
- * watching this server). The panel token is checked first; any other credential goes to `auth` as before.
+ * `auth`, plus one more credential whose holders are a watching panel (`corral exec-server --panel-token-file`: a
+ * fleet host watching this server; `watchOnly`: no process/* or fs/*). The panel token is checked first; any other
+ * credential goes to `auth` as before.
  */
 export function withPanelToken(auth: Authenticator, token: string): Authenticator {
-  const panel = tokenVerifier([{ token, principal: { role: 'panel', credential: 'panel-token' } }]);
+  const panel = tokenVerifier([
+    { token, principal: { role: 'panel', credential: 'panel-token', watchOnly: true } },
+  ]);
   return {
     required: true,
     get secrets() {

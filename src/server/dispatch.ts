@@ -1,7 +1,7 @@
 /**
  * The server side of the method table (src/protocol/methods.ts). Modules register a handler per method; each request
  * is then looked up (an unknown or unserved method: -32601, before anything else), gated (the handshake first; a
- * panel method for panel credentials only), parsed with its params schema (-32602 naming the field) and handed to its
+ * panel method for panel credentials only; an agent method never for a watching panel), parsed with its params schema (-32602 naming the field) and handed to its
  * handler, typed by the table, with the connection it came on.
  */
 import { invalidRequest, methodNotFound } from '../protocol/errors.js';
@@ -29,6 +29,11 @@ export const FLEET_NOT_PRIVILEGED =
 export const APPROVALS_NOT_PRIVILEGED =
   'approval methods need a panel connection: the desktop app itself, or a WebSocket client that presented the ' +
   'panel token (an agent can never see or decide an approval)';
+
+export const WATCHING_PANEL =
+  "process and fs methods need an agent or the host's own panel: this connection presented the watching panel " +
+  'credential (--panel-token-file, what a fleet host holds), which watches and steers but never starts a process ' +
+  'or touches a file';
 
 export type Phase = 'new' | 'initializing' | 'ready';
 
@@ -143,6 +148,7 @@ function gate(method: string, caller: Caller, state: ConnState): void {
         : `client must send initialized before using ${what} methods`,
     );
   }
+  if (caller === 'agent' && state.principal.watchOnly) throw invalidRequest(WATCHING_PANEL);
   if (caller === 'panel' && state.principal.role !== 'panel')
     throw invalidRequest(
       method.startsWith('approvals/')

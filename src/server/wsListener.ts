@@ -1,5 +1,5 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import { type AddressInfo, isIP } from 'node:net';
+import { type AddressInfo, isIP, type Socket } from 'node:net';
 import { networkInterfaces } from 'node:os';
 import type { Duplex } from 'node:stream';
 import { type WebSocket, WebSocketServer } from 'ws';
@@ -8,6 +8,7 @@ import type { RpcConnection, Transport } from '../rpc/connection.js';
 import type { Authenticated, Authenticator, Principal } from './auth.js';
 import type { ExecServer } from './execServer.js';
 import { answerHealth, defaultReadiness, type Readiness } from './health.js';
+import { type CommandTable, sandboxedPeer } from './peerProcess.js';
 
 export interface ListenOptions {
   host?: string;
@@ -24,6 +25,11 @@ export interface ListenOptions {
   onConnection?: (conn: RpcConnection, info: { principal: Principal; origin: string | null }) => void;
   /** The checks behind `GET /readyz` (src/server/health.ts); default: the sandbox backend. */
   readiness?: Readiness;
+  /**
+   * Why an authenticated upgrade from this peer is refused (403), or null. Default: it comes from one of the server's
+   * own sandboxed commands (src/server/peerProcess.ts).
+   */
+  refusePeer?: (peer: Socket) => Promise<string | null>;
 }
 
 export interface Listener {
@@ -103,7 +109,8 @@ export function webSocketTransport(ws: WebSocket, peer: string, socket?: Duplex)
  * Serves the exec server over WebSocket (protocol.md §2): upgrade on `/` only, `GET /healthz` and `GET /readyz`
  * without credentials (src/server/health.ts), plain `GET /` → 400, other paths → 404; no
  * compression; 16 MiB messages; a `Host` that does not name this server → 421; browser origins refused unless
- * allow-listed (403); a credential `auth` refuses → 401, all before the upgrade.
+ * allow-listed (403); a credential `auth` refuses → 401; a peer that is one of our own sandboxed commands → 403
+ * whatever it presented (src/server/peerProcess.ts), all before the upgrade.
  */
 export async function listenWebSocket(server: ExecServer, opts: ListenOptions): Promise<Listener> {
   const host = opts.host ?? '127.0.0.1';
@@ -115,6 +122,17 @@ export async function listenWebSocket(server: ExecServer, opts: ListenOptions): 
     maxPayload: MAX_MESSAGE_BYTES,
   });
   const auth = opts.auth;
+  // Our own sandboxed commands are refused whatever they present (src/server/peerProcess.ts).
+  const commands: CommandTable = {
+    *commands() {
+      for (const p of server.allProcesses())
+        if (p.pid > 0 && p.state !== 'closed') yield { pid: p.pid, sandboxed: p.sandboxType !== 'none' };
+    },
+    get cgroupBases() {
+      return server.commandResources.cgroups.status.dirs;
+    },
+  };
+  const refusedPeer = opts.refusePeer ?? ((peer: Socket) => sandboxedPeer(peer, commands));
   // Whatever the listener accepts as a credential, no child may see (src/process/env.ts).
   server.protectSecrets(auth.secrets);
   const readiness =
@@ -149,12 +167,23 @@ export async function listenWebSocket(server: ExecServer, opts: ListenOptions): 
     if (origin !== null && !originAllowed(origin)) return reject(403, 'Forbidden');
     const accept = (r: Authenticated | null) => {
       if (!r) return reject(401, 'Unauthorized');
-      acceptUpgrade(req, socket, head, r, origin);
+      // Only once the credential passed: a stranger's upgrade never costs a walk of /proc.
+      refusedPeer(req.socket).then(
+        (why) => {
+          if (socket.destroyed) return;
+          if (why === null) return acceptUpgrade(req, socket, head, r, origin);
+          server.log.warn(
+            `refused a connection from ${req.socket.remoteAddress}:${req.socket.remotePort}: ${why}`,
+          );
+          reject(403, 'Forbidden');
+        },
+        () => reject(403, 'Forbidden'),
+      );
     };
+    // The checks below may answer later (a signed token, the peer's process); the socket may be gone by then.
+    socket.on('error', () => {});
     const checked = auth.authenticate(req, url);
     if (checked instanceof Promise) {
-      // A signed token is checked asynchronously; the socket may be gone by then.
-      socket.on('error', () => {});
       checked.then(
         (r) => (socket.destroyed ? undefined : accept(r)),
         () => reject(401, 'Unauthorized'),

@@ -18,7 +18,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 /** The interface version this JavaScript was written against (CORRAL_NATIVE_ABI in src/process/native/common.h). */
-export const NATIVE_ABI = 3;
+export const NATIVE_ABI = 4;
 
 declare const handleBrand: unique symbol;
 /** An opaque handle the addon hands out (a pipe reader, a relay). */
@@ -54,6 +54,8 @@ export interface Addon {
     cgroupFds: number[] | undefined,
     cgroupDirFd: number,
     confine: Confinement | undefined,
+    /** > 0: the child's RLIMIT_NPROC (soft and hard), set before exec; 0: unchanged. */
+    nprocMax: number,
   ): [number, number, number, number, number];
   setExitHandler(fn: (pid: number, status: number, signo: number) => void): void;
   /** Whether this build can start children without waiting for their exec (x86_64, arm64). */

@@ -35,6 +35,8 @@ export interface NativeSpawnArgs {
   cgroup?: { fds: number[]; dirFd?: number };
   /** The Landlock backend: the child confines itself right before exec (confine.c). */
   confine?: Confinement;
+  /** The child's RLIMIT_NPROC (soft and hard), set before exec: where no cgroup bounds the commands. */
+  nprocMax?: number;
   /** Called once, on the loop, with the wait status (signo 0 for a normal exit). */
   onExit(status: number, signo: number): void;
 }
@@ -88,6 +90,7 @@ function nativeSpawner(a: Addon): NativeSpawner {
         s.cgroup?.fds,
         s.cgroup?.dirFd ?? -1,
         s.confine,
+        s.nprocMax ?? 0,
       );
       exits.set(pid, s.onExit);
       return { pid, stdinFd, stdoutFd, stderrFd, releaseGroup: watchdogSlotRelease(slot) };

@@ -37,10 +37,20 @@
  * the server says so at start and in `status` (host/info), never silently. Env CORRAL_CGROUPS=0 turns the cgroups
  * off; CORRAL_CGROUPS=v1 or v2 insists on one version.
  *
+ * Pids budget (issue 30, item 7): a command's pids.max alone does not keep a fork bomb from starving the others when
+ * the uid may have fewer processes than that (RLIMIT_NPROC 400 against pids.max 4096: the bomb took the uid's last
+ * process, and every other session's start failed with EAGAIN). So all commands together get a budget below what
+ * the uid may still have (pidsBudget: RLIMIT_NPROC less the uid's tasks now less headroom for the server, and at most
+ * half of what the system has left), enforced as the pids.max of the commands' parent cgroup (`corral-<tag>`), and a
+ * command's default pids.max is half of it (at most 4096), so one bomb leaves the others room to start. Without a
+ * usable cgroup every child gets an RLIMIT_NPROC (soft and hard) of the server's less the headroom: a bomb then
+ * stops where the server can still start commands (which, RLIMIT_NPROC counting the uid's processes, may
+ * themselves not fork until it is gone). Root is not bound by RLIMIT_NPROC: only the system's share applies.
+ *
  * The parts: cgroupFs.ts (reading cgroupfs), cgroupSetup.ts (finding our hierarchy, sweeping dead servers' groups),
  * processCgroup.ts (one command's cgroup); this file has the limits, the host that hands cgroups out, and wrapArgv.
  */
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, readdirSync, writeFileSync } from 'node:fs';
 import { totalmem } from 'node:os';
 import { type GroupWatchdog, groupWatchdog } from '../platform/watchdog.js';
 import {
@@ -73,7 +83,7 @@ export interface CgroupStatus {
   cpuProblem: string | null;
 }
 
-/** The default pids.max of a command. */
+/** The default pids.max of a command, where the pids budget is larger than twice that. */
 export const DEFAULT_PIDS_MAX = 4096;
 /** The default memory limit of a command: this fraction of the memory the server itself may use. */
 export const DEFAULT_MEMORY_FRACTION = 0.5;
@@ -89,6 +99,8 @@ const LINGER_RETRY_MS = 1000;
  */
 export class CgroupHost implements CgroupOwner {
   readonly status: CgroupStatus;
+  /** What all commands together may have, and how it is enforced (see "Pids budget" above). */
+  readonly budget: PidsBudget & { enforcedBy: 'cgroup' | 'rlimit' | null };
   private readonly setup: Setup | null;
   private next = 0;
   private readonly pool: ProcessCgroup[] = [];
@@ -101,8 +113,9 @@ export class CgroupHost implements CgroupOwner {
   private disposed = false;
   private watched = false;
 
-  constructor(setup: Setup | null, problem: string | null) {
+  constructor(setup: Setup | null, problem: string | null, budget: PidsBudget = pidsBudget()) {
     this.setup = setup;
+    this.budget = { ...budget, enforcedBy: budgetEnforcer(setup, budget) };
     this.status = setup
       ? {
           version: setup.version,
@@ -286,10 +299,10 @@ function availableMemory(): number {
 }
 
 /** The limits a command gets unless the server or the start asks for others. */
-export function defaultLimits(): ResourceLimits {
+export function defaultLimits(budget: PidsBudget = host?.budget ?? pidsBudget()): ResourceLimits {
   const mib = 1024 * 1024;
   return {
-    pidsMax: DEFAULT_PIDS_MAX,
+    pidsMax: budget.perCommand,
     memoryMaxBytes: Math.max(64 * mib, Math.floor((availableMemory() * DEFAULT_MEMORY_FRACTION) / mib) * mib),
   };
 }
@@ -312,14 +325,19 @@ export function setupCgroups(mode = process.env.CORRAL_CGROUPS): CgroupHost {
             ['v2', true],
             ['v1', true],
           ];
+  const budget = pidsBudget();
   for (const [version, force] of order) {
     const r = version === 'v2' ? setupV2(force) : setupV1(force);
-    if (typeof r !== 'string') return new CgroupHost(r, null);
+    if (typeof r !== 'string') {
+      limitCommandsParent(r, budget);
+      return new CgroupHost(r, null, budget);
+    }
     if (!tried.includes(r)) tried.push(r);
   }
   return new CgroupHost(
     null,
     `no usable cgroup, commands run without pids and memory limits: ${tried.join('; ')}`,
+    budget,
   );
 }
 
@@ -329,6 +347,8 @@ export function cgroupHost(): CgroupHost {
   if (!host) {
     const h = setupCgroups();
     host = h;
+    // Without a cgroup, every child gets an RLIMIT_NPROC below the server's (see "Pids budget").
+    if (h.budget.enforcedBy === 'rlimit') childNproc = h.budget.childNproc ?? 0;
     if (h.usable) {
       process.once('exit', () => h.dispose());
       h.attachWatchdog(groupWatchdog);
@@ -350,8 +370,9 @@ export function wrapArgv(
   env?: Record<string, string>,
 ): { file: string; args: string[] } {
   const enter = entryFiles.map((_, i) => `echo 0 >"$${i + 1}" || exit 127; `).join('');
+  const nproc = childNproc > 0 ? `ulimit -u ${childNproc} || exit 127; ` : '';
   const shift = entryFiles.length > 0 ? `shift ${entryFiles.length}; ` : '';
-  const script = `${enter}${shift}${between}${env ? keepEnv(env) : ''}exec -a "$0" "$@"`;
+  const script = `${enter}${shift}${nproc}${between}${env ? keepEnv(env) : ''}exec -a "$0" "$@"`;
   // --norc: bash would read ~/.bashrc when its stdin is a socket (child_process's pipes), taking it for rshd.
   return {
     file: '/bin/bash',
@@ -371,4 +392,109 @@ function keepEnv(env: Record<string, string>): string {
       ? 'unset SHLVL; declare -a corral_shlvl; declare -n SHLVL="corral_shlvl[0]"; '
       : '';
   return pwd + shlvl;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Pids budget (see the module comment)
+
+/** What the server's uid may still start, and the share of it its commands get. */
+export interface PidsBudget {
+  /** This process's RLIMIT_NPROC (soft), or null when it does not bind (unlimited; root, CAP_SYS_RESOURCE/ADMIN). */
+  nproc: number | null;
+  /** Tasks (threads) of our real uid when the budget was made: RLIMIT_NPROC counts them all. */
+  uidTasks: number;
+  /** Tasks the system may still have: min(kernel.pid_max, kernel.threads-max) less those that run. */
+  systemFree: number;
+  /** What is kept from the commands for the server and the uid's other processes (when nproc binds). */
+  headroom: number;
+  /** The most all commands together may have (the pids.max of their parent cgroup). */
+  total: number;
+  /** The default pids.max of one command: half the total, at most DEFAULT_PIDS_MAX. */
+  perCommand: number;
+  /** Without a cgroup: the RLIMIT_NPROC every child gets (nproc less the headroom); null when nproc does not bind. */
+  childNproc: number | null;
+}
+
+/** The budget as this process sees it now (reads /proc; scans it for the uid's tasks only when RLIMIT_NPROC binds). */
+export function pidsBudget(): PidsBudget {
+  const status = readText('/proc/self/status') ?? '';
+  const ruid = Number(/^Uid:\s+(\d+)/m.exec(status)?.[1] ?? process.getuid?.() ?? 0);
+  const capEff = BigInt(`0x${/^CapEff:\s+([0-9a-f]+)/m.exec(status)?.[1] ?? '0'}`);
+  const exempt = ruid === 0 || (capEff & ((1n << 21n) | (1n << 24n))) !== 0n; // CAP_SYS_ADMIN, CAP_SYS_RESOURCE
+  const soft = /^Max processes\s+(\S+)/m.exec(readText('/proc/self/limits') ?? '')?.[1];
+  const nproc = !exempt && soft !== undefined && soft !== 'unlimited' ? Number(soft) : null;
+  const kernelMax = Math.min(
+    Number(readText('/proc/sys/kernel/pid_max') ?? '') || 4_194_304,
+    Number(readText('/proc/sys/kernel/threads-max') ?? '') || 4_194_304,
+  );
+  const running = Number(/\/(\d+)/.exec(readText('/proc/loadavg') ?? '')?.[1] ?? 0);
+  const systemFree = Math.max(0, kernelMax - running);
+  let total = Math.floor(systemFree / 2);
+  let headroom = 0;
+  let uidTasks = 0;
+  let childNproc: number | null = null;
+  if (nproc !== null && Number.isFinite(nproc)) {
+    uidTasks = tasksOfUid(ruid);
+    headroom = Math.max(32, Math.ceil(nproc / 10));
+    total = Math.min(total, nproc - uidTasks - headroom);
+    childNproc = Math.max(1, nproc - headroom);
+  }
+  total = Math.max(1, total);
+  return {
+    nproc,
+    uidTasks,
+    systemFree,
+    headroom,
+    total,
+    perCommand: Math.max(1, Math.min(DEFAULT_PIDS_MAX, Math.floor(total / 2))),
+    childNproc,
+  };
+}
+
+/** How many tasks (threads) processes of real uid `uid` have now. */
+function tasksOfUid(uid: number): number {
+  let n = 0;
+  let pids: string[] = [];
+  try {
+    pids = readdirSync('/proc');
+  } catch {
+    return 0;
+  }
+  for (const p of pids) {
+    if (p.charCodeAt(0) < 48 || p.charCodeAt(0) > 57) continue;
+    const st = readText(`/proc/${p}/status`);
+    if (!st || Number(/^Uid:\s+(\d+)/m.exec(st)?.[1]) !== uid) continue;
+    n += Number(/^Threads:\s+(\d+)/m.exec(st)?.[1] ?? 1);
+  }
+  return n;
+}
+
+function budgetEnforcer(setup: Setup | null, budget: PidsBudget): 'cgroup' | 'rlimit' | null {
+  if (setup?.hierarchies.some((h) => h.pids)) return 'cgroup';
+  return budget.childNproc !== null ? 'rlimit' : null;
+}
+
+/**
+ * The commands' parent cgroup gets the budget as its pids.max. Where the server itself moved into it (v2,
+ * `corral-<tag>/server`), its own tasks and room for a few starts are added: they count there too.
+ */
+function limitCommandsParent(setup: Setup, budget: PidsBudget): void {
+  const own = setup.serverLeaf
+    ? Number(/^Threads:\s+(\d+)/m.exec(readText('/proc/self/status') ?? '')?.[1] ?? 16) + 16
+    : 0;
+  for (const h of setup.hierarchies) {
+    if (!h.pids) continue;
+    try {
+      writeFileSync(`${h.base}/pids.max`, String(budget.total + own));
+    } catch (e) {
+      const why = `cannot limit the commands together (${h.base}/pids.max): ${errText(e)}`;
+      setup.problem = setup.problem ? `${setup.problem}; ${why}` : why;
+    }
+  }
+}
+
+let childNproc = 0;
+/** The RLIMIT_NPROC every child gets (0: none): set while no cgroup bounds the commands (see "Pids budget"). */
+export function childNprocMax(): number {
+  return childNproc;
 }

@@ -4,6 +4,7 @@ import { groupWatchdog } from '../platform/watchdog.js';
 import type { OutputStream } from '../protocol/exec.js';
 import {
   type CgroupHost,
+  childNprocMax,
   type LimitKind,
   type ProcessCgroup,
   type ResourceLimits,
@@ -151,7 +152,10 @@ export class ManagedProcess {
       // node-pty always sets TERM (to "xterm" when absent): take it out again unless the client asked for it.
       const dropTerm = spec.env.TERM === undefined;
       const needPrologue =
-        cgroupEntry.length > 0 || dropTerm || (spec.argv[0] !== undefined && spec.argv[0] !== spec.file);
+        cgroupEntry.length > 0 ||
+        childNprocMax() > 0 || // the prologue sets it (cgroup.ts, "Pids budget")
+        dropTerm ||
+        (spec.argv[0] !== undefined && spec.argv[0] !== spec.file);
       // spawnPty reports the exit only after the output the child wrote before it (src/process/pty.ts).
       const term = spawnPty(spec.file, spec.argv.slice(1), {
         cwd: spec.cwd,

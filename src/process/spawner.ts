@@ -31,7 +31,7 @@ import {
   nativeSpawn,
   nativeSpawnAbsence,
 } from '../platform/spawn.js';
-import { wrapArgv } from './cgroup.js';
+import { childNprocMax, wrapArgv } from './cgroup.js';
 import type { LaunchSpec } from './launch.js';
 
 export type { OutputPipe };
@@ -259,6 +259,7 @@ function spawnNative(
       freshKeyring: spec.freshSessionKeyring === true,
       ...(opts.cgroup ? { cgroup: { fds: opts.cgroup.fds, dirFd: opts.cgroup.dirFd } } : {}),
       ...(spec.confine ? { confine: spec.confine } : {}),
+      nprocMax: childNprocMax(),
       onExit: (status, signo) => {
         if (signo !== 0) latch.fire(128 + signo, SIGNAL_NAMES.get(signo) ?? null);
         else latch.fire(status, null);
@@ -316,8 +317,9 @@ function spawnNode(spec: LaunchSpec, opts: SpawnOptions): SpawnedChild {
       extraFds: extra,
     };
   }
-  // Outside the launcher: a child that confined itself (Landlock) could no longer write its cgroup's entry file.
-  if (opts.cgroup) spec = withCgroupPrologue(spec, opts.cgroup.paths);
+  // Outside the launcher: a child that confined itself (Landlock) could no longer write its cgroup's entry file. The
+  // same prologue gives the child its RLIMIT_NPROC where no cgroup bounds the commands (cgroup.ts, "Pids budget").
+  if (opts.cgroup || childNprocMax() > 0) spec = withCgroupPrologue(spec, opts.cgroup?.paths ?? []);
   // The checks the native async spawner makes before it starts a child, so that the usual exec failures are thrown
   // here, synchronously, with the same errno. What only execve sees (a missing #! interpreter, a race) comes from
   // child_process on the next tick, and is reported as the native async spawner does: exit 127 with

@@ -28,7 +28,9 @@
 //         cgroupDirFd?: number /* v2: an open cgroup directory: the child is created in it (clone3 CLONE_INTO_CGROUP,
 //                                 Linux 5.7+), and cgroupFds are only the fallback where clone3 cannot do that */,
 //         confine?: { rulesetFd, seccomp: Buffer, flags? } /* the Landlock backend: the child confines itself (Landlock
-//                   ruleset, no capabilities, seccomp filter) right before exec: confine.c; null/undefined: not */)
+//                   ruleset, no capabilities, seccomp filter) right before exec: confine.c; null/undefined: not */,
+//         nprocMax?: number /* > 0: the child's RLIMIT_NPROC, soft and hard, set before exec (where no cgroup bounds
+//                              the commands, src/process/cgroup.ts "pids budget"); 0: unchanged */)
 //     -> [pid, fd0, fd1, fd2, slot]   parent ends of created pipes (-1 where none); slot: the child's process group
 //        in the group watchdog (watchdog.c), -1 if none: pass it to unwatchGroup once the group may outlive us.
 //        A child given cgroupFds is not registered (the watchdog empties the cgroups themselves).
@@ -128,6 +130,7 @@ struct child_args {
   int ncg;
   int cg_fds[MAX_CGROUP_FILES];  // open cgroup.procs files (our fds) the child moves itself into before exec
   struct corral_confinement confine;  // the Landlock backend: applied right before exec (confine.c)
+  uint64_t nproc_max;  // > 0: RLIMIT_NPROC (soft and hard) before exec
   volatile int err;  // vfork mode: set by the child when it fails; 0 when execve succeeded
   volatile int err_in_cgroup;  // vfork mode: err came from entering the cgroup
 };
@@ -158,6 +161,10 @@ static int child_main_vfork(void *p) {
       a->err_in_cgroup = 1;
       child_fail(a, errno);
     }
+  }
+  if (a->nproc_max > 0) {
+    struct rlimit rl = {.rlim_cur = (rlim_t)a->nproc_max, .rlim_max = (rlim_t)a->nproc_max};
+    if (setrlimit(RLIMIT_NPROC, &rl) < 0) child_fail(a, errno);
   }
 
   // Move every source that sits inside the target range [0, nfds) out of the way, then place them.
@@ -355,6 +362,10 @@ static int child_main_async(void *p) {
   for (int i = 0; i < a->ncg && cg_err == 0; i++) {
     r = raw_syscall(SYS_write, a->cg_fds[i], (long)"0", 1, 0);
     if (r < 0) cg_err = r;
+  }
+  if (a->nproc_max > 0) {
+    const uint64_t rl[2] = {a->nproc_max, a->nproc_max};  // struct rlimit64
+    if ((r = raw_syscall(SYS_prlimit64, 0, RLIMIT_NPROC, (long)rl, 0)) < 0) child_die(a, r, 0);
   }
 
   for (int i = 0; i < a->nfds; i++) {
@@ -834,13 +845,13 @@ static __thread char *vfork_stack;
 
 
 static napi_value js_spawn(napi_env env, napi_callback_info info) {
-  size_t argc = 11;
-  napi_value args[11];
+  size_t argc = 12;
+  napi_value args[12];
   struct addon_state *st;
   if (napi_get_cb_info(env, info, &argc, args, NULL, NULL) != napi_ok || argc < 5) {
     napi_throw_type_error(env, NULL,
                           "spawn(file, argv, env, cwd, fds, waitExec, newPidNs, freshKeyring, cgroupFds, cgroupDirFd, "
-                          "confine) expects 5 to 11 arguments");
+                          "confine, nprocMax) expects 5 to 12 arguments");
     return NULL;
   }
   napi_get_instance_data(env, (void **)&st);
@@ -912,6 +923,16 @@ static napi_value js_spawn(napi_env env, napi_callback_info info) {
   if (argc >= 11 && corral_confinement_from_js(env, args[10], &a->confine) != 0) {
     napi_throw_type_error(env, NULL, "spawn: confine must be { rulesetFd, seccomp: Buffer, flags? }");
     goto out;
+  }
+  if (argc >= 12) {
+    int64_t nproc = 0;
+    napi_valuetype t;
+    if (napi_typeof(env, args[11], &t) == napi_ok && t == napi_number &&
+        (napi_get_value_int64(env, args[11], &nproc) != napi_ok || nproc < 0)) {
+      napi_throw_range_error(env, NULL, "spawn: nprocMax must be 0 or a positive number");
+      goto out;
+    }
+    a->nproc_max = (uint64_t)nproc;
   }
   if (!wait_exec && (err = precheck(pe->file, pe->cwd)) != 0) goto fail;
 

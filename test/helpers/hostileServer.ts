@@ -11,6 +11,8 @@ export interface HostileServer {
   sockets: WebSocket[];
   /** The `?token=` of each connection. */
   tokens: string[];
+  /** What the host sent on `ws`, as text, in order. */
+  framesOf(ws: WebSocket): string[];
   /** Sends to every open connection (a string as is, anything else as JSON). */
   send(msg: unknown): void;
   close(): Promise<void>;
@@ -25,13 +27,17 @@ export async function startHostileServer(): Promise<HostileServer> {
   const received: { method: string; params: unknown }[] = [];
   const sockets: WebSocket[] = [];
   const tokens: string[] = [];
+  const frames = new WeakMap<WebSocket, string[]>();
   wss.on('connection', (ws, req) => {
     tokens.push(new URL(req.url ?? '/', 'http://x').searchParams.get('token') ?? '');
     sockets.push(ws);
+    const mine: string[] = [];
+    frames.set(ws, mine);
     ws.on('message', (data) => {
+      mine.push(data.toString());
       const m = JSON.parse(data.toString()) as { id?: number; method: string; params: unknown };
       received.push({ method: m.method, params: m.params });
-      if (m.id === undefined) return;
+      if (m.id === undefined || m.method === undefined) return;
       const reply = (result: unknown) => ws.send(JSON.stringify({ id: m.id, result }));
       if (m.method === 'initialize') reply({ sessionId: 'hostile' });
       else if (m.method === 'monitor/subscribe') {
@@ -49,6 +55,7 @@ export async function startHostileServer(): Promise<HostileServer> {
     received,
     sockets,
     tokens,
+    framesOf: (ws) => frames.get(ws) ?? [],
     send: (msg) => {
       for (const s of sockets)
         if (s.readyState === WebSocket.OPEN) s.send(typeof msg === 'string' ? msg : JSON.stringify(msg));

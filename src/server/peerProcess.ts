@@ -11,7 +11,8 @@
  *    server's `corral-<tag>`, src/process/cgroup.ts) whose command is sandboxed, or whose command is gone (a daemon it
  *    left behind); without cgroups, the descendants of the sandboxed commands — each with its /proc/<pid>/fd read
  *    for `socket:[inode]`.
- * A socket held by one of them: refused. Only on a new connection, never on process/start; the walk yields to the
+ * A socket held by one of them: refused. Only on a new connection, never on process/start; with no sandboxed command
+ * running and no cgroup left populated by one, nothing is read but the cgroup directories; the walk yields to the
  * event loop as it goes and is bounded in time: past `budgetMs` the server cannot tell, and refuses (a sandboxed
  * fork bomb must not buy a way in by making the walk long).
  *
@@ -20,6 +21,7 @@
  * without cgroups: a `setsid` daemon reparented to init), a socket handed to an unrelated process.
  */
 import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
 import { isIPv4, isIPv6 } from 'node:net';
 import { networkInterfaces } from 'node:os';
 
@@ -84,8 +86,12 @@ function isLocalAddress(address: string): boolean {
   return Object.values(networkInterfaces()).some((list) => list?.some((i) => i.address === a));
 }
 
-/** The inode of the peer's socket (local end = the peer, remote end = us) in our network namespace, or null. */
-export function peerSocketInode(ends: PeerEnds): string | null {
+/**
+ * The inode of the peer's socket (local end = the peer, remote end = us) in our network namespace, or null. Read off
+ * the event loop: the kernel takes ~1.5 ms to print /proc/net/tcp (it walks its whole socket hash), however few
+ * sockets there are.
+ */
+export async function peerSocketInode(ends: PeerEnds): Promise<string | null> {
   const { remoteAddress, remotePort, localAddress, localPort } = ends;
   if (!remoteAddress || !localAddress || !remotePort || !localPort) return null;
   const peer = procNetAddress(remoteAddress);
@@ -98,7 +104,7 @@ export function peerSocketInode(ends: PeerEnds): string | null {
     if (locals.length === 0 || remotes.length === 0) continue;
     let text: string;
     try {
-      text = readFileSync(`/proc/net/${file}`, 'latin1');
+      text = await readFile(`/proc/net/${file}`, 'latin1');
     } catch {
       continue;
     }
@@ -204,9 +210,11 @@ export async function sandboxedPeer(
 ): Promise<string | null> {
   if (process.platform !== 'linux' || !ends.remoteAddress || !isLocalAddress(ends.remoteAddress)) return null;
   const started = performance.now();
-  const inode = peerSocketInode(ends);
-  if (inode === null) return null;
+  // Nothing sandboxed is running (the usual case when a client connects): nothing to look for.
   const pids = sandboxedPids(table);
+  if (pids.length === 0) return null;
+  const inode = await peerSocketInode(ends);
+  if (inode === null) return null;
   const link = `socket:[${inode}]`;
   for (let i = 0; i < pids.length; i++) {
     if (holds(pids[i]!, link)) return `the connection comes from process ${pids[i]}, a sandboxed command's`;

@@ -9,6 +9,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { SecretScrub } from '../../src/process/secretScrub.js';
 import { type Cli, ROOT, startCli } from '../helpers/cli.js';
 import { RpcClient } from '../helpers/client.js';
 import { needsSandbox } from '../helpers/native.js';
@@ -275,5 +276,61 @@ describe('a --ws-token-sha256 token is scrubbed in every form once presented', (
     } finally {
       c.close();
     }
+  });
+});
+
+describe('the scrub under hostile input: deep, wide, huge and malformed values', () => {
+  const TOKEN = base64Token();
+  const scrub = new SecretScrub([TOKEN, base64Token()]);
+  const timed = (env: Record<string, string>) => {
+    const t = performance.now();
+    const r = scrub.scrub(env);
+    return { ...r, ms: performance.now() - t };
+  };
+
+  it('malformed escapes of every kind are kept, never thrown on', () => {
+    const env = {
+      PCT: '%zz%2%%u12%uZZZZ%E0%A4%',
+      BAD_UTF8: '%C3%28%A0%FF%FE',
+      JSON: '\\u12\\uZZZZ\\ud800\\udfff\\x\\u{110000}\\u{}\\777\\',
+      ENT: '&#xFFFFFFFF;&#99999999;&#x;&#;&nosuch;&&;;',
+      NUL: '\0\0%00\\0',
+      SURROGATES: '\ud800\udc00\udfff\ud800',
+    };
+    const r = timed(env);
+    assert.deepEqual(r.removed, []);
+    assert.equal(r.env, env);
+  });
+
+  it('deep: a token encoded 3 times is found; 40 encodings deep costs little and finds nothing more', () => {
+    let v = `ws://127.0.0.1:1/?token=${TOKEN}`;
+    for (let i = 0; i < 3; i++) v = encodeURIComponent(v);
+    assert.deepEqual(timed({ U: v }).removed, ['U']);
+    let deep = TOKEN;
+    for (let i = 0; i < 40; i++) deep = encodeURIComponent(deep);
+    const r = timed({ U: deep.slice(0, 200_000) });
+    assert.ok(r.ms < 500, `${r.ms} ms`);
+  });
+
+  it('huge: 1 MiB values of escapes, and a token at the end of one, in bounded time', () => {
+    const env = {
+      A: '%25'.repeat(350_000),
+      B: '\\\\'.repeat(500_000),
+      C: '&#38;'.repeat(200_000),
+      D: `${'%41'.repeat(300_000)}${encodeURIComponent(TOKEN)}`,
+    };
+    const r = timed(env);
+    assert.deepEqual(r.removed, ['D']);
+    assert.ok(r.ms < 3000, `${r.ms} ms`);
+  });
+
+  it('wide: 10 000 variables, one holding the token JSON-escaped', () => {
+    const env: Record<string, string> = {};
+    for (let i = 0; i < 10_000; i++) env[`V${i}`] = `%2F\\/&amp;${i}-${'x'.repeat(40)}`;
+    env.HIDDEN = JSON.stringify(TOKEN).replace(/\//g, '\\/');
+    const r = timed(env);
+    assert.deepEqual(r.removed, ['HIDDEN']);
+    assert.equal(Object.keys(r.env).length, 10_000);
+    assert.ok(r.ms < 2000, `${r.ms} ms`);
   });
 });

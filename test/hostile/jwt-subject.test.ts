@@ -3,6 +3,7 @@
 // session and read its output; and a `sub`/`iss` that is a number, an object or an array was accepted. Through the
 // real CLI on loopback, with HS256 tokens that the server's own shared secret signs.
 import assert from 'node:assert/strict';
+import { createHmac } from 'node:crypto';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
@@ -19,6 +20,13 @@ const sign = (claims: Record<string, unknown>) =>
 const bearer = async (claims: Record<string, unknown>) => ({
   headers: { authorization: `Bearer ${await sign({ exp: now() + 120, ...claims })}` },
 });
+/** A token signed by hand over any payload text (jose's signer refuses what a hostile issuer would send). */
+const rawBearer = (payload: string) => {
+  const head = Buffer.from('{"alg":"HS256","typ":"JWT"}').toString('base64url');
+  const body = Buffer.from(payload).toString('base64url');
+  const sig = createHmac('sha256', SECRET).update(`${head}.${body}`).digest('base64url');
+  return { headers: { authorization: `Bearer ${head}.${body}.${sig}` } };
+};
 
 describe('JWT subjects do not collide (issue 30 item 4)', () => {
   let dir: string;
@@ -122,6 +130,7 @@ describe('JWT subjects do not collide (issue 30 item 4)', () => {
       { iss: null, sub: 'alice' },
       { iss: 'a', sub: { toString: 'x' } },
       { iss: 'a'.repeat(4000), sub: [['deep']] },
+      { sub: Object.fromEntries(Array.from({ length: 600 }, (_, i) => [`k${i}`, i])) },
     ];
     for (const claims of hostile) {
       assert.equal(
@@ -130,8 +139,25 @@ describe('JWT subjects do not collide (issue 30 item 4)', () => {
         JSON.stringify(claims).slice(0, 80),
       );
     }
+    // Payloads a hostile issuer could sign: deep, wide, malformed, not an object.
+    const exp = now() + 120;
+    for (const payload of [
+      `{"exp":${exp},"sub":${'['.repeat(5000)}${']'.repeat(5000)}}`,
+      `{"exp":${exp},"iss":${'{"a":'.repeat(1500)}1${'}'.repeat(1500)},"sub":"x"}`,
+      `{"exp":${exp},"sub":"x","sub":{"a":1}}`,
+      `{"exp":${exp},"sub":`,
+      `[{"exp":${exp},"sub":"x"}]`,
+      `"{"sub":"x"}"`,
+      'null',
+      '',
+    ])
+      assert.equal(await upgradeStatus(cli.url!, rawBearer(payload)), 401, payload.slice(0, 60));
     // The same tokens with string claims get in.
     assert.equal(await upgradeStatus(cli.url!, await bearer({ iss: 'a', sub: 'alice' })), 101);
     assert.equal(await upgradeStatus(cli.url!, await bearer({ sub: 'alice' })), 101);
+    // Deeply nested claims beside string ones are no reason to refuse (nor to fail).
+    const nested = `${'{"a":'.repeat(1500)}1${'}'.repeat(1500)}`;
+    const deepOk = rawBearer(`{"exp":${exp},"iss":"a","sub":"b","nested":${nested}}`);
+    assert.equal(await upgradeStatus(cli.url!, deepOk), 101);
   });
 });

@@ -129,6 +129,20 @@ describe('fleet panel and a hostile joined server', () => {
     assert.equal(await page.locator('tr[data-process-id="too-big"]').count(), 0);
   });
 
+  test('a message nested past the bound drops the link: the Servers view says why', async () => {
+    const page = browser.page;
+    evil.send(
+      `{"method":"monitor/batch","params":{"processes":[${'['.repeat(30_000)}${']'.repeat(30_000)}]}}`,
+    );
+    await page.click('button[data-view="servers"]');
+    const dropped = page.locator(
+      '[data-testid="servers-table"] tr[data-server="s1"] [data-testid="dropped"]',
+    );
+    await dropped.waitFor({ timeout: 15_000 });
+    assert.match(await visibleText(dropped), /dropped .*nesting deeper than 64 levels/);
+    await page.click('button[data-view="processes"]');
+  });
+
   test('no page errors', () => {
     assert.deepEqual(browser.errors, []);
   });

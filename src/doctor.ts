@@ -22,6 +22,7 @@ import type { LaunchSpec } from './process/launch.js';
 import { spawnPiped } from './process/spawner.js';
 import type { DoctorCheck, DoctorReport, PolicyOutcome } from './protocol/doctor.js';
 import { parseSandboxParam } from './protocol/sandbox.js';
+import { escapeTerminalLines, terminalJson } from './protocol/terminalText.js';
 import { type PrepareOptions, prepareLaunch, SandboxSetupError } from './sandbox/index.js';
 
 type CheckStatus = DoctorCheck['status'];
@@ -202,6 +203,7 @@ export function formatDoctor(r: DoctorReport): string {
 /** `corral doctor [--json]`: prints the report; exit status 1 when some policy type cannot be sandboxed here. */
 export async function doctorCommand(o: { json: boolean; sandbox: PrepareOptions }): Promise<number> {
   const r = await doctorReport(o.sandbox);
-  process.stdout.write(o.json ? `${JSON.stringify(r, null, 2)}\n` : formatDoctor(r));
+  // What the checks quote (a tool's stderr, a path) reaches the terminal escaped (terminalText.ts).
+  process.stdout.write(o.json ? `${terminalJson(r, 2)}\n` : escapeTerminalLines(formatDoctor(r)));
   return r.policies.some((p) => p.sandbox === 'refused') ? 1 : 0;
 }

@@ -3,6 +3,7 @@
  * that survives a structured clone. Times are ms since the epoch. Env values never appear here, only names.
  */
 import type { FsOperation } from '../protocol/audit.js';
+import type { Truncations } from './caps.js';
 
 export interface SessionRecord {
   kind: 'session';
@@ -10,6 +11,8 @@ export interface SessionRecord {
   sessionId: string;
   clientName: string;
   event: 'connect' | 'resume' | 'detach' | 'end';
+  /** What was cut to fit the caps (caps.ts): `clientName`. */
+  truncated?: Truncations;
 }
 
 export interface ProcessStartRecord {
@@ -27,6 +30,8 @@ export interface ProcessStartRecord {
   network: Record<string, unknown> | null;
   metadata: Record<string, unknown> | null;
   pid: number;
+  /** What was cut to fit the caps (caps.ts): `argv`, `envNames`, `clientName`. */
+  truncated?: Truncations;
 }
 
 export interface ProcessExitRecord {
@@ -87,6 +92,8 @@ export interface ApprovalRecord {
   protocol: string;
   method: string | null;
   released: number;
+  /** What was cut to fit the caps (caps.ts): `command`. */
+  truncated?: Truncations;
 }
 
 export interface FsRecord {
@@ -100,6 +107,8 @@ export interface FsRecord {
   bytes: number | null;
   outcome: 'allowed' | 'refused' | 'failed';
   error: string | null;
+  /** What was cut to fit the caps (caps.ts): `clientName`, `path`, `destination`, `error`. */
+  truncated?: Truncations;
 }
 
 export type AuditRecord =

@@ -2,9 +2,14 @@
  * `corral audit export`: every stored event as JSON Lines, oldest first, one object per line. Every object has
  * `type` (session | process | network | approval | fs) and `time` (ISO 8601); process objects carry argv, cwd,
  * exitCode, sandboxType, … and their stored output as base64; network objects host, port, decision, reason, ….
- * Reads the database read-only (a running server may keep writing it meanwhile).
+ * An object whose text was cut when stored (caps.ts) has `truncated`: per field, its original size.
+ * Reads the database read-only (a running server may keep writing it meanwhile); a version 1 database as it is.
+ *
+ * The lines go to a terminal as often as to a file: written with `terminalJson`, no control, bidirectional or
+ * line-separator character is raw in them (each is `\uXXXX`: the same value once parsed).
  */
 import type { AuditEventType } from '../protocol/audit.js';
+import { terminalJson } from '../protocol/terminalText.js';
 import { parseJson, type Row, toItem } from './rowItems.js';
 import { EVENT_TABLES } from './schema.js';
 import type { SqliteDatabase } from './sqliteDriver.js';
@@ -34,6 +39,8 @@ export function exportObject(type: AuditEventType, row: Row): Record<string, unk
     out.outputOmittedBytes = typeof row.omitted === 'number' ? row.omitted : out.outputBytes;
   }
   if (type === 'network') out.metadata = parseJson(row.metadata, null);
+  const truncated = parseJson(row.truncated, null);
+  if (truncated !== null) out.truncated = truncated;
   return out;
 }
 
@@ -64,7 +71,7 @@ function* storedRows(
   }
   const from =
     type === 'process'
-      ? `SELECT p.*, d.argv, d.env_names, d.policy, d.network, d.metadata, o.head, o.tail, o.omitted
+      ? `SELECT p.*, d.*, o.head, o.tail, o.omitted
            FROM processes p LEFT JOIN process_details d ON d.process = p.id
            LEFT JOIN process_output o ON o.process = p.id`
       : `SELECT e.* FROM ${t.table} e`;
@@ -112,7 +119,7 @@ export async function writeJsonl(
   let n = 0;
   for (const obj of exportObjects(db, filter)) {
     n++;
-    if (!out.write(`${JSON.stringify(obj)}\n`)) await new Promise<void>((r) => out.once('drain', () => r()));
+    if (!out.write(`${terminalJson(obj)}\n`)) await new Promise<void>((r) => out.once('drain', () => r()));
   }
   return n;
 }

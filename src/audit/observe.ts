@@ -4,7 +4,8 @@
  * builds a plain record and hands it to the sink, which only queues it: nothing here touches the disk.
  *
  * What is recorded never includes an env value (names only); policy summaries and metadata go through the monitor's
- * redaction (secret-looking fields removed).
+ * redaction (secret-looking fields removed). Text a client chose (argv, env names, client names, fs paths) is capped
+ * here, before it crosses to the worker (caps.ts), each cut marked in the record's `truncated`.
  */
 
 import type { NetworkEvents } from '../network/events.js';
@@ -17,7 +18,8 @@ import { auditMetadataOf, type NetworkAuditEvent } from '../protocol/network.js'
 import type { FsCallEvent } from '../server/events.js';
 import type { ExecServer } from '../server/execServer.js';
 import type { Session } from '../server/session.js';
-import type { AuditRecord, FsRecord } from './events.js';
+import { capList, capText, type Truncation, truncations } from './caps.js';
+import type { AuditRecord, FsRecord, SessionRecord } from './events.js';
 import type { AuditSink } from './trail.js';
 
 /** fs/* requests that change files: recorded always. Reads are recorded only when the sandbox context refused them. */
@@ -80,24 +82,31 @@ function fsRecord(e: FsCallEvent): FsRecord | null {
   const path = typeof p.path === 'string' ? p.path : typeof p.sourcePath === 'string' ? p.sourcePath : null;
   if (path === null) return null;
   const data = typeof p.dataBase64 === 'string' ? p.dataBase64 : null;
+  const cut: Record<string, Truncation> = {};
+  const clientName = e.session?.clientName ?? null;
+  const destination = typeof p.destinationPath === 'string' ? p.destinationPath : null;
+  const error = e.error?.message ?? null;
   return {
     kind: 'fs',
     time: e.time,
     sessionId: e.session?.id ?? null,
-    clientName: e.session?.clientName ?? null,
+    clientName: clientName === null ? null : capText(clientName, 'clientName', cut),
     op: e.method.slice('fs/'.length) as FsOperation,
-    path,
-    destination: typeof p.destinationPath === 'string' ? p.destinationPath : null,
+    path: capText(path, 'path', cut),
+    destination: destination === null ? null : capText(destination, 'destination', cut),
     bytes:
       data !== null
         ? Math.floor((data.length * 3) / 4) - (data.endsWith('==') ? 2 : data.endsWith('=') ? 1 : 0)
         : null,
     outcome: e.error === null ? 'allowed' : e.refused ? 'refused' : 'failed',
-    error: e.error?.message ?? null,
+    error: error === null ? null : capText(error, 'error', cut),
+    truncated: truncations(cut),
   };
 }
 
 function approvalRecord(e: ApprovalAuditEvent): AuditRecord {
+  const cut: Record<string, Truncation> = {};
+  const command = e.command === null ? null : capList(e.command, 'command', cut);
   const scope =
     e.decision === null
       ? null
@@ -124,12 +133,13 @@ function approvalRecord(e: ApprovalAuditEvent): AuditRecord {
     decidedBy,
     sessionId: e.sessionId,
     processId: e.processId,
-    command: e.command,
+    command,
     host: e.host,
     port: e.port,
     protocol: e.protocol,
     method: e.method,
     released: e.released,
+    truncated: truncations(cut),
   };
 }
 
@@ -155,6 +165,20 @@ function networkRecord(e: NetworkAuditEvent): AuditRecord {
   };
 }
 
+/** A session event's record, its client name capped. */
+function sessionRecord(s: Session, event: SessionRecord['event']): SessionRecord {
+  const cut: Record<string, Truncation> = {};
+  const clientName = capText(s.clientName, 'clientName', cut);
+  return {
+    kind: 'session',
+    time: Date.now(),
+    sessionId: s.id,
+    clientName,
+    event,
+    truncated: truncations(cut),
+  };
+}
+
 /** Subscribes the sink to everything the server does. */
 export function observeServer(server: ExecServer, sink: AuditSink): AuditObserver {
   const open = new Map<string, Session>();
@@ -169,8 +193,7 @@ export function observeServer(server: ExecServer, sink: AuditSink): AuditObserve
   };
 
   const onSession = (kind: 'created' | 'attached' | 'detached' | 'expired', s: Session) => {
-    const record = (event: 'connect' | 'resume' | 'detach' | 'end') =>
-      sink.record({ kind: 'session', time: Date.now(), sessionId: s.id, clientName: s.clientName, event });
+    const record = (event: SessionRecord['event']) => sink.record(sessionRecord(s, event));
     if (kind === 'created') {
       fresh.add(s.id);
       open.set(s.id, s);
@@ -192,21 +215,23 @@ export function observeServer(server: ExecServer, sink: AuditSink): AuditObserve
     if (kind === 'started') {
       if (sink.outputBytes > 0) p.keepHead(sink.outputBytes);
       const summary = p.launch.summary;
+      const cut: Record<string, Truncation> = {};
       sink.record({
         kind: 'processStart',
         time: p.startedAt,
         sessionId,
         processId,
-        clientName: p.info.clientName,
-        argv: p.info.argv,
+        clientName: capText(p.info.clientName, 'clientName', cut),
+        argv: capList(p.info.argv, 'argv', cut),
         cwd: p.info.cwd,
         tty: p.info.tty,
-        envNames: Object.keys(p.launch.spec.env).sort(),
+        envNames: capList(Object.keys(p.launch.spec.env).sort(), 'envNames', cut),
         sandboxType: p.sandboxType,
         policy: summary ? (redact(summary) as Record<string, unknown>) : null,
         network: networkSummary(proxySpec(sessionId, processId)),
         metadata: p.info.metadata ? (redact(p.info.metadata) as Record<string, unknown>) : null,
         pid: p.pid,
+        truncated: truncations(cut),
       });
       return;
     }
@@ -272,15 +297,7 @@ export function observeServer(server: ExecServer, sink: AuditSink): AuditObserve
       offs.push(bus.on('audit', (e) => sink.record(networkRecord(e))));
     },
     end() {
-      for (const s of open.values()) {
-        sink.record({
-          kind: 'session',
-          time: Date.now(),
-          sessionId: s.id,
-          clientName: s.clientName,
-          event: 'end',
-        });
-      }
+      for (const s of open.values()) sink.record(sessionRecord(s, 'end'));
       open.clear();
       for (const off of offs) off();
       offs.length = 0;

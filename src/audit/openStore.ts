@@ -5,7 +5,7 @@
  * cache. A power cut may lose the last commits (never the file itself).
  */
 import { inspectHeader, moveAside, prepareDirectory, prepareFile, unsafePlace } from './dbFile.js';
-import { MIGRATIONS, SCHEMA_VERSION } from './schema.js';
+import { MIGRATIONS, READABLE_FROM_VERSION, SCHEMA_VERSION } from './schema.js';
 import { type SqliteDatabase, sqlite } from './sqliteDriver.js';
 import { AuditStore } from './store.js';
 
@@ -157,7 +157,7 @@ export function openAuditStore(path: string, opts: StoreOptions = {}): AuditStor
       ? (db.pragma('user_version', { simple: true }) as number)
       : migrate(db, path);
     if (version > SCHEMA_VERSION) throw newerError(path, version);
-    if (opts.readonly && version < SCHEMA_VERSION)
+    if (opts.readonly && version < READABLE_FROM_VERSION)
       throw new AuditDbError(
         `${path} has schema version ${version}; open it with the server once to migrate`,
         path,

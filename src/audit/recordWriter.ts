@@ -23,14 +23,15 @@ export class RecordWriter {
 
   constructor(db: SqliteDatabase) {
     this.insertSession = db.prepare(
-      'INSERT INTO sessions (time, session_id, client_name, event) VALUES (?, ?, ?, ?)',
+      'INSERT INTO sessions (time, session_id, client_name, event, truncated) VALUES (?, ?, ?, ?, ?)',
     );
     this.insertProcess = db.prepare(
       `INSERT OR IGNORE INTO processes (session_id, process_id, client_name, command, cwd, tty, pid, sandbox_type,
          started_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     );
     this.insertDetails = db.prepare(
-      'INSERT OR REPLACE INTO process_details (process, argv, env_names, policy, network, metadata) VALUES (?, ?, ?, ?, ?, ?)',
+      `INSERT OR REPLACE INTO process_details (process, argv, env_names, policy, network, metadata, truncated)
+         VALUES (?, ?, ?, ?, ?, ?, ?)`,
     );
     this.updateExit = db.prepare(
       `UPDATE processes SET exited_at = ?, exit_code = ?, signal = ?, sandbox_denied = ?, limit_hit = ?
@@ -48,11 +49,11 @@ export class RecordWriter {
     );
     this.insertApproval = db.prepare(
       `INSERT INTO approvals (time, kind, prompt_id, decision, scope, decided_by, session_id, process_id, command,
-         host, port, protocol, method, released) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+         host, port, protocol, method, released, truncated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     );
     this.insertFs = db.prepare(
-      `INSERT INTO fs_events (time, session_id, client_name, op, path, destination, bytes, outcome, error)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      `INSERT INTO fs_events (time, session_id, client_name, op, path, destination, bytes, outcome, error, truncated)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     );
     this.writeBatch = db.transaction((records: readonly AuditRecord[]) => {
       for (const r of records) this.writeOne(r);
@@ -67,7 +68,7 @@ export class RecordWriter {
   private writeOne(r: AuditRecord): void {
     switch (r.kind) {
       case 'session':
-        this.insertSession.run(r.time, r.sessionId, r.clientName, r.event);
+        this.insertSession.run(r.time, r.sessionId, r.clientName, r.event, json(r.truncated));
         return;
       case 'processStart':
         this.writeStart(r);
@@ -112,6 +113,7 @@ export class RecordWriter {
           r.protocol,
           r.method,
           r.released,
+          json(r.truncated),
         );
         return;
       case 'fs':
@@ -125,6 +127,7 @@ export class RecordWriter {
           r.bytes,
           r.outcome,
           r.error,
+          json(r.truncated),
         );
         return;
     }
@@ -150,6 +153,7 @@ export class RecordWriter {
       json(r.policy),
       json(r.network),
       json(r.metadata),
+      json(r.truncated),
     );
   }
 

@@ -6,6 +6,10 @@
  * Processes are split in three tables so that the list and its text search scan only narrow rows: `processes`
  * (what a list shows and filters on, `command` = argv joined by spaces, for the search), `process_details` (argv,
  * env names, policy, network, metadata as JSON) and `process_output` (the first and last bytes of output).
+ *
+ * Version 2 adds `truncated` (JSON, null when nothing was cut) where a row holds text a client chose that is capped
+ * (caps.ts): each field cut, with its original size. A version 1 database is still read as it is (export: no column,
+ * nothing was marked) and migrated when the server opens it for writing.
  */
 export const MIGRATIONS: readonly string[] = [
   // 0 → 1
@@ -114,7 +118,17 @@ export const MIGRATIONS: readonly string[] = [
   CREATE INDEX fs_events_time ON fs_events(time);
   CREATE INDEX fs_events_session ON fs_events(session_id, time);
   `,
+  // 1 → 2
+  `
+  ALTER TABLE sessions ADD COLUMN truncated TEXT;
+  ALTER TABLE process_details ADD COLUMN truncated TEXT;
+  ALTER TABLE approvals ADD COLUMN truncated TEXT;
+  ALTER TABLE fs_events ADD COLUMN truncated TEXT;
+  `,
 ];
+
+/** The oldest version a read-only reader (the export) still understands: every column it needs is there. */
+export const READABLE_FROM_VERSION = 1;
 
 export const SCHEMA_VERSION = MIGRATIONS.length;
 

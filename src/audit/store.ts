@@ -13,14 +13,13 @@ import { EVENT_TABLES } from './schema.js';
 import type { SqliteDatabase } from './sqliteDriver.js';
 
 export class AuditStore {
-  private readonly writer: RecordWriter;
+  /** Prepared on the first write: a read-only store (the export) may hold an older schema the writes do not fit. */
+  private writer: RecordWriter | null = null;
 
   constructor(
     readonly db: SqliteDatabase,
     readonly path: string,
-  ) {
-    this.writer = new RecordWriter(db);
-  }
+  ) {}
 
   get schemaVersion(): number {
     return this.db.pragma('user_version', { simple: true }) as number;
@@ -34,6 +33,7 @@ export class AuditStore {
 
   /** Writes a batch in one transaction. */
   write(records: readonly AuditRecord[]): void {
+    this.writer ??= new RecordWriter(this.db);
     this.writer.write(records);
   }
 

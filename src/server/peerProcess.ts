@@ -167,7 +167,13 @@ function sandboxedPids(table: CommandTable): number[] {
   const roots = new Set(commands.filter((c) => c.sandboxed).map((c) => c.pid));
   if (roots.size === 0) return [];
   const parent = new Map<number, number>();
-  for (const d of readdirSync('/proc')) {
+  let all: string[];
+  try {
+    all = readdirSync('/proc');
+  } catch {
+    return [];
+  }
+  for (const d of all) {
     if (!/^\d+$/.test(d)) continue;
     const pp = ppidOf(Number(d));
     if (pp !== null) parent.set(Number(d), pp);

@@ -12,9 +12,11 @@ import {
   addonCheck,
   bwrapCheck,
   cgroupCheck,
+  cgroupSandboxCheck,
   containerEvidence,
   landlockCheck,
   panelCheck,
+  pidsBudgetCheck,
   seccompCheck,
   usernsChecks,
 } from './doctorChecks.js';
@@ -143,7 +145,7 @@ export async function doctorReport(opts: PrepareOptions = {}): Promise<DoctorRep
   if (process.platform === 'linux') {
     const b = await bwrapCheck();
     checks.push(b.check, ...usernsChecks(b.works, inContainer), landlockCheck(inContainer), seccompCheck());
-    checks.push(cgroupCheck(), ...addonCheck());
+    checks.push(cgroupCheck(), cgroupSandboxCheck(), pidsBudgetCheck(), ...addonCheck());
     const base = process.env.XDG_RUNTIME_DIR?.startsWith('/') ? process.env.XDG_RUNTIME_DIR : os.tmpdir();
     const dir = mkdtempSync(join(base, 'corral-doctor-'));
     const ws = join(dir, 'ws');

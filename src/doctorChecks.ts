@@ -7,6 +7,7 @@ import { accessSync, constants, existsSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { sandboxLauncher } from './platform/sandbox.js';
+import { cgroupHostIfSetUp, cgroupMountPoints, pidsBudget } from './process/cgroup.js';
 import { nativeLoadError, spawnerKind } from './process/spawner.js';
 import type { DoctorCheck } from './protocol/doctor.js';
 import { landlockSupport } from './sandbox/linux/landlockNative.js';
@@ -242,6 +243,51 @@ export function cgroupCheck(): DoctorCheck {
     status: v1 ? 'info' : 'missing',
     detail: v1 ? 'cgroup v1 (pids and memory hierarchies)' : 'no cgroup filesystem found',
     ...(v1 ? {} : { fix: 'mount cgroup2 on /sys/fs/cgroup (systemd does by default)' }),
+  };
+}
+
+/**
+ * Issue 30: every cgroup filesystem is read-only to every sandbox (a writable one lets a command leave its cgroup, and
+ * on v1 `release_agent` runs a program as root): bubblewrap mounts them read-only, Landlock carves them out of every
+ * writable root and refuses a writable root inside one (src/sandbox/linux/landlock.ts).
+ */
+export function cgroupSandboxCheck(): DoctorCheck {
+  const mounts = cgroupMountPoints();
+  return {
+    id: 'cgroup-sandbox',
+    title: 'cgroups in sandboxes',
+    status: mounts.length > 0 ? 'ok' : 'info',
+    detail:
+      mounts.length > 0
+        ? `${mounts.join(', ')}: read-only in every sandbox (bubblewrap mounts ${mounts.length > 1 ? 'them' : 'it'} read-only; Landlock carves ${mounts.length > 1 ? 'them' : 'it'} out of every writable root, and refuses a writable root inside)`
+        : 'no cgroup filesystem is mounted: nothing to carve out',
+  };
+}
+
+/**
+ * Issue 30: the pids budget of all commands together (src/process/cgroup.ts, "Pids budget"), and what enforces it: the
+ * running server's own (host/info), or, from the command line, what a server started here would do.
+ */
+export function pidsBudgetCheck(): DoctorCheck {
+  const live = cgroupHostIfSetUp();
+  const b = live?.budget ?? pidsBudget();
+  const from =
+    b.nproc !== null
+      ? `RLIMIT_NPROC ${b.nproc} less the ${b.uidTasks} tasks uid ${process.getuid?.() ?? '?'} has less ${b.headroom} kept for the server`
+      : `half of the ${b.systemFree} tasks the system has left; RLIMIT_NPROC does not bind this user`;
+  const childLimit = b.childNproc !== null ? `each child's RLIMIT_NPROC (${b.childNproc})` : null;
+  const enforced = live
+    ? live.budget.enforcedBy === 'cgroup'
+      ? `enforced as the pids.max of ${live.status.dirs.join(', ')}`
+      : live.budget.enforcedBy === 'rlimit'
+        ? `no pids cgroup: enforced as ${childLimit}`
+        : 'not enforced: no pids cgroup, and RLIMIT_NPROC does not bind this user'
+    : `enforced as the pids.max of the commands' parent cgroup where the server can use cgroups (see cgroups), else ${childLimit ?? 'not at all (no cgroup, and RLIMIT_NPROC does not bind this user)'}`;
+  return {
+    id: 'pids-budget',
+    title: 'pids budget',
+    status: live && live.budget.enforcedBy === null ? 'info' : 'ok',
+    detail: `all commands together: at most ${b.total} processes (${from}); one command: ${b.perCommand} by default; ${enforced}`,
   };
 }
 

@@ -342,6 +342,10 @@ export function setupCgroups(mode = process.env.CORRAL_CGROUPS): CgroupHost {
 }
 
 let host: CgroupHost | null = null;
+/** This process's cgroups if they were set up (a server), else null (`corral doctor`: it only reads the system). */
+export function cgroupHostIfSetUp(): CgroupHost | null {
+  return host;
+}
 /** This process's cgroups, set up on first use; removed at exit (and by the group watchdog if we die). */
 export function cgroupHost(): CgroupHost {
   if (!host) {

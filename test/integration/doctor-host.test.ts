@@ -29,6 +29,22 @@ test('host/doctor is the doctor report, made with the server sandbox options, fo
     const ids = d.checks.map((c) => c.id);
     for (const id of ['bwrap', 'landlock', 'seccomp', 'cgroup', 'addon', 'launcher', 'panel'])
       assert.ok(ids.includes(id), ids.join(' '));
+    // Issue 30: the cgroup mounts every sandbox sees read-only, and the pids budget this host enforces.
+    assert.match(
+      d.checks.find((c) => c.id === 'cgroup-sandbox')?.detail ?? '',
+      /read-only in every sandbox|no cgroup/,
+    );
+    const budget = d.checks.find((c) => c.id === 'pids-budget')?.detail ?? '';
+    const info = (await panel.request('host/info', {})) as {
+      resourceLimits: { pidsMax: number | null; dirs: string[] };
+    };
+    const { pidsMax, dirs } = info.resourceLimits;
+    if (pidsMax !== null)
+      assert.ok(
+        budget.includes(`one command: ${pidsMax} by default; enforced as the pids.max of ${dirs.join(', ')}`),
+        budget,
+      );
+    else assert.match(budget, /no pids cgroup/);
     const legacy = d.policies.find((p) => p.policy === 'useLegacyLandlock (workspace-write)');
     assert.equal(legacy?.sandbox, 'landlock', JSON.stringify(d.policies));
     // Asked again: the same report (made once per host).

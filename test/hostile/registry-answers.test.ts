@@ -312,6 +312,39 @@ describe('registry redirects: only a 307/308 within its origin is followed, re-s
     assert.equal(trap.connections, connected);
   });
 
+  it('a redirect at the link handshake is not followed: the executor retries its own URL, nothing reaches the target', async () => {
+    const connected = trap.connections;
+    const reg = await startRegistry((req, res) =>
+      json(res, 200, ok(`ws://127.0.0.1:${req.socket.localPort}/relay`)),
+    );
+    servers.push(reg.server);
+    let upgrades = 0;
+    reg.server.on('upgrade', (_req, socket) => {
+      upgrades++;
+      socket.end(
+        `HTTP/1.1 302 Found\r\nLocation: ws://127.0.0.2:${trap.port}/steal\r\nContent-Length: 0\r\n\r\n`,
+      );
+    });
+    const server = new ExecServer({ resumeGraceMs: 100 });
+    const auth = bearerAuth(BEARER);
+    const registry = new RegistryClient(reg.url, ENV, auth);
+    const executor = startDirectExecutor(server, {
+      registry,
+      auth,
+      log: server.log,
+      initialRetryMs: 20,
+      maxRetryMs: 40,
+    });
+    try {
+      await until(() => upgrades >= 3, 10_000);
+    } finally {
+      executor.stop();
+      await executor.done.catch(() => {});
+      await server.shutdown();
+    }
+    assert.equal(trap.connections, connected);
+  });
+
   it('a same-origin 307 is followed with the body, re-signed; 303 and loops are refused', async () => {
     const bodies: string[] = [];
     const reg = await startRegistry((req, res, body) => {

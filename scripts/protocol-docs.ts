@@ -267,7 +267,7 @@ function reference(): string {
     '',
     '**Handshake.** `initialize` first (once per connection), then the notification `initialized`; any other request before them is -32600. An unknown method is -32601, before any of that.',
     '',
-    "**Who may call.** An *agent* (a client holding the agent token, or the stdio client) may call the exec-server methods, on the sessions it created. A *panel* (the desktop app's window, or a client holding the panel token) may call everything, on every session; the other methods are refused to an agent with -32600.",
+    "**Who may call.** An *agent* (a client holding the agent token, or the stdio client) may call the exec-server methods, on the sessions it created. A *panel* (the desktop app's window, or a client holding the panel token) may call everything, on every session; the other methods are refused to an agent with -32600. The watching panel credential of `corral exec-server --panel-token-file` (what a fleet host holds) may call the panel methods only: the exec-server methods are refused to it with -32600.",
     '',
     "Members that the seed protocol (`openai/codex@1e0207cc`) does not have are marked with the Codex release that added them (*since*), or as **Corral**'s own. JSON Schemas of every shape: [docs/schema/](schema/).",
     '',

@@ -154,11 +154,11 @@ export class ServerMirror {
     this.costs.delete(rec);
   }
 
-  /** Whether `cost` more fits the budget once what can be forgotten is (flagging the server if anything was). */
+  /** Whether `cost` more fits the budget once what can be forgotten is (flagging the server when it did not fit). */
   private makeRoom(cost: number): boolean {
     while (this.kept + cost > this.limits.keptBytes) {
-      if (!this.forgetOne()) return false;
       this.overBudget = true;
+      if (!this.forgetOne()) return false;
     }
     return true;
   }
@@ -232,14 +232,17 @@ export class ServerMirror {
 
   private upsert(rows: MonitorProcess[]): void {
     for (const row of rows) {
-      const cost = this.measure('process row', row, this.limits.rowBytes, [row.metadata, row.policy]);
-      if (cost === null) continue;
       const rec = tag(this.id, row);
       delete rec.stale;
+      const cost = this.measure('process row', rec, this.limits.rowBytes, [rec.metadata, rec.policy]);
+      if (cost === null) continue;
       const k = `${rec.sessionId}\u0000${rec.processId}`;
       if (!this.processes.has(k) && this.processes.size >= this.limits.processes) this.evictOne();
       this.forgetProcess(k);
-      if (!this.makeRoom(cost)) continue;
+      if (!this.makeRoom(cost)) {
+        this.reject('a process row over the budget the host keeps per server');
+        continue;
+      }
       this.processes.set(k, this.charge(rec, cost));
       this.confirmed?.add(k);
       this.relay.relayProcess(rec);
@@ -267,9 +270,9 @@ export class ServerMirror {
     for (const [k, p] of this.processes) {
       if (confirmed.has(k) || p.stale) continue;
       const rec = { ...p, stale: true };
-      const cost = this.costs.get(p) ?? 0;
+      const m = measureJson(rec, { maxDepth: ROW_DEPTH, maxValues: Number.MAX_SAFE_INTEGER });
       this.credit(p);
-      this.processes.set(k, this.charge(rec, cost));
+      this.processes.set(k, this.charge(rec, m.bytes + VALUE_BYTES * m.values));
       this.relay.relayProcess(rec);
     }
   }

@@ -10,6 +10,7 @@ import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { SecretScrub } from '../../src/process/secretScrub.js';
+import { type Host, startHost } from '../../src/server/host.js';
 import { type Cli, ROOT, startCli } from '../helpers/cli.js';
 import { RpcClient } from '../helpers/client.js';
 import { needsSandbox } from '../helpers/native.js';
@@ -271,6 +272,63 @@ describe('a --ws-token-sha256 token is scrubbed in every form once presented', (
       assert.match(out, /KEEP_ME=kept/);
       assert.deepEqual(
         out.split('\n').filter((l) => l.startsWith('AGENT_')),
+        [],
+      );
+    } finally {
+      c.close();
+    }
+  });
+});
+
+describe('a host: its own tokens and its --join credentials in every form never reach a child', () => {
+  let dir: string;
+  let remote: Cli;
+  let host: Host;
+  const JOINED = base64Token();
+  const tokens = { agent: base64Token(), panel: base64Token() };
+  before(async () => {
+    dir = mkdtempSync('/tmp/corral-leak-join-');
+    const file = (n: string, t: string) => {
+      const f = join(dir, n);
+      writeFileSync(f, `${t}\n`, { mode: 0o600 });
+      return f;
+    };
+    remote = await startCli([
+      'exec-server',
+      '--listen',
+      'ws://127.0.0.1:0',
+      '--ws-token-file',
+      file('agent', base64Token()),
+      '--panel-token-file',
+      file('panel', JOINED),
+      '--no-audit',
+    ]);
+    host = await startHost({
+      tokens,
+      join: [{ url: remote.url!, token: JOINED }],
+      fleet: { backoffMs: [100, 1000] },
+    });
+  });
+  after(async () => {
+    await host?.shutdown();
+    await remote?.stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it("the agent token, the panel token and the joined server's credential are scrubbed", async () => {
+    const c = await RpcClient.open(host.execUrl);
+    try {
+      const base = host.listener.url;
+      const env = {
+        ...forms('AGENT', tokens.agent, base),
+        ...forms('PANEL', tokens.panel, base),
+        ...forms('JOINED', JOINED, remote.url!),
+        KEEP_ME: 'kept',
+      };
+      const out = await run(c, 'env', ['/usr/bin/env'], { env });
+      assert.match(out, /KEEP_ME=kept/);
+      assert.deepEqual(
+        out.split('\n').filter((l) => /^(AGENT|PANEL|JOINED)_/.test(l)),
         [],
       );
     } finally {

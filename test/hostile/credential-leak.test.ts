@@ -28,6 +28,13 @@ function base64Token(): string {
   }
 }
 
+/** A 0600 file holding `token`, as --ws-token-file and --panel-token-file want it. */
+function secretFile(dir: string, name: string, token: string): string {
+  const f = join(dir, name);
+  writeFileSync(f, `${token}\n`, { mode: 0o600 });
+  return f;
+}
+
 /** Every form a client could forward a credential in, each in a variable of its own. */
 function forms(name: string, t: string, url: string): Record<string, string> {
   const pct = encodeURIComponent(t);
@@ -100,11 +107,7 @@ describe('credentials in any encoding never reach a child (issue 30 item 1)', ()
   before(async () => {
     dir = mkdtempSync('/tmp/corral-leak-');
     chmodSync(dir, 0o755);
-    const file = (n: string, t: string) => {
-      const f = join(dir, n);
-      writeFileSync(f, `${t}\n`, { mode: 0o600 });
-      return f;
-    };
+    const file = (n: string, t: string) => secretFile(dir, n, t);
     cli = await startCli([
       'exec-server',
       '--listen',
@@ -288,11 +291,7 @@ describe('a host: its own tokens and its --join credentials in every form never 
   const tokens = { agent: base64Token(), panel: base64Token() };
   before(async () => {
     dir = mkdtempSync('/tmp/corral-leak-join-');
-    const file = (n: string, t: string) => {
-      const f = join(dir, n);
-      writeFileSync(f, `${t}\n`, { mode: 0o600 });
-      return f;
-    };
+    const file = (n: string, t: string) => secretFile(dir, n, t);
     remote = await startCli([
       'exec-server',
       '--listen',

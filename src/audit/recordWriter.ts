@@ -2,12 +2,32 @@
  * The audit database's writes: each record kind (events.ts) into its table, a batch in one transaction, through
  * statements prepared once.
  */
-import type { AuditRecord, ProcessCloseRecord, ProcessExitRecord, ProcessStartRecord } from './events.js';
+import { MAX_LIST_BYTES, type Truncation, truncations } from './caps.js';
+import type {
+  AuditRecord,
+  NetworkRecord,
+  ProcessCloseRecord,
+  ProcessExitRecord,
+  ProcessStartRecord,
+} from './events.js';
 import type { Row } from './rowItems.js';
 import type { SqliteDatabase } from './sqliteDriver.js';
 
 /** A JSON column's text (null for null or undefined). */
 const json = (v: unknown) => (v === null || v === undefined ? null : JSON.stringify(v));
+
+/**
+ * A JSON column of text a client chose (policy summary, metadata): its text, or null when that is above
+ * MAX_LIST_BYTES, the cut marked in `cut` (JSON cannot be cut and stay JSON).
+ */
+function cappedJson(v: unknown, field: string, cut: Record<string, Truncation>): string | null {
+  const text = json(v);
+  if (text === null || text.length * 3 <= MAX_LIST_BYTES) return text;
+  const n = Buffer.byteLength(text);
+  if (n <= MAX_LIST_BYTES) return text;
+  cut[field] = { originalBytes: n };
+  return null;
+}
 
 export class RecordWriter {
   private readonly insertSession;
@@ -45,7 +65,7 @@ export class RecordWriter {
     );
     this.insertNetwork = db.prepare(
       `INSERT INTO network (time, session_id, process_id, host, port, protocol, method, decision, reason, source,
-         scope, override, client_address, metadata) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+         scope, override, client_address, metadata, truncated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     );
     this.insertApproval = db.prepare(
       `INSERT INTO approvals (time, kind, prompt_id, decision, scope, decided_by, session_id, process_id, command,
@@ -80,22 +100,7 @@ export class RecordWriter {
         this.writeClose(r);
         return;
       case 'network':
-        this.insertNetwork.run(
-          r.time,
-          r.sessionId,
-          r.processId,
-          r.host,
-          r.port,
-          r.protocol,
-          r.method,
-          r.decision,
-          r.reason,
-          r.source,
-          r.scope,
-          r.override ? 1 : 0,
-          r.clientAddress,
-          json(r.metadata),
-        );
+        this.writeNetwork(r);
         return;
       case 'approval':
         this.insertApproval.run(
@@ -146,14 +151,37 @@ export class RecordWriter {
       r.time,
     );
     if (info.changes === 0) return;
+    const cut: Record<string, Truncation> = { ...r.truncated };
     this.insertDetails.run(
       info.lastInsertRowid,
       JSON.stringify(r.argv),
       JSON.stringify(r.envNames),
-      json(r.policy),
+      cappedJson(r.policy, 'policy', cut),
       json(r.network),
-      json(r.metadata),
-      json(r.truncated),
+      cappedJson(r.metadata, 'metadata', cut),
+      json(truncations(cut)),
+    );
+  }
+
+  private writeNetwork(r: NetworkRecord): void {
+    const cut: Record<string, Truncation> = {};
+    const metadata = cappedJson(r.metadata, 'metadata', cut);
+    this.insertNetwork.run(
+      r.time,
+      r.sessionId,
+      r.processId,
+      r.host,
+      r.port,
+      r.protocol,
+      r.method,
+      r.decision,
+      r.reason,
+      r.source,
+      r.scope,
+      r.override ? 1 : 0,
+      r.clientAddress,
+      metadata,
+      json(truncations(cut)),
     );
   }
 

@@ -122,6 +122,7 @@ export const MIGRATIONS: readonly string[] = [
   `
   ALTER TABLE sessions ADD COLUMN truncated TEXT;
   ALTER TABLE process_details ADD COLUMN truncated TEXT;
+  ALTER TABLE network ADD COLUMN truncated TEXT;
   ALTER TABLE approvals ADD COLUMN truncated TEXT;
   ALTER TABLE fs_events ADD COLUMN truncated TEXT;
   `,

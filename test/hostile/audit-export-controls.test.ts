@@ -87,6 +87,7 @@ describe('corral audit export and the log write no terminal control raw; stored 
         cwd: '/tmp',
         env: Object.fromEntries(ENV_NAMES.map((n) => [n, 'v'])),
         tty: false,
+        metadata: id === 'p1' ? { note: CONTROLS } : { big: 'm'.repeat(100_000) },
       });
       await c.collect(id);
       c.close();
@@ -119,6 +120,7 @@ describe('corral audit export and the log write no terminal control raw; stored 
     const argv = p1.argv as string[];
     assert.deepEqual(argv.slice(0, 2), ARGV.slice(0, 2));
     for (const n of ENV_NAMES) assert.ok((p1.envNames as string[]).includes(n), n);
+    assert.deepEqual(p1.metadata, { note: CONTROLS });
   });
 
   it('1 MiB of argv is stored as its first 64 KiB, marked truncated with the original size', () => {
@@ -136,13 +138,18 @@ describe('corral audit export and the log write no terminal control raw; stored 
     assert.ok(out.length < 4 * MAX_LIST_BYTES * 2, `the export is ${out.length} characters`);
   });
 
-  it('a 100 KB client name is stored as its first 4 KiB, marked, on the session and the process', () => {
+  it('a 100 KB client name is stored as its first 4 KiB, 100 KB of metadata not at all, each marked', () => {
     const p2 = objects.find((o) => o.type === 'process' && o.processId === 'p2')!;
     const name = p2.clientName as string;
     assert.ok(BIG_NAME.startsWith(name) && bytes(name) <= MAX_TEXT_BYTES && bytes(name) > MAX_TEXT_BYTES - 4);
     assert.deepEqual((p2.truncated as Record<string, unknown>).clientName, {
       originalBytes: bytes(BIG_NAME),
     });
+    // 100 KB of metadata is not kept (JSON cannot be cut and stay JSON); its size is.
+    assert.equal(p2.metadata, null);
+    assert.ok(
+      ((p2.truncated as Record<string, { originalBytes: number }>).metadata?.originalBytes ?? 0) > 100_000,
+    );
     const s = objects.find((o) => o.type === 'session' && (o.clientName as string).startsWith('big'))!;
     assert.equal(s.clientName, name);
     assert.deepEqual(s.truncated, { clientName: { originalBytes: bytes(BIG_NAME) } });

@@ -5,6 +5,7 @@ import { fileURLToPath } from 'node:url';
 import { app, BrowserWindow, ipcMain, session, shell } from 'electron';
 import log from 'electron-log/main';
 import { defaultAuditPath } from '../src/audit/index.js';
+import { escapeLogArgument } from '../src/protocol/terminalText.js';
 import type { Logger } from '../src/server/log.js';
 import { runDesktop } from './desktop.js';
 
@@ -15,10 +16,11 @@ function electronLogger(): Logger {
   log.initialize();
   log.transports.file.level = 'info';
   return {
-    info: (...a) => log.info(...a),
-    warn: (...a) => log.warn(...a),
-    error: (...a) => log.error(...a),
-    debug: (...a) => log.debug(...a),
+    // Peer text (client names, paths, a registry's message) reaches the log escaped (src/protocol/terminalText.ts).
+    info: (...a) => log.info(...a.map(escapeLogArgument)),
+    warn: (...a) => log.warn(...a.map(escapeLogArgument)),
+    error: (...a) => log.error(...a.map(escapeLogArgument)),
+    debug: (...a) => log.debug(...a.map(escapeLogArgument)),
   };
 }
 

@@ -5,7 +5,7 @@
  * `\uXXXX`, so in JSON the value parses back unchanged, and in plain text it is visible instead of obeyed.
  *
  * The one definition of that set and of its escape: every text output goes through `escapeTerminalText` (plain
- * text) or `terminalJson` (JSON). Pure: no Node imports.
+ * text), `terminalJson` (JSON) or `escapeLogArgument` (a log line's arguments). Pure: no Node imports.
  */
 
 /** Every character a terminal may act on (see above). */
@@ -36,4 +36,18 @@ export function terminalJson(value: unknown, indent?: number): string {
   if (json === undefined) return 'null';
   UNSAFE_IN_JSON.lastIndex = 0;
   return UNSAFE_IN_JSON.test(json) ? json.replace(UNSAFE_IN_JSON, escapeOne) : json;
+}
+
+/**
+ * A log argument as the line will hold it: a string with no terminal control or line break raw (one event, one
+ * line), an error's stack one escaped line per frame, anything else as escaped JSON.
+ */
+export function escapeLogArgument(d: unknown): string {
+  if (typeof d === 'string') return escapeTerminalText(d);
+  if (d instanceof Error) return escapeTerminalLines(d.stack ?? `${d.name}: ${d.message}`);
+  try {
+    return terminalJson(d);
+  } catch {
+    return escapeTerminalText(String(d));
+  }
 }

@@ -72,6 +72,7 @@ describe('fleet host against the reported hostile joined server', () => {
     assert.equal(host.proc.exitCode, null, `the host exited: ${host.stderr().slice(-3000)}`);
     await stillServes(agent, word);
     const rss = rssOf(host.proc.pid!);
+    console.log(`${word}: host RSS ${Math.round(rss / MiB)} MiB`);
     assert.ok(rss < RSS_CEILING, `host RSS ${Math.round(rss / MiB)} MiB`);
   };
 

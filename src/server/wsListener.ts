@@ -167,6 +167,8 @@ export async function listenWebSocket(server: ExecServer, opts: ListenOptions): 
     if (origin !== null && !originAllowed(origin)) return reject(403, 'Forbidden');
     const accept = (r: Authenticated | null) => {
       if (!r) return reject(401, 'Unauthorized');
+      // A valid credential is a secret from now on, whoever presented it (a refused peer included).
+      if (r.presented !== null) server.protectSecrets([r.presented], r.presentedUntil);
       // Only once the credential passed: a stranger's upgrade never costs a walk of /proc.
       refusedPeer(req.socket).then(
         (why) => {
@@ -200,7 +202,6 @@ export async function listenWebSocket(server: ExecServer, opts: ListenOptions): 
     result: Authenticated,
     origin: string | null,
   ) => {
-    if (result.presented !== null) server.protectSecrets([result.presented], result.presentedUntil);
     wss.handleUpgrade(req, socket, head, (ws) => {
       const peer = `${req.socket.remoteAddress ?? '?'}:${req.socket.remotePort ?? 0}`;
       const conn = server.connect(webSocketTransport(ws, peer, socket), result.principal);

@@ -18,7 +18,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 /** The interface version this JavaScript was written against (CORRAL_NATIVE_ABI in src/process/native/common.h). */
-export const NATIVE_ABI = 4;
+export const NATIVE_ABI = 5;
 
 declare const handleBrand: unique symbol;
 /** An opaque handle the addon hands out (a pipe reader, a relay). */
@@ -56,6 +56,8 @@ export interface Addon {
     confine: Confinement | undefined,
     /** > 0: the child's RLIMIT_NPROC (soft and hard), set before exec; 0: unchanged. */
     nprocMax: number,
+    /** Async mode: run the command under a subreaper supervisor (spawn.c supervisor_main); the pid is the command's. */
+    supervise: boolean,
   ): [number, number, number, number, number];
   setExitHandler(fn: (pid: number, status: number, signo: number) => void): void;
   /** Whether this build can start children without waiting for their exec (x86_64, arm64). */

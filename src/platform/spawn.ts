@@ -37,6 +37,12 @@ export interface NativeSpawnArgs {
   confine?: Confinement;
   /** The child's RLIMIT_NPROC (soft and hard), set before exec: where no cgroup bounds the commands. */
   nprocMax?: number;
+  /**
+   * Run the command under a supervisor (spawn.c supervisor_main: a child subreaper that kills every descendant once the
+   * command has ended, or the server has died). Async mode only (asyncExec, waitExec false); not with newPidNs or a
+   * cgroup. The returned pid is the command's; onExit is called once everything it started is gone.
+   */
+  supervise?: boolean;
   /** Called once, on the loop, with the wait status (signo 0 for a normal exit). */
   onExit(status: number, signo: number): void;
 }
@@ -91,6 +97,7 @@ function nativeSpawner(a: Addon): NativeSpawner {
         s.cgroup?.dirFd ?? -1,
         s.confine,
         s.nprocMax ?? 0,
+        s.supervise === true,
       );
       exits.set(pid, s.onExit);
       return { pid, stdinFd, stdoutFd, stderrFd, releaseGroup: watchdogSlotRelease(slot) };

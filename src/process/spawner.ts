@@ -260,6 +260,10 @@ function spawnNative(
       ...(opts.cgroup ? { cgroup: { fds: opts.cgroup.fds, dirFd: opts.cgroup.dirFd } } : {}),
       ...(spec.confine ? { confine: spec.confine } : {}),
       nprocMax: childNprocMax(),
+      // A sandboxed command without a pid namespace (Landlock) nor a cgroup: nothing else finds what it started once
+      // that left its process group (setsid). The supervisor is a child subreaper that kills all of it when the
+      // command ends, is terminated, or the server dies (spawn.c supervisor_main).
+      supervise: spec.confine !== undefined && !opts.cgroup && mode === 'async' && native.asyncExec,
       onExit: (status, signo) => {
         if (signo !== 0) latch.fire(128 + signo, SIGNAL_NAMES.get(signo) ?? null);
         else latch.fire(status, null);

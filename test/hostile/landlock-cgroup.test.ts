@@ -3,11 +3,13 @@
  * into the root `cgroup.procs`/`tasks` of every hierarchy (no pids or memory limit any more, and a `setsid` daemon
  * that survived `process/terminate` and the server's SIGKILL), and could open `release_agent` for writing (code
  * execution as root on cgroup v1). Every cgroup mount is now carved out of every writable root, read-only, or the
- * start is refused naming the mount. The server runs as root in its own process (that is where cgroups are writable
- * here), the agent talks to it over the protocol, and every check is made on the host.
+ * start is refused naming the mount. Without a cgroup (CORRAL_CGROUPS=0, or none writable), a sandboxed command runs
+ * under a supervisor, a child subreaper that kills everything the command started (src/process/native/spawn.c), so
+ * the same daemon dies with process/terminate and with the server. The server runs as root in its own process (that
+ * is where cgroups are writable here), the agent talks to it over the protocol, and every check is made on the host.
  */
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { landlockSupport } from '../../src/sandbox/linux/landlockNative.js';
@@ -17,7 +19,6 @@ import {
   type HostileServer,
   PATH,
   PY,
-  runAgent,
   runPlanted,
   scratch,
   startServer,
@@ -123,123 +124,148 @@ function skip(): string | false {
   return false;
 }
 
-describe('a Landlock sandbox that writes / stays in its cgroup', { skip: skip() }, () => {
-  let s: ReturnType<typeof scratch>;
-  let T: string;
-  let W: string;
-  let server: HostileServer;
-  let c: RpcClient & { sessionId: string };
-  const daemons: number[] = [];
-  before(async () => {
-    s = scratch('root');
-    T = s.mk('tmpdir');
-    W = s.mk('ws');
-    server = await startServer({ who: 'root', tmpdir: T });
-    c = await server.client();
-  });
-  after(async () => {
-    for (const pid of daemons) {
-      try {
-        process.kill(pid, 'SIGKILL'); // only if a check failed: never leave one behind
-      } catch {
-        // gone, as it should be
+for (const cgroups of [true, false])
+  describe(`a Landlock sandbox that writes / ${cgroups ? 'stays in its cgroup' : '(no cgroup)'}`, {
+    skip: skip(),
+  }, () => {
+    const env: Record<string, string> = cgroups ? {} : { CORRAL_CGROUPS: '0' };
+    let s: ReturnType<typeof scratch>;
+    let T: string;
+    let W: string;
+    let server: HostileServer;
+    let c: RpcClient & { sessionId: string };
+    const daemons: number[] = [];
+    before(async () => {
+      s = scratch('root');
+      T = s.mk('tmpdir');
+      W = s.mk('ws');
+      server = await startServer({ who: 'root', tmpdir: T, env });
+      c = await server.client();
+    });
+    after(async () => {
+      for (const pid of daemons) {
+        try {
+          process.kill(pid, 'SIGKILL'); // only if a check failed: never leave one behind
+        } catch {
+          // gone, as it should be
+        }
       }
-    }
-    await server?.close();
-    s?.cleanup();
-  });
+      await server?.close();
+      s?.cleanup();
+    });
 
-  for (const tty of [false, true]) {
-    test(`every cgroup file is read-only to it (${tty ? 'tty' : 'pipes'})`, { timeout: 60_000 }, async () => {
-      const r = await runPlanted(c, 'root', W, [`${PY} -c "$ESCAPE"`], {
-        tty,
-        sandbox: writeAll(W),
-        env: { ESCAPE },
+    for (const tty of [false, true]) {
+      test(`every cgroup file is read-only to it (${tty ? 'tty' : 'pipes'})`, {
+        timeout: 60_000,
+      }, async () => {
+        const r = await runPlanted(c, 'root', W, [`${PY} -c "$ESCAPE"`], {
+          tty,
+          sandbox: writeAll(W),
+          env: { ESCAPE },
+        });
+        assert.equal(r.guarantees?.backend, 'landlock', r.output);
+        const lines = r.output.replace(/\r/g, '').split('\n');
+        assert.match(r.output, /^mounts [1-9]/m, r.output);
+        const attempts = lines.filter((l) => /^(move|open|mkdir) /.test(l));
+        assert.ok(attempts.length >= cgroupMounts().length * 2, r.output);
+        const allowed = attempts.filter((l) => / OK$/.test(l));
+        assert.deepEqual(allowed, [], 'no cgroup file may be opened for writing');
+        for (const l of attempts) assert.match(l, / (EACCES|EPERM|EROFS)$/, l);
+        // Still in the command's own cgroup of every hierarchy the server limits it in.
+        const own = r.output.replace(/\r/g, '').split('--cgroup--\n')[1]!.split('\n--end--')[0]!;
+        const inCommandGroup = own.split('\n').filter((l) => /\/corral-[^/]+\/p-\d+$/.test(l));
+        if (cgroups) assert.ok(inCommandGroup.length > 0, `not in a per-command cgroup any more:\n${own}`);
+        else assert.deepEqual(inCommandGroup, [], own);
       });
-      assert.equal(r.guarantees?.backend, 'landlock', r.output);
-      const lines = r.output.replace(/\r/g, '').split('\n');
-      assert.match(r.output, /^mounts [1-9]/m, r.output);
-      const attempts = lines.filter((l) => /^(move|open|mkdir) /.test(l));
-      assert.ok(attempts.length >= cgroupMounts().length * 2, r.output);
-      const allowed = attempts.filter((l) => / OK$/.test(l));
-      assert.deepEqual(allowed, [], 'no cgroup file may be opened for writing');
-      for (const l of attempts) assert.match(l, / (EACCES|EPERM|EROFS)$/, l);
-      // Still in the command's own cgroup of every hierarchy the server limits it in.
-      const own = r.output.replace(/\r/g, '').split('--cgroup--\n')[1]!.split('\n--end--')[0]!;
-      const inCommandGroup = own.split('\n').filter((l) => /\/corral-[^/]+\/p-\d+$/.test(l));
-      assert.ok(inCommandGroup.length > 0, `not in a per-command cgroup any more:\n${own}`);
-    });
-  }
+    }
 
-  test('a daemon that left its group and tried to leave its cgroup dies with process/terminate', {
-    timeout: 60_000,
-  }, async () => {
-    const pidFile = join(W, 'daemon-terminate.pid');
-    const processId = `ll-cgroup-daemon-${process.pid}`;
-    await c.request('process/start', {
-      processId,
-      argv: ['/bin/sh', '-c', `${PY} -c "$DAEMON" "${pidFile}"; exec sleep 300`],
-      cwd: W,
-      env: { PATH, DAEMON },
-      tty: false,
-      arg0: null,
-      sandbox: writeAll(W),
-    });
-    await until(() => alive(readPid(pidFile)), 20_000, 'the daemon');
-    const pid = readPid(pidFile);
-    daemons.push(pid);
-    assert.doesNotMatch(readFileSync(`/proc/${pid}/cgroup`, 'utf8'), /^\d+:pids:\/$/m, 'it left its cgroup');
-    await c.request('process/terminate', { processId });
-    await until(() => !alive(pid), 10_000, `the daemon ${pid} to die with process/terminate`);
-  });
-
-  test('a daemon that left its group and tried to leave its cgroup dies with the SIGKILLed server', {
-    timeout: 60_000,
-  }, async () => {
-    const doomed = await startServer({ who: 'root', tmpdir: T });
-    const dc = await doomed.client();
-    const pidFile = join(W, 'daemon-sigkill.pid');
-    const r = await runAgent(dc, {
-      argv: ['/bin/sh', '-c', `${PY} -c "$DAEMON" "${pidFile}"`],
-      cwd: W,
-      env: { DAEMON },
-      tty: false,
-      sandbox: writeAll(W),
-    });
-    assert.equal(r.exitCode, 0, r.output);
-    await until(() => alive(readPid(pidFile)), 20_000, 'the daemon');
-    const pid = readPid(pidFile);
-    daemons.push(pid);
-    dc.close();
-    process.kill(doomed.pid, 'SIGKILL');
-    await until(() => !alive(doomed.pid), 10_000, 'the server to die');
-    await until(() => !alive(pid), 10_000, `the daemon ${pid} to die with the server`);
-  });
-
-  test('a writable root inside a cgroup mount is refused, naming the mount', {
-    timeout: 30_000,
-  }, async () => {
-    const mount = cgroupMounts()[0]!;
-    const err = await c
-      .request('process/start', {
-        processId: `ll-cgroup-refused-${process.pid}`,
-        argv: ['/bin/true'],
+    test('a daemon that left its group and tried to leave its cgroup dies with process/terminate', {
+      timeout: 60_000,
+    }, async () => {
+      const pidFile = join(W, 'daemon-terminate.pid');
+      const processId = `ll-cgroup-daemon-${process.pid}`;
+      await c.request('process/start', {
+        processId,
+        argv: ['/bin/sh', '-c', `${PY} -c "$DAEMON" "${pidFile}"; exec sleep 300`],
         cwd: W,
-        env: { PATH },
+        env: { PATH, DAEMON },
         tty: false,
         arg0: null,
-        sandbox: writeAll(W, [W, mount]),
-      })
-      .then(
-        () => null,
-        (e: { code?: number; message?: string }) => e,
-      );
-    assert.ok(err, 'the start must be refused');
-    assert.ok(err.code === -32602 || err.code === -32603, String(err.code));
-    assert.match(err.message ?? '', /cgroup mount/);
-    assert.ok((err.message ?? '').includes(mount), err.message);
+        sandbox: writeAll(W),
+      });
+      await until(() => alive(readPid(pidFile)), 20_000, 'the daemon');
+      const pid = readPid(pidFile);
+      daemons.push(pid);
+      if (cgroups)
+        assert.doesNotMatch(
+          readFileSync(`/proc/${pid}/cgroup`, 'utf8'),
+          /^\d+:pids:\/$/m,
+          'it left its cgroup',
+        );
+      if (!cgroups) {
+        // Adopted by the command's supervisor (a child subreaper; once its middle parent has gone), which holds none
+        // of the server's fds.
+        await until(
+          () => {
+            const sup = parentOf(pid);
+            return sup > 1 && sup !== server.pid && readdirSync(`/proc/${sup}/fd`).length === 0;
+          },
+          5000,
+          `the daemon's parent (${parentOf(pid)}) to be its supervisor, holding no fd`,
+        );
+      }
+      await c.request('process/terminate', { processId });
+      await until(() => !alive(pid), 10_000, `the daemon ${pid} to die with process/terminate`);
+    });
+
+    test('a daemon that left its group and tried to leave its cgroup dies with the SIGKILLed server', {
+      timeout: 60_000,
+    }, async () => {
+      const doomed = await startServer({ who: 'root', tmpdir: T, env });
+      const dc = await doomed.client();
+      const pidFile = join(W, 'daemon-sigkill.pid');
+      await dc.request('process/start', {
+        processId: `ll-cgroup-doomed-${process.pid}`,
+        argv: ['/bin/sh', '-c', `${PY} -c "$DAEMON" "${pidFile}"; exec sleep 300`],
+        cwd: W,
+        env: { PATH, DAEMON },
+        tty: false,
+        arg0: null,
+        sandbox: writeAll(W),
+      });
+      await until(() => alive(readPid(pidFile)), 20_000, 'the daemon');
+      const pid = readPid(pidFile);
+      daemons.push(pid);
+      dc.close();
+      process.kill(doomed.pid, 'SIGKILL');
+      await until(() => !alive(doomed.pid), 10_000, 'the server to die');
+      await until(() => !alive(pid), 10_000, `the daemon ${pid} to die with the server`);
+    });
+
+    test('a writable root inside a cgroup mount is refused, naming the mount', {
+      timeout: 30_000,
+    }, async () => {
+      const mount = cgroupMounts()[0]!;
+      const err = await c
+        .request('process/start', {
+          processId: `ll-cgroup-refused-${process.pid}`,
+          argv: ['/bin/true'],
+          cwd: W,
+          env: { PATH },
+          tty: false,
+          arg0: null,
+          sandbox: writeAll(W, [W, mount]),
+        })
+        .then(
+          () => null,
+          (e: { code?: number; message?: string }) => e,
+        );
+      assert.ok(err, 'the start must be refused');
+      assert.ok(err.code === -32602 || err.code === -32603, String(err.code));
+      assert.match(err.message ?? '', /cgroup mount/);
+      assert.ok((err.message ?? '').includes(mount), err.message);
+    });
   });
-});
 
 function readPid(file: string): number {
   try {
@@ -247,4 +273,9 @@ function readPid(file: string): number {
   } catch {
     return 0;
   }
+}
+
+function parentOf(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
 }

@@ -30,7 +30,9 @@
 //         confine?: { rulesetFd, seccomp: Buffer, flags? } /* the Landlock backend: the child confines itself (Landlock
 //                   ruleset, no capabilities, seccomp filter) right before exec: confine.c; null/undefined: not */,
 //         nprocMax?: number /* > 0: the child's RLIMIT_NPROC, soft and hard, set before exec (where no cgroup bounds
-//                              the commands, src/process/cgroup.ts "pids budget"); 0: unchanged */)
+//                              the commands, src/process/cgroup.ts "pids budget"); 0: unchanged */,
+//         supervise?: boolean /* async mode only: the command runs under a supervisor that outlives nothing it started
+//                                (see supervisor_main); the pid returned is the command's */)
 //     -> [pid, fd0, fd1, fd2, slot]   parent ends of created pipes (-1 where none); slot: the child's process group
 //        in the group watchdog (watchdog.c), -1 if none: pass it to unwatchGroup once the group may outlive us.
 //        A child given cgroupFds is not registered (the watchdog empties the cgroups themselves).
@@ -69,6 +71,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -131,6 +134,9 @@ struct child_args {
   int cg_fds[MAX_CGROUP_FILES];  // open cgroup.procs files (our fds) the child moves itself into before exec
   struct corral_confinement confine;  // the Landlock backend: applied right before exec (confine.c)
   uint64_t nproc_max;  // > 0: RLIMIT_NPROC (soft and hard) before exec
+  int supervise;       // async mode: clone a supervisor (supervisor_main), which clones the command
+  char *cmd_stack;     // supervise: the command's stack (the supervisor runs on the child stack)
+  volatile int32_t cmd_pid;  // supervise: the command's pid once cloned, -errno when the supervisor failed
   volatile int err;  // vfork mode: set by the child when it fails; 0 when execve succeeded
   volatile int err_in_cgroup;  // vfork mode: err came from entering the cgroup
 };
@@ -281,6 +287,59 @@ __asm__(
     "  brk #0\n"
     ".size corral_clone3, .-corral_clone3\n");
 #endif
+// clone(2) the same way (no cgroup to give, and clone3 may be refused with ENOSYS, as container profiles do): the child
+// runs fn(arg) on `stack` (its top) and exits with its result. No CLONE_SETTLS, no tids. Returns the pid or -errno.
+long corral_clone(long flags, void *stack, int (*fn)(void *), void *arg);
+#if defined(__x86_64__)
+__asm__(
+    ".text\n"
+    ".globl corral_clone\n"
+    ".hidden corral_clone\n"
+    ".type corral_clone,@function\n"
+    "corral_clone:\n"
+    "  mov %rdx, %r8\n"
+    "  mov %rcx, %r9\n"
+    "  xor %edx, %edx\n"
+    "  xor %r10d, %r10d\n"
+    "  mov $56, %eax\n"
+    "  syscall\n"
+    "  test %rax, %rax\n"
+    "  jz 1f\n"
+    "  ret\n"
+    "1:\n"
+    "  xor %ebp, %ebp\n"
+    "  mov %r9, %rdi\n"
+    "  call *%r8\n"
+    "  mov %eax, %edi\n"
+    "  mov $60, %eax\n"
+    "  syscall\n"
+    "  hlt\n"
+    ".size corral_clone, .-corral_clone\n");
+#elif defined(__aarch64__)
+__asm__(
+    ".text\n"
+    ".globl corral_clone\n"
+    ".hidden corral_clone\n"
+    ".type corral_clone,%function\n"
+    "corral_clone:\n"
+    "  mov x10, x2\n"
+    "  mov x11, x3\n"
+    "  mov x2, xzr\n"
+    "  mov x3, xzr\n"
+    "  mov x4, xzr\n"
+    "  mov x8, #220\n"
+    "  svc #0\n"
+    "  cbz x0, 1f\n"
+    "  ret\n"
+    "1:\n"
+    "  mov x29, xzr\n"
+    "  mov x0, x11\n"
+    "  blr x10\n"
+    "  mov x8, #93\n"
+    "  svc #0\n"
+    "  brk #0\n"
+    ".size corral_clone, .-corral_clone\n");
+#endif
 // 1: clone3 can create children in a cgroup; 0: not yet known; -1: it cannot (kernel < 5.7), use the entry files.
 static int into_cgroup_ok;
 
@@ -395,6 +454,147 @@ static int child_main_async(void *p) {
   r = raw_syscall(SYS_execve, (long)a->file, (long)a->argv, (long)a->envp, 0);
   child_die(a, r, 1);
 }
+
+// ---- The supervisor (supervise: a sandboxed command where no cgroup holds it, src/process/spawner.ts) -----------
+//
+// A command under Landlock has no pid namespace, and without a cgroup of its own nothing would find a descendant that
+// left its process group and session (`setsid`): process/terminate (a group kill) and the group watchdog missed it.
+// The supervisor is the child we clone; it makes itself a child subreaper (PR_SET_CHILD_SUBREAPER: every orphaned
+// descendant of the command becomes its child, whatever session it is in) and clones the command. When the command
+// has terminated (its exit, process/terminate's SIGKILL to its group, the watchdog's kill of that group when the
+// server died), and when the server itself dies (our parent-death signal, SIGUSR1), it SIGKILLs every child it has
+// and reaps them, again and again as their orphans come to it, until it has none; then it exits as the command did.
+// Like a bubblewrap sandbox, nothing the command started outlives it. The command cannot signal the supervisor
+// (Landlock's signal scope) nor ptrace it. It shares our memory (CLONE_VM), so it uses raw system calls only, on the
+// child's stack; the command runs on a stack of its own.
+
+// The supervisor's children, read from /proc/<pid>/task/<pid>/children: each is SIGKILLed. Returns how many.
+static int sup_kill_children(const char *path) {
+  long fd = raw_syscall(SYS_openat, AT_FDCWD, (long)path, O_RDONLY | O_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  char buf[4096];
+  int n = 0;
+  long pid = 0;
+  int digits = 0;
+  for (;;) {
+    long r = raw_syscall(SYS_read, fd, (long)buf, sizeof buf, 0);
+    if (r == -EINTR) continue;
+    if (r <= 0) break;
+    for (long i = 0; i < r; i++) {
+      if (buf[i] >= '0' && buf[i] <= '9') {
+        pid = pid * 10 + (buf[i] - '0');
+        digits = 1;
+      } else {
+        if (digits && pid > 1) {
+          raw_syscall(SYS_kill, pid, SIGKILL, 0, 0);
+          n++;
+        }
+        pid = 0;
+        digits = 0;
+      }
+    }
+  }
+  if (digits && pid > 1) {
+    raw_syscall(SYS_kill, pid, SIGKILL, 0, 0);
+    n++;
+  }
+  raw_syscall(SYS_close, fd, 0, 0, 0);
+  return n;
+}
+
+// Kills every descendant (they are all our children or become so) and reaps them until none is left.
+static void sup_kill_all(pid_t self, pid_t cmd) {
+  char path[64];
+  char digits[16];
+  int nd = 0;
+  for (pid_t v = self; v > 0 && nd < 15; v /= 10) digits[nd++] = (char)('0' + v % 10);
+  static const char pre[] = "/proc/", mid[] = "/task/", post[] = "/children";
+  size_t k = 0;
+  for (size_t i = 0; pre[i]; i++) path[k++] = pre[i];
+  for (int i = nd - 1; i >= 0; i--) path[k++] = digits[i];
+  for (size_t i = 0; mid[i]; i++) path[k++] = mid[i];
+  for (int i = nd - 1; i >= 0; i--) path[k++] = digits[i];
+  for (size_t i = 0; post[i]; i++) path[k++] = post[i];
+  path[k] = 0;
+  if (cmd > 1) raw_syscall(SYS_kill, -cmd, SIGKILL, 0, 0);  // the command's group, members not yet orphaned included
+  for (;;) {
+    sup_kill_children(path);
+    int status;
+    long r = raw_syscall(SYS_wait4, -1, (long)&status, 0, 0);
+    if (r == -ECHILD) return;
+  }
+}
+
+static int supervisor_main(void *p) {
+  struct child_args *a = p;
+  long r;
+  for (long s = 1; s <= 64; s++) {
+    if (s == SIGKILL || s == SIGSTOP) continue;
+    raw_syscall(SYS_rt_sigaction, s, (long)&k_dfl, 0, sizeof(unsigned long));
+  }
+  if (a->restore_policy >= 0) {
+    static const struct sched_param zero_param;
+    raw_syscall(SYS_sched_setscheduler, 0, a->restore_policy, (long)&zero_param, 0);
+  }
+  pid_t self = (pid_t)raw_syscall(SYS_getpid, 0, 0, 0, 0);
+  long err = 0;
+  if ((r = raw_syscall(SYS_setsid, 0, 0, 0, 0)) < 0) err = r;
+  if (!err && (r = raw_syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGUSR1, 0, 0)) < 0) err = r;
+  if (!err && (r = raw_syscall(SYS_prctl, PR_SET_CHILD_SUBREAPER, 1, 0, 0)) < 0) err = r;
+  if (!err && raw_syscall(SYS_getppid, 0, 0, 0, 0) != a->parent_pid) err = -ESRCH;
+  // The command's parent is this process: its own checks (getppid, parent-death signal) are against us.
+  a->parent_pid = self;
+  pid_t cmd = 0;
+  if (!err) {
+    r = corral_clone(CLONE_VM | SIGCHLD, a->cmd_stack, child_main_async, a);  // a->cmd_stack: its top
+    if (r < 0) err = r;
+    else cmd = (pid_t)r;
+  }
+  // Tell the spawning thread (it waits on cmd_pid) the command's pid, or why there is none.
+  __atomic_store_n(&a->cmd_pid, err ? (int32_t)err : (int32_t)cmd, __ATOMIC_RELEASE);
+  raw_syscall(SYS_futex, (long)&a->cmd_pid, FUTEX_WAKE_PRIVATE, 1, 0);
+  if (err) for (;;) raw_syscall(SYS_exit_group, 127, 0, 0, 0);
+  // It started with a copy of all our fds (clients' sockets, other children's pipes): holding them would keep them
+  // open after we close them. The command has its own copy of what it needs.
+  if (raw_syscall(SYS_close_range, 0, (long)~0U, 0, 0) < 0) {
+    for (unsigned int fd = 0; fd < a->close_from_max; fd++) raw_syscall(SYS_close, fd, 0, 0, 0);
+  }
+
+  // Every signal stays blocked (as the spawning thread left them): SIGCHLD and SIGUSR1 are taken here.
+  const unsigned long wanted = (1UL << (SIGCHLD - 1)) | (1UL << (SIGUSR1 - 1));
+  int code = 127, signo = 0;
+  for (int done = 0; !done;) {
+    r = raw_syscall(SYS_rt_sigtimedwait, (long)&wanted, 0, 0, sizeof(unsigned long));
+    if (r == SIGUSR1) break;  // the server is gone: nobody to report to
+    for (;;) {
+      int status = 0;
+      r = raw_syscall(SYS_wait4, -1, (long)&status, WNOHANG, 0);
+      if (r <= 0) break;
+      if (r == cmd) {
+        if (WIFEXITED(status)) code = WEXITSTATUS(status);
+        else signo = WTERMSIG(status);
+        done = 1;
+      }
+    }
+  }
+  sup_kill_all(self, cmd);
+  if (signo != 0) {
+    switch (signo) {
+      case SIGQUIT: case SIGILL: case SIGTRAP: case SIGABRT: case SIGBUS: case SIGFPE: case SIGSEGV:
+      case SIGXCPU: case SIGXFSZ: case SIGSYS:
+        // A core-dumping signal would dump our memory, which is the server's: report it as the shell does.
+        for (;;) raw_syscall(SYS_exit_group, 128 + signo, 0, 0, 0);
+      default: {
+        unsigned long one = signo <= 64 ? 1UL << (signo - 1) : 0;
+        raw_syscall(SYS_rt_sigprocmask, SIG_UNBLOCK, (long)&one, 0, sizeof(unsigned long));
+        raw_syscall(SYS_kill, self, signo, 0, 0);
+        for (;;) raw_syscall(SYS_exit_group, 128 + signo, 0, 0, 0);
+      }
+    }
+  }
+  for (;;) raw_syscall(SYS_exit_group, code, 0, 0, 0);
+  return 0;
+}
 #endif
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -451,6 +651,7 @@ struct pending_exec {
   struct addon_state *st;
   struct watched *w;  // the child's exit watch, while it exists
   void *stack;
+  void *cmd_stack;  // supervise: the command's stack
   char *file, *cwd;
   char **argv, **envp;
   struct child_args a;
@@ -568,6 +769,7 @@ static void put_stack(struct addon_state *st, void *stack) {
 // Only once the child is done with them (exec'd or exited).
 static void free_pending(struct pending_exec *pe) {
   put_stack(pe->st, pe->stack);
+  put_stack(pe->st, pe->cmd_stack);
   free(pe->file);
   free(pe->cwd);
   free_string_array(pe->argv);
@@ -845,13 +1047,13 @@ static __thread char *vfork_stack;
 
 
 static napi_value js_spawn(napi_env env, napi_callback_info info) {
-  size_t argc = 12;
-  napi_value args[12];
+  size_t argc = 13;
+  napi_value args[13];
   struct addon_state *st;
   if (napi_get_cb_info(env, info, &argc, args, NULL, NULL) != napi_ok || argc < 5) {
     napi_throw_type_error(env, NULL,
                           "spawn(file, argv, env, cwd, fds, waitExec, newPidNs, freshKeyring, cgroupFds, cgroupDirFd, "
-                          "confine, nprocMax) expects 5 to 12 arguments");
+                          "confine, nprocMax, supervise) expects 5 to 13 arguments");
     return NULL;
   }
   napi_get_instance_data(env, (void **)&st);
@@ -861,6 +1063,8 @@ static napi_value js_spawn(napi_env env, napi_callback_info info) {
   if (argc >= 7) napi_get_value_bool(env, args[6], &new_pidns);
   bool fresh_keyring = false;
   if (argc >= 8) napi_get_value_bool(env, args[7], &fresh_keyring);
+  bool supervise = false;
+  if (argc >= 13) napi_get_value_bool(env, args[12], &supervise);
 #ifndef HAVE_RAW_SYSCALL
   wait_exec = true;
 #endif
@@ -1005,6 +1209,19 @@ static napi_value js_spawn(napi_env env, napi_callback_info info) {
     }
     stack = pe->stack;
     child_fn = child_main_async;
+    if (supervise) {
+      if (new_pidns || ncg > 0 || cg_dir >= 0) {
+        err = EINVAL;  // a supervisor is for a command without a pid namespace or a cgroup of its own
+        goto fail;
+      }
+      if (!(pe->cmd_stack = get_stack(st))) {
+        err = ENOMEM;
+        goto fail;
+      }
+      a->supervise = 1;
+      a->cmd_stack = (char *)pe->cmd_stack + CHILD_STACK_SIZE;
+      child_fn = supervisor_main;
+    }
     flags |= CLONE_CHILD_CLEARTID;
     pe->ctid = 1;  // the kernel zeroes it when the child execs or exits
 #else
@@ -1061,6 +1278,7 @@ static napi_value js_spawn(napi_env env, napi_callback_info info) {
     err = clone_errno;
     goto fail;
   }
+  pid_t report_pid = pid;
   for (int i = 0; i < 3; i++) {
     if (child_end[i] >= 0) close(child_end[i]);
     child_end[i] = -1;
@@ -1070,6 +1288,32 @@ static napi_value js_spawn(napi_env env, napi_callback_info info) {
     pe->next = st->pending;
     if (st->pending) st->pending->prev = pe;
     st->pending = pe;
+#ifdef HAVE_RAW_SYSCALL
+    if (a->supervise) {
+      // The supervisor tells us the command's pid (or why it has none) as soon as it has cloned it.
+      int32_t cmd;
+      while ((cmd = __atomic_load_n(&a->cmd_pid, __ATOMIC_ACQUIRE)) == 0) {
+        struct pollfd pp = {.fd = pidfd, .events = POLLIN, .revents = 0};
+        if (poll(&pp, 1, 0) > 0) {
+          cmd = -ESRCH;  // it died before it could
+          break;
+        }
+        struct timespec t = {0, 50 * 1000 * 1000};
+        syscall(SYS_futex, &a->cmd_pid, FUTEX_WAIT_PRIVATE, 0, &t, NULL, 0);
+      }
+      if (cmd < 0) {
+        siginfo_t si;
+        while (waitid((idtype_t)P_PIDFD, (id_t)pidfd, &si, WEXITED) < 0 && errno == EINTR) {
+        }
+        close(pidfd);
+        release_pending(pe);
+        err = (int)-cmd;
+        err_what = "cannot start the command's supervisor";
+        goto fail;
+      }
+      report_pid = cmd;
+    }
+#endif
   } else if (a->err != 0) {
     // The child has already exited (CLONE_VFORK resumed us): reap it, it is ours.
     siginfo_t si;
@@ -1104,7 +1348,7 @@ static napi_value js_spawn(napi_env env, napi_callback_info info) {
   }
   w->st = st;
   w->pidfd = pidfd;
-  w->pid = pid;
+  w->pid = report_pid;  // supervised: the command's (what JS knows it by); its supervisor's pidfd says when it ends
   if (keep_pe) {
     w->pe = pe;
     pe->w = w;
@@ -1115,7 +1359,7 @@ static napi_value js_spawn(napi_env env, napi_callback_info info) {
 
   napi_create_array_with_length(env, 5, &result);
   napi_value v;
-  napi_create_int32(env, pid, &v);
+  napi_create_int32(env, report_pid, &v);
   napi_set_element(env, result, 0, v);
   for (int i = 0; i < 3; i++) {
     napi_create_int32(env, parent_end[i], &v);
@@ -1124,7 +1368,7 @@ static napi_value js_spawn(napi_env env, napi_callback_info info) {
   // The child leads its own process group (setsid): the watchdog kills that group if we die. A child in a cgroup of
   // ours is not registered: the watchdog empties the cgroups (setsid descendants included).
   if (a->ncg > 0) watchdog_ensure();
-  napi_create_int32(env, a->ncg > 0 ? -1 : watchdog_add(pid), &v);
+  napi_create_int32(env, a->ncg > 0 ? -1 : watchdog_add(report_pid), &v);
   napi_set_element(env, result, 4, v);
   goto out;
 

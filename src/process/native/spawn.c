@@ -468,40 +468,6 @@ static int child_main_async(void *p) {
 // (Landlock's signal scope) nor ptrace it. It shares our memory (CLONE_VM), so it uses raw system calls only, on the
 // child's stack; the command runs on a stack of its own.
 
-// The supervisor's children, read from /proc/<pid>/task/<pid>/children: each is SIGKILLed. Returns how many.
-static int sup_kill_children(const char *path) {
-  long fd = raw_syscall(SYS_openat, AT_FDCWD, (long)path, O_RDONLY | O_CLOEXEC, 0);
-  if (fd < 0) return 0;
-  char buf[4096];
-  int n = 0;
-  long pid = 0;
-  int digits = 0;
-  for (;;) {
-    long r = raw_syscall(SYS_read, fd, (long)buf, sizeof buf, 0);
-    if (r == -EINTR) continue;
-    if (r <= 0) break;
-    for (long i = 0; i < r; i++) {
-      if (buf[i] >= '0' && buf[i] <= '9') {
-        pid = pid * 10 + (buf[i] - '0');
-        digits = 1;
-      } else {
-        if (digits && pid > 1) {
-          raw_syscall(SYS_kill, pid, SIGKILL, 0, 0);
-          n++;
-        }
-        pid = 0;
-        digits = 0;
-      }
-    }
-  }
-  if (digits && pid > 1) {
-    raw_syscall(SYS_kill, pid, SIGKILL, 0, 0);
-    n++;
-  }
-  raw_syscall(SYS_close, fd, 0, 0, 0);
-  return n;
-}
-
 // Kills every descendant (they are all our children or become so) and reaps them until none is left.
 static void sup_kill_all(pid_t self, pid_t cmd) {
   char path[64];
@@ -518,7 +484,7 @@ static void sup_kill_all(pid_t self, pid_t cmd) {
   path[k] = 0;
   if (cmd > 1) raw_syscall(SYS_kill, -cmd, SIGKILL, 0, 0);  // the command's group, members not yet orphaned included
   for (;;) {
-    sup_kill_children(path);
+    corral_kill_listed(path);  // our children: each SIGKILLed
     int status;
     long r = raw_syscall(SYS_wait4, -1, (long)&status, 0, 0);
     if (r == -ECHILD) return;

@@ -129,8 +129,8 @@ static long wd_write_file(const char *path, const char *text) {
   return r;
 }
 
-// SIGKILLs every pid listed in a cgroup.procs file; returns how many it listed.
-static int wd_kill_listed(const char *procs) {
+// See watchdog.h.
+int corral_kill_listed(const char *procs) {
   long fd = wd_syscall(SYS_openat, AT_FDCWD, (long)procs, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 0;
   char buf[4096];
@@ -190,7 +190,7 @@ static int cg_kill_one(const char *dir, const char *name) {
   if (cg->version == 2 && wd_join(path, sizeof path, dir, name, "cgroup.kill") == 0 && wd_write_file(path, "1") > 0)
     return 0;  // the kernel kills everything in it, racing forks included
   if (wd_join(path, sizeof path, dir, name, "cgroup.procs") != 0) return 0;
-  return wd_kill_listed(path);
+  return corral_kill_listed(path);
 }
 
 static int cg_remove_one(const char *dir, const char *name) {
@@ -376,6 +376,10 @@ int watchdog_set_cgroups(int version, const char *const *bases, int nbases, int 
   return err;
 }
 #else
+int corral_kill_listed(const char *path) {
+  (void)path;
+  return 0;
+}
 int watchdog_add(pid_t pgid) {
   (void)pgid;
   return -1;

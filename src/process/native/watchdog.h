@@ -9,6 +9,9 @@ void watchdog_remove(int slot);
 pid_t watchdog_pid(void);
 // Starts the watchdog if it is not running; 0 or an errno value.
 int watchdog_ensure(void);
+// SIGKILLs every pid listed in a file of decimal pids (a cgroup.procs, a /proc/<pid>/task/<tid>/children); returns
+// how many it listed. Raw system calls only: safe in a CLONE_VM child (the watchdog, a command's supervisor).
+int corral_kill_listed(const char *path);
 #define WATCHDOG_CG_BASES 3
 // Cgroup mode (up to 4 sets per process): on our death the watchdog kills every process in the `p-*` subdirectories of
 // bases[0] (cgroup.kill on v2, else SIGKILL to each pid of their cgroup.procs after pids.max 0 on bases[0]), then

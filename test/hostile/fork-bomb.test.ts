@@ -189,6 +189,19 @@ for (const mode of ['cgroup', 'no cgroup'] as const) {
       );
       await bomber.request('process/terminate', { processId: bombId });
       await bomber.collect(bombId, 30_000);
+      if (mode === 'no cgroup') {
+        // Every child, pipes and terminal alike, got an RLIMIT_NPROC (soft and hard) below the server's.
+        for (const tty of [false, true]) {
+          const r = await runAgent(bomber, {
+            argv: ['/bin/grep', 'Max processes', '/proc/self/limits'],
+            cwd: W,
+            tty,
+            sandbox: null,
+          });
+          const [soft, hard] = (/Max processes\s+(\d+)\s+(\d+)/.exec(r.output) ?? []).slice(1).map(Number);
+          assert.ok(soft! < NPROC && hard === soft, `${tty ? 'tty' : 'pipes'}: ${r.output}`);
+        }
+      }
     });
   });
 }

@@ -4,18 +4,15 @@ import {
   CrdSchemas,
   corralContainer,
   corralDeploymentProblems,
-  findCrdDirectory,
+  crdDirectory,
   readManifests,
 } from '../helpers/fleet/manifests.js';
 
 /** deploy/kubernetes/ against agent-sandbox's CRD schemas (issue 19.3a), and against what Corral needs. */
 
-const crds = findCrdDirectory();
-if (!crds.dir) console.log(`# kube-manifests: schema validation skipped: ${crds.reason}`);
-const schemas = crds.dir ? CrdSchemas.load(crds.dir) : null;
+const schemas = CrdSchemas.load(crdDirectory());
 const manifests = readManifests();
 const docs = manifests.map((m) => m.doc);
-const skip = crds.dir ? false : crds.reason;
 
 type Json = Record<string, unknown>;
 const clone = <T>(x: T): T => structuredClone(x);
@@ -30,68 +27,62 @@ describe('deploy/kubernetes manifests', () => {
     ]);
   });
 
-  it('every manifest is valid against its CRD schema (strict fields)', { skip }, () => {
+  it('every manifest is valid against its CRD schema (strict fields)', () => {
     assert.ok(
-      schemas!.kinds().includes('extensions.agents.x-k8s.io/v1beta1 SandboxTemplate'),
-      schemas!.kinds().join(),
+      schemas.kinds().includes('extensions.agents.x-k8s.io/v1beta1 SandboxTemplate'),
+      schemas.kinds().join(),
     );
-    for (const m of manifests) assert.deepEqual(schemas!.validate(m.doc), [], m.file);
+    for (const m of manifests) assert.deepEqual(schemas.validate(m.doc), [], m.file);
   });
 
-  it('a misspelt field, a wrong type, a bad enum, a missing required field, duplicate containers: refused', {
-    skip,
-  }, () => {
+  it('a misspelt field, a wrong type, a bad enum, a missing required field, duplicate containers: refused', () => {
     const typo = byKind('SandboxTemplate');
     const c = corralContainer(typo);
     c.readinesProbe = c.readinessProbe;
     delete c.readinessProbe;
-    assert.deepEqual(schemas!.validate(typo), [
+    assert.deepEqual(schemas.validate(typo), [
       '/spec/podTemplate/spec/containers/0: unknown field "readinesProbe"',
     ]);
 
     const pool = byKind('SandboxWarmPool');
     pool.spec.replicas = '3';
-    assert.deepEqual(schemas!.validate(pool), ['/spec/replicas: must be integer']);
+    assert.deepEqual(schemas.validate(pool), ['/spec/replicas: must be integer']);
 
     const policy = byKind('SandboxTemplate');
     policy.spec.envVarsInjectionPolicy = 'Sometimes';
-    assert.deepEqual(schemas!.validate(policy), [
+    assert.deepEqual(schemas.validate(policy), [
       '/spec/envVarsInjectionPolicy: must be equal to one of the allowed values',
     ]);
 
     const claim = byKind('SandboxClaim');
     delete claim.spec.warmPoolRef;
-    assert.deepEqual(schemas!.validate(claim), ["/spec: must have required property 'warmPoolRef'"]);
+    assert.deepEqual(schemas.validate(claim), ["/spec: must have required property 'warmPoolRef'"]);
 
     const dup = byKind('SandboxTemplate');
     const pod = (dup.spec.podTemplate as Json).spec as { containers: Json[] };
     pod.containers.push(clone(pod.containers[0]!));
-    assert.deepEqual(schemas!.validate(dup), [
+    assert.deepEqual(schemas.validate(dup), [
       '/spec/podTemplate/spec/containers: has duplicate items (x-kubernetes-list-type)',
     ]);
 
     const meta = byKind('SandboxClaim');
     (meta.metadata as Json).name = 'Agent_Session';
-    assert.match(schemas!.validate(meta).join(), /^\/metadata\/name: must match pattern/);
+    assert.match(schemas.validate(meta).join(), /^\/metadata\/name: must match pattern/);
 
     const version = byKind('SandboxClaim');
     version.apiVersion = 'extensions.agents.x-k8s.io/v2';
-    assert.deepEqual(schemas!.validate(version), [
-      'no CRD serves extensions.agents.x-k8s.io/v2 SandboxClaim',
-    ]);
+    assert.deepEqual(schemas.validate(version), ['no CRD serves extensions.agents.x-k8s.io/v2 SandboxClaim']);
   });
 
-  it('the v1alpha1 claim shape is not what we ship (v1beta1 needs warmPoolRef, not sandboxTemplateRef)', {
-    skip,
-  }, () => {
+  it('the v1alpha1 claim shape is not what we ship (v1beta1 needs warmPoolRef, not sandboxTemplateRef)', () => {
     const old = byKind('SandboxClaim');
     old.spec = { sandboxTemplateRef: { name: 'corral' } };
-    assert.deepEqual(schemas!.validate(old), [
+    assert.deepEqual(schemas.validate(old), [
       "/spec: must have required property 'warmPoolRef'",
       '/spec: unknown field "sandboxTemplateRef"',
     ]);
     old.apiVersion = 'extensions.agents.x-k8s.io/v1alpha1';
-    assert.deepEqual(schemas!.validate(old), []);
+    assert.deepEqual(schemas.validate(old), []);
   });
 
   it('template, pool and claim fit together and fit Corral', () => {

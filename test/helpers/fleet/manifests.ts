@@ -1,15 +1,15 @@
 /**
  * The Kubernetes manifests of deploy/kubernetes/ checked the way a cluster would check them, without a cluster:
  *
- * - `CrdSchemas` compiles the OpenAPI v3 schemas inside agent-sandbox's CRD YAML (kept outside the repository, in
- *   ../shared/reference/agent-sandbox or $CORRAL_AGENT_SANDBOX_CRDS) into JSON Schema validators, with the API
+ * - `CrdSchemas` compiles the OpenAPI v3 schemas inside agent-sandbox's CRD YAML (vendored in
+ *   test/fixtures/agent-sandbox, or $CORRAL_AGENT_SANDBOX_CRDS) into JSON Schema validators, with the API
  *   server's rules on top: unknown fields are errors (strict field validation; structural schemas without
  *   x-kubernetes-preserve-unknown-fields), list-type map/set items are unique, and metadata is an ObjectMeta.
  * - `corralDeploymentProblems` checks what the schemas cannot: that the template, the warm pool and the claim fit
  *   together and fit Corral (the port, probes, token file, no claim env).
  */
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
 import addFormatsModule from 'ajv-formats';
 import { parseAllDocuments } from 'yaml';
@@ -19,22 +19,12 @@ export const MANIFEST_DIR = join(REPO, 'deploy', 'kubernetes');
 
 type Json = Record<string, unknown>;
 
-/**
- * Where the agent-sandbox CRDs are, or why they are not here: $CORRAL_AGENT_SANDBOX_CRDS, else
- * shared/reference/agent-sandbox beside the repository (../shared; for a git worktree nested deeper, the nearest
- * ancestor that has one). CI on a clean clone may have neither.
- */
-export function findCrdDirectory(): { dir: string | null; reason: string } {
-  const candidates = [process.env.CORRAL_AGENT_SANDBOX_CRDS];
-  for (let d = dirname(REPO); ; d = dirname(d)) {
-    candidates.push(join(d, 'shared', 'reference', 'agent-sandbox'));
-    if (d === dirname(d)) break;
-  }
-  const tried = candidates.filter((d): d is string => !!d);
-  for (const dir of tried) {
-    if (existsSync(dir) && readdirSync(dir).some((f) => f.endsWith('.yaml'))) return { dir, reason: '' };
-  }
-  return { dir: null, reason: `agent-sandbox CRDs not found (looked in ${tried.join(', ')})` };
+/** The agent-sandbox CRDs vendored with the tests (their source and version: the README beside them). */
+export const VENDORED_CRD_DIR = join(REPO, 'test', 'fixtures', 'agent-sandbox');
+
+/** Where the agent-sandbox CRDs are read from: $CORRAL_AGENT_SANDBOX_CRDS (to try another release), else the vendored copy. */
+export function crdDirectory(): string {
+  return process.env.CORRAL_AGENT_SANDBOX_CRDS || VENDORED_CRD_DIR;
 }
 
 /** Every document of a YAML file, parsed as Kubernetes does (YAML 1.1: `0440` is octal). Throws on syntax errors. */

@@ -8,6 +8,7 @@ import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { sandboxLauncher } from './platform/sandbox.js';
 import { cgroupHostIfSetUp, cgroupMountPoints, pidsBudget } from './process/cgroup.js';
+import { hostControlMounts, outermost } from './process/cgroupFs.js';
 import { nativeLoadError, spawnerKind } from './process/spawner.js';
 import type { DoctorCheck } from './protocol/doctor.js';
 import { landlockSupport } from './sandbox/linux/landlockNative.js';
@@ -253,14 +254,16 @@ export function cgroupCheck(): DoctorCheck {
  */
 export function cgroupSandboxCheck(): DoctorCheck {
   const mounts = cgroupMountPoints();
+  const control = outermost(hostControlMounts()).map((m) => `${m.path} (${m.fsType})`);
   return {
     id: 'cgroup-sandbox',
     title: 'cgroups in sandboxes',
     status: mounts.length > 0 ? 'ok' : 'info',
     detail:
-      mounts.length > 0
+      (mounts.length > 0
         ? `${mounts.join(', ')}: read-only in every sandbox (bubblewrap mounts ${mounts.length > 1 ? 'them' : 'it'} read-only; Landlock carves ${mounts.length > 1 ? 'them' : 'it'} out of every writable root, and refuses a writable root inside)`
-        : 'no cgroup filesystem is mounted: nothing to carve out',
+        : 'no cgroup filesystem is mounted') +
+      (control.length > 0 ? `; Landlock carves out every host-control mount: ${control.join(', ')}` : ''),
   };
 }
 

@@ -48,32 +48,80 @@ export function parseMounts(text: string): MountInfo[] {
 }
 
 /**
- * Where cgroup (v1) and cgroup2 filesystems are mounted in this mount namespace, plus /sys/fs/cgroup when it is a
- * mount of its own (the tmpfs holding the v1 hierarchies); none below another. Every sandbox sees them read-only.
- * Asked at every sandboxed start, so it reads the mount table again through a descriptor kept open (a pread from 0
- * makes the kernel write it anew: ~15 µs against ~50 µs to open, read and parse it) and parses it only when its
- * text changed.
+ * Filesystems through which a process controls the host or its own limits (issue 30): cgroups (leaving one's cgroup;
+ * v1 `release_agent`), proc (`/proc/sys`: `kernel.core_pattern` runs a program as root, `/proc/sysrq-trigger`), sysfs
+ * (`/sys/power/state`, module parameters, …), and the other kernel interfaces mounted on their own. Never writable
+ * in a sandbox: the Landlock plan carves every one of them out of every writable root (src/sandbox/linux/landlock.ts).
  */
-export function cgroupMountPoints(): string[] {
+export const HOST_CONTROL_FS: ReadonlySet<string> = new Set([
+  'cgroup',
+  'cgroup2',
+  'proc',
+  'sysfs',
+  'securityfs',
+  'debugfs',
+  'tracefs',
+  'configfs',
+  'bpf',
+  'pstore',
+  'efivarfs',
+  'binfmt_misc',
+  'fusectl',
+]);
+
+/** A mount of a HOST_CONTROL_FS filesystem (or the tmpfs at /sys/fs/cgroup that holds the v1 hierarchies). */
+export interface ControlMount {
+  path: string;
+  fsType: string;
+}
+
+/**
+ * Every mount of a HOST_CONTROL_FS filesystem in this mount namespace, nested ones included, plus /sys/fs/cgroup when
+ * it is a mount of its own. Asked at every sandboxed start, so it reads the mount table again through a descriptor
+ * kept open (a pread from 0 makes the kernel write it anew: ~15 µs against ~50 µs to open, read and parse it) and
+ * parses it only when its text changed.
+ */
+export function hostControlMounts(): ControlMount[] {
   const n = mountTable();
   const seen = mountsSeen;
   if (n >= 0 && seen && seen.bytes.length === n && SCRATCH.compare(seen.bytes, 0, n, 0, n) === 0)
-    return [...seen.points];
+    return seen.mounts.map((m) => ({ ...m }));
   let text: string;
   try {
     text = n >= 0 ? SCRATCH.toString('utf8', 0, n) : readFileSync('/proc/self/mountinfo', 'utf8');
   } catch {
     text = '';
   }
-  const points = parseMounts(text)
-    .filter((m) => m.fsType === 'cgroup' || m.fsType === 'cgroup2' || m.mountPoint === '/sys/fs/cgroup')
-    .map((m) => m.mountPoint);
-  const top = [...new Set(points)].filter((p) => !points.some((q) => q !== p && p.startsWith(`${q}/`)));
-  if (n >= 0) mountsSeen = { bytes: Buffer.from(SCRATCH.subarray(0, n)), points: top };
-  return [...top];
+  const mounts: ControlMount[] = [];
+  for (const m of parseMounts(text)) {
+    if (!HOST_CONTROL_FS.has(m.fsType) && m.mountPoint !== '/sys/fs/cgroup') continue;
+    if (!mounts.some((x) => x.path === m.mountPoint)) mounts.push({ path: m.mountPoint, fsType: m.fsType });
+  }
+  if (n >= 0) mountsSeen = { bytes: Buffer.from(SCRATCH.subarray(0, n)), mounts };
+  return mounts.map((m) => ({ ...m }));
 }
 
-let mountsSeen: { bytes: Buffer; points: string[] } | null = null;
+/** The mounts of `mounts` that lie below no other of them. */
+export function outermost(mounts: readonly ControlMount[]): ControlMount[] {
+  return mounts.filter((m) => !mounts.some((o) => o.path !== m.path && isBelow(m.path, o.path)));
+}
+
+function isBelow(p: string, dir: string): boolean {
+  return dir === '/' ? p !== '/' : p.startsWith(`${dir}/`);
+}
+
+/**
+ * Where cgroup (v1) and cgroup2 filesystems are mounted, plus /sys/fs/cgroup when it is a mount of its own (the tmpfs
+ * holding the v1 hierarchies); none below another. Every sandbox sees them read-only (bwrap: bwrapLaunch.ts).
+ */
+export function cgroupMountPoints(): string[] {
+  const cgroups = hostControlMounts().filter(
+    (m) => m.fsType === 'cgroup' || m.fsType === 'cgroup2' || m.path === '/sys/fs/cgroup',
+  );
+  return outermost(cgroups).map((m) => m.path);
+}
+
+let mountsSeen: { bytes: Buffer; mounts: ControlMount[] } | null = null;
 let mountInfoFd = -1;
 
 /** Reads /proc/self/mountinfo as it is now into SCRATCH (through the kept descriptor): its length, or -1. */

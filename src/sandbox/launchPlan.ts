@@ -98,8 +98,8 @@ export interface HostFacts {
   /** util-linux `unshare` for the pid-namespace guard (used when running as root; see linux/pidGuard.ts). */
   unshare?: string;
   /**
-   * Where cgroup filesystems are mounted: never writable inside a sandbox (bwrap: protectCgroupFs; Landlock: a
-   * carve-out of every writable root). ~15 µs: the mount table is parsed again only when it changed.
+   * Where cgroup filesystems are mounted: never writable inside a bwrap sandbox (protectCgroupFs; the Landlock plan
+   * carves out every host-control mount itself, landlock.ts). ~15 µs: the mount table is parsed only when it changed.
    */
   cgroupMounts?: () => string[];
   euid: number;

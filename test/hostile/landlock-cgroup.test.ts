@@ -1,5 +1,6 @@
 /**
- * Issue 30, item 2: a Landlock sandbox whose policy writes `/` must stay in its cgroup. On 42e683e it wrote its pid
+ * Issue 30, item 2: a Landlock sandbox whose policy writes `/` must stay in its cgroup (and, the same cause, must not
+ * write the host's kernel settings in /proc/sys or /sys). On 42e683e it wrote its pid
  * into the root `cgroup.procs`/`tasks` of every hierarchy (no pids or memory limit any more, and a `setsid` daemon
  * that survived `process/terminate` and the server's SIGKILL), and could open `release_agent` for writing (code
  * execution as root on cgroup v1). Every cgroup mount is now carved out of every writable root, read-only, or the
@@ -60,6 +61,22 @@ for m in mounts:
         os.mkdir(os.path.join(m, 'escape-%d' % os.getpid())); print('mkdir', m, 'OK')
     except OSError as e: print('mkdir', m, err(e))
 print('--cgroup--'); print(open('/proc/self/cgroup').read().strip()); print('--end--')
+`;
+
+/**
+ * Opens kernel settings for writing (never writes: on the old code that would change the host): core_pattern and
+ * modprobe run a program as root, binfmt_misc registers an interpreter, sysrq and power/state stop the machine.
+ */
+const KNOBS = `
+import errno, os
+for p in ['/proc/sys/kernel/core_pattern', '/proc/sys/kernel/modprobe', '/proc/sys/vm/drop_caches',
+          '/proc/sys/fs/binfmt_misc/register', '/proc/sysrq-trigger', '/sys/power/state', '/sys/kernel/uevent_helper',
+          '/sys/kernel/mm/transparent_hugepage/enabled', '/sys/module/printk/parameters/time']:
+    if not os.path.exists(p): continue
+    try:
+        os.close(os.open(p, os.O_WRONLY)); print('knob', p, 'OK')
+    except OSError as e:
+        print('knob', p, errno.errorcode.get(e.errno, str(e.errno)))
 `;
 
 /** A daemon that leaves the command's process group and session and tries to leave its cgroup, then lingers. */
@@ -178,6 +195,23 @@ for (const cgroups of [true, false])
         else assert.deepEqual(inCommandGroup, [], own);
       });
     }
+
+    test('the kernel settings of the host are read-only to it (proc, sysfs)', {
+      timeout: 60_000,
+    }, async () => {
+      const r = await runPlanted(c, 'root', W, [`${PY} -c "$KNOBS"`], {
+        tty: false,
+        sandbox: writeAll(W),
+        env: { KNOBS },
+      });
+      const attempts = r.output.split('\n').filter((l) => l.startsWith('knob '));
+      assert.ok(attempts.length >= 3, r.output);
+      assert.deepEqual(
+        attempts.filter((l) => / OK$/.test(l)),
+        [],
+        'no kernel setting may be opened for writing',
+      );
+    });
 
     test('a daemon that left its group and tried to leave its cgroup dies with process/terminate', {
       timeout: 60_000,

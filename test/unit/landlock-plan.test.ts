@@ -35,7 +35,7 @@ const host = (o: Partial<LandlockHost> = {}): LandlockHost => ({
   masks: [],
   tmpRoots: [],
   envTmpdir: undefined,
-  cgroupMounts: [],
+  controlMounts: [],
   ...o,
 });
 const MAKE = FS.MAKE_REG | FS.MAKE_DIR | FS.REMOVE_FILE | FS.REMOVE_DIR;
@@ -111,7 +111,7 @@ test('each element Landlock cannot hold is refused, naming it and the flag that 
 test('a cgroup mount inside a writable root is carved out read-only; a write asked for inside one is refused', () => {
   // The workspace's src stands in for a cgroup mount (the plan only sees paths).
   const mount = join(W, 'src');
-  const plan = planLandlock(resolved(), host({ cgroupMounts: [mount] }));
+  const plan = planLandlock(resolved(), host({ controlMounts: [{ path: mount, fsType: 'cgroup' }] }));
   const writes = (p: string) =>
     plan.rules.filter((r) => isUnderPath(p, r.path) && (r.rights & ~READ) !== 0).map((r) => r.path);
   // No rule on the mount or on any of its ancestors gives more than reading.
@@ -121,7 +121,7 @@ test('a cgroup mount inside a writable root is carved out read-only; a write ask
   const full = resolvePolicy(effectiveSandbox(seed({ cwd: W, entries: [special('root', 'write')] }), false), {
     tmpdir: undefined,
   });
-  const p2 = planLandlock(full, host({ cgroupMounts: [mount] }));
+  const p2 = planLandlock(full, host({ controlMounts: [{ path: mount, fsType: 'cgroup' }] }));
   assert.deepEqual(
     p2.rules.filter((r) => isUnderPath(mount, r.path) && (r.rights & ~READ) !== 0).map((r) => r.path),
     [],
@@ -129,7 +129,7 @@ test('a cgroup mount inside a writable root is carved out read-only; a write ask
   assert.ok(p2.frozen.includes('/') && p2.frozen.includes(W), p2.frozen.join(' '));
   // A writable root inside a cgroup mount cannot be held: refused, naming the mount.
   assert.throws(
-    () => planLandlock(resolved(), host({ cgroupMounts: [root] })),
+    () => planLandlock(resolved(), host({ controlMounts: [{ path: root, fsType: 'cgroup' }] })),
     (e: unknown) => e instanceof SandboxSetupError && e.message.includes(`lies in the cgroup mount ${root}`),
   );
 });

@@ -30,14 +30,17 @@
  *   domain; before ABI 6 refused unless `signals` is accepted. The process list of the host stays visible (/proc);
  * - IPC: no IPC namespace: SysV IPC and POSIX message queues denied by seccomp unless `host-ipc` is accepted;
  * - devices: only null, zero, full, random, urandom, tty, ptmx and pts, as bwrap's --dev;
- * - cgroup filesystems (issue 30): every cgroup and cgroup2 mount (host.cgroupMounts, from /proc/self/mountinfo) is
- *   read-only whatever the policy says, as bwrap mounts them: a writable `cgroup.procs`/`tasks` would let a command
- *   leave its cgroup (its pids and memory limits, and the kill that ends it), `release_agent` run a program as root
- *   on v1. A writable root that holds one is decomposed around it (a carve-out, frozen ancestors and all); a policy
- *   that asks to write inside one is refused naming the mount.
+ * - kernel filesystems that control the host (issue 30): every mount of cgroup, cgroup2, proc, sysfs and the other
+ *   HOST_CONTROL_FS types (host.controlMounts, from /proc/self/mountinfo) is read-only whatever the policy says: a
+ *   writable `cgroup.procs`/`tasks` lets a command leave its cgroup (its pids and memory limits, and the kill that
+ *   ends it), `release_agent` (cgroup v1) and `/proc/sys/kernel/core_pattern` run a program as root, sysfs suspends
+ *   the machine. Only a policy that writes an ancestor (`/`) reaches them: the writable root is decomposed around
+ *   each (a carve-out, frozen ancestors and all; writes to /proc/<pid>/… go with it). A policy that asks to write
+ *   inside one is refused naming the mount.
  */
 import { lstatSync, readdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
+import { type ControlMount, outermost } from '../../process/cgroupFs.js';
 import type { WeakerGuarantee } from '../../protocol/exec.js';
 import { SandboxSetupError } from '../errors.js';
 import {
@@ -120,8 +123,8 @@ export interface LandlockHost {
   list?: (dir: string) => ListedEntry[] | null;
   /** Whether a path is a directory (false for anything else; null when missing). */
   isDir?: (p: string) => boolean | null;
-  /** Where cgroup filesystems are mounted (src/process/cgroupFs.ts cgroupMountPoints): read-only in every plan. */
-  cgroupMounts: readonly string[];
+  /** The host-control mounts (src/process/cgroupFs.ts hostControlMounts): read-only in every plan. */
+  controlMounts: readonly ControlMount[];
 }
 
 export interface LandlockPlan {
@@ -141,6 +144,15 @@ export interface LandlockPlan {
   /** Create the command's TMPDIR in here (a frozen writable temp root) and give it full rights. */
   privateTmpIn?: string;
 }
+
+/** Why a host-control filesystem is read-only, for a refusal. */
+const WHY_READ_ONLY: Record<string, string> = {
+  cgroup: 'writing there moves processes out of their cgroup and its limits',
+  cgroup2: 'writing there moves processes out of their cgroup and its limits',
+  tmpfs: 'it holds the cgroup hierarchies',
+  proc: "its kernel settings (/proc/sys) are the host's",
+  sysfs: "its device and kernel settings are the host's",
+};
 
 const ACCEPT_HINT = (e: WeakerGuarantee) =>
   `an operator who accepts this can start the server with --sandbox-accept-weaker ${e}`;
@@ -323,17 +335,22 @@ export function planLandlock(r: ResolvedPolicy, host: LandlockHost): LandlockPla
     }
     if (w !== 0) points.set(m.path, isDir(m.path) ? w & FS.READ_DIR : 0);
   }
-  // Cgroup filesystems: read-only (see the module comment). Landlock cannot take a right away below a rule, so a
-  // mount inside a writable root becomes a carve-out; a write asked for inside a mount cannot be held at all.
-  for (const m of host.cgroupMounts) {
-    const inside = entries.find((e) => e.access === 'write' && isUnder(e.path, m));
-    if (inside)
+  // Host-control filesystems: read-only (see the module comment). Landlock cannot take a right away below a rule, so
+  // a mount inside a writable root becomes a carve-out; a write asked for inside a mount cannot be held at all.
+  for (const e of entries) {
+    if (e.access !== 'write') continue;
+    const m = host.controlMounts
+      .filter((c) => isUnder(e.path, c.path))
+      .sort((a, b) => b.path.length - a.path.length)[0];
+    if (m)
       refuse(
-        'a cgroup filesystem',
-        `${inside.path} is writable in the policy but lies in the cgroup mount ${m}, which every sandbox sees read-only (writing there moves processes out of their cgroup and its limits)`,
+        `a ${m.fsType} filesystem`,
+        `${e.path} is writable in the policy but lies in the ${m.fsType} mount ${m.path}, which every sandbox sees read-only (${WHY_READ_ONLY[m.fsType] ?? 'it controls the host'})`,
       );
-    const w = wantNow(m);
-    if ((w & ~READ) !== 0) points.set(m, w & READ);
+  }
+  for (const m of outermost(host.controlMounts)) {
+    const w = wantNow(m.path);
+    if ((w & ~READ) !== 0) points.set(m.path, w & READ);
   }
 
   const { rules, frozen } = decompose(points, list, isDir);

@@ -1,6 +1,7 @@
 /** The Landlock backend's launch: its plan (linux/landlock.ts) from a resolved policy, and the ruleset it builds. */
 import { mkdtempSync, realpathSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
+import { hostControlMounts } from '../../process/cgroupFs.js';
 import type { PreparedLaunch } from '../../process/launch.js';
 import { formatTag, ownTag, sweepStaleDirs } from '../../process/serverTag.js';
 import type { EffectiveSandbox } from '../effective.js';
@@ -80,8 +81,8 @@ export function planLandlockLaunch(
     masks: serverMasks(host),
     tmpRoots,
     envTmpdir: canonical(env.TMPDIR) ?? env.TMPDIR,
-    // Read-only in every plan (landlock.ts): a part of the inputs, so a new cgroup mount makes a new plan.
-    cgroupMounts: host.cgroupMounts?.() ?? [],
+    // Read-only in every plan (landlock.ts): a part of the inputs, so a new mount makes a new plan.
+    controlMounts: hostControlMounts(),
   };
   const inputs = JSON.stringify({ r, ...given, accept: [...given.accept].sort() });
   const { plan, basis } = reusablePlan(inputs, (looks) => planLandlock(r, { ...given, ...looks }));

@@ -25,7 +25,7 @@ import { spawnPiped } from './process/spawner.js';
 import type { DoctorCheck, DoctorReport, PolicyOutcome } from './protocol/doctor.js';
 import { parseSandboxParam } from './protocol/sandbox.js';
 import { escapeTerminalLines, terminalJson } from './protocol/terminalText.js';
-import { type PrepareOptions, prepareLaunch, SandboxSetupError } from './sandbox/index.js';
+import { type PrepareOptions, prepareLaunch, SandboxSetupError, startSandbox } from './sandbox/index.js';
 
 type CheckStatus = DoctorCheck['status'];
 
@@ -87,7 +87,7 @@ async function tryPolicy(
   };
   let launch: Awaited<ReturnType<typeof prepareLaunch>>;
   try {
-    launch = await prepareLaunch(parsed.data as never, { spec, tty: false }, opts);
+    launch = await prepareLaunch(startSandbox(parsed.data, false, ws), { spec, tty: false }, opts);
   } catch (e) {
     const why = e instanceof SandboxSetupError ? e.message : `setup failed: ${(e as Error).message}`;
     return { policy: name, sandbox: 'refused', detail: why };

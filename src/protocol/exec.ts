@@ -1,5 +1,12 @@
 import { z } from 'zod';
+import {
+  managedNetworkParamMessage,
+  NetworkProxyParamSchema,
+  networkProxyParamMessage,
+  toManagedNetworkParam,
+} from './network.js';
 import { AbsolutePath } from './paths.js';
+import { sandboxParamMessage, toSandboxParam } from './sandbox.js';
 
 // ---- handshake -------------------------------------------------------------------------------------------------
 
@@ -58,7 +65,9 @@ export type LimitHit = z.infer<typeof LimitHit>;
 
 /**
  * The seed's ExecParams, plus every field released clients send. `sandbox`, `managedNetwork` and `networkProxy` are
- * validated by their own schemas (protocol/sandbox.ts, protocol/network.ts) so their errors name their own fields.
+ * parsed here too, each by its own schema (protocol/sandbox.ts, protocol/network.ts): the shape is picked by key, and
+ * a bad one answers the text of EXEC_PARAMS_FIELD_ERRORS (serde's dialect, naming the field). They come last, so a
+ * bad member before them is reported first.
  */
 export const ExecParams = z.object({
   processId: z.string(),
@@ -67,15 +76,6 @@ export const ExecParams = z.object({
   env: z.record(z.string(), z.string()),
   tty: z.boolean(),
   arg0: z.string().nullish(),
-  /**
-   * Absent or null: no sandbox; else the seed's SandboxLaunchConfig or 0.169's FileSystemSandboxContext, enforced.
-   * @shape SandboxParam
-   */
-  sandbox: z.unknown().optional(),
-  /** The seed's `{config, constraints, auditMetadata}` (starts a managed proxy) or 0.169's sandbox fact. @shape ManagedNetworkParam */
-  managedNetwork: z.unknown().optional(),
-  /** A managed proxy described the 0.169 way. @since 0.169 @shape NetworkProxyParam */
-  networkProxy: z.unknown().optional(),
   /** @since 0.169 */
   enforceManagedNetwork: z.boolean().nullish(),
   /** @since 0.121 */
@@ -85,8 +85,24 @@ export const ExecParams = z.object({
   /** Shown on the panel (e.g. `{threadId, toolCallId}`). @since 0.169 */
   metadata: z.record(z.string(), z.unknown()).nullish(),
   limits: ProcessLimitsParam.nullish(),
+  /**
+   * Absent or null: no sandbox; else the seed's SandboxLaunchConfig or 0.169's FileSystemSandboxContext, enforced.
+   * @shape SandboxParam
+   */
+  sandbox: z.unknown().transform(toSandboxParam).optional(),
+  /** A managed proxy described the 0.169 way. @since 0.169 */
+  networkProxy: NetworkProxyParamSchema.nullish(),
+  /** The seed's `{config, constraints, auditMetadata}` (starts a managed proxy) or 0.169's sandbox fact. @shape ManagedNetworkParam */
+  managedNetwork: z.unknown().transform(toManagedNetworkParam).optional(),
 });
 export type ExecParams = z.infer<typeof ExecParams>;
+
+/** The -32602 text for a bad `sandbox`, `networkProxy` or `managedNetwork` of process/start, by field. */
+export const EXEC_PARAMS_FIELD_ERRORS = {
+  sandbox: sandboxParamMessage,
+  networkProxy: networkProxyParamMessage,
+  managedNetwork: managedNetworkParamMessage,
+} as const satisfies Readonly<Record<string, (value: unknown) => string>>;
 
 export const SandboxTypeWire = z.enum(['none', 'linuxSeccomp', 'macosSeatbelt']);
 

@@ -35,7 +35,12 @@ export interface MethodSpec<P extends z.ZodType = z.ZodType, R extends z.ZodType
   readonly result: R;
   /** One line for the protocol reference. */
   readonly summary: string;
+  /** The -32602 text for a bad top-level member, by its name (shapes picked by key answer their own parser's text). */
+  readonly fieldErrors?: FieldErrorMap;
 }
+
+/** Per top-level param member: the -32602 text for its (bad) value. */
+export type FieldErrorMap = Readonly<Record<string, (value: unknown) => string>>;
 
 /** The params of a method that reads none: anything (or nothing) is accepted and ignored. */
 export const IgnoredParams = z.unknown();
@@ -48,8 +53,11 @@ function method<P extends z.ZodType, R extends z.ZodType>(
   paramsName: string,
   result: R,
   summary: string,
+  fieldErrors?: FieldErrorMap,
 ): MethodSpec<P, R> {
-  return { caller, params, paramsName, result, summary };
+  return fieldErrors
+    ? { caller, params, paramsName, result, summary, fieldErrors }
+    : { caller, params, paramsName, result, summary };
 }
 
 export const METHODS = {
@@ -66,6 +74,7 @@ export const METHODS = {
     'ExecParams',
     exec.StartResult,
     'Starts a process (sandboxed and behind a managed proxy as asked); its events follow as notifications.',
+    exec.EXEC_PARAMS_FIELD_ERRORS,
   ),
   'process/read': method(
     'agent',

@@ -3,6 +3,7 @@
  * can import the record and event schemas too.
  */
 import { z } from 'zod';
+import { serdeMessage } from './serde.js';
 
 export const NetworkModeSchema = z.enum(['full', 'limited']);
 export type NetworkMode = z.infer<typeof NetworkModeSchema>;
@@ -100,6 +101,43 @@ export const ManagedNetworkParamSchema = z
   .nullish();
 export type ManagedNetworkParam = z.infer<typeof ManagedNetworkParamSchema>;
 
+const isMap = (v: unknown): v is Record<string, unknown> =>
+  v !== null && typeof v === 'object' && !Array.isArray(v);
+
+/**
+ * A present `managedNetwork`, its shape picked by key: `config` → the seed's; `loopbackPorts` (without `config`) →
+ * the 0.169 sandbox fact; anything else is refused with the managed-network parser's own text.
+ */
+function checkManagedNetwork(
+  raw: unknown,
+): { ok: true; value: NonNullable<ManagedNetworkParam> } | { ok: false; message: string } {
+  if (!isMap(raw))
+    return {
+      ok: false,
+      message: `invalid type: ${Array.isArray(raw) ? 'sequence' : typeof raw}, expected a map`,
+    };
+  if ('config' in raw) return { ok: true, value: ManagedNetworkSeedSchema.parse(raw) };
+  if (!('loopbackPorts' in raw)) return { ok: false, message: 'missing field `config`' };
+  const fact = ManagedNetworkSandboxFactSchema.safeParse(raw);
+  if (fact.success) return { ok: true, value: fact.data };
+  return { ok: false, message: serdeMessage(fact.error, raw, 'ManagedNetworkSandboxContext') };
+}
+
+/** The `managedNetwork` member of process/start as the method table reads it (a zod transform); absent or null → null. */
+export function toManagedNetworkParam(raw: unknown, ctx: z.RefinementCtx): ManagedNetworkParam {
+  if (raw === undefined || raw === null) return null;
+  const r = checkManagedNetwork(raw);
+  if (r.ok) return r.value;
+  ctx.addIssue({ code: 'custom', message: r.message });
+  return z.NEVER;
+}
+
+/** The -32602 text of a bad `managedNetwork` member (the table's field error map). */
+export function managedNetworkParamMessage(raw: unknown): string {
+  const r = checkManagedNetwork(raw);
+  return r.ok ? 'invalid managedNetwork' : r.message;
+}
+
 /** 0.169 `networkProxy.proxy` (§2.6): every boolean required; the client sends no URLs. */
 export const RemoteProxyConfigSchema = z.object({
   enabled: z.boolean(),
@@ -122,6 +160,22 @@ export const NetworkProxyParamSchema = z.object({
   executionId: z.string().nullish(),
 });
 export type NetworkProxyParam = z.infer<typeof NetworkProxyParamSchema>;
+
+/**
+ * The -32602 text of a bad `networkProxy` member (the table's field error map): a missing member is named alone
+ * (``missing field `enableSocks5` ``), anything else in serde's dialect under RemoteNetworkProxyLaunchConfig.
+ */
+export function networkProxyParamMessage(raw: unknown): string {
+  const r = NetworkProxyParamSchema.safeParse(raw);
+  if (r.success) return 'invalid networkProxy';
+  const issue = r.error.issues[0];
+  const path = (issue?.path ?? []).filter((p) => typeof p !== 'symbol') as (string | number)[];
+  let v: unknown = raw;
+  for (const k of path) v = isMap(v) ? v[k] : undefined;
+  if (issue?.code === 'invalid_type' && v === undefined && path.length > 0)
+    return `missing field \`${String(path[path.length - 1])}\``;
+  return serdeMessage(r.error, raw, 'RemoteNetworkProxyLaunchConfig');
+}
 
 // ---- events ----------------------------------------------------------------------------------------------------
 

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { AbsolutePath } from './paths.js';
+import { serdeMessage } from './serde.js';
 
 /*
  * Wire shapes of the `sandbox` member of `process/start` and of the sandbox context of `fs/*` requests
@@ -205,11 +206,33 @@ export function isSeedSandbox(s: ParsedSandbox): s is SandboxLaunchConfig {
  * `sandbox` key → SandboxLaunchConfig; `permissions` key → FileSystemSandboxContext; otherwise the seed schema's
  * errors (``missing field `sandbox` ``) after the plain union fails.
  */
-export function parseSandboxParam(value: unknown): ReturnType<typeof SandboxParamSchema.safeParse> {
+export function parseSandboxParam(value: unknown): z.ZodSafeParseResult<ParsedSandbox | null | undefined> {
   if (value !== null && typeof value === 'object' && !Array.isArray(value)) {
     if ('permissions' in value && !('sandbox' in value))
       return FileSystemSandboxContextSchema.safeParse(value);
     return SandboxLaunchConfigSchema.safeParse(value);
   }
   return SandboxParamSchema.safeParse(value);
+}
+
+/**
+ * The `sandbox` member of process/start as the method table reads it (a zod transform): absent or null → null, else
+ * the shape `parseSandboxParam` picks by key, its issues kept (the table puts them under `sandbox`).
+ */
+export function toSandboxParam(value: unknown, ctx: z.RefinementCtx): ParsedSandbox | null {
+  if (value === undefined || value === null) return null;
+  const r = parseSandboxParam(value);
+  if (r.success) return r.data ?? null;
+  for (const issue of r.error.issues) ctx.addIssue({ ...issue });
+  return z.NEVER;
+}
+
+/**
+ * The -32602 text of a bad `sandbox` member (the table's field error map): serde's dialect for the shape picked by
+ * key, with nested paths under `sandbox.` (``missing field `x` `` names the field alone, as serde does).
+ */
+export function sandboxParamMessage(value: unknown): string {
+  const r = parseSandboxParam(value);
+  if (r.success) return 'invalid sandbox';
+  return serdeMessage(r.error, value, 'SandboxLaunchConfig').replace(/at `/, 'at `sandbox.');
 }

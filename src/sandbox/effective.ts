@@ -229,6 +229,38 @@ export function effectiveSandbox(s: ParsedSandbox, enforceManagedNetwork = false
   return fromContext(s, enforceManagedNetwork);
 }
 
+/** The effective sandbox for `enforceManagedNetwork` without a sandbox: full filesystem, network only via the proxy. */
+function enforcementOnly(cwd: string): EffectiveSandbox {
+  return {
+    shape: 'context',
+    requested: 'native',
+    fs: { kind: 'unrestricted', entries: [] },
+    network: 'enabled',
+    cwd,
+    projectRoots: [],
+    enforceManagedNetwork: true,
+    useLegacyLandlock: false,
+  };
+}
+
+/**
+ * The one sandbox a process/start runs under, made once from the parsed `sandbox` param (or what a client-wrapped
+ * command amounts to) and the start's top-level `enforceManagedNetwork`; everything after it reads only this. Null:
+ * nothing to enforce. Managed-network enforcement is never ignored: without a sandbox, or with a `none` one (not an
+ * external sandbox), it gets a network-only sandbox with the full filesystem.
+ */
+export function startSandbox(
+  sandbox: ParsedSandbox | null | undefined,
+  enforceManagedNetwork: boolean,
+  cwd: string,
+): EffectiveSandbox | null {
+  if (sandbox === null || sandbox === undefined) return enforceManagedNetwork ? enforcementOnly(cwd) : null;
+  const eff = effectiveSandbox(sandbox, enforceManagedNetwork);
+  if (eff.requested === 'none' && eff.enforceManagedNetwork && eff.fs.kind !== 'external-sandbox')
+    return { ...eff, requested: 'native' };
+  return eff;
+}
+
 /** A legacy SandboxPolicy alone (0.120's `sandboxPolicy` context on fs/* requests), as an effective sandbox. */
 export function effectiveFromLegacy(policy: SandboxPolicy, cwd?: string): EffectiveSandbox {
   return {

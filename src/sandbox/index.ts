@@ -10,7 +10,7 @@ export type {
 } from '../protocol/sandbox.js';
 export { parseSandboxParam, SandboxParamSchema } from '../protocol/sandbox.js';
 export { isLikelySandboxDenied } from './denial.js';
-export { type EffectiveSandbox, effectiveSandbox, legacyToFsPolicy } from './effective.js';
+export { type EffectiveSandbox, effectiveSandbox, legacyToFsPolicy, startSandbox } from './effective.js';
 export { SandboxSetupError } from './errors.js';
 export { checkFsAccess, type FsAccessOptions } from './fsAccess.js';
 export { buildSeccompFilter } from './linux/seccomp.js';

@@ -26,8 +26,6 @@ export interface LaunchCommand {
   /** What to run: `file` already resolved against the child's PATH; `argv[0]` may be a custom arg0. */
   spec: LaunchSpec;
   tty: boolean;
-  /** The 0.169 top-level `enforceManagedNetwork` (the seed carries its own flag inside the sandbox object). */
-  enforceManagedNetwork?: boolean;
 }
 
 export interface PrepareOptions {

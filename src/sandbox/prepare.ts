@@ -1,5 +1,5 @@
 /**
- * A sandbox param and a command → the launch (src/process spawns it): which backend (bwrap, Landlock, Seatbelt),
+ * An effective sandbox (effective.ts: `startSandbox`) and a command → the launch (src/process spawns it): which backend (bwrap, Landlock, Seatbelt),
  * the pure plan (planLaunch), and what a launch creates (prepareLaunch). The backends' own planning and setup are in
  * linux/bwrapLaunch.ts, linux/landlockLaunch.ts and macos/seatbelt.ts; the shared types in launchPlan.ts.
  */
@@ -7,8 +7,7 @@ import os from 'node:os';
 import { sandboxLauncher, sandboxNative } from '../platform/sandbox.js';
 import { cgroupMountPoints } from '../process/cgroup.js';
 import type { LaunchSpec, PreparedLaunch, SandboxType } from '../process/launch.js';
-import type { ParsedSandbox } from '../protocol/sandbox.js';
-import { type EffectiveSandbox, effectiveSandbox } from './effective.js';
+import type { EffectiveSandbox } from './effective.js';
 import { SandboxSetupError } from './errors.js';
 import {
   type FdSlot,
@@ -37,42 +36,14 @@ import { resolvePolicy } from './resolve.js';
 export type { FdSlot, LaunchCommand, LaunchPlan, LinuxBackend, PrepareOptions } from './launchPlan.js';
 export { sweepStalePrivateDirs } from './linux/maskedDirs.js';
 
-/** The effective sandbox for `enforceManagedNetwork` without a sandbox: full filesystem, network only via the proxy. */
-function enforcementOnly(cwd: string): EffectiveSandbox {
-  return {
-    shape: 'context',
-    requested: 'native',
-    fs: { kind: 'unrestricted', entries: [] },
-    network: 'enabled',
-    cwd,
-    projectRoots: [],
-    enforceManagedNetwork: true,
-    useLegacyLandlock: false,
-  };
-}
-
 /**
- * The one pure planning function: (sandbox config, command, host facts) → the launch. Reads the filesystem only to
- * resolve paths (realpath/lstat); creates nothing. Throws SandboxSetupError when the sandbox cannot be honoured.
+ * The one pure planning function: (effective sandbox, command, host facts) → the launch. Reads the filesystem only
+ * to resolve paths (realpath/lstat); creates nothing. Throws SandboxSetupError when the sandbox cannot be honoured.
  */
-export function planLaunch(
-  sandbox: ParsedSandbox | null | undefined,
-  cmd: LaunchCommand,
-  host: HostFacts,
-): LaunchPlan {
+export function planLaunch(eff: EffectiveSandbox | null, cmd: LaunchCommand, host: HostFacts): LaunchPlan {
   const spec = cmd.spec;
-  const enforce = cmd.enforceManagedNetwork === true;
-  if ((sandbox === null || sandbox === undefined) && !enforce)
-    return unchanged(spec, 'none', { sandbox: 'none' });
-  let eff: EffectiveSandbox =
-    sandbox === null || sandbox === undefined
-      ? enforcementOnly(spec.cwd)
-      : effectiveSandbox(sandbox, enforce);
+  if (eff === null) return unchanged(spec, 'none', { sandbox: 'none' });
   if (eff.requested === 'windows-restricted-token') throw new SandboxSetupError(WINDOWS_ERROR);
-  // Managed-network enforcement is never ignored: without a sandbox it gets a network-only one (full filesystem).
-  if (eff.requested === 'none' && eff.enforceManagedNetwork && eff.fs.kind !== 'external-sandbox') {
-    eff = { ...eff, requested: 'native' };
-  }
   let requested = eff.requested;
   if (requested === 'none') return unchanged(spec, 'none', { sandbox: 'none', shape: eff.shape });
   if (requested === 'native') {
@@ -137,25 +108,11 @@ function serverTmpdir(opts: PrepareOptions | undefined): string | undefined {
   return t?.startsWith('/') ? t : undefined;
 }
 
-function needsBwrap(
-  sandbox: ParsedSandbox | null | undefined,
-  platform: NodeJS.Platform,
-  enforce: boolean,
-): boolean {
-  if (platform !== 'linux') return false;
-  if (!sandbox) return enforce;
-  const s = sandbox as {
-    sandbox?: unknown;
-    permissions?: { type?: unknown };
-    enforceManagedNetwork?: unknown;
-  };
-  if (s.sandbox === 'windows-restricted-token' || s.sandbox === 'macos-seatbelt') return false;
-  return (
-    s.sandbox === 'linux-seccomp' ||
-    s.permissions?.type === 'managed' ||
-    enforce ||
-    s.enforceManagedNetwork === true
-  );
+/** Whether this start may run under bwrap: a Linux sandbox that did not ask for the Landlock backend itself. */
+function needsBwrap(eff: EffectiveSandbox | null, platform: NodeJS.Platform): boolean {
+  if (platform !== 'linux' || !eff || eff.useLegacyLandlock) return false;
+  if (eff.requested === 'windows-restricted-token' || eff.requested === 'macos-seatbelt') return false;
+  return eff.requested !== 'none' || eff.enforceManagedNetwork;
 }
 
 const DEFAULT_FEATURES: BwrapFeatures = { argv0: false, perms: true };
@@ -196,7 +153,7 @@ export interface LaunchPreview {
 
 /** The launch a command would get, for the panel's policy debugger: no files, fds or processes are created. */
 export function previewLaunch(
-  sandbox: ParsedSandbox | null | undefined,
+  eff: EffectiveSandbox | null,
   cmd: LaunchCommand,
   opts?: PrepareOptions,
 ): LaunchPreview {
@@ -207,7 +164,7 @@ export function previewLaunch(
     opts?.fallback === 'landlock' && bwrapFailures.has(path)
       ? { kind: 'landlock', reason: 'fallback' }
       : { kind: 'bwrap' };
-  const plan = planLaunch(sandbox, cmd, hostFacts({ ...opts, platform }, bwrap, backend));
+  const plan = planLaunch(eff, cmd, hostFacts({ ...opts, platform }, bwrap, backend));
   return {
     sandboxType: plan.sandboxType,
     mechanism: plan.mechanism,
@@ -229,11 +186,6 @@ const bwrapFailures = new Map<string, string>();
 
 export const SANDBOX_ADVICE =
   'run `corral doctor` to see what this machine lacks, or start the server with `--sandbox-fallback landlock` to use the Landlock backend where namespaces are unavailable';
-
-/** True when the start asks for the Landlock backend itself (the seed's and 0.169's `useLegacyLandlock`). */
-function asksForLandlock(sandbox: ParsedSandbox | null | undefined): boolean {
-  return (sandbox as { useLegacyLandlock?: unknown } | null | undefined)?.useLegacyLandlock === true;
-}
 
 /**
  * bwrap's probe for this server (locate.ts), or why bwrap cannot sandbox here: not installed, or its preflight
@@ -290,14 +242,14 @@ const NATIVE_MISSING =
  * failed.
  */
 export async function prepareLaunch(
-  sandbox: ParsedSandbox | null | undefined,
+  eff: EffectiveSandbox | null,
   cmd: LaunchCommand,
   opts?: PrepareOptions,
 ): Promise<PreparedLaunch> {
   const platform = opts?.platform ?? process.platform;
   let bwrap: BwrapHost = { path: opts?.bwrapPath ?? SYSTEM_BWRAP, features: DEFAULT_FEATURES, proc: true };
   let backend: LinuxBackend = { kind: 'bwrap' };
-  if (needsBwrap(sandbox, platform, cmd.enforceManagedNetwork === true) && !asksForLandlock(sandbox)) {
+  if (needsBwrap(eff, platform)) {
     const fallback = opts?.fallback === 'landlock';
     const r = await bwrapOrWhy(opts?.bwrapPath ?? findBwrap(cmd.spec.cwd), fallback);
     if ('bwrap' in r) {
@@ -306,7 +258,7 @@ export async function prepareLaunch(
     } else if (fallback) backend = { kind: 'landlock', reason: 'fallback' };
     else throw new SandboxSetupError(`${r.why}; ${SANDBOX_ADVICE}`);
   }
-  const plan = planLaunch(sandbox, cmd, hostFacts({ ...opts, platform }, bwrap, backend));
+  const plan = planLaunch(eff, cmd, hostFacts({ ...opts, platform }, bwrap, backend));
   if (plan.mechanism === 'landlock') return materializeLandlock(plan);
   if (plan.mechanism !== 'bwrap') {
     return { spec: plan.spec, sandboxType: plan.sandboxType, summary: plan.summary, cleanup() {} };

@@ -129,7 +129,11 @@ export class MethodDispatch implements MethodRegistry {
     const spec = METHODS[method as MethodName];
     const state = conn.state as ConnState;
     gate(method, spec.caller, state);
-    const run = () => registered.handler(parseParams(spec.params, params, spec.paramsName), { conn, state });
+    const run = () =>
+      registered.handler(parseParams(spec.params, params, spec.paramsName, spec.fieldErrors), {
+        conn,
+        state,
+      });
     if (registered.lane === 'fs') return new Deferred(state.fsLane.run(async () => run()));
     return run();
   }

@@ -16,7 +16,7 @@ import type { DoctorReport } from '../protocol/doctor.js';
 import type { JoinParams } from '../protocol/fleet.js';
 import type { HostInfo } from '../protocol/host.js';
 import { type IpcMainLike, type IpcSenderLike, type IpcServer, serveIpc } from '../rpc/ipcTransport.js';
-import { type ParsedSandbox, previewLaunch } from '../sandbox/index.js';
+import { previewLaunch, startSandbox } from '../sandbox/index.js';
 import { type HostTokens, hostAuth, hostTokens, IPC_PANEL } from './auth.js';
 import { ExecServer, type ExecServerOptions } from './execServer.js';
 import type { LaunchPreparer } from './launcher.js';
@@ -174,10 +174,10 @@ export const sandboxPreview: PreviewFn = ({ sandbox, argv, cwd }) => {
     // show the preview with the name as given
   }
   // A Seatbelt config is previewed as macOS would run it, wherever the host runs (the debugger is for reading).
-  const seatbelt = (sandbox as { sandbox?: unknown } | null)?.sandbox === 'macos-seatbelt';
-  const asMac = seatbelt && process.platform !== 'darwin';
+  const eff = startSandbox(sandbox, false, cwd);
+  const asMac = eff?.requested === 'macos-seatbelt' && process.platform !== 'darwin';
   const p = previewLaunch(
-    sandbox as ParsedSandbox,
+    eff,
     { spec: { file, argv, env: {}, cwd }, tty: false },
     asMac ? { platform: 'darwin' } : undefined,
   );

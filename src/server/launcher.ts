@@ -18,12 +18,14 @@ import { serdeMessage } from '../protocol/serde.js';
 import { parseClientWrapped, shouldUnwrap, type UnwrapMode } from '../sandbox/codexWrapped.js';
 import { fsRulesFor } from '../sandbox/fsAccess.js';
 import {
+  type EffectiveSandbox,
   isLikelySandboxDenied,
   type ParsedSandbox,
   type PrepareOptions,
   parseSandboxParam,
   prepareLaunch,
   SandboxSetupError,
+  startSandbox,
   sweepStalePrivateDirs,
 } from '../sandbox/index.js';
 import type { FsContextResolver } from './fsHandlers.js';
@@ -64,25 +66,12 @@ interface ClientUnwrap {
   note: Record<string, unknown>;
 }
 
-/** Parses the `sandbox` param of process/start (seed SandboxLaunchConfig or 0.169 FileSystemSandboxContext). */
-export function parseSandbox(value: unknown): ParsedSandbox | null {
-  if (value === undefined || value === null) return null;
-  const r = parseSandboxParam(value);
-  if (!r.success)
-    throw invalidParams(serdeMessage(r.error, value, 'SandboxLaunchConfig').replace(/at `/, 'at `sandbox.'));
-  return r.data as ParsedSandbox | null;
-}
-
-/** True when the seed's sandbox object asks for managed-network enforcement. */
-function enforcesManagedNetwork(sandbox: ParsedSandbox | null, params: ExecParams): boolean {
-  if (params.enforceManagedNetwork) return true;
-  return !!sandbox && 'enforceManagedNetwork' in sandbox && sandbox.enforceManagedNetwork === true;
-}
-
 /**
- * The launch pipeline of process/start: validate `sandbox` and `managedNetwork`/`networkProxy`, start the process's
- * proxy and apply its environment, then wrap the command in the sandbox. Anything that cannot be honoured fails the
- * start (-32602 for bad input, -32603 for setup failures); nothing runs with less isolation than asked for.
+ * The launch pipeline of process/start, on params the method table has already typed (`sandbox`, `managedNetwork`,
+ * `networkProxy`): make the one effective sandbox of the start (effective.ts `startSandbox`), check the proxy
+ * config, start the process's proxy and apply its environment, then wrap the command in that sandbox. Anything that
+ * cannot be honoured fails the start (-32602 for bad input, -32603 for setup failures); nothing runs with less
+ * isolation than asked for.
  */
 export class Launcher implements LaunchPreparer {
   readonly networkEvents: NetworkEvents;
@@ -110,7 +99,11 @@ export class Launcher implements LaunchPreparer {
   ): PreparedLaunch | Promise<PreparedLaunch> {
     const client = this.clientWrapped(params, spec);
     if (client?.spec) spec = client.spec;
-    const sandbox = client?.sandbox ?? parseSandbox(params.sandbox);
+    const sandbox = startSandbox(
+      client?.sandbox ?? params.sandbox,
+      params.enforceManagedNetwork === true,
+      spec.cwd,
+    );
     let network: ReturnType<typeof parseProcessNetwork>;
     try {
       network = parseProcessNetwork({
@@ -121,17 +114,16 @@ export class Launcher implements LaunchPreparer {
       if (e instanceof NetworkConfigError) throw invalidParams(e.message);
       throw e;
     }
-    const enforce = enforcesManagedNetwork(sandbox, params);
-    const mn = params.managedNetwork as { config?: unknown } | null | undefined;
-    if (!network && enforce && mn && typeof mn === 'object' && 'config' in mn) {
+    const mn = params.managedNetwork;
+    if (!network && sandbox?.enforceManagedNetwork && mn && 'config' in mn) {
       throw internalError(
         'managed network enforcement requested but the managed proxy is disabled (network.enabled is false): refusing to start',
       );
     }
     // Fast path: nothing to wrap, nothing to start.
-    if (!sandbox && !network && !enforce)
+    if (!sandbox && !network)
       return { spec, sandboxType: 'none', cleanup() {}, ...(client ? { summary: client.note } : {}) };
-    const launch = this.prepareAsync(params, spec, ctx, sandbox, network, enforce);
+    const launch = this.prepareAsync(params, spec, ctx, sandbox, network);
     if (!client) return launch;
     return launch.then((l) => {
       if (client.sandbox && l.sandboxType === 'none') {
@@ -152,7 +144,7 @@ export class Launcher implements LaunchPreparer {
    * equivalent sandbox param. Otherwise the argv runs as sent (today's behaviour) with a note saying why.
    */
   private clientWrapped(params: ExecParams, spec: LaunchSpec): ClientUnwrap | null {
-    if (params.sandbox !== undefined && params.sandbox !== null) return null;
+    if (params.sandbox) return null;
     const parsed = parseClientWrapped(params.argv);
     if (parsed.kind === 'not-wrapped') return null;
     const mode = this.opts.unwrapClientSandbox ?? 'auto';
@@ -197,9 +189,8 @@ export class Launcher implements LaunchPreparer {
     params: ExecParams,
     spec: LaunchSpec,
     ctx: { sessionId: string },
-    sandbox: ParsedSandbox | null,
+    sandbox: EffectiveSandbox | null,
     network: ReturnType<typeof parseProcessNetwork>,
-    enforce: boolean,
   ): Promise<PreparedLaunch> {
     let proxy: ManagedProxy | null = null;
     const key = `${ctx.sessionId}/${params.processId}`;
@@ -228,11 +219,7 @@ export class Launcher implements LaunchPreparer {
     };
     let launch: PreparedLaunch;
     try {
-      launch = await prepareLaunch(
-        sandbox,
-        { spec, tty: params.tty, enforceManagedNetwork: enforce },
-        this.opts.sandbox,
-      );
+      launch = await prepareLaunch(sandbox, { spec, tty: params.tty }, this.opts.sandbox);
     } catch (e) {
       closeProxy();
       if (e instanceof SandboxSetupError) throw internalError(e.message);
@@ -262,10 +249,9 @@ export class Launcher implements LaunchPreparer {
   /** Resolves the sandbox context carried by fs/* requests exactly as for a process (same TMPDIR). */
   fsContext: FsContextResolver = (context) => {
     if (context === null || context === undefined) return null;
-    let parsed: ParsedSandbox | SandboxPolicy;
     const asSandbox = parseSandboxParam(context);
-    if (asSandbox.success) parsed = asSandbox.data as ParsedSandbox;
-    else {
+    let parsed: ParsedSandbox | SandboxPolicy | null | undefined = asSandbox.data;
+    if (!asSandbox.success) {
       const legacy = SandboxPolicySchema.safeParse(context);
       if (!legacy.success)
         throw invalidParams(serdeMessage(asSandbox.error, context, 'FileSystemSandboxContext'));

@@ -20,12 +20,12 @@ import {
   redact,
 } from '../protocol/monitor.js';
 import { NetworkSettingsWireSchema } from '../protocol/network.js';
-import { parseSandboxParam } from '../protocol/sandbox.js';
+import { type ParsedSandbox, parseSandboxParam } from '../protocol/sandbox.js';
 import type { MethodRegistry } from './dispatch.js';
 
 /** What the sandbox engine answers for a preview (src/sandbox `previewLaunch`). */
 export type PreviewFn = (req: {
-  sandbox: unknown;
+  sandbox: ParsedSandbox | null | undefined;
   argv: string[];
   cwd: string;
   managedNetwork?: unknown;

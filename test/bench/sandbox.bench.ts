@@ -16,7 +16,7 @@ import os from 'node:os';
 import { join } from 'node:path';
 import type { LaunchSpec } from '../../src/process/launch.js';
 import { type SpawnerKind, spawnerKind, spawnPipedWith } from '../../src/process/spawner.js';
-import { prepareLaunch } from '../../src/sandbox/index.js';
+import { prepareLaunch, startSandbox } from '../../src/sandbox/index.js';
 import { seed, special } from '../integration/sandbox-util.js';
 import type { BenchRow } from './types.js';
 
@@ -95,17 +95,22 @@ export async function run(): Promise<BenchRow[]> {
   const WL = join(root, 'landlock-ws');
   mkdirSync(join(WL, '.git'), { recursive: true });
   try {
-    const parse = (useLegacyLandlock: boolean, cwd = W) =>
-      seed({
+    const parse = (useLegacyLandlock: boolean, cwd = W, enforceManagedNetwork = false) =>
+      startSandbox(
+        seed({
+          cwd,
+          entries: [
+            special('root', 'read'),
+            special('current_working_directory', 'write'),
+            special('slash_tmp', 'write'),
+          ],
+          useLegacyLandlock,
+        }),
+        enforceManagedNetwork,
         cwd,
-        entries: [
-          special('root', 'read'),
-          special('current_working_directory', 'write'),
-          special('slash_tmp', 'write'),
-        ],
-        useLegacyLandlock,
-      });
+      );
     const sb = parse(false);
+    const sbManaged = parse(false, W, true);
     const sbLandlock = parse(true, WL);
     const sbLandlockShared = parse(true);
     const spec: LaunchSpec = { file: '/bin/true', argv: ['true'], env: { PATH: '/usr/bin:/bin' }, cwd: W };
@@ -128,7 +133,7 @@ export async function run(): Promise<BenchRow[]> {
     // network namespace; `true` never connects, so nothing needs to listen on the host port.
     const managedSpec: LaunchSpec = { ...spec, env: { ...spec.env, HTTP_PROXY: 'http://127.0.0.1:9' } };
     const managed = async () => {
-      const p = await prepareLaunch(sb, { spec: managedSpec, tty: false, enforceManagedNetwork: true });
+      const p = await prepareLaunch(sbManaged, { spec: managedSpec, tty: false });
       try {
         if ((await runSpec(p.spec, spawnerKind, p.afterSpawn?.bind(p))) !== 0)
           throw new Error('sandboxed true with managed network failed');

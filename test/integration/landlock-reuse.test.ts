@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import type { LaunchSpec } from '../../src/process/launch.js';
 import { spawnPiped } from '../../src/process/spawner.js';
-import { prepareLaunch } from '../../src/sandbox/index.js';
+import { prepareLaunch, startSandbox } from '../../src/sandbox/index.js';
 import { listDirectory } from '../../src/sandbox/linux/dirListing.js';
 import { landlockSupport } from '../../src/sandbox/linux/landlockNative.js';
 import { until } from '../helpers/server.js';
@@ -32,10 +32,8 @@ async function run(cwd: string, script: string): Promise<{ out: string; ruleset:
     env: { PATH: '/usr/bin:/bin' },
     cwd,
   };
-  const p = await prepareLaunch(seed({ cwd, entries: WORKSPACE_ONLY, useLegacyLandlock: true }), {
-    spec,
-    tty: false,
-  });
+  const sandbox = startSandbox(seed({ cwd, entries: WORKSPACE_ONLY, useLegacyLandlock: true }), false, cwd);
+  const p = await prepareLaunch(sandbox, { spec, tty: false });
   try {
     const c = spawnPiped(p.spec, { stdin: 'null' });
     void p.afterSpawn?.(c.pid);

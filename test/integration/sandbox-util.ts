@@ -18,7 +18,7 @@ import { spawnPty } from '../../src/process/pty.js';
 import { throughLauncher } from '../../src/process/spawner.js';
 import { parseSandboxParam } from '../../src/protocol/sandbox.js';
 import type { ParsedSandbox } from '../../src/sandbox/index.js';
-import { type PrepareOptions, prepareLaunch } from '../../src/sandbox/index.js';
+import { type PrepareOptions, prepareLaunch, startSandbox } from '../../src/sandbox/index.js';
 import { LINGER_MS } from '../../src/sandbox/linux/mountTargets.js';
 
 /** Shared helpers for the sandbox integration tests (sandbox.md §12 common setup). */
@@ -85,7 +85,7 @@ export function seed(o: SeedOptions): ParsedSandbox {
   const raw = seedParam(o);
   const r = parseSandboxParam(raw);
   if (!r.success) throw r.error;
-  return r.data as ParsedSandbox;
+  return r.data!;
 }
 
 export interface RunResult {
@@ -116,8 +116,8 @@ export async function run(
         .trim();
   const spec: LaunchSpec = { file, argv, env: { PATH, ...(o.env ?? {}) }, cwd: o.cwd };
   const prepared = await prepareLaunch(
-    sandbox,
-    { spec, tty: false, enforceManagedNetwork: o.enforceManagedNetwork },
+    startSandbox(sandbox, o.enforceManagedNetwork === true, o.cwd),
+    { spec, tty: false },
     o.opts,
   );
   let s = prepared.spec;
@@ -179,8 +179,8 @@ export async function runPty(
     cwd: o.cwd,
   };
   const prepared = await prepareLaunch(
-    sandbox,
-    { spec, tty: true, enforceManagedNetwork: o.enforceManagedNetwork },
+    startSandbox(sandbox, o.enforceManagedNetwork === true, o.cwd),
+    { spec, tty: true },
     o.opts,
   );
   const s = prepared.spec;

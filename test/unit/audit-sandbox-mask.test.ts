@@ -6,7 +6,7 @@ import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
-import { type ParsedSandbox, previewLaunch } from '../../src/sandbox/index.js';
+import { type EffectiveSandbox, previewLaunch, startSandbox } from '../../src/sandbox/index.js';
 import { seed, special } from '../integration/sandbox-util.js';
 
 const root = mkdtempSync(join(os.tmpdir(), 'corral-audit-mask-'));
@@ -16,7 +16,8 @@ mkdirSync(hidden, { recursive: true });
 after(() => rmSync(root, { recursive: true, force: true }));
 
 const sp = special;
-const sandbox = (name: string, entries: unknown[]): ParsedSandbox => seed({ cwd: W, sandbox: name, entries });
+const sandbox = (name: string, entries: unknown[]): EffectiveSandbox | null =>
+  startSandbox(seed({ cwd: W, sandbox: name, entries }), false, W);
 const cmd = {
   spec: { file: '/bin/cat', argv: ['cat', join(hidden, 'audit.db')], env: {}, cwd: W },
   tty: false,

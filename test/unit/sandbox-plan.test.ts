@@ -6,10 +6,11 @@ import { after, test } from 'node:test';
 import type { LaunchSpec } from '../../src/process/launch.js';
 import { parseSandboxParam } from '../../src/protocol/sandbox.js';
 import {
-  type ParsedSandbox,
+  type EffectiveSandbox,
   prepareLaunch,
   previewLaunch,
   SandboxSetupError,
+  startSandbox,
   WINDOWS_ERROR,
 } from '../../src/sandbox/index.js';
 import { needsSandbox } from '../helpers/native.js';
@@ -20,7 +21,8 @@ mkdirSync(join(W, '.git'), { recursive: true });
 after(() => rmSync(root, { recursive: true, force: true }));
 
 const sp = (kind: string, access: string) => ({ path: { type: 'special', value: { kind } }, access });
-function seed(o: Record<string, unknown> = {}): ParsedSandbox {
+/** A seed sandbox param, parsed by the real schema and made the start's effective sandbox. */
+function seed(o: Record<string, unknown> = {}): EffectiveSandbox | null {
   const r = parseSandboxParam({
     sandbox: 'linux-seccomp',
     policy: { type: 'workspace-write' },
@@ -38,7 +40,7 @@ function seed(o: Record<string, unknown> = {}): ParsedSandbox {
     ...o,
   });
   if (!r.success) throw r.error;
-  return r.data as ParsedSandbox;
+  return startSandbox(r.data, false, W);
 }
 const spec = (env: Record<string, string> = {}): LaunchSpec => ({
   file: '/bin/echo',
@@ -161,8 +163,8 @@ test('managed network: proxy env rewritten (both cases), ProxyRouted, info/block
 
 test('enforceManagedNetwork without a sandbox still enforces (network-only sandbox), never ignored', () => {
   const p = previewLaunch(
-    null,
-    { spec: spec({ HTTP_PROXY: 'http://127.0.0.1:8899' }), tty: false, enforceManagedNetwork: true },
+    startSandbox(null, true, W),
+    { spec: spec({ HTTP_PROXY: 'http://127.0.0.1:8899' }), tty: false },
     linux,
   );
   assert.equal(p.sandboxType, 'linuxSeccomp');
@@ -173,7 +175,7 @@ test('enforceManagedNetwork without a sandbox still enforces (network-only sandb
     '/',
   ]);
   assert.throws(
-    () => previewLaunch(null, { spec: spec(), tty: false, enforceManagedNetwork: true }, linux),
+    () => previewLaunch(startSandbox(null, true, W), { spec: spec(), tty: false }, linux),
     SandboxSetupError,
   );
 });
@@ -230,7 +232,7 @@ test('full write + network enabled is not wrapped (still reported linuxSeccomp);
   const disabled = parseSandboxParam({ permissions: { type: 'disabled' } });
   assert.ok(disabled.success);
   assert.equal(
-    previewLaunch(disabled.data as ParsedSandbox, { spec: spec(), tty: false }, linux).sandboxType,
+    previewLaunch(startSandbox(disabled.data, false, W), { spec: spec(), tty: false }, linux).sandboxType,
     'none',
   );
 });

@@ -121,6 +121,13 @@ test('bwrap args: read-only', () => {
     '--unshare-net',
     '--proc',
     '/proc',
+    // The host's kernel settings stay read-only (issue 30).
+    '--ro-bind',
+    '/proc/sys',
+    '/proc/sys',
+    '--ro-bind-try',
+    '/proc/sysrq-trigger',
+    '/proc/sysrq-trigger',
     '--cap-drop',
     'ALL',
     '--chdir',

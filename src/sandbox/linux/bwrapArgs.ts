@@ -99,6 +99,20 @@ export function bwrapArgs(r: ResolvedPolicy, o: BwrapOptions): BwrapArgs {
   a.push('--die-with-parent', ...fs.args, '--unshare-user', '--unshare-pid', '--unshare-ipc');
   if (o.unshareNet) a.push('--unshare-net');
   if (o.proc) a.push('--proc', '/proc');
+  // The host's kernel settings stay read-only (issue 30): bwrap covers /proc/sys only when the directory itself is
+  // writable, which it never is (0555), so as root the sandbox could write kernel.core_pattern (a program run as root on
+  // the host) even under a read-only policy. sysfs too, where the policy writes a root above it.
+  const writesAbove = (p: string) => r.fullWrite || r.writableRoots.some((w) => isUnder(p, w.root));
+  if (o.proc || writesAbove('/proc'))
+    a.push(
+      '--ro-bind',
+      '/proc/sys',
+      '/proc/sys',
+      '--ro-bind-try',
+      '/proc/sysrq-trigger',
+      '/proc/sysrq-trigger',
+    );
+  if (writesAbove('/sys')) a.push('--ro-bind-try', '/sys', '/sys');
   a.push('--cap-drop', 'ALL', '--chdir', o.chdir);
   let argv0Ignored = false;
   if (o.argv0 !== undefined && o.argv0 !== o.file) {

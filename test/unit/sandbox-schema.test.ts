@@ -6,7 +6,7 @@ import {
   SandboxParamSchema,
   SandboxPolicySchema,
 } from '../../src/protocol/sandbox.js';
-import { effectiveSandbox, legacyToFsPolicy } from '../../src/sandbox/effective.js';
+import { effectiveSandbox, legacyToFsPolicy, startSandbox } from '../../src/sandbox/effective.js';
 
 const noSandbox = {
   sandbox: 'none',
@@ -190,4 +190,37 @@ test('§4.5 additionalPermissions merge: read-only becomes workspace-write, netw
   const u = parseSandboxParam({ ...noSandbox, additionalPermissions: { file_system: { write: ['/out'] } } });
   assert.ok(u.success);
   assert.deepEqual(effectiveSandbox(u.data!).fs.entries, []);
+});
+
+test('startSandbox: the one EffectiveSandbox of a start; enforcement alone or with a none sandbox is never ignored', () => {
+  assert.equal(startSandbox(null, false, '/w'), null, 'nothing to enforce');
+  assert.equal(startSandbox(undefined, false, '/w'), null);
+  const only = startSandbox(null, true, '/w');
+  assert.deepEqual(only, {
+    shape: 'context',
+    requested: 'native',
+    fs: { kind: 'unrestricted', entries: [] },
+    network: 'enabled',
+    cwd: '/w',
+    projectRoots: [],
+    enforceManagedNetwork: true,
+    useLegacyLandlock: false,
+  });
+  const seedNone = parseSandboxParam(noSandbox);
+  assert.ok(seedNone.success && seedNone.data);
+  assert.equal(startSandbox(seedNone.data, false, '/w')?.requested, 'none', 'a none sandbox stays none');
+  const upgraded = startSandbox(seedNone.data, true, '/w');
+  assert.equal(upgraded?.requested, 'native', 'top-level enforcement upgrades none');
+  assert.equal(upgraded?.enforceManagedNetwork, true);
+  const inner = parseSandboxParam({ ...noSandbox, enforceManagedNetwork: true });
+  assert.ok(inner.success && inner.data);
+  assert.equal(startSandbox(inner.data, false, '/w')?.requested, 'native', "the seed's own flag too");
+  const external = parseSandboxParam({ permissions: { type: 'external', network: 'restricted' } });
+  assert.ok(external.success && external.data);
+  const ext = startSandbox(external.data, true, '/w');
+  assert.equal(ext?.requested, 'none', 'an external sandbox is left to the client');
+  assert.equal(ext?.enforceManagedNetwork, true);
+  const ctx = parseSandboxParam({ ...ctx169, useLegacyLandlock: true });
+  assert.ok(ctx.success && ctx.data);
+  assert.equal(startSandbox(ctx.data, false, '/w')?.useLegacyLandlock, true);
 });

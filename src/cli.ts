@@ -21,7 +21,7 @@ import {
   sandboxOptions,
   USAGE,
 } from './cliOptions.js';
-import { doctorCommand } from './doctor.js';
+import { doctorCommand } from './doctor/report.js';
 import { JoinParams, parseJoinText } from './protocol/fleet.js';
 import { EnvironmentId } from './protocol/remote.js';
 import { escapeTerminalLines } from './protocol/terminalText.js';

@@ -1,18 +1,18 @@
 /**
- * The host checks of `corral doctor` (src/doctor.ts): bubblewrap, user namespaces, Landlock, seccomp, cgroups, the
+ * The host checks of `corral doctor` (report.ts): bubblewrap, user namespaces, Landlock, seccomp, cgroups, the
  * native addon and the panel. Each says what it found and, when something is missing, the one line that fixes it.
  */
 import { execFile } from 'node:child_process';
 import { accessSync, constants, existsSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
-import { sandboxLauncher } from './platform/sandbox.js';
-import { cgroupHostIfSetUp, cgroupMountPoints, pidsBudget } from './process/cgroup.js';
-import { hostControlMounts, outermost } from './process/cgroupFs.js';
-import { nativeLoadError, spawnerKind } from './process/spawner.js';
-import type { DoctorCheck } from './protocol/doctor.js';
-import { landlockSupport } from './sandbox/linux/landlockNative.js';
-import { findBwrap, probeBwrap } from './sandbox/linux/locate.js';
+import { sandboxLauncher } from '../platform/sandbox.js';
+import { cgroupHostIfSetUp, cgroupMountPoints, pidsBudget } from '../process/cgroup.js';
+import { hostControlMounts, outermost } from '../process/cgroupFs.js';
+import { nativeLoadError, spawnerKind } from '../process/spawner.js';
+import type { DoctorCheck } from '../protocol/doctor.js';
+import { landlockSupport } from '../sandbox/linux/landlockNative.js';
+import { findBwrap, probeBwrap } from '../sandbox/linux/locate.js';
 
 function readText(p: string): string | null {
   try {

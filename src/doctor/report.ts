@@ -2,12 +2,18 @@
  * `corral doctor`: what this machine can sandbox and what to change. Each check says what it found and, when
  * something is missing, the one line that fixes it; then every policy type is really started (`/bin/true` through
  * the same launch pipeline as process/start, with the given sandbox options) and the sandbox it got is reported. The
- * host checks are doctorChecks.ts.
+ * host checks are hostChecks.ts.
  * Human-readable by default, `--json` for machines; the panel's host info shows the same report (host/info `doctor`).
  */
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
+import type { LaunchSpec } from '../process/launch.js';
+import { spawnPiped } from '../process/spawner.js';
+import type { DoctorCheck, DoctorReport, PolicyOutcome } from '../protocol/doctor.js';
+import { parseSandboxParam } from '../protocol/sandbox.js';
+import { escapeTerminalLines, terminalJson } from '../protocol/terminalText.js';
+import { type PrepareOptions, prepareLaunch, SandboxSetupError, startSandbox } from '../sandbox/index.js';
 import {
   addonCheck,
   bwrapCheck,
@@ -19,13 +25,7 @@ import {
   pidsBudgetCheck,
   seccompCheck,
   usernsChecks,
-} from './doctorChecks.js';
-import type { LaunchSpec } from './process/launch.js';
-import { spawnPiped } from './process/spawner.js';
-import type { DoctorCheck, DoctorReport, PolicyOutcome } from './protocol/doctor.js';
-import { parseSandboxParam } from './protocol/sandbox.js';
-import { escapeTerminalLines, terminalJson } from './protocol/terminalText.js';
-import { type PrepareOptions, prepareLaunch, SandboxSetupError, startSandbox } from './sandbox/index.js';
+} from './hostChecks.js';
 
 type CheckStatus = DoctorCheck['status'];
 

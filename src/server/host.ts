@@ -8,7 +8,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { dirname, extname, join, normalize, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type AuditOptions, startAudit } from '../audit/index.js';
-import { doctorReport } from '../doctor.js';
+import { doctorReport } from '../doctor/report.js';
 import { Fleet } from '../fleet/fleet.js';
 import type { NetworkEvents } from '../network/events.js';
 import { resolveProgram } from '../process/resolveProgram.js';

@@ -11,9 +11,12 @@ import { compilePatterns, GlobError, isGlobalWildcard } from './patterns.js';
 
 /** A configuration error; `message` is the complete text for the -32602 answer. */
 export class NetworkConfigError extends Error {
-  constructor(message: string) {
+  /** The process/start member the config came from, once known (parseProcessNetwork sets it). */
+  readonly field: 'managedNetwork' | 'networkProxy' | undefined;
+  constructor(message: string, field?: 'managedNetwork' | 'networkProxy') {
     super(message);
     this.name = 'NetworkConfigError';
+    this.field = field;
   }
 }
 

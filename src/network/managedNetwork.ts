@@ -6,10 +6,11 @@
 import {
   type AuditMetadata,
   AuditMetadataSchema,
-  ManagedNetworkSandboxFactSchema,
+  type ManagedNetworkParam,
+  type ManagedNetworkSandboxFact,
   type NetworkConstraints,
   NetworkConstraintsSchema,
-  NetworkProxyParamSchema,
+  type NetworkProxyParam,
 } from '../protocol/network.js';
 import {
   defaultSettings,
@@ -108,29 +109,18 @@ function warningsFor(s: NetworkSettings): string[] {
 }
 
 /**
- * Parses `process/start` `managedNetwork`. Returns the proxy to start, or null for no proxy: absent/null, the 0.169
- * sandbox fact `{loopbackPorts, allowLocalBinding}`, or a seed config with `enabled:false` (§1, §4.1).
- * Throws NetworkConfigError with the full -32602 text.
+ * The proxy a `process/start` `managedNetwork` asks for, from the value the method table typed (shape errors are the
+ * table's): null for absent/null, the 0.169 sandbox fact `{loopbackPorts, allowLocalBinding}`, or a seed config with
+ * `enabled:false` (§1, §4.1). Throws NetworkConfigError for what only the config's content can tell.
  */
-export function parseManagedNetwork(raw: unknown): ManagedNetworkSpec | null {
-  if (raw === null || raw === undefined) return null;
-  if (!isObject(raw)) {
-    throw new NetworkConfigError(
-      `invalid type: ${Array.isArray(raw) ? 'sequence' : typeof raw}, expected a map`,
-    );
-  }
-  if (!('config' in raw) && 'loopbackPorts' in raw) {
-    const fact = ManagedNetworkSandboxFactSchema.safeParse(raw);
-    if (!fact.success) throw new NetworkConfigError(zodText(fact.error, raw, 'ManagedNetworkSandboxContext'));
-    return null;
-  }
-  if (!('config' in raw)) throw new NetworkConfigError('missing field `config`');
-  const settings = parseNetworkConfig(raw.config);
-  const constraints = parseConstraints(raw.constraints);
-  const auditMetadata = parseAudit(raw.auditMetadata);
+export function parseManagedNetwork(mn: ManagedNetworkParam | undefined): ManagedNetworkSpec | null {
+  if (!mn || !('config' in mn)) return null;
+  const settings = parseNetworkConfig(mn.config);
+  const constraints = parseConstraints(mn.constraints);
+  const auditMetadata = parseAudit(mn.auditMetadata);
   validateAgainstConstraints(settings, constraints);
   validateSettings(settings);
-  const approvals = parseApprovalSettings(raw.config, raw.constraints);
+  const approvals = parseApprovalSettings(mn.config, mn.constraints);
   if (!settings.enabled) return null;
   return {
     settings,
@@ -144,31 +134,18 @@ export function parseManagedNetwork(raw: unknown): ManagedNetworkSpec | null {
 
 /** The 0.169 sandbox fact of `managedNetwork`, if that is what was sent (for the sandbox's ProxyRouted mode). */
 export function managedNetworkSandboxFact(
-  raw: unknown,
-): { loopbackPorts: number[]; allowLocalBinding: boolean } | null {
-  if (!isObject(raw) || 'config' in raw) return null;
-  const fact = ManagedNetworkSandboxFactSchema.safeParse(raw);
-  return fact.success ? fact.data : null;
+  mn: ManagedNetworkParam | undefined,
+): ManagedNetworkSandboxFact | null {
+  return mn && 'loopbackPorts' in mn ? mn : null;
 }
 
 /**
- * Parses the 0.169 `networkProxy` (§2.6) and maps it onto §2.1. Missing booleans give serde's
- * ``missing field `enableSocks5` ``; `enabled:false` gives the 0.169 text; config errors are prefixed as usual.
+ * Maps the 0.169 `networkProxy` (§2.6), as the method table typed it, onto §2.1. `enabled:false` gives the 0.169
+ * text; config errors are prefixed as usual.
  */
-export function parseNetworkProxy(raw: unknown): ManagedNetworkSpec | null {
-  if (raw === null || raw === undefined) return null;
-  const r = NetworkProxyParamSchema.safeParse(raw);
-  if (!r.success) {
-    const issue = r.error.issues[0];
-    const path = (issue?.path ?? []).filter((p) => typeof p !== 'symbol') as (string | number)[];
-    let v: unknown = raw;
-    for (const k of path) v = isObject(v) ? v[k as string] : undefined;
-    if (issue?.code === 'invalid_type' && v === undefined && path.length > 0) {
-      throw new NetworkConfigError(`missing field \`${String(path[path.length - 1])}\``);
-    }
-    throw new NetworkConfigError(zodText(r.error, raw, 'RemoteNetworkProxyLaunchConfig'));
-  }
-  const p = r.data.proxy;
+export function parseNetworkProxy(np: NetworkProxyParam | null | undefined): ManagedNetworkSpec | null {
+  if (!np) return null;
+  const p = np.proxy;
   if (!p.enabled) {
     throw new NetworkConfigError(`${PREFIX}executor-local network proxy launch requires an enabled proxy`);
   }
@@ -189,30 +166,44 @@ export function parseNetworkProxy(raw: unknown): ManagedNetworkSpec | null {
     allow_local_binding: p.allowLocalBinding,
   };
   validateSettings(settings);
-  const auditMetadata = parseAudit(r.data.auditMetadata);
+  const auditMetadata = parseAudit(np.auditMetadata);
   return {
     settings,
     constraints: {},
     auditMetadata,
     origin: 'networkProxy',
-    ...(r.data.executionId ? { executionId: r.data.executionId } : {}),
+    ...(np.executionId ? { executionId: np.executionId } : {}),
     warnings: warningsFor(settings),
   };
 }
 
 /**
- * Both request fields at once: `networkProxy` (0.169) or a seed `managedNetwork` starts a proxy; both together is
- * an error; the 0.169 sandbox fact alone starts nothing.
+ * Both typed request fields at once: `networkProxy` (0.169) or a seed `managedNetwork` starts a proxy; both together
+ * is an error; the 0.169 sandbox fact alone starts nothing. Every error is a NetworkConfigError naming the field it
+ * came from (`field`), so the wire code of each is chosen in one place (the launcher).
  */
 export function parseProcessNetwork(params: {
-  managedNetwork?: unknown;
-  networkProxy?: unknown;
+  managedNetwork?: ManagedNetworkParam | undefined;
+  networkProxy?: NetworkProxyParam | null | undefined;
 }): ManagedNetworkSpec | null {
-  const fromProxy = parseNetworkProxy(params.networkProxy);
+  const fromProxy = inField('networkProxy', () => parseNetworkProxy(params.networkProxy));
   const mn = params.managedNetwork;
-  if (fromProxy && isObject(mn) && 'config' in mn) {
-    throw new NetworkConfigError(`${PREFIX}managedNetwork.config and networkProxy cannot both be given`);
+  if (fromProxy && mn && 'config' in mn) {
+    throw new NetworkConfigError(
+      `${PREFIX}managedNetwork.config and networkProxy cannot both be given`,
+      'managedNetwork',
+    );
   }
-  const fromSeed = parseManagedNetwork(mn);
+  const fromSeed = inField('managedNetwork', () => parseManagedNetwork(mn));
   return fromProxy ?? fromSeed;
+}
+
+function inField<T>(field: 'managedNetwork' | 'networkProxy', parse: () => T): T {
+  try {
+    return parse();
+  } catch (e) {
+    if (e instanceof NetworkConfigError && e.field === undefined)
+      throw new NetworkConfigError(e.message, field);
+    throw e;
+  }
 }

@@ -19,7 +19,7 @@ import {
   type PolicyPreviewResult,
   redact,
 } from '../protocol/monitor.js';
-import { NetworkSettingsWireSchema } from '../protocol/network.js';
+import { ManagedNetworkSeedSchema, NetworkSettingsWireSchema } from '../protocol/network.js';
 import { type ParsedSandbox, parseSandboxParam } from '../protocol/sandbox.js';
 import type { MethodRegistry } from './dispatch.js';
 
@@ -121,7 +121,7 @@ function networkErrors(raw: unknown, prefix: string): FieldError[] {
     if (!r.success) return fieldErrors(r.error, wrapped ? `${base}.network` : base);
   }
   try {
-    if (managed) parseManagedNetwork(raw);
+    if (managed) parseManagedNetwork(ManagedNetworkSeedSchema.parse(raw));
     else parseNetworkConfig(raw);
   } catch (e) {
     if (e instanceof NetworkConfigError) return [{ path: prefix, message: e.message }];
@@ -148,7 +148,9 @@ async function checkUrl(opts: PolicyDebuggerOptions, p: CheckUrlParams): Promise
   const raw = p.config as Record<string, unknown> | null;
   const managed = raw && typeof raw === 'object' && 'config' in raw ? raw : { config: p.config };
   const settings = parseNetworkConfig(managed.config);
-  const warnings = settings.enabled ? (parseManagedNetwork(managed)?.warnings ?? []) : [];
+  const warnings = settings.enabled
+    ? (parseManagedNetwork(ManagedNetworkSeedSchema.parse(managed))?.warnings ?? [])
+    : [];
   const target = readTargetText(p.target);
   if (!target.ok) {
     const what = target.error === 'invalid host' ? 'invalid host' : 'not a URL or host:port';

@@ -7,7 +7,12 @@ import {
   parseNetworkProxy,
   parseProcessNetwork,
 } from '../../src/network/managedNetwork.js';
-import { ManagedNetworkParamSchema, NetworkProxyParamSchema } from '../../src/protocol/network.js';
+import {
+  ManagedNetworkParamSchema,
+  type NetworkProxyParam,
+  NetworkProxyParamSchema,
+  networkProxyParamMessage,
+} from '../../src/protocol/network.js';
 
 const rejects = (fn: () => unknown, message: string) =>
   assert.throws(fn, (e: unknown) => {
@@ -269,7 +274,8 @@ test('constraints: the remaining rules of §3.7', () => {
   );
 });
 
-const proxy169 = (over: Record<string, unknown> = {}) => ({
+/** A 0.169 networkProxy as sent (raw169) and as the method table hands it on (proxy169). */
+const raw169 = (over: Record<string, unknown> = {}) => ({
   proxy: {
     enabled: true,
     enableSocks5: false,
@@ -286,8 +292,11 @@ const proxy169 = (over: Record<string, unknown> = {}) => ({
   executionId: 'exec-1',
 });
 
+const proxy169 = (over: Record<string, unknown> = {}): NetworkProxyParam =>
+  NetworkProxyParamSchema.parse(raw169(over));
+
 test('0.169 networkProxy maps onto §2.1, with its exact errors', () => {
-  assert.ok(NetworkProxyParamSchema.safeParse(proxy169()).success);
+  assert.ok(NetworkProxyParamSchema.safeParse(raw169()).success);
   const spec = parseNetworkProxy(proxy169());
   assert.ok(spec);
   assert.equal(spec.origin, 'networkProxy');
@@ -298,9 +307,11 @@ test('0.169 networkProxy maps onto §2.1, with its exact errors', () => {
   assert.deepEqual(spec.settings.denied_domains, ['b.test']);
   assert.equal(spec.auditMetadata.app_version, '9.9.9');
   assert.equal(spec.executionId, 'exec-1');
-  const missing = proxy169();
+  // A shape error is the method table's (one text, in src/protocol); src/network sees only typed values.
+  const missing = raw169();
   delete (missing.proxy as Record<string, unknown>).enableSocks5;
-  rejects(() => parseNetworkProxy(missing), 'missing field `enableSocks5`');
+  assert.ok(!NetworkProxyParamSchema.safeParse(missing).success);
+  assert.equal(networkProxyParamMessage(missing), 'missing field `enableSocks5`');
   rejects(
     () => parseNetworkProxy(proxy169({ enabled: false })),
     'invalid network proxy config: executor-local network proxy launch requires an enabled proxy',

@@ -8,12 +8,14 @@
  * the JSON-RPC methods (methods.ts) and the export (export.ts).
  */
 import type { NetworkEvents } from '../network/events.js';
-import type { ExecServer } from '../server/execServer.js';
+import type { MethodRegistry } from '../server/dispatch.js';
 import type { Logger } from '../server/log.js';
 import { registerAuditMethods } from './methods.js';
 import { type AuditObserver, observeServer } from './observe.js';
+import type { AuditSource } from './source.js';
 import { type AuditOptions, AuditTrail } from './trail.js';
 
+export type { AuditSource } from './source.js';
 export { type AuditOptions, AuditTrail, defaultAuditPath } from './trail.js';
 
 export interface Audit {
@@ -23,8 +25,8 @@ export interface Audit {
   readonly unavailable: string | null;
   /** Directories every sandbox must hide (the database's). */
   readonly hiddenPaths: string[];
-  /** Observes the server's seams and registers the audit/* methods. Once per server. */
-  attach(server: ExecServer): void;
+  /** Observes the server through its audit source and registers the audit/* methods on it. Once per server. */
+  attach(server: AuditSource & MethodRegistry): void;
   /** Also records the decisions of another proxy event bus. */
   attachNetwork(bus: NetworkEvents): void;
   /**

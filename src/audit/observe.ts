@@ -16,10 +16,10 @@ import type { FsOperation } from '../protocol/audit.js';
 import { redact } from '../protocol/monitor.js';
 import { auditMetadataOf, type NetworkAuditEvent } from '../protocol/network.js';
 import type { FsCallEvent } from '../server/events.js';
-import type { ExecServer } from '../server/execServer.js';
 import type { Session } from '../server/session.js';
 import { capList, capText, type Truncation, truncations } from './caps.js';
 import type { AuditRecord, FsRecord, SessionRecord } from './events.js';
+import type { AuditSource } from './source.js';
 import type { AuditSink } from './trail.js';
 
 /** fs/* requests that change files: recorded always. Reads are recorded only when the sandbox context refused them. */
@@ -143,12 +143,12 @@ function approvalRecord(e: ApprovalAuditEvent): AuditRecord {
   };
 }
 
-function networkRecord(e: NetworkAuditEvent): AuditRecord {
+function networkRecord(e: NetworkAuditEvent, now: number): AuditRecord {
   const metadata = auditMetadataOf(e);
   const time = Date.parse(e['event.timestamp']);
   return {
     kind: 'network',
-    time: Number.isNaN(time) ? Date.now() : time,
+    time: Number.isNaN(time) ? now : time,
     sessionId: e.sessionId ?? null,
     processId: e.processId ?? null,
     host: e['server.address'],
@@ -166,12 +166,12 @@ function networkRecord(e: NetworkAuditEvent): AuditRecord {
 }
 
 /** A session event's record, its client name capped. */
-function sessionRecord(s: Session, event: SessionRecord['event']): SessionRecord {
+function sessionRecord(s: Session, event: SessionRecord['event'], now: number): SessionRecord {
   const cut: Record<string, Truncation> = {};
   const clientName = capText(s.clientName, 'clientName', cut);
   return {
     kind: 'session',
-    time: Date.now(),
+    time: now,
     sessionId: s.id,
     clientName,
     event,
@@ -180,20 +180,14 @@ function sessionRecord(s: Session, event: SessionRecord['event']): SessionRecord
 }
 
 /** Subscribes the sink to everything the server does. */
-export function observeServer(server: ExecServer, sink: AuditSink): AuditObserver {
+export function observeServer(source: AuditSource, sink: AuditSink): AuditObserver {
   const open = new Map<string, Session>();
   const fresh = new Set<string>();
   const offs: (() => void)[] = [];
-
-  const proxySpec = (sessionId: string, processId: string): ManagedNetworkSpec | undefined => {
-    const k = `${sessionId}/${processId}`;
-    const prep = server.preparer as { proxies?: unknown };
-    const map = prep.proxies instanceof Map ? prep.proxies : server.launcher.proxies;
-    return (map.get(k) as { spec?: ManagedNetworkSpec } | undefined)?.spec;
-  };
+  const { events, clock } = source;
 
   const onSession = (kind: 'created' | 'attached' | 'detached' | 'expired', s: Session) => {
-    const record = (event: SessionRecord['event']) => sink.record(sessionRecord(s, event));
+    const record = (event: SessionRecord['event']) => sink.record(sessionRecord(s, event, clock.now()));
     if (kind === 'created') {
       fresh.add(s.id);
       open.set(s.id, s);
@@ -228,7 +222,7 @@ export function observeServer(server: ExecServer, sink: AuditSink): AuditObserve
         envNames: capList(Object.keys(p.launch.spec.env).sort(), 'envNames', cut),
         sandboxType: p.sandboxType,
         policy: summary ? (redact(summary) as Record<string, unknown>) : null,
-        network: networkSummary(proxySpec(sessionId, processId)),
+        network: networkSummary(source.networkOf(sessionId, processId)),
         metadata: p.info.metadata ? (redact(p.info.metadata) as Record<string, unknown>) : null,
         pid: p.pid,
         truncated: truncations(cut),
@@ -236,22 +230,16 @@ export function observeServer(server: ExecServer, sink: AuditSink): AuditObserve
       return;
     }
     if (kind === 'exited') {
-      // Which resource limit ended the process, where the process layer reports one (`limitHit`).
-      const limitHit = (p as { limitHit?: unknown }).limitHit;
       sink.record({
         kind: 'processExit',
-        time: p.exitedAt ?? Date.now(),
+        time: p.exitedAt ?? clock.now(),
         sessionId,
         processId,
         exitCode: p.exitCode ?? -1,
         signal: p.exitSignal,
         sandboxDenied: p.sandboxDenied,
-        limitHit:
-          limitHit === undefined || limitHit === null
-            ? null
-            : typeof limitHit === 'string'
-              ? limitHit
-              : JSON.stringify(limitHit),
+        // Which resource limit ended the process (the cgroup's report), or null.
+        limitHit: p.limitHit,
       });
       return;
     }
@@ -263,7 +251,7 @@ export function observeServer(server: ExecServer, sink: AuditSink): AuditObserve
     const tailLen = tail?.length ?? 0;
     sink.record({
       kind: 'processClose',
-      time: p.closedAt ?? Date.now(),
+      time: p.closedAt ?? clock.now(),
       sessionId,
       processId,
       outputBytes: p.bytesOut,
@@ -279,30 +267,30 @@ export function observeServer(server: ExecServer, sink: AuditSink): AuditObserve
   };
   const onApproval = (e: ApprovalAuditEvent) => sink.record(approvalRecord(e));
 
-  server.events.on('session', onSession);
-  server.events.on('process', onProcess);
-  server.events.on('fs', onFs);
-  server.events.on('approval', onApproval);
+  events.on('session', onSession);
+  events.on('process', onProcess);
+  events.on('fs', onFs);
+  events.on('approval', onApproval);
   offs.push(
-    () => server.events.off('session', onSession),
-    () => server.events.off('process', onProcess),
-    () => server.events.off('fs', onFs),
-    () => server.events.off('approval', onApproval),
+    () => events.off('session', onSession),
+    () => events.off('process', onProcess),
+    () => events.off('fs', onFs),
+    () => events.off('approval', onApproval),
   );
   const buses = new Set<NetworkEvents>();
   const observer: AuditObserver = {
     attachNetwork(bus) {
       if (buses.has(bus)) return;
       buses.add(bus);
-      offs.push(bus.on('audit', (e) => sink.record(networkRecord(e))));
+      offs.push(bus.on('audit', (e) => sink.record(networkRecord(e, clock.now()))));
     },
     end() {
-      for (const s of open.values()) sink.record(sessionRecord(s, 'end'));
+      for (const s of open.values()) sink.record(sessionRecord(s, 'end', clock.now()));
       open.clear();
       for (const off of offs) off();
       offs.length = 0;
     },
   };
-  observer.attachNetwork(server.launcher.networkEvents);
+  observer.attachNetwork(source.networkEvents);
   return observer;
 }

@@ -1,4 +1,7 @@
+import type { AuditSource } from '../audit/source.js';
 import { type Clock, realClock } from '../clock.js';
+import type { NetworkEvents } from '../network/events.js';
+import type { ManagedNetworkSpec } from '../network/managedNetwork.js';
 import { nativeSpawnAbsence } from '../platform/spawn.js';
 import { type CgroupHost, cgroupHost, defaultLimits, type ResourceLimits } from '../process/cgroup.js';
 import { buildChildEnv, sanitizedServerEnv } from '../process/env.js';
@@ -78,7 +81,7 @@ export interface ExecServerOptions {
  * `connect(transport)` makes one client connection (WebSocket, Electron IPC, stdio, tests). Other modules serve
  * more methods through `handle` (the panel's monitor, policy debugger and host info).
  */
-export class ExecServer implements Dispatcher, MethodRegistry, ProcessHost {
+export class ExecServer implements Dispatcher, MethodRegistry, ProcessHost, AuditSource {
   readonly events = new ServerEvents();
   readonly sessions: SessionTable;
   readonly log: Logger;
@@ -143,6 +146,20 @@ export class ExecServer implements Dispatcher, MethodRegistry, ProcessHost {
       opts.approvals,
     );
     registerApprovalMethods(this, this.approvals);
+  }
+
+  /** The bus the launcher's managed proxies report their policy decisions on (AuditSource). */
+  get networkEvents(): NetworkEvents {
+    return this.launcher.networkEvents;
+  }
+
+  /**
+   * The managed network of a live process (AuditSource): its proxy's, from the launch pipeline in use (a replaced
+   * one that keeps no proxies of its own may still launch through this server's launcher).
+   */
+  networkOf(sessionId: string, processId: string): ManagedNetworkSpec | undefined {
+    return (this.preparer.proxyOf?.(sessionId, processId) ?? this.launcher.proxyOf(sessionId, processId))
+      ?.spec;
   }
 
   /** Says at start what bounds each command, or that nothing does (issue 13: never silently). */

@@ -2,7 +2,8 @@
  * Admission: the one rule that decides whether the managed proxy lets a request through (network-proxy.md §3.3,
  * §3.5, §4.2 step 5, §4.3 steps 3–4, §4.4). Plain HTTP, upgrades, CONNECT, SOCKS5 TCP and UDP, the fast path and the
  * policy debugger all ask `admit`, so they cannot disagree. It has no effects of its own: the host policy it consults
- * may resolve a name or ask the decider, and the caller records the result (`Recorder.record`) and answers.
+ * may resolve a name or ask the decider. The proxy's entry points decide and record in one call, `admitAndRecord`,
+ * and then answer (a refusal through responses.ts) or dial one of the admitted addresses.
  *
  * The order of checks per protocol:
  * - `http` (a plain request, the proxy sees its method): the host policy, then limited mode's method rule.
@@ -82,4 +83,24 @@ export async function admit(policy: AdmissionPolicy, r: AdmissionRequest): Promi
   if (!d.allowed) return { ...d, scope: 'domain' };
   if (limited) return modeGuard(d.host, limited.reason, d);
   return d;
+}
+
+/** Where a decision is kept (the proxy's Recorder: blocked ring, audit events, violation log). */
+export interface DecisionRecorder {
+  record(r: AdmissionRequest, a: Admission): void;
+}
+
+/**
+ * Decides one request and records the decision: the one call every entry point of the proxy makes before it answers
+ * or sends a byte upstream. `refusals` records only a refusal (a request that cannot be forwarded whatever the
+ * policy says, e.g. an unparseable method, is answered as a parse error and leaves no allowed event).
+ */
+export async function admitAndRecord(
+  deps: { policy: AdmissionPolicy; recorder: DecisionRecorder },
+  r: AdmissionRequest,
+  record: 'all' | 'refusals' = 'all',
+): Promise<Admission> {
+  const a = await admit(deps.policy, r);
+  if (record === 'all' || !a.allowed) deps.recorder.record(r, a);
+  return a;
 }

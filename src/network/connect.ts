@@ -5,7 +5,7 @@
  */
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
-import { type AdmissionRequest, admit } from './admission.js';
+import { type AdmissionRequest, admitAndRecord } from './admission.js';
 import { tunnelFor } from './dial.js';
 import { clientAddr } from './host.js';
 import type { SocketEntry } from './httpContext.js';
@@ -47,8 +47,7 @@ export const onConnect: SocketEntry = async (ctx, req, socket, head) => {
     method: 'CONNECT',
     client: clientAddr(req.socket),
   };
-  const a = await admit(ctx.policy, r);
-  ctx.recorder.record(r, a);
+  const a = await admitAndRecord(ctx, r);
   if (!a.allowed) {
     answer(blockedConnectResponse(a));
     return;

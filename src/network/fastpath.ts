@@ -5,21 +5,22 @@
  * the same `admit` as every other entry point, and the rewritten head goes to a pooled upstream socket for the
  * checked address; the response is relayed parsing only its framing (responseRelay.ts).
  *
- * Anything unusual (parse doubts, limits, Expect/Upgrade/Transfer-Encoding, `Connection: close`, https targets,
- * refused requests, upstream proxies) is handed to the Node path at a request boundary with the bytes unread, so
- * every answer and event of the Node path stays exactly as it is. A refusal is handed over with the request, so
- * that the policy is not asked twice.
+ * A request the fast path has read is decided and recorded here once (`admitAndRecord`) and answered here: a refusal
+ * with the same 403 the Node path sends (responses.ts, with the keep-alive lines Node adds), an admitted one by the
+ * upstream's response. Anything it does not read with certainty (parse doubts, limits, Expect/Upgrade/
+ * Transfer-Encoding, `Connection: close`, https targets, upstream proxies) is handed to the Node path at a request
+ * boundary, before admission, with the bytes unread: the Node path then decides it, once, itself.
  */
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
-import { type Admission, type AdmissionRequest, admit } from './admission.js';
+import { type AdmissionRequest, admitAndRecord, type Refused } from './admission.js';
 import type { Dialer } from './dial.js';
 import { type FastHead, readFastHead } from './fastHead.js';
 import { clientAddr } from './host.js';
 import type { PolicyEngine } from './policy.js';
 import type { Recorder } from './recorder.js';
 import { keepAliveLines, type RelayClient, ResponseRelay, type Upstream } from './responseRelay.js';
-import { serialize, textResponse } from './responses.js';
+import { blockedHttpResponse, serialize, textResponse } from './responses.js';
 
 export interface FastPathDeps {
   policy: PolicyEngine;
@@ -31,18 +32,11 @@ export interface FastPathDeps {
   /** True when plain HTTP may take the fast path now (no upstream proxy applies). */
   enabled(): boolean;
   /**
-   * Gives the socket to the Node path with `buffered` unread; `preset` is the first request's admission.
+   * Gives the socket to the Node path with `buffered` unread (never a request already admitted here).
    * `ended`: the client's end was already read here, so Node must be told of it too.
    */
-  handoff(socket: Socket, buffered: Buffer, preset: Preset | undefined, ended: boolean): void;
+  handoff(socket: Socket, buffered: Buffer, ended: boolean): void;
   track(s: Duplex): void;
-}
-
-/** The admission the fast path took for the request it hands over, with that request's method and target. */
-export interface Preset {
-  method: string;
-  url: string;
-  admission: Admission;
 }
 
 const MAX_BODY_IN_HEAD = 64 * 1024;
@@ -152,13 +146,13 @@ class ClientConn implements RelayClient {
     s.off('close', this.onClose);
   }
 
-  private handoff(preset?: Preset): void {
+  private handoff(): void {
     this.detach();
     const rest = this.buf;
     this.buf = Buffer.alloc(0);
     if (this.socket.destroyed) return;
     this.socket.setTimeout(this.deps.idleTimeoutMs);
-    this.deps.handoff(this.socket, rest, preset, this.ended);
+    this.deps.handoff(this.socket, rest, this.ended);
   }
 
   private data(d: Buffer): void {
@@ -215,23 +209,25 @@ class ClientConn implements RelayClient {
       method: head.method,
       client: clientAddr(this.socket),
     };
-    const a = await admit(this.deps.policy, r);
+    const a = await admitAndRecord(this.deps, r);
     if (this.gone) return;
-    const address = a.allowed ? a.addresses[0] : undefined;
-    if (address === undefined || !this.deps.enabled()) {
-      // Blocked answers, events and odd cases stay with the Node path, which gets this admission with the request.
-      this.busy = false;
-      this.handoff({ method: head.method, url: head.url, admission: a });
+    const total = head.headLength + head.bodyLength;
+    const body = head.bodyLength > 0 ? this.buf.subarray(head.headLength, total) : null;
+    this.buf = this.buf.length === total ? Buffer.alloc(0) : this.buf.subarray(total);
+    if (!a.allowed) {
+      this.refuse(a, head);
       return;
     }
-    this.deps.recorder.record(r, a);
+    const address = a.addresses[0];
+    if (address === undefined) {
+      // Allowed, but the name did not resolve: the Node path's 502 (forward.ts).
+      this.fail();
+      return;
+    }
     let reqHead = `${head.method} ${head.path} HTTP/1.1\r\n`;
     for (let i = 0; i < head.headers.length; i += 2)
       reqHead += `${head.headers[i]}: ${head.headers[i + 1]}\r\n`;
     reqHead += 'Connection: keep-alive\r\n\r\n';
-    const total = head.headLength + head.bodyLength;
-    const body = head.bodyLength > 0 ? this.buf.subarray(head.headLength, total) : null;
-    this.buf = this.buf.length === total ? Buffer.alloc(0) : this.buf.subarray(total);
     const key = `${address}|${head.port}|${head.host}`;
     let socket = this.pool.take(key);
     if (!socket) {
@@ -258,6 +254,18 @@ class ClientConn implements RelayClient {
 
   /** @internal */ get client(): Socket {
     return this.socket;
+  }
+
+  /**
+   * A refused request (already recorded): the 403 JSON of responses.ts, framed as Node frames it on a kept-alive
+   * HTTP/1.1 connection (no body to a HEAD); the request's own body, read in full, is dropped, and the connection
+   * goes on to the next request.
+   */
+  private refuse(a: Refused, head: FastHead): void {
+    const r = blockedHttpResponse(a, head.port);
+    if (head.method === 'HEAD') r.body = Buffer.alloc(0);
+    this.socket.write(serialize(r, keepAliveLines(this.deps.keepAliveTimeoutMs)));
+    this.done();
   }
 
   /** Upstream failed before any response byte went to the client: the Node path's 502. */

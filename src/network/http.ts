@@ -14,7 +14,7 @@ import net, { type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { onConnect } from './connect.js';
 import { type Dialer, ForwardAgents } from './dial.js';
-import { FastHttp, type Preset } from './fastpath.js';
+import { FastHttp } from './fastpath.js';
 import type { HttpContext } from './httpContext.js';
 import { overflowStatus, PARSER_MAX_HEADERS_COUNT, PARSER_OPTIONS } from './limits.js';
 import { listenLoopback } from './listen.js';
@@ -44,8 +44,6 @@ export class HttpProxy {
   readonly server: http.Server;
   private readonly sockets = new Set<Duplex>();
   private readonly fast: FastHttp;
-  /** The fast path's admission of the first request on a socket it handed over, with that request's line. */
-  private readonly presets = new WeakMap<Duplex, Preset>();
   private readonly ctx: HttpContext;
   private closed = false;
 
@@ -79,12 +77,6 @@ export class HttpProxy {
         (socket as Partial<Socket>).setTimeout?.(0);
       },
       reattach: (socket) => this.accept(socket as Socket),
-      takeAdmission: (req) => {
-        const preset = this.presets.get(req.socket);
-        if (!preset) return undefined;
-        this.presets.delete(req.socket);
-        return preset.method === req.method && preset.url === req.url ? preset.admission : undefined;
-      },
     };
     const toNode = (socket: Socket) => this.server.emit('connection', socket);
     this.fast = new FastHttp({
@@ -94,8 +86,7 @@ export class HttpProxy {
       idleTimeoutMs: idle,
       keepAliveTimeoutMs: this.server.keepAliveTimeout,
       enabled: () => upstreamFor('http', deps.upstream) === undefined,
-      handoff: (socket, buffered, preset, ended) => {
-        if (preset) this.presets.set(socket, preset);
+      handoff: (socket, buffered, ended) => {
         if (ended) {
           // The stream has ended (nothing can be unshifted): give Node's handlers the bytes and the end directly.
           toNode(socket);

@@ -1,7 +1,6 @@
 /** What the entry points of the HTTP proxy (request.ts, upgrade.ts, connect.ts) share; http.ts builds it. */
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
-import type { Admission } from './admission.js';
 import type { ForwardAgents, TunnelOrigin } from './dial.js';
 import type { PolicyEngine } from './policy.js';
 import type { Recorder } from './recorder.js';
@@ -18,8 +17,6 @@ export interface HttpContext extends TunnelOrigin {
   adopt(socket: Duplex): void;
   /** Gives a socket back to the HTTP server as a new connection (a refused CONNECT keeps it open, §4.3). */
   reattach(socket: Duplex): void;
-  /** The fast path's admission of this request, when the fast path handed the socket over with it (once). */
-  takeAdmission(req: IncomingMessage): Admission | undefined;
 }
 
 /** An entry point for a socket Node's server hands out with its request (`connect`, `upgrade`). */

@@ -5,7 +5,7 @@
  */
 import type http from 'node:http';
 import type { Duplex } from 'node:stream';
-import { type AdmissionRequest, admit, LIMITED_METHODS } from './admission.js';
+import { type AdmissionRequest, admitAndRecord, LIMITED_METHODS } from './admission.js';
 import { forward } from './forward.js';
 import { headerValue } from './headers.js';
 import { clientAddr } from './host.js';
@@ -28,7 +28,6 @@ export async function onRequest(
   req: http.IncomingMessage,
   res: http.ServerResponse,
 ): Promise<void> {
-  const preset = ctx.takeAdmission(req);
   const limit = limitStatus(req);
   if (limit !== null) {
     res.socket?.end(serialize(emptyResponse(limit), CLOSE));
@@ -51,8 +50,7 @@ export async function onRequest(
     method: req.method ?? 'GET',
     client: clientAddr(req.socket),
   };
-  const a = preset ?? (await admit(ctx.policy, r));
-  ctx.recorder.record(r, a);
+  const a = await admitAndRecord(ctx, r);
   if (!a.allowed) {
     send(res, blockedHttpResponse(a, t.port));
     return;
@@ -117,11 +115,10 @@ export async function onOddMethod(
     method,
     client: clientAddr(socket as Partial<import('node:net').Socket>),
   };
-  const a = await admit(ctx.policy, r);
+  const a = await admitAndRecord(ctx, r, 'refusals');
   if (a.allowed) {
     socket.end(PARSE_ERROR);
     return;
   }
-  ctx.recorder.record(r, a);
   socket.end(serialize(blockedHttpResponse(a, t.port), CLOSE));
 }

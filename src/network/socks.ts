@@ -5,7 +5,7 @@
 import dgram from 'node:dgram';
 import net from 'node:net';
 import type { Duplex } from 'node:stream';
-import { type AdmissionRequest, admit } from './admission.js';
+import { type AdmissionRequest, admitAndRecord } from './admission.js';
 import { type Dialer, type TunnelOrigin, tunnelFor } from './dial.js';
 import { canonicalIp, clientAddr, hostPort, normalizeHost } from './host.js';
 import { listenLoopback } from './listen.js';
@@ -132,8 +132,7 @@ export class SocksProxy {
       method: null,
       client: clientAddr(socket),
     };
-    const a = await admit(this.deps.policy, r);
-    this.deps.recorder.record(r, a);
+    const a = await admitAndRecord(this.deps, r);
     if (!a.allowed) {
       socket.end(blockedSocksReply());
       return;
@@ -209,9 +208,8 @@ export class SocksProxy {
         client: client(),
       };
       // A refused datagram is dropped (and recorded); an allowed destination is remembered for the association.
-      void admit(this.deps.policy, r)
+      void admitAndRecord(this.deps, r)
         .then((a) => {
-          this.deps.recorder.record(r, a);
           const address = a.allowed ? a.addresses[0] : undefined;
           if (address === undefined) return;
           allowedCache.set(key, address);

@@ -3,7 +3,7 @@
  * request, then the request head goes in origin form to the checked address and the two sockets are piped.
  */
 import type { Duplex } from 'node:stream';
-import { type AdmissionRequest, admit } from './admission.js';
+import { type AdmissionRequest, admitAndRecord } from './admission.js';
 import { tunnelFor } from './dial.js';
 import { headerValue } from './headers.js';
 import { clientAddr } from './host.js';
@@ -52,8 +52,7 @@ export const onUpgrade: SocketEntry = async (ctx, req, socket, head) => {
     method,
     client: clientAddr(req.socket),
   };
-  const a = await admit(ctx.policy, r);
-  ctx.recorder.record(r, a);
+  const a = await admitAndRecord(ctx, r);
   if (!a.allowed) {
     socket.end(serialize(blockedHttpResponse(a, t.port), CLOSE));
     return;

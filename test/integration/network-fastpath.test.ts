@@ -164,3 +164,46 @@ test('fast path: pipelined requests on one connection are answered in order; a b
     await fx.close();
   }
 });
+
+test('fast path: a refusal is decided, recorded and answered there, once, with the bytes the Node path sends', async () => {
+  const fx = await startProxy({ domains: { localhost: 'allow', 'blocked.test': 'deny' } });
+  const c = await RawClient.open(fx.proxy.httpPort);
+  try {
+    const refused = (extra = '') =>
+      `GET http://blocked.test/x HTTP/1.1\r\nHost: blocked.test\r\n${extra}\r\n`;
+    // The first is the fast path's simple case; the second carries a Connection option the fast path does not read,
+    // so the Node path (llhttp, request.ts) answers it: the two answers must be the same bytes but for the date.
+    c.write(refused());
+    const fast = await c.readResponse();
+    c.write(refused('Connection: keep-alive, x-other\r\n'));
+    const node = await c.readResponse();
+    const shape = (r: typeof fast) => ({
+      statusLine: r.statusLine,
+      headers: r.headers.map(([k, v]) => [k, k === 'date' ? '<date>' : v]),
+      body: r.body,
+    });
+    assert.deepEqual(shape(fast), shape(node));
+    assert.equal(fast.status, 403);
+    assert.equal(fast.header('x-proxy-error'), 'blocked-by-denylist');
+    // A refused HEAD gets the headers alone; a refused POST's body is dropped; the connection serves on.
+    c.write('HEAD http://blocked.test/h HTTP/1.1\r\nHost: blocked.test\r\n\r\n');
+    const head = await c.readResponse({ noBody: true });
+    assert.equal(head.status, 403);
+    c.write(
+      'POST http://blocked.test/p HTTP/1.1\r\nHost: blocked.test\r\nContent-Length: 7\r\n\r\npayload' +
+        `GET http://localhost:${P}/after HTTP/1.1\r\nHost: localhost:${P}\r\n\r\n`,
+    );
+    assert.equal((await c.readResponse()).status, 403);
+    const after = await c.readResponse();
+    assert.equal(after.status, 200);
+    assert.equal(after.body, 'ok');
+    // Each of the four refusals recorded exactly once (ring and audit), and none reached the dialer.
+    const denied = fx.audits.filter((a) => a['network.policy.decision'] === 'deny');
+    assert.equal(denied.length, 4);
+    assert.equal(fx.blocked.length, 4);
+    assert.ok(fx.dials.every((d) => !d.startsWith('blocked.test')));
+  } finally {
+    c.close();
+    await fx.close();
+  }
+});

@@ -140,6 +140,7 @@ export function processDetail(db: SqliteDatabase, sessionId: string, processId: 
       .prepare('SELECT * FROM network WHERE session_id = ? AND process_id = ? ORDER BY time, id LIMIT 1000')
       .all(sessionId, processId) as Row[]
   ).map((r) => toItem('network', r) as AuditNetworkItem);
+  // A process still running: its window ends now, in real time (a worker thread: the server's clock is on the main one).
   const end = (row.closed_at as number | null) ?? (row.exited_at as number | null) ?? Date.now();
   const files = (
     db

@@ -27,7 +27,8 @@ export const VACUUM_PAGES_PER_STEP = 4096;
 /**
  * One step of retention: deletes up to `chunkRows` of the oldest events that are past the age limit or, while the
  * database is above the size limit, the oldest events of all. Returns true when there is more to delete (call
- * again after letting writes through). Frees the pages at the end.
+ * again after letting writes through). Frees the pages at the end. `now` defaults to the real time: this runs on the
+ * audit worker thread, which the server's clock (main thread) does not reach.
  */
 export function retentionStep(db: SqliteDatabase, opts: RetentionOptions, now = Date.now()): boolean {
   const chunk = opts.chunkRows ?? 2000;

@@ -74,6 +74,7 @@ export class AuditStore {
   }
 
   /** One step of retention (retention.ts); true when there is more to delete. */
+  // Real time by default (a worker thread: the server's clock is on the main one); the `retention` request passes `now`.
   retentionStep(opts: RetentionOptions, now = Date.now()): boolean {
     return retentionStep(this.db, opts, now);
   }

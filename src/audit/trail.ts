@@ -9,6 +9,7 @@ import { homedir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { Worker } from 'node:worker_threads';
+import { type Clock, realClock, type Timer } from '../clock.js';
 import type { AuditInfoResult, AuditProcessResult, AuditQuery, AuditQueryResult } from '../protocol/audit.js';
 import type { AuditRecord } from './events.js';
 import type { WorkerConfig, WorkerMessage, WorkerRequest } from './worker.js';
@@ -46,6 +47,8 @@ export interface AuditOptions {
   requiredBy?: string | null;
   /** Tests: how often the OTLP batch goes out (ms). */
   otlpDelayMs?: number;
+  /** The time of the flush delay (FLUSH_MS; default: the real one). */
+  clock?: Clock;
 }
 
 /** `$XDG_STATE_HOME/corral/audit.db`, else `~/.local/state/corral/audit.db`. */
@@ -111,7 +114,7 @@ export class AuditTrail implements AuditSink {
   readonly unavailable: string | null;
   private queue: AuditRecord[] = [];
   private transfer: ArrayBuffer[] = [];
-  private timer: NodeJS.Timeout | null = null;
+  private timer: Timer | null = null;
   private nextId = 1;
   private readonly replies = new Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void }>();
   private closed = false;
@@ -123,8 +126,9 @@ export class AuditTrail implements AuditSink {
 
   private constructor(
     private readonly worker: Worker,
-    readonly options: Required<Omit<AuditOptions, 'otlpDelayMs'>>,
+    readonly options: Required<Omit<AuditOptions, 'otlpDelayMs' | 'clock'>>,
     ready: Extract<WorkerMessage, { type: 'ready' }>,
+    private readonly clock: Clock,
   ) {
     this.startupNotices = ready.notices;
     this.unavailable = ready.unavailable;
@@ -142,7 +146,7 @@ export class AuditTrail implements AuditSink {
    * why), unless `requiredBy` named the database: then it rejects naming that option.
    */
   static async open(opts: AuditOptions): Promise<AuditTrail> {
-    const options: Required<Omit<AuditOptions, 'otlpDelayMs'>> = {
+    const options: Required<Omit<AuditOptions, 'otlpDelayMs' | 'clock'>> = {
       dbPath: opts.dbPath === null ? null : resolve(opts.dbPath),
       outputBytes: opts.outputBytes ?? DEFAULT_OUTPUT_BYTES,
       retentionDays: opts.retentionDays ?? DEFAULT_RETENTION_DAYS,
@@ -217,7 +221,7 @@ export class AuditTrail implements AuditSink {
       );
     }
     worker.unref();
-    return new AuditTrail(worker, options, ready);
+    return new AuditTrail(worker, options, ready, opts.clock ?? realClock);
   }
 
   // ---- AuditSink -------------------------------------------------------------------------------------------------
@@ -231,15 +235,14 @@ export class AuditTrail implements AuditSink {
     }
     if (this.queue.length >= FLUSH_RECORDS) this.post();
     else if (!this.timer) {
-      this.timer = setTimeout(() => this.post(), FLUSH_MS);
-      this.timer.unref();
+      this.timer = this.clock.setTimeout(() => this.post(), FLUSH_MS).unref();
     }
   }
 
   /** Hands the queued records to the worker. */
   private post(): void {
     if (this.timer) {
-      clearTimeout(this.timer);
+      this.clock.clearTimeout(this.timer);
       this.timer = null;
     }
     if (this.queue.length === 0 || this.exited) return;

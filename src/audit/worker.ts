@@ -123,6 +123,7 @@ function reportWriting(): void {
 }
 
 function scheduleRetry(): void {
+  // Real timers in this worker thread: the server's Clock does not cross threads (tests drive retention by `now`).
   retryTimer = setTimeout(() => {
     retryTimer = null;
     const batch = pending;
@@ -283,6 +284,7 @@ try {
   } satisfies WorkerMessage);
   if (opened) {
     void scheduleRetention();
+    // Real, as every timer of this thread: a test runs a pass at the time it wants with the `retention` request.
     setInterval(() => void scheduleRetention(), config.retentionIntervalMs).unref();
   }
 } catch (e) {

@@ -9,6 +9,7 @@
  */
 
 import type { ZodType } from 'zod';
+import type { Clock } from '../clock.js';
 import {
   ApprovalAuditNotification,
   ApprovalDecisionsNotification,
@@ -69,6 +70,8 @@ const FORWARDED = {
 /** What a fleet needs of its host: its methods (to serve fleet/* and extend approvals/*) and its secrets. */
 export interface FleetHost extends MethodRegistry {
   handlerOf<M extends MethodName>(method: M): Handler<M> | undefined;
+  /** The server's time: the links' timeouts, backoffs and pings run on it. */
+  readonly clock: Clock;
   /** Values no child process may see (the joined servers' credentials). */
   protectSecrets(values: Iterable<string>): void;
 }
@@ -164,6 +167,7 @@ export class Fleet implements JoinedServers {
       },
       {
         log: this.opts.log,
+        clock: this.server.clock,
         ...(this.opts.backoffMs ? { backoffMs: this.opts.backoffMs } : {}),
         ...(this.opts.maxPayload ? { maxPayload: this.opts.maxPayload } : {}),
       },
@@ -325,7 +329,7 @@ export class Fleet implements JoinedServers {
   }
 
   private cancelled(j: Joined, id: string) {
-    return { server: j.id, id, outcome: 'cancelled', released: 0, resolvedAt: Date.now() };
+    return { server: j.id, id, outcome: 'cancelled', released: 0, resolvedAt: this.server.clock.now() };
   }
 
   // ---- JoinedServers (the monitor's view) ------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import { request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import WebSocket from 'ws';
 import type { z } from 'zod';
+import { type Clock, realClock, type Timer } from '../clock.js';
 import { parseJson } from '../protocol/boundedJson.js';
 import { InitializeResult } from '../protocol/exec.js';
 import type { Logger } from '../server/log.js';
@@ -43,6 +44,8 @@ export interface LinkOptions {
   requestTimeoutMs?: number;
   /** First and largest reconnection delay (ms). */
   backoffMs?: [number, number];
+  /** The time of request timeouts, backoffs, pings and readiness probes (default: the real one). */
+  clock?: Clock;
 }
 
 /** An error answer of the joined server. */
@@ -62,14 +65,14 @@ const READY_PROBE_MS = 10_000;
 interface Pending {
   resolve(v: unknown): void;
   reject(e: Error): void;
-  timer: NodeJS.Timeout;
+  timer: Timer;
   schema: z.ZodType;
   method: string;
 }
 
 export class RemoteLink {
   state: LinkState = 'connecting';
-  since = Date.now();
+  since: number;
   lastError: string | null = null;
   retryAt: number | null = null;
   ready: boolean | null = null;
@@ -80,16 +83,20 @@ export class RemoteLink {
   private nextId = 1;
   private readonly pending = new Map<number, Pending>();
   private stopped = false;
-  private retryTimer: NodeJS.Timeout | null = null;
-  private pingTimer: NodeJS.Timeout | null = null;
-  private probeTimer: NodeJS.Timeout | null = null;
+  private retryTimer: Timer | null = null;
+  private pingTimer: Timer | null = null;
+  private probeTimer: Timer | null = null;
   private alive = true;
+  private readonly clock: Clock;
 
   constructor(
     private readonly target: LinkTarget,
     private readonly handlers: LinkHandlers,
     private readonly opts: LinkOptions,
-  ) {}
+  ) {
+    this.clock = opts.clock ?? realClock;
+    this.since = this.clock.now();
+  }
 
   start(): void {
     this.connect();
@@ -97,7 +104,7 @@ export class RemoteLink {
 
   stop(): void {
     this.stopped = true;
-    if (this.retryTimer) clearTimeout(this.retryTimer);
+    this.clock.clearTimeout(this.retryTimer);
     this.clearTimers();
     this.ws?.terminate();
     this.ws = null;
@@ -107,7 +114,7 @@ export class RemoteLink {
   /** Reconnect now (a retry button), if not connected. */
   retry(): void {
     if (this.state !== 'disconnected' || this.stopped) return;
-    if (this.retryTimer) clearTimeout(this.retryTimer);
+    this.clock.clearTimeout(this.retryTimer);
     this.retryTimer = null;
     this.connect();
   }
@@ -122,7 +129,7 @@ export class RemoteLink {
     }
     const id = this.nextId++;
     return new Promise<T>((resolve, reject) => {
-      const timer = setTimeout(
+      const timer = this.clock.setTimeout(
         () => {
           this.pending.delete(id);
           reject(new RemoteError(-32603, `${method}: the server did not answer in time`));
@@ -138,7 +145,7 @@ export class RemoteLink {
     if (error !== undefined) this.lastError = error;
     if (state !== this.state) {
       this.state = state;
-      this.since = Date.now();
+      this.since = this.clock.now();
     }
     this.handlers.changed();
   }
@@ -153,6 +160,7 @@ export class RemoteLink {
       headers: this.target.headers,
       perMessageDeflate: false,
       maxPayload: this.opts.maxPayload ?? MAX_PAYLOAD,
+      // ws's own socket-level timer (not the clock): it bounds one real TCP/TLS handshake.
       handshakeTimeout: 10_000,
       followRedirects: false,
     });
@@ -187,16 +195,16 @@ export class RemoteLink {
       if (this.ws !== ws) return;
       this.attempt = 0;
       this.alive = true;
-      this.pingTimer = setInterval(() => {
-        if (!this.alive) return ws.terminate();
-        this.alive = false;
-        ws.ping();
-      }, PING_MS);
-      this.pingTimer.unref?.();
+      this.pingTimer = this.clock
+        .setInterval(() => {
+          if (!this.alive) return ws.terminate();
+          this.alive = false;
+          ws.ping();
+        }, PING_MS)
+        .unref();
       this.set('connected', null);
       void this.probe();
-      this.probeTimer = setInterval(() => void this.probe(), READY_PROBE_MS);
-      this.probeTimer.unref?.();
+      this.probeTimer = this.clock.setInterval(() => void this.probe(), READY_PROBE_MS).unref();
     } catch (e) {
       this.opts.log.warn(`fleet: ${this.target.url}: ${(e as Error).message}`);
       this.closed(ws, (e as Error).message);
@@ -211,7 +219,7 @@ export class RemoteLink {
   drop(reason: string): void {
     const ws = this.ws;
     if (!ws) return;
-    this.dropped = { reason, at: Date.now() };
+    this.dropped = { reason, at: this.clock.now() };
     this.opts.log.warn(`fleet: ${this.target.url}: dropped the link: ${reason}`);
     this.closed(ws, `dropped by the host: ${reason}`, true);
     ws.terminate();
@@ -269,7 +277,7 @@ export class RemoteLink {
       return;
     }
     this.pending.delete(m.id);
-    clearTimeout(p.timer);
+    this.clock.clearTimeout(p.timer);
     if (m.error !== undefined) {
       const e = m.error as { code?: unknown; message?: unknown };
       const code = typeof e?.code === 'number' ? e.code : -32603;
@@ -298,25 +306,26 @@ export class RemoteLink {
     const delay =
       (longest ? max : Math.min(max, first * 2 ** Math.min(this.attempt, 10))) * (0.8 + Math.random() * 0.4);
     this.attempt++;
-    this.retryAt = Date.now() + Math.round(delay);
+    this.retryAt = this.clock.now() + Math.round(delay);
     this.set('disconnected', why);
-    this.retryTimer = setTimeout(() => {
-      this.retryTimer = null;
-      this.connect();
-    }, delay);
-    this.retryTimer.unref?.();
+    this.retryTimer = this.clock
+      .setTimeout(() => {
+        this.retryTimer = null;
+        this.connect();
+      }, delay)
+      .unref();
   }
 
   private clearTimers(): void {
-    if (this.pingTimer) clearInterval(this.pingTimer);
-    if (this.probeTimer) clearInterval(this.probeTimer);
+    this.clock.clearTimeout(this.pingTimer);
+    this.clock.clearTimeout(this.probeTimer);
     this.pingTimer = null;
     this.probeTimer = null;
   }
 
   private failPending(why: string): void {
     for (const p of this.pending.values()) {
-      clearTimeout(p.timer);
+      this.clock.clearTimeout(p.timer);
       p.reject(new RemoteError(-32603, `${p.method}: ${why}`));
     }
     this.pending.clear();
@@ -333,6 +342,7 @@ export class RemoteLink {
           port: url.port || (secure ? 443 : 80),
           path: '/readyz',
           headers: this.target.headers,
+          // Node's socket idle timer (not the clock): it bounds one real HTTP exchange.
           timeout: 3000,
         },
         (res) => {

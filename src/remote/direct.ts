@@ -72,6 +72,8 @@ class HandshakeRefused extends Error {
 /** Registers, then keeps one link open at a time until stopped. */
 export function startDirectExecutor(server: ExecServer, o: DirectExecutorOptions): DirectExecutor {
   const { registry, auth, log } = o;
+  // Retry backoffs and the close grace run on the server's clock.
+  const { clock } = server;
   server.protectSecrets(auth.secrets);
   const principal = remotePrincipal(registry.environmentId);
   let registration: Registration | null = null;
@@ -81,12 +83,12 @@ export function startDirectExecutor(server: ExecServer, o: DirectExecutorOptions
   let wake: (() => void) | null = null;
   const sleep = (ms: number) =>
     new Promise<void>((resolve) => {
-      const t = setTimeout(() => {
+      const t = clock.setTimeout(() => {
         wake = null;
         resolve();
       }, ms);
       wake = () => {
-        clearTimeout(t);
+        clock.clearTimeout(t);
         wake = null;
         resolve();
       };
@@ -105,6 +107,7 @@ export function startDirectExecutor(server: ExecServer, o: DirectExecutorOptions
         headers,
         perMessageDeflate: false,
         maxPayload: MAX_MESSAGE_BYTES,
+        // ws's own socket-level timer (not the clock): it bounds one real TCP/TLS handshake.
         handshakeTimeout: HANDSHAKE_TIMEOUT_MS,
         followRedirects: false,
       });
@@ -197,9 +200,8 @@ export function startDirectExecutor(server: ExecServer, o: DirectExecutorOptions
       if (ws) {
         // A relay that never answers the close frame must not hold the executor for ws's 30 s close timeout.
         ws.close(1001, 'executor stopping');
-        const t = setTimeout(() => ws.terminate(), CLOSE_GRACE_MS);
-        t.unref();
-        ws.once('close', () => clearTimeout(t));
+        const t = clock.setTimeout(() => ws.terminate(), CLOSE_GRACE_MS).unref();
+        ws.once('close', () => clock.clearTimeout(t));
       }
       wake?.();
     },

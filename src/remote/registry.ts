@@ -16,6 +16,7 @@
 import { request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { isIP } from 'node:net';
+import { type Clock, realClock } from '../clock.js';
 import {
   DIRECT_TRANSPORT,
   DirectRegistrationRequest,
@@ -160,6 +161,8 @@ export interface RegistryClientOptions {
   relayHosts?: readonly RelayHost[];
   /** The deadline of one registration, redirects included (ms); tests may shorten it. */
   timeoutMs?: number;
+  /** The time that deadline runs on (default: the real one). */
+  clock?: Clock;
 }
 
 export class RegistryClient {
@@ -167,6 +170,7 @@ export class RegistryClient {
   readonly environmentId: string;
   readonly relayHosts: readonly RelayHost[];
   private readonly timeoutMs: number;
+  private readonly clock: Clock;
 
   constructor(
     base: string,
@@ -176,6 +180,7 @@ export class RegistryClient {
   ) {
     this.relayHosts = opts.relayHosts ?? [];
     this.timeoutMs = opts.timeoutMs ?? REGISTRY_REQUEST_TIMEOUT_MS;
+    this.clock = opts.clock ?? realClock;
     const id = EnvironmentId.safeParse(environmentId);
     if (!id.success) throw new RegistryError(`--environment-id: ${id.error.issues[0]!.message}`, null, false);
     this.environmentId = id.data;
@@ -203,7 +208,7 @@ export class RegistryClient {
   async register(): Promise<Registration> {
     let url = this.registerUrl;
     const body = JSON.stringify(DirectRegistrationRequest.parse({ transport: DIRECT_TRANSPORT }));
-    const deadline = Date.now() + this.timeoutMs;
+    const deadline = this.clock.now() + this.timeoutMs;
     let answer: Answer;
     for (let hops = 0; ; hops++) {
       const headers = this.auth.sign({
@@ -212,7 +217,7 @@ export class RegistryClient {
         headers: { 'content-type': 'application/json', accept: '*/*' },
         body,
       });
-      answer = await post(url, headers, body, deadline, this.timeoutMs);
+      answer = await post(url, headers, body, deadline, this.timeoutMs, this.clock);
       if (answer.status < 300 || answer.status > 399) break;
       url = this.redirectTarget(url, answer, hops);
     }
@@ -308,6 +313,7 @@ function post(
   body: string,
   deadline: number,
   timeoutMs: number,
+  clock: Clock,
 ): Promise<Answer> {
   const send = url.protocol === 'https:' ? httpsRequest : httpRequest;
   return new Promise((resolve, reject) => {
@@ -316,14 +322,14 @@ function post(
       headers: { ...headers, 'content-length': String(Buffer.byteLength(body)) },
     });
     // One deadline for connecting, sending and the whole answer: a registry trickling bytes cannot hold us.
-    const timer = setTimeout(
+    const timer = clock.setTimeout(
       () =>
         req.destroy(
           new RegistryError(`the environment registry did not answer within ${timeoutMs} ms`, null, true),
         ),
-      Math.max(0, deadline - Date.now()),
+      Math.max(0, deadline - clock.now()),
     );
-    const settle = () => clearTimeout(timer);
+    const settle = () => clock.clearTimeout(timer);
     const fail = (e: Error) => {
       settle();
       reject(

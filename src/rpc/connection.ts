@@ -1,3 +1,4 @@
+import { type Clock, realClock, type Timer } from '../clock.js';
 import { parseJson } from '../protocol/boundedJson.js';
 import { ErrorCode, RpcError } from '../protocol/errors.js';
 import type { OutputStream } from '../protocol/exec.js';
@@ -74,7 +75,7 @@ export const MAX_OUTBOUND_REQUESTS = 256;
 interface OutboundPending {
   resolve: (v: unknown) => void;
   reject: (e: OutboundRequestError) => void;
-  timer: NodeJS.Timeout;
+  timer: Timer;
 }
 
 /**
@@ -103,6 +104,8 @@ export class RpcConnection {
   constructor(
     private readonly transport: Transport,
     private readonly dispatcher: Dispatcher,
+    /** The time of requests to the client (their timeouts). */
+    private readonly clock: Clock = realClock,
     private readonly parsePrefix = 'failed to parse websocket JSON-RPC message from exec-server websocket',
   ) {}
 
@@ -157,7 +160,7 @@ export class RpcConnection {
         return;
       }
       this.outbound.delete(m.id as number);
-      clearTimeout(pending.timer);
+      this.clock.clearTimeout(pending.timer);
       if ('error' in m) {
         const err = (m.error ?? {}) as { code?: unknown; message?: unknown };
         pending.reject(
@@ -185,11 +188,12 @@ export class RpcConnection {
       );
     const id = this.nextOutboundId++;
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => {
-        this.outbound.delete(id);
-        reject(new OutboundRequestError(`${method}: no answer within ${timeoutMs} ms`, null));
-      }, timeoutMs);
-      timer.unref?.();
+      const timer = this.clock
+        .setTimeout(() => {
+          this.outbound.delete(id);
+          reject(new OutboundRequestError(`${method}: no answer within ${timeoutMs} ms`, null));
+        }, timeoutMs)
+        .unref();
       this.outbound.set(id, { resolve, reject, timer });
       this.send(`{"id":${id},"method":${JSON.stringify(method)},"params":${JSON.stringify(params)}}`);
     });
@@ -292,7 +296,7 @@ export class RpcConnection {
     this.closedFlag = true;
     this.queue.length = 0;
     for (const p of this.outbound.values()) {
-      clearTimeout(p.timer);
+      this.clock.clearTimeout(p.timer);
       p.reject(new OutboundRequestError('connection closed', null));
     }
     this.outbound.clear();

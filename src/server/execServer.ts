@@ -215,7 +215,7 @@ export class ExecServer implements Dispatcher, MethodRegistry, ProcessHost, Audi
 
   /** A client connection, as `principal` (what its transport authenticated; the panel's gates read it). */
   connect(transport: Transport, principal: Principal = LOCAL_AGENT): RpcConnection {
-    const conn = new RpcConnection(transport, this);
+    const conn = new RpcConnection(transport, this, this.clock);
     conn.maxConcurrent = this.concurrentRequests;
     conn.state = {
       phase: 'new',

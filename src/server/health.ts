@@ -14,6 +14,7 @@
  */
 import { accessSync, constants } from 'node:fs';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { type Clock, realClock, type Timer } from '../clock.js';
 import { findBwrap, probeBwrap } from '../sandbox/linux/locate.js';
 import { SANDBOX_EXEC } from '../sandbox/macos/seatbelt.js';
 import type { PrepareOptions } from '../sandbox/prepare.js';
@@ -34,6 +35,8 @@ export interface ReadinessOptions {
   timeoutMs?: number;
   /** Where a failing check's reason is written when it starts failing or its reason changes (never to the caller). */
   onFailure?: (name: string, reason: string) => void;
+  /** The time of the cache and the check timeout (default: the real one). */
+  clock?: Clock;
 }
 
 const CHECK_NAME = /^[a-z][a-z0-9-]{0,31}$/;
@@ -44,6 +47,7 @@ export class Readiness {
   private readonly cacheMs: number;
   private readonly timeoutMs: number;
   private readonly onFailure: (name: string, reason: string) => void;
+  private readonly clock: Clock;
   private last: { at: number; report: Promise<ReadinessReport> } | null = null;
   /** The last reason reported per failing check: a failure is logged when it starts or changes, not per probe. */
   private readonly reported = new Map<string, string>();
@@ -52,6 +56,7 @@ export class Readiness {
     this.cacheMs = opts.cacheMs ?? 1000;
     this.timeoutMs = opts.timeoutMs ?? 5000;
     this.onFailure = opts.onFailure ?? (() => {});
+    this.clock = opts.clock ?? realClock;
   }
 
   /** Adds a check; the returned function removes it. Names are short lowercase words and unique. */
@@ -74,7 +79,7 @@ export class Readiness {
 
   /** Runs every check (or reuses an evaluation younger than `cacheMs`). */
   evaluate(): Promise<ReadinessReport> {
-    const now = Date.now();
+    const now = this.clock.now();
     if (this.last && now - this.last.at < this.cacheMs) return this.last.report;
     const report = this.runAll();
     this.last = { at: now, report };
@@ -89,10 +94,11 @@ export class Readiness {
   }
 
   private async runOne(name: string, check: ReadinessCheck): Promise<boolean> {
-    let timer: NodeJS.Timeout | undefined;
+    let timer: Timer | undefined;
     const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`no answer within ${this.timeoutMs} ms`)), this.timeoutMs);
-      timer.unref();
+      timer = this.clock
+        .setTimeout(() => reject(new Error(`no answer within ${this.timeoutMs} ms`)), this.timeoutMs)
+        .unref();
     });
     let reason: string | null;
     try {
@@ -101,7 +107,7 @@ export class Readiness {
     } catch (e) {
       reason = e instanceof Error ? e.message : String(e);
     } finally {
-      clearTimeout(timer);
+      this.clock.clearTimeout(timer);
     }
     if (reason === null) this.reported.delete(name);
     else if (this.reported.get(name) !== reason) {

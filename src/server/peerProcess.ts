@@ -215,6 +215,7 @@ export async function sandboxedPeer(
   budgetMs = DEFAULT_PEER_BUDGET_MS,
 ): Promise<string | null> {
   if (process.platform !== 'linux' || !ends.remoteAddress || !isLocalAddress(ends.remoteAddress)) return null;
+  // A CPU budget for this one scan of /proc (monotonic, real): the work it bounds is real, not policy time.
   const started = performance.now();
   // Nothing sandboxed is running (the usual case when a client connects): nothing to look for.
   const pids = sandboxedPids(table);

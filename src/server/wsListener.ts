@@ -136,7 +136,11 @@ export async function listenWebSocket(server: ExecServer, opts: ListenOptions): 
   // Whatever the listener accepts as a credential, no child may see (src/process/env.ts).
   server.protectSecrets(auth.secrets);
   const readiness =
-    opts.readiness ?? defaultReadiness({ onFailure: (n, why) => server.log.warn(`not ready: ${n}: ${why}`) });
+    opts.readiness ??
+    defaultReadiness({
+      clock: server.clock,
+      onFailure: (n, why) => server.log.warn(`not ready: ${n}: ${why}`),
+    });
   const http = createServer((req, res) => {
     // Kubelet probes name the pod by its IP, an address of this machine's interfaces: allowed when bound to a wildcard.
     if (!hostHeaderAllowed(req.headers.host, host, opts.allowedHosts)) {

@@ -10,6 +10,8 @@ interface Pending {
   at: number;
   seq: number;
   fn: () => void;
+  /** An interval's period: it is set again this far after each run, until cleared. */
+  every?: number;
 }
 
 interface FakeTimer extends Timer {
@@ -33,9 +35,18 @@ export class FakeClock implements Clock {
   }
 
   setTimeout(fn: () => void, ms: number): Timer {
-    const seq = ++this.seq;
-    this.timers.set(seq, { at: this.time + Math.max(0, ms), seq, fn });
-    const timer: FakeTimer = { seq, unref: () => timer };
+    return this.set({ at: this.time + Math.max(0, ms), seq: ++this.seq, fn });
+  }
+
+  setInterval(fn: () => void, ms: number): Timer {
+    // As Node's: a period below 1 ms is 1 ms (so advance() always ends).
+    const every = Math.max(1, ms);
+    return this.set({ at: this.time + every, seq: ++this.seq, fn, every });
+  }
+
+  private set(p: Pending): Timer {
+    this.timers.set(p.seq, p);
+    const timer: FakeTimer = { seq: p.seq, unref: () => timer };
     for (const w of this.onSet) w();
     return timer;
   }
@@ -70,7 +81,8 @@ export class FakeClock implements Clock {
     });
   }
 
-  /** Moves time forward by `ms`, running each timer that falls due at its own time, oldest first. */
+  /** Moves time forward by `ms`, running each timer that falls due at its own time, oldest first (an interval as
+   * many times as it falls due). */
   async advance(ms: number): Promise<void> {
     const end = this.time + ms;
     for (;;) {
@@ -81,6 +93,8 @@ export class FakeClock implements Clock {
       if (!next) break;
       this.timers.delete(next.seq);
       this.time = next.at;
+      // An interval is set again before it runs (its run may clear it), under the same timer.
+      if (next.every !== undefined) this.timers.set(next.seq, { ...next, at: next.at + next.every });
       next.fn();
       await new Promise((r) => setImmediate(r));
     }

@@ -37,6 +37,7 @@ function tokenOf(dir: string): { token: string; settledBefore: bigint } {
 
 /** The directory's entries: the kept listing when the directory is unchanged since a stable read, else a new read. */
 export function listDirectory(dir: string): Listing {
+  // The real wall clock, not the server's: it is compared with the filesystem's own ctime/mtime.
   const statAt = BigInt(Date.now()) * 1_000_000n;
   const { token, settledBefore } = tokenOf(dir);
   const kept = listings.get(dir);

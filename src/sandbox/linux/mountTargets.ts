@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import { existsSync, lstatSync, mkdirSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
+import { type Clock, realClock, type Timer } from '../../clock.js';
 import { sandboxNative } from '../../platform/sandbox.js';
 import { SandboxSetupError } from '../errors.js';
 
@@ -57,7 +58,8 @@ interface Share {
   fd: number;
   lock: string;
   users: number;
-  linger?: NodeJS.Timeout;
+  /** The pending drop after the last user ended, on the clock of the release that set it. */
+  linger?: { timer: Timer; clock: Clock };
 }
 
 /** This server's shares, by target. */
@@ -68,20 +70,22 @@ function drop(target: string): void {
   const sh = shares.get(target);
   if (!sh) return;
   shares.delete(target);
-  clearTimeout(sh.linger);
+  sh.linger?.clock.clearTimeout(sh.linger.timer);
   sandboxNative!.releaseMountTarget(sh.fd, sh.lock, target);
 }
 
-/** Takes a share of each target (creating its placeholder); the returned function releases them (idempotent). */
-export function acquireSyntheticTargets(targets: string[]): () => void {
+/**
+ * Takes a share of each target (creating its placeholder); the returned function releases them (idempotent). The
+ * linger after the last release runs on `clock`.
+ */
+export function acquireSyntheticTargets(targets: string[], clock: Clock = realClock): () => void {
   const native = sandboxNative;
   const taken: string[] = [];
   const release = () => {
     for (const t of taken.splice(0)) {
       const sh = shares.get(t);
       if (!sh || --sh.users > 0) continue;
-      sh.linger = setTimeout(() => drop(t), LINGER_MS);
-      sh.linger.unref();
+      sh.linger = { timer: clock.setTimeout(() => drop(t), LINGER_MS).unref(), clock };
     }
   };
   if (targets.length === 0) return release;
@@ -96,7 +100,8 @@ export function acquireSyntheticTargets(targets: string[]): () => void {
     for (const target of targets) {
       const sh = shares.get(target);
       if (sh) {
-        clearTimeout(sh.linger);
+        sh.linger?.clock.clearTimeout(sh.linger.timer);
+        sh.linger = undefined;
         sh.users++;
       } else {
         const lock = lockFile(target);

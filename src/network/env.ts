@@ -1,4 +1,8 @@
-/** The proxy environment applied to the child (network-proxy.md §4.6): the seed's 33 keys, overwriting. */
+/**
+ * Every proxy environment variable the server knows, in one place: the 33 the managed proxy writes over a child's
+ * environment (network-proxy.md §4.6), the URL-valued ones a sandbox reads from a command's environment to route it,
+ * and the ones an upstream proxy is read from. Nothing else in src names them.
+ */
 
 export const DEFAULT_NO_PROXY =
   'localhost,127.0.0.1,::1,*.local,.local,169.254.0.0/16,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16';
@@ -36,11 +40,7 @@ const NO_PROXY_KEYS = [
 ] as const;
 const ALL_KEYS = ['ALL_PROXY', 'all_proxy', 'FTP_PROXY', 'ftp_proxy'] as const;
 
-/**
- * The 33 variables the managed proxy writes over a child's environment (§4.6). Not to be confused with the proxy
- * URL variables the sandbox reads from a command's environment to route it (sandbox/linux/managedNet.ts
- * `PROXY_ENV_KEYS`): those are the upper-case names of the URL-valued keys here.
- */
+/** The 33 variables the managed proxy writes over a child's environment (§4.6). */
 export const MANAGED_PROXY_ENV_KEYS: readonly string[] = [
   'CODEX_NETWORK_ALLOW_LOCAL_BINDING',
   ...HTTP_KEYS,
@@ -48,6 +48,31 @@ export const MANAGED_PROXY_ENV_KEYS: readonly string[] = [
   'ELECTRON_GET_USE_PROXY',
   ...ALL_KEYS,
 ];
+
+/**
+ * The proxy URL variables a sandbox reads from a command's environment, case-insensitively (as Codex's proxy
+ * routing): the upper-case names of the URL-valued keys above.
+ */
+export const PROXY_URL_ENV_KEYS: readonly string[] = [
+  ...new Set([...HTTP_KEYS, ...ALL_KEYS].map((k) => k.toUpperCase())),
+];
+
+/** URL variables that tools read in either case: a rewritten one is set in both (curl ignores HTTP_PROXY for http://). */
+export const BOTH_CASE_PROXY_URL_KEYS: readonly string[] = [
+  'HTTP_PROXY',
+  'HTTPS_PROXY',
+  'ALL_PROXY',
+  'FTP_PROXY',
+  'WS_PROXY',
+  'WSS_PROXY',
+];
+
+/** Where `allow_upstream_proxy` finds the proxies to chain to (upper case first, then lower case). */
+export const UPSTREAM_PROXY_ENV_KEYS = {
+  http: 'HTTP_PROXY',
+  https: 'HTTPS_PROXY',
+  all: 'ALL_PROXY',
+} as const;
 
 export function buildProxyEnv(opts: {
   httpPort: number;

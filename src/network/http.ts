@@ -127,7 +127,12 @@ export class HttpProxy {
     return listenLoopback(this.listener);
   }
 
-  private accept(socket: Socket): void {
+  /**
+   * Serves one client connection: one accepted on the proxy's port, or one handed over directly (a sandbox's
+   * in-namespace listener, managedNet.ts), which is set up here as the listener would have.
+   */
+  accept(socket: Socket): void {
+    socket.setNoDelay(true);
     this.track(socket);
     // Silent connections are closed after the idle timeout with no bytes (§5 item 6). Node resets the socket
     // timeout itself once a request arrives and applies keepAliveTimeout between requests.

@@ -34,11 +34,34 @@ export interface StartProxyOptions {
   upstreamEnv?: Record<string, string | undefined>;
 }
 
+/**
+ * One listener of the managed proxy as a sandbox reaches it: its loopback port, and `accept`, which serves a
+ * connection handed to it directly (one accepted inside a sandbox's network namespace) exactly as one accepted on
+ * the port.
+ */
+export interface ProxyListener {
+  readonly port: number;
+  accept(socket: net.Socket): void;
+}
+
+/**
+ * What a sandbox is handed of its command's managed proxy (a structured value: nothing is parsed back from the
+ * environment): the listeners, and the proxy variables for the ports the child is told to use.
+ */
+export interface ProxyRoute {
+  readonly http: ProxyListener;
+  readonly socks?: ProxyListener;
+  /** The 33 variables of §4.6 pointing at these ports (the proxy's own, or forwarders in a network namespace). */
+  env(ports: { http: number; socks?: number | undefined }): Record<string, string>;
+}
+
 export interface ManagedProxy {
   readonly httpPort: number;
   readonly socksPort?: number;
   /** The 33 variables of §4.6, to be written over the child's environment. */
   readonly env: Record<string, string>;
+  /** The listeners and the environment for a sandbox that reaches the proxy through its own forwarders. */
+  readonly route: ProxyRoute;
   readonly spec: ManagedNetworkSpec;
   blocked(): BlockedSnapshot;
   drainBlocked(): BlockedSnapshot;
@@ -115,12 +138,25 @@ export async function startManagedProxy(
     await socks?.close();
     throw e;
   }
-  const env = buildProxyEnv({ httpPort, socksPort, allowLocalBinding: settings.allow_local_binding });
+  const envFor = (ports: { http: number; socks?: number | undefined }) =>
+    buildProxyEnv({
+      httpPort: ports.http,
+      socksPort: ports.socks,
+      allowLocalBinding: settings.allow_local_binding,
+    });
+  const route: ProxyRoute = {
+    http: { port: httpPort, accept: (s) => http.accept(s) },
+    ...(socks && socksPort !== undefined
+      ? { socks: { port: socksPort, accept: (s: net.Socket) => socks.accept(s) } }
+      : {}),
+    env: envFor,
+  };
   let closing: Promise<void> | null = null;
   return {
     httpPort,
     ...(socksPort !== undefined ? { socksPort } : {}),
-    env,
+    env: envFor({ http: httpPort, socks: socksPort }),
+    route,
     spec,
     blocked: () => recorder.ring.snapshot(),
     drainBlocked: () => recorder.ring.drain(),

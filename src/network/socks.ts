@@ -60,6 +60,16 @@ export class SocksProxy {
     await done;
   }
 
+  /**
+   * Serves a connection handed over directly (a sandbox's in-namespace listener, managedNet.ts) as one accepted on
+   * the proxy's port: no delay, no half-open.
+   */
+  accept(socket: net.Socket): void {
+    socket.setNoDelay(true);
+    socket.allowHalfOpen = false;
+    this.onConnection(socket);
+  }
+
   private track(s: Duplex): void {
     this.sockets.add(s);
     s.once('close', () => this.sockets.delete(s));

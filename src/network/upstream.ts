@@ -8,6 +8,7 @@ import https from 'node:https';
 import net from 'node:net';
 import type { Duplex } from 'node:stream';
 import tls from 'node:tls';
+import { UPSTREAM_PROXY_ENV_KEYS } from './env.js';
 import { isNonPublicIp } from './host.js';
 
 export interface UpstreamProxies {
@@ -30,9 +31,9 @@ function proxyUrl(value: string | undefined): URL | undefined {
 export function upstreamFromEnv(env: Record<string, string | undefined>): UpstreamProxies {
   const pick = (name: string) => proxyUrl(env[name] ?? env[name.toLowerCase()]);
   const out: UpstreamProxies = {};
-  const h = pick('HTTP_PROXY');
-  const s = pick('HTTPS_PROXY');
-  const a = pick('ALL_PROXY');
+  const h = pick(UPSTREAM_PROXY_ENV_KEYS.http);
+  const s = pick(UPSTREAM_PROXY_ENV_KEYS.https);
+  const a = pick(UPSTREAM_PROXY_ENV_KEYS.all);
   if (h) out.http = h;
   if (s) out.https = s;
   if (a) out.all = a;

@@ -3,6 +3,7 @@
  * linux/landlockLaunch.ts), and the helpers every backend's plan uses. Pure: creates no file, fd or process.
  */
 import { lstatSync, realpathSync } from 'node:fs';
+import type { ProxyRoute } from '../network/proxy.js';
 import type { LaunchSpec, SandboxType } from '../process/launch.js';
 import type { SandboxGuarantees, WeakerGuarantee } from '../protocol/exec.js';
 import type { EffectiveSandbox } from './effective.js';
@@ -26,6 +27,8 @@ export interface LaunchCommand {
   /** What to run: `file` already resolved against the child's PATH; `argv[0]` may be a custom arg0. */
   spec: LaunchSpec;
   tty: boolean;
+  /** The server's managed proxy for this command, when it started one: a managed-network sandbox routes to it. */
+  proxy?: ProxyRoute | undefined;
 }
 
 export interface PrepareOptions {

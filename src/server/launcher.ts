@@ -219,7 +219,11 @@ export class Launcher implements LaunchPreparer {
     };
     let launch: PreparedLaunch;
     try {
-      launch = await prepareLaunch(sandbox, { spec, tty: params.tty }, this.opts.sandbox);
+      launch = await prepareLaunch(
+        sandbox,
+        { spec, tty: params.tty, proxy: proxy?.route },
+        this.opts.sandbox,
+      );
     } catch (e) {
       closeProxy();
       if (e instanceof SandboxSetupError) throw internalError(e.message);

@@ -139,6 +139,48 @@ describe('sandbox through the exec server', { skip: needsSandbox }, () => {
     }
   });
 
+  test("the server's own managed proxy: in-namespace connections go straight to it (HTTP and SOCKS5), refusals answered", async () => {
+    const hits = f.hits.tcp;
+    const r = await runVia(
+      c,
+      [
+        '/bin/sh',
+        '-c',
+        [
+          'echo "http=$HTTP_PROXY all=$ALL_PROXY lower=$http_proxy"',
+          // NO_PROXY names loopback: --noproxy '' sends these through the proxy all the same.
+          `curl -sS -m5 --noproxy '' http://127.0.0.1:${f.port}/`,
+          `curl -sS -m5 --noproxy '' -x "$ALL_PROXY" http://127.0.0.1:${f.port}/`,
+          `curl -sS -m5 -o /dev/null -w 'blocked=%{http_code}\\n' http://blocked.test/x`,
+          `curl -sS -m3 --noproxy '*' http://127.0.0.1:${f.port}/; echo "direct=$?"`,
+        ].join('; '),
+      ],
+      {
+        sandbox: seedWire({ enforceManagedNetwork: true }),
+        managedNetwork: {
+          config: {
+            network: {
+              enabled: true,
+              enable_socks5: true,
+              allow_local_binding: true,
+              domains: { '127.0.0.1': 'allow', 'blocked.test': 'deny' },
+            },
+          },
+        },
+      },
+      { HTTP_PROXY: 'http://127.0.0.1:9' },
+    );
+    // The variables name the in-namespace forwarders (SOCKS first, as ALL_PROXY sorts first), whatever was sent.
+    assert.match(
+      r.stdout,
+      /http=http:\/\/127\.0\.0\.1:3129 all=socks5h:\/\/127\.0\.0\.1:3128 lower=http:\/\/127\.0\.0\.1:3129/,
+    );
+    assert.equal(r.stdout.match(/host-listener-body/g)?.length, 2, r.stdout + r.stderr);
+    assert.match(r.stdout, /blocked=403/);
+    assert.match(r.stdout, /direct=7/);
+    assert.equal(f.hits.tcp - hits, 2, 'only the two proxied requests reached the host listener');
+  });
+
   test('enforceManagedNetwork without proxy variables: -32603 naming proxy environment variables', async () => {
     const e = await c.requestError('process/start', {
       processId: `sbx-${++n}`,

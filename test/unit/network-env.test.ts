@@ -5,8 +5,8 @@ import {
   buildProxyEnv,
   DEFAULT_NO_PROXY,
   MANAGED_PROXY_ENV_KEYS,
+  PROXY_URL_ENV_KEYS,
 } from '../../src/network/env.js';
-import { PROXY_ENV_KEYS as SANDBOX_PROXY_URL_KEYS } from '../../src/sandbox/linux/managedNet.js';
 
 const EXPECTED_KEYS =
   `CODEX_NETWORK_ALLOW_LOCAL_BINDING HTTP_PROXY HTTPS_PROXY http_proxy https_proxy YARN_HTTP_PROXY
@@ -59,5 +59,5 @@ test('the proxy URL variables the sandbox routes by are exactly the URL-valued k
       .filter(([, v]) => /^[a-z0-9]+:\/\/127\.0\.0\.1:/.test(v))
       .map(([k]) => k.toUpperCase()),
   );
-  assert.deepEqual([...SANDBOX_PROXY_URL_KEYS].sort(), [...urlKeys].sort());
+  assert.deepEqual([...PROXY_URL_ENV_KEYS].sort(), [...urlKeys].sort());
 });

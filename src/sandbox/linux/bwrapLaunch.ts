@@ -61,7 +61,7 @@ export function planBwrapLaunch(eff: EffectiveSandbox, cmd: LaunchCommand, host:
       : 'network-enabled';
   let routes: ManagedRoutes | undefined;
   if (managed) {
-    routes = planManagedRoutes(cmd.spec.env);
+    routes = planManagedRoutes(cmd.spec.env, true, cmd.proxy);
     Object.assign(env, routes.env);
     if (eff.network === 'restricted') env.CODEX_SANDBOX_NETWORK_DISABLED = '1';
   }

@@ -1,38 +1,20 @@
 import { closeSync, writeSync } from 'node:fs';
 import net from 'node:net';
 import type { Duplex } from 'node:stream';
+import { BOTH_CASE_PROXY_URL_KEYS, PROXY_URL_ENV_KEYS } from '../../network/env.js';
+import type { ProxyListener, ProxyRoute } from '../../network/proxy.js';
 import { tunnel } from '../../network/tunnel.js';
 import { listenInNetns as nativeListenInNetns } from '../../platform/netns.js';
 import { SandboxSetupError } from '../errors.js';
 
 /**
- * Managed network inside `bwrap --unshare-net` (sandbox.md §8.6): for each loopback proxy endpoint found in the
- * command's proxy variables, a listener on 127.0.0.1:<port> inside the sandbox's network namespace, made there by the
- * addon (netns.c) and served from this process, which connects each accepted connection to the proxy. The command is
+ * Managed network inside `bwrap --unshare-net` (sandbox.md §8.6): for each proxy endpoint, a listener on
+ * 127.0.0.1:<port> inside the sandbox's network namespace, made there by the addon (netns.c) and served from this
+ * process. The server's own managed proxy is handed over as a structured value (`ProxyRoute`): its ports and its
+ * `accept`, to which each in-namespace connection goes straight. A proxy the client runs itself is known only from the
+ * command's proxy variables (loopback endpoints found there), and each connection is dialled to it. The command is
  * held by bwrap's `--block-fd` until the listeners exist.
  */
-
-/** Proxy variables read from the command env, case-insensitively (as Codex's proxy routing). */
-export const PROXY_ENV_KEYS = [
-  'HTTP_PROXY',
-  'HTTPS_PROXY',
-  'ALL_PROXY',
-  'FTP_PROXY',
-  'WS_PROXY',
-  'WSS_PROXY',
-  'YARN_HTTP_PROXY',
-  'YARN_HTTPS_PROXY',
-  'NPM_CONFIG_HTTP_PROXY',
-  'NPM_CONFIG_HTTPS_PROXY',
-  'NPM_CONFIG_PROXY',
-  'BUNDLE_HTTP_PROXY',
-  'BUNDLE_HTTPS_PROXY',
-  'PIP_PROXY',
-  'DOCKER_HTTP_PROXY',
-  'DOCKER_HTTPS_PROXY',
-];
-/** Keys that tools read in either case: both spellings are set (curl ignores HTTP_PROXY for http:// URLs). */
-const BOTH_CASES = ['HTTP_PROXY', 'HTTPS_PROXY', 'ALL_PROXY', 'FTP_PROXY', 'WS_PROXY', 'WSS_PROXY'];
 
 /** First in-namespace forwarder port; endpoint i listens on FORWARD_BASE_PORT + i. */
 export const FORWARD_BASE_PORT = 3128;
@@ -40,6 +22,8 @@ export const FORWARD_BASE_PORT = 3128;
 export interface ProxyEndpoint {
   host: string;
   port: number;
+  /** Set for the server's own proxy: in-namespace connections are handed to it, not dialled. */
+  accept?: ProxyListener['accept'];
 }
 
 export interface ManagedRoutes {
@@ -77,13 +61,32 @@ function parseProxy(value: string): { url: URL; endpoint: ProxyEndpoint } | null
 }
 
 /**
- * Finds the loopback proxy endpoints in `env` and rewrites the variables to the in-namespace forwarders (scheme,
- * credentials and path kept); with `forward` false (the Landlock backend: the sandbox shares the host's loopback) they
- * keep pointing at the proxy. Either way every URL variable is set in both cases (curl reads only http_proxy for
- * http:// URLs). Fails closed when there are none.
+ * The routes to the command's proxy. With the server's own proxy (`proxy`): its listeners, in the order the
+ * variables name them (ALL_PROXY's first), and its variables for the in-namespace forwarders' ports (or, with
+ * `forward` false, its own). Otherwise see `routesFromEnv`.
  */
-export function planManagedRoutes(env: Record<string, string>, forward = true): ManagedRoutes {
-  const keys = Object.keys(env).filter((k) => PROXY_ENV_KEYS.includes(k.toUpperCase()));
+export function planManagedRoutes(
+  env: Record<string, string>,
+  forward = true,
+  proxy?: ProxyRoute,
+): ManagedRoutes {
+  if (!proxy) return routesFromEnv(env, forward);
+  const listeners = proxy.socks ? [proxy.socks, proxy.http] : [proxy.http];
+  const endpoints = listeners.map((l) => ({ host: '127.0.0.1', port: l.port, accept: l.accept }));
+  const portOf = (l: ProxyListener | undefined) =>
+    l === undefined ? undefined : forward ? FORWARD_BASE_PORT + listeners.indexOf(l) : l.port;
+  const vars = proxy.env({ http: portOf(proxy.http)!, socks: portOf(proxy.socks) });
+  return { endpoints, env: { ...env, ...vars } };
+}
+
+/**
+ * Finds the loopback proxy endpoints in `env` (a proxy the client runs itself) and rewrites the variables to the
+ * in-namespace forwarders (scheme, credentials and path kept); with `forward` false (the Landlock backend: the sandbox
+ * shares the host's loopback) they keep pointing at the proxy. Either way every URL variable is set in both cases
+ * (curl reads only http_proxy for http:// URLs). Fails closed when there are none.
+ */
+function routesFromEnv(env: Record<string, string>, forward: boolean): ManagedRoutes {
+  const keys = Object.keys(env).filter((k) => PROXY_URL_ENV_KEYS.includes(k.toUpperCase()));
   if (keys.length === 0 || keys.every((k) => !env[k]?.trim())) {
     throw new SandboxSetupError(
       'managed proxy mode requires proxy environment variables (HTTP_PROXY, HTTPS_PROXY or ALL_PROXY pointing at a loopback proxy); refusing to run with open network',
@@ -117,7 +120,7 @@ export function planManagedRoutes(env: Record<string, string>, forward = true): 
       'managed proxy mode requires parseable loopback proxy endpoints in the proxy environment variables; refusing to run with open network',
     );
   }
-  for (const k of BOTH_CASES) {
+  for (const k of BOTH_CASE_PROXY_URL_KEYS) {
     const v = rewritten.get(k);
     if (v === undefined) continue;
     out[k] = v;
@@ -127,10 +130,17 @@ export function planManagedRoutes(env: Record<string, string>, forward = true): 
 }
 
 /**
- * Connects an accepted connection to a proxy endpoint and tunnels it (tunnel.ts: half-closes forwarded, the bytes
- * moved by splice once the upstream socket is connected; until then Node buffers what the sandbox sends).
+ * Serves a connection accepted in the namespace: handed straight to the server's own proxy (`accept`), or else
+ * connected to the endpoint and tunnelled (tunnel.ts: half-closes forwarded, the bytes moved by splice once the
+ * upstream socket is connected; until then Node buffers what the sandbox sends).
  */
 function forwardTo(c: net.Socket, ep: ProxyEndpoint, conns: Set<Duplex>): void {
+  if (ep.accept) {
+    conns.add(c);
+    c.once('close', () => conns.delete(c));
+    ep.accept(c);
+    return;
+  }
   const up = net.connect({ host: ep.host, port: ep.port, allowHalfOpen: true });
   conns.add(c);
   conns.add(up);
@@ -160,7 +170,7 @@ function forwardTo(c: net.Socket, ep: ProxyEndpoint, conns: Set<Duplex>): void {
 
 /**
  * Listens on 127.0.0.1:FORWARD_BASE_PORT + i inside the network namespace of `pid` (the sockets are created there by
- * the native addon, netns.c) and forwards each connection to endpoint i from this process. Throws a SandboxSetupError
+ * the native addon, netns.c) and serves each connection from this process with endpoint i (`forwardTo`). Throws a SandboxSetupError
  * naming the errno when the namespace cannot be entered or a port cannot be bound there.
  */
 export function listenInSandboxNetns(pid: number, endpoints: ProxyEndpoint[]): { close(): void } {

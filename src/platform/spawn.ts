@@ -173,6 +173,7 @@ function terminated(pid: number): boolean {
 export function watchExit(pid: number, cb: () => void): boolean {
   if (!addon) {
     if (process.platform !== 'linux') return false;
+    // Real time: the JS stand-in for the addon's pidfd, polling /proc for a real exit (no policy in it).
     const timer = setInterval(() => {
       if (!terminated(pid)) return;
       clearInterval(timer);

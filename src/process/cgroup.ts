@@ -196,6 +196,7 @@ export class CgroupHost implements CgroupOwner {
 
   private scheduleLinger(): void {
     if (this.lingerTimer || this.lingering.size === 0) return;
+    // Real time: retries removing cgroups whose processes the kernel is still tearing down.
     this.lingerTimer = setTimeout(() => {
       this.lingerTimer = null;
       this.lingerRounds++;
@@ -220,6 +221,7 @@ export class CgroupHost implements CgroupOwner {
         this.killTimer.unref();
       }
     };
+    // Real time: v1 kill rounds, chasing forks already in flight in the kernel (no policy in it).
     this.killTimer = setTimeout(round, 1);
     this.killTimer.unref();
   }
@@ -240,6 +242,7 @@ export class CgroupHost implements CgroupOwner {
     this.disposed = true;
     const all = [...this.live, ...this.lingering, ...this.pool];
     for (const cg of all) cg.kill();
+    // Real time: a synchronous, bounded kill-and-remove at process exit (no event loop left to run timers).
     const deadline = Date.now() + 200;
     let left = all;
     while (left.length > 0) {

@@ -108,6 +108,7 @@ export function sweepStale(parent: string, useCgroupKill: boolean): string[] {
     } catch {
       continue;
     }
+    // Real time: synchronous retries of kill + rmdir of a dead server's cgroup while the kernel reaps its processes.
     const deadline = Date.now() + 1000;
     for (;;) {
       const kids = children(dir);

@@ -220,6 +220,7 @@ export class ManagedProcess {
    * data (bounded: a grandchild that keeps writing does not hold the exit back for more than 50 ms).
    */
   private drainThen(report: () => void): void {
+    // Real time: bounds a drain of output already in the pipes over a few loop turns (no policy in it).
     const deadline = Date.now() + 50;
     // The first round runs before the loop has polled again (child_process reaps every exited child on one SIGCHLD,
     // possibly before their pipes were polled), so only a later round that saw a poll without new data counts.

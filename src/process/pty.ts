@@ -181,6 +181,7 @@ class PtyProcess implements PtyChild {
 
   private childExited(): void {
     if (this.slaveFd === null || this.drainDeadline !== null) return;
+    // Real time: reads what the kernel still holds on the master after the exit (no policy in it).
     this.drainDeadline = Date.now() + DRAIN_MS;
     this.drain();
   }

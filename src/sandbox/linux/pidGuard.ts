@@ -76,6 +76,7 @@ export function hostPidOf(root: number, nsPid: number): number | undefined {
  * (`--cap-drop ALL`) after the last mount change, right before it reads the block fd. So: CapEff is 0.
  */
 export async function setupDone(pid: number, timeoutMs: number): Promise<void> {
+  // Real time: a poll of a real process's /proc status while bwrap sets up, not policy time a test would move.
   const deadline = Date.now() + timeoutMs;
   for (let wait = 0; ; wait = Math.min(wait + 1, 5)) {
     let status: string;

@@ -10,6 +10,7 @@ import http from 'node:http';
 import net from 'node:net';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { outputAndExit } from '../helpers/spawned.js';
 import type { BenchRow } from './types.js';
 
 const CLIENTS = 32;
@@ -193,32 +194,11 @@ if(r.statusCode!==200)process.exit(3);r.resume();r.on('end',()=>{t.push(Number(p
     });
     const cpu0 = process.cpuUsage();
     try {
-      const out = await new Promise<string>((resolve, reject) => {
-        const c = spawnPipedWith(spawnerKind, launch.spec, { stdin: 'null' });
-        let buf = '';
-        let open = 2;
-        let code: number | undefined;
-        const done = () => {
-          if (open > 0 || code === undefined) return;
-          if (code === 0) resolve(buf);
-          else reject(new Error(`the sandboxed client exited ${code}`));
-        };
-        c.stdout.on('data', (d: Buffer) => {
-          buf += d;
-        });
-        for (const st of [c.stdout, c.stderr]) {
-          st.resume();
-          st.on('close', () => {
-            open--;
-            done();
-          });
-        }
-        c.onExit((exitCode) => {
-          code = exitCode;
-          done();
-        });
-        launch.afterSpawn?.(c.pid).catch(reject);
-      });
+      const c = spawnPipedWith(spawnerKind, launch.spec, { stdin: 'null' });
+      const [all] = await Promise.all([outputAndExit(c), launch.afterSpawn?.(c.pid)]);
+      const m = /^(\{.*\})\nexit 0$/s.exec(all);
+      if (!m) throw new Error(`the sandboxed client failed: ${all.slice(-200)}`);
+      const out = m[1]!;
       const cpu = process.cpuUsage(cpu0);
       return { ...(JSON.parse(out) as { p50: number; p90: number }), cpuUs: cpu.user + cpu.system };
     } finally {

@@ -157,11 +157,9 @@ class ClientConn implements RelayClient {
 
   private data(d: Buffer): void {
     this.buf = this.buf.length === 0 ? d : Buffer.concat([this.buf, d]);
-    if (this.busy) {
-      if (this.buf.length > MAX_PENDING) this.socket.pause();
-      return;
-    }
-    this.next();
+    // Read no further while this much is unread (pipelined requests): resumed once it is below that again.
+    if (this.buf.length > MAX_PENDING) this.socket.pause();
+    if (!this.busy) this.next();
   }
 
   /** The client half-closed: with a partial request left, the Node path answers it as it would. */
@@ -259,13 +257,14 @@ class ClientConn implements RelayClient {
   /**
    * A refused request (already recorded): the 403 JSON of responses.ts, framed as Node frames it on a kept-alive
    * HTTP/1.1 connection (no body to a HEAD); the request's own body, read in full, is dropped, and the connection
-   * goes on to the next request.
+   * goes on to the next request once the client has taken the answer (as Node's server, it reads no further request
+   * while its answers are not being read: pipelined refusals from a client that never reads stay bounded).
    */
   private refuse(a: Refused, head: FastHead): void {
     const r = blockedHttpResponse(a, head.port);
     if (head.method === 'HEAD') r.body = Buffer.alloc(0);
-    this.socket.write(serialize(r, keepAliveLines(this.deps.keepAliveTimeoutMs)));
-    this.done();
+    if (this.socket.write(serialize(r, keepAliveLines(this.deps.keepAliveTimeoutMs)))) this.done();
+    else this.socket.once('drain', () => this.done());
   }
 
   /** Upstream failed before any response byte went to the client: the Node path's 502. */
@@ -299,7 +298,7 @@ class ClientConn implements RelayClient {
   private done(): void {
     this.busy = false;
     if (this.gone) return;
-    this.socket.resume();
+    if (this.buf.length <= MAX_PENDING) this.socket.resume();
     this.socket.setTimeout(this.deps.idleTimeoutMs);
     if (this.buf.length > 0 || this.ended) this.next();
   }

@@ -7,6 +7,7 @@
 import assert from 'node:assert/strict';
 import net from 'node:net';
 import { after, before, describe, test } from 'node:test';
+import { until } from '../helpers/server.js';
 import { type ProxyFixture, startOrigin, startProxy } from '../integration/network-helpers.js';
 
 type Origin = Awaited<ReturnType<typeof startOrigin>>;
@@ -298,4 +299,51 @@ describe('the SOCKS5 proxy against hostile handshakes', () => {
       }
     });
   }
+});
+
+test('a client that pipelines refusals and never reads: the proxy stops reading, its answers stay bounded, none lost', async () => {
+  let server: net.Socket | undefined;
+  const port = await handOver((s) => {
+    server = s;
+    fx.proxy.route.http.accept(s);
+  });
+  const before = denies('http');
+  const c = net.connect({ port, host: '127.0.0.1' });
+  await new Promise((r) => c.once('connect', r));
+  // 4 MiB of requests (~75 000) whose answers (~25 MiB) far exceed what the sockets can buffer.
+  const batch = refusedGet().repeat(1000);
+  const total = Math.ceil((4 << 20) / batch.length) * 1000;
+  for (let i = 0; i < total / 1000; i++) c.write(batch);
+  const state = () =>
+    `paused ${server?.isPaused()}, answers waiting ${server?.writableLength}, decided ${denies('http') - before} of ${total}`;
+  // Wait until the proxy has stopped: paused, with answers the client is not taking, and deciding nothing more over
+  // three looks in a row.
+  let last = -1;
+  let still = 0;
+  await until(
+    () => {
+      const now = denies('http');
+      still = now === last ? still + 1 : 0;
+      last = now;
+      return server?.isPaused() === true && server.writableLength > 0 && still >= 3;
+    },
+    30_000,
+    'the proxy to stop reading',
+  ).catch((e: Error) => {
+    throw new Error(`${e.message}: ${state()}`);
+  });
+  assert.ok(server!.writableLength < 2 << 20, state());
+  assert.ok(denies('http') - before < total, 'requests the proxy has not read are not decided');
+  // Now read: every request is answered 403 and recorded exactly once.
+  let answered = 0;
+  let tail = '';
+  c.on('data', (d: Buffer) => {
+    const text = tail + d.toString('latin1');
+    answered += text.split('HTTP/1.1 403 ').length - 1;
+    tail = text.slice(-12);
+  });
+  await until(() => answered === total, 60_000, `${total} answers`);
+  assert.equal(denies('http') - before, total);
+  c.destroy();
+  assertOriginClean();
 });

@@ -32,6 +32,12 @@ const SLOW = {
     'its speed is `npm run bench -- panel`, the virtual table is unit-tested in renderer-processTable',
   'test/integration/cgroup-cpu.test.ts':
     'measures CPU shares: six busy loops per case hold both cores for ~15 s, slowing every test beside them',
+  'test/unit/check-layers.test.ts':
+    'tests of the layer checker itself (planted trees, the checker run on each, ~8 CPU-s); ' +
+    '`npm test` runs the checker on the tree',
+  'test/unit/protocol-docs.test.ts':
+    'tests of the protocol reference generator and its --check (run on copies, ~14 CPU-s); ' +
+    '`npm test` runs the check on docs/',
 };
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -88,11 +94,13 @@ if (filters.length === 0)
       ? `# all tiers: ${files.length} test files`
       : `# fast tier: ${files.length} test files (${leftOut.length} slow ones: npm run test:all)`,
   );
+// Three files at a time on two cores: most test files wait on processes, sockets and browsers more than they compute
+// (alone, their CPU time is about half their wall time), so a third file keeps both cores busy.
 run(process.execPath, [
   '--import',
   'tsx',
   '--test',
-  '--test-concurrency=2',
+  '--test-concurrency=3',
   '--test-timeout=300000',
   ...runnerFlags,
   ...files,

@@ -2,8 +2,8 @@
 // fakes): single instance, the host (exec server on loopback with a token, proxies, monitor), a hardened window whose
 // renderer is one more privileged client over IPC, and a clean shutdown that kills every child.
 import type * as Electron from 'electron';
-import { type Host, type HostOptions, startHost } from '../src/server/host.js';
-import type { Logger } from '../src/server/log.js';
+import { type Host, type HostOptions, startHost } from '../src/app/host.js';
+import type { Logger } from '../src/server/core/log.js';
 
 export type ElectronDeps = Pick<typeof Electron, 'app' | 'BrowserWindow' | 'ipcMain' | 'session' | 'shell'>;
 

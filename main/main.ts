@@ -6,7 +6,7 @@ import { app, BrowserWindow, ipcMain, session, shell } from 'electron';
 import log from 'electron-log/main';
 import { defaultAuditPath } from '../src/audit/index.js';
 import { escapeLogArgument } from '../src/protocol/terminalText.js';
-import type { Logger } from '../src/server/log.js';
+import type { Logger } from '../src/server/core/log.js';
 import { runDesktop } from './desktop.js';
 
 const here = dirname(fileURLToPath(import.meta.url));

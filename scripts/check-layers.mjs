@@ -66,6 +66,75 @@ const LAYERS = [
   },
 ];
 
+/**
+ * Inside src/: what a folder may not import (the most specific folder's rule applies). The exec server (src/server)
+ * is below everything that assembles or watches it; inside it, folders by concern stack as core ← fs ← process,
+ * core ← approvals, then the server (execServer.ts) over them, then the monitor (the panel's methods) and the
+ * connections (listeners) on top. Only the CLI and main/ assemble (src/app, the composition root).
+ */
+const ABOVE_SERVER = ['src/app/', 'src/audit/', 'src/fleet/', 'src/remote/', 'src/doctor/', 'src/cli'];
+const SERVER_PARTS = ['core', 'fs', 'process', 'approvals', 'monitor', 'connection'].map(
+  (p) => `src/server/${p}/`,
+);
+const serverBut = (...may) => [
+  ...ABOVE_SERVER,
+  ...SERVER_PARTS.filter((p) => !may.includes(p.split('/')[2])),
+];
+const FOLDER_RULES = [
+  {
+    dir: 'src/',
+    forbid: ['src/app/'],
+    rule: 'src/app is the composition root: only the CLI (src/cli*.ts) and main/ import it',
+  },
+  { dir: 'src/cli', forbid: [], rule: '' },
+  { dir: 'src/app/', forbid: [], rule: '' },
+  {
+    dir: 'src/server/',
+    forbid: serverBut('core', 'fs', 'process', 'approvals'),
+    rule:
+      'src/server/*.ts (the exec server) stands on server/{core,fs,process,approvals}; the monitor and the connections ' +
+      'stand on it, and what assembles or watches it (app, audit, fleet, remote, doctor, the CLI) is above it',
+  },
+  {
+    dir: 'src/server/core/',
+    forbid: serverBut('core'),
+    rule: 'src/server/core (principals, dispatch, sessions, events, the log) imports no other part of the server',
+  },
+  {
+    dir: 'src/server/fs/',
+    forbid: serverBut('core', 'fs'),
+    rule: 'src/server/fs (the fs/* methods) stands on server/core only',
+  },
+  {
+    dir: 'src/server/process/',
+    forbid: serverBut('core', 'fs', 'process'),
+    rule: 'src/server/process (process/* and the launch pipeline) stands on server/core and server/fs only',
+  },
+  {
+    dir: 'src/server/approvals/',
+    forbid: serverBut('core', 'approvals'),
+    rule: 'src/server/approvals (the approval broker) stands on server/core only',
+  },
+  {
+    dir: 'src/server/monitor/',
+    forbid: [...serverBut('core', 'process', 'approvals', 'monitor'), 'src/server/execServer'],
+    rule: "src/server/monitor (the panel's methods) stands on server/{core,process,approvals}, not on the server itself",
+  },
+  {
+    dir: 'src/server/connection/',
+    forbid: serverBut('core', 'connection'),
+    rule: 'src/server/connection (listeners: WebSocket, stdio, health) stands on the server and server/core only',
+  },
+];
+
+function folderProblem(rel, targetRel) {
+  const p = rel.split(sep).join('/');
+  const t = targetRel.split(sep).join('/');
+  const r = FOLDER_RULES.filter((f) => p.startsWith(f.dir)).sort((a, b) => b.dir.length - a.dir.length)[0];
+  if (!r) return null;
+  return r.forbid.some((f) => t.startsWith(f)) ? r.rule : null;
+}
+
 /** The loader of the native addon, private to src/platform. */
 const ADDON_LOADER = 'src/platform/addon.ts';
 
@@ -149,6 +218,11 @@ export function checkLayers(root) {
           problems.push(
             `${at}: imports '${spec}' (${targetRel}): only src/platform touches the native addon; use one of its capabilities`,
           );
+          continue;
+        }
+        const folderRule = folderProblem(rel, targetRel);
+        if (folderRule) {
+          problems.push(`${at}: imports '${spec}' (${targetRel}): ${folderRule}`);
           continue;
         }
         if (SOURCE.test(targetRel)) edges.push({ to: targetRel, line, spec });

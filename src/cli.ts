@@ -1,6 +1,8 @@
 import { parseArgs } from 'node:util';
+import { composeServer } from './app/compose.js';
+import { startHost } from './app/host.js';
 import { exportAudit } from './audit/cli.js';
-import { defaultAuditPath, startAudit } from './audit/index.js';
+import { defaultAuditPath } from './audit/index.js';
 import {
   isLoopback,
   listenerAuth,
@@ -27,12 +29,9 @@ import { EnvironmentId } from './protocol/remote.js';
 import { escapeTerminalLines } from './protocol/terminalText.js';
 import { startDirectExecutor } from './remote/direct.js';
 import { parseRelayHost, RegistryClient, type RelayHost } from './remote/registry.js';
-import { ExecServer } from './server/execServer.js';
-import { sandboxPreview, startHost } from './server/host.js';
-import { createLogger, type LogLevel } from './server/log.js';
-import { servePanel } from './server/panel.js';
-import { serveStdio } from './server/stdio.js';
-import { listenWebSocket } from './server/wsListener.js';
+import { serveStdio } from './server/connection/stdio.js';
+import { listenWebSocket } from './server/connection/wsListener.js';
+import { createLogger, type LogLevel } from './server/core/log.js';
 
 async function execServerCommand(argv: string[]): Promise<void> {
   const { values } = parseArgs({
@@ -115,28 +114,17 @@ async function execServerCommand(argv: string[]): Promise<void> {
   const listening = remote === undefined ? withPanelCredential(listenerAuth(values), values) : null;
   if (remote !== undefined && values['panel-token-file'])
     fail('--panel-token-file requires a listener, not --remote');
-  const audit = await startAudit(auditOptions(values), log).catch((e: Error) => fatal(e.message));
-  // No sandbox may read a secret file, our log, or the audit database (its directory) (sandbox.md: masked like any
-  // unreadable path).
-  const hiddenPaths = [...(listening?.hiddenPaths ?? []), values['log-file'], ...audit.hiddenPaths].filter(
-    (p): p is string => !!p,
-  );
-
-  const sandbox = { hiddenPaths, ...sandboxOptions(values) };
+  const sandbox = sandboxOptions(values);
   await logLinuxSandbox(sandbox, log);
-  const server = new ExecServer({
-    resumeGraceMs,
-    ...limits,
-    concurrentRequests,
+  const { server, audit } = await composeServer({
+    server: { resumeGraceMs, ...limits, concurrentRequests, launcher: { sandbox } },
     log,
-    launcher: { sandbox },
-  });
-  audit.attach(server);
-  // With a panel credential, a fleet host (or a panel) can watch this server with the monitor.
-  if (listening?.panel) {
-    const monitor = servePanel(server, { resumeGraceMs, preview: sandboxPreview });
-    monitor.attachNetwork(server.launcher.networkEvents);
-  }
+    audit: auditOptions(values),
+    logFile: values['log-file'] ?? null,
+    hiddenPaths: listening?.hiddenPaths ?? [],
+    // With a panel credential, a fleet host (or a panel) can watch this server with the monitor.
+    panel: listening?.panel ? {} : false,
+  }).catch((e: Error) => fatal(e.message));
   let stopping = false;
   let closeListener: (() => Promise<void>) | null = null;
   const stop = (why: string) => {

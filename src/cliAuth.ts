@@ -19,7 +19,7 @@ import {
   signedBearerVerifier,
   tokenAuth,
   withPanelToken,
-} from './server/auth.js';
+} from './server/core/auth.js';
 
 /**
  * Reads a secret file (`--ws-token-file`, `--ws-shared-secret-file`): a regular file of this user (or root) that

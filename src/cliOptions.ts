@@ -4,8 +4,8 @@ import { type AuditOptions, defaultAuditPath } from './audit/index.js';
 import { WeakerGuarantee } from './protocol/exec.js';
 import { escapeTerminalLines } from './protocol/terminalText.js';
 import { detectLinuxSandbox, type PrepareOptions } from './sandbox/index.js';
+import type { createLogger } from './server/core/log.js';
 import type { ExecServerOptions } from './server/execServer.js';
-import type { createLogger } from './server/log.js';
 
 export const USAGE = `usage: corral exec-server --listen ws://127.0.0.1:0 [options]
        corral exec-server --listen stdio

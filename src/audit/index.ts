@@ -8,8 +8,8 @@
  * the JSON-RPC methods (methods.ts) and the export (export.ts).
  */
 import type { NetworkEvents } from '../network/events.js';
-import type { MethodRegistry } from '../server/dispatch.js';
-import type { Logger } from '../server/log.js';
+import type { MethodRegistry } from '../server/core/dispatch.js';
+import type { Logger } from '../server/core/log.js';
 import { registerAuditMethods } from './methods.js';
 import { type AuditObserver, observeServer } from './observe.js';
 import type { AuditSource } from './source.js';

@@ -7,7 +7,7 @@
 import { type AuditInfoResult, AuditQueryParams } from '../protocol/audit.js';
 import { internalError, invalidRequest } from '../protocol/errors.js';
 import { Deferred } from '../rpc/connection.js';
-import type { MethodRegistry } from '../server/dispatch.js';
+import type { MethodRegistry } from '../server/core/dispatch.js';
 import type { AuditTrail } from './trail.js';
 
 const OFF = 'the audit trail is off on this server (--no-audit)';

@@ -6,7 +6,7 @@
 import type { Clock } from '../clock.js';
 import type { NetworkEvents } from '../network/events.js';
 import type { ManagedNetworkSpec } from '../network/managedNetwork.js';
-import type { ServerEvents } from '../server/events.js';
+import type { ServerEvents } from '../server/core/events.js';
 
 export interface AuditSource {
   /** Subscribed to while the trail observes; unsubscribed at its end. */

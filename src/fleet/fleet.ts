@@ -39,10 +39,10 @@ import {
   MonitorSnapshot,
 } from '../protocol/monitor.js';
 import type { RpcConnection } from '../rpc/connection.js';
-import { FLEET_NOT_PRIVILEGED, type Handler, type MethodRegistry } from '../server/dispatch.js';
-import type { JoinedServers } from '../server/joinedServers.js';
-import type { Logger } from '../server/log.js';
-import type { Monitor } from '../server/monitor.js';
+import { FLEET_NOT_PRIVILEGED, type Handler, type MethodRegistry } from '../server/core/dispatch.js';
+import type { Logger } from '../server/core/log.js';
+import type { JoinedServers } from '../server/monitor/joinedServers.js';
+import type { Monitor } from '../server/monitor/monitor.js';
 import { type LinkTarget, RemoteError, RemoteLink } from './link.js';
 import { DEFAULT_LIMITS, type MirrorLimits, ServerMirror } from './mirror.js';
 

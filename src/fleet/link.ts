@@ -11,7 +11,7 @@ import type { z } from 'zod';
 import { type Clock, realClock, type Timer } from '../clock.js';
 import { parseJson } from '../protocol/boundedJson.js';
 import { InitializeResult } from '../protocol/exec.js';
-import type { Logger } from '../server/log.js';
+import type { Logger } from '../server/core/log.js';
 
 export interface LinkTarget {
   /** ws:// or wss:// URL, without the credential. */

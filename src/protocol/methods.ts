@@ -1,7 +1,7 @@
 /**
  * The method table of the protocol: every request a client may send, with the schema of its params, the schema of its
  * result and who may call it, and every notification with its params. The server registers its handlers against it
- * (src/server/dispatch.ts parses each request's params with the schema here before a handler sees them), the panel
+ * (src/server/core/dispatch.ts parses each request's params with the schema here before a handler sees them), the panel
  * types its requests with it (renderer/client.ts), and docs/protocol.md and docs/schema/ are generated from it
  * (`npm run docs`).
  *

@@ -20,10 +20,10 @@
  */
 import { WebSocket } from 'ws';
 import { MAX_MESSAGE_BYTES } from '../protocol/methods.js';
-import type { Principal } from '../server/auth.js';
+import { webSocketTransport } from '../server/connection/wsListener.js';
+import type { Principal } from '../server/core/auth.js';
+import type { Logger } from '../server/core/log.js';
 import type { ExecServer } from '../server/execServer.js';
-import type { Logger } from '../server/log.js';
-import { webSocketTransport } from '../server/wsListener.js';
 import type { RegistrationAuth } from './auth.js';
 import { type Registration, type RegistryClient, RegistryError } from './registry.js';
 

@@ -197,7 +197,7 @@ export function fsRulesFor(
 /**
  * A check of one path against a sandbox context by its name (after following symlinks), for previews and tests:
  * null when allowed, else the -32603 text. Advisory only: the name can change right after the check; fs/* itself
- * decides on what it opens (src/server/fsConfined.ts).
+ * decides on what it opens (src/server/fs/fsConfined.ts).
  */
 export function checkFsAccess(
   context: ParsedSandbox | SandboxPolicy | null | undefined,

@@ -1,4 +1,3 @@
-import type { AuditSource } from '../audit/source.js';
 import { type Clock, realClock } from '../clock.js';
 import type { NetworkEvents } from '../network/events.js';
 import type { ManagedNetworkSpec } from '../network/managedNetwork.js';
@@ -11,9 +10,9 @@ import type { ExecParams } from '../protocol/exec.js';
 import type { ResourceLimitsInfo } from '../protocol/host.js';
 import type { MethodName } from '../protocol/methods.js';
 import { type Dispatcher, ResultWithCallback, RpcConnection, type Transport } from '../rpc/connection.js';
-import { registerApprovalMethods } from './approvalMethods.js';
-import { ApprovalBroker, type ApprovalOptions } from './approvals.js';
-import { LOCAL_AGENT, type Principal } from './auth.js';
+import { registerApprovalMethods } from './approvals/approvalMethods.js';
+import { ApprovalBroker, type ApprovalOptions } from './approvals/approvals.js';
+import { LOCAL_AGENT, type Principal } from './core/auth.js';
 import {
   type Call,
   type ConnState,
@@ -22,22 +21,22 @@ import {
   Lane,
   MethodDispatch,
   type MethodRegistry,
-} from './dispatch.js';
-import { ServerEvents } from './events.js';
-import { type FsContextResolver, registerFsMethods } from './fsHandlers.js';
-import type { FsLimits } from './fsIo.js';
-import { Launcher, type LauncherOptions, type LaunchPreparer } from './launcher.js';
-import { type Logger, silentLogger } from './log.js';
+} from './core/dispatch.js';
+import { ServerEvents } from './core/events.js';
+import { type Logger, silentLogger } from './core/log.js';
+import { RetentionLedger, type RetentionLimits } from './core/retention.js';
+import type { Session } from './core/session.js';
+import { SessionTable } from './core/sessions.js';
+import { type FsContextResolver, registerFsMethods } from './fs/fsHandlers.js';
+import type { FsLimits } from './fs/fsIo.js';
+import { Launcher, type LauncherOptions, type LaunchPreparer } from './process/launcher.js';
 import {
   type CommandResources,
   DEFAULT_MAX_PROCESSES,
   DEFAULT_MAX_TOTAL_PROCESSES,
   type ProcessHost,
   registerProcessMethods,
-} from './processMethods.js';
-import { RetentionLedger, type RetentionLimits } from './retention.js';
-import type { Session } from './session.js';
-import { SessionTable } from './sessions.js';
+} from './process/processMethods.js';
 
 export interface ExecServerOptions {
   /** How long a detached session survives for `initialize {resumeSessionId}` (ms). 0 kills at once. */
@@ -81,7 +80,7 @@ export interface ExecServerOptions {
  * `connect(transport)` makes one client connection (WebSocket, Electron IPC, stdio, tests). Other modules serve
  * more methods through `handle` (the panel's monitor, policy debugger and host info).
  */
-export class ExecServer implements Dispatcher, MethodRegistry, ProcessHost, AuditSource {
+export class ExecServer implements Dispatcher, MethodRegistry, ProcessHost {
   readonly events = new ServerEvents();
   readonly sessions: SessionTable;
   readonly log: Logger;
@@ -148,13 +147,13 @@ export class ExecServer implements Dispatcher, MethodRegistry, ProcessHost, Audi
     registerApprovalMethods(this, this.approvals);
   }
 
-  /** The bus the launcher's managed proxies report their policy decisions on (AuditSource). */
+  /** The bus the launcher's managed proxies report their policy decisions on (the audit trail's AuditSource). */
   get networkEvents(): NetworkEvents {
     return this.launcher.networkEvents;
   }
 
   /**
-   * The managed network of a live process (AuditSource): its proxy's, from the launch pipeline in use (a replaced
+   * The managed network of a live process (the audit trail's AuditSource): its proxy's, from the launch pipeline in use (a replaced
    * one that keeps no proxies of its own may still launch through this server's launcher).
    */
   networkOf(sessionId: string, processId: string): ManagedNetworkSpec | undefined {

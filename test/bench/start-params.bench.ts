@@ -6,7 +6,7 @@
  * launcher's parse it replaced, the extra was some 0.2–0.5 µs per start. Rounds alternate so load hits them alike.
  */
 import { METHODS } from '../../src/protocol/methods.js';
-import { parseParams } from '../../src/server/params.js';
+import { parseParams } from '../../src/server/core/params.js';
 import type { BenchRow } from './types.js';
 
 const N = 100_000;

@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
-import { type Host, startHost } from '../../src/server/host.js';
+import { type Host, startHost } from '../../src/app/host.js';
 import { RpcClient } from '../helpers/client.js';
 import { startOrigin } from '../integration/network-helpers.js';
 import { type Browser, ensureBuilt, openBrowser, visibleText } from './harness.js';

@@ -3,7 +3,7 @@
 // keeps is refused and counted, and the host's own rows and page are untouched.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { type Host, startHost } from '../../src/server/host.js';
+import { type Host, startHost } from '../../src/app/host.js';
 import { type HostileServer, startHostileServer } from '../helpers/hostileServer.js';
 import { monitorProcess } from '../helpers/monitorRows.js';
 import { type Browser, ensureBuilt, openBrowser, visibleText } from './harness.js';

@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
-import { type Host, startHost } from '../../src/server/host.js';
+import { type Host, startHost } from '../../src/app/host.js';
 import type { RpcClient } from '../helpers/client.js';
 import { type Fleet, fleetAvailable, startFleet } from '../helpers/fleetRig.js';
 import { type Browser, ensureBuilt, openBrowser, visibleText } from './harness.js';

@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
-import { type Host, startHost } from '../../src/server/host.js';
+import { type Host, startHost } from '../../src/app/host.js';
 import { b64, RpcClient } from '../helpers/client.js';
 import { tempDir } from '../helpers/server.js';
 import { type Browser, ensureBuilt, openBrowser, visibleText } from './harness.js';

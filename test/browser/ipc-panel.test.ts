@@ -5,8 +5,8 @@ import assert from 'node:assert/strict';
 import { EventEmitter } from 'node:events';
 import { after, before, describe, test } from 'node:test';
 import { createBridgeApi } from '../../preload/bridge.js';
+import { type Host, startHost } from '../../src/app/host.js';
 import type { IpcSenderLike } from '../../src/rpc/ipcTransport.js';
-import { type Host, startHost } from '../../src/server/host.js';
 import { RpcClient } from '../helpers/client.js';
 import { type Browser, ensureBuilt, openBrowser, visibleText } from './harness.js';
 

@@ -5,7 +5,7 @@
 // earlier (retained) output on demand. Speed figures are the bench's (`npm run bench -- panel`).
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { type Host, startHost } from '../../src/server/host.js';
+import { type Host, startHost } from '../../src/app/host.js';
 import { b64, RpcClient } from '../helpers/client.js';
 import { type Browser, ensureBuilt, openBrowser, visibleText } from './harness.js';
 

@@ -5,7 +5,7 @@ import { request as httpRequest } from 'node:http';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import WebSocket from 'ws';
-import { type Host, startHost } from '../../src/server/host.js';
+import { type Host, startHost } from '../../src/app/host.js';
 import { RpcClient } from '../helpers/client.js';
 import { needsSandbox } from '../helpers/native.js';
 import { tempDir } from '../helpers/server.js';

@@ -1,10 +1,14 @@
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { type HostTokens, hostAuth, hostTokens, openAccess } from '../../src/server/auth.js';
+import {
+  type Listener,
+  type ListenOptions,
+  listenWebSocket,
+} from '../../src/server/connection/wsListener.js';
+import { type HostTokens, hostAuth, hostTokens, openAccess } from '../../src/server/core/auth.js';
+import type { Session } from '../../src/server/core/session.js';
 import { ExecServer, type ExecServerOptions } from '../../src/server/execServer.js';
-import type { Session } from '../../src/server/session.js';
-import { type Listener, type ListenOptions, listenWebSocket } from '../../src/server/wsListener.js';
 import { RpcClient } from './client.js';
 
 export interface TestServer {

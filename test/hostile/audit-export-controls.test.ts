@@ -167,7 +167,7 @@ describe('the log', () => {
   it('a line holding peer text is one line, no control raw, on stderr and in the log file', () => {
     const file = join(dir.path, 'corral.log');
     const script = `
-      import { createLogger } from './src/server/log.ts';
+      import { createLogger } from './src/server/core/log.ts';
       const log = createLogger({ level: 'debug', file: ${JSON.stringify(file)} });
       const evil = process.argv[1];
       log.info('client', evil);

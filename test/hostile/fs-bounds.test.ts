@@ -17,7 +17,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { DEFAULT_FS_LIMITS } from '../../src/server/fsIo.js';
+import { DEFAULT_FS_LIMITS } from '../../src/server/fs/fsIo.js';
 import { b64, RpcCallError, RpcClient } from '../helpers/client.js';
 import { needsConfinedFs } from '../helpers/native.js';
 import { startTestServer } from '../helpers/server.js';

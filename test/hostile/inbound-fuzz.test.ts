@@ -9,6 +9,7 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import WebSocket from 'ws';
+import { startHost } from '../../src/app/host.js';
 import { IPC_CHANNEL, IPC_CONTROL } from '../../src/protocol/client.js';
 import { MAX_MESSAGE_BYTES } from '../../src/protocol/methods.js';
 import type { MonitorServer } from '../../src/protocol/monitor.js';
@@ -17,7 +18,6 @@ import { startDirectExecutor } from '../../src/remote/direct.js';
 import { RegistryClient, RegistryError } from '../../src/remote/registry.js';
 import type { IpcEventLike, IpcMainLike, IpcSenderLike } from '../../src/rpc/ipcTransport.js';
 import { ExecServer } from '../../src/server/execServer.js';
-import { startHost } from '../../src/server/host.js';
 import { type Cli, startCli } from '../helpers/cli.js';
 import { RpcClient } from '../helpers/client.js';
 import {

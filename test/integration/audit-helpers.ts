@@ -1,8 +1,8 @@
 /** Shared helpers of the audit-trail tests: an in-process server with a real audit database, and raw db reads. */
 import Database from 'better-sqlite3';
 import { type Audit, type AuditOptions, startAudit } from '../../src/audit/index.js';
+import { silentLogger } from '../../src/server/core/log.js';
 import type { ExecServerOptions } from '../../src/server/execServer.js';
-import { silentLogger } from '../../src/server/log.js';
 import type { RpcClient } from '../helpers/client.js';
 import { startTestServer, type TestServer } from '../helpers/server.js';
 

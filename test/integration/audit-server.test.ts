@@ -17,7 +17,7 @@ import type {
   AuditQueryResult,
   AuditSessionItem,
 } from '../../src/protocol/audit.js';
-import { NOT_PRIVILEGED } from '../../src/server/dispatch.js';
+import { NOT_PRIVILEGED } from '../../src/server/core/dispatch.js';
 import { b64, RpcClient } from '../helpers/client.js';
 import { needsConfinedFs } from '../helpers/native.js';
 import { tempDir, until } from '../helpers/server.js';

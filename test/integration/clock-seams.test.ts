@@ -10,8 +10,8 @@ import { MAX_PAYLOAD, RemoteLink } from '../../src/fleet/link.js';
 import { bearerAuth } from '../../src/remote/auth.js';
 import { REGISTRY_REQUEST_TIMEOUT_MS, RegistryClient } from '../../src/remote/registry.js';
 import { type Dispatcher, OutboundRequestError, RpcConnection } from '../../src/rpc/connection.js';
-import { Readiness } from '../../src/server/health.js';
-import { silentLogger } from '../../src/server/log.js';
+import { Readiness } from '../../src/server/connection/health.js';
+import { silentLogger } from '../../src/server/core/log.js';
 import { FakeClock } from '../helpers/clock.js';
 import { until } from '../helpers/server.js';
 

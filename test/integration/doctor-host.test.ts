@@ -5,8 +5,8 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
+import { type Host, startHost } from '../../src/app/host.js';
 import { DoctorReport } from '../../src/protocol/doctor.js';
-import { type Host, startHost } from '../../src/server/host.js';
 import { RpcClient } from '../helpers/client.js';
 import { needsSandbox } from '../helpers/native.js';
 

@@ -7,11 +7,11 @@
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
+import { type Host, startHost } from '../../src/app/host.js';
 import type { Dialer } from '../../src/network/dial.js';
 import { defaultDialer } from '../../src/network/proxy.js';
 import type { ApprovalPrompt } from '../../src/protocol/approvals.js';
 import type { MonitorProcess, MonitorServer } from '../../src/protocol/monitor.js';
-import { type Host, startHost } from '../../src/server/host.js';
 import { b64, type Notification, RpcClient } from '../helpers/client.js';
 import { startHostileServer } from '../helpers/hostileServer.js';
 import { monitorProcess } from '../helpers/monitorRows.js';

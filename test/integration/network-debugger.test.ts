@@ -6,8 +6,8 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import type { Monitor } from '../../src/server/monitor.js';
-import { servePanel } from '../../src/server/panel.js';
+import type { Monitor } from '../../src/server/monitor/monitor.js';
+import { servePanel } from '../../src/server/monitor/panel.js';
 import type { RpcClient } from '../helpers/client.js';
 import { startTestServer, type TestServer } from '../helpers/server.js';
 import { type ProxyFixture, RawClient, startOrigin, startProxy, stubResolver } from './network-helpers.js';

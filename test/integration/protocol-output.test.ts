@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
 import { after, before, describe, it } from 'node:test';
-import { HIGH_WATER_BYTES } from '../../src/server/session.js';
+import { HIGH_WATER_BYTES } from '../../src/server/core/session.js';
 import type { Notification } from '../helpers/client.js';
 import { FakeClock } from '../helpers/clock.js';
 import { startTestServer, type TestServer, tempDir, until } from '../helpers/server.js';

@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import WebSocket from 'ws';
-import { tokenAuth } from '../../src/server/auth.js';
+import { tokenAuth } from '../../src/server/core/auth.js';
 import { b64, RpcClient } from '../helpers/client.js';
 import { httpGet, upgradeStatus } from '../helpers/http.js';
 import { startTestServer, type TestServer, tempDir } from '../helpers/server.js';

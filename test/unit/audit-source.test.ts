@@ -8,10 +8,10 @@ import type { AuditSource } from '../../src/audit/source.js';
 import { NetworkEvents } from '../../src/network/events.js';
 import type { ManagedNetworkSpec } from '../../src/network/managedNetwork.js';
 import type { NetworkAuditEvent } from '../../src/protocol/network.js';
-import { LOCAL_AGENT } from '../../src/server/auth.js';
-import { ServerEvents } from '../../src/server/events.js';
-import { RetentionLedger } from '../../src/server/retention.js';
-import { Session } from '../../src/server/session.js';
+import { LOCAL_AGENT } from '../../src/server/core/auth.js';
+import { ServerEvents } from '../../src/server/core/events.js';
+import { RetentionLedger } from '../../src/server/core/retention.js';
+import { Session } from '../../src/server/core/session.js';
 import { FakeClock } from '../helpers/clock.js';
 
 function source(): AuditSource & { clock: FakeClock; asked: string[] } {

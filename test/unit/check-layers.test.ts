@@ -174,4 +174,66 @@ describe('check-layers', () => {
       /^src\/server\/gone\.ts:1: imports '\.\/missing\.js', which names no file of this tree/m,
     );
   });
+
+  test("the server's folders stack by concern, and only the CLI and main/ assemble (src/app): each crossing fails", () => {
+    const ok = check(
+      tree({
+        'src/server/core/log.ts': 'export const L = 1;\n',
+        'src/server/fs/fsOps.ts': "import { L } from '../core/log.js';\nexport const F = L;\n",
+        'src/server/process/launcher.ts': "import { F } from '../fs/fsOps.js';\nexport const P = F;\n",
+        'src/server/execServer.ts': "import { P } from './process/launcher.js';\nexport const E = P;\n",
+        'src/server/connection/ws.ts': "import { E } from '../execServer.js';\nexport const W = E;\n",
+        'src/app/compose.ts': "import { W } from '../server/connection/ws.js';\nexport const A = W;\n",
+        'src/cli.ts': "import { A } from './app/compose.js';\nexport const CLI = A;\n",
+      }),
+    );
+    assert.equal(ok.status, 0, ok.stderr);
+    const crossings: [string, string, RegExp][] = [
+      [
+        'src/server/core/bad.ts',
+        "import { F } from '../fs/fsOps.js';",
+        /server\/core .* imports no other part/,
+      ],
+      [
+        'src/server/fs/bad.ts',
+        "import { P } from '../process/launcher.js';",
+        /server\/fs .* stands on server\/core only/,
+      ],
+      ['src/server/monitor/bad.ts', "import { E } from '../execServer.js';", /not on the server itself/],
+      [
+        'src/server/bad.ts',
+        "import { W } from './connection/ws.js';",
+        /the monitor and the connections stand on it/,
+      ],
+      [
+        'src/fleet/bad.ts',
+        "import { A } from '../app/compose.js';",
+        /only the CLI \(src\/cli\*\.ts\) and main\/ import it/,
+      ],
+      [
+        'src/server/process/bad.ts',
+        "import { A } from '../../app/compose.js';",
+        /stands on server\/core and server\/fs only/,
+      ],
+    ];
+    for (const [file, line, rule] of crossings) {
+      const r = check(
+        tree({
+          'src/server/core/log.ts': 'export const L = 1;\n',
+          'src/server/fs/fsOps.ts': "import { L } from '../core/log.js';\nexport const F = L;\n",
+          'src/server/process/launcher.ts': "import { F } from '../fs/fsOps.js';\nexport const P = F;\n",
+          'src/server/execServer.ts': "import { P } from './process/launcher.js';\nexport const E = P;\n",
+          'src/server/connection/ws.ts': "import { E } from '../execServer.js';\nexport const W = E;\n",
+          'src/app/compose.ts': "import { W } from '../server/connection/ws.js';\nexport const A = W;\n",
+          [file]: `${line}\nexport const BAD = 1;\n`,
+        }),
+      );
+      assert.equal(r.status, 1, `${file} should fail`);
+      assert.match(
+        r.stderr,
+        new RegExp(`^${file.replace(/\//g, '\\/').replace(/\./g, '\\.')}:1: imports`, 'm'),
+      );
+      assert.match(r.stderr, rule, file);
+    }
+  });
 });

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { RpcError } from '../../src/protocol/errors.js';
-import { decodeBase64Strict } from '../../src/server/base64.js';
+import { decodeBase64Strict } from '../../src/server/core/base64.js';
 
 function err(s: string): string {
   try {

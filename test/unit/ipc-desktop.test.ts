@@ -6,7 +6,7 @@ import { type AddressInfo, createServer } from 'node:net';
 import { describe, test } from 'node:test';
 import { type ElectronDeps, runDesktop, webPreferences } from '../../main/desktop.js';
 import { createBridgeApi } from '../../preload/bridge.js';
-import type { Logger } from '../../src/server/log.js';
+import type { Logger } from '../../src/server/core/log.js';
 import { alive, until } from '../helpers/server.js';
 
 const quiet: Logger = { info() {}, warn() {}, error() {}, debug() {} };

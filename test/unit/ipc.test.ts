@@ -5,9 +5,9 @@ import assert from 'node:assert/strict';
 import { EventEmitter } from 'node:events';
 import { after, before, describe, test } from 'node:test';
 import { createBridgeApi, TRANSPORT_CLOSED } from '../../preload/bridge.js';
+import { type Host, startHost } from '../../src/app/host.js';
 import { type ClientApi, decodeBridgeError, IPC_CHANNEL, IPC_CONTROL } from '../../src/protocol/client.js';
 import type { IpcEventLike, IpcMainLike, IpcSenderLike } from '../../src/rpc/ipcTransport.js';
-import { type Host, startHost } from '../../src/server/host.js';
 import { alive, until } from '../helpers/server.js';
 
 class FakeWebContents extends EventEmitter implements IpcSenderLike {

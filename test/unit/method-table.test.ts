@@ -3,8 +3,8 @@
 // method but the handshake refuses a connection that has not finished it; the panel may call every method.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
+import { type Host, startHost } from '../../src/app/host.js';
 import { METHODS, type MethodName } from '../../src/protocol/methods.js';
-import { type Host, startHost } from '../../src/server/host.js';
 import { RpcClient } from '../helpers/client.js';
 
 let host: Host;

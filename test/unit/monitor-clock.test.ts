@@ -2,8 +2,8 @@
 // before, only for processes whose output grew, and only while someone subscribes.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import type { Monitor } from '../../src/server/monitor.js';
-import { servePanel } from '../../src/server/panel.js';
+import type { Monitor } from '../../src/server/monitor/monitor.js';
+import { servePanel } from '../../src/server/monitor/panel.js';
 import type { Notification } from '../helpers/client.js';
 import { FakeClock } from '../helpers/clock.js';
 import { startTestServer, type TestServer, until } from '../helpers/server.js';

@@ -6,8 +6,8 @@ import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import type { MonitorSnapshot } from '../../src/protocol/monitor.js';
 import { readLauncherArgs } from '../../src/sandbox/codexWrapped.js';
-import type { Monitor } from '../../src/server/monitor.js';
-import { servePanel } from '../../src/server/panel.js';
+import type { Monitor } from '../../src/server/monitor/monitor.js';
+import { servePanel } from '../../src/server/monitor/panel.js';
 import { startTestServer, type TestServer, tempDir } from '../helpers/server.js';
 
 let ts: TestServer;

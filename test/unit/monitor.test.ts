@@ -3,11 +3,11 @@ import { after, before, describe, test } from 'node:test';
 import { NetworkEvents } from '../../src/network/events.js';
 import { REDACTED, redact } from '../../src/protocol/monitor.js';
 import type { Transport } from '../../src/rpc/connection.js';
-import { NOT_PRIVILEGED } from '../../src/server/dispatch.js';
-import type { Monitor } from '../../src/server/monitor.js';
-import { sandboxBadge } from '../../src/server/monitorDescribe.js';
-import { servePanel } from '../../src/server/panel.js';
-import { parseTarget } from '../../src/server/policyDebugger.js';
+import { NOT_PRIVILEGED } from '../../src/server/core/dispatch.js';
+import type { Monitor } from '../../src/server/monitor/monitor.js';
+import { sandboxBadge } from '../../src/server/monitor/monitorDescribe.js';
+import { servePanel } from '../../src/server/monitor/panel.js';
+import { parseTarget } from '../../src/server/monitor/policyDebugger.js';
 import { b64, type Notification, type RpcClient } from '../helpers/client.js';
 import { startTestServer, type TestServer, until } from '../helpers/server.js';
 

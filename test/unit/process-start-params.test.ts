@@ -5,8 +5,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { METHODS } from '../../src/protocol/methods.js';
-import { Launcher } from '../../src/server/launcher.js';
-import { parseParams } from '../../src/server/params.js';
+import { parseParams } from '../../src/server/core/params.js';
+import { Launcher } from '../../src/server/process/launcher.js';
 
 const log = { info() {}, warn() {}, error() {}, debug() {} } as never;
 const launcher = new Launcher({ log });

@@ -10,7 +10,7 @@ import {
   WriteParams,
 } from '../../src/protocol/exec.js';
 import { ReadFileParams } from '../../src/protocol/fs.js';
-import { parseParams } from '../../src/server/params.js';
+import { parseParams } from '../../src/server/core/params.js';
 
 function msg(schema: z.ZodType, value: unknown, name: string): string {
   try {

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import { describe, it } from 'node:test';
+import { hostHeaderAllowed } from '../../src/server/connection/wsListener.js';
 import {
   digestVerifier,
   generateToken,
@@ -11,13 +12,12 @@ import {
   openAccess,
   presentedCredential,
   tokenAuth,
-} from '../../src/server/auth.js';
-import { hostHeaderAllowed } from '../../src/server/wsListener.js';
+} from '../../src/server/core/auth.js';
 
 const req = (headers: Record<string, string>) => ({ headers }) as unknown as IncomingMessage;
 const url = (q = '') => new URL(`http://127.0.0.1/${q}`);
 
-describe('server auth (src/server/auth.ts)', () => {
+describe('server auth (src/server/core/auth.ts)', () => {
   it('tokens are 256-bit base64url, fresh each time', () => {
     const a = generateToken();
     assert.match(a, /^[\w-]{43}$/);

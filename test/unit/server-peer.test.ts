@@ -1,9 +1,9 @@
-// src/server/peerProcess.ts: a connection's peer socket found in /proc/net/tcp{,6} for IPv4, IPv6 and a v4 client of
+// src/server/connection/peerProcess.ts: a connection's peer socket found in /proc/net/tcp{,6} for IPv4, IPv6 and a v4 client of
 // a dual-stack listener, and the refusal when a "sandboxed command" holds it (here: this very process).
 import assert from 'node:assert/strict';
 import { connect, createServer, type Socket } from 'node:net';
 import { describe, it } from 'node:test';
-import { peerSocketInode, procNetAddress, sandboxedPeer } from '../../src/server/peerProcess.js';
+import { peerSocketInode, procNetAddress, sandboxedPeer } from '../../src/server/connection/peerProcess.js';
 
 async function pair(listenHost: string, connectHost: string): Promise<{ accepted: Socket; close(): void }> {
   const srv = createServer();
@@ -23,7 +23,7 @@ async function pair(listenHost: string, connectHost: string): Promise<{ accepted
   };
 }
 
-describe('the peer of a connection (src/server/peerProcess.ts)', () => {
+describe('the peer of a connection (src/server/connection/peerProcess.ts)', () => {
   it('addresses as /proc/net prints them', () => {
     assert.deepEqual(procNetAddress('127.0.0.1')?.[0], { file: 'tcp', hex: '0100007F' });
     assert.deepEqual(procNetAddress('::ffff:127.0.0.1')?.[0], { file: 'tcp', hex: '0100007F' });

@@ -1,0 +1,34 @@
+/** The panel's `approvals/*` methods (src/protocol/approvals.ts) on the server's ApprovalBroker (approvals.ts). */
+import { invalidRequest } from '../../protocol/errors.js';
+import type { MethodRegistry } from '../core/dispatch.js';
+import type { ApprovalBroker } from './approvals.js';
+
+/** The panel's `approvals/*` methods on `broker`. */
+export function registerApprovalMethods(registry: MethodRegistry, broker: ApprovalBroker): void {
+  // `server` names a server a fleet host watches (src/fleet serves those calls before these): never this one's.
+  const own = (server: string | null | undefined) => {
+    if (server) throw invalidRequest(`unknown server ${server}`);
+  };
+  registry.handle('approvals/subscribe', (_p, { conn }) => broker.subscribe(conn));
+  registry.handle('approvals/unsubscribe', (_p, { conn }) => {
+    broker.unsubscribe(conn);
+    return {};
+  });
+  registry.handle('approvals/list', () => broker.state());
+  registry.handle('approvals/decide', (p, { state }) => {
+    own(p.server);
+    return broker.applyDecision(p.id, p.decision, {
+      kind: 'panel',
+      credential: state.principal.credential,
+      clientName: state.clientName || null,
+    });
+  });
+  registry.handle('approvals/revoke', (p) => {
+    own(p.server);
+    return broker.revoke(p.id);
+  });
+  registry.handle('approvals/export', (p) => {
+    own(p?.server);
+    return broker.exportSnippet(p?.sessionId);
+  });
+}

@@ -1,0 +1,396 @@
+/**
+ * Interactive network approvals (GitHub issue 7): the way Little Snitch or OpenSnitch let a person decide on a
+ * connection as it happens. A managed proxy whose config asks for approvals (`hard_deny_allowlist_misses: false`,
+ * src/network/managedNetwork.ts `parseApprovalSettings`) gets this broker's decider, which the policy consults only for
+ * `not_allowed` (network-proxy.md §3.3, §3.6): denied hosts and local/private blocks never reach it.
+ *
+ * - A held request waits while a prompt goes to every subscribed privileged client; concurrent requests of one
+ *   (session, process, protocol, host, port) share one prompt.
+ * - Pending prompts are capped per process, per session and server-wide, so one process cannot crowd out another
+ *   session's prompt: past its own caps a miss fails closed at once (audited as `refused`), and when the server-wide
+ *   cap is reached a session holding fewer prompts than the largest holder takes the oldest prompt of that holder.
+ *   A config's `approval_timeout_ms` is clamped to the server's maximum (said in the prompt and its audit event).
+ * - `allowOnce` releases the requests held on the prompt, and the next request prompts again; `allowProcess` and
+ *   `allowSession` are remembered for the process or for every process of the session; `deny` is remembered for the
+ *   session. Remembered denies always win over remembered allows. All of them are revocable.
+ * - No answer within the timeout (config `approval_timeout_ms`, else the server's, else 30 s), or no subscriber at
+ *   all, fails closed with the normal blocked response (`not_allowed`, decision `ask`, source `decider`); a user's
+ *   deny gives `not_allowed` with decision `deny`. Never an implicit allow.
+ * - The process exiting cancels its prompts (fail closed); its remembered decisions go when it closes, the
+ *   session's when the session expires.
+ * - Every request, decision, timeout, cancellation and revocation is an audit event (a bounded ring, the
+ *   `approvals/audit` notification, and a `CORRAL_NETWORK_APPROVAL {…}` log line); a decision says who made it.
+ * - The process's own client decides too, when it declared `initialize {capabilities: {networkApprovals: true}}`: it
+ *   gets a server → client `network/policyRequest` for the prompts of ITS session's processes only (on the
+ *   connection attached to that session; a resumed session's new connection is asked again), alongside the panel.
+ *   The first answer wins; `ask` leaves it to the panel; no answer fails closed at the prompt's timeout. A client can
+ *   never see or decide another session's prompt: the request goes to no other connection, and an answer is matched
+ *   by the id the server chose on that connection.
+ */
+import { randomUUID } from 'node:crypto';
+import type { Clock, Timer } from '../../clock.js';
+import type { Decider, DeciderRequest, DeciderResult } from '../../network/policy.js';
+import type { ManagedProxy } from '../../network/proxy.js';
+import type { ManagedProcess } from '../../process/managedProcess.js';
+import {
+  type ApprovalDecidedBy,
+  type ApprovalDecision,
+  type ApprovalOutcome,
+  type ApprovalPrompt,
+  type ApprovalProtocol,
+  type ApprovalsState,
+  type ApprovalsSubscribeResult,
+  type DecideResult,
+  type ExportResult,
+  exportDomains,
+  type RememberedDecision,
+  type RevokeResult,
+} from '../../protocol/approvals.js';
+import { invalidRequest } from '../../protocol/errors.js';
+import type { RpcConnection } from '../../rpc/connection.js';
+import type { ServerEvents } from '../core/events.js';
+import type { Logger } from '../core/log.js';
+import type { Session } from '../core/session.js';
+import type { SessionTable } from '../core/sessions.js';
+import { PromptCaps, type PromptLimits } from './approvalCaps.js';
+import { askSessionClient } from './approvalClient.js';
+import { RememberedDecisions } from './approvalDecisions.js';
+import { ApprovalFeed } from './approvalFeed.js';
+
+export const DEFAULT_APPROVAL_TIMEOUT_MS = 30_000;
+/** The longest a prompt may wait, whatever its config asks (`--max-approval-timeout-ms`). */
+export const DEFAULT_MAX_APPROVAL_TIMEOUT_MS = 120_000;
+/** Requests held on one prompt; past it a further request fails closed at once. */
+export const MAX_WAITERS_PER_PROMPT = 1024;
+
+/** The reason in the blocked response when a prompt is denied, times out or is cancelled (§4.7 `not_allowed`). */
+export const APPROVAL_BLOCK_REASON = 'not_allowed';
+
+export interface ApprovalOptions extends PromptLimits {
+  /** Default prompt timeout (ms) when the config sets none. */
+  timeoutMs?: number;
+  /** Longest prompt timeout (ms): a config asking for more is clamped to it. */
+  maxTimeoutMs?: number;
+}
+
+interface Waiter {
+  resolve: (r: DeciderResult) => void;
+}
+
+interface Pending {
+  prompt: ApprovalPrompt;
+  key: string;
+  waiters: Waiter[];
+  timer: Timer;
+  /** Client connections already asked (`network/policyRequest`). */
+  askedClients: WeakSet<RpcConnection>;
+}
+
+/** What the broker needs of the server: its events, its sessions, the proxies of its processes, a log, the time. */
+export interface ApprovalHost {
+  readonly events: ServerEvents;
+  readonly sessions: Pick<SessionTable, 'get'>;
+  /** The live managed proxy of a process, if it has one. */
+  proxyOf(sessionId: string, processId: string): ManagedProxy | undefined;
+  readonly log: Logger;
+  readonly clock: Clock;
+}
+
+const ALLOW: DeciderResult = { type: 'allow' };
+const DENIED: DeciderResult = { type: 'deny', reason: APPROVAL_BLOCK_REASON };
+const UNANSWERED: DeciderResult = { type: 'ask', reason: APPROVAL_BLOCK_REASON };
+
+const target = (protocol: string, host: string, port: number) => `${protocol} ${host} ${port}`;
+const procKey = (sessionId: string, processId: string) => `${sessionId}/${processId}`;
+
+export class ApprovalBroker {
+  readonly timeoutMs: number;
+  readonly maxTimeoutMs: number;
+  private readonly caps: PromptCaps;
+  private readonly pending = new Map<string, Pending>();
+  private readonly pendingById = new Map<string, Pending>();
+  private readonly decisions = new RememberedDecisions();
+  private readonly feed: ApprovalFeed;
+  /** Processes whose proxy asks for approvals (by `session/process`), with their proxy's timeout. */
+  private readonly asking = new Map<string, number>();
+
+  private readonly clock: Clock;
+
+  constructor(
+    private readonly server: ApprovalHost,
+    opts: ApprovalOptions = {},
+  ) {
+    this.clock = server.clock;
+    this.feed = new ApprovalFeed(server);
+    this.maxTimeoutMs = opts.maxTimeoutMs ?? DEFAULT_MAX_APPROVAL_TIMEOUT_MS;
+    this.timeoutMs = Math.min(opts.timeoutMs ?? DEFAULT_APPROVAL_TIMEOUT_MS, this.maxTimeoutMs);
+    this.caps = new PromptCaps(opts);
+    server.events.on('process', (kind, proc) => this.onProcess(kind, proc));
+    server.events.on('session', (kind, session) => {
+      if (kind === 'expired') this.forgetSession(session);
+      // A resumed session's new connection is asked about the prompts still pending.
+      if (kind === 'attached')
+        for (const p of this.pending.values()) if (p.prompt.sessionId === session.id) this.askClient(p);
+    });
+  }
+
+  // ---- the proxy side ------------------------------------------------------------------------------------------
+
+  /**
+   * Installs the decider on a process's proxy when its config asks for approvals. Runs on the synchronous
+   * `started` event, before the event loop can deliver any of the child's connections to the proxy.
+   */
+  private onProcess(kind: 'started' | 'exited' | 'closed', proc: ManagedProcess): void {
+    const { sessionId, processId } = proc.info;
+    const k = procKey(sessionId, processId);
+    if (kind === 'started') {
+      const proxy = this.server.proxyOf(sessionId, processId);
+      const approvals = proxy?.spec.approvals;
+      if (!proxy || !approvals) return;
+      this.asking.set(k, approvals.timeoutMs ?? this.timeoutMs);
+      proxy.setDecider(this.deciderFor(sessionId, processId));
+      return;
+    }
+    if (kind === 'exited') {
+      for (const p of [...this.pending.values()]) {
+        if (p.prompt.sessionId === sessionId && p.prompt.processId === processId) this.finish(p, 'cancelled');
+      }
+      return;
+    }
+    // closed: the process's remembered decisions go with it.
+    this.asking.delete(k);
+    const changed = this.decisions.forget(
+      (d) => d.scope === 'process' && d.sessionId === sessionId && d.processId === processId,
+    );
+    if (changed) this.broadcastDecisions();
+  }
+
+  private forgetSession(session: Session): void {
+    const changed = this.decisions.forget((d) => d.sessionId === session.id);
+    for (const p of [...this.pending.values()])
+      if (p.prompt.sessionId === session.id) this.finish(p, 'cancelled');
+    if (changed) this.broadcastDecisions();
+  }
+
+  /** The decider of one process (also usable as the Launcher's `decider` option). */
+  deciderFor(sessionId: string, processId: string): Decider {
+    return (req) => this.decide(sessionId, processId, req);
+  }
+
+  private decide(sessionId: string, processId: string, req: DeciderRequest): Promise<DeciderResult> {
+    const protocol = req.protocol as ApprovalProtocol;
+    const known = this.decisions.find(sessionId, processId, protocol, req.host, req.port);
+    if (known) return Promise.resolve(known.decision === 'allow' ? ALLOW : DENIED);
+    const k = procKey(sessionId, processId);
+    const proc = this.server.sessions.get(sessionId)?.get(processId);
+    // Not (or no longer) a live asking process: fail closed.
+    if (!this.asking.has(k) || !proc || proc.exitCode !== null) return Promise.resolve(UNANSWERED);
+    const key = `${k}\u0000${target(protocol, req.host, req.port)}`;
+    let p = this.pending.get(key);
+    if (p && p.waiters.length >= MAX_WAITERS_PER_PROMPT) return Promise.resolve(UNANSWERED);
+    if (!p) {
+      const room = this.caps.room(sessionId, k);
+      if (room.kind === 'refused') {
+        // Fails closed at once; audited once per process until it has room again.
+        if (this.caps.firstRefusal(k)) {
+          const { host, port, method } = req;
+          const command = [...proc.info.argv];
+          const subject = { id: null, sessionId, processId, command, host, port, protocol, method };
+          this.feed.record('refused', subject, { released: 1, note: room.reason });
+        }
+        return Promise.resolve(UNANSWERED);
+      }
+      if (room.kind === 'evict') {
+        const victim = [...this.pendingById.values()].find((x) => x.prompt.sessionId === room.sessionId)!;
+        this.finish(
+          victim,
+          'cancelled',
+          null,
+          'cancelled to make room for another session (the server-wide cap)',
+        );
+      }
+      const asked = this.asking.get(k) ?? this.timeoutMs;
+      const timeoutMs = Math.min(asked, this.maxTimeoutMs);
+      const now = this.clock.now();
+      const prompt: ApprovalPrompt = {
+        id: randomUUID(),
+        sessionId,
+        processId,
+        clientName: proc.info.clientName,
+        command: [...proc.info.argv],
+        cwd: proc.info.cwd ?? null,
+        host: req.host,
+        port: req.port,
+        protocol,
+        method: req.method,
+        waiting: 0,
+        requestedAt: now,
+        expiresAt: now + timeoutMs,
+        timeoutMs,
+        requestedTimeoutMs: asked > timeoutMs ? asked : null,
+      };
+      const created: Pending = {
+        prompt,
+        key,
+        waiters: [],
+        timer: this.clock.setTimeout(() => this.finish(created, 'timeout'), timeoutMs).unref(),
+        askedClients: new WeakSet(),
+      };
+      p = created;
+      this.pending.set(key, p);
+      this.pendingById.set(prompt.id, p);
+      this.caps.count(sessionId, k, +1);
+    }
+    const pending = p;
+    return new Promise<DeciderResult>((resolve) => {
+      pending.waiters.push({ resolve });
+      pending.prompt.waiting = pending.waiters.length;
+      if (pending.waiters.length === 1) {
+        const asked = pending.prompt.requestedTimeoutMs;
+        this.feed.record('requested', pending.prompt, {
+          released: 0,
+          note:
+            asked === null
+              ? null
+              : `approval_timeout_ms ${asked} clamped to the server's maximum ${this.maxTimeoutMs} (--max-approval-timeout-ms)`,
+        });
+        this.feed.broadcast('approvals/requested', { prompt: pending.prompt });
+        this.askClient(pending);
+      }
+    });
+  }
+
+  /** Asks the prompt's own session's client, if it answers approvals (approvalClient.ts); its answer may decide. */
+  private askClient(p: Pending): void {
+    askSessionClient(this.server, p.prompt, p.askedClients, (decision, by) => {
+      // First answer wins: a prompt the panel (or a timeout) already resolved is not touched.
+      if (this.pendingById.get(p.prompt.id) === p) this.applyDecision(p.prompt.id, decision, by);
+    });
+  }
+
+  /** Ends a prompt: releases its held requests with the outcome's answer and tells the subscribers. */
+  private finish(
+    p: Pending,
+    outcome: ApprovalOutcome,
+    decisionId: string | null = null,
+    note: string | null = null,
+    decidedBy: ApprovalDecidedBy | null = null,
+  ): number {
+    if (this.pendingById.get(p.prompt.id) !== p) return 0;
+    this.clock.clearTimeout(p.timer);
+    this.pending.delete(p.key);
+    this.pendingById.delete(p.prompt.id);
+    this.caps.count(p.prompt.sessionId, procKey(p.prompt.sessionId, p.prompt.processId), -1);
+    const answer =
+      outcome === 'deny' ? DENIED : outcome === 'timeout' || outcome === 'cancelled' ? UNANSWERED : ALLOW;
+    const released = p.waiters.length;
+    for (const w of p.waiters) w.resolve(answer);
+    p.waiters.length = 0;
+    p.prompt.waiting = 0;
+    if (outcome === 'timeout' || outcome === 'cancelled')
+      this.feed.record(outcome, p.prompt, { released, note });
+    else this.feed.record('decided', p.prompt, { released, decision: outcome, decisionId, decidedBy });
+    this.feed.broadcast('approvals/resolved', {
+      id: p.prompt.id,
+      outcome,
+      released,
+      resolvedAt: this.clock.now(),
+    });
+    return released;
+  }
+
+  // ---- the panel side ------------------------------------------------------------------------------------------
+
+  /** Applies a decision to a pending prompt (and, when remembered, to every other prompt it covers). */
+  applyDecision(
+    id: string,
+    decision: ApprovalDecision,
+    decidedBy: ApprovalDecidedBy | null = null,
+  ): DecideResult {
+    const p = this.pendingById.get(id);
+    if (!p) throw invalidRequest(`unknown or already resolved approval id ${id}`);
+    const { sessionId, processId, protocol, host, port } = p.prompt;
+    if (decision === 'allowOnce') return { released: this.finish(p, 'allowOnce', null, null, decidedBy) };
+    const scope = decision === 'allowProcess' ? 'process' : 'session';
+    const remembered: RememberedDecision = {
+      id: randomUUID(),
+      decision: decision === 'deny' ? 'deny' : 'allow',
+      scope,
+      sessionId,
+      processId: scope === 'process' ? processId : null,
+      host,
+      port,
+      protocol,
+      decidedAt: this.clock.now(),
+      promptId: id,
+    };
+    this.decisions.add(remembered);
+    let released = this.finish(p, decision, remembered.id, null, decidedBy);
+    // Other prompts the remembered decision now covers follow it at once (a deny also wins over their allows).
+    for (const other of [...this.pending.values()]) {
+      const o = other.prompt;
+      if (o.sessionId !== sessionId || o.protocol !== protocol || o.host !== host || o.port !== port)
+        continue;
+      if (scope === 'process' && o.processId !== processId) continue;
+      released += this.finish(other, decision, remembered.id, null, decidedBy);
+    }
+    this.broadcastDecisions();
+    return { released };
+  }
+
+  revoke(id: string): RevokeResult {
+    const d = this.decisions.remove(id);
+    if (!d) return { revoked: false };
+    this.feed.record(
+      'revoked',
+      {
+        sessionId: d.sessionId,
+        processId: d.processId,
+        command: null,
+        host: d.host,
+        port: d.port,
+        protocol: d.protocol,
+        method: null,
+        id: d.promptId,
+      },
+      { released: 0, decisionId: d.id },
+    );
+    this.broadcastDecisions();
+    return { revoked: true };
+  }
+
+  exportSnippet(sessionId?: string | null): ExportResult {
+    const list = this.decisions.list().filter((d) => !sessionId || d.sessionId === sessionId);
+    return exportDomains(list);
+  }
+
+  state(): ApprovalsState {
+    return {
+      pending: [...this.pendingById.values()].map((p) => ({ ...p.prompt })),
+      decisions: this.decisions.list(),
+      audit: this.feed.events(),
+    };
+  }
+
+  get pendingCount(): number {
+    return this.pendingById.size;
+  }
+
+  get subscriberCount(): number {
+    return this.feed.subscriberCount;
+  }
+
+  private broadcastDecisions(): void {
+    this.feed.broadcast('approvals/decisions', { decisions: this.decisions.list() });
+  }
+
+  /** Starts sending `approvals/*` notifications to `conn`; the current state and the default timeout. */
+  subscribe(conn: RpcConnection): ApprovalsSubscribeResult {
+    this.feed.subscribe(conn);
+    return { ...this.state(), timeoutMs: this.timeoutMs };
+  }
+
+  unsubscribe(conn: RpcConnection): void {
+    this.feed.unsubscribe(conn);
+  }
+}

@@ -27,28 +27,22 @@ export interface Serve {
 }
 
 /** Where the audit trail goes, if this build has one: a scratch database, never the user's. */
-function auditArgs(): string[] {
-  const help = spawnSync(process.execPath, [join(ROOT, 'dist', 'cli.js'), '--help'], {
+function auditArgs(cli: string): string[] {
+  const help = spawnSync(process.execPath, [cli, '--help'], {
     encoding: 'utf8',
   }).stdout;
   if (!help.includes('--audit-db')) return [];
   return ['--audit-db', join(mkdtempSync(join(tmpdir(), 'corral-bench-audit-')), 'audit.db')];
 }
 
-/** `corral serve` as a child process; resolves once it printed both URLs. */
-export async function startServe(extra: string[] = []): Promise<Serve> {
+/**
+ * `corral serve` as a child process; resolves once it printed both URLs. `cli`: the bundle to run (default dist/'s;
+ * a private build, test/browser/panelBuild.ts, serves the panel next to it).
+ */
+export async function startServe(extra: string[] = [], cli = join(ROOT, 'dist', 'cli.js')): Promise<Serve> {
   const proc = spawn(
     process.execPath,
-    [
-      join(ROOT, 'dist', 'cli.js'),
-      'serve',
-      '--log-level',
-      'warn',
-      '--resume-grace-ms',
-      '600000',
-      ...auditArgs(),
-      ...extra,
-    ],
+    [cli, 'serve', '--log-level', 'warn', '--resume-grace-ms', '600000', ...auditArgs(cli), ...extra],
     { stdio: ['ignore', 'pipe', 'inherit'] },
   );
   const rl = createInterface({ input: proc.stdout! });

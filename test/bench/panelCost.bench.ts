@@ -1,0 +1,295 @@
+/**
+ * What the open panel costs (issue 38): the page's main-thread time while processes stream in, per rate, next to
+ * what it costs idle. The panel is a private build of the working tree (test/browser/panelBuild.ts), served by a
+ * `corral serve` child of the same build, open in Chromium on the Processes view.
+ *
+ * - idle: the page with 2000 finished processes listed and nothing happening.
+ * - 50/s and 250/s from real agents: four agents start `/bin/true` processes paced at the rate, 16 at a time (250/s
+ *   is about what this 2-core machine gives through the real agent path with the page open).
+ * - 2000/s from a stand-in pod (feedPods.ts): a fleet host joined to a pod that sends real rows at the rate; what is
+ *   measured is the host's relay and the page.
+ * - the Network view under a flood of blocked requests and policy decisions from the stand-in pod (2000/s).
+ *
+ * Per phase: main-thread time per second (CDP TaskDuration, the wall time of its tasks; the goal is ≤ 100 ms/s, 10%
+ * of a core) and per process, its CPU (ThreadTime), the lag of each process's final state behind its close, long
+ * tasks, and input latency: a key typed in the search box (a real input event) to the frame that shows its result,
+ * twice a second during the flood.
+ */
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { CDPSession, Page } from 'playwright-core';
+import { type Browser, openBrowser } from '../browser/harness.js';
+import { privateBuild } from '../browser/panelBuild.js';
+import { type FeedPod, realRow, startFeedPod } from './feedPods.js';
+import {
+  Agent,
+  flood,
+  lags,
+  longTasksIn,
+  metrics,
+  PAGE_INSTRUMENTATION,
+  pageTimes,
+  pct,
+  type Serve,
+  startServe,
+  type Timing,
+  waitShown,
+} from './panelDriver.js';
+import type { BenchRow } from './types.js';
+
+/** Seconds each flood lasts. */
+const FLOOD_S = 10;
+const IDLE_S = 5;
+/** Main-thread time the page may take: 10% of one core. */
+const BUDGET_MS_PER_S = 100;
+
+const r2 = (v: number) => Math.round(v * 100) / 100;
+const fmt3 = (v: number[]) =>
+  v.length === 0
+    ? 'n/a'
+    : `${Math.round(pct(v, 50))} / ${Math.round(pct(v, 99))} / ${Math.round(Math.max(...v))}`;
+
+/**
+ * Installed in the page: for each `input` event on the search box, the time from the event (its timeStamp: when the
+ * browser got the key) to the end of the frame that showed its result.
+ */
+const INPUT_LATENCY = `(() => {
+  const l = (window.__inputLatency = []);
+  document.addEventListener('input', (e) => {
+    const t = e.timeStamp;
+    requestAnimationFrame(() => setTimeout(() => l.push(performance.now() - t), 0));
+  }, true);
+})();`;
+
+async function openPanel(browser: Browser, url: string): Promise<{ page: Page; cdp: CDPSession }> {
+  const page = browser.page;
+  await page.addInitScript(PAGE_INSTRUMENTATION);
+  await page.addInitScript(INPUT_LATENCY);
+  const cdp = await page.context().newCDPSession(page);
+  await cdp.send('Performance.enable');
+  await page.goto(url);
+  await page.locator('#conn-status', { hasText: 'connected' }).waitFor({ timeout: 120_000 });
+  return { page, cdp };
+}
+
+/** Types a key into the search box and takes it back, every 500 ms until `done()` (input latency probes). */
+async function typeWhile(page: Page, done: () => boolean): Promise<void> {
+  const box = page.locator('#view-processes input[type="search"]');
+  while (!done()) {
+    await box.focus();
+    await page.keyboard.press('z');
+    await page.keyboard.press('Backspace');
+    await new Promise((r) => setTimeout(r, 500));
+  }
+}
+
+async function takeInputLatency(page: Page): Promise<number[]> {
+  return page.evaluate(() => {
+    const w = window as unknown as { __inputLatency: number[] };
+    return w.__inputLatency.splice(0);
+  });
+}
+
+/** The page's cost with nothing happening, over IDLE_S seconds (after a second to settle). */
+async function idlePhase(cdp: CDPSession, section: string): Promise<BenchRow[]> {
+  await new Promise((r) => setTimeout(r, 1000));
+  const m0 = await metrics(cdp);
+  const t0 = performance.now();
+  await new Promise((r) => setTimeout(r, IDLE_S * 1000));
+  const m1 = await metrics(cdp);
+  const s = (performance.now() - t0) / 1000;
+  return [
+    {
+      section,
+      metric: 'idle: main-thread time per second (TaskDuration)',
+      corral: r2(((m1.taskSeconds - m0.taskSeconds) * 1000) / s),
+      unit: 'ms/s',
+    },
+  ];
+}
+
+/**
+ * A flood with the panel open: `produce` makes the processes; the page's main-thread time over the whole window
+ * (first start to the last final state shown), lags, long tasks, input latency (keys typed during the flood).
+ */
+async function costPhase(
+  page: Page,
+  cdp: CDPSession,
+  phase: { section: string; rate: number; what?: string; typing?: boolean },
+  produce: () => Promise<{ timings: Timing[]; rate: number }>,
+): Promise<BenchRow[]> {
+  const { section } = phase;
+  await takeInputLatency(page);
+  const m0 = await metrics(cdp);
+  const p0 = await page.evaluate(() => performance.now());
+  const t0 = performance.now();
+  let producing = true;
+  const typing = phase.typing === false ? Promise.resolve() : typeWhile(page, () => !producing);
+  const run = await produce().finally(() => {
+    producing = false;
+  });
+  await typing;
+  const missing = await waitShown(
+    page,
+    run.timings.map((t) => t.processId),
+    120_000,
+  );
+  const m1 = await metrics(cdp);
+  const seconds = (performance.now() - t0) / 1000;
+  const p1 = await page.evaluate(() => performance.now());
+  const shown = await pageTimes(page);
+  const l = lags(run.timings, shown);
+  const long = longTasksIn(shown.long, p0, p1);
+  const input = await takeInputLatency(page);
+  const total = run.timings.length;
+  const taskMs = (m1.taskSeconds - m0.taskSeconds) * 1000;
+  const cpuMs = (m1.cpuSeconds - m0.cpuSeconds) * 1000;
+  return [
+    {
+      section,
+      metric: `achieved rate${phase.what ? `, ${phase.what}` : ''}`,
+      corral: Math.round(run.rate),
+      unit: 'proc/s',
+      target: `${phase.rate}`,
+    },
+    {
+      section,
+      metric: 'main-thread time per second (TaskDuration)',
+      corral: r2(taskMs / seconds),
+      unit: 'ms/s',
+      target: `≤ ${BUDGET_MS_PER_S}`,
+    },
+    {
+      section,
+      metric: '  per process',
+      corral: r2(taskMs / total),
+      unit: 'ms',
+      target: `≤ ${r2(BUDGET_MS_PER_S / phase.rate)}`,
+    },
+    { section, metric: '  its CPU per second (ThreadTime)', corral: r2(cpuMs / seconds), unit: 'ms/s' },
+    {
+      section,
+      metric: 'lag, final state after process/closed (p50 / p99 / max)',
+      corral: fmt3(l.final),
+      unit: 'ms',
+      target: 'max ≤ 500',
+    },
+    { section, metric: 'processes never shown in their final state', corral: missing, unit: '', target: '0' },
+    {
+      section,
+      metric: 'long tasks (count / max)',
+      corral: `${long.length} / ${long.length > 0 ? Math.round(Math.max(...long)) : 0}`,
+      unit: 'ms',
+      target: 'max ≤ 100',
+    },
+    {
+      section,
+      metric: `input → paint, a key in the search box (p50 / p99 / max of ${input.length})`,
+      corral: fmt3(input),
+      unit: 'ms',
+      target: '≤ 100',
+    },
+  ];
+}
+
+/** Runs `total` processes on each pod at `rate`/s each, all at once. */
+async function runOn(pods: FeedPod[], opts: { total: number; rate: number; prefix: string }) {
+  const t0 = performance.now();
+  const all = await Promise.all(pods.map((p, k) => p.run({ ...opts, prefix: `${opts.prefix}${k + 1}-` })));
+  const timings: Timing[] = all.flat();
+  return { timings, rate: timings.length / ((performance.now() - t0) / 1000) };
+}
+
+async function realAgents(cli: string): Promise<BenchRow[]> {
+  const section = (what: string) => `panel cost: ${what}`;
+  const rows: BenchRow[] = [];
+  let serve: Serve | null = null;
+  let browser: Browser | null = null;
+  const agents: Agent[] = [];
+  try {
+    serve = await startServe([], cli);
+    for (let i = 0; i < 4; i++) agents.push(await Agent.open(serve.execUrl, `cost-agent-${i + 1}`));
+    const warm = await flood(agents, { total: 2000, rate: 100_000, inflight: 4, prefix: 'warm-' });
+    browser = await openBrowser();
+    const { page, cdp } = await openPanel(browser, serve.panelUrl);
+    await waitShown(page, [warm.timings.at(-1)!.processId], 120_000);
+    rows.push(...(await idlePhase(cdp, section('real agents, 2000 listed'))));
+    for (const rate of [50, 250]) {
+      rows.push(
+        ...(await costPhase(page, cdp, { section: section(`${rate}/s, real agents`), rate }, () =>
+          flood(agents, { total: rate * FLOOD_S, rate, inflight: 4, prefix: `r${rate}-` }),
+        )),
+      );
+    }
+    rows.push(...(await idlePhase(cdp, section(`real agents, ${2000 + 300 * FLOOD_S} listed`))));
+    return rows;
+  } catch (e) {
+    rows.push({
+      section: section('real agents'),
+      metric: 'ERROR',
+      corral: String(e).slice(0, 160),
+      unit: '',
+    });
+    return rows;
+  } finally {
+    for (const a of agents) a.close();
+    await browser?.close();
+    await serve?.stop();
+  }
+}
+
+async function standInPod(cli: string): Promise<BenchRow[]> {
+  const section = (what: string) => `panel cost: ${what}`;
+  const rows: BenchRow[] = [];
+  let serve: Serve | null = null;
+  let browser: Browser | null = null;
+  let pod: FeedPod | null = null;
+  try {
+    const template = await (async () => {
+      const s = await startServe([], cli);
+      try {
+        return await realRow(s);
+      } finally {
+        await s.stop();
+      }
+    })();
+    pod = await startFeedPod({ ...template, clientName: 'agent-pod-1' }, 'session-pod-1');
+    const tokenFile = join(mkdtempSync(join(tmpdir(), 'corral-bench-cost-')), 'panel-token');
+    writeFileSync(tokenFile, 'stand-in-pods-take-any-token', { mode: 0o600 });
+    serve = await startServe(
+      ['--join', `${pod.url}#token-file=${encodeURIComponent(tokenFile)}&name=pod-1`],
+      cli,
+    );
+    await pod.subscribed;
+    const warm = await runOn([pod], { total: 2000, rate: 2000, prefix: 'warm-' });
+    browser = await openBrowser();
+    const { page, cdp } = await openPanel(browser, serve.panelUrl);
+    await waitShown(page, [warm.timings.at(-1)!.processId], 120_000);
+    rows.push(...(await idlePhase(cdp, section('stand-in pod, 2000 listed'))));
+    rows.push(
+      ...(await costPhase(page, cdp, { section: section('2000/s, stand-in pod'), rate: 2000 }, () =>
+        runOn([pod!], { total: 2000 * FLOOD_S, rate: 2000, prefix: 'g-' }),
+      )),
+    );
+    return rows;
+  } catch (e) {
+    rows.push({
+      section: section('stand-in pod'),
+      metric: 'ERROR',
+      corral: String(e).slice(0, 160),
+      unit: '',
+    });
+    return rows;
+  } finally {
+    await browser?.close();
+    await serve?.stop();
+    await pod?.close();
+  }
+}
+
+export async function run(): Promise<BenchRow[]> {
+  const build = await privateBuild({ cli: true });
+  const cli = join(build, 'cli.js');
+  return [...(await realAgents(cli)), ...(await standInPod(cli))];
+}

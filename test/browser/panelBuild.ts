@@ -1,0 +1,49 @@
+// A private build of the panel (and, for the bench, of the CLI that serves it), made from the working tree with the
+// options of scripts/build.mjs: a test or bench measures the renderer as it is now, and a concurrent `npm run build`
+// (which empties dist/) cannot pull files from under it.
+import { cpSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { build } from 'esbuild';
+import { ROOT } from './harness.js';
+
+const made: string[] = [];
+process.on('exit', () => {
+  for (const d of made) rmSync(d, { recursive: true, force: true });
+});
+
+/**
+ * Builds into a fresh directory under node_modules/ (so the CLI's external packages resolve from it, and the addon's
+ * package root is found above it) and returns it: `renderer/` (index.html, app.js, app.css) and, with `cli`, `cli.js`
+ * and the audit worker. Removed when the process exits.
+ */
+export async function privateBuild(opts: { cli?: boolean } = {}): Promise<string> {
+  const base = join(ROOT, 'node_modules', '.corral-private-builds');
+  mkdirSync(base, { recursive: true });
+  const out = mkdtempSync(join(base, 'b-'));
+  made.push(out);
+  const common = { absWorkingDir: ROOT, bundle: true, sourcemap: false, logLevel: 'error' as const };
+  await Promise.all([
+    build({
+      ...common,
+      entryPoints: { 'renderer/app': 'renderer/app.ts' },
+      outdir: out,
+      platform: 'browser',
+      format: 'iife',
+      target: 'chrome120',
+      loader: { '.css': 'css' },
+    }),
+    opts.cli
+      ? build({
+          ...common,
+          entryPoints: { cli: 'src/cli.ts', 'audit/worker': 'src/audit/worker.ts' },
+          outdir: out,
+          platform: 'node',
+          format: 'esm',
+          packages: 'external',
+          target: 'node20',
+        })
+      : null,
+  ]);
+  cpSync(join(ROOT, 'renderer', 'index.html'), join(out, 'renderer', 'index.html'));
+  return out;
+}

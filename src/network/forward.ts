@@ -84,7 +84,7 @@ export function forward(
 }
 
 /** Pipes the request body up and the response down; a failure before the response head is a 502. */
-export function relay(req: http.IncomingMessage, res: http.ServerResponse, upstream: http.ClientRequest): void {
+function relay(req: http.IncomingMessage, res: http.ServerResponse, upstream: http.ClientRequest): void {
   let responded = false;
   upstream.on('response', (up) => {
     responded = true;

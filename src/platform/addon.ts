@@ -59,7 +59,8 @@ export interface Addon {
     /** Async mode: run the command under a subreaper supervisor (spawn.c supervisor_main); the pid is the command's. */
     supervise: boolean,
   ): [number, number, number, number, number];
-  setExitHandler(fn: (pid: number, status: number, signo: number) => void): void;
+  /** rusage: [user µs, system µs, max RSS KiB, blocks in, blocks out] from waitid, absent when the kernel gave none. */
+  setExitHandler(fn: (pid: number, status: number, signo: number, rusage?: number[]) => void): void;
   /** Whether this build can start children without waiting for their exec (x86_64, arm64). */
   readonly asyncExec: boolean;
   /** spawn understands its confine argument (confine.c). */

@@ -43,8 +43,27 @@ export interface NativeSpawnArgs {
    * cgroup. The returned pid is the command's; onExit is called once everything it started is gone.
    */
   supervise?: boolean;
-  /** Called once, on the loop, with the wait status (signo 0 for a normal exit). */
-  onExit(status: number, signo: number): void;
+  /** Called once, on the loop, with the wait status (signo 0 for a normal exit) and what the child used. */
+  onExit(status: number, signo: number, rusage: ChildRusage | null): void;
+}
+
+/**
+ * What a child and the descendants it waited for used, as the kernel's wait reports it (the native spawner reaps with
+ * waitid's rusage argument); read at the reap, so it costs nothing more per start.
+ */
+export interface ChildRusage {
+  userUs: number;
+  systemUs: number;
+  /** ru_maxrss: the largest resident set of the child or of one of its waited-for descendants. */
+  maxRssBytes: number;
+  /** Blocks the file systems read and wrote for it (ru_inblock, ru_oublock: 512-byte units). */
+  inBlocks: number;
+  outBlocks: number;
+}
+
+function rusageOf(v: number[] | undefined): ChildRusage | null {
+  if (!Array.isArray(v) || v.length < 5) return null;
+  return { userUs: v[0]!, systemUs: v[1]!, maxRssBytes: v[2]! * 1024, inBlocks: v[3]!, outBlocks: v[4]! };
 }
 
 export const FD_CLOSED = -1;
@@ -64,16 +83,18 @@ export interface NativeSpawner {
  * Exit callbacks by pid. The addon has one exit handler per process (per thread), shared by every copy of the
  * platform that loads it (sources and a bundle, say), so the table lives on the addon's exports object.
  */
-function exitTable(a: Addon): Map<number, (status: number, signo: number) => void> {
-  const b = a as Addon & { corralExits?: Map<number, (status: number, signo: number) => void> };
+type ExitCallback = (status: number, signo: number, rusage: ChildRusage | null) => void;
+
+function exitTable(a: Addon): Map<number, ExitCallback> {
+  const b = a as Addon & { corralExits?: Map<number, ExitCallback> };
   if (b.corralExits) return b.corralExits;
-  const table = new Map<number, (status: number, signo: number) => void>();
+  const table = new Map<number, ExitCallback>();
   b.corralExits = table;
-  a.setExitHandler((pid, status, signo) => {
+  a.setExitHandler((pid, status, signo, rusage) => {
     const cb = table.get(pid);
     if (!cb) return;
     table.delete(pid);
-    cb(status, signo);
+    cb(status, signo, rusageOf(rusage));
   });
   return table;
 }

@@ -1,7 +1,8 @@
 import type { Writable } from 'node:stream';
 import { type Clock, realClock } from '../clock.js';
+import type { ChildRusage } from '../platform/spawn.js';
 import { groupWatchdog } from '../platform/watchdog.js';
-import type { OutputStream } from '../protocol/exec.js';
+import type { OutputStream, ProcessUsage } from '../protocol/exec.js';
 import {
   type CgroupHost,
   childNprocMax,
@@ -14,6 +15,7 @@ import type { PreparedLaunch, SandboxType } from './launch.js';
 import { OutputBuffer, type RetainedChunk } from './outputBuffer.js';
 import { type PtyChild, spawnPty } from './pty.js';
 import { type OutputPipe, spawnPiped } from './spawner.js';
+import { processUsage } from './usage.js';
 
 /** Largest output chunk on the wire (protocol.md §5.9). */
 export const MAX_CHUNK = 8192;
@@ -75,6 +77,8 @@ export class ManagedProcess {
   exitSignal: NodeJS.Signals | null = null;
   /** The cgroup limit the process ran into (read when it exited), or null. */
   limitHit: LimitKind | null = null;
+  /** What it used (usage.ts), read when it exited; null before, or when neither its cgroup nor its reap could say. */
+  usage: ProcessUsage | null = null;
   bytesOut = 0;
   /** seq of the last event (0 before any). */
   lastSeq = 0;
@@ -202,10 +206,10 @@ export class ManagedProcess {
     this.openStreams = 2;
     this.attach(child.stdout, 'stdout');
     this.attach(child.stderr, 'stderr');
-    child.onExit((code, signal) => {
+    child.onExit((code, signal, rusage) => {
       this.reaped = true;
       this.exitSignal = signal;
-      this.drainThen(() => this.onExit(code));
+      this.drainThen(() => this.onExit(code, rusage));
     });
   }
 
@@ -273,12 +277,13 @@ export class ManagedProcess {
     this.headBytes += n;
   }
 
-  private onExit(code: number): void {
+  private onExit(code: number, rusage: ChildRusage | null = null): void {
     if (this.exitCode !== null) return;
     this.exitCode = code;
     this.exitedAt = this.clock.now();
     this.state = 'exited';
     this.limitHit = this.cgroup?.limitHit() ?? null;
+    this.usage = processUsage(this.exitedAt - this.startedAt, this.cgroup?.usage() ?? null, rusage);
     this.sandboxDenied = this.classify(this.sandboxType, code, this.buffer.text(['stderr', 'pty']));
     this.exitSeq = ++this.lastSeq;
     this.sink.exited(this, this.exitSeq, code);

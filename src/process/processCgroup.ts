@@ -2,6 +2,7 @@
 import { constants, openSync, writeFileSync } from 'node:fs';
 import { CgroupError, closeAll, counter, errText, preadText, readText, writeOptional } from './cgroupFs.js';
 import { killDir, killListed, type Setup, tryRmdir } from './cgroupSetup.js';
+import { type CgroupFigures, CgroupUsage } from './usage.js';
 
 export type LimitKind = 'pids' | 'memory';
 
@@ -51,6 +52,8 @@ export class ProcessCgroup {
   private atExit: { counters: { pids: number; oom: number }; empty: boolean } | null = null;
   /** The limits written into it. */
   limits: ResourceLimits | null = null;
+  /** Its usage files (usage.ts): CPU, io, peaks. */
+  private readonly usageFiles: CgroupUsage;
 
   /** Opens the cgroup's files; throws (closing what it opened) when one cannot be opened. */
   constructor(
@@ -89,6 +92,14 @@ export class ProcessCgroup {
       closeAll(opened);
       throw e;
     }
+    const pidsAt = setup.hierarchies.findIndex((h) => h.pids);
+    const memAt = setup.hierarchies.findIndex((h) => h.memory);
+    this.usageFiles = new CgroupUsage({
+      version: setup.version,
+      unified: setup.version === 'v2' ? dirs[0]! : null,
+      memory: memAt >= 0 ? dirs[memAt]! : null,
+      pids: pidsAt >= 0 ? dirs[pidsAt]! : null,
+    });
     this.baseline = this.counters();
   }
 
@@ -139,6 +150,12 @@ export class ProcessCgroup {
     return null;
   }
 
+  /** What the command used since it was given this cgroup (read at exit, after limitHit). */
+  usage(): CgroupFigures {
+    const c = this.atExit?.counters ?? this.counters();
+    return this.usageFiles.read(c.oom - this.baseline.oom, c.pids - this.baseline.pids);
+  }
+
   /** Whether it is empty now; known without a read when it was empty when its command exited. */
   emptyNow(): boolean {
     return this.atExit?.empty === true || !this.populated();
@@ -183,6 +200,7 @@ export class ProcessCgroup {
     this.lingering = false;
     this.baseline = this.atExit?.empty ? this.atExit.counters : this.counters();
     this.atExit = null;
+    this.usageFiles.recycle();
     return true;
   }
 
@@ -194,6 +212,7 @@ export class ProcessCgroup {
       if (d !== this.setup.hierarchies[i]!.base && !tryRmdir(d)) all = false;
     if (all && !this.removed) {
       this.removed = true;
+      this.usageFiles.close();
       closeAll(
         [...this.entryFds, this.dirFd, this.pidsEventsFd, this.oomFd, this.populatedFd].filter(
           (fd) => fd >= 0,

@@ -22,6 +22,7 @@ import { PassThrough, type Writable } from 'node:stream';
 import { type OutputPipe, openOutputPipe, readablePipe } from '../platform/pipes.js';
 import { sandboxLauncher, sandboxNative } from '../platform/sandbox.js';
 import {
+  type ChildRusage,
   checkPath,
   endSpawnBatch,
   FD_CLOSED,
@@ -42,8 +43,11 @@ export interface SpawnedChild {
   stdin: Writable | null;
   stdout: OutputPipe;
   stderr: OutputPipe;
-  /** Exactly once: exitCode = status for normal exits (0..255), 128+signo when killed by a signal. */
-  onExit(cb: (exitCode: number, signal: NodeJS.Signals | null) => void): void;
+  /**
+   * Exactly once: exitCode = status for normal exits (0..255), 128+signo when killed by a signal; rusage where the
+   * spawner reaped the child itself (the native one), else null.
+   */
+  onExit(cb: ExitCallback): void;
   /**
    * Call once the process is done (exited, pipes closed): until then its process group is SIGKILLed if the server
    * dies, however it dies (the native spawner's group watchdog; a no-op elsewhere).
@@ -143,21 +147,23 @@ for (const [name, num] of Object.entries(osConstants.signals)) {
 }
 
 /** Calls every callback registered through onExit, exactly once, even when registered after the exit. */
+type ExitCallback = (exitCode: number, signal: NodeJS.Signals | null, rusage: ChildRusage | null) => void;
+
 class ExitLatch {
-  private result: [number, NodeJS.Signals | null] | null = null;
-  private cbs: ((exitCode: number, signal: NodeJS.Signals | null) => void)[] = [];
-  on(cb: (exitCode: number, signal: NodeJS.Signals | null) => void): void {
+  private result: [number, NodeJS.Signals | null, ChildRusage | null] | null = null;
+  private cbs: ExitCallback[] = [];
+  on(cb: ExitCallback): void {
     if (this.result) {
-      const [c, s] = this.result;
-      queueMicrotask(() => cb(c, s));
+      const [c, s, r] = this.result;
+      queueMicrotask(() => cb(c, s, r));
     } else this.cbs.push(cb);
   }
-  fire(exitCode: number, signal: NodeJS.Signals | null): void {
+  fire(exitCode: number, signal: NodeJS.Signals | null, rusage: ChildRusage | null = null): void {
     if (this.result) return;
-    this.result = [exitCode, signal];
+    this.result = [exitCode, signal, rusage];
     const cbs = this.cbs;
     this.cbs = [];
-    for (const cb of cbs) cb(exitCode, signal);
+    for (const cb of cbs) cb(exitCode, signal, rusage);
   }
 }
 
@@ -179,11 +185,14 @@ export const nativeLoadError: string | null = nativeSpawnAbsence;
 
 /**
  * `spec` started through the sandbox launcher: a fresh session keyring, `fds` at 3, 4, … and nothing else. For the
- * spawners that cannot do that in the child themselves (node-pty, child_process). With `spec.confine`, the last of
- * `fds` must be where the launcher finds the Landlock ruleset: it confines itself with it (and the seccomp program,
- * passed as hex) and closes it before exec.
+ * spawners that cannot do that in the child themselves (node-pty, child_process, the native spawner in vfork mode).
+ * With `spec.confine`, the last of `fds` must be where the launcher finds the Landlock ruleset: it confines itself with
+ * it (and the seccomp program, passed as hex) and closes it before exec. With `supervise` (a Landlock command that no
+ * cgroup holds), the command runs under the launcher's supervisor (src/sandbox/linux/native/supervise.c): everything
+ * it started is killed when it ends, is terminated, or the server dies. The launcher must be started by this process
+ * (it checks that its parent is this pid).
  */
-export function throughLauncher(spec: LaunchSpec, fds: number[]): LaunchSpec {
+export function throughLauncher(spec: LaunchSpec, fds: number[], supervise = false): LaunchSpec {
   if (!sandboxLauncher) {
     throw new SpawnError('ENOENT', `the sandbox launcher is not built: ${osErrorText('ENOENT')}`);
   }
@@ -201,6 +210,7 @@ export function throughLauncher(spec: LaunchSpec, fds: number[]): LaunchSpec {
     sandboxLauncher,
     ...fds.flatMap((fd) => ['--fd', String(fd)]),
     ...confine,
+    ...(supervise && process.env.XX_OLD !== '1' ? ['--supervise', String(process.pid)] : []),
     '--',
     spec.file,
     ...spec.argv.slice(1),
@@ -241,6 +251,14 @@ function spawnNative(
       'EINVAL',
       'the native spawner cannot confine a child (Landlock) that is given extra fds',
     );
+  // A Landlock command that no cgroup holds runs under a supervisor (see supervise below). The addon's needs async mode
+  // (x86_64, arm64: it runs in our memory on raw system calls); elsewhere the launcher's does the same (plain libc).
+  const async = mode === 'async' && native.asyncExec;
+  const supervise = spec.confine !== undefined && !opts.cgroup;
+  if (supervise && !async) {
+    const extraFds = [spec.confine!.rulesetFd];
+    spec = { ...throughLauncher(spec, [3], true), extraFds };
+  }
   const unguarded = withoutPidGuard(spec);
   if (unguarded) spec = unguarded;
   const fds = [opts.stdin === 'pipe' ? FD_PIPE : FD_DEVNULL, FD_PIPE, FD_PIPE];
@@ -263,10 +281,10 @@ function spawnNative(
       // A sandboxed command without a pid namespace (Landlock) nor a cgroup: nothing else finds what it started once
       // that left its process group (setsid). The supervisor is a child subreaper that kills all of it when the
       // command ends, is terminated, or the server dies (spawn.c supervisor_main).
-      supervise: spec.confine !== undefined && !opts.cgroup && mode === 'async' && native.asyncExec,
-      onExit: (status, signo) => {
-        if (signo !== 0) latch.fire(128 + signo, SIGNAL_NAMES.get(signo) ?? null);
-        else latch.fire(status, null);
+      supervise: supervise && async,
+      onExit: (status, signo, rusage) => {
+        if (signo !== 0) latch.fire(128 + signo, SIGNAL_NAMES.get(signo) ?? null, rusage);
+        else latch.fire(status, null, rusage);
       },
     });
   } catch (e) {
@@ -317,6 +335,7 @@ function spawnNode(spec: LaunchSpec, opts: SpawnOptions): SpawnedChild {
       ...throughLauncher(
         spec,
         extra.map((_, i) => 3 + i),
+        spec.confine !== undefined && !opts.cgroup, // see spawnNative's supervise
       ),
       extraFds: extra,
     };

@@ -63,6 +63,33 @@ export type ProcessLimitsParam = z.infer<typeof ProcessLimitsParam>;
 export const LimitHit = z.enum(['pids', 'memory']);
 export type LimitHit = z.infer<typeof LimitHit>;
 
+/** Where a command's usage figures come from: its own cgroup (v2 or v1), else the kernel's rusage of the reaped child. */
+export const UsageSource = z.enum(['cgroup-v2', 'cgroup-v1', 'rusage']);
+export type UsageSource = z.infer<typeof UsageSource>;
+
+/**
+ * What a command used, read once it has exited (`process/exited`, the audit trail, the panel). From its own cgroup
+ * (`source` cgroup-v2 or cgroup-v1: everything in the cgroup, descendants that left the process group included), else
+ * from the rusage the kernel gave when the spawner reaped it (`source` rusage: the command and the descendants it
+ * waited for). A figure the source cannot give is null: v1 has no per-command CPU or io accounting, so `cpu*Ms` and
+ * `io*Bytes` then come from the rusage (when the spawner reaped the child itself) or are null; peaks of a cgroup
+ * reused from an earlier command are null where the kernel cannot reset them. `limitEvents`: how often the command ran
+ * into its limits (`memory`: OOM kills in its cgroup; `pids`: forks refused by pids.max), a key present only when > 0.
+ * @corral
+ */
+export const ProcessUsage = z.object({
+  source: UsageSource,
+  wallMs: z.number(),
+  cpuUserMs: z.number().nullable(),
+  cpuSystemMs: z.number().nullable(),
+  peakMemoryBytes: z.number().nullable(),
+  peakPids: z.number().nullable(),
+  ioReadBytes: z.number().nullable(),
+  ioWriteBytes: z.number().nullable(),
+  limitEvents: z.object({ memory: z.number().optional(), pids: z.number().optional() }),
+});
+export type ProcessUsage = z.infer<typeof ProcessUsage>;
+
 /**
  * The seed's ExecParams, plus every field released clients send. `sandbox`, `managedNetwork` and `networkProxy` are
  * parsed here too, each by its own schema (protocol/sandbox.ts, protocol/network.ts): the shape is picked by key, and
@@ -224,6 +251,8 @@ export const ExitedNotification = z.object({
   /** @since 0.169 */
   sandboxDenied: z.boolean(),
   limitHit: LimitHit.optional(),
+  /** What the command used (ProcessUsage); absent when neither its cgroup nor the spawner could say. @corral */
+  usage: ProcessUsage.optional(),
 });
 export const ClosedNotification = z.object({ processId: z.string(), seq: z.number() });
 export type OutputNotification = z.infer<typeof OutputNotification>;

@@ -41,7 +41,9 @@
 //   ensureWatchdog()   (re)starts the watchdog if it is not running (cgroup mode: children started another way)
 //   setCgroupCleanup(version: 1 | 2, bases: string[], removeBases: boolean)   see watchdog_set_cgroups
 //     throws Error { message: strerror text, errno: number } when the child could not be started
-//   setExitHandler(fn(pid, exitStatus /* -1 if signalled */, signo /* 0 if exited */))
+//   setExitHandler(fn(pid, exitStatus /* -1 if signalled */, signo /* 0 if exited */, rusage))
+//     rusage: [userUs, systemUs, maxRssKiB, inBlocks, outBlocks] of the child and the descendants it waited for
+//     (waitid's fifth argument, as wait4 gives it), or undefined when the kernel gave none
 //   asyncExec: boolean   whether async mode is compiled in
 //   newPidNs: true       spawn understands its newPidNs argument
 //   freshKeyring: true   spawn understands a freshKeyring argument: the child joins a new anonymous session
@@ -687,7 +689,10 @@ static void on_pidfd(struct reactor_item *it, uint32_t events) {
   struct watched *w = (struct watched *)it;
   siginfo_t info;
   memset(&info, 0, sizeof info);
-  int r = waitid((idtype_t)P_PIDFD, (id_t)w->pidfd, &info, WEXITED | WNOHANG);
+  struct rusage ru;
+  memset(&ru, 0, sizeof ru);
+  // The raw call: glibc's waitid has no rusage argument, the kernel's has (the same figures wait4 reports).
+  int r = (int)syscall(SYS_waitid, P_PIDFD, w->pidfd, &info, WEXITED | WNOHANG, &ru);
   if (r < 0 && errno == EINTR) return;
   if (r == 0 && info.si_pid == 0) return;  // not exited yet (spurious wake-up)
   int code = -1, signo = 0;
@@ -705,12 +710,28 @@ static void on_pidfd(struct reactor_item *it, uint32_t events) {
   close(w->pidfd);
 
   napi_env env = st->env;
-  napi_value fn, argv[3];
+  napi_value fn, argv[4];
   if (st->exit_handler && napi_get_reference_value(env, st->exit_handler, &fn) == napi_ok && fn) {
     napi_create_int32(env, pid, &argv[0]);
     napi_create_int32(env, code, &argv[1]);
     napi_create_int32(env, signo, &argv[2]);
-    reactor_call(&st->reactor, fn, 3, argv);
+    size_t argc = 3;
+    if (r == 0 && napi_create_array_with_length(env, 5, &argv[3]) == napi_ok) {
+      double figures[5] = {
+          (double)ru.ru_utime.tv_sec * 1e6 + (double)ru.ru_utime.tv_usec,
+          (double)ru.ru_stime.tv_sec * 1e6 + (double)ru.ru_stime.tv_usec,
+          (double)ru.ru_maxrss,
+          (double)ru.ru_inblock,
+          (double)ru.ru_oublock,
+      };
+      for (uint32_t i = 0; i < 5; i++) {
+        napi_value v;
+        napi_create_double(env, figures[i], &v);
+        napi_set_element(env, argv[3], i, v);
+      }
+      argc = 4;
+    }
+    reactor_call(&st->reactor, fn, argc, argv);
   }
 }
 

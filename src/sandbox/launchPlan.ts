@@ -52,6 +52,8 @@ export interface PrepareOptions {
   fallback?: 'landlock' | 'none';
   /** Guarantees the Landlock backend may hold weaker than bwrap would (`--sandbox-accept-weaker`); default none. */
   acceptWeaker?: readonly WeakerGuarantee[];
+  /** `--linux-sandbox-pid-namespace` (bwrapArgs.ts): isolate (default) or inherit the server's pid namespace. */
+  pidNamespace?: 'isolate' | 'inherit';
 }
 
 /**
@@ -109,6 +111,8 @@ export interface HostFacts {
   linuxBackend: LinuxBackend;
   landlock: LandlockSupport;
   acceptWeaker: ReadonlySet<WeakerGuarantee>;
+  /** PrepareOptions.pidNamespace (absent: isolate). */
+  pidNamespace?: 'isolate' | 'inherit';
 }
 
 export const WINDOWS_ERROR = 'sandbox type windows-restricted-token is not supported by this exec-server';

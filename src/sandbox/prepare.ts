@@ -131,6 +131,7 @@ function hostFacts(
     cgroupMounts: cgroupMountPoints,
     euid: process.geteuid?.() ?? -1,
     ...(opts?.hiddenPaths ? { hiddenPaths: opts.hiddenPaths } : {}),
+    ...(opts?.pidNamespace === 'inherit' ? { pidNamespace: 'inherit' as const } : {}),
     platform: opts?.platform ?? process.platform,
     arch: opts?.arch ?? os.arch(),
     machine: opts?.machine ?? os.machine(),

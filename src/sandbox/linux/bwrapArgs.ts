@@ -11,6 +11,12 @@ export interface BwrapOptions {
   unshareNet: boolean;
   /** Mount a fresh /proc (omitted when the cached preflight showed it cannot be mounted). */
   proc: boolean;
+  /**
+   * `--linux-sandbox-pid-namespace`: isolate (default) adds `--unshare-pid`; inherit shares the server's pid namespace
+   * (Codex's meaning: the command can signal other processes of the same user), and /proc is then the host's, bound
+   * read-only (a fresh proc mount needs a pid namespace of the sandbox's own user namespace).
+   */
+  pidNamespace?: 'isolate' | 'inherit';
   /** `--new-session` (not for a PTY: the command would lose its controlling terminal). */
   newSession: boolean;
   /** The command's working directory inside the sandbox. */
@@ -96,9 +102,12 @@ export function bwrapArgs(r: ResolvedPolicy, o: BwrapOptions): BwrapArgs {
   const fs = bwrapFsArgs(r, o.features, o.masks);
   const a: string[] = [];
   if (o.newSession) a.push('--new-session');
-  a.push('--die-with-parent', ...fs.args, '--unshare-user', '--unshare-pid', '--unshare-ipc');
+  const inheritPid = o.pidNamespace === 'inherit';
+  a.push('--die-with-parent', ...fs.args, '--unshare-user');
+  if (!inheritPid) a.push('--unshare-pid');
+  a.push('--unshare-ipc');
   if (o.unshareNet) a.push('--unshare-net');
-  if (o.proc) a.push('--proc', '/proc');
+  if (o.proc) a.push(...(inheritPid ? ['--ro-bind', '/proc', '/proc'] : ['--proc', '/proc']));
   // The host's kernel settings stay read-only (issue 30): bwrap covers /proc/sys only when the directory itself is
   // writable, which it never is (0555), so as root the sandbox could write kernel.core_pattern (a program run as root on
   // the host) even under a read-only policy. sysfs too, where the policy writes a root above it.

@@ -72,6 +72,7 @@ export function planBwrapLaunch(eff: EffectiveSandbox, cmd: LaunchCommand, host:
   const b = bwrapArgs(r, {
     unshareNet: eff.network === 'restricted' || managed,
     proc: host.bwrap.proc,
+    ...(host.pidNamespace === 'inherit' ? { pidNamespace: 'inherit' as const } : {}),
     newSession: !cmd.tty,
     chdir: cmd.spec.cwd,
     file: cmd.spec.file,
@@ -91,9 +92,13 @@ export function planBwrapLaunch(eff: EffectiveSandbox, cmd: LaunchCommand, host:
   if (b.argv0Ignored) summary.arg0 = 'ignored: bwrap < 0.9 has no --argv0';
   if (routes) summary.proxyEndpoints = routes.endpoints.map((e) => `${e.host}:${e.port}`);
   let argv = [host.bwrap.path, ...b.args];
-  const guard = host.euid === 0 && host.unshare !== undefined;
+  // Inheriting the pid namespace means no namespace of the sandbox's own, the guard's included: a kill then reaches
+  // the command's tree through its cgroup (as for a command without a sandbox).
+  const inheritPid = host.pidNamespace === 'inherit';
+  if (inheritPid) summary.pidNamespace = 'inherit';
+  const guard = host.euid === 0 && host.unshare !== undefined && !inheritPid;
   if (guard) argv = guardArgv(host.unshare!, argv, false);
-  else if (host.euid === 0)
+  else if (host.euid === 0 && !inheritPid)
     summary.terminate = 'unshare not found: killing bwrap may leave the sandbox running';
   const spec: LaunchSpec = {
     file: argv[0]!,

@@ -7,18 +7,24 @@
  *
  * The order of checks per protocol:
  * - `http` (a plain request, the proxy sees its method): the host policy, then limited mode's method rule.
- * - `https_connect` (an opaque tunnel): the host policy, then limited mode refuses it as `mitm_required`, since the
- *   proxy cannot see the methods inside without terminating TLS, which it does not do (§4.5).
- * - `socks5_tcp`, `socks5_udp`: limited mode refuses first (`method_not_allowed`, [seed]), then the host policy.
+ * - `https_connect`: the host policy, then limited mode refuses it as `mitm_required` (the proxy cannot see the
+ *   methods inside an opaque tunnel, §4.5) unless `mitm` is on: then the tunnel is intercepted (`intercepts`).
+ * - `socks5_tcp`, `socks5_udp`: limited mode refuses first (`method_not_allowed`, [seed]), then the host policy;
+ *   with `mitm`, a SOCKS5 CONNECT to port 443 takes the host policy and is intercepted instead.
+ * - `https` (a request inside an intercepted tunnel, `admitIntercepted`): the tunnel's own admission stands for the
+ *   host (the request must name the tunnel's target), then limited mode's method rule.
  */
 import type { HostDecision, PolicyEngine, PolicyProtocol, PolicySource } from './policy.js';
 
 /** The methods limited mode lets through (§2.2): case-sensitive, so `post` is not GET and is blocked. */
 export const LIMITED_METHODS: ReadonlySet<string> = new Set(['GET', 'HEAD', 'OPTIONS']);
 
+/** How a decided request came: a policy protocol, or `https` for a request inside an intercepted tunnel. */
+export type RequestProtocol = PolicyProtocol | 'https';
+
 /** What the proxy knows of a request when it decides: the normalised target and how it came. */
 export interface AdmissionRequest {
-  protocol: PolicyProtocol;
+  protocol: RequestProtocol;
   /** Normalised and canonical (`normalizeHost`); '' is blocked as `not_allowed`. */
   host: string;
   port: number;
@@ -42,12 +48,33 @@ export type Refused = Extract<HostDecision, { allowed: false }> & {
 export type Admission = Admitted | Refused;
 
 /** The policy as admission sees it: the mode and the host decision (§3.3). */
-export type AdmissionPolicy = Pick<PolicyEngine, 'mode' | 'evaluate'>;
+export type AdmissionPolicy = Pick<PolicyEngine, 'mode' | 'evaluate'> & {
+  /** TLS interception is on (`mitm`, issue 34). */
+  readonly mitm?: boolean;
+};
+
+/**
+ * Whether an admitted tunnel is terminated by the proxy (issue 34, item 3): in limited mode with `mitm`, every
+ * CONNECT and every SOCKS5 CONNECT to port 443. Where this holds, limited mode lets the tunnel through its host
+ * policy, and the proxy must intercept it (it never becomes an opaque tunnel).
+ */
+export function intercepts(
+  policy: Pick<AdmissionPolicy, 'mode' | 'mitm'>,
+  r: Pick<AdmissionRequest, 'protocol' | 'port'>,
+): boolean {
+  if (policy.mode !== 'limited' || policy.mitm !== true) return false;
+  return r.protocol === 'https_connect' || (r.protocol === 'socks5_tcp' && r.port === 443);
+}
 
 /** Limited mode's refusal for a request, and whether it comes before the host policy or after it (§3.5). */
-function limitedModeRefusal(r: AdmissionRequest): { reason: string; beforeHost: boolean } | null {
+function limitedModeRefusal(
+  policy: AdmissionPolicy,
+  r: AdmissionRequest,
+): { reason: string; beforeHost: boolean } | null {
+  if (intercepts(policy, r)) return null;
   switch (r.protocol) {
     case 'http':
+    case 'https':
       return r.method !== null && LIMITED_METHODS.has(r.method)
         ? null
         : { reason: 'method_not_allowed', beforeHost: false };
@@ -73,8 +100,10 @@ function modeGuard(host: string, reason: string, hostAllowed?: Admitted): Refuse
 
 /** Decides one request: the host policy and the mode guard, in the order its protocol takes them. */
 export async function admit(policy: AdmissionPolicy, r: AdmissionRequest): Promise<Admission> {
-  const limited = policy.mode === 'limited' ? limitedModeRefusal(r) : null;
+  const limited = policy.mode === 'limited' ? limitedModeRefusal(policy, r) : null;
   if (limited?.beforeHost) return modeGuard(r.host, limited.reason);
+  // An intercepted request is decided by admitIntercepted, against its tunnel's admission.
+  if (r.protocol === 'https') return modeGuard(r.host, 'not_allowed');
   const d = await policy.evaluate(r.host, r.port, {
     protocol: r.protocol,
     client: r.client,
@@ -83,6 +112,36 @@ export async function admit(policy: AdmissionPolicy, r: AdmissionRequest): Promi
   if (!d.allowed) return { ...d, scope: 'domain' };
   if (limited) return modeGuard(d.host, limited.reason, d);
   return d;
+}
+
+/**
+ * Decides one request inside an intercepted tunnel (protocol `https`; the caller has checked that it names the
+ * tunnel's host and port). The host policy's answer is the tunnel's: same host, and the request can only reach the
+ * addresses the tunnel's admission checked (local/private guard included), so it is not asked again (nor is the
+ * decider, which would prompt a person per request). A hook's refusal (`hookRefusal`) comes next, then limited
+ * mode's method rule, with the plain-HTTP reason.
+ */
+export function admitIntercepted(
+  policy: Pick<AdmissionPolicy, 'mode'>,
+  tunnel: Admitted,
+  method: string,
+  hookRefusal?: string,
+): Admission {
+  if (hookRefusal !== undefined) {
+    return {
+      allowed: false,
+      host: tunnel.host,
+      reason: hookRefusal,
+      source: 'baseline_policy',
+      decision: 'deny',
+      scope: 'domain',
+      hostAllowed: { source: tunnel.source, override: tunnel.override },
+    };
+  }
+  if (policy.mode === 'limited' && !LIMITED_METHODS.has(method)) {
+    return modeGuard(tunnel.host, 'method_not_allowed', tunnel);
+  }
+  return tunnel;
 }
 
 /** Where a decision is kept (the proxy's Recorder: blocked ring, audit events, violation log). */

@@ -5,7 +5,7 @@
  */
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
-import { type AdmissionRequest, admitAndRecord } from './admission.js';
+import { type AdmissionRequest, admitAndRecord, intercepts } from './admission.js';
 import { tunnelFor } from './dial.js';
 import { clientAddr } from './host.js';
 import type { SocketEntry } from './httpContext.js';
@@ -50,6 +50,16 @@ export const onConnect: SocketEntry = async (ctx, req, socket, head) => {
   const a = await admitAndRecord(ctx, r);
   if (!a.allowed) {
     answer(blockedConnectResponse(a));
+    return;
+  }
+  if (intercepts(ctx.policy, r)) {
+    // Terminated here (issue 34): never an opaque tunnel. No place left: 503, and the connection stays.
+    if (!ctx.mitm?.reserve()) {
+      answer(textResponse(503, 'too many intercepted tunnels'));
+      return;
+    }
+    socket.write(`HTTP/1.1 200 OK\r\ndate: ${new Date().toUTCString()}\r\n\r\n`);
+    ctx.mitm.intercept(socket, head, { host: a.host, port: c.port, admitted: a, client: r.client });
     return;
   }
   socket.write(`HTTP/1.1 200 OK\r\ndate: ${new Date().toUTCString()}\r\n\r\n`);

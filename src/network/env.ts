@@ -1,7 +1,8 @@
 /**
  * Every proxy environment variable the server knows, in one place: the 33 the managed proxy writes over a child's
  * environment (network-proxy.md §4.6), the URL-valued ones a sandbox reads from a command's environment to route it,
- * and the ones an upstream proxy is read from. Nothing else in src names them.
+ * the ones an upstream proxy is read from, and the CA-bundle ones of TLS interception. Nothing else in src names
+ * them.
  */
 
 export const DEFAULT_NO_PROXY =
@@ -74,10 +75,34 @@ export const UPSTREAM_PROXY_ENV_KEYS = {
   all: 'ALL_PROXY',
 } as const;
 
+/**
+ * The CA-bundle variables a child gets when its proxy may intercept TLS (issue 34, item 2): every one Codex sets,
+ * plus Deno's, the AWS SDKs' and gRPC's. Each names the one bundle (system roots + the server's startup CA files +
+ * the Corral CA).
+ */
+export const CA_BUNDLE_ENV_KEYS: readonly string[] = [
+  'CODEX_CA_CERTIFICATE',
+  'SSL_CERT_FILE',
+  'REQUESTS_CA_BUNDLE',
+  'CURL_CA_BUNDLE',
+  'NODE_EXTRA_CA_CERTS',
+  'GIT_SSL_CAINFO',
+  'CARGO_HTTP_CAINFO',
+  'PIP_CERT',
+  'BUNDLE_SSL_CA_CERT',
+  'npm_config_cafile',
+  'NPM_CONFIG_CAFILE',
+  'DENO_CERT',
+  'AWS_CA_BUNDLE',
+  'GRPC_DEFAULT_SSL_ROOTS_FILE_PATH',
+];
+
 export function buildProxyEnv(opts: {
   httpPort: number;
   socksPort?: number | undefined;
   allowLocalBinding: boolean;
+  /** The CA bundle to point CA_BUNDLE_ENV_KEYS at, when the proxy may intercept TLS. */
+  caBundle?: string | undefined;
 }): Record<string, string> {
   const http = `http://127.0.0.1:${opts.httpPort}`;
   const all = opts.socksPort !== undefined ? `socks5h://127.0.0.1:${opts.socksPort}` : http;
@@ -88,6 +113,7 @@ export function buildProxyEnv(opts: {
   for (const k of NO_PROXY_KEYS) env[k] = DEFAULT_NO_PROXY;
   env.ELECTRON_GET_USE_PROXY = 'true';
   for (const k of ALL_KEYS) env[k] = all;
+  if (opts.caBundle !== undefined) for (const k of CA_BUNDLE_ENV_KEYS) env[k] = opts.caBundle;
   return env;
 }
 

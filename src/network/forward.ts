@@ -31,7 +31,7 @@ export function forward(
 ): void {
   const secure = target.scheme === 'https' || target.scheme === 'wss';
   const proxy = upstreamFor(secure ? 'tunnel' : 'http', deps.upstream);
-  const viaUpstream = proxy !== undefined && mayUseUpstream(a.host, a.addresses);
+  const viaUpstream = proxy !== undefined && mayUseUpstream(a.host, a.addresses, deps.upstream, target.port);
   const address = a.addresses[0];
   if (address === undefined && !viaUpstream) {
     send(res, upstreamFailure());
@@ -63,7 +63,7 @@ export function forward(
     });
   } else {
     // https:// through the upstream proxy: CONNECT, then TLS to the target inside the tunnel.
-    const tunnelOut = { dial: deps.dial, upstream: { https: proxy } };
+    const tunnelOut = { dial: deps.dial, upstream: { ...deps.upstream, https: proxy } };
     const createConnection = (_o: unknown, cb: (err: Error | null, s?: Duplex) => void) => {
       openTunnel(tunnelOut, { host: a.host, addresses: a.addresses, port: target.port })
         .then((raw) => tlsOver(raw, a.host))
@@ -84,7 +84,11 @@ export function forward(
 }
 
 /** Pipes the request body up and the response down; a failure before the response head is a 502. */
-function relay(req: http.IncomingMessage, res: http.ServerResponse, upstream: http.ClientRequest): void {
+export function relay(
+  req: http.IncomingMessage,
+  res: http.ServerResponse,
+  upstream: http.ClientRequest,
+): void {
   let responded = false;
   upstream.on('response', (up) => {
     responded = true;

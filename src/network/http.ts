@@ -18,6 +18,7 @@ import { FastHttp } from './fastpath.js';
 import type { HttpContext } from './httpContext.js';
 import { overflowStatus, PARSER_MAX_HEADERS_COUNT, PARSER_OPTIONS } from './limits.js';
 import { listenLoopback } from './listen.js';
+import type { Interceptor } from './mitm/interceptor.js';
 import type { PolicyEngine } from './policy.js';
 import type { Recorder } from './recorder.js';
 import { onOddMethod, onRequest } from './request.js';
@@ -32,6 +33,8 @@ export interface HttpProxyDeps {
   idleTimeoutMs: number;
   /** Upstream proxies to chain to (empty unless `allow_upstream_proxy`). */
   upstream: UpstreamProxies;
+  /** TLS interception, when the config turns it on (issue 34). */
+  mitm?: Interceptor | undefined;
 }
 
 /** The request line of a method token Node's parser refuses: letters only, at most 20 (`post http://… HTTP/1.1`). */

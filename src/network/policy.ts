@@ -123,6 +123,11 @@ export class PolicyEngine {
     return this.settings.mode;
   }
 
+  /** TLS interception is on (issue 34). */
+  get mitm(): boolean {
+    return this.settings.mitm;
+  }
+
   /** Resolves once under the timeout; returns canonical addresses or null on failure/timeout/empty answer. */
   async resolve(host: string, port: number): Promise<string[] | null> {
     try {

@@ -10,10 +10,12 @@ import { buildProxyEnv } from './env.js';
 import type { NetworkEvents } from './events.js';
 import { HttpProxy } from './http.js';
 import type { ManagedNetworkSpec } from './managedNetwork.js';
+import { Interceptor } from './mitm/interceptor.js';
+import { type MitmTrust, mitmTrust } from './mitm/trust.js';
 import { type Decider, PolicyEngine, type Resolver } from './policy.js';
 import { Recorder } from './recorder.js';
 import { SocksProxy } from './socks.js';
-import { upstreamFromEnv } from './upstream.js';
+import { proxyUpstreams, type UpstreamSettings } from './upstream.js';
 
 export const DEFAULT_IDLE_TIMEOUT_MS = 30_000;
 
@@ -32,6 +34,13 @@ export interface StartProxyOptions {
    * environment.
    */
   upstreamEnv?: Record<string, string | undefined>;
+  /**
+   * The server's upstream settings (`--tcp-upstream-proxy`, `--proxy-private-ips-via-upstream`, its environment);
+   * when given, `upstreamEnv` is not read.
+   */
+  upstream?: UpstreamSettings;
+  /** The interception trust (CA, bundle, upstream roots); default: the server process's own, made on first use. */
+  mitmTrust?: MitmTrust;
 }
 
 /**
@@ -116,8 +125,17 @@ export async function startManagedProxy(
     mode: settings.mode,
   });
   const dial = opts.dialer ?? defaultDialer;
-  const upstream = settings.allow_upstream_proxy ? upstreamFromEnv(opts.upstreamEnv ?? process.env) : {};
-  const http = new HttpProxy({ policy, recorder, dial, idleTimeoutMs, upstream });
+  const upstreams = proxyUpstreams(
+    opts.upstream ?? { tcp: null, privateIps: false, env: opts.upstreamEnv ?? process.env },
+    settings.allow_upstream_proxy,
+  );
+  const upstream = upstreams.http;
+  // TLS interception (issue 34): only when the config can use it; the CA is made on the first such proxy.
+  const trust = settings.mitm ? (opts.mitmTrust ?? mitmTrust()) : undefined;
+  const mitm = trust
+    ? new Interceptor({ trust, policy, recorder, dial, upstream, idleTimeoutMs })
+    : undefined;
+  const http = new HttpProxy({ policy, recorder, dial, idleTimeoutMs, upstream, mitm });
   const socks = settings.enable_socks5
     ? new SocksProxy({
         policy,
@@ -125,7 +143,8 @@ export async function startManagedProxy(
         dial,
         idleTimeoutMs,
         udpEnabled: settings.enable_socks5_udp,
-        upstream,
+        upstream: upstreams.socks,
+        mitm,
       })
     : undefined;
   let httpPort: number;
@@ -143,6 +162,7 @@ export async function startManagedProxy(
       httpPort: ports.http,
       socksPort: ports.socks,
       allowLocalBinding: settings.allow_local_binding,
+      caBundle: trust?.bundlePath(),
     });
   const route: ProxyRoute = {
     http: { port: httpPort, accept: (s) => http.accept(s) },
@@ -164,6 +184,7 @@ export async function startManagedProxy(
       policy.decider = d;
     },
     close: () => {
+      mitm?.close();
       closing ??= Promise.all([http.close(), socks?.close()]).then(() => undefined);
       return closing;
     },

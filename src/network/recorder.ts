@@ -1,11 +1,12 @@
 /** Per-proxy bookkeeping of decisions: the blocked ring, the audit events, the event bus and the violation log. */
 import type { AuditMetadata, BlockedRequest, NetworkAuditEvent } from '../protocol/network.js';
-import type { Admission, AdmissionRequest } from './admission.js';
+import type { Admission, AdmissionRequest, RequestProtocol } from './admission.js';
 import { BlockedRing, blockedRecord, type NetworkEvents, violationLine } from './events.js';
-import type { PolicyProtocol, PolicySource } from './policy.js';
+import type { PolicySource } from './policy.js';
 
-const RECORD_PROTOCOL: Record<PolicyProtocol, BlockedRequest['protocol']> = {
+const RECORD_PROTOCOL: Record<RequestProtocol, BlockedRequest['protocol']> = {
   http: 'http',
+  https: 'https',
   https_connect: 'http-connect',
   socks5_tcp: 'socks5',
   socks5_udp: 'socks5-udp',
@@ -13,7 +14,7 @@ const RECORD_PROTOCOL: Record<PolicyProtocol, BlockedRequest['protocol']> = {
 
 export interface DecisionInfo {
   scope: 'domain' | 'non_domain';
-  protocol: PolicyProtocol;
+  protocol: RequestProtocol;
   host: string;
   port: number;
   method: string | null;
@@ -22,6 +23,8 @@ export interface DecisionInfo {
   source: PolicySource;
   reason: string;
   override?: boolean;
+  /** Inside an intercepted tunnel: the request's path (no query), and the credential injected into it, by name. */
+  intercepted?: { path: string; credential?: string | undefined };
 }
 
 export class Recorder {
@@ -42,8 +45,15 @@ export class Recorder {
    * Records one admission: an allowed request's audit event; a block in the ring with its audit event, preceded by
    * the host policy's allow when it was the mode guard that refused.
    */
-  record(r: AdmissionRequest, a: Admission): void {
-    const base = { protocol: r.protocol, host: a.host, port: r.port, method: r.method, client: r.client };
+  record(r: AdmissionRequest, a: Admission, intercepted?: DecisionInfo['intercepted']): void {
+    const base = {
+      protocol: r.protocol,
+      host: a.host,
+      port: r.port,
+      method: r.method,
+      client: r.client,
+      ...(intercepted ? { intercepted } : {}),
+    };
     if (a.allowed) {
       this.allowed(base, a);
       return;
@@ -54,7 +64,7 @@ export class Recorder {
 
   /** The audit event of a request the host policy allowed (reason `allow`). */
   allowed(
-    base: Pick<DecisionInfo, 'protocol' | 'host' | 'port' | 'method' | 'client'>,
+    base: Pick<DecisionInfo, 'protocol' | 'host' | 'port' | 'method' | 'client' | 'intercepted'>,
     d: { source: PolicySource; override?: boolean | undefined },
   ): void {
     const events = this.opts.events;
@@ -98,6 +108,15 @@ export class Recorder {
       'http.request.method': d.method ?? 'none',
       'client.address': d.client ?? 'unknown',
       'network.policy.override': d.override ?? false,
+      ...(d.intercepted
+        ? {
+            'url.path': d.intercepted.path,
+            'network.intercepted': true,
+            ...(d.intercepted.credential !== undefined
+              ? { 'network.credential.injected': d.intercepted.credential }
+              : {}),
+          }
+        : {}),
     };
     events.emit('audit', e);
   }

@@ -5,10 +5,11 @@
 import dgram from 'node:dgram';
 import net from 'node:net';
 import type { Duplex } from 'node:stream';
-import { type AdmissionRequest, admitAndRecord } from './admission.js';
+import { type AdmissionRequest, admitAndRecord, intercepts } from './admission.js';
 import { type Dialer, type TunnelOrigin, tunnelFor } from './dial.js';
 import { canonicalIp, clientAddr, hostPort, normalizeHost } from './host.js';
 import { listenLoopback } from './listen.js';
+import type { Interceptor } from './mitm/interceptor.js';
 import type { PolicyEngine } from './policy.js';
 import type { Recorder } from './recorder.js';
 import { blockedSocksReply } from './responses.js';
@@ -23,6 +24,8 @@ export interface SocksProxyDeps {
   idleTimeoutMs: number;
   udpEnabled: boolean;
   upstream: UpstreamProxies;
+  /** TLS interception, when on (issue 34). */
+  mitm?: Interceptor | undefined;
 }
 
 const MAX_HANDSHAKE_BYTES = 600;
@@ -145,6 +148,17 @@ export class SocksProxy {
     const a = await admitAndRecord(this.deps, r);
     if (!a.allowed) {
       socket.end(blockedSocksReply());
+      return;
+    }
+    if (intercepts(this.deps.policy, r)) {
+      // Terminated here (issue 34), dialled per request inside; no place left: general failure.
+      if (!this.deps.mitm?.reserve()) {
+        socket.end(reply(REP.generalFailure));
+        return;
+      }
+      socket.setTimeout(0);
+      socket.write(reply(REP.succeeded, '0.0.0.0', 0));
+      this.deps.mitm.intercept(socket, rest, { host: a.host, port, admitted: a, client: r.client });
       return;
     }
     let upstream: Duplex | null;

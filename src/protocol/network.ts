@@ -213,7 +213,8 @@ export type BlockedEvent = z.infer<typeof BlockedEventSchema>;
 
 /**
  * §4.9 `codex.network_proxy.policy_decision`, emitted for every decision (allowed ones included), with Codex's
- * dotted field names. Audit metadata fields appear only when set. No URL, path or query is ever included.
+ * dotted field names. Audit metadata fields appear only when set. No URL or query is ever included; an intercepted
+ * request (protocol `https`) carries its path.
  */
 export const NetworkAuditEventSchema = z.object({
   processId: z.string(),
@@ -233,12 +234,19 @@ export const NetworkAuditEventSchema = z.object({
   'network.policy.decision': z.enum(['allow', 'deny', 'ask']),
   'network.policy.source': z.enum(['baseline_policy', 'mode_guard', 'proxy_state', 'decider']),
   'network.policy.reason': z.string(),
-  'network.transport.protocol': z.enum(['http', 'https_connect', 'socks5_tcp', 'socks5_udp']),
+  /** `https`: a request inside a tunnel the proxy intercepted (TLS terminated, issue 34). */
+  'network.transport.protocol': z.enum(['http', 'https_connect', 'socks5_tcp', 'socks5_udp', 'https']),
   'server.address': z.string(),
   'server.port': z.number().int(),
   'http.request.method': z.string(),
   'client.address': z.string(),
   'network.policy.override': z.boolean(),
+  /** An intercepted request's path, without its query (the query may carry secrets). */
+  'url.path': z.string().optional(),
+  /** Present (true) on the events of requests inside an intercepted tunnel. */
+  'network.intercepted': z.literal(true).optional(),
+  /** The name (never the value) of the credential the broker or a hook injected into this request. */
+  'network.credential.injected': z.string().optional(),
 });
 export type NetworkAuditEvent = z.infer<typeof NetworkAuditEventSchema>;
 

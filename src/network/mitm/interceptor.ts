@@ -1,0 +1,395 @@
+/**
+ * TLS interception of an admitted tunnel (issue 34, items 3, 4 and 7): the proxy completes the client's handshake
+ * with a leaf of its CA for the tunnel's host (ALPN http/1.1 only), reads the HTTP/1.1 requests inside with Node's
+ * parser, decides each one, and forwards the allowed ones over its own TLS connection to the checked addresses of the
+ * tunnel (through the proxy's dialer, so an upstream proxy applies), verified against the system roots and the
+ * server's startup CA files, never its own CA.
+ *
+ * Each request inside, in this order (Codex's): a nested CONNECT is 405; a Host (or absolute-form authority) that is
+ * not the tunnel's target is 400 `host mismatch`; the host policy is the tunnel's (admitIntercepted); a hook of the
+ * host may refuse (`mitm_hook_denied`) or rewrite headers; limited mode refuses other methods than GET/HEAD/OPTIONS
+ * with the plain-HTTP 403 (`method_not_allowed`). TRACE and TRACK are refused (405). A WebSocket upgrade is refused
+ * in limited mode and spliced after the request head in full mode. An upstream failure is 502. Every decided request
+ * is an audit event with protocol `https`, its method and path.
+ *
+ * Limits: 256 intercepted tunnels per proxy (the caller answers 503 when `reserve` fails), a 10 s handshake, Node's
+ * parser with the proxy port's head limits, and streams piped with backpressure (nothing is buffered whole).
+ */
+import http from 'node:http';
+import https from 'node:https';
+import { isIP, Socket } from 'node:net';
+import { Duplex } from 'node:stream';
+import tls from 'node:tls';
+import {
+  type AdmissionPolicy,
+  type AdmissionRequest,
+  type Admitted,
+  admitIntercepted,
+} from '../admission.js';
+import { type Dialer, openTunnel } from '../dial.js';
+import { relay } from '../forward.js';
+import { forwardedRequestHeaders } from '../headers.js';
+import { limitStatus, PARSER_MAX_HEADERS_COUNT, PARSER_OPTIONS } from '../limits.js';
+import type { Recorder } from '../recorder.js';
+import {
+  blockedHttpResponse,
+  CLOSE,
+  emptyResponse,
+  PARSE_ERROR,
+  send,
+  serialize,
+  textResponse,
+} from '../responses.js';
+import { hostHeaderMatches, parseAbsoluteTarget } from '../target.js';
+import { tunnel } from '../tunnel.js';
+import type { UpstreamProxies } from '../upstream.js';
+import type { MitmTrust } from './trust.js';
+
+export const MAX_INTERCEPTED_TUNNELS = 256;
+export const HANDSHAKE_TIMEOUT_MS = 10_000;
+
+/** What a hook makes of one request: a refusal, or the header changes and the injected credential's name. */
+export interface RequestRewrite {
+  refusal?: string;
+  /** Lower-case names of headers to drop. */
+  strip?: readonly string[];
+  /** Headers to set (replacing any of the same name). */
+  inject?: readonly (readonly [string, string])[];
+  /** The name of the credential injected (audited; never its value). */
+  credential?: string;
+}
+
+/** Rewrites the requests of an intercepted host (hooks, the credential broker); undefined when nothing applies. */
+export type RequestRewriter = (req: {
+  host: string;
+  method: string;
+  path: string;
+  rawHeaders: readonly string[];
+}) => RequestRewrite | undefined;
+
+export interface InterceptorDeps {
+  trust: MitmTrust;
+  policy: Pick<AdmissionPolicy, 'mode'>;
+  recorder: Recorder;
+  dial: Dialer;
+  upstream: UpstreamProxies;
+  idleTimeoutMs: number;
+  rewrite?: RequestRewriter;
+  handshakeTimeoutMs?: number;
+}
+
+/** An admitted tunnel to terminate. */
+export interface InterceptedTarget {
+  host: string;
+  port: number;
+  admitted: Admitted;
+  client: string | null;
+}
+
+interface TunnelState extends InterceptedTarget {
+  agent: https.Agent;
+}
+
+/** Verified TLS to the tunnel's host over a connection the proxy's dialer opened to a checked address. */
+function upstreamTls(raw: Duplex, host: string, trust: MitmTrust): Promise<tls.TLSSocket> {
+  return new Promise((resolve, reject) => {
+    const s = tls.connect({
+      socket: raw,
+      host,
+      ...(isIP(host) ? {} : { servername: host }),
+      secureContext: trust.upstream,
+      ALPNProtocols: ['http/1.1'],
+    });
+    const onError = (e: Error) => {
+      raw.destroy();
+      reject(e);
+    };
+    s.once('error', onError);
+    s.once('secureConnect', () => {
+      s.off('error', onError);
+      resolve(s);
+    });
+  });
+}
+
+/** A stream that yields `head` then what `s` reads (a TLS server cannot be handed bytes already read off a socket). */
+function withHead(s: Duplex, head: Buffer): Duplex {
+  const d = new Duplex({
+    read() {
+      s.resume();
+    },
+    write(chunk, encoding, cb) {
+      s.write(chunk, encoding, cb);
+    },
+    final(cb) {
+      s.end();
+      cb();
+    },
+    destroy(err, cb) {
+      s.destroy();
+      cb(err);
+    },
+  });
+  if (head.length > 0) d.push(head);
+  s.on('data', (c: Buffer) => {
+    if (!d.push(c)) s.pause();
+  });
+  s.on('end', () => d.push(null));
+  s.on('close', () => d.destroy());
+  s.on('error', (e) => d.destroy(e));
+  return d;
+}
+
+const HOP_HEAD = new Set(['proxy-authorization', 'proxy-connection', 'keep-alive']);
+
+/** An upgrade request's head, in origin form, for the upstream (its Upgrade and Connection kept). */
+function upgradeHead(method: string, path: string, raw: readonly string[]): string {
+  let text = `${method} ${path} HTTP/1.1\r\n`;
+  for (let i = 0; i < raw.length; i += 2) {
+    if (!HOP_HEAD.has(raw[i]!.toLowerCase())) text += `${raw[i]}: ${raw[i + 1]}\r\n`;
+  }
+  return `${text}\r\n`;
+}
+
+/** The headers a rewrite leaves: the stripped and the injected names dropped, the injected ones appended. */
+function rewritten(raw: readonly string[], w: RequestRewrite | undefined): string[] {
+  if (!w || ((w.strip?.length ?? 0) === 0 && (w.inject?.length ?? 0) === 0)) return [...raw];
+  const drop = new Set([...(w.strip ?? []), ...(w.inject ?? []).map(([k]) => k.toLowerCase())]);
+  const out: string[] = [];
+  for (let i = 0; i < raw.length; i += 2)
+    if (!drop.has(raw[i]!.toLowerCase())) out.push(raw[i]!, raw[i + 1]!);
+  for (const [k, v] of w.inject ?? []) out.push(k, v);
+  return out;
+}
+
+export class Interceptor {
+  private active = 0;
+  private readonly server: http.Server;
+  private readonly tunnels = new WeakMap<object, TunnelState>();
+  private readonly sockets = new Set<Duplex>();
+  private closed = false;
+
+  constructor(private readonly deps: InterceptorDeps) {
+    this.server = http.createServer({ ...PARSER_OPTIONS, requestTimeout: 0, noDelay: true });
+    this.server.maxHeadersCount = PARSER_MAX_HEADERS_COUNT;
+    this.server.timeout = 0;
+    this.server.keepAliveTimeout = Math.max(1, deps.idleTimeoutMs - 1000);
+    this.server.on('request', (req, res) => {
+      req.socket.setTimeout(0);
+      try {
+        this.onRequest(req, res);
+      } catch {
+        res.destroy();
+      }
+    });
+    this.server.on('connect', (_req: http.IncomingMessage, socket: Duplex) => {
+      socket.end(serialize(textResponse(405, 'CONNECT is not allowed inside an intercepted tunnel'), CLOSE));
+    });
+    this.server.on('upgrade', (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
+      this.onUpgrade(req, socket, head).catch(() => socket.destroy());
+    });
+    this.server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => {
+      if (err.code === 'ECONNRESET' || !socket.writable) socket.destroy();
+      else socket.end(PARSE_ERROR);
+    });
+  }
+
+  /** How many tunnels are intercepted now. */
+  get count(): number {
+    return this.active;
+  }
+
+  /** Takes one of the MAX_INTERCEPTED_TUNNELS places (given back when that tunnel closes); false when none is left. */
+  reserve(): boolean {
+    if (this.closed || this.active >= MAX_INTERCEPTED_TUNNELS) return false;
+    this.active++;
+    return true;
+  }
+
+  /**
+   * Terminates TLS on `client` (after the CONNECT 200 or the SOCKS5 success reply) for a reserved place; `head` is
+   * what the client sent after its CONNECT, already read.
+   */
+  intercept(client: Duplex, head: Buffer, target: InterceptedTarget): void {
+    let released = false;
+    const release = () => {
+      if (!released) {
+        released = true;
+        this.active--;
+      }
+    };
+    this.track(client);
+    client.once('close', release);
+    if (this.closed) {
+      client.destroy();
+      return;
+    }
+    const direct = client instanceof Socket && head.length === 0 && client.readableLength === 0;
+    const secure = new tls.TLSSocket(direct ? client : withHead(client, head), {
+      isServer: true,
+      secureContext: this.deps.trust.ca.contextFor(target.host),
+      ALPNProtocols: ['http/1.1'],
+    });
+    this.track(secure);
+    secure.once('close', release);
+    secure.on('error', () => secure.destroy());
+    const timer = setTimeout(() => secure.destroy(), this.deps.handshakeTimeoutMs ?? HANDSHAKE_TIMEOUT_MS);
+    secure.once('close', () => clearTimeout(timer));
+    const agent = new https.Agent({ keepAlive: true, maxSockets: 1 });
+    agent.createConnection = ((_o: unknown, cb: (err: Error | null, s?: Duplex) => void) => {
+      this.openUpstream(target).then((s) => cb(null, s), cb);
+      return undefined;
+    }) as unknown as typeof agent.createConnection;
+    secure.once('close', () => agent.destroy());
+    this.tunnels.set(secure, { ...target, agent });
+    secure.once('secure', () => {
+      clearTimeout(timer);
+      secure.setTimeout(this.deps.idleTimeoutMs);
+      this.server.emit('connection', secure);
+    });
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    for (const s of this.sockets) s.destroy();
+    this.server.closeAllConnections();
+  }
+
+  private track(s: Duplex): void {
+    this.sockets.add(s);
+    s.once('close', () => this.sockets.delete(s));
+  }
+
+  private async openUpstream(t: InterceptedTarget): Promise<tls.TLSSocket> {
+    const raw = await openTunnel(this.deps, { host: t.host, addresses: t.admitted.addresses, port: t.port });
+    this.track(raw);
+    if (this.closed) {
+      raw.destroy();
+      throw new Error('proxy closed');
+    }
+    return upstreamTls(raw, t.host, this.deps.trust);
+  }
+
+  /** The checks before the policy (§ item 4): an error answer, or the request's path. */
+  private check(
+    req: http.IncomingMessage,
+    t: InterceptedTarget,
+  ): { ok: true; path: string } | { ok: false; status: number; text: string } {
+    const method = req.method ?? '';
+    if (method === 'TRACE' || method === 'TRACK')
+      return { ok: false, status: 405, text: 'method not allowed' };
+    let path = req.url ?? '';
+    const target = { rawHost: t.host, port: t.port, scheme: 'https' };
+    const absolute = parseAbsoluteTarget(path);
+    if (absolute !== null) {
+      if (absolute.scheme !== 'https' || !hostHeaderMatches(absolute.authority, target))
+        return { ok: false, status: 400, text: 'host mismatch' };
+      path = absolute.path;
+    } else if (!path.startsWith('/') && !(path === '*' && method === 'OPTIONS')) {
+      return { ok: false, status: 400, text: 'invalid request target' };
+    }
+    const host = req.headers.host;
+    if (host === undefined || host.trim() === '') return { ok: false, status: 400, text: 'missing host' };
+    if (!hostHeaderMatches(host, target)) return { ok: false, status: 400, text: 'host mismatch' };
+    return { ok: true, path };
+  }
+
+  /** Decides and records one request; the refusal's answer, or the rewrite to forward with. */
+  private decide(
+    req: http.IncomingMessage,
+    t: InterceptedTarget,
+    path: string,
+    upgrade = false,
+  ):
+    | { allowed: true; rewrite: RequestRewrite | undefined }
+    | { allowed: false; answer: ReturnType<typeof blockedHttpResponse> } {
+    const method = req.method ?? 'GET';
+    const rewrite = this.deps.rewrite?.({ host: t.host, method, path, rawHeaders: req.rawHeaders });
+    // Limited mode refuses an upgrade whatever its method: what follows a 101 is not HTTP the proxy can check.
+    const asMethod = upgrade && this.deps.policy.mode === 'limited' ? `${method} upgrade` : method;
+    const a = admitIntercepted(this.deps.policy, t.admitted, asMethod, rewrite?.refusal);
+    const r: AdmissionRequest = { protocol: 'https', host: t.host, port: t.port, method, client: t.client };
+    const bare = path.split('?', 1)[0]!;
+    this.deps.recorder.record(r, a, {
+      path: bare,
+      ...(a.allowed && rewrite?.credential !== undefined ? { credential: rewrite.credential } : {}),
+    });
+    if (!a.allowed) return { allowed: false, answer: blockedHttpResponse(a, t.port) };
+    return { allowed: true, rewrite };
+  }
+
+  private onRequest(req: http.IncomingMessage, res: http.ServerResponse): void {
+    const t = this.tunnels.get(req.socket);
+    if (t === undefined) {
+      res.destroy();
+      return;
+    }
+    const limit = limitStatus(req);
+    if (limit !== null) {
+      res.socket?.end(serialize(emptyResponse(limit), CLOSE));
+      return;
+    }
+    const c = this.check(req, t);
+    if (!c.ok) {
+      send(res, textResponse(c.status, c.text));
+      return;
+    }
+    const d = this.decide(req, t, c.path);
+    if (!d.allowed) {
+      send(res, d.answer);
+      return;
+    }
+    const authority = t.port === 443 ? t.host : `${t.host}:${t.port}`;
+    const headers = forwardedRequestHeaders(rewritten(req.rawHeaders, d.rewrite), authority);
+    const upstream = https.request({
+      agent: t.agent,
+      method: req.method,
+      host: t.host,
+      port: t.port,
+      path: c.path,
+      setHost: false,
+      headers: headers as unknown as http.OutgoingHttpHeaders,
+    });
+    relay(req, res, upstream);
+  }
+
+  private async onUpgrade(req: http.IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
+    const t = this.tunnels.get(socket);
+    if (t === undefined) {
+      socket.destroy();
+      return;
+    }
+    const fail = (status: number, text: string) => socket.end(serialize(textResponse(status, text), CLOSE));
+    const limit = limitStatus(req);
+    if (limit !== null) {
+      socket.end(serialize(emptyResponse(limit), CLOSE));
+      return;
+    }
+    const c = this.check(req, t);
+    if (!c.ok) {
+      fail(c.status, c.text);
+      return;
+    }
+    const method = req.method ?? 'GET';
+    const d = this.decide(req, t, c.path, true);
+    if (!d.allowed) {
+      socket.end(serialize(d.answer, CLOSE));
+      return;
+    }
+    (socket as Partial<Socket>).setTimeout?.(0);
+    let up: tls.TLSSocket;
+    try {
+      up = await this.openUpstream(t);
+    } catch {
+      fail(502, 'upstream failure');
+      return;
+    }
+    if (socket.destroyed) {
+      up.destroy();
+      return;
+    }
+    up.write(upgradeHead(method, c.path, rewritten(req.rawHeaders, d.rewrite)));
+    tunnel(socket, up, head, (s) => this.track(s));
+  }
+}

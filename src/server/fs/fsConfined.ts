@@ -1,4 +1,5 @@
 import { constants as fsc } from 'node:fs';
+import { constants } from 'node:os';
 import type { NativeFs } from '../../platform/confinedFs.js';
 import { errnoError } from '../../platform/errno.js';
 import { internalError } from '../../protocol/errors.js';
@@ -34,13 +35,7 @@ interface ConfinedLocated extends Located<ConfinedDir> {
 }
 
 const O_PATH = 0o10000000;
-const ENOENT = 2;
-const EAGAIN = 11;
-const EEXIST = 17;
-const ENOTDIR = 20;
-const EISDIR = 21;
-const ELOOP = 40;
-const EBUSY = 16;
+const { ENOENT, EAGAIN, EEXIST, ENOTDIR, EISDIR, ELOOP, EBUSY } = constants.errno;
 const MAX_LINKS = 40;
 
 const DT_KIND: Record<number, NodeKind> = {

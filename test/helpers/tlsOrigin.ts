@@ -3,7 +3,7 @@
  * certificate code is used), for the TLS interception tests. Its leaf names 127.0.0.1 and localhost.
  */
 import { execFileSync } from 'node:child_process';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
@@ -79,8 +79,11 @@ export function makeOriginCerts(dir: string): { caPath: string; keyPath: string;
   return { caPath: f('ca.pem'), keyPath: f('leaf.key'), certPath: f('leaf.pem') };
 }
 
-/** Starts the origin: it answers `ok <method> <url>` (and `auth=<authorization>` when sent) and records each request. */
-export async function startTlsOrigin(dir: string): Promise<TlsOrigin> {
+/**
+ * Starts the origin: it answers `ok <method> <url>` and records each request. With `files`, a GET under `/files/`
+ * is served from that directory (a dumb-HTTP git remote, say), 404 when absent.
+ */
+export async function startTlsOrigin(dir: string, opts: { files?: string } = {}): Promise<TlsOrigin> {
   const certs = makeOriginCerts(dir);
   const seen: OriginSeen[] = [];
   const server = https.createServer(
@@ -95,6 +98,19 @@ export async function startTlsOrigin(dir: string): Promise<TlsOrigin> {
           headers: req.headers,
           body: Buffer.concat(chunks).toString(),
         });
+        const url = req.url ?? '';
+        if (opts.files !== undefined && url.startsWith('/files/')) {
+          const path = join(opts.files, decodeURIComponent(url.slice(7).split('?')[0]!));
+          if (!path.startsWith(opts.files) || !existsSync(path) || !statSync(path).isFile()) {
+            res.writeHead(404, { 'content-length': 0 });
+            res.end();
+            return;
+          }
+          const data = readFileSync(path);
+          res.writeHead(200, { 'content-length': data.length });
+          res.end(data);
+          return;
+        }
         const body = `ok ${req.method} ${req.url}`;
         res.writeHead(200, { 'content-type': 'text/plain', 'content-length': Buffer.byteLength(body) });
         res.end(req.method === 'HEAD' ? undefined : body);

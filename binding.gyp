@@ -20,12 +20,12 @@
     },
     {
       # The launcher of sandboxed terminals (fresh session keyring, exactly the fds it is given, the Landlock backend's
-      # confinement): see launcher.c.
+      # confinement, the supervisor of a Landlock command: supervise.c): see launcher.c.
       'target_name': 'corral-sandbox-exec',
       'conditions': [
         ['OS=="linux"', {
           'type': 'executable',
-          'sources': ['src/sandbox/linux/native/launcher.c', 'src/process/native/confine.c'],
+          'sources': ['src/sandbox/linux/native/launcher.c', 'src/sandbox/linux/native/supervise.c', 'src/process/native/confine.c'],
           'cflags': ['-O2', '-Wall', '-Wextra'],
         }, {
           'type': 'none',

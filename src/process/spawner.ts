@@ -210,7 +210,7 @@ export function throughLauncher(spec: LaunchSpec, fds: number[], supervise = fal
     sandboxLauncher,
     ...fds.flatMap((fd) => ['--fd', String(fd)]),
     ...confine,
-    ...(supervise && process.env.XX_OLD !== '1' ? ['--supervise', String(process.pid)] : []),
+    ...(supervise ? ['--supervise', String(process.pid)] : []),
     '--',
     spec.file,
     ...spec.argv.slice(1),

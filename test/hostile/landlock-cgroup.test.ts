@@ -16,6 +16,7 @@ import { after, before, describe, test } from 'node:test';
 import { landlockSupport } from '../../src/sandbox/linux/landlockNative.js';
 import type { RpcClient } from '../helpers/client.js';
 import { until } from '../helpers/server.js';
+import { alive, readPid } from './procs.js';
 import {
   type HostileServer,
   PATH,
@@ -123,15 +124,6 @@ function cgroupMounts(): string[] {
     .map((l) => l.split(' ')[4]!);
 }
 
-function alive(pid: number): boolean {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return !/^[ZX]$/.test(stat[stat.lastIndexOf(')') + 2] ?? '');
-  } catch {
-    return false;
-  }
-}
-
 function skip(): string | false {
   const why = whySkip('root');
   if (why) return why;
@@ -213,68 +205,64 @@ for (const cgroups of [true, false])
       );
     });
 
-    test('a daemon that left its group and tried to leave its cgroup dies with process/terminate', {
-      timeout: 60_000,
-    }, async () => {
-      const pidFile = join(W, 'daemon-terminate.pid');
-      const processId = `ll-cgroup-daemon-${process.pid}`;
-      await c.request('process/start', {
+    /** Starts a command (as `processId`) whose DAEMON leaves its group; returns the daemon's pid once it runs. */
+    async function startDaemon(client: RpcClient, processId: string, tty: boolean): Promise<number> {
+      const pidFile = join(W, `${processId}.pid`);
+      await client.request('process/start', {
         processId,
         argv: ['/bin/sh', '-c', `${PY} -c "$DAEMON" "${pidFile}"; exec sleep 300`],
         cwd: W,
         env: { PATH, DAEMON },
-        tty: false,
+        tty,
         arg0: null,
         sandbox: writeAll(W),
       });
       await until(() => alive(readPid(pidFile)), 20_000, 'the daemon');
       const pid = readPid(pidFile);
       daemons.push(pid);
-      if (cgroups)
-        assert.doesNotMatch(
-          readFileSync(`/proc/${pid}/cgroup`, 'utf8'),
-          /^\d+:pids:\/$/m,
-          'it left its cgroup',
-        );
-      if (!cgroups) {
-        // Adopted by the command's supervisor (a child subreaper; once its middle parent has gone), which holds none
-        // of the server's fds.
-        await until(
-          () => {
-            const sup = parentOf(pid);
-            return sup > 1 && sup !== server.pid && readdirSync(`/proc/${sup}/fd`).length === 0;
-          },
-          5000,
-          `the daemon's parent (${parentOf(pid)}) to be its supervisor, holding no fd`,
-        );
-      }
-      await c.request('process/terminate', { processId });
-      await until(() => !alive(pid), 10_000, `the daemon ${pid} to die with process/terminate`);
-    });
+      return pid;
+    }
 
-    test('a daemon that left its group and tried to leave its cgroup dies with the SIGKILLed server', {
-      timeout: 60_000,
-    }, async () => {
-      const doomed = await startServer({ who: 'root', tmpdir: T, env });
-      const dc = await doomed.client();
-      const pidFile = join(W, 'daemon-sigkill.pid');
-      await dc.request('process/start', {
-        processId: `ll-cgroup-doomed-${process.pid}`,
-        argv: ['/bin/sh', '-c', `${PY} -c "$DAEMON" "${pidFile}"; exec sleep 300`],
-        cwd: W,
-        env: { PATH, DAEMON },
-        tty: false,
-        arg0: null,
-        sandbox: writeAll(W),
+    for (const tty of [false, true]) {
+      test(`a daemon that left its group and tried to leave its cgroup dies with process/terminate (${tty ? 'tty' : 'pipes'})`, {
+        timeout: 60_000,
+      }, async () => {
+        const processId = `ll-cgroup-daemon-${tty}-${process.pid}`;
+        const pid = await startDaemon(c, processId, tty);
+        if (cgroups)
+          assert.doesNotMatch(
+            readFileSync(`/proc/${pid}/cgroup`, 'utf8'),
+            /^\d+:pids:\/$/m,
+            'it left its cgroup',
+          );
+        if (!cgroups) {
+          // Adopted by the command's supervisor (a child subreaper; once its middle parent has gone), which holds none
+          // of the server's fds.
+          await until(
+            () => {
+              const sup = parentOf(pid);
+              return sup > 1 && sup !== server.pid && readdirSync(`/proc/${sup}/fd`).length === 0;
+            },
+            5000,
+            `the daemon's parent (${parentOf(pid)}) to be its supervisor, holding no fd`,
+          );
+        }
+        await c.request('process/terminate', { processId });
+        await until(() => !alive(pid), 10_000, `the daemon ${pid} to die with process/terminate`);
       });
-      await until(() => alive(readPid(pidFile)), 20_000, 'the daemon');
-      const pid = readPid(pidFile);
-      daemons.push(pid);
-      dc.close();
-      process.kill(doomed.pid, 'SIGKILL');
-      await until(() => !alive(doomed.pid), 10_000, 'the server to die');
-      await until(() => !alive(pid), 10_000, `the daemon ${pid} to die with the server`);
-    });
+
+      test(`a daemon that left its group and tried to leave its cgroup dies with the SIGKILLed server (${tty ? 'tty' : 'pipes'})`, {
+        timeout: 60_000,
+      }, async () => {
+        const doomed = await startServer({ who: 'root', tmpdir: T, env });
+        const dc = await doomed.client();
+        const pid = await startDaemon(dc, `ll-cgroup-doomed-${tty}-${process.pid}`, tty);
+        dc.close();
+        process.kill(doomed.pid, 'SIGKILL');
+        await until(() => !alive(doomed.pid), 10_000, 'the server to die');
+        await until(() => !alive(pid), 10_000, `the daemon ${pid} to die with the server`);
+      });
+    }
 
     test('a writable root inside a cgroup mount is refused, naming the mount', {
       timeout: 30_000,
@@ -300,14 +288,6 @@ for (const cgroups of [true, false])
       assert.ok((err.message ?? '').includes(mount), err.message);
     });
   });
-
-function readPid(file: string): number {
-  try {
-    return Number(readFileSync(file, 'utf8')) || 0;
-  } catch {
-    return 0;
-  }
-}
 
 function parentOf(pid: number): number {
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');

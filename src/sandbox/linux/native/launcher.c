@@ -2,7 +2,8 @@
 // terminal, through node-pty's fork; the child_process fallback). Both close nothing and cannot change a child's
 // keyring, so this does it before bwrap (or, for the Landlock backend, the command itself) runs:
 //
-//   corral-sandbox-exec [--fd N]... [--landlock FD --seccomp HEX [--landlock-flags F]] -- PROGRAM [ARG]...
+//   corral-sandbox-exec [--fd N]... [--landlock FD --seccomp HEX [--landlock-flags F]] [--supervise PID]
+//                       -- PROGRAM [ARG]...
 //
 //   1. joins a fresh anonymous session keyring: the sandbox does not possess the server's session keyring, so
 //      nothing in it is visible or readable there (the seccomp filter denies the keyring calls as well);
@@ -10,7 +11,10 @@
 //   3. with --landlock: confines itself as the native spawner's child does (src/process/native/confine.c): no new
 //      privileges, no capabilities, the Landlock ruleset at fd FD (the last of the moved fds of 2; closed
 //      afterwards), then the seccomp program HEX (struct sock_filter[] as hex, ~1 KB: no secret, no fd needed);
-//   4. execs PROGRAM (an absolute path; no PATH search).
+//   4. with --supervise PID (PID: the server, this process's parent): the command runs under a supervisor that kills
+//      everything it started once it has ended, been killed, or the server has died (supervise.c), and only the
+//      command confines itself (3 happens in it);
+//   5. execs PROGRAM (an absolute path; no PATH search).
 // Any failure prints "corral-sandbox-exec: ..." (or "corral: cannot confine the sandbox ...") on stderr and exits
 // 127: the sandbox never starts without these.
 
@@ -26,6 +30,7 @@
 #include <unistd.h>
 
 #include "../../../process/native/confine.h"
+#include "supervise.h"
 
 #ifndef SYS_close_range
 #define SYS_close_range 436
@@ -76,7 +81,7 @@ int main(int argc, char **argv) {
   int src[MAX_FDS];
   int n = 0;
   int i = 1;
-  long landlock_fd = -1, flags = 0;
+  long landlock_fd = -1, flags = 0, server = -1;
   const char *filter = NULL;
   for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
     long v;
@@ -90,6 +95,8 @@ int main(int argc, char **argv) {
       ok = parse_number(arg, 1 << 20, &landlock_fd);
     } else if (ok && strcmp(opt, "--landlock-flags") == 0) {
       ok = parse_number(arg, 0xffff, &flags);
+    } else if (ok && strcmp(opt, "--supervise") == 0) {
+      ok = parse_number(arg, 1 << 30, &server) && server > 0;
     } else if (ok && strcmp(opt, "--seccomp") == 0) {
       filter = arg;
     } else {
@@ -97,7 +104,8 @@ int main(int argc, char **argv) {
     }
     if (!ok) {
       errno = EINVAL;
-      die("usage: corral-sandbox-exec [--fd N]... [--landlock FD --seccomp HEX] -- PROGRAM [ARG]...; bad argument",
+      die("usage: corral-sandbox-exec [--fd N]... [--landlock FD --seccomp HEX] [--supervise PID] -- PROGRAM [ARG]...; "
+          "bad argument",
           opt);
     }
     i++;
@@ -137,6 +145,7 @@ int main(int argc, char **argv) {
   for (int k = 0; k < n; k++) {
     if (dup2(src[k], 3 + k) < 0) die("cannot place fd", NULL);
   }
+  if (server > 0 && corral_supervise_fork((pid_t)server) < 0) _exit(127);  // it said why
   if (confinement.active) {
     if (corral_confine_self(&confinement) < 0) _exit(127);  // it said why
     top--;  // the ruleset (the last moved fd) is closed with the rest below: it is never passed on

@@ -137,8 +137,8 @@ export class BenchClient {
     });
   }
 
-  /** Starts a process and resolves when its process/closed arrives. */
-  run(processId: string, argv: string[]): Promise<void> {
+  /** Starts a process and resolves when its process/closed arrives; `extra` adds to or replaces the start's params. */
+  run(processId: string, argv: string[], extra: Record<string, unknown> = {}): Promise<void> {
     const closed = new Promise<void>((resolve) => this.closedWaiters.set(processId, resolve));
     const started = this.request('process/start', {
       processId,
@@ -147,6 +147,7 @@ export class BenchClient {
       env: { PATH: '/usr/bin:/bin' },
       tty: false,
       arg0: null,
+      ...extra,
     });
     return Promise.all([started, closed]).then(() => undefined);
   }
@@ -217,7 +218,7 @@ interface Figures {
  * schedstat (nanoseconds; /proc/<pid>/stat counts 10 ms ticks, too coarse for a 100 ms run). Threads that exited
  * in between are not counted (the servers keep theirs).
  */
-function cpuMs(pid: number): number {
+export function cpuMs(pid: number): number {
   let ns = 0;
   for (const tid of readdirSync(`/proc/${pid}/task`)) {
     try {

@@ -1,0 +1,505 @@
+/**
+ * The hot path against the machine (issue 32): `npm run bench -- hotpath`. In one run, the same client against:
+ *   - the floor: a C program (floor/floor.c, built here with cc) that posix_spawns the command with stdout/stderr
+ *     piped, reads both to EOF and waitpids; no server at all;
+ *   - the stand-in (standin.mjs): a server that spawns nothing (answers process/start, sends the output, exited and
+ *     closed): what the client and the socket can take;
+ *   - Corral as `exec-server` runs by default (a token, the audit database, a cgroup per command) plus a panel
+ *     credential, so that the monitor feed is on, built from the sources of this checkout;
+ *   - Corral of an older build (HOTPATH_BASE, default /work/base/dist/cli.js, when it exists), the same flags;
+ *   - Codex `exec-server` 0.171.0 and 0.120.0 when installed (a line says why not otherwise).
+ * Each server is started fresh in every round (HOTPATH_ROUNDS, default 5) and the servers take turns, so load drifts
+ * hit them alike; figures are medians over the rounds. Per server and round: `true` start→closed (20 warm-up, 200
+ * measured), 64 MiB of stdout (2 warm-up, 3 measured, median), batches of 64 concurrent `true` (10 warm-up batches,
+ * 10 measured); the server's CPU (all its threads, not its children) from /proc/<pid>/task/<tid>/schedstat.
+ * Then the sandbox rows (Corral only): a bwrap-sandboxed start through the server against the very bwrap argv (and
+ * descriptors) prepareLaunch makes for it, spawned here without a server; a Landlock start against an unsandboxed
+ * one, both through the server. Last, the breakdown of one start in an in-process server with every default on
+ * (phase timers hooked onto its classes' prototypes; nothing of the kind is in the server itself).
+ *
+ * Printed first: the issue's ratios with pass/fail; then the figures; then the breakdown.
+ */
+import { execFileSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { build } from 'esbuild';
+import { spawnerKind, spawnPipedWith } from '../../src/process/spawner.js';
+import { prepareLaunch, startSandbox } from '../../src/sandbox/index.js';
+import { seed, seedParam, special } from '../integration/sandbox-util.js';
+import { BenchClient, cpuMs, pct, startServer, stopServer } from './exec.bench.js';
+import { breakdown } from './hotpathPhases.js';
+import type { BenchRow } from './types.js';
+
+const root = join(import.meta.dirname, '..', '..');
+const cache = join(root, '.cache', 'hotpath');
+const ROUNDS = Number(process.env.HOTPATH_ROUNDS ?? 5);
+const STARTS = 200;
+const MIB64 = 64 * 1024 * 1024;
+const WIDTH = 64;
+const TRUE = ['/bin/true'];
+
+/** Builds the floor program (again when its source is newer than the binary). */
+function buildFloor(): string {
+  const src = join(import.meta.dirname, 'floor', 'floor.c');
+  const bin = join(cache, 'floor');
+  mkdirSync(cache, { recursive: true });
+  let fresh = false;
+  try {
+    fresh = statSync(bin).mtimeMs >= statSync(src).mtimeMs;
+  } catch {
+    // not built yet
+  }
+  if (!fresh) execFileSync('cc', ['-O2', '-o', bin, src]);
+  return bin;
+}
+
+/**
+ * Bundles this checkout's CLI and audit worker into a directory of their own (under .cache, so that packages and the
+ * native addon resolve from the repository): the bench measures the sources, not whatever dist/ holds.
+ */
+async function buildCorral(): Promise<string> {
+  const out = join(cache, `corral-${process.pid}`);
+  await build({
+    absWorkingDir: root,
+    bundle: true,
+    sourcemap: false,
+    logLevel: 'error',
+    target: 'node20',
+    entryPoints: { cli: 'src/cli.ts', 'audit/worker': 'src/audit/worker.ts' },
+    outdir: out,
+    platform: 'node',
+    format: 'esm',
+    packages: 'external',
+  });
+  return join(out, 'cli.js');
+}
+
+/** A Codex reference binary: in .cache/codex/<version> (exec.bench.ts) or /work/codex-ref/<minor> (issue 32). */
+function findCodex(version: string): string | null {
+  const dirs = [
+    join(root, '.cache', 'codex', version),
+    join(process.env.CODEX_REF_DIR ?? '/work/codex-ref', version.split('.')[1]!),
+    join(process.env.CODEX_REF_DIR ?? '/work/codex-ref', version),
+  ];
+  for (const d of dirs) {
+    const vendor = join(d, 'node_modules', '@openai', 'codex-linux-x64', 'vendor');
+    let triples: string[];
+    try {
+      triples = readdirSync(vendor);
+    } catch {
+      continue;
+    }
+    for (const t of triples)
+      for (const rel of ['codex/codex', 'bin/codex']) {
+        try {
+          if (statSync(join(vendor, t, rel)).isFile()) return join(vendor, t, rel);
+        } catch {
+          // not this layout
+        }
+      }
+  }
+  return null;
+}
+
+interface Target {
+  name: string;
+  argv: [string, ...string[]];
+  env?: NodeJS.ProcessEnv;
+  /** Start params this server needs beyond the bench client's (Codex 0.171 takes `cwd` as a file: URI only). */
+  extra?: Record<string, unknown>;
+}
+
+interface Round {
+  lat: number[];
+  mibPerSec: number;
+  cpuPer64: number;
+  concRate: number;
+  cpuPerProc: number;
+}
+
+/** One round against a fresh server: start→closed, 64 MiB of stdout, batches of 64. */
+async function measureServer(t: Target, tag: string): Promise<Round> {
+  const s = await startServer(t.argv[0], t.argv.slice(1), t.env ?? process.env);
+  const pid = s.proc.pid!;
+  try {
+    const c = await BenchClient.open(s.url);
+    for (let i = 0; i < 20; i++) await c.run(`${tag}-w${i}`, TRUE, t.extra);
+    const lat: number[] = [];
+    for (let i = 0; i < STARTS; i++) {
+      const t0 = performance.now();
+      await c.run(`${tag}-t${i}`, TRUE, t.extra);
+      lat.push(performance.now() - t0);
+    }
+    lat.sort((a, b) => a - b);
+    const rates: number[] = [];
+    const cpus: number[] = [];
+    for (let i = 0; i < 5; i++) {
+      c.lean = true;
+      c.bytes = 0;
+      const cpu0 = cpuMs(pid);
+      const t0 = performance.now();
+      await c.run(`${tag}-big${i}`, ['/usr/bin/head', '-c', String(MIB64), '/dev/zero'], t.extra);
+      const secs = (performance.now() - t0) / 1000;
+      const cpu = cpuMs(pid) - cpu0;
+      if (c.bytes !== MIB64) throw new Error(`${t.name}: received ${c.bytes} of ${MIB64} bytes`);
+      if (i >= 2) {
+        rates.push(64 / secs);
+        cpus.push(cpu);
+      }
+    }
+    c.lean = false;
+    const batch = (name: string) =>
+      Promise.all(Array.from({ length: WIDTH }, (_, i) => c.run(`${name}-${i}`, TRUE, t.extra)));
+    for (let b = 0; b < 10; b++) await batch(`${tag}-cw${b}`);
+    const cpu0 = cpuMs(pid);
+    const t0 = performance.now();
+    for (let b = 0; b < 10; b++) await batch(`${tag}-c${b}`);
+    const secs = (performance.now() - t0) / 1000;
+    const cpu = cpuMs(pid) - cpu0;
+    c.close();
+    return {
+      lat,
+      mibPerSec: median(rates),
+      cpuPer64: median(cpus),
+      concRate: (10 * WIDTH) / secs,
+      cpuPerProc: (cpu * 1000) / (10 * WIDTH),
+    };
+  } finally {
+    await stopServer(s);
+  }
+}
+
+/** One round of the floor: 220 single starts (20 warm-up) and 10+10 batches of 64. */
+function measureFloor(floor: string): { lat: number[]; concRate: number } {
+  const lat = execFileSync(floor, ['seq', String(STARTS + 20), '--', ...TRUE], { encoding: 'utf8' })
+    .trim()
+    .split('\n')
+    .slice(20)
+    .map((l) => Number(l) / 1000)
+    .sort((a, b) => a - b);
+  execFileSync(floor, ['conc', '10', String(WIDTH), '--', ...TRUE]);
+  const concRate = Number(
+    execFileSync(floor, ['conc', '10', String(WIDTH), '--', ...TRUE], { encoding: 'utf8' }),
+  );
+  return { lat, concRate };
+}
+
+function median(v: number[]): number {
+  return pct(
+    [...v].sort((a, b) => a - b),
+    50,
+  );
+}
+
+interface Summary {
+  p50: number;
+  p99: number;
+  mibPerSec: number;
+  cpuPer64: number;
+  concRate: number;
+  cpuPerProc: number;
+}
+
+function summarise(rounds: Round[]): Summary {
+  return {
+    p50: median(rounds.map((r) => pct(r.lat, 50))),
+    p99: median(rounds.map((r) => pct(r.lat, 99))),
+    mibPerSec: median(rounds.map((r) => r.mibPerSec)),
+    cpuPer64: median(rounds.map((r) => r.cpuPer64)),
+    concRate: median(rounds.map((r) => r.concRate)),
+    cpuPerProc: median(rounds.map((r) => r.cpuPerProc)),
+  };
+}
+
+/** Runs the prepared launch's spec (the bwrap argv and its descriptors) once, to its exit and both pipes' close. */
+function runSpec(spec: Parameters<typeof spawnPipedWith>[1], afterSpawn?: (pid: number) => Promise<void>) {
+  return new Promise<void>((resolve, reject) => {
+    const c = spawnPipedWith(spawnerKind, spec, { stdin: 'null' });
+    let open = 3;
+    const done = () => {
+      if (--open === 0) resolve();
+    };
+    for (const st of [c.stdout, c.stderr]) {
+      st.resume();
+      st.on('close', done);
+    }
+    c.onExit((code) => (code === 0 ? done() : reject(new Error(`bwrap exited ${code}`))));
+    afterSpawn?.(c.pid).catch(reject);
+  });
+}
+
+/**
+ * Sandboxed starts (Corral only, one fresh server): through the server with bwrap, the same bwrap argv spawned here
+ * (prepared per run, timed from the spawn), through the server with Landlock, and unsandboxed through the server;
+ * the four take turns, 60 measured runs each after 5 of warm-up.
+ */
+async function measureSandboxes(
+  corral: Target,
+): Promise<{ bwrap: number[]; bare: number[]; landlock: number[]; plain: number[] }> {
+  const dir = mkdtempSync(join(cache, 'sbx-'));
+  const ws = join(dir, 'ws');
+  mkdirSync(join(ws, '.git'), { recursive: true });
+  const entries = [
+    special('root', 'read'),
+    special('current_working_directory', 'write'),
+    special('slash_tmp', 'write'),
+  ];
+  const s = await startServer(corral.argv[0], corral.argv.slice(1), corral.env ?? process.env);
+  try {
+    const c = await BenchClient.open(s.url);
+    const env = { PATH: '/usr/bin:/bin' };
+    const bwrapParam = seedParam({ cwd: ws, entries });
+    const landlockParam = seedParam({ cwd: ws, entries, useLegacyLandlock: true });
+    const sb = startSandbox(seed({ cwd: ws, entries }), false, ws);
+    let n = 0;
+    const variants: (() => Promise<number>)[] = [
+      async () => timed(() => c.run(`sb-${n++}`, TRUE, { cwd: ws, env, sandbox: bwrapParam })),
+      async () => {
+        const p = await prepareLaunch(sb, {
+          spec: { file: '/bin/true', argv: ['true'], env, cwd: ws },
+          tty: false,
+        });
+        try {
+          return await timed(() => runSpec(p.spec, p.afterSpawn?.bind(p)));
+        } finally {
+          p.cleanup();
+        }
+      },
+      async () => timed(() => c.run(`ll-${n++}`, TRUE, { cwd: ws, env, sandbox: landlockParam })),
+      async () => timed(() => c.run(`pl-${n++}`, TRUE, { cwd: ws, env })),
+    ];
+    const out = variants.map(() => [] as number[]);
+    for (let i = 0; i < 65; i++)
+      for (const [k, v] of variants.entries()) {
+        const ms = await v();
+        if (i >= 5) out[k]!.push(ms);
+      }
+    c.close();
+    const [bwrap, bare, landlock, plain] = out.map((v) => v.sort((a, b) => a - b));
+    return { bwrap: bwrap!, bare: bare!, landlock: landlock!, plain: plain! };
+  } finally {
+    await stopServer(s);
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+async function timed(f: () => Promise<unknown>): Promise<number> {
+  const t0 = performance.now();
+  await f();
+  return performance.now() - t0;
+}
+
+/** Prints a table (first column left-aligned, the others right-aligned). */
+function table(title: string, header: string[], rows: string[][]): void {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
+  const line = (cells: string[]) =>
+    cells
+      .map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!)))
+      .join('  ')
+      .trimEnd();
+  console.log(`\n${title}`);
+  console.log(line(header));
+  console.log(widths.map((w) => '-'.repeat(w)).join('  '));
+  for (const r of rows) console.log(line(r));
+}
+
+const f2 = (v: number) => (v >= 100 ? v.toFixed(0) : v >= 10 ? v.toFixed(1) : v.toFixed(2));
+
+export async function run(): Promise<BenchRow[]> {
+  if (process.platform !== 'linux')
+    return [{ section: 'hotpath', metric: 'skipped (not Linux)', corral: 'n/a', unit: '' }];
+  const floor = buildFloor();
+  const cli = await buildCorral();
+  const scratch = mkdtempSync(join(cache, 'run-'));
+  const skipped: string[] = [];
+  try {
+    const panelToken = join(scratch, 'panel.token');
+    writeFileSync(panelToken, `panel-${process.pid}-${'x'.repeat(24)}\n`, { mode: 0o600 });
+    const corralArgs = (bin: string, db: string): [string, ...string[]] => [
+      process.execPath,
+      bin,
+      'exec-server',
+      '--listen',
+      'ws://127.0.0.1:0',
+      '--log-level',
+      'warn',
+      '--audit-db',
+      join(scratch, db, 'audit.db'),
+      '--panel-token-file',
+      panelToken,
+    ];
+    const targets: Target[] = [
+      {
+        name: 'stand-in (spawns nothing)',
+        argv: [process.execPath, join(import.meta.dirname, 'standin.mjs')],
+      },
+      { name: 'Corral (this checkout)', argv: corralArgs(cli, 'now') },
+    ];
+    const base = process.env.HOTPATH_BASE ?? '/work/base/dist/cli.js';
+    try {
+      statSync(base);
+      const rev = (() => {
+        try {
+          return execFileSync('git', ['-C', join(base, '..', '..'), 'rev-parse', '--short', 'HEAD'], {
+            encoding: 'utf8',
+          }).trim();
+        } catch {
+          return base;
+        }
+      })();
+      targets.push({ name: `Corral ${rev}`, argv: corralArgs(base, 'base') });
+    } catch {
+      skipped.push(`older Corral: ${base} does not exist (HOTPATH_BASE names another build)`);
+    }
+    const home = join(root, '.cache', 'codex-home-bench');
+    mkdirSync(home, { recursive: true });
+    for (const v of ['0.171.0', '0.120.0']) {
+      const bin = findCodex(v);
+      if (bin)
+        targets.push({
+          name: `codex exec-server ${v}`,
+          argv: [bin, 'exec-server', '--listen', 'ws://127.0.0.1:0'],
+          env: { ...process.env, CODEX_HOME: home },
+          ...(v === '0.171.0' ? { extra: { cwd: 'file:///tmp' } } : {}),
+        });
+      else
+        skipped.push(
+          `codex ${v}: not installed (npm install @openai/codex@${v} in /work/codex-ref/${v.split('.')[1]} or .cache/codex/${v})`,
+        );
+    }
+    for (const d of ['now', 'base']) mkdirSync(join(scratch, d));
+
+    // Warm the client up once (its receive path gets optimised only after a few hundred MiB), on the stand-in.
+    await measureServer(targets[0]!, 'client-warm');
+
+    const rounds = new Map<string, Round[]>(targets.map((t) => [t.name, []]));
+    const floorRounds: { lat: number[]; concRate: number }[] = [];
+    for (let r = 0; r < ROUNDS; r++) {
+      floorRounds.push(measureFloor(floor));
+      for (const t of targets) {
+        const started = performance.now();
+        rounds.get(t.name)!.push(await measureServer(t, `r${r}`));
+        process.stderr.write(
+          `hotpath: round ${r + 1}/${ROUNDS} ${t.name} ${((performance.now() - started) / 1000).toFixed(1)} s\n`,
+        );
+      }
+    }
+    const fl = {
+      p50: median(floorRounds.map((x) => pct(x.lat, 50))),
+      p99: median(floorRounds.map((x) => pct(x.lat, 99))),
+      concRate: median(floorRounds.map((x) => x.concRate)),
+    };
+    const sums = new Map([...rounds].map(([k, v]) => [k, summarise(v)]));
+    const standin = sums.get(targets[0]!.name)!;
+    const ours = sums.get('Corral (this checkout)')!;
+    const sbx = await measureSandboxes(targets[1]!);
+    const phases = await breakdown();
+
+    // ---- the issue's ratios -----------------------------------------------------------------------------------
+    const check = (
+      name: string,
+      value: number,
+      bound: number,
+      atMost: boolean,
+      unit: string,
+      rule: string,
+    ) => {
+      const ok = atMost ? value <= bound : value >= bound;
+      return [
+        name,
+        `${f2(value)} ${unit}`,
+        `${atMost ? '≤' : '≥'} ${f2(bound)} ${unit}`,
+        rule,
+        ok ? 'PASS' : 'FAIL',
+      ];
+    };
+    const ratioRows = [
+      check(
+        'start→closed p50',
+        ours.p50,
+        1.5 * (fl.p50 + standin.p50),
+        true,
+        'ms',
+        '1.5 × (floor p50 + stand-in p50)',
+      ),
+      check('start→closed p99', ours.p99, 2.5 * fl.p99, true, 'ms', '2.5 × floor p99'),
+      check('stdout', ours.mibPerSec, 0.8 * standin.mibPerSec, false, 'MiB/s', '0.8 × stand-in'),
+      check('server CPU per 64 MiB', ours.cpuPer64, 1.25 * standin.cpuPer64, true, 'ms', '1.25 × stand-in'),
+      check('64 concurrent `true`', ours.concRate, 0.5 * fl.concRate, false, '/s', '0.5 × floor'),
+      check(
+        'bwrap start p50',
+        pct(sbx.bwrap, 50),
+        1.2 * pct(sbx.bare, 50),
+        true,
+        'ms',
+        '1.2 × bare bwrap, same argv',
+      ),
+      check(
+        'Landlock start p50',
+        pct(sbx.landlock, 50),
+        1.2 * pct(sbx.plain, 50),
+        true,
+        'ms',
+        '1.2 × unsandboxed',
+      ),
+    ];
+    table(
+      `hot path (issue 32): Corral with every default on, ${ROUNDS} rounds, medians`,
+      ['goal', 'Corral', 'bound', 'rule', ''],
+      ratioRows,
+    );
+
+    // ---- the figures ------------------------------------------------------------------------------------------
+    const figRows = [
+      ['floor (posix_spawn, no server)', f2(fl.p50), f2(fl.p99), '', '', f2(fl.concRate), ''],
+      ...targets.map((t) => {
+        const s = sums.get(t.name)!;
+        return [
+          t.name,
+          f2(s.p50),
+          f2(s.p99),
+          f2(s.mibPerSec),
+          f2(s.cpuPer64),
+          f2(s.concRate),
+          f2(s.cpuPerProc),
+        ];
+      }),
+    ];
+    table(
+      'figures (same client, fresh servers, servers taking turns)',
+      ['', 'p50 ms', 'p99 ms', 'stdout MiB/s', 'CPU ms / 64 MiB', '64-conc /s', 'CPU µs / proc'],
+      figRows,
+    );
+    for (const s of skipped) console.log(`skipped: ${s}`);
+    table(
+      'sandboxed starts (one Corral server; runs taking turns, 60 each)',
+      ['', 'p50 ms', 'p90 ms'],
+      [
+        ['through Corral, bwrap', f2(pct(sbx.bwrap, 50)), f2(pct(sbx.bwrap, 90))],
+        ['bare bwrap, the same argv and descriptors', f2(pct(sbx.bare, 50)), f2(pct(sbx.bare, 90))],
+        ['through Corral, Landlock', f2(pct(sbx.landlock, 50)), f2(pct(sbx.landlock, 90))],
+        ['through Corral, unsandboxed', f2(pct(sbx.plain, 50)), f2(pct(sbx.plain, 90))],
+      ],
+    );
+    table(
+      'breakdown of one `true` start (in-process server, every default on; medians of 200)',
+      ['phase', 'µs'],
+      phases.map((p) => [p.phase, f2(p.us)]),
+    );
+
+    const section = 'hotpath (issue 32)';
+    return [
+      ...ratioRows.map((r) => ({
+        section,
+        metric: r[0]!,
+        corral: r[1]!,
+        reference: r[2]!,
+        unit: '',
+        target: `${r[3]}: ${r[4]}`,
+      })),
+    ];
+  } finally {
+    rmSync(scratch, { recursive: true, force: true });
+    rmSync(join(cache, `corral-${process.pid}`), { recursive: true, force: true });
+  }
+}

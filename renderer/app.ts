@@ -3,7 +3,7 @@ import '@xterm/xterm/css/xterm.css';
 import './styles.css';
 import type { DoctorReport } from '../src/protocol/doctor.js';
 import { Connection } from './client.js';
-import { fmtBytes, h, replace } from './dom.js';
+import { fmtBytes, h, paced, replace, setText } from './dom.js';
 import { type HostInfo, Store } from './store.js';
 import type { AppContext, View, ViewName } from './view.js';
 import { ApprovalsView } from './views/approvals.js';
@@ -218,26 +218,20 @@ function doctorSummary(d: DoctorReport | null): HTMLElement | null {
   );
 }
 
+/** The nav's counters: only what differs is written (a write costs the page a style and layout pass). */
 function updateCounters(): void {
   const running = store.processes.counts.running;
-  counters.processes!.textContent = running > 0 ? String(running) : '';
+  setText(counters.processes!, running > 0 ? String(running) : '');
   let down = 0;
   for (const s of store.servers.values()) if (s.state === 'disconnected') down++;
-  counters.servers!.textContent = down > 0 ? `${down} down` : store.fleet ? String(store.servers.size) : '';
+  setText(counters.servers!, down > 0 ? `${down} down` : store.fleet ? String(store.servers.size) : '');
   counters.servers!.classList.toggle('alert', down > 0);
-  counters.network!.textContent = store.blocked.length > 0 ? String(store.blocked.length) : '';
+  setText(counters.network!, store.blocked.length > 0 ? String(store.blocked.length) : '');
   counters.network!.classList.toggle('alert', store.blocked.length > 0);
 }
 
-let countersScheduled = false;
-function scheduleCounters(): void {
-  if (countersScheduled) return;
-  countersScheduled = true;
-  requestAnimationFrame(() => {
-    countersScheduled = false;
-    updateCounters();
-  });
-}
+/** Counters move on the views' pace (dom.ts `paced`), not once per feed batch. */
+const scheduleCounters = paced(updateCounters);
 
 function boot(): void {
   views.processes = new ProcessesView(ctx);

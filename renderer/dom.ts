@@ -55,6 +55,65 @@ export function perFrame(f: () => void): () => void {
   };
 }
 
+/**
+ * How far apart renders of streaming data are while it streams (ms). Each frame the page draws costs it a few ms of
+ * style, layout, paint and commit whatever changed, so a flood drawn at 20 or 40 frames a second took a quarter to
+ * half of a core (issue 38); four frames a second is what a person can read, and keeps every change on screen
+ * within a few hundred ms.
+ */
+export const PACE_MS = 250;
+
+/** A render request that `paced` coalesces; `ran()` says the render just ran outside it (an input rendered at once). */
+export interface Paced {
+  (): void;
+  ran(): void;
+}
+
+/** The renders due at the next paced frame (every view's, so that they share one frame instead of one each). */
+const due = new Set<() => void>();
+let lastFrame = Number.NEGATIVE_INFINITY;
+let timer: ReturnType<typeof setTimeout> | null = null;
+let framed = false;
+
+function flush(): void {
+  framed = false;
+  lastFrame = performance.now();
+  const list = [...due];
+  due.clear();
+  for (const f of list) f();
+}
+
+function frame(): void {
+  timer = null;
+  framed = true;
+  requestAnimationFrame(flush);
+}
+
+/**
+ * The one pacing rule of the panel's data-driven renders: a requested render runs in the next animation frame when
+ * no paced frame ran for PACE_MS (a change after a quiet spell shows at once), otherwise PACE_MS after the last one
+ * (a stream of changes is drawn a few times a second). All views' requests share that frame. Inputs (filters,
+ * scrolling, selection) do not wait: they render at once and call `ran()`.
+ */
+export function paced(f: () => void): Paced {
+  const request = (() => {
+    due.add(f);
+    if (timer !== null || framed) return;
+    const wait = lastFrame + PACE_MS - performance.now();
+    if (wait <= 0) frame();
+    else timer = setTimeout(frame, wait);
+  }) as Paced;
+  request.ran = () => {
+    lastFrame = Math.max(lastFrame, performance.now());
+  };
+  return request;
+}
+
+/** Sets an element's text only when it differs (a write of the same text still costs a style and layout pass). */
+export function setText(el: Node, text: string): void {
+  if (el.textContent !== text) el.textContent = text;
+}
+
 export function fmtBytes(n: number): string {
   if (n < 1024) return `${n} B`;
   if (n < 1024 * 1024) return `${(n / 1024).toFixed(1)} KiB`;

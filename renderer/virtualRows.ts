@@ -79,6 +79,11 @@ export class VirtualRows<T> {
     this.geometry = null;
   }
 
+  /** Re-binds every visible row at the next render (their text moved on: relative times), geometry unchanged. */
+  rebind(): void {
+    this.stamp++;
+  }
+
   /** The first row index in view (0 at the top). */
   get firstVisible(): number {
     return this.first;

@@ -2,7 +2,7 @@
 // that patches rows instead of rebuilding — counts per state, client and server, filters and search over the whole
 // list — and the selected process's detail pane.
 
-import { h, perFrame, replace } from '../dom.js';
+import { h, type Paced, paced, replace, setText } from '../dom.js';
 import type { Row, StateFilter } from '../processTable.js';
 import type { AppContext, View } from '../view.js';
 import { VirtualRows } from '../virtualRows.js';
@@ -12,8 +12,8 @@ import { bindRow, COLS, type Col, type Shown } from './processRow.js';
 export { badge, badges, policyView, statePill } from './badges.js';
 
 const ROW_HEIGHT = 32;
-/** Data-driven renders of the table are at least this far apart (ms). */
-const MIN_RENDER_MS = 50;
+/** How often relative times ("12s ago") move on: a slow tick, not a frame. */
+const RELATIVE_TIME_MS = 5000;
 /** The server filter's "all" (a server id is never this). */
 const ALL = '\u0001all';
 
@@ -140,9 +140,12 @@ export class ProcessesView implements View {
     this.tbody.addEventListener('keydown', (e) => {
       if (e.key === 'Enter') pick(e);
     });
-    setInterval(() => this.renderSessions(), 1000);
+    setInterval(() => {
+      if (this.visible) this.renderSessions();
+    }, 1000);
     ctx.store.on((c) => {
-      if (c === 'processes' || c === 'connection' || c === 'servers') this.schedule();
+      // Nothing is drawn while the view is hidden: show() draws what it missed.
+      if ((c === 'processes' || c === 'connection' || c === 'servers') && this.visible) this.schedule();
       if (c === 'processes' || c === 'snapshot') this.prepareSearchWhenIdle();
       if (c === 'sessions') this.renderSessions();
       if (c === 'dropped') this.renderDropped();
@@ -155,14 +158,23 @@ export class ProcessesView implements View {
     });
     // "Started … ago" moves on.
     setInterval(() => {
-      this.rows.invalidate();
+      if (!this.visible) return;
+      this.rows.rebind();
       this.schedule();
-    }, 5000);
+    }, RELATIVE_TIME_MS);
     this.render();
   }
 
+  private visible = false;
+
   show(): void {
+    this.visible = true;
     this.render();
+    this.renderSessions();
+  }
+
+  hide(): void {
+    this.visible = false;
   }
 
   private preparing = false;
@@ -186,27 +198,11 @@ export class ProcessesView implements View {
     this.render();
   }
 
-  private lastRender = 0;
-  private waiting: ReturnType<typeof setTimeout> | null = null;
-  private readonly frame = perFrame(() => this.render());
-
   /**
-   * A render for new data: in the next frame, but at most one per MIN_RENDER_MS while rows stream in (a person
-   * cannot read faster; the page stays light). Filters, sorting and selection render at once; scrolling renders
-   * every frame (virtualRows.ts).
+   * A render for new data, paced (dom.ts `paced`: in the next frame after a quiet spell, a few times a second while
+   * rows stream in). Filters, sorting and selection render at once; scrolling renders every frame (virtualRows.ts).
    */
-  private schedule(): void {
-    if (this.waiting) return;
-    const wait = this.lastRender + MIN_RENDER_MS - performance.now();
-    if (wait <= 0) {
-      this.frame();
-      return;
-    }
-    this.waiting = setTimeout(() => {
-      this.waiting = null;
-      this.frame();
-    }, wait);
-  }
+  private readonly schedule: Paced = paced(() => this.render());
 
   /** Opens a process's detail (now, or as soon as its row arrives). */
   select(key: string | null): void {
@@ -256,7 +252,7 @@ export class ProcessesView implements View {
   }
 
   private render(): void {
-    this.lastRender = performance.now();
+    this.schedule.ran();
     const store = this.ctx.store;
     const table = store.processes;
     const changed = table.takeChanged();
@@ -276,10 +272,12 @@ export class ProcessesView implements View {
     this.renderFilters();
     const c = table.counts;
     const shown = table.viewSize;
-    this.counts.textContent =
+    setText(
+      this.counts,
       `${n(c.total)} process${c.total === 1 ? '' : 'es'} · ${n(c.running)} running · ${n(c.ok)} ok · ` +
-      `${n(c.failed)} failed${c.stale > 0 ? ` · ${n(c.stale)} stale` : ''}` +
-      `${shown !== c.total ? ` · showing ${n(shown)}` : ''}${store.pending > 0 ? ` · loading ${n(store.pending)}…` : ''}`;
+        `${n(c.failed)} failed${c.stale > 0 ? ` · ${n(c.stale)} stale` : ''}` +
+        `${shown !== c.total ? ` · showing ${n(shown)}` : ''}${store.pending > 0 ? ` · loading ${n(store.pending)}…` : ''}`,
+    );
     this.empty.hidden = shown > 0;
     if (shown === 0) {
       replace(

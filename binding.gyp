@@ -1,13 +1,14 @@
 {
-  # The fast pipe-mode spawner (src/process/native), with the pipe reader, the proxy's splice relay, the fd-relative
-  # calls of confined fs/* (fsat.c) and the Linux sandbox's helpers (src/sandbox/linux/native): Linux only. Elsewhere
-  # nothing is built and src/process/spawner.ts falls back to child_process (a Linux sandbox then refuses to start).
+  # All of Corral's C is in src/platform/native, beside its one loader (src/platform/addon.ts): the fast pipe-mode
+  # spawner with its supervisor, the pipe reader, the proxy's splice relay, the netns listener, the fd-relative calls
+  # of confined fs/* (fsat.c), the Landlock ruleset and confinement, and the Linux sandbox's helpers. Linux only.
+  # Elsewhere nothing is built and src/platform says per capability what is used instead (docs/architecture.md).
   'targets': [
     {
       'target_name': 'corral_spawn',
       'conditions': [
         ['OS=="linux"', {
-          'sources': ['src/process/native/spawn.c', 'src/process/native/pipes.c', 'src/process/native/reactor.c', 'src/process/native/watchdog.c', 'src/process/native/relay.c', 'src/process/native/netns.c', 'src/process/native/fsat.c', 'src/sandbox/linux/native/sandbox.c', 'src/process/native/landlock.c', 'src/process/native/confine.c'],
+          'sources': ['src/platform/native/spawn.c', 'src/platform/native/pipes.c', 'src/platform/native/reactor.c', 'src/platform/native/watchdog.c', 'src/platform/native/relay.c', 'src/platform/native/netns.c', 'src/platform/native/fsat.c', 'src/platform/native/sandbox.c', 'src/platform/native/landlock.c', 'src/platform/native/confine.c'],
           'cflags': ['-O2', '-Wall', '-Wextra', '-Wno-unused-parameter', '-Wno-missing-field-initializers'],
           # Bind every symbol at load time: a child running in our memory before exec must never enter the lazy
           # PLT resolver.
@@ -25,7 +26,7 @@
       'conditions': [
         ['OS=="linux"', {
           'type': 'executable',
-          'sources': ['src/sandbox/linux/native/launcher.c', 'src/sandbox/linux/native/supervise.c', 'src/process/native/confine.c'],
+          'sources': ['src/platform/native/launcher.c', 'src/platform/native/supervise.c', 'src/platform/native/confine.c'],
           'cflags': ['-O2', '-Wall', '-Wextra'],
         }, {
           'type': 'none',

@@ -2,7 +2,7 @@
  * The byte pipe behind every tunnel of the managed proxy (HTTP CONNECT, upgrades, SOCKS5 CONNECT): both directions,
  * half-close forwarded, any error or close on one side tears down both.
  *
- * Between two plain TCP sockets the bytes are moved by the native addon with splice(2) (src/process/native/relay.c):
+ * Between two plain TCP sockets the bytes are moved by the native addon with splice(2) (src/platform/native/relay.c):
  * no byte passes through JavaScript, which made a tunnel ~2× faster end to end and cut the proxy's CPU per MiB ~10×
  * (`npm run bench`, "CONNECT tunnel"). The handover uses Node's public API only: each socket is named to the relay by
  * its addresses and a keep-alive mark (platform/relay.ts), what Node had already read goes to the relay as the first

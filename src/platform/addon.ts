@@ -1,9 +1,9 @@
 /**
- * The one loader of Corral's native addon (build/Release/corral_spawn.node, built from src/process/native and
- * src/sandbox/linux/native by node-gyp at `npm ci`). Nothing outside src/platform imports this file
- * (scripts/check-layers.mjs enforces it): every other module uses a capability of src/platform, which is either
- * the addon's (typed, every member present) or its JavaScript implementation or an explicit refusal, decided in that
- * capability's file once, at load.
+ * The one loader of Corral's native addon (build/Release/corral_spawn.node, and the sandbox launcher next to it, both
+ * built from src/platform/native by node-gyp at `npm ci`: all of Corral's C is there). Nothing outside src/platform
+ * imports this file (scripts/check-layers.mjs enforces it): every other module uses a capability of src/platform,
+ * which is either the addon's (typed, every member present) or its JavaScript implementation or an explicit refusal,
+ * decided in that capability's file once, at load.
  *
  * The addon is loaded only when all of these hold, else `addon` is null and `addonAbsence` says why:
  *  - Linux (the C is Linux-only; elsewhere nothing is built);
@@ -17,7 +17,7 @@ import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-/** The interface version this JavaScript was written against (CORRAL_NATIVE_ABI in src/process/native/common.h). */
+/** The interface version this JavaScript was written against (CORRAL_NATIVE_ABI in src/platform/native/common.h). */
 export const NATIVE_ABI = 5;
 
 declare const handleBrand: unique symbol;
@@ -118,7 +118,7 @@ export interface Addon {
   fsUnlinkAt(dirfd: number, name: string, isDir: boolean): number;
   fsSymlinkAt(target: string, dirfd: number, name: string): number;
   fsReadDir(fd: number, max: number): number | (string | number)[];
-  // src/sandbox/linux/native/sandbox.c (see src/platform/sandbox.ts)
+  // src/platform/native/sandbox.c (see src/platform/sandbox.ts)
   sealFds(): void;
   setInheritable(fd: number, inheritable: boolean): void;
   pipe(): [number, number];

@@ -1,6 +1,6 @@
 /**
  * Standard base64 written into a Buffer (the output notifications' chunks, src/rpc/output.ts): the addon's SIMD
- * encoder (src/process/native/pipes.c), else Node's, through a string (Node 20 has no encode-into-a-Buffer).
+ * encoder (src/platform/native/pipes.c), else Node's, through a string (Node 20 has no encode-into-a-Buffer).
  */
 import { addon } from './addon.js';
 

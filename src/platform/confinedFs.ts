@@ -1,5 +1,5 @@
 /**
- * The fd-relative file calls of confined fs/* (src/process/native/fsat.c): openat2 with RESOLVE_BENEATH and no
+ * The fd-relative file calls of confined fs/* (src/platform/native/fsat.c): openat2 with RESOLVE_BENEATH and no
  * symlinks, so a path cannot leave the directory it is resolved in, whatever a sandboxed process does to the tree
  * meanwhile. Node has no openat2: without the addon sandboxed fs/* is refused, saying why (by design; unsandboxed
  * fs/* uses Node's fs).
@@ -21,7 +21,7 @@ export interface FdStat {
 }
 
 /**
- * The fd-relative calls of the addon (src/process/native/fsat.c) that confined fs/* is built on. Every `name` is one
+ * The fd-relative calls of the addon (src/platform/native/fsat.c) that confined fs/* is built on. Every `name` is one
  * path component (no "/", not "." or ".."); calls that return a number give an fd or 0 on success and -errno on
  * failure; the others throw an Error with `code`.
  */

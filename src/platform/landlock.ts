@@ -1,5 +1,5 @@
 /**
- * The Landlock calls of the addon (src/process/native/landlock.c): the kernel's ABI version and the ruleset builder;
+ * The Landlock calls of the addon (src/platform/native/landlock.c): the kernel's ABI version and the ruleset builder;
  * the child applies a ruleset itself (NativeSpawnArgs.confine, confine.c; the sandbox launcher for terminals and
  * child_process). Node has no Landlock: without the addon the Landlock backend is refused (src/sandbox/linux/
  * landlockNative.ts says why).

@@ -1,5 +1,5 @@
 /**
- * Listening sockets inside another process's network namespace (src/process/native/netns.c: a thread that setns()s
+ * Listening sockets inside another process's network namespace (src/platform/native/netns.c: a thread that setns()s
  * into it, binds and hands the fds back), for the managed network of a sandbox. Node cannot enter a namespace;
  * without the addon src/sandbox/linux/managedNet.ts starts a forwarder process in the namespace instead.
  */

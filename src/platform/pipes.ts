@@ -1,5 +1,5 @@
 /**
- * The read end of a child's stdout or stderr. Native (src/process/native/pipes.c): one fd in the addon's epoll set,
+ * The read end of a child's stdout or stderr. Native (src/platform/native/pipes.c): one fd in the addon's epoll set,
  * read into one scratch buffer, one JS call per read and no allocation; else a net.Socket on the fd (a stream object
  * and its state machine per pipe, ~60 µs more per child).
  */

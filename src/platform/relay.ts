@@ -1,5 +1,5 @@
 /**
- * splice(2) relays between two connected TCP sockets (src/process/native/relay.c), for the proxy's tunnels: no byte
+ * splice(2) relays between two connected TCP sockets (src/platform/native/relay.c), for the proxy's tunnels: no byte
  * passes through JavaScript. Without the addon src/network/tunnel.ts pipes Node streams (its JS implementation).
  */
 import { addon, type NativeHandle } from './addon.js';

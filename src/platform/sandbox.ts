@@ -1,6 +1,6 @@
 /**
- * The Linux sandbox's helpers (src/sandbox/linux/native/sandbox.c) and its launcher executable
- * (src/sandbox/linux/native/launcher.c, built next to the addon): fd inheritance control, pipes as plain fds, pinning
+ * The Linux sandbox's helpers (src/platform/native/sandbox.c) and its launcher executable
+ * (src/platform/native/launcher.c, built next to the addon): fd inheritance control, pipes as plain fds, pinning
  * symlinks against a racing sandboxed process, locked mount targets. Node has none of these: without the addon a
  * Linux sandbox refuses to start (src/sandbox/prepare.ts says why), by design.
  */

@@ -1,5 +1,5 @@
 /**
- * Starting children natively (src/process/native/spawn.c): clone(CLONE_VM) + execve without waiting for the exec,
+ * Starting children natively (src/platform/native/spawn.c): clone(CLONE_VM) + execve without waiting for the exec,
  * every fd not passed closed in the child, PR_SET_PDEATHSIG(SIGKILL), entry into a cgroup before the exec, pidfd exit
  * watching on the libuv loop. Node cannot do these; without the addon src/process/spawner.ts uses child_process (and
  * says what that cannot do). Also the path checks and exit watching that go with it, each with its JS

@@ -1,5 +1,5 @@
 /**
- * The group watchdog (src/process/native/watchdog.c): a small process of its own that outlives a SIGKILLed server
+ * The group watchdog (src/platform/native/watchdog.c): a small process of its own that outlives a SIGKILLed server
  * for as long as it takes to SIGKILL the process groups it was given and to empty and remove the server's cgroups.
  * It is how nothing outlives the server (README, "Nothing outlives the server"). Node has no way to act after its
  * own SIGKILL: without the addon there is no watchdog, and the server says so (`absence`).

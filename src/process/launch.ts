@@ -21,7 +21,7 @@ export interface LaunchSpec {
   /**
    * The child joins a new anonymous session keyring before exec (sandboxed children: they must not possess the
    * server's). The native spawner does it in the child; node-pty and child_process go through the sandbox launcher
-   * (src/sandbox/linux/native/launcher.c), which then also becomes argv[0]'s program: use it with argv[0] === file.
+   * (src/platform/native/launcher.c), which then also becomes argv[0]'s program: use it with argv[0] === file.
    */
   freshSessionKeyring?: boolean;
   /**

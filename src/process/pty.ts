@@ -93,7 +93,7 @@ export function spawnPty(file: string, args: string[], opts: PtySpawnOptions): P
     if (extraFds.some((fd) => fd === null) || (extraFds.length > 0 && !sandboxNative))
       throw new SpawnError('EINVAL', 'a terminal cannot get these fds (slot left closed, or no addon)');
     // A confined (Landlock) terminal always runs under the launcher's supervisor: nothing it started outlives it,
-    // whether a cgroup holds it or not (src/sandbox/linux/native/supervise.c).
+    // whether a cgroup holds it or not (src/platform/native/supervise.c).
     const l = throughLauncher(
       { file, argv, env: opts.env, cwd: opts.cwd, ...(confine ? { confine } : {}) },
       extraFds as number[],

@@ -1,6 +1,6 @@
 /**
  * Pipe-mode process spawner (not PTY). Two implementations with the same semantics:
- *  - 'native': the addon in src/process/native (clone(CLONE_VM) + execve without waiting for the exec, pidfd exit
+ *  - 'native': the addon in src/platform/native (clone(CLONE_VM) + execve without waiting for the exec, pidfd exit
  *    watching on the libuv loop; see NativeMode). Several times the spawn rate of child_process on a busy 2-core
  *    machine, closes every fd it was not asked to pass, and sets PR_SET_PDEATHSIG(SIGKILL).
  *  - 'node': child_process, used without the addon (src/platform/addon.ts: not Linux, not built, CORRAL_NATIVE=0).
@@ -188,7 +188,7 @@ export const nativeLoadError: string | null = nativeSpawnAbsence;
  * spawners that cannot do that in the child themselves (node-pty, child_process, the native spawner in vfork mode).
  * With `spec.confine`, the last of `fds` must be where the launcher finds the Landlock ruleset: it confines itself with
  * it (and the seccomp program, passed as hex) and closes it before exec. With `supervise` (a Landlock command that no
- * cgroup holds), the command runs under the launcher's supervisor (src/sandbox/linux/native/supervise.c): everything
+ * cgroup holds), the command runs under the launcher's supervisor (src/platform/native/supervise.c): everything
  * it started is killed when it ends, is terminated, or the server dies. The launcher must be started by this process
  * (it checks that its parent is this pid).
  */

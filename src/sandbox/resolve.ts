@@ -60,7 +60,7 @@ export interface ResolvedPolicy {
   /**
    * Symlinks inside a writable root that a protected path, a writable root or a readable root is reached through
    * (a protected name that is a symlink, `.git -> elsewhere`, first of all). A mount cannot be put on a symlink with
-   * bwrap; each is pinned by name after bwrap has set up (see linux/native/sandbox.c), so it cannot be renamed,
+   * bwrap; each is pinned by name after bwrap has set up (see platform/native/sandbox.c), so it cannot be renamed,
    * removed or replaced while the sandbox runs.
    */
   pinnedLinks: string[];

@@ -5,7 +5,7 @@
  * that survived `process/terminate` and the server's SIGKILL), and could open `release_agent` for writing (code
  * execution as root on cgroup v1). Every cgroup mount is now carved out of every writable root, read-only, or the
  * start is refused naming the mount. Without a cgroup (CORRAL_CGROUPS=0, or none writable), a sandboxed command runs
- * under a supervisor, a child subreaper that kills everything the command started (src/process/native/spawn.c), so
+ * under a supervisor, a child subreaper that kills everything the command started (src/platform/native/spawn.c), so
  * the same daemon dies with process/terminate and with the server. The server runs as root in its own process (that
  * is where cgroups are writable here), the agent talks to it over the protocol, and every check is made on the host.
  */

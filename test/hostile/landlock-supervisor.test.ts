@@ -5,7 +5,7 @@
  * the sandbox launcher), a pipe-mode start of the native spawner in vfork mode (every architecture but x86_64 and
  * arm64) and the child_process spawner left a `setsid` daemon running after the command's exit, its group kill
  * (process/terminate) and the death of the process that started it. Now each of them runs the command under the
- * launcher's supervisor (src/sandbox/linux/native/supervise.c) and the daemon dies with the command, as in bwrap.
+ * launcher's supervisor (src/platform/native/supervise.c) and the daemon dies with the command, as in bwrap.
  * The spawners are driven directly, as the server drives them; the protocol-level walk (a server with CORRAL_CGROUPS=0,
  * process/terminate, the server SIGKILLed) is landlock-cgroup.test.ts.
  */

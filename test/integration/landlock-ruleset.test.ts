@@ -1,5 +1,5 @@
 /**
- * The Landlock ruleset builder (src/process/native/landlock.c) applied by a real child (confine.c): a rule lands on
+ * The Landlock ruleset builder (src/platform/native/landlock.c) applied by a real child (confine.c): a rule lands on
  * the path the plan named, never on what a symlink put on the way since planning points at.
  */
 import assert from 'node:assert/strict';

@@ -1,5 +1,5 @@
 /**
- * How the splice relay finds the sockets of a tunnel (src/process/native/relay.c find_sockets): Node does not say a
+ * How the splice relay finds the sockets of a tunnel (src/platform/native/relay.c find_sockets): Node does not say a
  * socket's fd, so the proxy names each socket by its addresses and a keep-alive mark it has just set. This server also
  * holds sockets inside sandboxes' network namespaces, where a hostile sandbox can give its connection exactly the
  * addresses of another one (it picks its source port). Here the twin is made for real: a network namespace of its own

@@ -3,7 +3,7 @@
  * where bubblewrap cannot create namespaces (Docker's default profile, CI runners, Ubuntu's AppArmor restriction),
  * or when a start asks for it (`useLegacyLandlock: true`). Pure planning: (resolved policy, host facts) → the
  * Landlock ruleset, the seccomp program and the guarantees that hold; the child applies them right before exec
- * (src/process/native/confine.c). Nothing here creates files, fds or processes.
+ * (src/platform/native/confine.c). Nothing here creates files, fds or processes.
  *
  * Landlock only grants: a rule gives rights on a file hierarchy, and nothing can take a right away below it. Every
  * policy element is therefore held exactly, or refused, or (only when the operator accepted that element as weaker,

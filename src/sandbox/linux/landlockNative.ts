@@ -1,5 +1,5 @@
 /**
- * The Landlock backend's one door to native code (src/process/native/landlock.c and confine.c): the kernel's ABI
+ * The Landlock backend's one door to native code (src/platform/native/landlock.c and confine.c): the kernel's ABI
  * version and the ruleset builder, behind an explicit capability check of the addon's exports. Everything else about
  * Landlock is planned in TypeScript (landlock.ts); the child applies the ruleset itself (LaunchSpec.confine).
  */

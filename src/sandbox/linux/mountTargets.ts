@@ -12,7 +12,7 @@ import { SandboxSetupError } from '../errors.js';
  * mode 0555 mounted on it in the sandbox (bwrapArgs.ts). Sandboxes share placeholders (every sandbox with /tmp writable uses /tmp/.git),
  * also across Corral servers of the user; the last user removes it. Removing one that another sandbox has mounted
  * would detach that mount there and let that sandbox create the name, so every server holds a shared flock on the
- * name's lock file for as long as it may use the placeholder (linux/native/sandbox.c). The lock files live in one
+ * name's lock file for as long as it may use the placeholder (platform/native/sandbox.c). The lock files live in one
  * directory per user (in /dev/shm, which sandboxes do not see: bwrap gives them their own /dev; masked as well).
  *
  * A server keeps its share for LINGER_MS after its last sandbox using a placeholder has ended: an agent's commands

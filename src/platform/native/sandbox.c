@@ -1,5 +1,5 @@
 // What the Linux sandbox needs from the kernel that Node cannot do (part of corral_spawn.node; see
-// src/sandbox/linux/native.ts for the JS side).
+// src/platform/sandbox.ts for the JS side).
 //
 //   sealFds()                  marks every fd >= 3 of this process close-on-exec (close_range CLOSE_RANGE_CLOEXEC,
 //                              else a walk of /proc/self/fd). Also done once when the addon loads, so fds the server
@@ -45,7 +45,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../../../process/native/common.h"
+#include "common.h"
 #include "sandbox.h"
 
 #ifndef SYS_close_range

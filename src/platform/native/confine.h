@@ -1,6 +1,6 @@
 // The last step of a Landlock sandbox launch, made by the child itself right before execve (see confine.c): shared by
 // the native spawner's child (spawn.c, which runs in the parent's memory and may only make raw system calls) and the
-// launcher executable (src/sandbox/linux/native/launcher.c, for terminals and the child_process fallback).
+// launcher executable (src/platform/native/launcher.c, for terminals and the child_process fallback).
 #pragma once
 #include <linux/filter.h>
 #include <stdint.h>

@@ -8,7 +8,7 @@
 //   1. joins a fresh anonymous session keyring: the sandbox does not possess the server's session keyring, so
 //      nothing in it is visible or readable there (the seccomp filter denies the keyring calls as well);
 //   2. moves the listed fds to 3, 4, ... in that order, and closes every other fd above 2, whatever its flags;
-//   3. with --landlock: confines itself as the native spawner's child does (src/process/native/confine.c): no new
+//   3. with --landlock: confines itself as the native spawner's child does (src/platform/native/confine.c): no new
 //      privileges, no capabilities, the Landlock ruleset at fd FD (the last of the moved fds of 2; closed
 //      afterwards), then the seccomp program HEX (struct sock_filter[] as hex, ~1 KB: no secret, no fd needed);
 //   4. with --supervise PID (PID: the server, this process's parent): the command runs under a supervisor that kills
@@ -29,7 +29,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "../../../process/native/confine.h"
+#include "confine.h"
 #include "supervise.h"
 
 #ifndef SYS_close_range

@@ -50,7 +50,7 @@
 //                        keyring before exec (a sandboxed child must not possess the server's session keyring)
 //   confine: true        spawn understands its confine argument
 //   landlockAbi, landlockRuleset: see landlock.c
-//   sealFds, setInheritable, pipe, pinSymlinks: see src/sandbox/linux/native/sandbox.c. Loading the addon marks
+//   sealFds, setInheritable, pipe, pinSymlinks: see src/platform/native/sandbox.c. Loading the addon marks
 //   every fd >= 3 of this process close-on-exec.
 //   checkPath(path, kind: 0 = directory to run in, 1 = program) -> 0 or errno (ENOENT, ENOTDIR, EACCES, ...)
 //   schedRestore()   ends the SCHED_BATCH window of this loop turn now (see batch_begin); call it before starting
@@ -90,7 +90,7 @@
 #include "pipes.h"
 #include "relay.h"
 #include "watchdog.h"
-#include "../../sandbox/linux/native/sandbox.h"
+#include "sandbox.h"
 
 #ifndef KEYCTL_JOIN_SESSION_KEYRING
 #define KEYCTL_JOIN_SESSION_KEYRING 1

@@ -9,19 +9,57 @@ import { type NetworkConstraints, type NetworkMode, NetworkSettingsWireSchema } 
 import { serdeMessage } from '../protocol/serde.js';
 import { compilePatterns, GlobError, isGlobalWildcard } from './patterns.js';
 
-/** A configuration error; `message` is the complete text for the -32602 answer. */
+/**
+ * What went wrong with a config: its shape or types (`shape`), a managed constraint it breaks (`constraint`, §3.7),
+ * or a state that cannot be built from it (`build`: a bad glob, a relative unix-socket path, `*` in the denylist).
+ */
+export type NetworkConfigErrorKind = 'shape' | 'constraint' | 'build';
+
+/** What every config error's text begins with (0.169's wording, -32602). */
+export const PREFIX = 'invalid network proxy config: ';
+
+/**
+ * The seed's answers for its own `managedNetwork` (issue 33, item 1): -32603 with these prefixes for a constraint
+ * violation and for a config whose state cannot be built. Shape errors stay -32602, as serde gave them.
+ */
+const SEED_PREFIX: Record<Exclude<NetworkConfigErrorKind, 'shape'>, string> = {
+  constraint: 'invalid managed network config: ',
+  build: 'failed to build managed network proxy state: ',
+};
+
+/**
+ * A configuration error. `message` is 0.169's complete -32602 text (`PREFIX` + `detail`); `answer()` is the one place
+ * that picks the wire code and text for the member the config came from.
+ */
 export class NetworkConfigError extends Error {
   /** The process/start member the config came from, once known (parseProcessNetwork sets it). */
   readonly field: 'managedNetwork' | 'networkProxy' | undefined;
-  constructor(message: string, field?: 'managedNetwork' | 'networkProxy') {
-    super(message);
+  constructor(
+    /** The error itself, without any prefix. */
+    readonly detail: string,
+    readonly kind: NetworkConfigErrorKind,
+    field?: 'managedNetwork' | 'networkProxy',
+  ) {
+    super(PREFIX + detail);
     this.name = 'NetworkConfigError';
     this.field = field;
   }
-}
 
-/** What every config error's text begins with. */
-export const PREFIX = 'invalid network proxy config: ';
+  /**
+   * The answer to process/start: a seed `managedNetwork` whose constraints fail or whose state cannot be built is
+   * -32603 in the seed's words; everything else (every `networkProxy` error, every shape error) -32602 in 0.169's.
+   */
+  answer(): { internal: boolean; message: string } {
+    if (this.field === 'managedNetwork' && this.kind !== 'shape')
+      return { internal: true, message: SEED_PREFIX[this.kind] + this.detail };
+    return { internal: false, message: this.message };
+  }
+
+  /** The same error, now known to come from `field`. */
+  inField(field: 'managedNetwork' | 'networkProxy'): NetworkConfigError {
+    return new NetworkConfigError(this.detail, this.kind, field);
+  }
+}
 
 /** The normalised `network` settings (§2.1), with the three effective lists. */
 export interface NetworkSettings {
@@ -76,12 +114,21 @@ export function domainLists(
 ): { allowed: string[]; denied: string[] } {
   const denied: string[] = [];
   const allowed: string[] = [];
+  // Each list's entries by lowercase, so that a wide map stays linear (a scan per entry took minutes at 100k).
+  const seen = new Map<string[], Set<string>>([
+    [denied, new Set()],
+    [allowed, new Set()],
+  ]);
   const add = (list: string[], p: string) => {
-    if (!list.some((x) => x.toLowerCase() === p.toLowerCase())) list.push(p);
+    const lower = seen.get(list)!;
+    const key = p.toLowerCase();
+    if (lower.has(key)) return;
+    lower.add(key);
+    list.push(p);
   };
   for (const p of legacyDeny ?? []) add(denied, p);
   for (const [p, v] of Object.entries(domains ?? {})) if (v === 'deny') add(denied, p);
-  const deniedLower = new Set(denied.map((d) => d.toLowerCase()));
+  const deniedLower = seen.get(denied)!;
   const allowIfNotDenied = (p: string) => {
     if (!deniedLower.has(p.toLowerCase())) add(allowed, p);
   };
@@ -93,12 +140,12 @@ export function domainLists(
 /** Parses the seed `config` (`{network:{…}}` or flat; map or legacy arrays) into settings. */
 export function parseNetworkConfig(raw: unknown): NetworkSettings {
   if (raw === null || raw === undefined) return defaultSettings();
-  if (!isObject(raw)) throw new NetworkConfigError(`${PREFIX}invalid type: ${typeof raw}, expected a map`);
+  if (!isObject(raw)) throw new NetworkConfigError(`invalid type: ${typeof raw}, expected a map`, 'shape');
   const inner = 'network' in raw ? raw.network : raw;
   if (inner === null || inner === undefined) return defaultSettings();
   const parsed = NetworkSettingsWireSchema.safeParse(inner);
   if (!parsed.success)
-    throw new NetworkConfigError(PREFIX + zodText(parsed.error, inner, 'NetworkProxySettings'));
+    throw new NetworkConfigError(zodText(parsed.error, inner, 'NetworkProxySettings'), 'shape');
   const w = parsed.data;
   const d = defaultSettings();
   const { allowed, denied } = domainLists(w.domains, w.allowed_domains, w.denied_domains);
@@ -126,19 +173,28 @@ export function parseNetworkConfig(raw: unknown): NetworkSettings {
 // ---- constraint validation (§3.7) ------------------------------------------------------------------------------
 
 const debugList = (xs: readonly string[]) => `[${xs.map((x) => JSON.stringify(x)).join(', ')}]`;
-const invalidValue = (field: string, candidate: string, allowed: string) =>
-  new NetworkConfigError(`${PREFIX}invalid value for ${field}: ${candidate} (allowed ${allowed})`);
+const invalidValue = (
+  field: string,
+  candidate: string,
+  allowed: string,
+  kind: NetworkConfigErrorKind = 'constraint',
+) => new NetworkConfigError(`invalid value for ${field}: ${candidate} (allowed ${allowed})`, kind);
 const DISABLED = 'false (disabled by managed config)';
 const modeName = (m: NetworkMode) => (m === 'full' ? 'Full' : 'Limited');
 const modeRank = (m: NetworkMode) => (m === 'full' ? 1 : 0);
 
-function checkNoGlobalWildcard(field: string, patterns: readonly string[]): void {
+function checkNoGlobalWildcard(
+  field: string,
+  patterns: readonly string[],
+  kind: NetworkConfigErrorKind = 'constraint',
+): void {
   const bad = patterns.find(isGlobalWildcard);
   if (bad !== undefined) {
     throw invalidValue(
       field,
       bad.trim(),
       'exact hosts or scoped wildcards like *.example.com or **.example.com',
+      kind,
     );
   }
 }
@@ -162,22 +218,32 @@ function parseForConstraints(entry: string): ConstraintPattern {
   return { kind: 'exact', domain: constraintHost(e) };
 }
 
-const under = (x: string, d: string) => x.endsWith(`.${d}`);
-
-/** Whether a managed allowlist pattern covers a candidate pattern (the "expansion absent" rule of §3.7 step 6). */
-export function managedPatternAllows(managedEntry: string, candidateEntry: string): boolean {
-  const m = parseForConstraints(managedEntry);
-  const c = parseForConstraints(candidateEntry);
-  switch (m.kind) {
-    case 'exact':
-      return c.kind === 'exact' && c.domain === m.domain;
-    case 'sub':
-      if (c.kind === 'exact') return under(c.domain, m.domain);
-      if (c.kind === 'sub') return c.domain === m.domain || under(c.domain, m.domain);
-      return under(c.domain, m.domain);
-    case 'apex':
-      return c.domain === m.domain || under(c.domain, m.domain);
+/**
+ * Whether some entry of a managed allowlist covers a candidate pattern (the "expansion absent" rule of §3.7 step 6):
+ * an exact entry covers the same exact host; `*.d` covers exact hosts and `*.` patterns under d, `*.d` itself, and
+ * `**.` patterns strictly under d; `**.d` covers d and everything under it. The managed list is indexed once, so a
+ * candidate costs a lookup per label (a scan of the list per candidate made 100k × 100k entries a denial of service).
+ */
+export function managedAllowlist(managed: readonly string[]): (candidateEntry: string) => boolean {
+  const exact = new Set<string>();
+  const sub = new Set<string>();
+  const apex = new Set<string>();
+  for (const m of managed) {
+    const p = parseForConstraints(m);
+    (p.kind === 'exact' ? exact : p.kind === 'sub' ? sub : apex).add(p.domain);
   }
+  return (candidateEntry) => {
+    const c = parseForConstraints(candidateEntry);
+    if (apex.has(c.domain)) return true;
+    if (c.kind === 'exact' && exact.has(c.domain)) return true;
+    if (c.kind === 'sub' && sub.has(c.domain)) return true;
+    // Strictly under d: every proper suffix of the candidate's domain.
+    for (let i = c.domain.indexOf('.'); i !== -1; i = c.domain.indexOf('.', i + 1)) {
+      const parent = c.domain.slice(i + 1);
+      if (sub.has(parent) || apex.has(parent)) return true;
+    }
+    return false;
+  };
 }
 
 /** §3.7, in order; the first failure wins. */
@@ -228,7 +294,8 @@ export function validateAgainstConstraints(s: NetworkSettings, c: NetworkConstra
         );
       }
     } else {
-      const invalid = s.allowed_domains.filter((e) => !managed.some((m) => managedPatternAllows(m, e)));
+      const covered = managedAllowlist(managed);
+      const invalid = s.allowed_domains.filter((e) => !covered(e));
       if (invalid.length > 0) {
         throw invalidValue(
           'network.allowed_domains',
@@ -280,16 +347,17 @@ export function validateSettings(s: NetworkSettings): void {
   s.allow_unix_sockets.forEach((p, i) => {
     if (!p.startsWith('/')) {
       throw new NetworkConfigError(
-        `${PREFIX}invalid network.allow_unix_sockets[${i}]: expected an absolute path, got ${JSON.stringify(p)}`,
+        `invalid network.allow_unix_sockets[${i}]: expected an absolute path, got ${JSON.stringify(p)}`,
+        'build',
       );
     }
   });
-  checkNoGlobalWildcard('network.denied_domains', s.denied_domains);
+  checkNoGlobalWildcard('network.denied_domains', s.denied_domains, 'build');
   try {
     compilePatterns(s.denied_domains);
     compilePatterns(s.allowed_domains);
   } catch (e) {
-    if (e instanceof GlobError) throw new NetworkConfigError(PREFIX + e.message);
+    if (e instanceof GlobError) throw new NetworkConfigError(e.message, 'build');
     throw e;
   }
 }

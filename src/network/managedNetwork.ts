@@ -18,7 +18,6 @@ import {
   isObject,
   NetworkConfigError,
   type NetworkSettings,
-  PREFIX,
   parseNetworkConfig,
   validateAgainstConstraints,
   validateSettings,
@@ -63,7 +62,8 @@ export function parseApprovalSettings(config: unknown, constraints: unknown): Ap
   const hardDeny = pick('hard_deny_allowlist_misses', 'hardDenyAllowlistMisses');
   if (hardDeny !== undefined && hardDeny !== null && typeof hardDeny !== 'boolean') {
     throw new NetworkConfigError(
-      `${PREFIX}invalid type: ${typeof hardDeny}, expected a boolean at \`network.hard_deny_allowlist_misses\``,
+      `invalid type: ${typeof hardDeny}, expected a boolean at \`network.hard_deny_allowlist_misses\``,
+      'shape',
     );
   }
   const timeout = pick('approval_timeout_ms', 'approvalTimeoutMs');
@@ -76,7 +76,8 @@ export function parseApprovalSettings(config: unknown, constraints: unknown): Ap
       timeout > MAX_APPROVAL_TIMEOUT_MS)
   ) {
     throw new NetworkConfigError(
-      `${PREFIX}invalid value: ${JSON.stringify(timeout)}, expected an integer from 1 to ${MAX_APPROVAL_TIMEOUT_MS} at \`network.approval_timeout_ms\``,
+      `invalid value: ${JSON.stringify(timeout)}, expected an integer from 1 to ${MAX_APPROVAL_TIMEOUT_MS} at \`network.approval_timeout_ms\``,
+      'shape',
     );
   }
   const c = isObject(constraints) ? constraints : {};
@@ -88,14 +89,14 @@ export function parseApprovalSettings(config: unknown, constraints: unknown): Ap
 function parseConstraints(raw: unknown): NetworkConstraints {
   if (raw === null || raw === undefined) return {};
   const r = NetworkConstraintsSchema.safeParse(raw);
-  if (!r.success) throw new NetworkConfigError(PREFIX + zodText(r.error, raw, 'NetworkProxyConstraints'));
+  if (!r.success) throw new NetworkConfigError(zodText(r.error, raw, 'NetworkProxyConstraints'), 'shape');
   return r.data;
 }
 
 function parseAudit(raw: unknown): AuditMetadata {
   if (raw === null || raw === undefined) return {};
   const r = AuditMetadataSchema.safeParse(raw);
-  if (!r.success) throw new NetworkConfigError(PREFIX + zodText(r.error, raw, 'NetworkProxyAuditMetadata'));
+  if (!r.success) throw new NetworkConfigError(zodText(r.error, raw, 'NetworkProxyAuditMetadata'), 'shape');
   return r.data;
 }
 
@@ -147,7 +148,7 @@ export function parseNetworkProxy(np: NetworkProxyParam | null | undefined): Man
   if (!np) return null;
   const p = np.proxy;
   if (!p.enabled) {
-    throw new NetworkConfigError(`${PREFIX}executor-local network proxy launch requires an enabled proxy`);
+    throw new NetworkConfigError('executor-local network proxy launch requires an enabled proxy', 'shape');
   }
   const { allowed, denied } = domainLists(p.domains, null, null);
   const settings: NetworkSettings = {
@@ -190,7 +191,8 @@ export function parseProcessNetwork(params: {
   const mn = params.managedNetwork;
   if (fromProxy && mn && 'config' in mn) {
     throw new NetworkConfigError(
-      `${PREFIX}managedNetwork.config and networkProxy cannot both be given`,
+      'managedNetwork.config and networkProxy cannot both be given',
+      'shape',
       'managedNetwork',
     );
   }
@@ -202,8 +204,7 @@ function inField<T>(field: 'managedNetwork' | 'networkProxy', parse: () => T): T
   try {
     return parse();
   } catch (e) {
-    if (e instanceof NetworkConfigError && e.field === undefined)
-      throw new NetworkConfigError(e.message, field);
+    if (e instanceof NetworkConfigError && e.field === undefined) throw e.inField(field);
     throw e;
   }
 }

@@ -126,7 +126,14 @@ export function mergeAdditionalPermissions(
 ): { fs: FsPolicy; network: 'restricted' | 'enabled'; legacy: SandboxPolicy | undefined } {
   if (!extra) return { fs, network, legacy };
   const net = extra.network?.enabled === true ? 'enabled' : network;
-  if (fs.kind !== 'restricted') return { fs, network: net, legacy };
+  // An unrestricted or external filesystem takes no entries (it stays as it is); the network grant still applies,
+  // to the legacy policy too (an external sandbox's `network_access`, as the seed's manager tests pin).
+  if (fs.kind !== 'restricted')
+    return {
+      fs,
+      network: net,
+      legacy: legacy && net !== network ? mergeLegacy(legacy, [], [], true) : legacy,
+    };
   const entries = [...fs.entries];
   const write = extra.file_system?.write ?? [];
   const read = extra.file_system?.read ?? [];
@@ -163,6 +170,8 @@ function mergeLegacy(policy: SandboxPolicy, write: string[], read: string[], net
         read_only_access: addRead(policy.read_only_access),
         network_access: policy.network_access || netOn,
       };
+    case 'external-sandbox':
+      return netOn ? { ...policy, network_access: 'enabled' } : policy;
     default:
       return policy;
   }

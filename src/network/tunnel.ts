@@ -12,7 +12,12 @@
  */
 import { Socket } from 'node:net';
 import { Duplex } from 'node:stream';
-import { spliceRelay as nativeRelay, type RelayHandle, type RelaySocketId } from '../platform/relay.js';
+import {
+  spliceRelay as nativeRelay,
+  type RelayHandle,
+  type RelaySocketId,
+  spliceRelayOn,
+} from '../platform/relay.js';
 
 const stats = { spliced: 0, piped: 0, activeRelays: 0 };
 
@@ -65,7 +70,7 @@ function reset(s: Duplex): void {
 }
 
 function spliceEnabled(): boolean {
-  return nativeRelay !== null && process.env.CORRAL_PROXY_SPLICE !== '0';
+  return spliceRelayOn(); // the addon's, unless CORRAL_PROXY_SPLICE=0 (read in src/platform/addon.ts)
 }
 
 /** A connected plain TCP socket (not TLS: its bytes on the wire are ciphertext; not a unix socket: no addresses). */

@@ -11,6 +11,13 @@
  *    without a compiler gets; CI runs the whole suite a second time that way);
  *  - the build exists and loads;
  *  - its `abi` equals NATIVE_ABI: a build from another version of the C is never half used.
+ *
+ * Every switch that turns native code off is read in this file and nowhere else (the C reads no environment):
+ *  - CORRAL_NATIVE=0: no addon at all (the list above);
+ *  - CORRAL_NO_BATCH (set, any value): the spawner never switches to SCHED_BATCH (spawn.c batch_begin), read at load;
+ *  - CORRAL_NO_SIMD (set, any value): the addon's base64 without SSSE3 (pipes.c), read at load;
+ *  - CORRAL_PROXY_SPLICE=0: the proxy's tunnels through Node streams even with the addon (relay.ts), read per tunnel
+ *    (a measurement switch that tests and benchmarks flip in a running process).
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -18,7 +25,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 /** The interface version this JavaScript was written against (CORRAL_NATIVE_ABI in src/platform/native/common.h). */
-export const NATIVE_ABI = 5;
+export const NATIVE_ABI = 6;
 
 declare const handleBrand: unique symbol;
 /** An opaque handle the addon hands out (a pipe reader, a relay). */
@@ -78,6 +85,8 @@ export interface Addon {
   watchGroup(pgid: number): number;
   ensureWatchdog(): void;
   setCgroupCleanup(version: 1 | 2, bases: string[], removeBases: boolean): void;
+  /** The C's switches, as read here (see nativeSwitches): false turns SCHED_BATCH / SSSE3 base64 off. */
+  setSwitches(batch: boolean, simd: boolean): void;
   // pipes.c
   pipeOpen(fd: number, scratch: Uint8Array, onData: (n: number) => void): NativeHandle;
   pipePause(h: NativeHandle): void;
@@ -174,6 +183,18 @@ function load(): { addon: Addon; absence: null } | { addon: null; absence: strin
 }
 
 const loaded = load();
+// (A stand-in build with only `abi`, as the loader's own test makes, has nothing to switch.)
+if (typeof loaded.addon?.setSwitches === 'function')
+  loaded.addon.setSwitches(
+    process.env.CORRAL_NO_BATCH === undefined,
+    process.env.CORRAL_NO_SIMD === undefined,
+  );
+
+/** The switches read when a capability is used rather than at load (see the module comment). */
+export const nativeSwitches = {
+  /** false: tunnels are piped through Node streams even where the splice relay could carry them. */
+  proxySplice: (): boolean => process.env.CORRAL_PROXY_SPLICE !== '0',
+};
 
 /** The addon, or null (see addonAbsence). */
 export const addon: Addon | null = loaded.addon;

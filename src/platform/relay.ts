@@ -1,8 +1,9 @@
 /**
  * splice(2) relays between two connected TCP sockets (src/platform/native/relay.c), for the proxy's tunnels: no byte
- * passes through JavaScript. Without the addon src/network/tunnel.ts pipes Node streams (its JS implementation).
+ * passes through JavaScript. Without the addon, or with CORRAL_PROXY_SPLICE=0 (src/platform/addon.ts), src/network/tunnel.ts
+ * pipes Node streams (its JS implementation).
  */
-import { addon, type NativeHandle } from './addon.js';
+import { addon, type NativeHandle, nativeSwitches } from './addon.js';
 
 /** A running relay. */
 export type RelayHandle = NativeHandle;
@@ -42,3 +43,8 @@ export interface SpliceRelay {
 export const spliceRelay: SpliceRelay | null = addon
   ? { open: addon.relayOpen.bind(addon), close: addon.relayClose.bind(addon) }
   : null;
+
+/** Whether tunnels go through the splice relay now: it exists and CORRAL_PROXY_SPLICE=0 does not turn it off. */
+export function spliceRelayOn(): boolean {
+  return spliceRelay !== null && nativeSwitches.proxySplice();
+}

@@ -233,12 +233,21 @@ static uint16_t pair_table[4096];  // 12 input bits -> two output characters (li
 static void init_pairs(void) {
 #if defined(__x86_64__)
   __builtin_cpu_init();
-  have_ssse3 = __builtin_cpu_supports("ssse3") && getenv("CORRAL_NO_SIMD") == NULL;
+  have_ssse3 = __builtin_cpu_supports("ssse3");
 #endif
   for (int i = 0; i < 4096; i++) {
     uint8_t two[2] = {(uint8_t)B64[i >> 6], (uint8_t)B64[i & 63]};
     memcpy(&pair_table[i], two, 2);
   }
+}
+
+// See pipes.h.
+void corral_pipes_allow_simd(bool allow) {
+#if defined(__x86_64__)
+  if (!allow) __atomic_store_n(&have_ssse3, false, __ATOMIC_RELAXED);
+#else
+  (void)allow;
+#endif
 }
 
 #if defined(__x86_64__)

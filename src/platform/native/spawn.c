@@ -52,6 +52,7 @@
 //   landlockAbi, landlockRuleset: see landlock.c
 //   sealFds, setInheritable, pipe, pinSymlinks: see src/platform/native/sandbox.c. Loading the addon marks
 //   every fd >= 3 of this process close-on-exec.
+//   setSwitches(batch, simd)   what src/platform/addon.ts read from CORRAL_NO_BATCH and CORRAL_NO_SIMD (false: off)
 //   checkPath(path, kind: 0 = directory to run in, 1 = program) -> 0 or errno (ENOENT, ENOTDIR, EACCES, ...)
 //   schedRestore()   ends the SCHED_BATCH window of this loop turn now (see batch_begin); call it before starting
 //                    processes another way (node-pty, child_process), which would inherit SCHED_BATCH
@@ -929,6 +930,9 @@ static napi_value js_check_path(napi_env env, napi_callback_info info) {
 // exec. Switching policy costs about as much as the preemption (the switch yields to runnable tasks), so it happens
 // once per loop turn, not per spawn: the first spawn of a turn switches to SCHED_BATCH and a prepare handle (run when
 // the loop is about to poll again) switches back.
+// false: never SCHED_BATCH (the CORRAL_NO_BATCH switch; setSwitches).
+static bool batch_allowed = true;
+
 static void batch_finish(struct addon_state *st) {
   if (!st->batch_active) return;
   static const struct sched_param zero_param;
@@ -942,7 +946,7 @@ static void on_batch_end(uv_prepare_t *h) { batch_finish(h->data); }
 // Returns the policy children must restore before exec (SCHED_OTHER), or -1 when the thread is not SCHED_BATCH.
 static int batch_begin(struct addon_state *st) {
   if (st->batch_active) return SCHED_OTHER;
-  if (getenv("CORRAL_NO_BATCH")) return -1;
+  if (!batch_allowed) return -1;
   if (!st->batch_ready) {
     if (uv_prepare_init(st->loop, &st->batch_end) != 0) return -1;
     st->batch_end.data = st;
@@ -1020,6 +1024,21 @@ static napi_value js_set_cgroup_cleanup(napi_env env, napi_callback_info info) {
   int err = watchdog_set_cgroups(version, (const char *const *)bases, n, remove);
   free_string_array(bases);
   if (err != 0) return corral_throw_errno(env, err, "setCgroupCleanup");
+  return NULL;
+}
+
+// setSwitches(batch, simd): the switches of src/platform/addon.ts that the C obeys (it reads no environment itself).
+static napi_value js_set_switches(napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value args[2];
+  bool batch = true, simd = true;
+  if (napi_get_cb_info(env, info, &argc, args, NULL, NULL) != napi_ok || argc < 2 ||
+      napi_get_value_bool(env, args[0], &batch) != napi_ok || napi_get_value_bool(env, args[1], &simd) != napi_ok) {
+    napi_throw_type_error(env, NULL, "setSwitches(batch: boolean, simd: boolean)");
+    return NULL;
+  }
+  batch_allowed = batch;
+  corral_pipes_allow_simd(simd);
   return NULL;
 }
 
@@ -1491,6 +1510,7 @@ NAPI_MODULE_INIT(/* napi_env env, napi_value exports */) {
       {"watchGroup", NULL, js_watch_group, NULL, NULL, NULL, napi_default, NULL},
       {"ensureWatchdog", NULL, js_ensure_watchdog, NULL, NULL, NULL, napi_default, NULL},
       {"setCgroupCleanup", NULL, js_set_cgroup_cleanup, NULL, NULL, NULL, napi_default, NULL},
+      {"setSwitches", NULL, js_set_switches, NULL, NULL, NULL, napi_default, NULL},
       {"abi", NULL, NULL, NULL, NULL, abi, napi_default, NULL},
       {"asyncExec", NULL, NULL, NULL, NULL, async_ok, napi_default, NULL},
       {"newPidNs", NULL, NULL, NULL, NULL, new_pidns_ok, napi_default, NULL},

@@ -30,6 +30,9 @@ const SLOW = {
   'test/browser/panel-scale.test.ts':
     'the panel under a flood in Chromium: 3001 processes and 100 MB of output (15 s alone, ~110 s in a loaded run); ' +
     'its speed is `npm run bench -- panel`, the virtual table is unit-tested in renderer-processTable',
+  'test/browser/panel-cost.test.ts':
+    "what the open panel costs at 250 processes/s (issue 38): 8 s of a paced flood, measured by the page's own " +
+    'TaskDuration (~20 s alone); the figures per rate are `npm run bench -- panelCost`',
   'test/integration/cgroup-cpu.test.ts':
     'measures CPU shares: six busy loops per case hold both cores for ~15 s, slowing every test beside them',
   'test/unit/check-layers.test.ts':

@@ -32,16 +32,23 @@ const cliBuild = (absWorkingDir: string, out: string) =>
 async function buildCli(out: string): Promise<void> {
   try {
     await cliBuild(ROOT, out);
-  } catch (e) {
-    const head = mkdtempSync(join(out, 'head-'));
-    const tar = spawnSync('sh', [
-      '-c',
-      `git -C "${ROOT}" archive HEAD src package.json | tar -x -C "${head}"`,
-    ]);
-    if (tar.status !== 0) throw e;
+  } catch {
     process.stderr.write(`panelBuild: the working tree's CLI does not build; using HEAD's\n`);
-    await cliBuild(head, out);
+    await cliBuild(archive('HEAD', out, ['src', 'package.json']), out);
   }
+}
+
+/** `paths` of a commit, extracted into a fresh directory under `out`. */
+function archive(commit: string, out: string, paths: string[]): string {
+  const dir = mkdtempSync(join(out, 'tree-'));
+  const tar = spawnSync('sh', [
+    '-c',
+    `git -C "${ROOT}" archive "$0" "$@" | tar -x -C "${dir}"`,
+    commit,
+    ...paths,
+  ]);
+  if (tar.status !== 0) throw new Error(`git archive ${commit} failed: ${tar.stderr}`);
+  return dir;
 }
 
 /**
@@ -56,9 +63,13 @@ export async function privateBuild(opts: { cli?: boolean } = {}): Promise<string
   made.push(out);
   const common = { absWorkingDir: ROOT, bundle: true, sourcemap: false, logLevel: 'error' as const };
   const server = opts.cli ? buildCli(out) : null;
+  // CORRAL_PANEL_FROM=<commit>: the panel as it was then (a bench's baseline; a test shown to fail on the old code).
+  const from = process.env.CORRAL_PANEL_FROM;
+  const tree = from ? archive(from, out, ['renderer', 'src/protocol', 'package.json']) : ROOT;
   await Promise.all([
     build({
       ...common,
+      absWorkingDir: tree,
       entryPoints: { 'renderer/app': 'renderer/app.ts' },
       outdir: out,
       platform: 'browser',
@@ -68,6 +79,6 @@ export async function privateBuild(opts: { cli?: boolean } = {}): Promise<string
     }),
     server,
   ]);
-  cpSync(join(ROOT, 'renderer', 'index.html'), join(out, 'renderer', 'index.html'));
+  cpSync(join(tree, 'renderer', 'index.html'), join(out, 'renderer', 'index.html'));
   return out;
 }

@@ -5,7 +5,12 @@
  */
 import { domainToASCII } from 'node:url';
 import type { z } from 'zod';
-import { type NetworkConstraints, type NetworkMode, NetworkSettingsWireSchema } from '../protocol/network.js';
+import {
+  type MitmHookWire,
+  type NetworkConstraints,
+  type NetworkMode,
+  NetworkSettingsWireSchema,
+} from '../protocol/network.js';
 import { serdeMessage } from '../protocol/serde.js';
 import { compilePatterns, GlobError, isGlobalWildcard } from './patterns.js';
 
@@ -77,6 +82,11 @@ export interface NetworkSettings {
   allow_unix_sockets: string[];
   allow_local_binding: boolean;
   mitm: boolean;
+  /** Hooks on intercepted requests ([HEAD], issue 34); secrets are resolved when the proxy starts. */
+  mitm_hooks: MitmHookWire[];
+  /** Brokered tokens in the child's env become dummies; the proxy injects the real ones (issue 34). */
+  credential_broker: boolean;
+  dangerously_allow_plaintext_credential_injection: boolean;
 }
 
 export function defaultSettings(): NetworkSettings {
@@ -95,6 +105,9 @@ export function defaultSettings(): NetworkSettings {
     allow_unix_sockets: [],
     allow_local_binding: false,
     mitm: false,
+    mitm_hooks: [],
+    credential_broker: false,
+    dangerously_allow_plaintext_credential_injection: false,
   };
 }
 
@@ -167,6 +180,10 @@ export function parseNetworkConfig(raw: unknown): NetworkSettings {
     allow_unix_sockets: sockets,
     allow_local_binding: w.allow_local_binding ?? false,
     mitm: w.mitm ?? false,
+    mitm_hooks: w.mitm_hooks ?? [],
+    credential_broker: w.credential_broker ?? false,
+    dangerously_allow_plaintext_credential_injection:
+      w.dangerously_allow_plaintext_credential_injection ?? false,
   };
 }
 

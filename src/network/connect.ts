@@ -52,6 +52,7 @@ export const onConnect: SocketEntry = async (ctx, req, socket, head) => {
     answer(blockedConnectResponse(a));
     return;
   }
+  const target = { host: a.host, port: c.port, admitted: a, client: r.client };
   if (intercepts(ctx.policy, r)) {
     // Terminated here (issue 34): never an opaque tunnel. No place left: 503, and the connection stays.
     if (!ctx.mitm?.reserve()) {
@@ -59,13 +60,20 @@ export const onConnect: SocketEntry = async (ctx, req, socket, head) => {
       return;
     }
     socket.write(`HTTP/1.1 200 OK\r\ndate: ${new Date().toUTCString()}\r\n\r\n`);
-    ctx.mitm.intercept(socket, head, { host: a.host, port: c.port, admitted: a, client: r.client });
+    ctx.mitm.intercept(socket, head, target);
     return;
   }
   socket.write(`HTTP/1.1 200 OK\r\ndate: ${new Date().toUTCString()}\r\n\r\n`);
   if (ctx.closed) {
     socket.destroy();
     return;
+  }
+  let first = head;
+  if (ctx.mitm?.wantsHost(a.host)) {
+    // A host with hooks or a brokered credential: a ClientHello is intercepted, anything else stays opaque.
+    const rest = await ctx.mitm.interceptIfTls(socket, head, target);
+    if (rest === null) return;
+    first = rest;
   }
   socket.pause();
   // The 200 went out before the dial (as Codex): a failed dial just closes the tunnel.
@@ -75,5 +83,5 @@ export const onConnect: SocketEntry = async (ctx, req, socket, head) => {
   } catch {
     socket.destroy();
   }
-  if (upstream) tunnel(socket, upstream, head, ctx.track);
+  if (upstream) tunnel(socket, upstream, first, ctx.track);
 };

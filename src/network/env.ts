@@ -118,12 +118,13 @@ export function buildProxyEnv(opts: {
 }
 
 /**
- * Returns the child's environment with the proxy variables overwritten. Stale spellings of the same keys in another
+ * Returns the child's environment with the proxy variables overwritten (and brokered credentials replaced by dummies
+ * when the proxy brokers them). Stale spellings of the same keys in another
  * case (`Http_Proxy`) are removed too, so no variant that a tool might read points elsewhere.
  */
 export function applyProxyEnv(
   childEnv: Record<string, string>,
-  proxy: { env: Record<string, string> },
+  proxy: { env: Record<string, string>; brokerEnv?: ((env: Record<string, string>) => void) | undefined },
 ): Record<string, string> {
   const upper = new Set(Object.keys(proxy.env).map((k) => k.toUpperCase()));
   const out: Record<string, string> = {};
@@ -131,5 +132,7 @@ export function applyProxyEnv(
     if (upper.has(k.toUpperCase()) && !(k in proxy.env)) continue;
     out[k] = v;
   }
+  // The credential broker (issue 34) keeps the real tokens and leaves the child shaped dummies.
+  proxy.brokerEnv?.(out);
   return Object.assign(out, proxy.env);
 }

@@ -31,7 +31,7 @@ export interface ManagedNetworkSpec {
   /** Which request field started the proxy. */
   origin: 'managedNetwork' | 'networkProxy';
   executionId?: string;
-  /** Things the dashboard should show (e.g. `mitm` accepted but not implemented). */
+  /** Things the dashboard should show (e.g. a setting that has no effect as configured). */
   warnings: string[];
   /** Set when the config asks for interactive approvals of allowlist misses (see `parseApprovalSettings`). */
   approvals?: ApprovalSettings;
@@ -102,7 +102,10 @@ function parseAudit(raw: unknown): AuditMetadata {
 
 function warningsFor(s: NetworkSettings): string[] {
   const w: string[] = [];
-  if (s.mitm) w.push('mitm is not supported: limited-mode HTTPS is blocked with mitm_required');
+  if (s.mitm && s.mode === 'full' && s.mitm_hooks.length === 0 && !s.credential_broker)
+    w.push(
+      'mitm in full mode intercepts only hosts with mitm_hooks or brokered credentials: none are configured',
+    );
   if (s.allow_unix_sockets.length > 0 || s.dangerously_allow_all_unix_sockets) {
     w.push('unix-socket proxying is macOS-only: x-unix-socket requests get 501 on Linux');
   }

@@ -10,7 +10,10 @@ import { buildProxyEnv } from './env.js';
 import type { NetworkEvents } from './events.js';
 import { HttpProxy } from './http.js';
 import type { ManagedNetworkSpec } from './managedNetwork.js';
+import { CredentialBroker } from './mitm/broker.js';
+import { MitmHooks } from './mitm/hooks.js';
 import { Interceptor } from './mitm/interceptor.js';
+import { requestRewriter, wantsInterception } from './mitm/rewriter.js';
 import { type MitmTrust, mitmTrust } from './mitm/trust.js';
 import { type Decider, PolicyEngine, type Resolver } from './policy.js';
 import { Recorder } from './recorder.js';
@@ -41,6 +44,8 @@ export interface StartProxyOptions {
   upstream?: UpstreamSettings;
   /** The interception trust (CA, bundle, upstream roots); default: the server process's own, made on first use. */
   mitmTrust?: MitmTrust;
+  /** Where `mitm_hooks` read secrets and the operator's lists of them. Default: this process's environment. */
+  secretEnv?: Record<string, string | undefined>;
 }
 
 /**
@@ -67,8 +72,10 @@ export interface ProxyRoute {
 export interface ManagedProxy {
   readonly httpPort: number;
   readonly socksPort?: number;
-  /** The 33 variables of §4.6, to be written over the child's environment. */
+  /** The 33 variables of §4.6 (and the CA variables when it may intercept), written over the child's environment. */
   readonly env: Record<string, string>;
+  /** With the credential broker: replaces the brokered tokens of a child's environment by dummies, in place. */
+  readonly brokerEnv?: (env: Record<string, string>) => void;
   /** The listeners and the environment for a sandbox that reaches the proxy through its own forwarders. */
   readonly route: ProxyRoute;
   readonly spec: ManagedNetworkSpec;
@@ -130,10 +137,28 @@ export async function startManagedProxy(
     settings.allow_upstream_proxy,
   );
   const upstream = upstreams.http;
-  // TLS interception (issue 34): only when the config can use it; the CA is made on the first such proxy.
-  const trust = settings.mitm ? (opts.mitmTrust ?? mitmTrust()) : undefined;
+  // TLS interception (issue 34): only when the config can use it; the CA is made on the first such proxy. Hook
+  // secrets are read now, from the server's own environment and files.
+  const hooks =
+    settings.mitm_hooks.length > 0
+      ? new MitmHooks(settings.mitm_hooks, { env: opts.secretEnv ?? process.env })
+      : undefined;
+  const broker = settings.credential_broker
+    ? new CredentialBroker({ plaintext: settings.dangerously_allow_plaintext_credential_injection })
+    : undefined;
+  const trust = settings.mitm || hooks || broker ? (opts.mitmTrust ?? mitmTrust()) : undefined;
+  const rewrite = requestRewriter(hooks, broker);
   const mitm = trust
-    ? new Interceptor({ trust, policy, recorder, dial, upstream, idleTimeoutMs })
+    ? new Interceptor({
+        trust,
+        policy,
+        recorder,
+        dial,
+        upstream,
+        idleTimeoutMs,
+        ...(rewrite ? { rewrite } : {}),
+        wantsHost: (host) => wantsInterception(hooks, broker, host),
+      })
     : undefined;
   const http = new HttpProxy({ policy, recorder, dial, idleTimeoutMs, upstream, mitm });
   const socks = settings.enable_socks5
@@ -176,6 +201,7 @@ export async function startManagedProxy(
     httpPort,
     ...(socksPort !== undefined ? { socksPort } : {}),
     env: envFor({ http: httpPort, socks: socksPort }),
+    ...(broker ? { brokerEnv: (env: Record<string, string>) => broker.virtualize(env) } : {}),
     route,
     spec,
     blocked: () => recorder.ring.snapshot(),

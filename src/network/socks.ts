@@ -150,6 +150,7 @@ export class SocksProxy {
       socket.end(blockedSocksReply());
       return;
     }
+    const target = { host: a.host, port, admitted: a, client: r.client };
     if (intercepts(this.deps.policy, r)) {
       // Terminated here (issue 34), dialled per request inside; no place left: general failure.
       if (!this.deps.mitm?.reserve()) {
@@ -158,7 +159,23 @@ export class SocksProxy {
       }
       socket.setTimeout(0);
       socket.write(reply(REP.succeeded, '0.0.0.0', 0));
-      this.deps.mitm.intercept(socket, rest, { host: a.host, port, admitted: a, client: r.client });
+      this.deps.mitm.intercept(socket, rest, target);
+      return;
+    }
+    if (this.deps.mitm?.wantsHost(a.host)) {
+      // A host with hooks or a brokered credential: success first (the client starts TLS after it), then a
+      // ClientHello is intercepted and anything else goes through an opaque tunnel dialled now.
+      socket.setTimeout(0);
+      socket.write(reply(REP.succeeded, '0.0.0.0', 0));
+      const first = await this.deps.mitm.interceptIfTls(socket, rest, target);
+      if (first === null) return;
+      let opaque: Duplex | null = null;
+      try {
+        opaque = await tunnelFor(this.origin, socket, { host: a.host, addresses: a.addresses, port });
+      } catch {
+        socket.destroy();
+      }
+      if (opaque) tunnel(socket, opaque, first, this.origin.track);
       return;
     }
     let upstream: Duplex | null;

@@ -10,6 +10,59 @@ export type NetworkMode = z.infer<typeof NetworkModeSchema>;
 
 const stringList = z.array(z.string()).nullish();
 
+/** An HTTP header name (RFC 9110 token). */
+const headerName = z.string().regex(/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/, 'expected an HTTP header name');
+/** A string that goes into a header value: no CR, LF or NUL (no header can be smuggled through it). */
+const headerText = z.string().regex(/^[^\r\n\0]*$/, 'expected no CR, LF or NUL');
+
+/**
+ * One `mitm_hooks` entry ([HEAD]'s `MitmHookConfig`, issue 34): requests to `host` inside an intercepted tunnel that
+ * match (every listed method, path prefix, query value and header value lists must match; empty lists match all)
+ * get their actions; a request to a hooked host that matches no hook is refused (`mitm_hook_denied`). Secrets come
+ * from the server's environment or files, never from the request. Body matching is not supported (refused).
+ */
+export const MitmHookWireSchema = z.object({
+  host: z
+    .string()
+    .min(1)
+    .regex(/^[^\s/?#@\0-\x1f]+$/, 'expected a host name or IP literal'),
+  match: z
+    .object({
+      methods: z.array(z.string().regex(/^[A-Za-z]{1,20}$/, 'expected an HTTP method')).nullish(),
+      path_prefixes: z.array(z.string().startsWith('/')).nullish(),
+      query: z.record(z.string(), z.array(z.string())).nullish(),
+      headers: z.record(headerName, z.array(z.string())).nullish(),
+      body: z.undefined({ message: 'matching on the body is not supported' }).nullish(),
+    })
+    .nullish(),
+  actions: z
+    .object({
+      strip_request_headers: z.array(headerName).nullish(),
+      inject_request_headers: z
+        .array(
+          z
+            .object({
+              name: headerName,
+              secret_env_var: z
+                .string()
+                .regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'expected a variable name')
+                .nullish(),
+              secret_file: z.string().startsWith('/', 'expected an absolute path').nullish(),
+              prefix: headerText.nullish(),
+            })
+            .refine((h) => (h.secret_env_var == null) !== (h.secret_file == null), {
+              message: 'exactly one of secret_env_var and secret_file',
+            }),
+        )
+        .nullish(),
+    })
+    .nullish(),
+});
+export type MitmHookWire = z.infer<typeof MitmHookWireSchema>;
+
+/** At most this many hooks in one config. */
+export const MAX_MITM_HOOKS = 256;
+
 /**
  * `NetworkProxyConfig.network` [seed] (§2.1): snake_case, unknown keys ignored, every field optional. `domains` is
  * the map form; `allowed_domains` / `denied_domains` / `allow_unix_sockets` are the legacy (pre-#15120) arrays.
@@ -28,6 +81,12 @@ export const NetworkSettingsWireSchema = z.object({
   unix_sockets: z.record(z.string(), z.enum(['allow', 'deny', 'none'])).nullish(),
   allow_local_binding: z.boolean().nullish(),
   mitm: z.boolean().nullish(),
+  /** [HEAD]: hooks on intercepted requests (issue 34, item 5). */
+  mitm_hooks: z.array(MitmHookWireSchema).max(MAX_MITM_HOOKS).nullish(),
+  /** [HEAD]: the credential broker (issue 34, item 6): brokered tokens in the child's env become dummies. */
+  credential_broker: z.boolean().nullish(),
+  /** [HEAD]: let the broker inject into plain-HTTP requests to non-loopback targets too. */
+  dangerously_allow_plaintext_credential_injection: z.boolean().nullish(),
   allowed_domains: stringList,
   denied_domains: stringList,
   allow_unix_sockets: stringList,

@@ -23,8 +23,11 @@ export interface TlsOrigin {
   close(): Promise<void>;
 }
 
-/** Makes the origin's CA and leaf in `dir` (EC P-256, SKI/AKI, SAN IP:127.0.0.1 and DNS:localhost). */
-export function makeOriginCerts(dir: string): { caPath: string; keyPath: string; certPath: string } {
+/** Makes the origin's CA and leaf in `dir` (EC P-256, SKI/AKI, SAN IP:127.0.0.1, DNS:localhost and `names`). */
+export function makeOriginCerts(
+  dir: string,
+  names: readonly string[] = [],
+): { caPath: string; keyPath: string; certPath: string } {
   const f = (n: string) => join(dir, n);
   const ssl = (...args: string[]) => execFileSync('openssl', args, { stdio: ['ignore', 'ignore', 'pipe'] });
   ssl('ecparam', '-name', 'prime256v1', '-genkey', '-noout', '-out', f('ca.key'));
@@ -50,7 +53,7 @@ export function makeOriginCerts(dir: string): { caPath: string; keyPath: string;
   writeFileSync(
     f('leaf.ext'),
     [
-      'subjectAltName=IP:127.0.0.1,DNS:localhost',
+      `subjectAltName=IP:127.0.0.1,DNS:localhost${names.map((n) => `,DNS:${n}`).join('')}`,
       'extendedKeyUsage=serverAuth',
       'basicConstraints=critical,CA:FALSE',
       'keyUsage=critical,digitalSignature',
@@ -83,8 +86,11 @@ export function makeOriginCerts(dir: string): { caPath: string; keyPath: string;
  * Starts the origin: it answers `ok <method> <url>` and records each request. With `files`, a GET under `/files/`
  * is served from that directory (a dumb-HTTP git remote, say), 404 when absent.
  */
-export async function startTlsOrigin(dir: string, opts: { files?: string } = {}): Promise<TlsOrigin> {
-  const certs = makeOriginCerts(dir);
+export async function startTlsOrigin(
+  dir: string,
+  opts: { files?: string; names?: readonly string[] } = {},
+): Promise<TlsOrigin> {
+  const certs = makeOriginCerts(dir, opts.names);
   const seen: OriginSeen[] = [];
   const server = https.createServer(
     { key: readFileSync(certs.keyPath), cert: readFileSync(certs.certPath), ALPNProtocols: ['http/1.1'] },

@@ -47,14 +47,38 @@ import type { MitmTrust } from './trust.js';
 
 export const MAX_INTERCEPTED_TUNNELS = 256;
 export const HANDSHAKE_TIMEOUT_MS = 10_000;
+/** A client that says nothing this long after its tunnel opened is not starting TLS (a server-first protocol). */
+export const PEEK_TIMEOUT_MS = 1_000;
+/** The first byte of a TLS record carrying a handshake (a ClientHello). */
+const TLS_HANDSHAKE = 0x16;
 
-/** What a hook makes of one request: a refusal, or the header changes and the injected credential's name. */
+/** The client's first bytes (`head` if it already sent some), or none at the timeout or the end; `s` left paused. */
+function firstBytes(s: Duplex, head: Buffer, timeoutMs: number): Promise<Buffer> {
+  if (head.length > 0) return Promise.resolve(head);
+  return new Promise((resolve) => {
+    const done = (b: Buffer) => {
+      clearTimeout(timer);
+      s.off('data', onData);
+      s.off('end', onEnd);
+      s.off('close', onEnd);
+      s.pause();
+      resolve(b);
+    };
+    const onData = (d: Buffer) => done(d);
+    const onEnd = () => done(Buffer.alloc(0));
+    const timer = setTimeout(onEnd, timeoutMs);
+    s.on('data', onData);
+    s.once('end', onEnd);
+    s.once('close', onEnd);
+    s.resume();
+  });
+}
+
+/** What hooks and the broker make of one request: a refusal, or the headers to send and the injected credential's name. */
 export interface RequestRewrite {
   refusal?: string;
-  /** Lower-case names of headers to drop. */
-  strip?: readonly string[];
-  /** Headers to set (replacing any of the same name). */
-  inject?: readonly (readonly [string, string])[];
+  /** The request's headers as they go upstream (`rawHeaders` form), when changed. */
+  headers?: readonly string[];
   /** The name of the credential injected (audited; never its value). */
   credential?: string;
 }
@@ -75,7 +99,11 @@ export interface InterceptorDeps {
   upstream: UpstreamProxies;
   idleTimeoutMs: number;
   rewrite?: RequestRewriter;
+  /** Hosts whose TLS tunnels are intercepted outside limited mode too (hooks, brokered credentials). */
+  wantsHost?: (host: string) => boolean;
   handshakeTimeoutMs?: number;
+  /** How long a tunnel to such a host waits for the client's first bytes before it is left opaque. */
+  peekTimeoutMs?: number;
 }
 
 /** An admitted tunnel to terminate. */
@@ -149,17 +177,6 @@ function upgradeHead(method: string, path: string, raw: readonly string[]): stri
     if (!HOP_HEAD.has(raw[i]!.toLowerCase())) text += `${raw[i]}: ${raw[i + 1]}\r\n`;
   }
   return `${text}\r\n`;
-}
-
-/** The headers a rewrite leaves: the stripped and the injected names dropped, the injected ones appended. */
-function rewritten(raw: readonly string[], w: RequestRewrite | undefined): string[] {
-  if (!w || ((w.strip?.length ?? 0) === 0 && (w.inject?.length ?? 0) === 0)) return [...raw];
-  const drop = new Set([...(w.strip ?? []), ...(w.inject ?? []).map(([k]) => k.toLowerCase())]);
-  const out: string[] = [];
-  for (let i = 0; i < raw.length; i += 2)
-    if (!drop.has(raw[i]!.toLowerCase())) out.push(raw[i]!, raw[i + 1]!);
-  for (const [k, v] of w.inject ?? []) out.push(k, v);
-  return out;
 }
 
 export class Interceptor {
@@ -247,6 +264,25 @@ export class Interceptor {
       secure.setTimeout(this.deps.idleTimeoutMs);
       this.server.emit('connection', secure);
     });
+  }
+
+  /** Whether tunnels to `host` are intercepted when they carry TLS (it has hooks or a brokered credential). */
+  wantsHost(host: string): boolean {
+    return this.deps.wantsHost?.(host) ?? false;
+  }
+
+  /**
+   * For a tunnel to a host that `wantsHost` (its 200 or SOCKS5 success already sent): waits briefly for the client's
+   * first bytes; a ClientHello is intercepted (null is returned), anything else — other bytes, silence, no place
+   * left — stays an opaque tunnel, for which the bytes read so far are returned.
+   */
+  async interceptIfTls(client: Duplex, head: Buffer, target: InterceptedTarget): Promise<Buffer | null> {
+    const first = await firstBytes(client, head, this.deps.peekTimeoutMs ?? PEEK_TIMEOUT_MS);
+    if (first[0] === TLS_HANDSHAKE && !client.destroyed && this.reserve()) {
+      this.intercept(client, first, target);
+      return null;
+    }
+    return first;
   }
 
   close(): void {
@@ -341,7 +377,7 @@ export class Interceptor {
       return;
     }
     const authority = t.port === 443 ? t.host : `${t.host}:${t.port}`;
-    const headers = forwardedRequestHeaders(rewritten(req.rawHeaders, d.rewrite), authority);
+    const headers = forwardedRequestHeaders(d.rewrite?.headers ?? req.rawHeaders, authority);
     const upstream = https.request({
       agent: t.agent,
       method: req.method,
@@ -389,7 +425,7 @@ export class Interceptor {
       up.destroy();
       return;
     }
-    up.write(upgradeHead(method, c.path, rewritten(req.rawHeaders, d.rewrite)));
+    up.write(upgradeHead(method, c.path, d.rewrite?.headers ?? req.rawHeaders));
     tunnel(socket, up, head, (s) => this.track(s));
   }
 }

@@ -276,6 +276,9 @@ function boot(): void {
             ? h('div', { class: 'small', title: store.info.logFile }, 'log: ', store.info.logFile)
             : null,
           limitsLine(store.info),
+          conn.requireSandbox
+            ? h('div', { class: 'small' }, 'sandbox required: starts without one are refused')
+            : null,
           doctorSummary(store.doctor),
         );
       }

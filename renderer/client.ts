@@ -10,6 +10,7 @@ import {
   type TypedRequests,
   typedRequests,
 } from '../src/protocol/client.js';
+import type { InitializeResult } from '../src/protocol/exec.js';
 import type { MethodName, MethodParams, MethodResult } from '../src/protocol/methods.js';
 
 declare global {
@@ -104,6 +105,8 @@ export class Connection {
   retryAt: number | null = null;
   /** The panel's session, resumed on reconnect. */
   sessionId: string | null = null;
+  /** The server runs with `--require-sandbox` (initialize says so). */
+  requireSandbox = false;
   readonly transport: 'ipc' | 'websocket';
 
   constructor(private readonly events: ConnectionEvents) {
@@ -166,20 +169,19 @@ export class Connection {
       this.link = link;
       // Resume the panel's own session after a drop (its processes keep running within the grace period);
       // if it has expired, start a new one. A failed initialize leaves the connection usable (protocol.md §4).
-      let init: { sessionId: string };
+      let init: InitializeResult;
       try {
         init = (await link.api.request('initialize', {
           clientName: 'corral-panel',
           resumeSessionId: this.sessionId,
-        })) as { sessionId: string };
+        })) as InitializeResult;
       } catch (e) {
         if (!this.sessionId || !(e instanceof RpcRemoteError) || e.code !== -32600) throw e;
         this.sessionId = null;
-        init = (await link.api.request('initialize', { clientName: 'corral-panel' })) as {
-          sessionId: string;
-        };
+        init = (await link.api.request('initialize', { clientName: 'corral-panel' })) as InitializeResult;
       }
       this.sessionId = init.sessionId;
+      this.requireSandbox = init.requireSandbox === true;
       await link.api.request('initialized', {});
       this.attempt = 0;
       this.set('connected', '');

@@ -76,6 +76,8 @@ sandbox options (exec-server, serve and doctor):
                                 sandboxes use Landlock + seccomp instead of failing; none: they fail  [none]
   --sandbox-accept-weaker LIST  guarantees the Landlock backend may hold weaker than bubblewrap, comma-separated:
                                 protected-names, metadata, proxy-port, signals, host-ipc (see the README)  [none]
+  --require-sandbox             a process/start must carry a sandbox, as in the seed: absent or null is -32602
+                                "missing field \`sandbox\`" (an explicit sandbox "none" still runs)  [off]
 
 audit options (exec-server and serve):
   --audit-db FILE         the audit database  [$XDG_STATE_HOME/corral/audit.db, ~/.local/state/corral/audit.db]
@@ -133,13 +135,15 @@ export function parseLimits(v: LimitValues): Partial<ExecServerOptions> {
 export const SANDBOX_OPTIONS = {
   'sandbox-fallback': { type: 'string', default: 'none' },
   'sandbox-accept-weaker': { type: 'string', multiple: true, default: [] as string[] },
+  'require-sandbox': { type: 'boolean', default: false },
 } as const;
 
 /** The sandbox options of exec-server, serve and doctor. */
 export function sandboxOptions(values: {
   'sandbox-fallback'?: string | undefined;
   'sandbox-accept-weaker'?: string[] | undefined;
-}): Pick<PrepareOptions, 'fallback' | 'acceptWeaker'> {
+  'require-sandbox'?: boolean | undefined;
+}): Pick<PrepareOptions, 'fallback' | 'acceptWeaker' | 'requireSandbox'> {
   const fallback = values['sandbox-fallback'] ?? 'none';
   if (fallback !== 'landlock' && fallback !== 'none')
     fail(`--sandbox-fallback: unknown mode ${fallback} (landlock or none)`);
@@ -151,7 +155,7 @@ export function sandboxOptions(values: {
       fail(`--sandbox-accept-weaker: unknown guarantee ${n} (one of ${WeakerGuarantee.options.join(', ')})`);
     if (!accepted.includes(r.data)) accepted.push(r.data);
   }
-  return { fallback, acceptWeaker: accepted };
+  return { fallback, acceptWeaker: accepted, requireSandbox: values['require-sandbox'] === true };
 }
 
 /** Logs once at startup which Linux backend sandboxed starts will get, and why bwrap cannot run when it cannot. */

@@ -31,6 +31,12 @@ export const InitializeResult = z.object({
    * @since 0.120
    */
   sessionId: z.string(),
+  /**
+   * Present (true) when the server runs with `--require-sandbox`: a process/start without a `sandbox` object (absent
+   * or null) is -32602 ``missing field `sandbox` ``, as in the seed, where the field is required.
+   * @corral
+   */
+  requireSandbox: z.boolean().optional(),
 });
 export type InitializeResult = z.infer<typeof InitializeResult>;
 

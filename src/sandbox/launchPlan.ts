@@ -54,6 +54,12 @@ export interface PrepareOptions {
   acceptWeaker?: readonly WeakerGuarantee[];
   /** `--linux-sandbox-pid-namespace` (bwrapArgs.ts): isolate (default) or inherit the server's pid namespace. */
   pidNamespace?: 'isolate' | 'inherit';
+  /**
+   * `--require-sandbox`: as the seed declares it, `sandbox` is required in process/start; absent or null is -32602
+   * ``missing field `sandbox` `` (an explicit `{"sandbox":"none",…}` still runs unsandboxed). Default: released
+   * clients' absent or null sandbox means none.
+   */
+  requireSandbox?: boolean;
 }
 
 /**

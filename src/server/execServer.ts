@@ -6,7 +6,7 @@ import { type CgroupHost, cgroupHost, defaultLimits, type ResourceLimits } from 
 import { buildChildEnv, sanitizedServerEnv } from '../process/env.js';
 import type { ManagedProcess } from '../process/managedProcess.js';
 import { SecretScrub } from '../process/secretScrub.js';
-import type { ExecParams } from '../protocol/exec.js';
+import type { ExecParams, InitializeResult } from '../protocol/exec.js';
 import type { ResourceLimitsInfo } from '../protocol/host.js';
 import type { MethodName } from '../protocol/methods.js';
 import { type Dispatcher, ResultWithCallback, RpcConnection, type Transport } from '../rpc/connection.js';
@@ -309,11 +309,13 @@ export class ExecServer implements Dispatcher, MethodRegistry, ProcessHost {
     clientName: string,
     resumeKey: string | null | undefined,
     { conn, state }: Call,
-  ): ResultWithCallback<{ sessionId: string }> {
+  ): ResultWithCallback<InitializeResult> {
     const session = this.sessions.open(conn, clientName, state.principal, resumeKey);
     state.session = session;
     state.clientName = clientName;
     state.phase = 'initializing';
-    return new ResultWithCallback({ sessionId: session.resumeKey }, () => session.replayAll());
+    const result: InitializeResult = { sessionId: session.resumeKey };
+    if (this.preparer.requireSandbox) result.requireSandbox = true;
+    return new ResultWithCallback(result, () => session.replayAll());
   }
 }

@@ -89,7 +89,7 @@ test('process/start with managedNetwork: curl through the proxy, allowed and den
   }
 });
 
-test('process/start with an invalid managed network config → -32602 with the full text', async () => {
+test("process/start with a managed network config the seed cannot build → -32603 in the seed's words (issue 33)", async () => {
   const ts = await startTestServer({ launcher: { resolver: stubResolver } });
   const c = await ts.client();
   try {
@@ -102,10 +102,10 @@ test('process/start with an invalid managed network config → -32602 with the f
       arg0: null,
       managedNetwork: { config: { network: { enabled: true, domains: { '*': 'deny' } } } },
     });
-    assert.equal(e.code, -32602);
+    assert.equal(e.code, -32603);
     assert.equal(
       e.message,
-      'invalid network proxy config: invalid value for network.denied_domains: * (allowed exact hosts or scoped wildcards like *.example.com or **.example.com)',
+      'invalid managed network config: invalid value for network.denied_domains: * (allowed exact hosts or scoped wildcards like *.example.com or **.example.com)',
     );
   } finally {
     c.close();

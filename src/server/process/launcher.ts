@@ -1,4 +1,4 @@
-import type { Dialer } from '../../network/index.js';
+import type { Dialer, UpstreamSettings } from '../../network/index.js';
 import {
   applyProxyEnv,
   type ManagedProxy,
@@ -39,6 +39,10 @@ export interface LaunchPreparer {
     ctx: { sessionId: string },
   ): PreparedLaunch | Promise<PreparedLaunch>;
   classify: DenialClassifier;
+  /** Whether a start must carry a sandbox (`--require-sandbox`; initialize reports it). */
+  readonly requireSandbox?: boolean;
+  /** Refuses a start's params before anything else is checked or made (as a parse error of the seed would). */
+  checkStart?(params: ExecParams): void;
   /** The live managed proxy of a process, if this preparer started one (network approvals install their decider). */
   proxyOf?(sessionId: string, processId: string): ManagedProxy | undefined;
 }
@@ -51,6 +55,8 @@ export interface LauncherOptions {
   /** Test seams for the managed proxy (tests never make real DNS lookups). */
   resolver?: Resolver;
   dialer?: Dialer;
+  /** The server's upstream proxies for every managed proxy (--tcp-upstream-proxy, …; network/upstream.ts). */
+  upstream?: UpstreamSettings;
   /**
    * Codex 0.120–0.130 wrap sandboxed commands in their own `codex-linux-sandbox` launcher, which as root runs bwrap
    * without `--cap-drop ALL` (sandbox.md §3.1, §7.1). `auto` (default): when this server runs as root, run the
@@ -89,6 +95,16 @@ export class Launcher implements LaunchPreparer {
     return this.proxies.get(`${sessionId}/${processId}`);
   }
 
+  get requireSandbox(): boolean {
+    return this.opts.sandbox?.requireSandbox === true;
+  }
+
+  /** `--require-sandbox`: serde's text for the seed's required `sandbox`, absent or null alike (issue 33, item 5). */
+  checkStart(params: ExecParams): void {
+    if (this.requireSandbox && (params.sandbox === undefined || params.sandbox === null))
+      throw invalidParams('missing field `sandbox`');
+  }
+
   classify = (sandboxType: SandboxType, exitCode: number, output: string): boolean =>
     isLikelySandboxDenied(sandboxType !== 'none', exitCode, output);
 
@@ -111,7 +127,11 @@ export class Launcher implements LaunchPreparer {
         networkProxy: params.networkProxy,
       });
     } catch (e) {
-      if (e instanceof NetworkConfigError) throw invalidParams(e.message);
+      if (e instanceof NetworkConfigError) {
+        // The seed's managedNetwork: -32603 for a broken constraint or an unbuildable state; else -32602 (0.169).
+        const a = e.answer();
+        throw a.internal ? internalError(a.message) : invalidParams(a.message);
+      }
       throw e;
     }
     const mn = params.managedNetwork;
@@ -203,6 +223,7 @@ export class Launcher implements LaunchPreparer {
           log: (line) => this.opts.log.info(line),
           ...(this.opts.resolver ? { resolver: this.opts.resolver } : {}),
           ...(this.opts.dialer ? { dialer: this.opts.dialer } : {}),
+          ...(this.opts.upstream ? { upstream: this.opts.upstream } : {}),
         });
       } catch (e) {
         throw internalError(`failed to start the managed network proxy: ${(e as Error).message}`);

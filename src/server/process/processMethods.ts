@@ -78,6 +78,7 @@ class ProcessMethods {
   ) {}
 
   start(p: ExecParams, session: Session) {
+    this.host.preparer.checkStart?.(p);
     if (p.argv.length === 0) throw invalidParams('argv must not be empty');
     if (session.has(p.processId)) throw invalidRequest(`process ${p.processId} already exists`);
     if (session.liveProcessCount() >= this.limits.perSession) {

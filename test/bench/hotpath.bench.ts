@@ -34,6 +34,8 @@ const root = join(import.meta.dirname, '..', '..');
 const cache = join(root, '.cache', 'hotpath');
 const ROUNDS = Number(process.env.HOTPATH_ROUNDS ?? 5);
 const STARTS = 200;
+/** HOTPATH_SKIP=base,codex leaves those rows out (a quicker A/B run). */
+const SKIP = new Set((process.env.HOTPATH_SKIP ?? '').split(','));
 const MIB64 = 64 * 1024 * 1024;
 const WIDTH = 64;
 const TRUE = ['/bin/true'];
@@ -54,24 +56,50 @@ function buildFloor(): string {
 }
 
 /**
- * Bundles this checkout's CLI and audit worker into a directory of their own (under .cache, so that packages and the
- * native addon resolve from the repository): the bench measures the sources, not whatever dist/ holds.
+ * Bundles a CLI and the audit worker into a directory of their own under .cache (so that packages and the native
+ * addon resolve from the repository): by default this checkout's sources, so the bench measures them and not
+ * whatever dist/ holds. `src` is another tree of sources (a revision, see variantTargets); `entry` replaces
+ * src/cli.ts (a variant's entry that imports it).
  */
-async function buildCorral(): Promise<string> {
-  const out = join(cache, `corral-${process.pid}`);
+async function buildCorral(name: string, src = root, entry = 'src/cli.ts'): Promise<string> {
+  const out = join(cache, `corral-${process.pid}`, name);
   await build({
-    absWorkingDir: root,
+    absWorkingDir: src,
     bundle: true,
     sourcemap: false,
     logLevel: 'error',
     target: 'node20',
-    entryPoints: { cli: 'src/cli.ts', 'audit/worker': 'src/audit/worker.ts' },
+    entryPoints: { cli: entry, 'audit/worker': 'src/audit/worker.ts' },
     outdir: out,
     platform: 'node',
     format: 'esm',
     packages: 'external',
   });
   return join(out, 'cli.js');
+}
+
+/**
+ * A/B variants of Corral, measured in the same run as everything else: HOTPATH_VARIANTS, comma-separated
+ * `label=<git revision>` (its src/ as committed, built the same way) or `label=<file>.ts` (an entry in this
+ * checkout used instead of src/cli.ts, e.g. one that changes a setting and then imports src/cli.ts).
+ */
+async function variantTargets(args: (cli: string, db: string) => [string, ...string[]]): Promise<Target[]> {
+  const out: Target[] = [];
+  for (const spec of (process.env.HOTPATH_VARIANTS ?? '').split(',').filter(Boolean)) {
+    const [label, what] = spec.split('=') as [string, string | undefined];
+    if (!what) throw new Error(`HOTPATH_VARIANTS: ${spec}: expected label=<revision or entry.ts>`);
+    const dir = `v-${label.replace(/[^\w.-]/g, '_')}`;
+    let cli: string;
+    if (what.endsWith('.ts')) cli = await buildCorral(dir, root, what);
+    else {
+      const src = join(cache, `corral-${process.pid}`, `${dir}-src`);
+      mkdirSync(src, { recursive: true });
+      execFileSync('sh', ['-c', 'git -C "$1" archive "$2" src | tar -x -C "$3"', 'sh', root, what, src]);
+      cli = await buildCorral(dir, src);
+    }
+    out.push({ name: `Corral ${label}`, argv: args(cli, dir) });
+  }
+  return out;
 }
 
 /** A Codex reference binary: in .cache/codex/<version> (exec.bench.ts) or /work/codex-ref/<minor> (issue 32). */
@@ -309,25 +337,28 @@ export async function run(): Promise<BenchRow[]> {
   if (process.platform !== 'linux')
     return [{ section: 'hotpath', metric: 'skipped (not Linux)', corral: 'n/a', unit: '' }];
   const floor = buildFloor();
-  const cli = await buildCorral();
+  const cli = await buildCorral('now');
   const scratch = mkdtempSync(join(cache, 'run-'));
   const skipped: string[] = [];
   try {
     const panelToken = join(scratch, 'panel.token');
     writeFileSync(panelToken, `panel-${process.pid}-${'x'.repeat(24)}\n`, { mode: 0o600 });
-    const corralArgs = (bin: string, db: string): [string, ...string[]] => [
-      process.execPath,
-      bin,
-      'exec-server',
-      '--listen',
-      'ws://127.0.0.1:0',
-      '--log-level',
-      'warn',
-      '--audit-db',
-      join(scratch, db, 'audit.db'),
-      '--panel-token-file',
-      panelToken,
-    ];
+    const corralArgs = (bin: string, db: string): [string, ...string[]] => {
+      mkdirSync(join(scratch, db), { recursive: true });
+      return [
+        process.execPath,
+        bin,
+        'exec-server',
+        '--listen',
+        'ws://127.0.0.1:0',
+        '--log-level',
+        'warn',
+        '--audit-db',
+        join(scratch, db, 'audit.db'),
+        '--panel-token-file',
+        panelToken,
+      ];
+    };
     const targets: Target[] = [
       {
         name: 'stand-in (spawns nothing)',
@@ -335,8 +366,10 @@ export async function run(): Promise<BenchRow[]> {
       },
       { name: 'Corral (this checkout)', argv: corralArgs(cli, 'now') },
     ];
+    targets.push(...(await variantTargets(corralArgs)));
     const base = process.env.HOTPATH_BASE ?? '/work/base/dist/cli.js';
     try {
+      if (SKIP.has('base')) throw new Error('HOTPATH_SKIP');
       statSync(base);
       const rev = (() => {
         try {
@@ -349,11 +382,19 @@ export async function run(): Promise<BenchRow[]> {
       })();
       targets.push({ name: `Corral ${rev}`, argv: corralArgs(base, 'base') });
     } catch {
-      skipped.push(`older Corral: ${base} does not exist (HOTPATH_BASE names another build)`);
+      skipped.push(
+        SKIP.has('base')
+          ? 'older Corral: HOTPATH_SKIP names base'
+          : `older Corral: ${base} does not exist (HOTPATH_BASE names another build)`,
+      );
     }
     const home = join(root, '.cache', 'codex-home-bench');
     mkdirSync(home, { recursive: true });
     for (const v of ['0.171.0', '0.120.0']) {
+      if (SKIP.has('codex')) {
+        skipped.push(`codex ${v}: HOTPATH_SKIP names codex`);
+        continue;
+      }
       const bin = findCodex(v);
       if (bin)
         targets.push({
@@ -367,7 +408,6 @@ export async function run(): Promise<BenchRow[]> {
           `codex ${v}: not installed (npm install @openai/codex@${v} in /work/codex-ref/${v.split('.')[1]} or .cache/codex/${v})`,
         );
     }
-    for (const d of ['now', 'base']) mkdirSync(join(scratch, d));
 
     // Warm the client up once (its receive path gets optimised only after a few hundred MiB), on the stand-in.
     await measureServer(targets[0]!, 'client-warm');
@@ -392,8 +432,9 @@ export async function run(): Promise<BenchRow[]> {
     const sums = new Map([...rounds].map(([k, v]) => [k, summarise(v)]));
     const standin = sums.get(targets[0]!.name)!;
     const ours = sums.get('Corral (this checkout)')!;
-    const sbx = await measureSandboxes(targets[1]!);
-    const phases = await breakdown();
+    // Either may fail where the other rows work (no sandbox here, an addon being rebuilt): said in their place.
+    const sbx = await measureSandboxes(targets[1]!).catch((e: Error) => e);
+    const phases = await breakdown().catch((e: Error) => e);
 
     // ---- the issue's ratios -----------------------------------------------------------------------------------
     const check = (
@@ -426,22 +467,26 @@ export async function run(): Promise<BenchRow[]> {
       check('stdout', ours.mibPerSec, 0.8 * standin.mibPerSec, false, 'MiB/s', '0.8 × stand-in'),
       check('server CPU per 64 MiB', ours.cpuPer64, 1.25 * standin.cpuPer64, true, 'ms', '1.25 × stand-in'),
       check('64 concurrent `true`', ours.concRate, 0.5 * fl.concRate, false, '/s', '0.5 × floor'),
-      check(
-        'bwrap start p50',
-        pct(sbx.bwrap, 50),
-        1.2 * pct(sbx.bare, 50),
-        true,
-        'ms',
-        '1.2 × bare bwrap, same argv',
-      ),
-      check(
-        'Landlock start p50',
-        pct(sbx.landlock, 50),
-        1.2 * pct(sbx.plain, 50),
-        true,
-        'ms',
-        '1.2 × unsandboxed',
-      ),
+      ...(sbx instanceof Error
+        ? [['sandboxed starts', sbx.message.slice(0, 60), '', '', 'ERROR']]
+        : [
+            check(
+              'bwrap start p50',
+              pct(sbx.bwrap, 50),
+              1.2 * pct(sbx.bare, 50),
+              true,
+              'ms',
+              '1.2 × bare bwrap, same argv',
+            ),
+            check(
+              'Landlock start p50',
+              pct(sbx.landlock, 50),
+              1.2 * pct(sbx.plain, 50),
+              true,
+              'ms',
+              '1.2 × unsandboxed',
+            ),
+          ]),
     ];
     table(
       `hot path (issue 32): Corral with every default on, ${ROUNDS} rounds, medians`,
@@ -471,21 +516,25 @@ export async function run(): Promise<BenchRow[]> {
       figRows,
     );
     for (const s of skipped) console.log(`skipped: ${s}`);
-    table(
-      'sandboxed starts (one Corral server; runs taking turns, 60 each)',
-      ['', 'p50 ms', 'p90 ms'],
-      [
-        ['through Corral, bwrap', f2(pct(sbx.bwrap, 50)), f2(pct(sbx.bwrap, 90))],
-        ['bare bwrap, the same argv and descriptors', f2(pct(sbx.bare, 50)), f2(pct(sbx.bare, 90))],
-        ['through Corral, Landlock', f2(pct(sbx.landlock, 50)), f2(pct(sbx.landlock, 90))],
-        ['through Corral, unsandboxed', f2(pct(sbx.plain, 50)), f2(pct(sbx.plain, 90))],
-      ],
-    );
-    table(
-      'breakdown of one `true` start (in-process server, every default on; medians of 200)',
-      ['phase', 'µs'],
-      phases.map((p) => [p.phase, f2(p.us)]),
-    );
+    if (sbx instanceof Error) console.log(`\nsandboxed starts: ${sbx.message}`);
+    else
+      table(
+        'sandboxed starts (one Corral server; runs taking turns, 60 each)',
+        ['', 'p50 ms', 'p90 ms'],
+        [
+          ['through Corral, bwrap', f2(pct(sbx.bwrap, 50)), f2(pct(sbx.bwrap, 90))],
+          ['bare bwrap, the same argv and descriptors', f2(pct(sbx.bare, 50)), f2(pct(sbx.bare, 90))],
+          ['through Corral, Landlock', f2(pct(sbx.landlock, 50)), f2(pct(sbx.landlock, 90))],
+          ['through Corral, unsandboxed', f2(pct(sbx.plain, 50)), f2(pct(sbx.plain, 90))],
+        ],
+      );
+    if (phases instanceof Error) console.log(`\nbreakdown: ${phases.message}`);
+    else
+      table(
+        'breakdown of one `true` start (in-process server, every default on; medians of 200)',
+        ['phase', 'µs'],
+        phases.map((p) => [p.phase, f2(p.us)]),
+      );
 
     const section = 'hotpath (issue 32)';
     return [

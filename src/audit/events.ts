@@ -3,6 +3,7 @@
  * that survives a structured clone. Times are ms since the epoch. Env values never appear here, only names.
  */
 import type { FsOperation } from '../protocol/audit.js';
+import type { ProcessUsage } from '../protocol/exec.js';
 import type { Truncations } from './caps.js';
 
 export interface SessionRecord {
@@ -43,6 +44,8 @@ export interface ProcessExitRecord {
   signal: string | null;
   sandboxDenied: boolean;
   limitHit: string | null;
+  /** What the command used (src/process/usage.ts), read at its exit; null when nothing could say. */
+  usage?: ProcessUsage | null;
 }
 
 export interface ProcessCloseRecord {

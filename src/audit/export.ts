@@ -93,7 +93,12 @@ function* storedRows(
 }
 
 /** Every event matching the filter, merged across types in time order. */
-export function* exportObjects(db: SqliteDatabase, filter: ExportFilter): Generator<Record<string, unknown>> {
+export function* exportObjects(
+  db: SqliteDatabase,
+  filter: ExportFilter,
+  /** A member to add to each object, from its row (the chain's reference: exportChain.ts). */
+  extra?: (type: AuditEventType, row: Row) => Record<string, unknown>,
+): Generator<Record<string, unknown>> {
   const sources = TYPES.map((type) => ({ type, it: storedRows(db, type, filter) }));
   const heads = sources.map((s) => s.it.next());
   for (;;) {
@@ -105,7 +110,8 @@ export function* exportObjects(db: SqliteDatabase, filter: ExportFilter): Genera
     }
     if (best < 0) return;
     const { row } = heads[best]!.value as { time: number; row: Row };
-    yield exportObject(sources[best]!.type, row);
+    const type = sources[best]!.type;
+    yield extra ? { ...exportObject(type, row), ...extra(type, row) } : exportObject(type, row);
     heads[best] = sources[best]!.it.next();
   }
 }
@@ -115,11 +121,19 @@ export async function writeJsonl(
   db: SqliteDatabase,
   filter: ExportFilter,
   out: NodeJS.WritableStream,
+  chain?: {
+    ref: (type: AuditEventType, row: Row) => Record<string, unknown>;
+    lines: () => Iterable<Record<string, unknown>>;
+  },
 ): Promise<number> {
   let n = 0;
-  for (const obj of exportObjects(db, filter)) {
-    n++;
+  const write = async (obj: Record<string, unknown>) => {
     if (!out.write(`${terminalJson(obj)}\n`)) await new Promise<void>((r) => out.once('drain', () => r()));
+  };
+  for (const obj of exportObjects(db, filter, chain?.ref)) {
+    n++;
+    await write(obj);
   }
+  if (chain) for (const obj of chain.lines()) await write(obj);
   return n;
 }

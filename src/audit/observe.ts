@@ -240,6 +240,7 @@ export function observeServer(source: AuditSource, sink: AuditSink): AuditObserv
         sandboxDenied: p.sandboxDenied,
         // Which resource limit ended the process (the cgroup's report), or null.
         limitHit: p.limitHit,
+        usage: p.usage,
       });
       return;
     }

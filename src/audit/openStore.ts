@@ -4,8 +4,10 @@
  * committed batch survives the server being killed (SIGKILL, a crash): it is in the WAL file in the kernel's page
  * cache. A power cut may lose the last commits (never the file itself).
  */
+import { ChainWriter } from './chain.js';
+import { type ChainSigner, loadOrCreateSigner } from './chainKey.js';
 import { inspectHeader, moveAside, prepareDirectory, prepareFile, unsafePlace } from './dbFile.js';
-import { MIGRATIONS, READABLE_FROM_VERSION, SCHEMA_VERSION } from './schema.js';
+import { CHAIN_FROM_VERSION, MIGRATIONS, READABLE_FROM_VERSION, SCHEMA_VERSION } from './schema.js';
 import { type SqliteDatabase, sqlite } from './sqliteDriver.js';
 import { AuditStore } from './store.js';
 
@@ -28,6 +30,21 @@ export interface StoreOptions {
   /** busy_timeout (ms): another Corral may be writing the same file. */
   busyTimeoutMs?: number;
   readonly?: boolean;
+  /**
+   * Sign the hash chain's checkpoints with the key next to the database (chainKey.ts; made when absent): the server's
+   * store. A key that cannot be had is said through `notice`; the chain is then kept unsigned.
+   */
+  sign?: boolean;
+}
+
+function signerFor(path: string, opts: StoreOptions): ChainSigner | null {
+  if (!opts.sign || opts.readonly) return null;
+  try {
+    return loadOrCreateSigner(path);
+  } catch (e) {
+    opts.notice?.(`audit: no signing key for ${path} (${(e as Error).message}); the chain is kept unsigned`);
+    return null;
+  }
 }
 
 /** SQLite's codes for a file that is not (or no longer) a usable database. */
@@ -62,6 +79,8 @@ function migrate(db: SqliteDatabase, path: string): number {
     const version = db.pragma('user_version', { simple: true }) as number;
     if (version > SCHEMA_VERSION) throw newerError(path, version);
     for (let v = version; v < SCHEMA_VERSION; v++) db.exec(MIGRATIONS[v]!);
+    // Rows stored before the chain existed are chained as they are now (the chain vouches for them from here on).
+    if (version < CHAIN_FROM_VERSION) new ChainWriter(db, null).adoptExisting();
     if (version !== SCHEMA_VERSION) db.pragma(`user_version = ${SCHEMA_VERSION}`);
   }).immediate();
   return SCHEMA_VERSION;
@@ -163,7 +182,7 @@ export function openAuditStore(path: string, opts: StoreOptions = {}): AuditStor
         path,
       );
     if (!opts.readonly && claimed < SCHEMA_VERSION) checkSchema(db, Database);
-    const store = new AuditStore(db, path);
+    const store = new AuditStore(db, path, signerFor(path, opts));
     store.probe();
     return store;
   } catch (e) {

@@ -84,6 +84,22 @@ export function otelEvents(
       };
       if (r.signal) attributes['corral.process.signal'] = r.signal;
       if (r.limitHit) attributes['corral.process.limit_hit'] = r.limitHit;
+      const u = r.usage;
+      if (u) {
+        attributes['corral.process.usage.source'] = u.source;
+        attributes['corral.process.usage.wall_ms'] = u.wallMs;
+        const figures: [string, number | null][] = [
+          ['cpu_user_ms', u.cpuUserMs],
+          ['cpu_system_ms', u.cpuSystemMs],
+          ['peak_memory_bytes', u.peakMemoryBytes],
+          ['peak_pids', u.peakPids],
+          ['io_read_bytes', u.ioReadBytes],
+          ['io_write_bytes', u.ioWriteBytes],
+          ['limit_events.memory', u.limitEvents.memory ?? null],
+          ['limit_events.pids', u.limitEvents.pids ?? null],
+        ];
+        for (const [k, v] of figures) if (v !== null) attributes[`corral.process.usage.${k}`] = v;
+      }
       const out = [{ name: 'codex.exec_server.process_exit', severity: info, attributes }];
       if (r.sandboxDenied) {
         out.push({

@@ -54,7 +54,7 @@ export class RecordWriter {
          VALUES (?, ?, ?, ?, ?, ?, ?)`,
     );
     this.updateExit = db.prepare(
-      `UPDATE processes SET exited_at = ?, exit_code = ?, signal = ?, sandbox_denied = ?, limit_hit = ?
+      `UPDATE processes SET exited_at = ?, exit_code = ?, signal = ?, sandbox_denied = ?, limit_hit = ?, usage = ?
          WHERE session_id = ? AND process_id = ?`,
     );
     this.updateClose = db.prepare(
@@ -192,6 +192,7 @@ export class RecordWriter {
       r.signal,
       r.sandboxDenied ? 1 : 0,
       r.limitHit,
+      json(r.usage),
       r.sessionId,
       r.processId,
     );

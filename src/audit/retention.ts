@@ -30,13 +30,19 @@ export const VACUUM_PAGES_PER_STEP = 4096;
  * again after letting writes through). Frees the pages at the end. `now` defaults to the real time: this runs on the
  * audit worker thread, which the server's clock (main thread) does not reach.
  */
-export function retentionStep(db: SqliteDatabase, opts: RetentionOptions, now = Date.now()): boolean {
+export function retentionStep(
+  db: SqliteDatabase,
+  opts: RetentionOptions,
+  now = Date.now(),
+  /** Told, in the step's transaction, which rows of a table it deleted (the hash chain records it: chain.ts). */
+  onDeleted: (table: string, ids: number[]) => void = () => {},
+): boolean {
   const chunk = opts.chunkRows ?? 2000;
   const cutoff = now - opts.maxAgeMs;
   let deleted = 0;
   db.transaction(() => {
     for (const t of EVENT_TABLES) {
-      deleted += deleteOlder(db, t.table, t.time, cutoff, chunk);
+      deleted += deleteOlder(db, t.table, t.time, cutoff, chunk, onDeleted);
     }
     if (deleted === 0 && usedBytes(db) > opts.maxBytes) {
       // Over the size limit: the oldest events go, whatever their type. The cutoff is the earliest of the tables'
@@ -50,7 +56,8 @@ export function retentionStep(db: SqliteDatabase, opts: RetentionOptions, now = 
         if (typeof r.t === 'number') sizeCutoff = Math.min(sizeCutoff, r.t);
       }
       if (sizeCutoff === Number.POSITIVE_INFINITY) return;
-      for (const t of EVENT_TABLES) deleted += deleteOlder(db, t.table, t.time, sizeCutoff + 1, chunk);
+      for (const t of EVENT_TABLES)
+        deleted += deleteOlder(db, t.table, t.time, sizeCutoff + 1, chunk, onDeleted);
     }
   })();
   // Freed pages go back to the file system a bounded number at a time (each call is a write transaction that other
@@ -74,23 +81,21 @@ function deleteOlder(
   timeCol: string,
   cutoff: number,
   limit: number,
+  onDeleted: (table: string, ids: number[]) => void,
 ): number {
+  const ids = (
+    db
+      .prepare(`SELECT id FROM ${table} WHERE ${timeCol} < ? ORDER BY ${timeCol} LIMIT ?`)
+      .all(cutoff, limit) as Row[]
+  ).map((r) => r.id as number);
+  if (ids.length === 0) return 0;
+  const list = ids.join(',');
   if (table === 'processes') {
-    const ids = (
-      db
-        .prepare(`SELECT id FROM processes WHERE started_at < ? ORDER BY started_at LIMIT ?`)
-        .all(cutoff, limit) as Row[]
-    ).map((r) => r.id as number);
-    if (ids.length === 0) return 0;
-    const list = ids.join(',');
     db.exec(`DELETE FROM process_output WHERE process IN (${list})`);
     db.exec(`DELETE FROM process_details WHERE process IN (${list})`);
-    db.exec(`DELETE FROM processes WHERE id IN (${list})`);
-    return ids.length;
+    db.exec(`DELETE FROM process_chunks WHERE process IN (${list})`);
   }
-  return db
-    .prepare(
-      `DELETE FROM ${table} WHERE id IN (SELECT id FROM ${table} WHERE ${timeCol} < ? ORDER BY ${timeCol} LIMIT ?)`,
-    )
-    .run(cutoff, limit).changes;
+  db.exec(`DELETE FROM ${table} WHERE id IN (${list})`);
+  onDeleted(table, ids);
+  return ids.length;
 }

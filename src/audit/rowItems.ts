@@ -55,6 +55,7 @@ export function toItem(type: AuditEventType, r: Row): AuditItem {
         limitHit: str(r.limit_hit),
         sandboxDenied: bool(r.sandbox_denied),
         outputBytes: (r.output_bytes as number) ?? 0,
+        usage: parseJson(r.usage, null),
       };
     case 'network':
       return {

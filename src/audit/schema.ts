@@ -10,6 +10,11 @@
  * Version 2 adds `truncated` (JSON, null when nothing was cut) where a row holds text a client chose that is capped
  * (caps.ts): each field cut, with its original size. A version 1 database is still read as it is (export: no column,
  * nothing was marked) and migrated when the server opens it for writing.
+ *
+ * Version 3 (issue 37) adds the hash chain (`chain`, `chain_checkpoints`, `chain_anchor`: chain.ts), each process's
+ * usage (JSON), the network decisions' rule id, origin and correlation id (and the approvals' correlation id), and
+ * `process_chunks`: output chunks with their times, for replay. Rows of an older database are chained as they are
+ * when it is migrated.
  */
 export const MIGRATIONS: readonly string[] = [
   // 0 → 1
@@ -126,7 +131,57 @@ export const MIGRATIONS: readonly string[] = [
   ALTER TABLE approvals ADD COLUMN truncated TEXT;
   ALTER TABLE fs_events ADD COLUMN truncated TEXT;
   `,
+  // 2 → 3
+  `
+  ALTER TABLE processes ADD COLUMN usage TEXT;
+  ALTER TABLE network ADD COLUMN rule_id TEXT;
+  ALTER TABLE network ADD COLUMN rule_origin TEXT;
+  ALTER TABLE network ADD COLUMN correlation_id TEXT;
+  ALTER TABLE approvals ADD COLUMN correlation_id TEXT;
+
+  CREATE TABLE process_chunks (
+    process INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    at INTEGER NOT NULL,
+    stream TEXT NOT NULL,
+    data BLOB NOT NULL,
+    PRIMARY KEY (process, seq)
+  ) WITHOUT ROWID;
+
+  CREATE TABLE chain (
+    seq INTEGER PRIMARY KEY,
+    kind TEXT NOT NULL,
+    tbl TEXT NOT NULL,
+    row INTEGER,
+    digest TEXT NOT NULL,
+    hash TEXT NOT NULL,
+    pruned TEXT
+  );
+  CREATE INDEX chain_row ON chain(tbl, row);
+
+  CREATE TABLE chain_checkpoints (
+    id INTEGER PRIMARY KEY,
+    seq INTEGER NOT NULL,
+    hash TEXT NOT NULL,
+    time INTEGER NOT NULL,
+    reason TEXT NOT NULL,
+    public_key TEXT NOT NULL,
+    signature TEXT NOT NULL
+  );
+
+  CREATE TABLE chain_anchor (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    seq INTEGER NOT NULL,
+    hash TEXT NOT NULL,
+    time INTEGER NOT NULL,
+    public_key TEXT NOT NULL,
+    signature TEXT NOT NULL
+  );
+  `,
 ];
+
+/** From this version on every stored event is an entry of the hash chain (chain.ts); older rows are adopted. */
+export const CHAIN_FROM_VERSION = 3;
 
 /** The oldest version a read-only reader (the export) still understands: every column it needs is there. */
 export const READABLE_FROM_VERSION = 1;

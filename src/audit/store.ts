@@ -5,6 +5,8 @@
  */
 import { statSync } from 'node:fs';
 import type { AuditEventType, AuditProcessResult, AuditQuery, AuditQueryResult } from '../protocol/audit.js';
+import { ChainWriter } from './chain.js';
+import type { ChainSigner } from './chainKey.js';
 import type { AuditRecord } from './events.js';
 import { eventCounts, eventSpan, processDetail, queryEvents } from './queries.js';
 import { RecordWriter } from './recordWriter.js';
@@ -15,10 +17,14 @@ import type { SqliteDatabase } from './sqliteDriver.js';
 export class AuditStore {
   /** Prepared on the first write: a read-only store (the export) may hold an older schema the writes do not fit. */
   private writer: RecordWriter | null = null;
+  /** The hash chain's appender (chain.ts), made with the writer. */
+  private chain: ChainWriter | null = null;
 
   constructor(
     readonly db: SqliteDatabase,
     readonly path: string,
+    /** Signs the chain's checkpoints and anchors (chainKey.ts); null: chained, not signed (read-only stores). */
+    private readonly signer: ChainSigner | null = null,
   ) {}
 
   get schemaVersion(): number {
@@ -33,8 +39,27 @@ export class AuditStore {
 
   /** Writes a batch in one transaction. */
   write(records: readonly AuditRecord[]): void {
-    this.writer ??= new RecordWriter(this.db);
-    this.writer.write(records);
+    if (records.length === 0) return;
+    if (!this.writer) this.writer = new RecordWriter(this.db);
+    const writer = this.writer;
+    const chain = this.chainWriter();
+    // One transaction: the rows and their chain entries are committed together or not at all.
+    this.db.transaction(() => {
+      writer.write(records);
+      chain.extend(records);
+    })();
+  }
+
+  private chainWriter(): ChainWriter {
+    if (!this.chain) this.chain = new ChainWriter(this.db, this.signer);
+    return this.chain;
+  }
+
+  /** Signs the chain's head (at close: the events of this run are then all under a signature). */
+  checkpoint(): void {
+    if (!this.signer || this.db.readonly) return;
+    const chain = this.chainWriter();
+    this.db.transaction(() => chain.checkpoint('close')).immediate();
   }
 
   query(q: AuditQuery): AuditQueryResult {
@@ -76,7 +101,11 @@ export class AuditStore {
   /** One step of retention (retention.ts); true when there is more to delete. */
   // Real time by default (a worker thread: the server's clock is on the main one); the `retention` request passes `now`.
   retentionStep(opts: RetentionOptions, now = Date.now()): boolean {
-    return retentionStep(this.db, opts, now);
+    const chain = this.chainWriter();
+    const more = retentionStep(this.db, opts, now, (table, ids) => chain.pruned(table, ids));
+    // The pass is over: the chain's head whose rows are all gone is cut at a signed anchor.
+    if (!more) this.db.transaction(() => chain.cutPrefix(now)).immediate();
+    return more;
   }
 
   close(): void {

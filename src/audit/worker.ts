@@ -68,7 +68,7 @@ let retentionRunning: Promise<void> | null = null;
 function open(): void {
   if (!config.dbPath) return;
   try {
-    store = openAuditStore(config.dbPath, { ownDirectory: config.ownDirectory, notice });
+    store = openAuditStore(config.dbPath, { ownDirectory: config.ownDirectory, notice, sign: true });
   } catch (e) {
     if (!(e instanceof SqliteUnavailableError)) throw e;
     unavailable = e.message;
@@ -264,6 +264,11 @@ port.on('message', (m: WorkerRequest) => {
           }
         }
         await otlp?.shutdown().catch(() => {});
+        try {
+          store?.checkpoint();
+        } catch (e) {
+          notice(`audit: the closing checkpoint failed: ${(e as Error).message}`);
+        }
         store?.close();
         store = null;
         return {};

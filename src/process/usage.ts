@@ -40,6 +40,8 @@ export interface UsageDirs {
 interface PeakFile {
   fd: number;
   resettable: boolean;
+  /** What it reads is this command's: a fresh cgroup, or reset when handed out. */
+  valid: boolean;
 }
 
 function openPeak(path: string | null, resetValue: string): PeakFile | null {
@@ -48,14 +50,14 @@ function openPeak(path: string | null, resetValue: string): PeakFile | null {
     const fd = openSync(path, constants.O_RDWR);
     try {
       // The first write says whether the kernel resets it (EINVAL/EACCES on kernels before per-fd peaks).
-      writeSync(fd, resetValue);
-      return { fd, resettable: true };
+      writeSync(fd, resetValue, 0);
+      return { fd, resettable: true, valid: true };
     } catch {
-      return { fd, resettable: false };
+      return { fd, resettable: false, valid: true };
     }
   } catch {
     try {
-      return { fd: openSync(path, constants.O_RDONLY), resettable: false };
+      return { fd: openSync(path, constants.O_RDONLY), resettable: false, valid: true };
     } catch {
       return null;
     }
@@ -97,8 +99,6 @@ export class CgroupUsage {
   private readonly pidsPeak: PeakFile | null;
   /** Cumulative counters when the cgroup was handed out. */
   private base = { user: 0, system: 0, rbytes: 0, wbytes: 0 };
-  /** Whether the peaks read now are this command's (a fresh cgroup, or reset when handed out). */
-  private peaksValid = true;
 
   constructor(private readonly dirs: UsageDirs) {
     const v2 = dirs.version === 'v2';
@@ -126,7 +126,7 @@ export class CgroupUsage {
   /** The figures since the cgroup was handed out (limit counters are the caller's: ProcessCgroup has them). */
   read(oomKills: number, pidsRefused: number): CgroupFigures {
     const now = this.cumulative();
-    const peak = (p: PeakFile | null) => (p && this.peaksValid ? numberIn(p.fd) : null);
+    const peak = (p: PeakFile | null) => (p?.valid ? numberIn(p.fd) : null);
     return {
       version: this.dirs.version,
       cpuUserUs: this.cpuStatFd >= 0 ? now.user - this.base.user : null,
@@ -143,20 +143,17 @@ export class CgroupUsage {
   /** The cgroup goes to another command: new baselines, peaks reset where the kernel can. */
   recycle(): void {
     this.base = this.cumulative();
-    let valid = true;
     for (const p of [this.memoryPeak, this.pidsPeak]) {
       if (!p) continue;
-      if (!p.resettable) {
-        valid = false;
-        continue;
-      }
+      p.valid = false;
+      if (!p.resettable) continue;
       try {
-        writeSync(p.fd, this.dirs.version === 'v2' ? 'reset\n' : '0');
+        writeSync(p.fd, p === this.memoryPeak && this.dirs.version === 'v1' ? '0' : 'reset\n', 0);
+        p.valid = true;
       } catch {
-        valid = false;
+        // stays invalid: this command's peak cannot be told from the last one's
       }
     }
-    this.peaksValid = valid;
   }
 
   close(): void {

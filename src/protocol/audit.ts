@@ -12,6 +12,7 @@
  * Pure: no Node imports, so the renderer imports these too.
  */
 import { z } from 'zod';
+import { ProcessUsage } from './exec.js';
 import { MonitorAudit, MonitorProcess } from './monitor.js';
 
 export const AuditEventType = z.enum(['session', 'process', 'network', 'approval', 'fs']);
@@ -88,6 +89,8 @@ export const AuditProcessItem = MonitorProcess.pick({
   /** Which resource limit ended it, when one did. */
   limitHit: z.string().nullable(),
   outputBytes: z.number(),
+  /** What it used (ProcessUsage), as stored at its exit; null before schema 3 or when nothing could say. @corral */
+  usage: ProcessUsage.nullable().optional(),
 });
 export type AuditProcessItem = z.infer<typeof AuditProcessItem>;
 

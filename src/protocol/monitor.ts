@@ -4,7 +4,14 @@
  * `policy/preview` and `policy/checkUrl`. Pure: no Node imports, so the renderer imports these too.
  */
 import { z } from 'zod';
-import { LimitHit, OutputChunk, OutputStream, SandboxGuarantees, SandboxTypeWire } from './exec.js';
+import {
+  LimitHit,
+  OutputChunk,
+  OutputStream,
+  ProcessUsage,
+  SandboxGuarantees,
+  SandboxTypeWire,
+} from './exec.js';
 
 /** What the panel shows as the sandbox badge. `client-wrapped`: a 0.120–0.130 client wrapped its own sandbox. */
 export const SandboxBadge = z.enum(['none', 'linux-seccomp', 'macos-seatbelt', 'client-wrapped']);
@@ -60,6 +67,8 @@ export const MonitorProcess = z.object({
   sandboxDenied: z.boolean(),
   /** The cgroup limit the process ran into (present once it has exited, only when one was hit). */
   limitHit: LimitHit.optional(),
+  /** What the process used (present once it has exited, when its cgroup or its reap could say). @corral */
+  usage: ProcessUsage.optional(),
   sandboxType: SandboxTypeWire,
   badge: SandboxBadge,
   /**

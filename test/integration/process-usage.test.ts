@@ -5,12 +5,19 @@
  * inherit the last one's CPU or peaks.
  */
 import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, test } from 'node:test';
+import { verifyCommand } from '../../src/audit/cli.js';
+import { AuditTrail } from '../../src/audit/trail.js';
 import { cgroupHost } from '../../src/process/cgroup.js';
 import { ManagedProcess, type ProcessEventSink } from '../../src/process/managedProcess.js';
 import { nativeLoadError } from '../../src/process/spawner.js';
 import { processUsage } from '../../src/process/usage.js';
 import type { ProcessUsage } from '../../src/protocol/exec.js';
+import { startTestServer } from '../helpers/server.js';
+import { startAuditedServer } from './audit-helpers.js';
 
 const host = cgroupHost();
 const noCgroup =
@@ -125,6 +132,67 @@ describe('usage from the command cgroup', { skip: noCgroup || noNative }, () => 
       );
     assert.deepEqual(second.usage.limitEvents, {});
   });
+});
+
+test('process/exited carries usage, and the panel row has it', { skip: noNative }, async () => {
+  const ts = await startTestServer();
+  try {
+    const c = await ts.client();
+    await c.request('process/start', {
+      processId: 'u1',
+      argv: [process.execPath, '-e', cpuLoop(200)],
+      cwd: '/tmp',
+      env: { PATH: '/usr/bin:/bin' },
+      tty: false,
+      limits: { memoryMaxBytes: 64 * 1024 * 1024 },
+    });
+    const events = await c.collect('u1', 20_000);
+    const exited = events.find((e) => e.method === 'process/exited')!;
+    const usage = exited.params.usage as ProcessUsage;
+    assert.ok(usage, JSON.stringify(exited.params));
+    assert.ok(['cgroup-v2', 'cgroup-v1', 'rusage'].includes(usage.source));
+    assert.ok(usage.cpuUserMs! + usage.cpuSystemMs! >= 150, JSON.stringify(usage));
+    if (usage.source !== 'rusage') assert.ok(usage.peakMemoryBytes! > 1024 * 1024, JSON.stringify(usage));
+    assert.deepEqual(usage.limitEvents, {});
+  } finally {
+    await ts.close();
+  }
+});
+
+test('usage is in the audit row, survives a restart, and the real server chain verifies', {
+  skip: noNative,
+}, async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'corral-usage-'));
+  const dbPath = join(dir, 'state', 'audit.db');
+  try {
+    const ts = await startAuditedServer({ dbPath });
+    const c = await ts.agent();
+    await c.request('process/start', {
+      processId: 'u2',
+      argv: [process.execPath, '-e', cpuLoop(150)],
+      cwd: '/tmp',
+      env: { PATH: '/usr/bin:/bin' },
+      tty: false,
+    });
+    const events = await c.collect('u2', 20_000);
+    const live = events.find((e) => e.method === 'process/exited')!.params.usage as ProcessUsage;
+    const sid = ts.publicId(c);
+    await ts.close();
+    // A new trail on the same file: what the History view reads after a restart.
+    const trail = await AuditTrail.open({ dbPath });
+    try {
+      const stored = await trail.process(sid, 'u2');
+      assert.deepEqual(stored.process?.usage, live);
+    } finally {
+      await trail.close();
+    }
+    const lines: string[] = [];
+    const io = { out: { write: (t: string) => lines.push(t) > 0 }, err: { write: () => true } };
+    assert.equal(verifyCommand(['--db', dbPath], io as never), 0, lines.join(''));
+    assert.match(lines.join(''), /the chain holds/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
 
 test('processUsage: nothing to say is null; the cgroup wins, rusage fills CPU and io where v1 has none', () => {

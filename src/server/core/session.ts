@@ -219,6 +219,8 @@ export class Session implements ProcessEventSink {
       exitCode,
       sandboxDenied: e.proc.sandboxDenied,
       ...(e.proc.limitHit ? { limitHit: e.proc.limitHit } : {}),
+      // Additive (ours): what the command used (src/process/usage.ts), read when it exited.
+      ...(e.proc.usage ? { usage: e.proc.usage } : {}),
     });
   }
 

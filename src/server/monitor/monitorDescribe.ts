@@ -50,6 +50,7 @@ export function describeProcess(p: ManagedProcess): MonitorProcess {
     exitCode: p.exitCode,
     sandboxDenied: p.sandboxDenied,
     ...(p.limitHit ? { limitHit: p.limitHit } : {}),
+    ...(p.usage ? { usage: p.usage } : {}),
     exitedAt: p.exitedAt,
     closedAt: p.closedAt,
     bytesOut: p.bytesOut,
@@ -69,7 +70,7 @@ export function processJson(p: ManagedProcess): string {
   }
   return (
     `${fixed},"pid":${p.pid},"state":"${p.state}","exitCode":${p.exitCode},` +
-    `"sandboxDenied":${p.sandboxDenied},${p.limitHit ? `"limitHit":"${p.limitHit}",` : ''}"exitedAt":${p.exitedAt},"closedAt":${p.closedAt},` +
+    `"sandboxDenied":${p.sandboxDenied},${p.limitHit ? `"limitHit":"${p.limitHit}",` : ''}${p.usage ? `"usage":${JSON.stringify(p.usage)},` : ''}"exitedAt":${p.exitedAt},"closedAt":${p.closedAt},` +
     `"bytesOut":${p.bytesOut},"lastSeq":${p.lastSeq},"retained":${!p.outputEvicted}}`
   );
 }

@@ -109,6 +109,26 @@ export function paced(f: () => void): Paced {
   return request;
 }
 
+/**
+ * Makes `parent`'s children exactly `want`, in order, moving only what is out of place: rows already shown stay put
+ * when new ones are put in front of them or old ones fall off the end (no node made, none re-laid out for nothing).
+ */
+export function reconcile(parent: Element, want: readonly Element[]): void {
+  let cur = parent.firstElementChild;
+  for (const el of want) {
+    if (cur === el) {
+      cur = cur.nextElementSibling;
+      continue;
+    }
+    parent.insertBefore(el, cur);
+  }
+  while (cur) {
+    const next = cur.nextElementSibling;
+    cur.remove();
+    cur = next;
+  }
+}
+
 /** Sets an element's text only when it differs (a write of the same text still costs a style and layout pass). */
 export function setText(el: Node, text: string): void {
   if (el.textContent !== text) el.textContent = text;

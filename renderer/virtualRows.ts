@@ -42,6 +42,8 @@ export class VirtualRows<T> {
   /** The user scrolled since the last render: the anchor is what is under the new position, in the last layout. */
   private anchorStale = false;
   private geometry: { header: number; height: number } | null = null;
+  /** The scroll position measure() read for the next render. */
+  private measured: number | null = null;
 
   constructor(private readonly o: VirtualRowsOptions<T>) {
     const spacer = (): [HTMLTableRowElement, HTMLTableCellElement] => {
@@ -79,6 +81,16 @@ export class VirtualRows<T> {
     this.geometry = null;
   }
 
+  /**
+   * Reads what the next render needs of the layout. A view that renders several tables calls it on each before it
+   * renders any: their reads then share one layout instead of each forcing one after the previous one's writes.
+   */
+  measure(): void {
+    const o = this.o;
+    this.geometry ??= { header: o.tbody.offsetTop, height: o.scroller.clientHeight };
+    this.measured = o.scroller.scrollTop;
+  }
+
   /** Re-binds every visible row at the next render (their text moved on: relative times), geometry unchanged. */
   rebind(): void {
     this.stamp++;
@@ -101,7 +113,8 @@ export class VirtualRows<T> {
     const count = o.count();
     this.geometry ??= { header: o.tbody.offsetTop, height: sc.clientHeight };
     const { header, height } = this.geometry;
-    let raw = sc.scrollTop;
+    let raw = this.measured ?? sc.scrollTop;
+    this.measured = null;
     let scrollTo: number | null = null;
     if (this.anchorStale) {
       this.anchorStale = false;

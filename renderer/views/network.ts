@@ -1,13 +1,17 @@
 // Network: blocked requests and audit events of the managed proxies, live, with the process that made them, and
-// counts per host.
+// counts per host. The two event tables are virtualized (virtualRows.ts: only the rows in view are in the DOM, rows of
+// one fixed height), so a proxy flood costs the page the rows on screen, a few times a second.
 import type { MonitorAudit, MonitorBlocked } from '../../src/protocol/monitor.js';
-import { h, replace } from '../dom.js';
+import { h, type Paced, paced, reconcile, replace, setText } from '../dom.js';
 import { commandOf } from '../processTable.js';
 import { procKey } from '../store.js';
 import type { AppContext, View } from '../view.js';
+import { VirtualRows } from '../virtualRows.js';
 
 /** The server filter's "all" (a server id is never this). */
 const ALL = '\u0001all';
+/** Height of an event row (two lines: styles.css `.net-table`). */
+const NET_ROW = 44;
 
 const REASON_TEXT: Record<string, string> = {
   not_allowed: 'not in the allowlist',
@@ -18,15 +22,76 @@ const REASON_TEXT: Record<string, string> = {
   proxy_disabled: 'proxy disabled',
 };
 
+/** One formatter (toLocaleTimeString makes one per call: ~40 µs a row under a flood). */
+const TIME = new Intl.DateTimeFormat(undefined, {
+  hour: '2-digit',
+  minute: '2-digit',
+  second: '2-digit',
+  hour12: false,
+});
+
 function time(ts: number | string): string {
   const d = typeof ts === 'number' ? new Date(ts * 1000) : new Date(ts);
-  return Number.isNaN(d.getTime()) ? String(ts) : d.toLocaleTimeString(undefined, { hour12: false });
+  return Number.isNaN(d.getTime()) ? String(ts) : TIME.format(d);
+}
+
+type NetEvent = MonitorBlocked | MonitorAudit;
+
+/**
+ * One virtualized table of events, newest first. A row element shows an event until the event in its slot changes,
+ * or what the row showed of the fleet or of its process did (`stamp`).
+ */
+class EventTable<E extends NetEvent> {
+  readonly scroller = h('div', { class: 'table-wrap net-scroll' });
+  readonly empty: HTMLElement;
+  private readonly tbody = h('tbody');
+  private list: E[] = [];
+  private readonly rows: VirtualRows<E>;
+
+  constructor(
+    table: HTMLTableElement,
+    emptyText: string,
+    columns: () => number,
+    version: (e: E) => number,
+    bind: (tr: HTMLTableRowElement, e: E) => void,
+  ) {
+    table.classList.add('net-table');
+    table.append(this.tbody);
+    this.empty = h('div', { class: 'muted small net-empty' }, emptyText);
+    this.scroller.append(table, this.empty);
+    this.rows = new VirtualRows<E>({
+      scroller: this.scroller,
+      tbody: this.tbody,
+      rowHeight: NET_ROW,
+      columns,
+      count: () => this.list.length,
+      at: (i) => this.list[i],
+      indexOf: (e) => this.list.indexOf(e),
+      key: (e) => String(e.id),
+      version,
+      bind,
+      overscan: 4,
+    });
+  }
+
+  /** Reads what the render needs of the layout (every table of the view, before any of them writes). */
+  measure(): void {
+    this.rows.measure();
+  }
+
+  render(list: E[]): void {
+    this.list = list;
+    this.empty.hidden = list.length > 0;
+    this.rows.render();
+  }
+
+  invalidate(): void {
+    this.rows.invalidate();
+  }
 }
 
 export class NetworkView implements View {
   readonly el = h('section', { 'aria-label': 'Network' });
-  private readonly blockedBody = h('tbody');
-  private readonly auditBody = h('tbody');
   private readonly hostsBody = h('tbody');
   private readonly notice = h('div', { class: 'notice', hidden: true });
   private readonly filter = h(
@@ -43,54 +108,79 @@ export class NetworkView implements View {
     hidden: true,
   });
   private serverIds = '';
-  private scheduled = false;
   private visible = false;
+  private fleet = false;
+  private readonly blocked: EventTable<MonitorBlocked>;
+  private readonly audit: EventTable<MonitorAudit>;
+  private readonly hostRows = new Map<
+    string,
+    { tr: HTMLTableRowElement; allowed: number; blocked: number }
+  >();
+  private readonly noHosts = h('tr', null, h('td', { colspan: '3', class: 'empty-cell' }, 'No traffic yet.'));
+  /** A render while the view is shown, paced (dom.ts): a flood of events is drawn a few times a second. */
+  private readonly schedule: Paced = paced(() => {
+    if (this.visible) this.render();
+  });
 
   constructor(private readonly ctx: AppContext) {
     this.filter.addEventListener('change', () => this.render());
     this.serverSel.addEventListener('change', () => this.render());
-    const blockedTable = h(
-      'table',
-      { class: 'table', 'data-testid': 'blocked-table' },
+    const cols = (n: number) => () => n + (this.fleet ? 1 : 0);
+    this.blocked = new EventTable<MonitorBlocked>(
       h(
-        'thead',
-        null,
+        'table',
+        { class: 'table', 'data-testid': 'blocked-table' },
+        this.colgroup(['80px', '25%', '18%', '16%', 'auto']),
         h(
-          'tr',
+          'thead',
           null,
-          this.serverHead(),
-          h('th', null, 'Time'),
-          h('th', null, 'Host'),
-          h('th', null, 'Reason'),
-          h('th', null, 'Method'),
-          h('th', null, 'Process'),
+          h(
+            'tr',
+            null,
+            this.serverHead(),
+            h('th', null, 'Time'),
+            h('th', null, 'Host'),
+            h('th', null, 'Reason'),
+            h('th', null, 'Method'),
+            h('th', null, 'Process'),
+          ),
         ),
       ),
-      this.blockedBody,
+      'No blocked requests.',
+      cols(5),
+      (e) => this.versionOf(e),
+      (tr, e) => this.bindBlocked(tr, e),
     );
-    const auditTable = h(
-      'table',
-      { class: 'table', 'data-testid': 'audit-table' },
+    this.audit = new EventTable<MonitorAudit>(
       h(
-        'thead',
-        null,
+        'table',
+        { class: 'table', 'data-testid': 'audit-table' },
+        this.colgroup(['80px', '11%', '20%', '12%', '20%', 'auto']),
         h(
-          'tr',
+          'thead',
           null,
-          this.serverHead(),
-          h('th', null, 'Time'),
-          h('th', null, 'Decision'),
-          h('th', null, 'Host'),
-          h('th', null, 'Method'),
-          h('th', null, 'Process'),
-          h('th', null, 'Audit metadata'),
+          h(
+            'tr',
+            null,
+            this.serverHead(),
+            h('th', null, 'Time'),
+            h('th', null, 'Decision'),
+            h('th', null, 'Host'),
+            h('th', null, 'Method'),
+            h('th', null, 'Process'),
+            h('th', null, 'Audit metadata'),
+          ),
         ),
       ),
-      this.auditBody,
+      'No policy decisions yet.',
+      cols(6),
+      (e) => this.versionOf(e),
+      (tr, e) => this.bindAudit(tr, e),
     );
+    for (const t of [this.blocked, this.audit]) t.scroller.addEventListener('click', (e) => this.follow(e));
     const hostsTable = h(
       'table',
-      { class: 'table compact', 'data-testid': 'hosts-table' },
+      { class: 'table compact net-hosts', 'data-testid': 'hosts-table' },
       h(
         'thead',
         null,
@@ -110,23 +200,25 @@ export class NetworkView implements View {
       h(
         'div',
         { class: 'net-grid' },
+        h('div', { class: 'card' }, h('h3', null, 'Blocked requests'), this.blocked.scroller),
         h(
           'div',
           { class: 'card' },
-          h('h3', null, 'Blocked requests'),
-          h('div', { class: 'table-wrap' }, blockedTable),
+          h('h3', null, 'Per host'),
+          h('div', { class: 'table-wrap net-scroll' }, hostsTable),
         ),
-        h('div', { class: 'card' }, h('h3', null, 'Per host'), h('div', { class: 'table-wrap' }, hostsTable)),
         h(
           'div',
           { class: 'card span2' },
           h('div', { class: 'card-head' }, h('h3', null, 'Policy decisions (audit)'), this.filter),
-          h('div', { class: 'table-wrap' }, auditTable),
+          this.audit.scroller,
         ),
       ),
     );
     ctx.store.on((c) => {
-      if (c === 'network' || c === 'dropped' || c === 'servers' || c === 'snapshot') this.schedule();
+      if (!this.visible) return;
+      if (c === 'network' || c === 'dropped' || c === 'servers' || c === 'snapshot' || c === 'processes')
+        this.schedule();
     });
   }
 
@@ -139,6 +231,25 @@ export class NetworkView implements View {
     this.visible = false;
   }
 
+  /** The column widths of the event tables, and of the server column a fleet host shows first. */
+  private readonly colgroups: [HTMLTableColElement, string[]][] = [];
+  private colgroup(widths: string[]): HTMLTableColElement {
+    const g = h('colgroup') as HTMLTableColElement;
+    this.colgroups.push([g, widths]);
+    this.renderColumns();
+    return g;
+  }
+
+  private renderColumns(): void {
+    for (const [g, widths] of this.colgroups)
+      replace(
+        g,
+        (this.fleet ? ['110px', ...widths] : widths).map((w) =>
+          h('col', { style: w === 'auto' ? null : `width:${w}` }),
+        ),
+      );
+  }
+
   private serverHead(): HTMLElement {
     return h('th', { class: 'srv-head' }, 'Server');
   }
@@ -148,6 +259,12 @@ export class NetworkView implements View {
     const s = this.ctx.store;
     this.serverSel.hidden = !s.fleet;
     this.el.classList.toggle('fleet', s.fleet);
+    if (this.fleet !== s.fleet) {
+      this.fleet = s.fleet;
+      this.renderColumns();
+      this.blocked.invalidate();
+      this.audit.invalidate();
+    }
     const ids = [...s.servers.keys()];
     if (ids.join('\u0000') === this.serverIds) return;
     this.serverIds = ids.join('\u0000');
@@ -160,19 +277,21 @@ export class NetworkView implements View {
     );
   }
 
-  private schedule(): void {
-    if (this.scheduled || !this.visible) return;
-    this.scheduled = true;
-    requestAnimationFrame(() => {
-      this.scheduled = false;
-      this.render();
-    });
+  /** An event's row is drawn again once its process is known (its cell becomes a link). */
+  private versionOf(e: NetEvent): number {
+    return this.ctx.store.processFor(e.server ?? '', e.processId, e.sessionId) ? 1 : 0;
+  }
+
+  /** A click on a process link (one listener per table, not one per row). */
+  private follow(e: Event): void {
+    const a = (e.target as HTMLElement).closest('a[data-proc]') as HTMLElement | null;
+    if (!a) return;
+    e.preventDefault();
+    this.ctx.go('processes', a.dataset.proc!);
   }
 
   private serverCell(server: string | undefined): HTMLElement | null {
-    return this.ctx.store.fleet
-      ? h('td', { class: 'small srv' }, this.ctx.store.serverName(server ?? ''))
-      : null;
+    return this.fleet ? h('td', { class: 'small srv' }, this.ctx.store.serverName(server ?? '')) : null;
   }
 
   private processCell(server: string | undefined, processId: string, sessionId: string | null): HTMLElement {
@@ -183,20 +302,62 @@ export class NetworkView implements View {
       { class: 'proc-link' },
       h(
         'a',
-        {
-          href: '#',
-          onclick: (e: Event) => {
-            e.preventDefault();
-            this.ctx.go('processes', procKey(p));
-          },
-        },
+        { href: '#', 'data-proc': procKey(p) },
         h('span', { class: 'mono small' }, commandOf(p).slice(0, 60)),
       ),
       h('div', { class: 'muted small' }, `${p.clientName} · ${p.processId}`),
     );
   }
 
+  private bindBlocked(tr: HTMLTableRowElement, b: MonitorBlocked): void {
+    tr.dataset.host = b.host;
+    tr.dataset.reason = b.reason;
+    tr.dataset.server = b.server ?? '';
+    tr.replaceChildren(
+      ...[
+        this.serverCell(b.server),
+        h('td', { class: 'small' }, time(b.timestamp)),
+        h('td', { class: 'mono' }, b.port ? `${b.host}:${b.port}` : b.host),
+        h(
+          'td',
+          null,
+          h('span', { class: `reason reason-${b.reason}`, title: REASON_TEXT[b.reason] ?? '' }, b.reason),
+          h('div', { class: 'muted small' }, REASON_TEXT[b.reason] ?? ''),
+        ),
+        h('td', { class: 'small' }, b.method ?? b.protocol, b.mode ? ` · ${b.mode}` : ''),
+        this.processCell(b.server, b.processId, b.sessionId),
+      ].filter((x) => x !== null),
+    );
+  }
+
+  private bindAudit(tr: HTMLTableRowElement, a: MonitorAudit): void {
+    tr.dataset.server = a.server ?? '';
+    tr.replaceChildren(
+      ...[
+        this.serverCell(a.server),
+        h('td', { class: 'small' }, time(a.timestamp)),
+        h(
+          'td',
+          null,
+          h('span', { class: `decision decision-${a.decision}` }, a.decision),
+          a.decision !== 'allow' ? h('div', { class: 'muted small' }, a.reason) : null,
+        ),
+        h('td', { class: 'mono' }, `${a.host}:${a.port}`),
+        h('td', { class: 'small' }, a.method, h('div', { class: 'muted small' }, a.protocol)),
+        this.processCell(a.server, a.processId, a.sessionId),
+        ((text: string) => h('td', { class: 'small mono', title: text }, text || '–'))(
+          Object.entries(a.metadata)
+            .map(([k, v]) => `${k}=${String(v)}`)
+            .join(' '),
+        ),
+      ].filter((x) => x !== null),
+    );
+  }
+
   private render(): void {
+    this.schedule.ran();
+    this.blocked.measure();
+    this.audit.measure();
     const s = this.ctx.store;
     const d = s.dropped;
     const notes: string[] = [];
@@ -205,86 +366,66 @@ export class NetworkView implements View {
       notes.push(`${d.network} network events were skipped because the panel read too slowly.`);
     if (d.evicted > 0) notes.push(`${d.evicted} older events were evicted from the host's rings.`);
     this.notice.hidden = notes.length === 0;
-    replace(this.notice, notes.join(' '));
+    setText(this.notice, notes.join(' '));
 
     this.renderServers();
     const server = this.serverSel.hidden || this.serverSel.value === ALL ? null : this.serverSel.value;
     const mine = (e: { server?: string | undefined }) => server === null || (e.server ?? '') === server;
-    const blocked = [...s.blocked].reverse().filter(mine);
-    replace(
-      this.blockedBody,
-      blocked.length === 0
-        ? h('tr', null, h('td', { colspan: '6', class: 'empty-cell' }, 'No blocked requests.'))
-        : blocked.map((b: MonitorBlocked) =>
-            h(
-              'tr',
-              { 'data-host': b.host, 'data-reason': b.reason, 'data-server': b.server ?? '' },
-              this.serverCell(b.server),
-              h('td', { class: 'small' }, time(b.timestamp)),
-              h('td', { class: 'mono' }, b.port ? `${b.host}:${b.port}` : b.host),
-              h(
-                'td',
-                null,
-                h(
-                  'span',
-                  { class: `reason reason-${b.reason}`, title: REASON_TEXT[b.reason] ?? '' },
-                  b.reason,
-                ),
-                h('div', { class: 'muted small' }, REASON_TEXT[b.reason] ?? ''),
-              ),
-              h('td', { class: 'small' }, b.method ?? b.protocol, b.mode ? ` · ${b.mode}` : ''),
-              this.processCell(b.server, b.processId, b.sessionId),
-            ),
-          ),
-    );
-    const hosts = [...s.hosts.values()].sort((a, b) => b.blocked + b.allowed - (a.blocked + a.allowed));
-    replace(
-      this.hostsBody,
-      hosts.length === 0
-        ? h('tr', null, h('td', { colspan: '3', class: 'empty-cell' }, 'No traffic yet.'))
-        : hosts.map((c) =>
-            h(
-              'tr',
-              { 'data-host': c.host },
-              h('td', { class: 'mono' }, c.host),
-              h('td', { class: 'num' }, String(c.allowed)),
-              h('td', { class: `num ${c.blocked > 0 ? 'bad' : ''}` }, String(c.blocked)),
-            ),
-          ),
-    );
+    this.blocked.render(newestFirst(s.blocked, mine));
     const f = this.filter.value;
-    const audit = [...s.audit]
-      .reverse()
-      .filter(mine)
-      .filter((a) => !f || (f === 'allow' ? a.decision === 'allow' : a.decision !== 'allow'));
-    replace(
-      this.auditBody,
-      audit.length === 0
-        ? h('tr', null, h('td', { colspan: '7', class: 'empty-cell' }, 'No policy decisions yet.'))
-        : audit.slice(0, 300).map((a: MonitorAudit) =>
-            h(
-              'tr',
-              { 'data-server': a.server ?? '' },
-              this.serverCell(a.server),
-              h('td', { class: 'small' }, time(a.timestamp)),
-              h(
-                'td',
-                null,
-                h('span', { class: `decision decision-${a.decision}` }, a.decision),
-                a.decision !== 'allow' ? h('div', { class: 'muted small' }, a.reason) : null,
-              ),
-              h('td', { class: 'mono' }, `${a.host}:${a.port}`),
-              h('td', { class: 'small' }, a.method, h('div', { class: 'muted small' }, a.protocol)),
-              this.processCell(a.server, a.processId, a.sessionId),
-              h(
-                'td',
-                { class: 'small mono' },
-                Object.entries(a.metadata)
-                  .map(([k, v]) => `${k}=${String(v)}`)
-                  .join(' ') || '–',
-              ),
-            ),
-          ),
+    this.audit.render(
+      newestFirst(
+        s.audit,
+        (a) => mine(a) && (!f || (f === 'allow' ? a.decision === 'allow' : a.decision !== 'allow')),
+      ),
     );
+    this.renderHosts();
   }
+
+  /** Per host: a row per host, its counts written when they changed, ordered by traffic. */
+  private renderHosts(): void {
+    const hosts = [...this.ctx.store.hosts.values()].sort(
+      (a, b) => b.blocked + b.allowed - (a.blocked + a.allowed),
+    );
+    if (hosts.length === 0) {
+      reconcile(this.hostsBody, [this.noHosts]);
+      return;
+    }
+    const rows = hosts.map((c) => {
+      let r = this.hostRows.get(c.host);
+      if (!r) {
+        r = {
+          tr: h(
+            'tr',
+            { 'data-host': c.host },
+            h('td', { class: 'mono' }, c.host),
+            h('td', { class: 'num' }),
+            h('td', { class: 'num' }),
+          ),
+          allowed: -1,
+          blocked: -1,
+        };
+        this.hostRows.set(c.host, r);
+      }
+      if (r.allowed !== c.allowed) {
+        r.allowed = c.allowed;
+        r.tr.children[1]!.textContent = String(c.allowed);
+      }
+      if (r.blocked !== c.blocked) {
+        r.blocked = c.blocked;
+        const td = r.tr.children[2] as HTMLElement;
+        td.textContent = String(c.blocked);
+        td.className = `num ${c.blocked > 0 ? 'bad' : ''}`;
+      }
+      return r.tr;
+    });
+    reconcile(this.hostsBody, rows);
+  }
+}
+
+/** The items of `list` (oldest first) that pass `keep`, newest first. */
+function newestFirst<T>(list: readonly T[], keep: (x: T) => boolean): T[] {
+  const out: T[] = [];
+  for (let i = list.length - 1; i >= 0; i--) if (keep(list[i]!)) out.push(list[i]!);
+  return out;
 }

@@ -11,7 +11,7 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import WebSocket, { WebSocketServer } from 'ws';
-import type { MonitorProcess } from '../../src/protocol/monitor.js';
+import type { MonitorAudit, MonitorBlocked, MonitorProcess } from '../../src/protocol/monitor.js';
 import { emptySnapshot } from '../helpers/monitorRows.js';
 import { Agent, type Serve, type Timing } from './panelDriver.js';
 
@@ -28,6 +28,11 @@ export interface FeedPod {
    * and closed (by this pod's clock, the bench's) once the last closed row was sent.
    */
   run(opts: { total: number; rate: number; prefix: string }): Promise<Timing[]>;
+  /**
+   * Sends `total` network events at `rate`/s, batched every 25 ms: half blocked requests, half policy decisions of its
+   * proxies (as a proxy flood would), for 40 hosts under `.invalid` (names only: nothing is dialled).
+   */
+  runNetwork(opts: { total: number; rate: number }): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -83,6 +88,7 @@ export async function startFeedPod(template: MonitorProcess, sessionId: string):
     closedAt: closed ? startedAt + LIFE_MS : null,
   });
 
+  let networkId = 0;
   return {
     url: `ws://127.0.0.1:${port}/`,
     subscribed,
@@ -123,6 +129,65 @@ export async function startFeedPod(template: MonitorProcess, sessionId: string):
           if (started >= total && live.length === 0) {
             clearInterval(timer);
             resolve(timings);
+          }
+        };
+        const timer = setInterval(tick, BATCH_MS);
+      });
+    },
+    runNetwork({ total, rate }) {
+      return new Promise((resolve) => {
+        const t0 = Date.now();
+        let sent = 0;
+        const tick = () => {
+          const now = Date.now();
+          const blocked: MonitorBlocked[] = [];
+          const audit: MonitorAudit[] = [];
+          const due = Math.min(total, Math.floor(((now - t0) / 1000) * rate) + 1);
+          for (; sent < due; sent++) {
+            const target = `host-${sent % 40}.invalid`;
+            const processId = `net-${sent % 64}`;
+            if (sent % 2 === 0)
+              blocked.push({
+                id: ++networkId,
+                processId,
+                sessionId,
+                host: target,
+                port: 443,
+                reason: 'not_allowed',
+                method: 'CONNECT',
+                protocol: 'http-connect',
+                mode: 'full',
+                decision: 'deny',
+                source: 'baseline_policy',
+                client: null,
+                timestamp: now / 1000,
+                blockedTotal: networkId,
+              });
+            else
+              audit.push({
+                id: ++networkId,
+                processId,
+                sessionId,
+                host: target,
+                port: 443,
+                decision: sent % 4 === 1 ? 'allow' : 'deny',
+                reason: sent % 4 === 1 ? 'allowed' : 'not_allowed',
+                source: 'baseline_policy',
+                protocol: 'http-connect',
+                method: 'CONNECT',
+                scope: 'domain',
+                override: false,
+                timestamp: new Date(now).toISOString(),
+                metadata: { 'conversation.id': 'bench' },
+              });
+          }
+          if (blocked.length + audit.length > 0)
+            host?.send(
+              JSON.stringify({ method: 'monitor/batch', params: { blocked, audit, serverTime: now } }),
+            );
+          if (sent >= total) {
+            clearInterval(timer);
+            resolve();
           }
         };
         const timer = setInterval(tick, BATCH_MS);

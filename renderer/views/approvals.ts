@@ -9,7 +9,7 @@ import type {
   RememberedDecision,
 } from '../../src/protocol/approvals.js';
 import type { TypedRequests } from '../../src/protocol/client.js';
-import { h, replace, shellJoin } from '../dom.js';
+import { h, type Paced, paced, reconcile, replace, shellJoin } from '../dom.js';
 import type { AppContext, View } from '../view.js';
 
 const MAX_AUDIT = 500;
@@ -76,6 +76,16 @@ export class ApprovalsView implements View {
   );
   private lastExport: ExportResult | null = null;
   private readonly ticker: ReturnType<typeof setInterval>;
+  private visible = false;
+  /** The prompt cards shown, by prompt key: a card is made once (a click on it is never lost to a redraw). */
+  private readonly cards = new Map<string, { card: HTMLElement; prompt: ApprovalPrompt; fleet: boolean }>();
+  /** The audit rows made, by event (an event never changes once received). */
+  private readonly auditRows = new WeakMap<ApprovalAuditEvent, HTMLTableRowElement>();
+  /**
+   * Renders are paced (dom.ts): a burst of prompts and audit events is drawn a few times a second, not once per
+   * notification; the view's tables only while it is shown.
+   */
+  private readonly schedule: Paced = paced(() => this.render());
 
   constructor(private readonly ctx: AppContext) {
     const table = (testid: string, heads: string[], body: HTMLElement) =>
@@ -172,8 +182,13 @@ export class ApprovalsView implements View {
   }
 
   show(): void {
+    this.visible = true;
     this.render();
     this.refreshExport();
+  }
+
+  hide(): void {
+    this.visible = false;
   }
 
   /** Subscribes (after each (re)connection) and loads the current state. */
@@ -214,16 +229,23 @@ export class ApprovalsView implements View {
       default:
         return;
     }
-    this.render();
+    this.schedule();
   }
 
   private async decide(prompt: ApprovalPrompt, decision: ApprovalDecision, card: HTMLElement): Promise<void> {
-    for (const b of card.querySelectorAll('button')) b.disabled = true;
+    // Busy: a render while the answer is on its way leaves the buttons disabled.
+    for (const b of card.querySelectorAll('button')) {
+      b.disabled = true;
+      b.dataset.busy = '1';
+    }
     try {
       await this.ctx.conn.request('approvals/decide', { ...on(prompt.server), id: prompt.id, decision });
     } catch (e) {
       this.ctx.toast(`Could not apply the decision: ${(e as Error).message}`, 'error');
-      for (const b of card.querySelectorAll('button')) b.disabled = false;
+      for (const b of card.querySelectorAll('button')) {
+        b.disabled = false;
+        delete b.dataset.busy;
+      }
     }
   }
 
@@ -260,11 +282,12 @@ export class ApprovalsView implements View {
   private tick(): void {
     const els = [
       ...this.prompts.querySelectorAll<HTMLElement>('[data-expires]'),
-      ...this.el.querySelectorAll<HTMLElement>('[data-expires]'),
+      ...(this.visible ? this.el.querySelectorAll<HTMLElement>('[data-expires]') : []),
     ];
     for (const el of els) {
       const at = Number(el.dataset.expires);
-      el.textContent = `${Math.max(0, Math.ceil((at - Date.now() - this.skew) / 1000))}s left`;
+      const text = `${Math.max(0, Math.ceil((at - Date.now() - this.skew) / 1000))}s left`;
+      if (el.textContent !== text) el.textContent = text;
     }
   }
 
@@ -282,70 +305,97 @@ export class ApprovalsView implements View {
   }
 
   private render(): void {
+    this.schedule.ran();
     const list = [...this.pending.values()].sort((a, b) => a.requestedAt - b.requestedAt);
     this.onCount(list.length);
+    this.renderPrompts(list);
+    if (this.visible) this.renderTables(list);
+    this.tick();
+  }
+
+  /** The prompt stack: a card per prompt, made when it comes, updated in place, removed when it is resolved. */
+  private renderPrompts(list: ApprovalPrompt[]): void {
+    const fleet = this.ctx.store.fleet;
+    const connected = this.ctx.conn.state === 'connected';
+    const keep = new Set<string>();
+    const cards = list.map((p) => {
+      const k = pkey(p.server, p.id);
+      keep.add(k);
+      let c = this.cards.get(k);
+      if (!c || c.fleet !== fleet || c.prompt.waiting !== p.waiting || c.prompt.expiresAt !== p.expiresAt) {
+        c = { card: this.card(p), prompt: p, fleet };
+        this.cards.set(k, c);
+      }
+      for (const b of c.card.querySelectorAll<HTMLButtonElement>('button[data-decision]'))
+        if (b.dataset.busy !== '1') b.disabled = !connected;
+      return c.card;
+    });
+    for (const k of this.cards.keys()) if (!keep.has(k)) this.cards.delete(k);
+    reconcile(this.prompts, cards);
+  }
+
+  private card(p: ApprovalPrompt): HTMLElement {
+    const card = h('div', {
+      class: 'approval-prompt',
+      role: 'alertdialog',
+      'aria-label': `Network request from ${p.processId} to ${p.host}`,
+      'data-testid': 'approval-prompt',
+      'data-id': p.id,
+      'data-server': p.server ?? '',
+    });
     replace(
-      this.prompts,
-      list.map((p) => {
-        const card = h('div', {
-          class: 'approval-prompt',
-          role: 'alertdialog',
-          'aria-label': `Network request from ${p.processId} to ${p.host}`,
-          'data-testid': 'approval-prompt',
-          'data-id': p.id,
-          'data-server': p.server ?? '',
-        });
-        replace(
-          card,
+      card,
+      h(
+        'div',
+        { class: 'approval-head' },
+        h('strong', null, 'Allow network access?'),
+        h('span', { class: 'muted small', 'data-expires': String(p.expiresAt) }, `${this.left(p)}s left`),
+      ),
+      h(
+        'dl',
+        { class: 'approval-facts' },
+        this.ctx.store.fleet
+          ? [
+              h('dt', null, 'Server'),
+              h('dd', { 'data-field': 'server' }, this.ctx.store.serverName(p.server ?? '')),
+            ]
+          : null,
+        h('dt', null, 'Process'),
+        h('dd', { 'data-field': 'process' }, `${p.processId} (${p.clientName})`),
+        h('dt', null, 'Command'),
+        h('dd', { 'data-field': 'command' }, h('code', null, shellJoin(p.command))),
+        h('dt', null, 'Host'),
+        h('dd', { 'data-field': 'host' }, h('code', null, p.host)),
+        h('dt', null, 'Port'),
+        h('dd', { 'data-field': 'port' }, String(p.port)),
+        h('dt', null, 'Protocol'),
+        h('dd', { 'data-field': 'protocol' }, p.protocol),
+        h('dt', null, 'Method'),
+        h('dd', { 'data-field': 'method' }, p.method ?? '—'),
+        p.waiting > 1 ? [h('dt', null, 'Held'), h('dd', null, `${p.waiting} requests`)] : null,
+      ),
+      h(
+        'div',
+        { class: 'btn-row' },
+        BUTTONS.map(([d, label, cls]) =>
           h(
-            'div',
-            { class: 'approval-head' },
-            h('strong', null, 'Allow network access?'),
-            h('span', { class: 'muted small', 'data-expires': String(p.expiresAt) }, `${this.left(p)}s left`),
+            'button',
+            {
+              class: cls,
+              'data-decision': d,
+              disabled: this.ctx.conn.state !== 'connected',
+              onclick: () => this.decide(p, d, card),
+            },
+            label,
           ),
-          h(
-            'dl',
-            { class: 'approval-facts' },
-            this.ctx.store.fleet
-              ? [
-                  h('dt', null, 'Server'),
-                  h('dd', { 'data-field': 'server' }, this.ctx.store.serverName(p.server ?? '')),
-                ]
-              : null,
-            h('dt', null, 'Process'),
-            h('dd', { 'data-field': 'process' }, `${p.processId} (${p.clientName})`),
-            h('dt', null, 'Command'),
-            h('dd', { 'data-field': 'command' }, h('code', null, shellJoin(p.command))),
-            h('dt', null, 'Host'),
-            h('dd', { 'data-field': 'host' }, h('code', null, p.host)),
-            h('dt', null, 'Port'),
-            h('dd', { 'data-field': 'port' }, String(p.port)),
-            h('dt', null, 'Protocol'),
-            h('dd', { 'data-field': 'protocol' }, p.protocol),
-            h('dt', null, 'Method'),
-            h('dd', { 'data-field': 'method' }, p.method ?? '—'),
-            p.waiting > 1 ? [h('dt', null, 'Held'), h('dd', null, `${p.waiting} requests`)] : null,
-          ),
-          h(
-            'div',
-            { class: 'btn-row' },
-            BUTTONS.map(([d, label, cls]) =>
-              h(
-                'button',
-                {
-                  class: cls,
-                  'data-decision': d,
-                  disabled: this.ctx.conn.state !== 'connected',
-                  onclick: () => this.decide(p, d, card),
-                },
-                label,
-              ),
-            ),
-          ),
-        );
-        return card;
-      }),
+        ),
+      ),
     );
+    return card;
+  }
+
+  /** The view's own tables (only while it is shown): pending, remembered decisions, the approval audit. */
+  private renderTables(list: ApprovalPrompt[]): void {
     replace(
       this.pendingBody,
       list.length === 0
@@ -385,32 +435,41 @@ export class ApprovalsView implements View {
             ),
           ),
     );
-    replace(
+    const audit: HTMLTableRowElement[] = [];
+    for (let i = this.audit.length - 1; i >= 0; i--) {
+      const e = this.audit[i]!;
+      let tr = this.auditRows.get(e);
+      if (!tr) {
+        tr = this.auditRow(e);
+        this.auditRows.set(e, tr);
+      }
+      audit.push(tr);
+    }
+    reconcile(
       this.auditBody,
-      this.audit.length === 0
-        ? h('tr', null, h('td', { colspan: '5', class: 'muted' }, 'No approval events yet.'))
-        : [...this.audit]
-            .reverse()
-            .map((e) =>
-              h(
-                'tr',
-                null,
-                h('td', null, clock(e.timestamp)),
-                h(
-                  'td',
-                  null,
-                  e.kind === 'decided'
-                    ? (OUTCOME_TEXT[e.decision ?? ''] ?? e.decision)
-                    : (OUTCOME_TEXT[e.kind] ?? e.kind),
-                  e.note ? h('div', { class: 'muted small' }, e.note) : null,
-                ),
-                h('td', null, h('code', null, target(e))),
-                h('td', null, this.processLabel(e)),
-                h('td', { class: 'num' }, String(e.released)),
-              ),
-            ),
+      audit.length > 0
+        ? audit
+        : [h('tr', null, h('td', { colspan: '5', class: 'muted' }, 'No approval events yet.'))],
     );
-    this.tick();
+  }
+
+  private auditRow(e: ApprovalAuditEvent): HTMLTableRowElement {
+    return h(
+      'tr',
+      null,
+      h('td', null, clock(e.timestamp)),
+      h(
+        'td',
+        null,
+        e.kind === 'decided'
+          ? (OUTCOME_TEXT[e.decision ?? ''] ?? e.decision)
+          : (OUTCOME_TEXT[e.kind] ?? e.kind),
+        e.note ? h('div', { class: 'muted small' }, e.note) : null,
+      ),
+      h('td', null, h('code', null, target(e))),
+      h('td', null, this.processLabel(e)),
+      h('td', { class: 'num' }, String(e.released)),
+    );
   }
 
   dispose(): void {

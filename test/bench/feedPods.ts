@@ -33,6 +33,11 @@ export interface FeedPod {
    * proxies (as a proxy flood would), for 40 hosts under `.invalid` (names only: nothing is dialled).
    */
   runNetwork(opts: { total: number; rate: number }): Promise<void>;
+  /**
+   * Asks `total` network approvals at `rate`/s (a prompt each, with its audit event), each answered (denied) 100 ms
+   * later: the prompt stack over every view, under a burst of prompts.
+   */
+  runApprovals(opts: { total: number; rate: number }): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -186,6 +191,77 @@ export async function startFeedPod(template: MonitorProcess, sessionId: string):
               JSON.stringify({ method: 'monitor/batch', params: { blocked, audit, serverTime: now } }),
             );
           if (sent >= total) {
+            clearInterval(timer);
+            resolve();
+          }
+        };
+        const timer = setInterval(tick, BATCH_MS);
+      });
+    },
+    runApprovals({ total, rate }) {
+      return new Promise((resolve) => {
+        const t0 = Date.now();
+        let asked = 0;
+        let seq = 0;
+        const open: { id: string; at: number; processId: string; host: string }[] = [];
+        const send = (method: string, params: unknown) => host?.send(JSON.stringify({ method, params }));
+        const event = (kind: 'requested' | 'decided', o: (typeof open)[number], now: number) => ({
+          seq: ++seq,
+          timestamp: now,
+          kind,
+          promptId: o.id,
+          decisionId: null,
+          decision: kind === 'decided' ? 'deny' : null,
+          sessionId,
+          processId: o.processId,
+          command: ['/bin/true'],
+          host: o.host,
+          port: 443,
+          protocol: 'https_connect',
+          method: 'CONNECT',
+          released: kind === 'decided' ? 1 : 0,
+          note: null,
+          decidedBy:
+            kind === 'decided' ? { kind: 'panel', credential: 'panel-token', clientName: null } : null,
+        });
+        const tick = () => {
+          const now = Date.now();
+          while (open.length > 0 && open[0]!.at + 100 <= now) {
+            const o = open.shift()!;
+            send('approvals/resolved', { id: o.id, outcome: 'deny', released: 1, resolvedAt: now });
+            send('approvals/audit', { event: event('decided', o, now) });
+          }
+          const due = Math.min(total, Math.floor(((now - t0) / 1000) * rate) + 1);
+          for (; asked < due; asked++) {
+            const o = {
+              id: `prompt-${asked}`,
+              at: now,
+              processId: `ask-${asked % 16}`,
+              host: `ask-${asked % 8}.invalid`,
+            };
+            open.push(o);
+            send('approvals/requested', {
+              prompt: {
+                id: o.id,
+                sessionId,
+                processId: o.processId,
+                clientName: 'agent-pod',
+                command: ['/bin/true'],
+                cwd: '/tmp',
+                host: o.host,
+                port: 443,
+                protocol: 'https_connect',
+                method: 'CONNECT',
+                waiting: 1,
+                requestedAt: now,
+                expiresAt: now + 60_000,
+                timeoutMs: 60_000,
+                requestedTimeoutMs: null,
+              },
+            });
+            send('approvals/audit', { event: event('requested', o, now) });
+          }
+          if (asked >= total && open.length === 0) {
             clearInterval(timer);
             resolve();
           }

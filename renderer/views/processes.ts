@@ -146,7 +146,7 @@ export class ProcessesView implements View {
     ctx.store.on((c) => {
       // Nothing is drawn while the view is hidden: show() draws what it missed.
       if ((c === 'processes' || c === 'connection' || c === 'servers') && this.visible) this.schedule();
-      if (c === 'processes' || c === 'snapshot') this.prepareSearchWhenIdle();
+      if (c === 'snapshot') this.prepareSearchWhenIdle();
       if (c === 'sessions') this.renderSessions();
       if (c === 'dropped') this.renderDropped();
       // After a reconnect the new subscription follows nothing: reopen the shown process.
@@ -294,6 +294,8 @@ export class ProcessesView implements View {
           : h('div', { class: 'muted' }, 'No process matches the filters.'),
       );
     }
+    // New rows' search text is built while the page is idle: asked once per render, not once per feed batch.
+    if (changed.size > 0) this.prepareSearchWhenIdle();
     const probe = (window as unknown as { corralPanelProbe?: Probe }).corralPanelProbe;
     if (probe && changed.size > 0) {
       const rows: { processId: string; state: string; server: string }[] = [];

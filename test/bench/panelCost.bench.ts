@@ -13,9 +13,9 @@
  *   later.
  *
  * Per phase: main-thread time per second (CDP TaskDuration, the wall time of its tasks; the goal is ≤ 100 ms/s, 10%
- * of a core) and per process, its CPU (ThreadTime), the lag of each process's final state behind its close, long
- * tasks, and input latency: a key typed in the search box (a real input event) to the frame that shows its result,
- * then taken back, once a second during the flood (their cost is in the phase's).
+ * of a core) and per process, its CPU (ThreadTime), over the first half of the flood (the feed alone), and over the
+ * second half, where a key is typed in the search box (a real input event) and taken back once a second; the lag of
+ * each process's final state behind its close, long tasks, and input → paint of those keys.
  */
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -119,7 +119,7 @@ async function idlePhase(cdp: CDPSession, section: string): Promise<BenchRow[]> 
 async function costPhase(
   page: Page,
   cdp: CDPSession,
-  phase: { section: string; rate: number; what?: string; typing?: boolean },
+  phase: { section: string; rate: number; what?: string },
   produce: () => Promise<{ timings: Timing[]; rate: number }>,
 ): Promise<BenchRow[]> {
   const { section } = phase;
@@ -128,10 +128,15 @@ async function costPhase(
   const p0 = await page.evaluate(() => performance.now());
   const t0 = performance.now();
   let producing = true;
-  const typing = phase.typing === false ? Promise.resolve() : typeWhile(page, () => !producing);
-  const run = await produce().finally(() => {
+  const running = produce().finally(() => {
     producing = false;
   });
+  // The first half of the flood is the feed alone; in the second, a person types in the search box.
+  await new Promise((r) => setTimeout(r, (FLOOD_S / 2) * 1000));
+  const mHalf = await metrics(cdp);
+  const tHalf = performance.now();
+  const typing = typeWhile(page, () => !producing);
+  const run = await running;
   await typing;
   const missing = await waitShown(
     page,
@@ -139,15 +144,16 @@ async function costPhase(
     120_000,
   );
   const m1 = await metrics(cdp);
-  const seconds = (performance.now() - t0) / 1000;
   const p1 = await page.evaluate(() => performance.now());
+  const t1 = performance.now();
   const shown = await pageTimes(page);
   const l = lags(run.timings, shown);
   const long = longTasksIn(shown.long, p0, p1);
   const input = await takeInputLatency(page);
-  const total = run.timings.length;
-  const taskMs = (m1.taskSeconds - m0.taskSeconds) * 1000;
-  const cpuMs = (m1.cpuSeconds - m0.cpuSeconds) * 1000;
+  const firstS = (tHalf - t0) / 1000;
+  const taskMs = (mHalf.taskSeconds - m0.taskSeconds) * 1000;
+  const cpuMs = (mHalf.cpuSeconds - m0.cpuSeconds) * 1000;
+  const typedTaskPerS = ((m1.taskSeconds - mHalf.taskSeconds) * 1000) / ((t1 - tHalf) / 1000);
   return [
     {
       section,
@@ -158,19 +164,25 @@ async function costPhase(
     },
     {
       section,
-      metric: 'main-thread time per second (TaskDuration)',
-      corral: r2(taskMs / seconds),
+      metric: 'main-thread time per second, the feed alone (TaskDuration)',
+      corral: r2(taskMs / firstS),
       unit: 'ms/s',
       target: `≤ ${BUDGET_MS_PER_S}`,
     },
     {
       section,
       metric: '  per process',
-      corral: r2(taskMs / total),
+      corral: r2(taskMs / firstS / run.rate),
       unit: 'ms',
       target: `≤ ${r2(BUDGET_MS_PER_S / phase.rate)}`,
     },
-    { section, metric: '  its CPU per second (ThreadTime)', corral: r2(cpuMs / seconds), unit: 'ms/s' },
+    { section, metric: '  its CPU per second (ThreadTime)', corral: r2(cpuMs / firstS), unit: 'ms/s' },
+    {
+      section,
+      metric: '  with a key typed in the search box and taken back each second',
+      corral: r2(typedTaskPerS),
+      unit: 'ms/s',
+    },
     {
       section,
       metric: 'lag, final state after process/closed (p50 / p99 / max)',

@@ -3,7 +3,8 @@
 // thread (CDP Performance.getMetrics: TaskDuration, the wall time of its tasks, and ThreadTime, their CPU), not on a
 // wall clock of the test: ≤ 10% of one core is the goal, asserted with a margin. The panel of cca01b7 took 304 ms/s
 // of TaskDuration (182 ms/s of CPU) here and fails (CORRAL_PANEL_FROM=cca01b7 builds it); this one 57 (43). Every process still shows in its final
-// state, and the selection, the counts and the filters are exact after the flood. Figures per rate: `npm run bench
+// state; the row the user scrolled to stays put while rows stream in above it; the selection, the counts and the
+// filters are exact after the flood. Figures per rate: `npm run bench
 // -- panelCost`.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
@@ -18,6 +19,7 @@ import {
   pct,
   waitShown,
 } from '../bench/panelDriver.js';
+import { until } from '../helpers/server.js';
 import { type Browser, openBrowser } from './harness.js';
 import { privateBuild } from './panelBuild.js';
 
@@ -68,6 +70,28 @@ describe('the panel open during a flood of 250 processes a second', () => {
     await page.locator('tr[data-process-id="warm-599"]').click();
     await page.locator('[data-testid="process-detail"]', { hasText: 'warm-599' }).waitFor();
 
+    // Scrolled down to an older row: it stays where it is while rows stream in above it.
+    const topRow = () =>
+      page.evaluate(() => {
+        const sc = document.querySelector('.proc-scroll')!;
+        const r = sc.getBoundingClientRect();
+        const head = sc.querySelector('thead')!.getBoundingClientRect().height;
+        return (
+          document.elementFromPoint(r.left + 60, r.top + head + 8)?.closest('tr')?.dataset.processId ?? null
+        );
+      });
+    await page.evaluate(() => {
+      const sc = document.querySelector('.proc-scroll') as HTMLElement;
+      const head = sc.querySelector('thead')!.getBoundingClientRect().height;
+      sc.scrollTop = (sc.querySelector('tbody') as HTMLElement).offsetTop + 299 * 32 - head;
+    });
+    let before: string | null = null;
+    await until(async () => {
+      before = await topRow();
+      return before !== null;
+    }, 5000);
+    assert.match(before ?? '', /^warm-(29|30)\d$/);
+
     const m0 = await metrics(cdp);
     const t0 = performance.now();
     const run = await flood(agents, { total: RATE * SECONDS, rate: RATE, inflight: 4, prefix: 'f-' });
@@ -94,6 +118,7 @@ describe('the panel open during a flood of 250 processes a second', () => {
     assert.ok(cpuPerS <= BUDGET * CPU_MARGIN, `CPU within ${BUDGET} ms/s × ${CPU_MARGIN}: ${what}`);
     assert.ok(pct(l.final, 99) <= 500, `shown ≤ 500 ms after closing: ${what}`);
 
+    assert.equal(await topRow(), before, 'the row the user scrolled to is still at the top of the view');
     // Exact after the flood: the counts, the selection and its detail, a search.
     const total = 600 + RATE * SECONDS;
     const thin = (x: number) => String(x).replace(/\B(?=(\d{3})+$)/g, '\u202f');

@@ -3,7 +3,7 @@
 
 import type { MethodParams } from '../../src/protocol/methods.js';
 import type { MonitorServer } from '../../src/protocol/monitor.js';
-import { fmtAgo, fmtBytes, h, perFrame, replace } from '../dom.js';
+import { fmtAgo, fmtBytes, h, paced, replace } from '../dom.js';
 import type { AppContext, View } from '../view.js';
 
 const STATE_TEXT: Record<MonitorServer['state'], string> = {
@@ -136,7 +136,10 @@ export class ServersView implements View {
     this.render();
   }
 
-  private readonly schedule = perFrame(() => this.render());
+  /** Paced (dom.ts), and nothing while the view is hidden: show() draws what it missed. */
+  private readonly schedule = paced(() => {
+    if (!this.el.hidden) this.render();
+  });
 
   private render(): void {
     const store = this.ctx.store;

@@ -28,12 +28,13 @@ import {
   Agent,
   flood,
   lags,
+  longTaskRow,
   longTasksIn,
   metrics,
   PAGE_INSTRUMENTATION,
   pageTimes,
-  pct,
   type Serve,
+  spread,
   startServe,
   type Timing,
   waitShown,
@@ -47,10 +48,6 @@ const IDLE_S = 5;
 const BUDGET_MS_PER_S = 100;
 
 const r2 = (v: number) => Math.round(v * 100) / 100;
-const fmt3 = (v: number[]) =>
-  v.length === 0
-    ? 'n/a'
-    : `${Math.round(pct(v, 50))} / ${Math.round(pct(v, 99))} / ${Math.round(Math.max(...v))}`;
 
 /**
  * Installed in the page: for each `input` event on the search box, the time from the event (its timeStamp: when the
@@ -186,22 +183,16 @@ async function costPhase(
     {
       section,
       metric: 'lag, final state after process/closed (p50 / p99 / max)',
-      corral: fmt3(l.final),
+      corral: spread(l.final),
       unit: 'ms',
       target: 'max ≤ 500',
     },
     { section, metric: 'processes never shown in their final state', corral: missing, unit: '', target: '0' },
-    {
-      section,
-      metric: 'long tasks (count / max)',
-      corral: `${long.length} / ${long.length > 0 ? Math.round(Math.max(...long)) : 0}`,
-      unit: 'ms',
-      target: 'max ≤ 100',
-    },
+    longTaskRow(section, long),
     {
       section,
       metric: `input → paint, a key in the search box (p50 / p99 / max of ${input.length})`,
-      corral: fmt3(input),
+      corral: spread(input),
       unit: 'ms',
       target: '≤ 100',
     },
@@ -269,21 +260,20 @@ async function eventPhase(
       corral: r2(((m1.cpuSeconds - m0.cpuSeconds) * 1000) / seconds),
       unit: 'ms/s',
     },
-    {
-      section,
-      metric: 'long tasks (count / max)',
-      corral: `${long.length} / ${long.length > 0 ? Math.round(Math.max(...long)) : 0}`,
-      unit: 'ms',
-      target: 'max ≤ 100',
-    },
+    longTaskRow(section, long),
     {
       section,
       metric: `input → paint, ${probeName} (p50 / p99 / max of ${input.length})`,
-      corral: fmt3(input),
+      corral: spread(input),
       unit: 'ms',
       target: '≤ 100',
     },
   ] satisfies BenchRow[];
+}
+
+/** What a part of the bench that threw says in the table. */
+function errorRow(section: string, e: unknown): BenchRow {
+  return { section, metric: 'ERROR', corral: String(e).slice(0, 160), unit: '' };
 }
 
 /** Runs `total` processes on each pod at `rate`/s each, all at once. */
@@ -318,13 +308,7 @@ async function realAgents(cli: string): Promise<BenchRow[]> {
     rows.push(...(await idlePhase(cdp, section(`real agents, ${2000 + 300 * FLOOD_S} listed`))));
     return rows;
   } catch (e) {
-    rows.push({
-      section: section('real agents'),
-      metric: 'ERROR',
-      corral: String(e).slice(0, 160),
-      unit: '',
-    });
-    return rows;
+    return [...rows, errorRow(section('real agents'), e)];
   } finally {
     for (const a of agents) a.close();
     await browser?.close();
@@ -392,13 +376,7 @@ async function standInPod(cli: string): Promise<BenchRow[]> {
       );
     return rows;
   } catch (e) {
-    rows.push({
-      section: section('stand-in pod'),
-      metric: 'ERROR',
-      corral: String(e).slice(0, 160),
-      unit: '',
-    });
-    return rows;
+    return [...rows, errorRow(section('stand-in pod'), e)];
   } finally {
     await browser?.close();
     await serve?.stop();

@@ -390,6 +390,24 @@ export function longTasksIn(long: [number, number][], from: number, to: number):
   return long.filter(([start]) => start >= from && start <= to).map(([, d]) => d);
 }
 
+/** Long tasks as the page saw them (wall clock, the goal's measure): their count and the longest. */
+export function longTaskRow(section: string, long: number[]): BenchRow {
+  return {
+    section,
+    metric: 'long tasks (count / max)',
+    corral: `${long.length} / ${long.length > 0 ? Math.round(Math.max(...long)) : 0}`,
+    unit: 'ms',
+    target: 'max ≤ 100',
+  };
+}
+
+/** `p50 / p99 / max` of some times (ms). */
+export function spread(v: number[]): string {
+  return v.length === 0
+    ? 'n/a'
+    : `${Math.round(pct(v, 50))} / ${Math.round(pct(v, 99))} / ${Math.round(Math.max(...v))}`;
+}
+
 /**
  * The long-task rows of a phase: long tasks as the page saw them (wall clock, the goal's measure), and the CPU the
  * main thread had in its tasks (from the trace): a wall-clock long task with little CPU waited for a core.
@@ -397,13 +415,7 @@ export function longTasksIn(long: [number, number][], from: number, to: number):
 export function longTaskRows(section: string, long: number[], traced: TracedTask[]): BenchRow[] {
   const maxCpu = traced.reduce((m, t) => Math.max(m, t.cpu), 0);
   return [
-    {
-      section,
-      metric: 'long tasks (count / max)',
-      corral: `${long.length} / ${long.length > 0 ? Math.round(Math.max(...long)) : 0}`,
-      unit: 'ms',
-      target: 'max ≤ 100',
-    },
+    longTaskRow(section, long),
     {
       section,
       metric: '  main-thread CPU of its longest task / tasks over 50 ms of CPU (trace)',
@@ -443,8 +455,6 @@ export async function measurePhase(
   const heap = (await metrics(cdp, true)).heapUsed;
   const total = run.timings.length;
   const perProcess = (seconds: number) => Math.round((seconds * 1e5) / total) / 100;
-  const fmt = (v: number[]) =>
-    `${Math.round(pct(v, 50))} / ${Math.round(pct(v, 99))} / ${Math.round(Math.max(...v))}`;
   return [
     {
       section,
@@ -456,14 +466,14 @@ export async function measurePhase(
     {
       section,
       metric: 'lag, first shown after start (p50 / p99 / max)',
-      corral: fmt(l.appear),
+      corral: spread(l.appear),
       unit: 'ms',
       target: '≤ 250',
     },
     {
       section,
       metric: 'lag, final state after process/closed (p50 / p99 / max)',
-      corral: fmt(l.final),
+      corral: spread(l.final),
       unit: 'ms',
       target: '≤ 250',
     },

@@ -229,15 +229,21 @@ async function eventPhase(
   const p0 = await page.evaluate(() => performance.now());
   const t0 = performance.now();
   let producing = true;
-  const probing = probe(() => !producing);
-  await produce().finally(() => {
+  const running = produce().finally(() => {
     producing = false;
   });
+  // The first half is the flood alone; in the second, the probe's inputs too.
+  await new Promise((r) => setTimeout(r, (FLOOD_S / 2) * 1000));
+  const mHalf = await metrics(cdp);
+  const tHalf = performance.now();
+  const probing = probe(() => !producing);
+  await running;
   await probing;
   // What the last batch changed is drawn (a paced frame at most PACE_MS later, and the frame after it).
   await page.evaluate(() => new Promise((r) => setTimeout(() => requestAnimationFrame(() => r(null)), 300)));
   const m1 = await metrics(cdp);
-  const seconds = (performance.now() - t0) / 1000;
+  const firstS = (tHalf - t0) / 1000;
+  const secondS = (performance.now() - tHalf) / 1000;
   const p1 = await page.evaluate(() => performance.now());
   const long = longTasksIn((await pageTimes(page)).long, p0, p1);
   const input = await takeInputLatency(page);
@@ -249,15 +255,21 @@ async function eventPhase(
   return [
     {
       section,
-      metric: 'main-thread time per second (TaskDuration)',
-      corral: r2(((m1.taskSeconds - m0.taskSeconds) * 1000) / seconds),
+      metric: 'main-thread time per second, the flood alone (TaskDuration)',
+      corral: r2(((mHalf.taskSeconds - m0.taskSeconds) * 1000) / firstS),
       unit: 'ms/s',
       target: `≤ ${BUDGET_MS_PER_S}`,
     },
     {
       section,
       metric: '  its CPU per second (ThreadTime)',
-      corral: r2(((m1.cpuSeconds - m0.cpuSeconds) * 1000) / seconds),
+      corral: r2(((mHalf.cpuSeconds - m0.cpuSeconds) * 1000) / firstS),
+      unit: 'ms/s',
+    },
+    {
+      section,
+      metric: `  with ${probeName} each second`,
+      corral: r2(((m1.taskSeconds - mHalf.taskSeconds) * 1000) / secondS),
       unit: 'ms/s',
     },
     longTaskRow(section, long),
@@ -359,7 +371,7 @@ async function standInPod(cli: string): Promise<BenchRow[]> {
           'network',
           () => pod!.runNetwork({ total: 2000 * FLOOD_S, rate: 2000 }),
           (done) => filterWhile(page, done),
-          'the decision filter',
+          'the decision filter changed and back',
         )),
       );
     if (wanted('approvals'))
@@ -371,7 +383,7 @@ async function standInPod(cli: string): Promise<BenchRow[]> {
           'processes',
           () => pod!.runApprovals({ total: 100 * FLOOD_S, rate: 100 }),
           (done) => typeWhile(page, done),
-          'a key in the search box',
+          'a key typed in the search box and taken back',
         )),
       );
     return rows;

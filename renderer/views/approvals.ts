@@ -322,9 +322,17 @@ export class ApprovalsView implements View {
       const k = pkey(p.server, p.id);
       keep.add(k);
       let c = this.cards.get(k);
-      if (!c || c.fleet !== fleet || c.prompt.waiting !== p.waiting || c.prompt.expiresAt !== p.expiresAt) {
+      if (!c || c.fleet !== fleet) {
         c = { card: this.card(p), prompt: p, fleet };
         this.cards.set(k, c);
+      } else if (c.prompt !== p) {
+        // The same prompt again (more requests held on it, a new deadline): its card changes in place, so a click
+        // on it is never lost to a card made anew under the pointer.
+        c.prompt = p;
+        const held = c.card.querySelectorAll<HTMLElement>('[data-field="held"]');
+        for (const el of held) el.hidden = p.waiting <= 1;
+        held[1]!.textContent = `${p.waiting} requests`;
+        c.card.querySelector<HTMLElement>('[data-expires]')!.dataset.expires = String(p.expiresAt);
       }
       for (const b of c.card.querySelectorAll<HTMLButtonElement>('button[data-decision]'))
         if (b.dataset.busy !== '1') b.disabled = !connected;
@@ -372,7 +380,8 @@ export class ApprovalsView implements View {
         h('dd', { 'data-field': 'protocol' }, p.protocol),
         h('dt', null, 'Method'),
         h('dd', { 'data-field': 'method' }, p.method ?? '—'),
-        p.waiting > 1 ? [h('dt', null, 'Held'), h('dd', null, `${p.waiting} requests`)] : null,
+        h('dt', { 'data-field': 'held', hidden: p.waiting <= 1 }, 'Held'),
+        h('dd', { 'data-field': 'held', hidden: p.waiting <= 1 }, `${p.waiting} requests`),
       ),
       h(
         'div',

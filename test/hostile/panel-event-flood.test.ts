@@ -3,7 +3,7 @@
 // approval prompts. The Network view keeps only the rows in view in the DOM (the old view held every event it kept,
 // 500 + 300 rows rebuilt on every frame: a second-long task per frame under a flood), shows every value as text, keeps
 // every event reachable by scrolling, and its filter stays exact; the prompt stack keeps a card per prompt and no
-// more. No page error, no script run from a value.
+// more, and a card stays the same element while its prompt is re-sent (a click on it is never lost to a redraw). No page error, no script run from a value.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { type Host, startHost } from '../../src/app/host.js';
@@ -170,7 +170,9 @@ describe('the panel against a flood of network events and prompts from a joined 
       timeoutMs: 60_000,
       requestedTimeoutMs: null,
     });
-    for (let n = 0; n < 5; n++) evil.send({ method: 'approvals/requested', params: { prompt: prompt(n) } });
+    const first = prompt(0);
+    evil.send({ method: 'approvals/requested', params: { prompt: first } });
+    for (let n = 1; n < 5; n++) evil.send({ method: 'approvals/requested', params: { prompt: prompt(n) } });
     const cards = page.locator('[data-testid="approval-prompt"]');
     await until(async () => (await cards.count()) === 5, 10_000);
     // The first card is the same element while 200 more prompts come and go behind it.
@@ -186,6 +188,9 @@ describe('the panel against a flood of network events and prompts from a joined 
         params: { id: `prompt-${n}`, outcome: 'deny', released: 1, resolvedAt: Date.now() },
       });
     }
+    // The first prompt again and again, more requests held on it each time: its card changes in place.
+    for (let waiting = 2; waiting <= 100; waiting++)
+      evil.send({ method: 'approvals/requested', params: { prompt: { ...first, waiting } } });
     evil.send({ method: 'approvals/requested', params: { prompt: prompt(999) } });
     await until(
       async () => (await cards.count()) === 6 && (await page.locator('[data-id="prompt-999"]').count()) === 1,
@@ -200,6 +205,7 @@ describe('the panel against a flood of network events and prompts from a joined 
       true,
       'the card under the pointer was not remade',
     );
+    assert.match((await cards.first().textContent()) ?? '', /Held100 requests/);
     assert.equal(await page.evaluate(() => (window as unknown as { __pwned?: number }).__pwned), undefined);
     for (let n = 0; n < 5; n++)
       evil.send({

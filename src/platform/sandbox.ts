@@ -2,11 +2,12 @@
  * The Linux sandbox's helpers (src/platform/native/sandbox.c) and its launcher executable
  * (src/platform/native/launcher.c, built next to the addon): fd inheritance control, pipes as plain fds, pinning
  * symlinks against a racing sandboxed process, locked mount targets. Node has none of these: without the addon a
- * Linux sandbox refuses to start (src/sandbox/prepare.ts says why), by design.
+ * bubblewrap sandbox starts through bash instead (src/sandbox/linux/bwrapLaunch.ts materializeBwrapWithoutAddon), and
+ * refuses, naming the missing capability, what needs them (docs/architecture.md, "Without the addon").
  */
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { type Addon, addon, buildDir } from './addon.js';
+import { type Addon, addon, addonAbsence, buildDir } from './addon.js';
 
 /**
  * sealFds: every fd of this process close-on-exec (what child_process and node-pty would otherwise pass on);
@@ -16,6 +17,9 @@ export type SandboxNative = Pick<
   Addon,
   'sealFds' | 'setInheritable' | 'pipe' | 'pinSymlinks' | 'holdMountTarget' | 'releaseMountTarget'
 >;
+
+/** Why there are no helpers (the addon's absence, in words for a user); null when there are. */
+export const sandboxNativeAbsence: string | null = addonAbsence;
 
 /** The helpers, or null without the addon. */
 export const sandboxNative: SandboxNative | null = addon

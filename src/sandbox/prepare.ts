@@ -4,7 +4,7 @@
  * linux/bwrapLaunch.ts, linux/landlockLaunch.ts and macos/seatbelt.ts; the shared types in launchPlan.ts.
  */
 import os from 'node:os';
-import { sandboxLauncher, sandboxNative } from '../platform/sandbox.js';
+import { sandboxLauncher, sandboxNative, sandboxNativeAbsence } from '../platform/sandbox.js';
 import { cgroupMountPoints } from '../process/cgroup.js';
 import type { LaunchSpec, PreparedLaunch, SandboxType } from '../process/launch.js';
 import type { EffectiveSandbox } from './effective.js';
@@ -22,7 +22,7 @@ import {
   WINDOWS_ERROR,
 } from './launchPlan.js';
 import type { BwrapFeatures } from './linux/bwrapArgs.js';
-import { materializeBwrap, planBwrapLaunch } from './linux/bwrapLaunch.js';
+import { materializeBwrap, materializeBwrapWithoutAddon, planBwrapLaunch } from './linux/bwrapLaunch.js';
 import { materializeLandlock, planLandlockLaunch } from './linux/landlockLaunch.js';
 import { type LandlockSupport, landlockSupport } from './linux/landlockNative.js';
 import { type BwrapHost, findBwrap, knownBwrap, probeBwrap, SYSTEM_BWRAP } from './linux/locate.js';
@@ -233,7 +233,7 @@ export async function detectLinuxSandbox(
 }
 
 const NATIVE_MISSING =
-  'the Linux sandbox needs the native addon and its launcher (build/Release/corral_spawn.node and corral-sandbox-exec; run `npm ci` or `npx node-gyp rebuild`): the command was not run with weaker isolation';
+  'the Linux sandbox needs the launcher built with the native addon (build/Release/corral-sandbox-exec; run `npm ci` or `npx node-gyp rebuild`): the command was not run with weaker isolation';
 
 /**
  * Applies a sandbox (or none) to a command: plans the launch, then creates what it needs (the setup pipes, the proxy
@@ -264,7 +264,8 @@ export async function prepareLaunch(
   if (plan.mechanism !== 'bwrap') {
     return { spec: plan.spec, sandboxType: plan.sandboxType, summary: plan.summary, cleanup() {} };
   }
-  if (!sandboxNative || !sandboxLauncher) throw new SandboxSetupError(NATIVE_MISSING);
+  if (!sandboxNative) return materializeBwrapWithoutAddon(plan, sandboxNativeAbsence ?? 'it is missing');
+  if (!sandboxLauncher) throw new SandboxSetupError(NATIVE_MISSING);
   return materializeBwrap(plan, sandboxNative);
 }
 

@@ -1,7 +1,8 @@
 /** The bubblewrap backend: its plan (bwrap's arguments, fd slots, pins) and what a launch creates for it. */
-import { writeSync } from 'node:fs';
+import { existsSync, writeSync } from 'node:fs';
 import os from 'node:os';
 import type { sandboxNative } from '../../platform/sandbox.js';
+import { wrapArgv } from '../../process/cgroup.js';
 import type { LaunchSpec, PreparedLaunch } from '../../process/launch.js';
 import type { EffectiveSandbox } from '../effective.js';
 import { SandboxSetupError } from '../errors.js';
@@ -244,4 +245,79 @@ function pinSymlinks(native: NonNullable<typeof sandboxNative>, pid: number, pin
       `cannot pin the symbolic link a protected path goes through (${why}): a link in a writable root could be replaced, so the command was not started`,
     );
   }
+}
+
+/** util-linux's setpriv (--pdeathsig: 2.33 and later), for the launch without the addon. */
+const SETPRIV = '/usr/bin/setpriv';
+
+/**
+ * Every fd above 3 of the shell closed (what the server inherited and child_process or node-pty passed on: without the
+ * addon nothing marks them close-on-exec), after fd 3 became the read end of a pipe carrying the seccomp program,
+ * written by a process substitution (no file, nothing another process could swap).
+ */
+function withoutAddonPrologue(filter: Buffer): string {
+  let escaped = '';
+  for (const b of filter) escaped += `\\x${b.toString(16).padStart(2, '0')}`;
+  return (
+    `exec 3< <(printf '%b' '${escaped}') || exit 127; ` +
+    `for f in /proc/self/fd/*; do n=\${f##*/}; case $n in 0|1|2|3) ;; *) eval "exec $n<&-";; esac; done; `
+  );
+}
+
+/**
+ * The bubblewrap launch without the addon (CORRAL_NATIVE=0, a build that failed, no compiler): bwrap still gets the
+ * whole policy (namespaces, mounts, --die-with-parent, the seccomp program on fd 3, the pid guard as root), started
+ * through a bash prologue (withoutAddonPrologue) by child_process or node-pty. What only the addon can do refuses the
+ * start, naming it: the managed network (listeners inside the sandbox's network namespace, netns.c), pinning a
+ * symlink on the way to a protected path (sandbox.c). Placeholders of missing protected paths are this server's alone
+ * (mountTargets.ts: no flock in Node). The fresh session keyring (the launcher's) is not made: the seccomp program denies
+ * every keyring call (add_key, request_key, keyctl), so the sandbox cannot use the one it possesses.
+ */
+export function materializeBwrapWithoutAddon(plan: LaunchPlan, absence: string): PreparedLaunch {
+  const refuse = (what: string): never => {
+    throw new SandboxSetupError(
+      `${what} needs the native addon, and ${absence}: the command was not run with weaker isolation`,
+    );
+  };
+  if (plan.managed)
+    refuse(
+      "enforceManagedNetwork (the proxy's listeners inside the sandbox's network namespace: src/platform/native/netns.c)",
+    );
+  if (plan.pins)
+    refuse(
+      `a protected path reached through a symbolic link in a writable root (${plan.pins.join(', ')}: pinned against a racing sandboxed process by src/platform/native/sandbox.c)`,
+    );
+  if (plan.fdSlots.join() !== 'seccomp') refuse(`bwrap's setup fds (${plan.fdSlots.join(', ')})`);
+  const { spec } = plan;
+  // No parent-death signal from child_process or node-pty: setpriv sets one (SIGKILL, towards this process), then a
+  // shell checks that its parent is still this process (it could have died before) and execs bwrap or its pid guard.
+  const summary: Record<string, unknown> = {
+    ...plan.summary,
+    native: `none (${absence}): bwrap started through bash, seccomp on a pipe`,
+  };
+  let argv = spec.argv;
+  if (existsSync(SETPRIV))
+    argv = [
+      SETPRIV,
+      '--pdeathsig',
+      'KILL',
+      '--',
+      '/bin/sh',
+      '-c',
+      '[ "$PPID" = "$0" ] && exec "$@"; exit 127',
+      String(process.pid),
+      ...argv,
+    ];
+  else summary.terminate = `${SETPRIV} not found: the sandbox may outlive a server that dies`;
+  const w = wrapArgv([], argv[0]!, argv, withoutAddonPrologue(plan.seccomp!.filter), spec.env);
+  let releaseTargets: (() => void) | undefined = acquireSyntheticTargets(plan.syntheticTargets);
+  return {
+    spec: { file: w.file, argv: ['bash', ...w.args], env: spec.env, cwd: spec.cwd },
+    sandboxType: plan.sandboxType,
+    summary,
+    cleanup() {
+      releaseTargets?.();
+      releaseTargets = undefined;
+    },
+  };
 }

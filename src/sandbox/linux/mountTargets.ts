@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { existsSync, lstatSync, mkdirSync } from 'node:fs';
+import { existsSync, lstatSync, mkdirSync, rmdirSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
 import { type Clock, realClock, type Timer } from '../../clock.js';
@@ -14,6 +14,11 @@ import { SandboxSetupError } from '../errors.js';
  * would detach that mount there and let that sandbox create the name, so every server holds a shared flock on the
  * name's lock file for as long as it may use the placeholder (platform/native/sandbox.c). The lock files live in one
  * directory per user (in /dev/shm, which sandboxes do not see: bwrap gives them their own /dev; masked as well).
+ *
+ * Without the addon (Node has no flock) a server counts only its own sandboxes' shares (the same map and linger) and
+ * removes a placeholder when its last one ends: servers of the user do not see each other's shares then, so one could
+ * remove a placeholder another one's sandbox still has mounted (a cooperation between Corral servers; any process of
+ * the user can remove it anyway).
  *
  * A server keeps its share for LINGER_MS after its last sandbox using a placeholder has ended: an agent's commands
  * come one after the other, and a placeholder costs a host mkdir and rmdir. Nothing is protected by it meanwhile
@@ -66,12 +71,45 @@ interface Share {
 const shares = new Map<string, Share>();
 let exitHook = false;
 
+const PLACEHOLDER_MODE = 0o500;
+
+/** Holding and releasing a share: the addon's (flock on the lock file), else this server's alone. */
+const holder: {
+  hold(lock: string, target: string): number;
+  release(fd: number, lock: string, target: string): void;
+} = sandboxNative
+  ? {
+      hold: sandboxNative.holdMountTarget.bind(sandboxNative),
+      release: sandboxNative.releaseMountTarget.bind(sandboxNative),
+    }
+  : {
+      hold(_lock, target) {
+        try {
+          mkdirSync(target, { mode: PLACEHOLDER_MODE });
+        } catch (e) {
+          if ((e as NodeJS.ErrnoException).code !== 'EEXIST')
+            throw new SandboxSetupError(
+              `cannot create the mount point of a missing protected path: ${(e as Error).message}`,
+            );
+        }
+        return -1;
+      },
+      release(_fd, _lock, target) {
+        try {
+          const st = lstatSync(target);
+          if (st.isDirectory() && (st.mode & 0o7777) === PLACEHOLDER_MODE) rmdirSync(target);
+        } catch {
+          // ENOTEMPTY: someone put something there on the host; it is theirs then
+        }
+      },
+    };
+
 function drop(target: string): void {
   const sh = shares.get(target);
   if (!sh) return;
   shares.delete(target);
   sh.linger?.clock.clearTimeout(sh.linger.timer);
-  sandboxNative!.releaseMountTarget(sh.fd, sh.lock, target);
+  holder.release(sh.fd, sh.lock, target);
 }
 
 /**
@@ -79,7 +117,6 @@ function drop(target: string): void {
  * linger after the last release runs on `clock`.
  */
 export function acquireSyntheticTargets(targets: string[], clock: Clock = realClock): () => void {
-  const native = sandboxNative;
   const taken: string[] = [];
   const release = () => {
     for (const t of taken.splice(0)) {
@@ -89,7 +126,6 @@ export function acquireSyntheticTargets(targets: string[], clock: Clock = realCl
     }
   };
   if (targets.length === 0) return release;
-  if (!native) throw new SandboxSetupError('missing protected paths need the native addon');
   if (!exitHook) {
     exitHook = true;
     process.once('exit', () => {
@@ -104,8 +140,8 @@ export function acquireSyntheticTargets(targets: string[], clock: Clock = realCl
         sh.linger = undefined;
         sh.users++;
       } else {
-        const lock = lockFile(target);
-        shares.set(target, { fd: native.holdMountTarget(lock, target), lock, users: 1 });
+        const lock = sandboxNative ? lockFile(target) : '';
+        shares.set(target, { fd: holder.hold(lock, target), lock, users: 1 });
       }
       taken.push(target);
     }

@@ -1,6 +1,7 @@
 /** The command line of `corral exec-server` and `corral serve`: usage, and the options parsed into server settings (the
  * credentials are cliAuth.ts). */
 import { type AuditOptions, defaultAuditPath } from './audit/index.js';
+import { CODEX_171_USAGE } from './codexFlags.js';
 import { WeakerGuarantee } from './protocol/exec.js';
 import { escapeTerminalLines } from './protocol/terminalText.js';
 import { detectLinuxSandbox, type PrepareOptions } from './sandbox/index.js';
@@ -18,6 +19,9 @@ export const USAGE = `usage: corral exec-server --listen ws://127.0.0.1:0 [optio
                                what this machine can sandbox, and what to change
 
        corral exec-server --remote URL --environment-id ID --remote-transport direct [--aws-sigv4 …] [options]
+       corral exec-server forward --remote URL --environment-id ID --connect URL [remote options]
+                               register an existing exec-server (Corral or Codex, ws://) as a remote environment
+                               and relay each harness link to it
 
 options:
   --listen URL            ws://HOST:PORT (PORT 0 picks a free port) or stdio  [ws://127.0.0.1:0]
@@ -46,6 +50,8 @@ options:
   --log-file FILE         also log to FILE
   --allow-non-loopback    permit --listen on a non-loopback address
 
+${CODEX_171_USAGE}
+
 remote executor (README "Remote executor"; instead of --listen):
   --remote URL            register with the environment registry at URL (https://, or http:// on loopback) and
                           serve the harness over the WebSocket link it hands back (wss://, or ws:// on loopback)
@@ -59,6 +65,10 @@ remote executor (README "Remote executor"; instead of --listen):
   --relay-host HOST[:PORT]  also dial the executor link here (repeatable; no PORT: 443): the registration
                           credential goes only to the registry's own host and port and to these, whatever URL the
                           registry answers, and over ws:// only when the registry itself is http:// on loopback
+  --chatgpt-token-stdin, --chatgpt-account-id ID, --use-agent-identity-auth, --executor-credential-stdin
+                          Codex's OpenAI-account credentials: checked as Codex checks them (an https:// registry, a
+                          ChatGPT JWT whose account matches, CODEX_ACCESS_TOKEN set, a credential frame), then refused:
+                          they need OpenAI services Corral does not use (README "Remote executor")
 
 limits (exec-server and serve):
   --max-processes N            live processes allowed per session  [1024]

@@ -8,22 +8,22 @@ import https from 'node:https';
 import { isIP } from 'node:net';
 import type { Duplex } from 'node:stream';
 import tls from 'node:tls';
-import { connectVia, mayUseUpstream, UpstreamAgents, type UpstreamProxies, upstreamFor } from './upstream.js';
+import { connectVia, UpstreamAgents, type UpstreamProxies, upstreamRoute } from './upstream.js';
 
 /** Opens a byte stream to `host:port` — an address the policy checked; `hostname` is the name it stands for. */
 export type Dialer = (target: { host: string; port: number; hostname: string }) => Promise<Duplex>;
 
 /**
- * Opens a byte stream to an allowed target: through the upstream proxy when one applies (public targets only),
- * otherwise straight to the checked addresses, in order (never anything else: a name with a dead IPv6 answer still
- * connects).
+ * Opens a byte stream to an allowed target: through the upstream proxy when one applies (upstreamRoute: never for
+ * loopback), otherwise straight to the checked addresses, in order (never anything else: a name with a dead IPv6
+ * answer still connects).
  */
 export function openTunnel(
   out: { dial: Dialer; upstream: UpstreamProxies },
   target: { host: string; addresses: readonly string[]; port: number },
 ): Promise<Duplex> {
-  const up = upstreamFor('tunnel', out.upstream);
-  if (up && mayUseUpstream(target.host, target.addresses)) return connectVia(up, target.host, target.port);
+  const up = upstreamRoute('tunnel', out.upstream, target);
+  if (up) return connectVia(up, target.host, target.port);
   if (target.addresses.length === 0) return Promise.reject(new Error('no address'));
   const attempt = async (i: number): Promise<Duplex> => {
     try {

@@ -40,3 +40,4 @@ export {
   type StartProxyOptions,
   startManagedProxy,
 } from './proxy.js';
+export type { UpstreamSettings } from './upstream.js';

@@ -1,8 +1,10 @@
 import { parseArgs } from 'node:util';
 import { composeServer } from './app/compose.js';
 import { startHost } from './app/host.js';
+import { localStatePath } from './app/localState.js';
 import { exportAudit } from './audit/cli.js';
 import { defaultAuditPath } from './audit/index.js';
+import { approvalsMain } from './cli/approvals.js';
 import {
   isLoopback,
   listenerAuth,
@@ -287,6 +289,7 @@ async function serveCommand(argv: string[]): Promise<void> {
     logFile: values['log-file'] ?? null,
     audit,
     join,
+    localState: localStatePath(),
   }).catch((e: Error) => fatal(e.message));
   let stopping = false;
   const stop = (why: string) => {
@@ -341,6 +344,9 @@ async function main(): Promise<void> {
       break;
     case 'audit':
       await auditCommand(rest);
+      break;
+    case 'approvals':
+      await approvalsMain(rest);
       break;
     case 'doctor': {
       const { values } = parseArgs({

@@ -11,6 +11,7 @@ import { ExecServer, type ExecServerOptions } from '../server/execServer.js';
 import type { Monitor } from '../server/monitor/monitor.js';
 import { servePanel } from '../server/monitor/panel.js';
 import type { PreviewFn } from '../server/monitor/policyDebugger.js';
+import { projectRuleStore } from './approvalRuleStore.js';
 import { sandboxPreview } from './preview.js';
 
 export interface ComposeOptions {
@@ -27,6 +28,8 @@ export interface ComposeOptions {
   panel?: { preview?: PreviewFn } | false;
   /** More proxy event buses to feed into the monitor and the audit trail (tests, a host's own proxies). */
   network?: NetworkEvents[];
+  /** The approvals' project-rule file (default: beside the audit database; null: project rules off). */
+  approvalRules?: string | null;
 }
 
 export interface Composed {
@@ -49,9 +52,12 @@ export async function composeServer(opts: ComposeOptions = {}): Promise<Composed
     ...(opts.logFile ? [opts.logFile] : []),
     ...audit.hiddenPaths,
   ];
+  const rules = projectRuleStore(opts.approvalRules, opts.audit?.dbPath ?? null, log);
+  hiddenPaths.push(...rules.hiddenPaths);
   const server = new ExecServer({
     ...opts.server,
     launcher: { ...launcher, sandbox: { ...launcher?.sandbox, hiddenPaths } },
+    approvals: { ...opts.server?.approvals, rules: rules.store, rulesProblem: rules.problem },
     log,
   });
   let monitor: Monitor | null = null;

@@ -19,6 +19,7 @@ import type { Monitor } from '../server/monitor/monitor.js';
 import type { PreviewFn } from '../server/monitor/policyDebugger.js';
 import type { LaunchPreparer } from '../server/process/launcher.js';
 import { composeServer } from './compose.js';
+import { writeLocalState } from './localState.js';
 import { findPanelDir, panelCsp, panelHandler } from './panelHttp.js';
 import { sandboxPreview } from './preview.js';
 
@@ -55,6 +56,10 @@ export interface HostOptions {
   join?: JoinParams[];
   /** Options of the fleet links (tests: faster reconnection). */
   fleet?: { backoffMs?: [number, number] };
+  /** Where to write the URL and panel token for `corral approvals` (./localState.ts; absent: nowhere). */
+  localState?: string | null;
+  /** The approvals' project-rule file (./approvalRuleStore.ts; default: beside the audit database). */
+  approvalRules?: string | null;
 }
 
 export interface Host {
@@ -95,6 +100,8 @@ export async function startHost(opts: HostOptions = {}): Promise<Host> {
     logFile: opts.logFile ?? null,
     panel: { preview: opts.preview ?? sandboxPreview },
     network: opts.network ?? [],
+    ...(opts.approvalRules !== undefined ? { approvalRules: opts.approvalRules } : {}),
+    hiddenPaths: opts.localState ? [opts.localState] : [],
   });
   const launcher = opts.server?.launcher;
   if (!monitor) throw new Error('unreachable: the host serves the panel methods');
@@ -152,6 +159,9 @@ export async function startHost(opts: HostOptions = {}): Promise<Host> {
     });
     return doctor;
   });
+  const localState = opts.localState
+    ? writeLocalState(opts.localState, { url: listener.url, token: tokens.panel, pid: process.pid })
+    : null;
   let stopped: Promise<void> | null = null;
   const ipcServers: IpcServer[] = [];
   return {
@@ -174,6 +184,7 @@ export async function startHost(opts: HostOptions = {}): Promise<Host> {
     },
     shutdown() {
       stopped ??= (async () => {
+        localState?.remove();
         fleet.close();
         await server.shutdown();
         for (const s of ipcServers) s.close();

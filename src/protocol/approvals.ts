@@ -7,13 +7,31 @@
  *   `approvals/requested {prompt}`, `approvals/resolved {id, outcome, …}`, `approvals/decisions {decisions}` and
  *   `approvals/audit {event}`; `approvals/unsubscribe` → `{}`.
  * - `approvals/decide {id, decision}` → `{released}`; `approvals/list` → `{pending, decisions, audit}`;
- *   `approvals/revoke {id}` → `{revoked}`; `approvals/export {sessionId?}` → `{domains, json, toml}`.
+ *   `approvals/revoke {id}` → `{revoked}`; `approvals/export {sessionId?}` → `{domains, json, toml}`;
+ *   `approvals/rules {workspace?}` → `{rules, decisions, store, problem}` (project rules, stored across restarts),
+ *   and `approvals/rulesChanged {rules}` to subscribers.
  *
  * Pure: no Node imports, so the renderer imports these too.
  */
 import { z } from 'zod';
 
-export const ApprovalDecision = z.enum(['allowOnce', 'allowProcess', 'allowSession', 'deny']);
+/**
+ * A person's answer to a prompt. `allowOnce` / `denyOnce` answer the held requests only; `allowProcess` /
+ * `denyProcess` are remembered for the process, `allowSession` and `deny` for the session, `allowProject` /
+ * `denyProject` as a project rule (the process's workspace: its cwd, or the git top-level above it), stored and kept
+ * across restarts. A stored rule matches exactly the prompt's protocol, host and port, and for plain HTTP its method:
+ * never a wildcard, never a global allow.
+ */
+export const ApprovalDecision = z.enum([
+  'allowOnce',
+  'allowProcess',
+  'allowSession',
+  'deny',
+  'allowProject',
+  'denyOnce',
+  'denyProcess',
+  'denyProject',
+]);
 export type ApprovalDecision = z.infer<typeof ApprovalDecision>;
 
 /** How a prompt ended: a decision, its timeout, or the process exiting. */
@@ -36,6 +54,11 @@ export const ApprovalPrompt = z.object({
   /** The process's argv (what the agent ran). */
   command: z.array(z.string()),
   cwd: z.string().nullable(),
+  /**
+   * The project a `allowProject` / `denyProject` answer stores its rule for: the real path of the process's cwd, or of
+   * the git top-level above it (a directory holding `.git`). Null: none (no cwd; project answers are refused).
+   */
+  workspace: z.string().nullish(),
   host: z.string(),
   port: z.number(),
   protocol: ApprovalProtocol,
@@ -143,6 +166,7 @@ export const DecideResult = z.object({
 });
 export type DecideResult = z.infer<typeof DecideResult>;
 
+/** `id`: a remembered decision's or a project rule's. */
 export const RevokeParams = z.object({ server: ServerRef, id: z.string().min(1) });
 export const RevokeResult = z.object({ revoked: z.boolean() });
 export type RevokeResult = z.infer<typeof RevokeResult>;
@@ -157,6 +181,68 @@ export const ExportResult = z.object({
   toml: z.string(),
 });
 export type ExportResult = z.infer<typeof ExportResult>;
+
+/** Who made a project rule: the panel (app window, panel token), or `corral approvals` (the CLI, a panel credential). */
+export const ApprovalRuleOrigin = z.enum(['panel', 'cli']);
+export type ApprovalRuleOrigin = z.infer<typeof ApprovalRuleOrigin>;
+
+/** The `clientName` `corral approvals` initializes with: its decisions' rules say `origin: cli`. */
+export const APPROVALS_CLI_CLIENT_NAME = 'corral-approvals';
+
+/**
+ * A project rule: stored (beside the audit database), kept across restarts, applied to every later process whose
+ * workspace is `workspace`. It matches exactly `protocol`, `host`, `port` and, when set, `method` (plain HTTP). A deny
+ * rule wins over an allow rule and over a remembered allow.
+ */
+export const ApprovalRule = z.object({
+  server: ServerTag,
+  id: z.string(),
+  workspace: z.string(),
+  decision: z.enum(['allow', 'deny']),
+  protocol: ApprovalProtocol,
+  host: z.string(),
+  port: z.number(),
+  /** Set for plain HTTP (`GET`, `POST`, …): the rule matches that method only. */
+  method: z.string().nullable(),
+  origin: ApprovalRuleOrigin,
+  /** Who answered the prompt it came from. */
+  createdBy: ApprovalDecidedBy,
+  /** Epoch ms. */
+  createdAt: z.number(),
+  /** The prompt it came from. */
+  promptId: z.string().nullable(),
+  /** A disabled rule is kept but matches nothing. */
+  enabled: z.boolean(),
+  note: z.string().nullable(),
+  /** Requests it answered. */
+  hits: z.number(),
+  /** Epoch ms of the last request it answered. */
+  lastHitAt: z.number().nullable(),
+});
+export type ApprovalRule = z.infer<typeof ApprovalRule>;
+
+export const RulesParams = z
+  .object({
+    server: ServerRef,
+    /** Only the rules of this workspace (a real path). */
+    workspace: z.string().max(4096).nullish(),
+  })
+  .nullish();
+export type RulesParams = z.infer<typeof RulesParams>;
+export const RulesResult = z.object({
+  /** Project rules, oldest first. */
+  rules: z.array(ApprovalRule),
+  /** The remembered decisions of live processes and sessions (gone with them). */
+  decisions: z.array(RememberedDecision),
+  /** Where project rules are stored; null with `problem` when they cannot be (no audit directory, no SQLite). */
+  store: z.string().nullable(),
+  problem: z.string().nullable(),
+});
+export type RulesResult = z.infer<typeof RulesResult>;
+
+/** The whole list of project rules (of `server`, on a fleet host), after any change. */
+export const ApprovalRulesNotification = z.object({ server: ServerTag, rules: z.array(ApprovalRule) });
+export type ApprovalRulesNotification = z.infer<typeof ApprovalRulesNotification>;
 
 /** No params (null, absent or `{}`). */
 export const EmptyParams = z.object({}).nullish();

@@ -249,14 +249,21 @@ export const METHODS = {
     approvals.DecideParams,
     'ApprovalDecideParams',
     approvals.DecideResult,
-    'Answers a pending prompt: allow once, for the process, for the session, or deny (remembered for the session).',
+    'Answers a pending prompt: allow or deny once, for the process, for the session (`deny` is for the session), or for the project (a stored rule).',
   ),
   'approvals/revoke': method(
     'panel',
     approvals.RevokeParams,
     'ApprovalRevokeParams',
     approvals.RevokeResult,
-    'Forgets a remembered decision.',
+    'Forgets a remembered decision or a project rule.',
+  ),
+  'approvals/rules': method(
+    'panel',
+    approvals.RulesParams,
+    'ApprovalRulesParams',
+    approvals.RulesResult,
+    'The project rules (stored, kept across restarts) and the remembered decisions, with where the rules are stored.',
   ),
   'approvals/export': method(
     'panel',
@@ -396,6 +403,11 @@ export const NOTIFICATIONS = {
     'The remembered decisions changed.',
   ),
   'approvals/audit': notification('panel', approvals.ApprovalAuditNotification, 'An approval audit event.'),
+  'approvals/rulesChanged': notification(
+    'panel',
+    approvals.ApprovalRulesNotification,
+    'The project rules changed (one made or revoked).',
+  ),
 } as const satisfies Record<string, NotificationSpec>;
 
 export type Notifications = typeof NOTIFICATIONS;

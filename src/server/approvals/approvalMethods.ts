@@ -27,6 +27,10 @@ export function registerApprovalMethods(registry: MethodRegistry, broker: Approv
     own(p.server);
     return broker.revoke(p.id);
   });
+  registry.handle('approvals/rules', (p) => {
+    own(p?.server);
+    return broker.rulesState(p?.workspace);
+  });
   registry.handle('approvals/export', (p) => {
     own(p?.server);
     return broker.exportSnippet(p?.sessionId);

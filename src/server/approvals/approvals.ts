@@ -10,9 +10,11 @@
  *   session's prompt: past its own caps a miss fails closed at once (audited as `refused`), and when the server-wide
  *   cap is reached a session holding fewer prompts than the largest holder takes the oldest prompt of that holder.
  *   A config's `approval_timeout_ms` is clamped to the server's maximum (said in the prompt and its audit event).
- * - `allowOnce` releases the requests held on the prompt, and the next request prompts again; `allowProcess` and
- *   `allowSession` are remembered for the process or for every process of the session; `deny` is remembered for the
- *   session. Remembered denies always win over remembered allows. All of them are revocable.
+ * - `allowOnce` / `denyOnce` answer the requests held on the prompt, and the next request prompts again;
+ *   `allowProcess` / `denyProcess` are remembered for the process, `allowSession` / `deny` for every process of the
+ *   session; `allowProject` / `denyProject` store a project rule (projectRules.ts) for the process's workspace, kept
+ *   across restarts and applied to later sessions of that workspace only. Denies always win over allows, whatever
+ *   their scope. All of them are revocable. The process's own client can never store a project rule.
  * - No answer within the timeout (config `approval_timeout_ms`, else the server's, else 30 s), or no subscriber at
  *   all, fails closed with the normal blocked response (`not_allowed`, decision `ask`, source `decider`); a user's
  *   deny gives `not_allowed` with decision `deny`. Never an implicit allow.
@@ -33,11 +35,13 @@ import type { Decider, DeciderRequest, DeciderResult } from '../../network/polic
 import type { ManagedProxy } from '../../network/proxy.js';
 import type { ManagedProcess } from '../../process/managedProcess.js';
 import {
+  APPROVALS_CLI_CLIENT_NAME,
   type ApprovalDecidedBy,
   type ApprovalDecision,
   type ApprovalOutcome,
   type ApprovalPrompt,
   type ApprovalProtocol,
+  type ApprovalRule,
   type ApprovalsState,
   type ApprovalsSubscribeResult,
   type DecideResult,
@@ -45,6 +49,7 @@ import {
   exportDomains,
   type RememberedDecision,
   type RevokeResult,
+  type RulesResult,
 } from '../../protocol/approvals.js';
 import { invalidRequest } from '../../protocol/errors.js';
 import type { RpcConnection } from '../../rpc/connection.js';
@@ -56,6 +61,7 @@ import { PromptCaps, type PromptLimits } from './approvalCaps.js';
 import { askSessionClient } from './approvalClient.js';
 import { RememberedDecisions } from './approvalDecisions.js';
 import { ApprovalFeed } from './approvalFeed.js';
+import { type ProjectRuleStore, ProjectRules, ruleMethod, workspaceOf } from './projectRules.js';
 
 export const DEFAULT_APPROVAL_TIMEOUT_MS = 30_000;
 /** The longest a prompt may wait, whatever its config asks (`--max-approval-timeout-ms`). */
@@ -71,6 +77,16 @@ export interface ApprovalOptions extends PromptLimits {
   timeoutMs?: number;
   /** Longest prompt timeout (ms): a config asking for more is clamped to it. */
   maxTimeoutMs?: number;
+  /** Where project rules are stored (null or absent: project answers are refused, with `rulesProblem`). */
+  rules?: ProjectRuleStore | null;
+  /** Why there is no rule store, when there is none. */
+  rulesProblem?: string | null;
+}
+
+/** A process whose proxy asks for approvals: its proxy's timeout and its workspace (projectRules.ts). */
+interface Asking {
+  timeoutMs: number;
+  workspace: string | null;
 }
 
 interface Waiter {
@@ -111,8 +127,9 @@ export class ApprovalBroker {
   private readonly pendingById = new Map<string, Pending>();
   private readonly decisions = new RememberedDecisions();
   private readonly feed: ApprovalFeed;
-  /** Processes whose proxy asks for approvals (by `session/process`), with their proxy's timeout. */
-  private readonly asking = new Map<string, number>();
+  /** Processes whose proxy asks for approvals (by `session/process`). */
+  private readonly asking = new Map<string, Asking>();
+  private readonly rules: ProjectRules;
 
   private readonly clock: Clock;
 
@@ -125,6 +142,7 @@ export class ApprovalBroker {
     this.maxTimeoutMs = opts.maxTimeoutMs ?? DEFAULT_MAX_APPROVAL_TIMEOUT_MS;
     this.timeoutMs = Math.min(opts.timeoutMs ?? DEFAULT_APPROVAL_TIMEOUT_MS, this.maxTimeoutMs);
     this.caps = new PromptCaps(opts);
+    this.rules = new ProjectRules(opts.rules ?? null, opts.rulesProblem ?? null);
     server.events.on('process', (kind, proc) => this.onProcess(kind, proc));
     server.events.on('session', (kind, session) => {
       if (kind === 'expired') this.forgetSession(session);
@@ -147,7 +165,11 @@ export class ApprovalBroker {
       const proxy = this.server.proxyOf(sessionId, processId);
       const approvals = proxy?.spec.approvals;
       if (!proxy || !approvals) return;
-      this.asking.set(k, approvals.timeoutMs ?? this.timeoutMs);
+      // A few stats up from the cwd, only for a process whose proxy asks.
+      this.asking.set(k, {
+        timeoutMs: approvals.timeoutMs ?? this.timeoutMs,
+        workspace: workspaceOf(proc.info.cwd),
+      });
       proxy.setDecider(this.deciderFor(sessionId, processId));
       return;
     }
@@ -179,12 +201,21 @@ export class ApprovalBroker {
 
   private decide(sessionId: string, processId: string, req: DeciderRequest): Promise<DeciderResult> {
     const protocol = req.protocol as ApprovalProtocol;
-    const known = this.decisions.find(sessionId, processId, protocol, req.host, req.port);
-    if (known) return Promise.resolve(known.decision === 'allow' ? ALLOW : DENIED);
     const k = procKey(sessionId, processId);
+    const asking = this.asking.get(k);
+    const known = this.decisions.find(sessionId, processId, protocol, req.host, req.port);
+    if (known?.decision === 'deny') return Promise.resolve(DENIED);
+    const rule = asking?.workspace
+      ? this.rules.find(asking.workspace, { protocol, host: req.host, port: req.port, method: req.method })
+      : undefined;
+    if (rule) {
+      this.rules.hit(rule, this.clock.now());
+      return Promise.resolve(rule.decision === 'allow' ? ALLOW : DENIED);
+    }
+    if (known) return Promise.resolve(ALLOW);
     const proc = this.server.sessions.get(sessionId)?.get(processId);
     // Not (or no longer) a live asking process: fail closed.
-    if (!this.asking.has(k) || !proc || proc.exitCode !== null) return Promise.resolve(UNANSWERED);
+    if (!asking || !proc || proc.exitCode !== null) return Promise.resolve(UNANSWERED);
     const key = `${k}\u0000${target(protocol, req.host, req.port)}`;
     let p = this.pending.get(key);
     if (p && p.waiters.length >= MAX_WAITERS_PER_PROMPT) return Promise.resolve(UNANSWERED);
@@ -209,7 +240,7 @@ export class ApprovalBroker {
           'cancelled to make room for another session (the server-wide cap)',
         );
       }
-      const asked = this.asking.get(k) ?? this.timeoutMs;
+      const asked = asking.timeoutMs;
       const timeoutMs = Math.min(asked, this.maxTimeoutMs);
       const now = this.clock.now();
       const prompt: ApprovalPrompt = {
@@ -219,6 +250,7 @@ export class ApprovalBroker {
         clientName: proc.info.clientName,
         command: [...proc.info.argv],
         cwd: proc.info.cwd ?? null,
+        workspace: asking.workspace,
         host: req.host,
         port: req.port,
         protocol,
@@ -281,8 +313,11 @@ export class ApprovalBroker {
     this.pending.delete(p.key);
     this.pendingById.delete(p.prompt.id);
     this.caps.count(p.prompt.sessionId, procKey(p.prompt.sessionId, p.prompt.processId), -1);
-    const answer =
-      outcome === 'deny' ? DENIED : outcome === 'timeout' || outcome === 'cancelled' ? UNANSWERED : ALLOW;
+    const answer = outcome.startsWith('deny')
+      ? DENIED
+      : outcome === 'timeout' || outcome === 'cancelled'
+        ? UNANSWERED
+        : ALLOW;
     const released = p.waiters.length;
     for (const w of p.waiters) w.resolve(answer);
     p.waiters.length = 0;
@@ -309,12 +344,15 @@ export class ApprovalBroker {
   ): DecideResult {
     const p = this.pendingById.get(id);
     if (!p) throw invalidRequest(`unknown or already resolved approval id ${id}`);
+    if (decision === 'allowOnce' || decision === 'denyOnce')
+      return { released: this.finish(p, decision, null, null, decidedBy) };
+    if (decision === 'allowProject' || decision === 'denyProject')
+      return this.storeProjectRule(p, decision, decidedBy);
     const { sessionId, processId, protocol, host, port } = p.prompt;
-    if (decision === 'allowOnce') return { released: this.finish(p, 'allowOnce', null, null, decidedBy) };
-    const scope = decision === 'allowProcess' ? 'process' : 'session';
+    const scope = decision === 'allowProcess' || decision === 'denyProcess' ? 'process' : 'session';
     const remembered: RememberedDecision = {
       id: randomUUID(),
-      decision: decision === 'deny' ? 'deny' : 'allow',
+      decision: decision.startsWith('deny') ? 'deny' : 'allow',
       scope,
       sessionId,
       processId: scope === 'process' ? processId : null,
@@ -338,7 +376,85 @@ export class ApprovalBroker {
     return { released };
   }
 
+  /**
+   * A project rule from a prompt: exactly its protocol, host, port (and plain HTTP's method), for its workspace. Only
+   * a panel principal (the panel, `corral approvals`) gets here: a process's own client cannot answer `project`.
+   */
+  private storeProjectRule(
+    p: Pending,
+    decision: 'allowProject' | 'denyProject',
+    decidedBy: ApprovalDecidedBy | null,
+  ): DecideResult {
+    const { workspace, protocol, host, port } = p.prompt;
+    if (!workspace)
+      throw invalidRequest(
+        `approval ${p.prompt.id}: its process has no workspace (no cwd that resolves): a project rule needs one`,
+      );
+    const why = this.rules.refusal();
+    if (why) throw invalidRequest(`approval ${p.prompt.id}: ${why}`);
+    const by = decidedBy ?? { kind: 'panel' as const, credential: 'unknown', clientName: null };
+    const rule: ApprovalRule = {
+      id: randomUUID(),
+      workspace,
+      decision: decision === 'allowProject' ? 'allow' : 'deny',
+      protocol,
+      host,
+      port,
+      method: ruleMethod(protocol, p.prompt.method),
+      origin: by.clientName === APPROVALS_CLI_CLIENT_NAME ? 'cli' : 'panel',
+      createdBy: by,
+      createdAt: this.clock.now(),
+      promptId: p.prompt.id,
+      enabled: true,
+      note: null,
+      hits: 0,
+      lastHitAt: null,
+    };
+    try {
+      this.rules.add(rule);
+    } catch (e) {
+      throw invalidRequest(
+        `approval ${p.prompt.id}: the project rule was not stored: ${(e as Error).message}`,
+      );
+    }
+    let released = this.finish(p, decision, rule.id, null, decidedBy);
+    // Other prompts of processes in that workspace the rule now answers follow it.
+    for (const other of [...this.pending.values()]) {
+      const o = other.prompt;
+      if (o.workspace !== workspace || o.protocol !== protocol || o.host !== host || o.port !== port)
+        continue;
+      if (rule.method !== null && ruleMethod(o.protocol, o.method) !== rule.method) continue;
+      released += this.finish(other, decision, rule.id, null, decidedBy);
+    }
+    this.broadcastRules();
+    return { released };
+  }
+
   revoke(id: string): RevokeResult {
+    const rule = this.rules.get(id);
+    if (rule) {
+      try {
+        this.rules.remove(id);
+      } catch (e) {
+        throw invalidRequest(`rule ${id} was not revoked: ${(e as Error).message}`);
+      }
+      this.feed.record(
+        'revoked',
+        {
+          sessionId: '',
+          processId: null,
+          command: null,
+          host: rule.host,
+          port: rule.port,
+          protocol: rule.protocol,
+          method: rule.method,
+          id: rule.promptId,
+        },
+        { released: 0, decisionId: rule.id, note: `project rule of ${rule.workspace}` },
+      );
+      this.broadcastRules();
+      return { revoked: true };
+    }
     const d = this.decisions.remove(id);
     if (!d) return { revoked: false };
     this.feed.record(
@@ -372,12 +488,26 @@ export class ApprovalBroker {
     };
   }
 
+  /** The project rules (of `workspace`), the remembered decisions, and where rules are stored. */
+  rulesState(workspace?: string | null): RulesResult {
+    return {
+      rules: this.rules.list(workspace).map((r) => ({ ...r })),
+      decisions: this.decisions.list(),
+      store: this.rules.location,
+      problem: this.rules.location ? null : this.rules.refusal(),
+    };
+  }
+
   get pendingCount(): number {
     return this.pendingById.size;
   }
 
   get subscriberCount(): number {
     return this.feed.subscriberCount;
+  }
+
+  private broadcastRules(): void {
+    this.feed.broadcast('approvals/rulesChanged', { rules: this.rules.list() });
   }
 
   private broadcastDecisions(): void {

@@ -1,0 +1,154 @@
+/**
+ * Project rules (issue 36, item 1): an answer `allowProject` / `denyProject` stored for the process's workspace and
+ * applied to every later process of that workspace, across restarts. The rules live in a `ProjectRuleStore` the
+ * composition root gives (SQLite beside the audit database, src/app/approvalRuleStore.ts); this module keeps them
+ * indexed in memory, so that a request's lookup is one map read.
+ *
+ * Narrow by construction: a rule is made only from a prompt, and says exactly what the prompt was — protocol, host,
+ * port, and for plain HTTP the method. No wildcard, no "any host", no rule without a workspace.
+ */
+import { lstatSync, realpathSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import type { ApprovalProtocol, ApprovalRule } from '../../protocol/approvals.js';
+
+/** Project rules kept, server-wide: past it a new rule is refused (said in the error), never an old one dropped. */
+export const MAX_PROJECT_RULES = 10_000;
+
+/** Where project rules are kept: durable, synchronous (each call has happened when it returns). */
+export interface ProjectRuleStore {
+  /** Where (shown by `approvals/rules`). */
+  readonly location: string;
+  load(): ApprovalRule[];
+  insert(rule: ApprovalRule): void;
+  remove(id: string): void;
+  /** The rule's counters after a hit. */
+  hit(id: string, hits: number, lastHitAt: number): void;
+}
+
+/** What a request is, for a rule. */
+export interface RuleTarget {
+  protocol: ApprovalProtocol;
+  host: string;
+  port: number;
+  method: string | null;
+}
+
+/** The method a rule made from this request matches: plain HTTP's (upper-cased), else none (CONNECT, SOCKS). */
+export function ruleMethod(protocol: ApprovalProtocol, method: string | null): string | null {
+  return protocol === 'http' && method ? method.toUpperCase() : null;
+}
+
+const keyOf = (workspace: string, t: Pick<RuleTarget, 'protocol' | 'host' | 'port'>) =>
+  `${workspace}\u0000${t.protocol}\u0000${t.host.toLowerCase()}\u0000${t.port}`;
+
+/**
+ * The workspace of a process started in `cwd`: the real path of the nearest directory at or above it that holds a
+ * `.git` (a directory, or a worktree's file), else the real path of `cwd` itself. Null when `cwd` does not resolve.
+ */
+export function workspaceOf(cwd: string | null | undefined): string | null {
+  if (!cwd) return null;
+  let real: string;
+  try {
+    real = realpathSync(cwd);
+  } catch {
+    return null;
+  }
+  for (let dir = real; ; ) {
+    try {
+      lstatSync(join(dir, '.git'));
+      return dir;
+    } catch {
+      // not here
+    }
+    const up = dirname(dir);
+    if (up === dir) return real;
+    dir = up;
+  }
+}
+
+export class ProjectRules {
+  private readonly byId = new Map<string, ApprovalRule>();
+  private readonly byKey = new Map<string, ApprovalRule[]>();
+
+  constructor(
+    private readonly store: ProjectRuleStore | null,
+    /** Why there is no store (said when a project answer is refused), when there is none. */
+    readonly problem: string | null = null,
+  ) {
+    for (const r of store?.load() ?? []) this.index(r);
+  }
+
+  get location(): string | null {
+    return this.store?.location ?? null;
+  }
+
+  /** Why a project rule cannot be stored now, or null. */
+  refusal(): string | null {
+    if (!this.store) return `project rules are off on this server: ${this.problem ?? 'it has no rule store'}`;
+    if (this.byId.size >= MAX_PROJECT_RULES)
+      return `this server already keeps ${MAX_PROJECT_RULES} project rules: revoke some first`;
+    return null;
+  }
+
+  list(workspace?: string | null): ApprovalRule[] {
+    const all = [...this.byId.values()];
+    return workspace ? all.filter((r) => r.workspace === workspace) : all;
+  }
+
+  get(id: string): ApprovalRule | undefined {
+    return this.byId.get(id);
+  }
+
+  /** The enabled rule that answers this request of a process in `workspace`, deny first. */
+  find(workspace: string, t: RuleTarget): ApprovalRule | undefined {
+    const rules = this.byKey.get(keyOf(workspace, t));
+    if (!rules) return undefined;
+    const method = ruleMethod(t.protocol, t.method);
+    let allow: ApprovalRule | undefined;
+    for (const r of rules) {
+      if (!r.enabled || (r.method !== null && r.method !== method)) continue;
+      if (r.decision === 'deny') return r;
+      allow ??= r;
+    }
+    return allow;
+  }
+
+  /** Counts a request `rule` answered. */
+  hit(rule: ApprovalRule, now: number): void {
+    rule.hits += 1;
+    rule.lastHitAt = now;
+    this.store?.hit(rule.id, rule.hits, now);
+  }
+
+  /** Stores `rule` (replacing one that says the same); throws when it cannot be stored (see `refusal`). */
+  add(rule: ApprovalRule): void {
+    const why = this.refusal();
+    if (why) throw new Error(why);
+    const same = (this.byKey.get(keyOf(rule.workspace, rule)) ?? []).find(
+      (r) => r.decision === rule.decision && r.method === rule.method,
+    );
+    this.store!.insert(rule);
+    if (same) this.remove(same.id);
+    this.index(rule);
+  }
+
+  remove(id: string): ApprovalRule | undefined {
+    const r = this.byId.get(id);
+    if (!r) return undefined;
+    this.store?.remove(id);
+    this.byId.delete(id);
+    const k = keyOf(r.workspace, r);
+    const left = (this.byKey.get(k) ?? []).filter((x) => x.id !== id);
+    if (left.length > 0) this.byKey.set(k, left);
+    else this.byKey.delete(k);
+    return r;
+  }
+
+  private index(r: ApprovalRule): void {
+    this.byId.set(r.id, r);
+    const k = keyOf(r.workspace, r);
+    const list = this.byKey.get(k);
+    if (list) list.push(r);
+    else this.byKey.set(k, [r]);
+  }
+}

@@ -1,0 +1,67 @@
+/**
+ * `corral approvals …` run as a person would (the CLI from source through tsx), and the host it reaches: `startHost`
+ * with a project-rule file and the state file, proxies that resolve through the stub resolver and dial only loopback.
+ */
+import { spawn } from 'node:child_process';
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { type Host, startHost } from '../../src/app/host.js';
+import { localStatePath } from '../../src/app/localState.js';
+import { loopbackOnlyDialer, stubResolver } from '../integration/network-helpers.js';
+import { ROOT } from './cli.js';
+
+export interface CliRun {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs `corral approvals ARGS` with `XDG_STATE_HOME=stateHome` (where it finds the local host's state file). */
+export function runApprovalsCli(args: string[], stateHome: string): Promise<CliRun> {
+  const proc = spawn(process.execPath, ['--import', 'tsx', 'src/cli.ts', 'approvals', ...args], {
+    cwd: ROOT,
+    env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: stateHome, XDG_STATE_HOME: stateHome },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stdout = '';
+  let stderr = '';
+  proc.stdout.on('data', (d) => {
+    stdout += d;
+  });
+  proc.stderr.on('data', (d) => {
+    stderr += d;
+  });
+  return new Promise((resolve) => proc.once('close', (code) => resolve({ code, stdout, stderr })));
+}
+
+/** The seed managedNetwork asking for approvals (loopback governed by the allowlist alone). */
+export function askingNetwork(domains: Record<string, string> = {}) {
+  return {
+    config: {
+      network: {
+        enabled: true,
+        allow_local_binding: true,
+        hard_deny_allowlist_misses: false,
+        domains,
+      },
+    },
+  };
+}
+
+/** A host writing its state file under `stateHome` and keeping project rules in `rulesFile`. */
+export async function startRulesHost(
+  stateHome: string,
+  rulesFile: string,
+  offMachine: string[],
+): Promise<Host> {
+  mkdirSync(join(stateHome, 'corral'), { recursive: true, mode: 0o700 });
+  return startHost({
+    server: {
+      launcher: { resolver: stubResolver, dialer: loopbackOnlyDialer(offMachine) },
+      approvals: { timeoutMs: 30_000 },
+    },
+    resumeGraceMs: 0,
+    approvalRules: rulesFile,
+    localState: localStatePath({ XDG_STATE_HOME: stateHome }),
+  });
+}

@@ -1,0 +1,207 @@
+// Approvals v2 (issue 36, items 1 and 4) through real sockets and real processes: prompts grouped per (process, host),
+// a project rule made from `corral approvals` that applies to a later session of the same workspace after a restart
+// of the host (same rule file) and not to another workspace, and revoking it bringing the prompt back.
+import assert from 'node:assert/strict';
+import { existsSync, mkdirSync, realpathSync } from 'node:fs';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import type { Host } from '../../src/app/host.js';
+import { localStatePath } from '../../src/app/localState.js';
+import type { ApprovalPrompt, ApprovalsState, RulesResult } from '../../src/protocol/approvals.js';
+import { askingNetwork, runApprovalsCli, startRulesHost } from '../helpers/approvalsCli.js';
+import { RpcClient } from '../helpers/client.js';
+import { tempDir, until } from '../helpers/server.js';
+import { startOrigin } from './network-helpers.js';
+
+const CURL = '/usr/bin/curl';
+const skip = existsSync(CURL) ? false : 'curl is not installed';
+
+type Client = RpcClient & { sessionId: string };
+
+describe('approvals v2: grouped prompts, project rules, the CLI', { skip }, () => {
+  const tmp = tempDir('corral-approvals-v2-');
+  const stateHome = join(tmp.path, 'state');
+  const rulesFile = join(tmp.path, 'rules', 'approval-rules.db');
+  const offMachine: string[] = [];
+  let origin: Awaited<ReturnType<typeof startOrigin>>;
+  let host: Host;
+  const clients: RpcClient[] = [];
+  /** Two workspaces: git top-levels with a subdirectory each. */
+  const wsA = join(tmp.path, 'project-a');
+  const wsB = join(tmp.path, 'project-b');
+
+  before(async () => {
+    for (const w of [wsA, wsB]) {
+      mkdirSync(join(w, '.git'), { recursive: true });
+      mkdirSync(join(w, 'src'), { recursive: true });
+    }
+    origin = await startOrigin();
+    host = await startRulesHost(stateHome, rulesFile, offMachine);
+  });
+
+  after(async () => {
+    for (const c of clients) c.close();
+    await host?.shutdown();
+    await origin?.close();
+    tmp.cleanup();
+    assert.deepEqual(offMachine, [], 'no dial may ever leave the machine');
+  });
+
+  const open = async (h: Host, token: string, name: string): Promise<Client> => {
+    const c = await RpcClient.open(`${h.listener.url}/?token=${encodeURIComponent(token)}`, name);
+    clients.push(c);
+    return c;
+  };
+  const start = (agent: Client, processId: string, script: string, cwd: string) =>
+    agent.request('process/start', {
+      processId,
+      argv: ['/bin/sh', '-c', script],
+      cwd,
+      env: { PATH: '/usr/bin:/bin' },
+      tty: false,
+      arg0: null,
+      managedNetwork: askingNetwork(),
+    });
+  const curl = (label: string, hostName: string, path: string) =>
+    `curl --noproxy '' -s -o /dev/null -w '${label}=%{http_code}\\n' http://${hostName}:${origin.port}${path}`;
+  const pendingOf = async (panel: Client, processId: string) =>
+    (await panel.request<ApprovalsState>('approvals/list', {})).pending.filter(
+      (p) => p.processId === processId,
+    );
+
+  test('50 requests to one host from one process make one card counting 50; 5 hosts make 5 cards', async () => {
+    const agent = await open(host, host.tokens.agent, 'grouping');
+    const panel = await open(host, host.tokens.panel, 'panel');
+    const fifty = Array.from({ length: 50 }, (_, i) => `${curl(`r${i}`, '127.0.0.1', `/g${i}`)} &`).join(' ');
+    await start(agent, 'fifty', `${fifty} wait`, wsA);
+    await until(
+      async () => (await pendingOf(panel, 'fifty'))[0]?.waiting === 50,
+      30_000,
+      '50 requests held on one card',
+    );
+    const one = await pendingOf(panel, 'fifty');
+    assert.equal(one.length, 1, 'one card');
+    assert.equal(one[0]!.waiting, 50);
+    assert.equal(one[0]!.workspace, realpathSync(wsA));
+    const five = [2, 3, 4, 5, 6].map((n) => `${curl(`h${n}`, `127.0.0.${n}`, '/five')} &`).join(' ');
+    await start(agent, 'five', `${five} wait`, wsA);
+    await until(async () => (await pendingOf(panel, 'five')).length === 5, 30_000, '5 cards');
+    const cards = await pendingOf(panel, 'five');
+    assert.deepEqual(
+      cards.map((p) => p.host).sort(),
+      [2, 3, 4, 5, 6].map((n) => `127.0.0.${n}`),
+    );
+    assert.ok(cards.every((p) => p.waiting === 1));
+    // Denied once each, from the CLI: the requests fail closed and nothing is stored.
+    for (const p of [...one, ...cards]) {
+      const r = await runApprovalsCli(['deny', p.id], stateHome);
+      assert.equal(r.code, 0, r.stderr);
+    }
+    await agent.collect('fifty', 30_000);
+    await agent.collect('five', 30_000);
+    assert.equal(agent.output('fifty', 'stdout').match(/=403/g)?.length, 50);
+    assert.equal(agent.output('five', 'stdout').match(/=403/g)?.length, 5);
+    const rules = await panel.request<RulesResult>('approvals/rules', {});
+    assert.deepEqual(rules.rules, []);
+    assert.deepEqual(rules.decisions, []);
+  });
+
+  test('a project rule made from the CLI applies after a restart in the same workspace, not another; revoke brings the prompt back', async () => {
+    let agent = await open(host, host.tokens.agent, 'agent-1');
+    await start(agent, 'first', curl('first', '127.0.0.1', '/first'), join(wsA, 'src'));
+    let panel = await open(host, host.tokens.panel, 'panel');
+    await until(async () => (await pendingOf(panel, 'first')).length === 1, 30_000, 'the prompt');
+    // The CLI sees it (from the state file), and answers it for the project.
+    const listed = await runApprovalsCli(['list', '--json'], stateHome);
+    assert.equal(listed.code, 0, listed.stderr);
+    const prompt = (JSON.parse(listed.stdout) as { pending: ApprovalPrompt[] }).pending.find(
+      (p) => p.processId === 'first',
+    )!;
+    assert.equal(prompt.workspace, realpathSync(wsA));
+    const human = await runApprovalsCli(['list'], stateHome);
+    assert.match(
+      human.stdout,
+      new RegExp(`${prompt.id}  http 127\\.0\\.0\\.1:${origin.port} GET  waiting 1`),
+    );
+    assert.match(human.stdout, new RegExp(`workspace ${realpathSync(wsA)}`));
+    const allowed = await runApprovalsCli(['allow', prompt.id, '--scope', 'project'], stateHome);
+    assert.equal(allowed.code, 0, allowed.stderr);
+    assert.match(allowed.stdout, /allowProject: released 1 held request/);
+    await agent.collect('first', 30_000);
+    assert.match(agent.output('first', 'stdout'), /first=200/);
+
+    // Restart: the state file goes with the host; the new host reads the same rule file.
+    const statePath = localStatePath({ XDG_STATE_HOME: stateHome });
+    assert.ok(existsSync(statePath));
+    await host.shutdown();
+    assert.equal(existsSync(statePath), false, 'the state file is removed at exit');
+    const gone = await runApprovalsCli(['list'], stateHome);
+    assert.equal(gone.code, 1);
+    assert.match(gone.stderr, /no local Corral host is running/);
+    assert.equal(gone.stdout, '');
+    host = await startRulesHost(stateHome, rulesFile, offMachine);
+    agent = await open(host, host.tokens.agent, 'agent-2');
+    panel = await open(host, host.tokens.panel, 'panel-2');
+    await panel.request('approvals/subscribe', {});
+
+    // Same workspace (another directory in it): no prompt, allowed.
+    await start(agent, 'again', curl('again', '127.0.0.1', '/again'), wsA);
+    await agent.collect('again', 30_000);
+    assert.match(agent.output('again', 'stdout'), /again=200/);
+    assert.equal(panel.notifications.filter((n) => n.method === 'approvals/requested').length, 0);
+    // Another workspace: asked.
+    await start(agent, 'other', curl('other', '127.0.0.1', '/other'), wsB);
+    const [other] = await (async () => {
+      await until(async () => (await pendingOf(panel, 'other')).length === 1, 30_000, 'the other prompt');
+      return pendingOf(panel, 'other');
+    })();
+    assert.equal(other!.workspace, realpathSync(wsB));
+    assert.equal((await runApprovalsCli(['deny', other!.id], stateHome)).code, 0);
+    await agent.collect('other', 30_000);
+    assert.match(agent.output('other', 'stdout'), /other=403/);
+
+    // The rule, as the CLI lists it: exactly what was asked, who made it, its hits.
+    const rules = await runApprovalsCli(['rules', '--json'], stateHome);
+    assert.equal(rules.code, 0, rules.stderr);
+    const r = JSON.parse(rules.stdout) as RulesResult;
+    assert.equal(r.store, rulesFile);
+    assert.equal(r.rules.length, 1);
+    const rule = r.rules[0]!;
+    assert.deepEqual(
+      {
+        workspace: rule.workspace,
+        decision: rule.decision,
+        protocol: rule.protocol,
+        host: rule.host,
+        port: rule.port,
+        method: rule.method,
+        origin: rule.origin,
+        enabled: rule.enabled,
+        hits: rule.hits,
+      },
+      {
+        workspace: realpathSync(wsA),
+        decision: 'allow',
+        protocol: 'http',
+        host: '127.0.0.1',
+        port: origin.port,
+        method: 'GET',
+        origin: 'cli',
+        enabled: true,
+        hits: 1,
+      },
+    );
+    assert.equal(rule.createdBy.credential, 'panel-token');
+
+    // Revoked from the CLI: the prompt is back in that workspace.
+    const revoked = await runApprovalsCli(['revoke', rule.id], stateHome);
+    assert.equal(revoked.code, 0, revoked.stderr);
+    await start(agent, 'after', curl('after', '127.0.0.1', '/after'), wsA);
+    await until(async () => (await pendingOf(panel, 'after')).length === 1, 30_000, 'the prompt is back');
+    const [back] = await pendingOf(panel, 'after');
+    await panel.request('approvals/decide', { id: back!.id, decision: 'denyOnce' });
+    await agent.collect('after', 30_000);
+    assert.match(agent.output('after', 'stdout'), /after=403/);
+    assert.deepEqual((await panel.request<RulesResult>('approvals/rules', {})).rules, []);
+  });
+});

@@ -44,6 +44,8 @@ export interface PreparedLaunch {
   summary?: Record<string, unknown>;
   /** Which backend enforced it and the accepted weaker guarantees that apply (the Landlock backend only). */
   guarantees?: SandboxGuarantees;
+  /** What the start accepted but cannot fully honour: said in process/start's result (and on the panel). */
+  warnings?: string[];
   /** Called once the child has a pid (e.g. to start a forwarder in its network namespace and release it). */
   afterSpawn?(pid: number): Promise<void>;
   /** Called exactly once after the process has closed, or if the spawn failed. Must not throw. */

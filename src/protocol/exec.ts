@@ -123,9 +123,19 @@ export const ExecParams = z.object({
    * @shape SandboxParam
    */
   sandbox: z.unknown().transform(toSandboxParam).optional(),
-  /** A managed proxy described the 0.169 way. @since 0.169 */
+  /**
+   * A managed proxy described the 0.169 way. A config it cannot take (a bad glob, a relative unix-socket path, `*` in
+   * the denylist, `enabled: false`) is -32602 `invalid network proxy config: <err>`, 0.169's text.
+   * @since 0.169
+   */
   networkProxy: NetworkProxyParamSchema.nullish(),
-  /** The seed's `{config, constraints, auditMetadata}` (starts a managed proxy) or 0.169's sandbox fact. @shape ManagedNetworkParam */
+  /**
+   * The seed's `{config, constraints, auditMetadata}` (starts a managed proxy) or 0.169's sandbox fact. As in the seed,
+   * a config that breaks its `constraints` is -32603 `invalid managed network config: <err>` and one whose proxy state
+   * cannot be built (a bad glob, a relative unix-socket path) -32603 `failed to build managed network proxy state:
+   * <err>`; a malformed shape is -32602 `invalid network proxy config: <err>`.
+   * @shape ManagedNetworkParam
+   */
   managedNetwork: z.unknown().transform(toManagedNetworkParam).optional(),
 });
 export type ExecParams = z.infer<typeof ExecParams>;
@@ -178,6 +188,12 @@ export const StartResult = z.object({
   sandboxType: SandboxTypeWire,
   /** Which backend confines the process and which weaker guarantees the operator accepted (Landlock). @corral */
   sandboxGuarantees: SandboxGuarantees.optional(),
+  /**
+   * What the server accepted but cannot fully honour for this start (a managed proxy the sandbox leaves unreachable, a
+   * proxy setting without effect as configured, …), one sentence each; absent when there is none.
+   * @corral
+   */
+  warnings: z.array(z.string()).optional(),
 });
 export type StartResult = z.infer<typeof StartResult>;
 

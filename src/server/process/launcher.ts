@@ -252,14 +252,26 @@ export class Launcher implements LaunchPreparer {
       throw internalError(`sandbox setup failed: ${(e as Error).message}`);
     }
     if (!proxy) return launch;
+    const warnings = [...proxy.spec.warnings];
+    // network-proxy.md §1: started and applied but not enforced, under a restricted network nothing reaches it.
+    if (
+      sandbox &&
+      launch.sandboxType !== 'none' &&
+      !sandbox.enforceManagedNetwork &&
+      sandbox.network === 'restricted'
+    )
+      warnings.push(
+        'the managed proxy is unreachable: the sandbox network is restricted and enforceManagedNetwork is false',
+      );
     const summary = {
       ...(launch.summary ?? {}),
       proxy: { httpPort: proxy.httpPort, socksPort: proxy.socksPort ?? null },
-      ...(proxy.spec.warnings.length > 0 ? { warnings: proxy.spec.warnings } : {}),
+      ...(warnings.length > 0 ? { warnings } : {}),
     };
     return {
       ...launch,
       summary,
+      ...(warnings.length > 0 ? { warnings } : {}),
       afterSpawn: launch.afterSpawn?.bind(launch),
       cleanup() {
         try {

@@ -204,6 +204,7 @@ class ProcessMethods {
       processId: p.processId,
       sandboxType: launch.sandboxType,
       ...(launch.guarantees ? { sandboxGuarantees: launch.guarantees } : {}),
+      ...(launch.warnings && launch.warnings.length > 0 ? { warnings: launch.warnings } : {}),
     };
     const respond = () => new ResultWithCallback(result, () => session.release(proc));
     if (launch.afterSpawn) {

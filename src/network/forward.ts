@@ -21,13 +21,17 @@ export interface ForwardDeps {
 
 const upstreamFailure = () => textResponse(502, 'upstream failure');
 
-/** Sends `req` on to its target and streams the answer back through `res`. */
+/**
+ * Sends `req` on to its target and streams the answer back through `res`; `rawHeaders` are its headers as they go
+ * (the credential broker may have put a real token in place of a dummy).
+ */
 export function forward(
   deps: ForwardDeps,
   req: http.IncomingMessage,
   res: http.ServerResponse,
   target: AbsoluteTarget,
   a: Admitted,
+  rawHeaders: readonly string[] = req.rawHeaders,
 ): void {
   const secure = target.scheme === 'https' || target.scheme === 'wss';
   const proxy = upstreamFor(secure ? 'tunnel' : 'http', deps.upstream);
@@ -37,7 +41,7 @@ export function forward(
     send(res, upstreamFailure());
     return;
   }
-  const headers = forwardedRequestHeaders(req.rawHeaders, target.authority);
+  const headers = forwardedRequestHeaders(rawHeaders, target.authority);
   const common = { method: req.method, setHost: false };
   let upstream: http.ClientRequest;
   if (!viaUpstream) {

@@ -18,6 +18,7 @@ import { FastHttp } from './fastpath.js';
 import type { HttpContext } from './httpContext.js';
 import { overflowStatus, PARSER_MAX_HEADERS_COUNT, PARSER_OPTIONS } from './limits.js';
 import { listenLoopback } from './listen.js';
+import type { CredentialBroker } from './mitm/broker.js';
 import type { Interceptor } from './mitm/interceptor.js';
 import type { PolicyEngine } from './policy.js';
 import type { Recorder } from './recorder.js';
@@ -35,6 +36,8 @@ export interface HttpProxyDeps {
   upstream: UpstreamProxies;
   /** TLS interception, when the config turns it on (issue 34). */
   mitm?: Interceptor | undefined;
+  /** The credential broker, when on (issue 34). */
+  broker?: CredentialBroker | undefined;
 }
 
 /** The request line of a method token Node's parser refuses: letters only, at most 20 (`post http://… HTTP/1.1`). */
@@ -88,7 +91,8 @@ export class HttpProxy {
       dial: deps.dial,
       idleTimeoutMs: idle,
       keepAliveTimeoutMs: this.server.keepAliveTimeout,
-      enabled: () => upstreamFor('http', deps.upstream) === undefined,
+      // The fast path forwards headers as they came: requests that may carry a brokered dummy take Node's path.
+      enabled: () => upstreamFor('http', deps.upstream) === undefined && (deps.broker?.size ?? 0) === 0,
       handoff: (socket, buffered, ended) => {
         if (ended) {
           // The stream has ended (nothing can be unshifted): give Node's handlers the bytes and the end directly.

@@ -2,6 +2,7 @@
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { ForwardAgents, TunnelOrigin } from './dial.js';
+import type { CredentialBroker } from './mitm/broker.js';
 import type { Interceptor } from './mitm/interceptor.js';
 import type { PolicyEngine } from './policy.js';
 import type { Recorder } from './recorder.js';
@@ -13,6 +14,8 @@ export interface HttpContext extends TunnelOrigin {
   readonly idleTimeoutMs: number;
   /** TLS interception, when on (issue 34). */
   readonly mitm?: Interceptor | undefined;
+  /** The credential broker, when on (issue 34): plain requests may get a real token too. */
+  readonly broker?: CredentialBroker | undefined;
   /**
    * Takes over a socket that Node's server handed out (CONNECT, upgrade): tracked, destroyed on error, with no idle
    * timeout while it tunnels.

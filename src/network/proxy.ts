@@ -44,6 +44,8 @@ export interface StartProxyOptions {
   upstream?: UpstreamSettings;
   /** The interception trust (CA, bundle, upstream roots); default: the server process's own, made on first use. */
   mitmTrust?: MitmTrust;
+  /** Interception's timeouts (tests): the client's handshake (default 10 s), the ClientHello peek (default 1 s). */
+  mitmTimeouts?: { handshakeMs?: number; peekMs?: number };
   /** Where `mitm_hooks` read secrets and the operator's lists of them. Default: this process's environment. */
   secretEnv?: Record<string, string | undefined>;
 }
@@ -158,9 +160,13 @@ export async function startManagedProxy(
         idleTimeoutMs,
         ...(rewrite ? { rewrite } : {}),
         wantsHost: (host) => wantsInterception(hooks, broker, host),
+        ...(opts.mitmTimeouts?.handshakeMs !== undefined
+          ? { handshakeTimeoutMs: opts.mitmTimeouts.handshakeMs }
+          : {}),
+        ...(opts.mitmTimeouts?.peekMs !== undefined ? { peekTimeoutMs: opts.mitmTimeouts.peekMs } : {}),
       })
     : undefined;
-  const http = new HttpProxy({ policy, recorder, dial, idleTimeoutMs, upstream, mitm });
+  const http = new HttpProxy({ policy, recorder, dial, idleTimeoutMs, upstream, mitm, broker });
   const socks = settings.enable_socks5
     ? new SocksProxy({
         policy,

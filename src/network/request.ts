@@ -11,6 +11,7 @@ import { headerValue } from './headers.js';
 import { clientAddr } from './host.js';
 import type { HttpContext } from './httpContext.js';
 import { limitStatus } from './limits.js';
+import { plainCarrier } from './mitm/broker.js';
 import {
   blockedHttpResponse,
   blockedUnixSocketResponse,
@@ -55,7 +56,10 @@ export async function onRequest(
     send(res, blockedHttpResponse(a, t.port));
     return;
   }
-  forward(ctx, req, res, t.target, a);
+  // The credential broker (issue 34) on plain HTTP: only to a loopback target, or with
+  // dangerously_allow_plaintext_credential_injection.
+  const brokered = ctx.broker?.rewrite(a.host, req.rawHeaders, plainCarrier(a.addresses));
+  forward(ctx, req, res, t.target, a, brokered?.headers);
 }
 
 /**

@@ -32,7 +32,10 @@ export const MitmHookWireSchema = z.object({
       path_prefixes: z.array(z.string().startsWith('/')).nullish(),
       query: z.record(z.string(), z.array(z.string())).nullish(),
       headers: z.record(headerName, z.array(z.string())).nullish(),
-      body: z.undefined({ message: 'matching on the body is not supported' }).nullish(),
+      body: z
+        .unknown()
+        .refine((v) => v === undefined || v === null, { message: 'matching on the body is not supported' })
+        .optional(),
     })
     .nullish(),
   actions: z

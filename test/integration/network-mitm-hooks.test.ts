@@ -7,11 +7,19 @@ import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { applyProxyEnv } from '../../src/network/env.js';
+import { CredentialBroker, plainCarrier } from '../../src/network/mitm/broker.js';
 import { createMitmTrust, type MitmTrust } from '../../src/network/mitm/trust.js';
 import { connectVia, exchange, tlsOver } from '../helpers/mitmClient.js';
 import { tempDir } from '../helpers/server.js';
 import { startTlsOrigin, type TlsOrigin } from '../helpers/tlsOrigin.js';
-import { type ProxyFixture, RawClient, startEcho, startProxy } from './network-helpers.js';
+import {
+  type ProxyFixture,
+  RawClient,
+  request,
+  startEcho,
+  startOrigin,
+  startProxy,
+} from './network-helpers.js';
 
 const toLoopback = () => Promise.resolve(['127.0.0.1']);
 const SECRET = 's3cr3t-hook-value-0123456789';
@@ -196,6 +204,44 @@ describe('credential broker', () => {
     const ev = f.audits.find((e) => e['url.path'] === '/user');
     assert.equal(ev?.['network.credential.injected'], 'GH_TOKEN');
     assert.ok(!f.audits.some((e) => e['url.path'] === '/leak' && e['network.credential.injected']));
+  });
+
+  test('plain HTTP: injected only to a loopback target (here) or with the dangerous flag; the carrier rule', async () => {
+    const plain = await startOrigin();
+    try {
+      const auth = `authorization: token ${childEnv.GH_TOKEN}\r\n`;
+      const ask = (host: string) =>
+        request(
+          f.proxy.httpPort,
+          `GET http://${host}:${plain.port}/p HTTP/1.1\r\nhost: ${host}:${plain.port}\r\n${auth}\r\n`,
+        );
+      assert.equal((await ask('git.corp.test')).status, 200);
+      assert.equal(plain.requests.at(-1)!.headers.authorization, `token ${REAL}`);
+      assert.equal((await ask('other.test')).status, 200);
+      assert.equal(plain.requests.at(-1)!.headers.authorization, `token ${childEnv.GH_TOKEN}`);
+    } finally {
+      await plain.close();
+    }
+    assert.equal(plainCarrier(['127.0.0.1', '::1']), 'plain-loopback');
+    assert.equal(plainCarrier(['127.0.0.1', '192.0.2.1']), 'plain');
+    assert.equal(plainCarrier([]), 'plain');
+    const strict = new CredentialBroker({ plaintext: false });
+    const env = { GH_TOKEN: REAL };
+    strict.virtualize(env);
+    const raw = ['Authorization', `token ${env.GH_TOKEN}`];
+    assert.equal(
+      strict.rewrite('github.com', raw, 'plain'),
+      undefined,
+      'no injection into non-loopback plain HTTP',
+    );
+    assert.deepEqual(strict.rewrite('github.com', raw, 'tls')?.headers, ['Authorization', `token ${REAL}`]);
+    assert.equal(strict.rewrite('api.github.com.evil.test', raw, 'tls'), undefined);
+    assert.equal(strict.rewrite('evilgithub.com', raw, 'tls'), undefined);
+    assert.ok(strict.rewrite('corp.ghe.com', raw, 'tls'));
+    const dangerous = new CredentialBroker({ plaintext: true });
+    const env2 = { GH_TOKEN: REAL };
+    dangerous.virtualize(env2);
+    assert.ok(dangerous.rewrite('github.com', ['authorization', `token ${env2.GH_TOKEN}`], 'plain'));
   });
 
   test('the real value is in no file the server wrote, no log, no audit or blocked record', () => {

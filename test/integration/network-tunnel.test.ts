@@ -40,31 +40,24 @@ test('T15: allowed CONNECT → HTTP/1.1 200 OK + date, pipelined bytes echoed; c
   }
 });
 
-test('T14: limited mode CONNECT → 403 text blocked-by-mitm-required (mitm:true too); event http-connect/limited', async () => {
-  for (const mitm of [false, true]) {
-    const fx = await startProxy({ mode: 'limited', mitm, domains: { localhost: 'allow' } });
-    try {
-      const c = await RawClient.open(fx.proxy.httpPort);
-      c.write(`CONNECT localhost:${E} HTTP/1.1\r\nHost: localhost:${E}\r\n\r\n`);
-      const res = await c.readResponse();
-      assert.equal(res.status, 403);
-      assert.equal(res.header('content-type'), 'text/plain');
-      assert.equal(res.header('x-proxy-error'), 'blocked-by-mitm-required');
-      assert.equal(res.body, 'Codex blocked this request: MITM required for limited HTTPS.');
-      c.close();
-      const rec = fx.proxy.blocked().events[0]!;
-      assert.equal(rec.reason, 'mitm_required');
-      assert.equal(rec.protocol, 'http-connect');
-      assert.equal(rec.mode, 'limited');
-      assert.deepEqual(fx.dials, [], 'no upstream connection');
-      if (mitm)
-        assert.ok(
-          fx.proxy.spec.warnings.some((w) => w.includes('mitm')),
-          'dashboard warning for mitm',
-        );
-    } finally {
-      await fx.close();
-    }
+test('T14: limited mode CONNECT with mitm:false → 403 text blocked-by-mitm-required; event http-connect/limited (mitm:true intercepts: network-mitm.test.ts)', async () => {
+  const fx = await startProxy({ mode: 'limited', mitm: false, domains: { localhost: 'allow' } });
+  try {
+    const c = await RawClient.open(fx.proxy.httpPort);
+    c.write(`CONNECT localhost:${E} HTTP/1.1\r\nHost: localhost:${E}\r\n\r\n`);
+    const res = await c.readResponse();
+    assert.equal(res.status, 403);
+    assert.equal(res.header('content-type'), 'text/plain');
+    assert.equal(res.header('x-proxy-error'), 'blocked-by-mitm-required');
+    assert.equal(res.body, 'Codex blocked this request: MITM required for limited HTTPS.');
+    c.close();
+    const rec = fx.proxy.blocked().events[0]!;
+    assert.equal(rec.reason, 'mitm_required');
+    assert.equal(rec.protocol, 'http-connect');
+    assert.equal(rec.mode, 'limited');
+    assert.deepEqual(fx.dials, [], 'no upstream connection');
+  } finally {
+    await fx.close();
   }
 });
 

@@ -232,12 +232,12 @@ const TABLE: [string, Record<string, unknown>, PolicyProtocol, string | null, st
     'deny mitm_required mode_guard non_domain after-allow',
   ],
   [
-    'T14 limited CONNECT with mitm:true (not supported: still refused)',
+    'T14 limited CONNECT with mitm:true: allowed, to be intercepted (issue 34)',
     { ...LIMITED, mitm: true },
     'https_connect',
     'CONNECT',
     'localhost:443',
-    'deny mitm_required mode_guard non_domain after-allow',
+    'allow baseline_policy',
   ],
   [
     'T14 limited CONNECT to a denied host',

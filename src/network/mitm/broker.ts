@@ -57,6 +57,12 @@ interface Brokered {
 /** Where a request goes out: inside verified TLS, or plain HTTP (to a loopback target or not). */
 export type Carrier = 'tls' | 'plain-loopback' | 'plain';
 
+/** A plain-HTTP request's carrier: `plain-loopback` when every address it may be sent to is a loopback one. */
+export function plainCarrier(addresses: readonly string[]): Carrier {
+  const loopback = (a: string) => a.startsWith('127.') || a === '::1';
+  return addresses.length > 0 && addresses.every(loopback) ? 'plain-loopback' : 'plain';
+}
+
 export class CredentialBroker {
   private readonly creds: Brokered[] = [];
   private ghHost: string | null = null;

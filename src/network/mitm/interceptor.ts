@@ -46,6 +46,8 @@ import type { UpstreamProxies } from '../upstream.js';
 import type { MitmTrust } from './trust.js';
 
 export const MAX_INTERCEPTED_TUNNELS = 256;
+/** The longest path an audit event keeps of an intercepted request. */
+const MAX_AUDIT_PATH = 2048;
 export const HANDSHAKE_TIMEOUT_MS = 10_000;
 /** A client that says nothing this long after its tunnel opened is not starting TLS (a server-first protocol). */
 export const PEEK_TIMEOUT_MS = 1_000;
@@ -250,6 +252,11 @@ export class Interceptor {
     this.track(secure);
     secure.once('close', release);
     secure.on('error', () => secure.destroy());
+    // A client that ends before its handshake is done is gone (the proxy's sockets are half-open capable).
+    let secured = false;
+    secure.once('end', () => {
+      if (!secured) secure.destroy();
+    });
     const timer = setTimeout(() => secure.destroy(), this.deps.handshakeTimeoutMs ?? HANDSHAKE_TIMEOUT_MS);
     secure.once('close', () => clearTimeout(timer));
     const agent = new https.Agent({ keepAlive: true, maxSockets: 1 });
@@ -260,6 +267,7 @@ export class Interceptor {
     secure.once('close', () => agent.destroy());
     this.tunnels.set(secure, { ...target, agent });
     secure.once('secure', () => {
+      secured = true;
       clearTimeout(timer);
       secure.setTimeout(this.deps.idleTimeoutMs);
       this.server.emit('connection', secure);
@@ -327,6 +335,11 @@ export class Interceptor {
     }
     const host = req.headers.host;
     if (host === undefined || host.trim() === '') return { ok: false, status: 400, text: 'missing host' };
+    // Node keeps the first of several Host headers, but all of them would go upstream: one only.
+    let hosts = 0;
+    for (let i = 0; i < req.rawHeaders.length; i += 2)
+      if (req.rawHeaders[i]!.toLowerCase() === 'host') hosts++;
+    if (hosts > 1) return { ok: false, status: 400, text: 'host mismatch' };
     if (!hostHeaderMatches(host, target)) return { ok: false, status: 400, text: 'host mismatch' };
     return { ok: true, path };
   }
@@ -346,7 +359,7 @@ export class Interceptor {
     const asMethod = upgrade && this.deps.policy.mode === 'limited' ? `${method} upgrade` : method;
     const a = admitIntercepted(this.deps.policy, t.admitted, asMethod, rewrite?.refusal);
     const r: AdmissionRequest = { protocol: 'https', host: t.host, port: t.port, method, client: t.client };
-    const bare = path.split('?', 1)[0]!;
+    const bare = path.split('?', 1)[0]!.slice(0, MAX_AUDIT_PATH);
     this.deps.recorder.record(r, a, {
       path: bare,
       ...(a.allowed && rewrite?.credential !== undefined ? { credential: rewrite.credential } : {}),

@@ -311,6 +311,48 @@ async function measureSandboxes(
   }
 }
 
+/**
+ * What a crash loses of the audit trail (the durability point): a fresh server runs `true` (one at a time, then
+ * batches of 64) and is SIGKILLed the moment the client has the last process/closed; then its database is read.
+ * Lost: processes the client saw closed whose row has no closed_at. Five kills per server; the worst one.
+ */
+async function measureCrashLoss(t: Target, db: string): Promise<{ lost: number; of: number }[]> {
+  const out: { lost: number; of: number }[] = [];
+  for (let k = 0; k < 5; k++) {
+    rmSync(db, { force: true });
+    rmSync(`${db}-wal`, { force: true });
+    rmSync(`${db}-shm`, { force: true });
+    const s = await startServer(t.argv[0], t.argv.slice(1), t.env ?? process.env);
+    const exited = new Promise((r) => s.proc.once('exit', r));
+    const c = await BenchClient.open(s.url);
+    const seen: string[] = [];
+    for (let i = 0; i < 100; i++) {
+      await c.run(`k${k}-s${i}`, TRUE);
+      seen.push(`k${k}-s${i}`);
+    }
+    for (let b = 0; b < 3; b++) {
+      const ids = Array.from({ length: WIDTH }, (_, i) => `k${k}-b${b}-${i}`);
+      await Promise.all(ids.map((id) => c.run(id, TRUE)));
+      seen.push(...ids);
+    }
+    s.proc.kill('SIGKILL');
+    await exited;
+    c.close();
+    const { default: Database } = await import('better-sqlite3');
+    const d = new Database(db, { readonly: true });
+    const stored = new Set(
+      (
+        d.prepare('SELECT process_id FROM processes WHERE closed_at IS NOT NULL').all() as {
+          process_id: string;
+        }[]
+      ).map((r) => r.process_id),
+    );
+    d.close();
+    out.push({ lost: seen.filter((id) => !stored.has(id)).length, of: seen.length });
+  }
+  return out;
+}
+
 async function timed(f: () => Promise<unknown>): Promise<number> {
   const t0 = performance.now();
   await f();
@@ -433,6 +475,11 @@ export async function run(): Promise<BenchRow[]> {
     const standin = sums.get(targets[0]!.name)!;
     const ours = sums.get('Corral (this checkout)')!;
     // Either may fail where the other rows work (no sandbox here, an addon being rebuilt): said in their place.
+    const crash: [string, { lost: number; of: number }[] | Error][] = [];
+    for (const t of targets.filter((x) => x.name.startsWith('Corral'))) {
+      const db = t.argv[t.argv.indexOf('--audit-db') + 1]!;
+      crash.push([t.name, await measureCrashLoss(t, db).catch((e: Error) => e)]);
+    }
     const sbx = await measureSandboxes(targets[1]!).catch((e: Error) => e);
     const phases = await breakdown().catch((e: Error) => e);
 
@@ -516,6 +563,15 @@ export async function run(): Promise<BenchRow[]> {
       figRows,
     );
     for (const s of skipped) console.log(`skipped: ${s}`);
+    table(
+      'audit durability: SIGKILL the moment the client has the last process/closed (100 one at a time + 3 batches of 64), 5 kills',
+      ['', 'closed processes without their audit close row, per kill', 'worst'],
+      crash.map(([name, r]) =>
+        r instanceof Error
+          ? [name, r.message.slice(0, 80), '']
+          : [name, r.map((x) => x.lost).join(' '), `${Math.max(...r.map((x) => x.lost))} of ${r[0]!.of}`],
+      ),
+    );
     if (sbx instanceof Error) console.log(`\nsandboxed starts: ${sbx.message}`);
     else
       table(

@@ -5,6 +5,7 @@ import type {
   ApprovalAuditEvent,
   ApprovalDecision,
   ApprovalPrompt,
+  ApprovalRule,
   ExportResult,
   RememberedDecision,
 } from '../../src/protocol/approvals.js';
@@ -18,18 +19,45 @@ const pkey = (server: string | undefined, id: string) => `${server ?? ''}\u0000$
 /** The `server` member of a call about a row of that server (none for this host's own). */
 const on = (server: string | undefined) => (server ? { server } : {});
 
-const BUTTONS: [ApprovalDecision, string, string][] = [
-  ['allowOnce', 'Allow once', 'btn small primary'],
-  ['allowProcess', 'Allow for this process', 'btn small'],
-  ['allowSession', 'Allow for the session', 'btn small'],
-  ['deny', 'Deny', 'btn small danger'],
+/** Each button: its decision, label, class, and what it stores (its title: said before it is pressed). */
+const BUTTONS: [ApprovalDecision, string, string, string][] = [
+  ['allowOnce', 'Allow once', 'btn small primary', 'Releases the requests held now; stores nothing.'],
+  [
+    'allowProcess',
+    'Allow for this process',
+    'btn small',
+    'Remembers an allow for this target until this process ends.',
+  ],
+  [
+    'allowSession',
+    'Allow for the session',
+    'btn small',
+    'Remembers an allow for this target for every process of this session, until it ends.',
+  ],
+  [
+    'allowProject',
+    'Allow for this project',
+    'btn small',
+    'Stores a rule for this workspace, kept across restarts: exactly this protocol, host and port (and method for plain HTTP).',
+  ],
+  ['denyOnce', 'Deny once', 'btn small danger', 'Blocks the requests held now; stores nothing.'],
+  [
+    'deny',
+    'Deny for the session',
+    'btn small danger',
+    'Remembers a deny for this target for every process of this session, until it ends.',
+  ],
 ];
 
 const OUTCOME_TEXT: Record<string, string> = {
   allowOnce: 'allowed once',
   allowProcess: 'allowed for the process',
   allowSession: 'allowed for the session',
-  deny: 'denied',
+  deny: 'denied for the session',
+  allowProject: 'allowed for the project (rule stored)',
+  denyOnce: 'denied once',
+  denyProcess: 'denied for the process',
+  denyProject: 'denied for the project (rule stored)',
   timeout: 'timed out (blocked)',
   cancelled: 'cancelled: the process exited (blocked)',
   requested: 'asked',
@@ -66,6 +94,9 @@ export class ApprovalsView implements View {
   private skew = 0;
   private readonly pendingBody = h('tbody');
   private readonly decisionsBody = h('tbody');
+  /** This host's project rules (stored, kept across restarts). */
+  private rules: ApprovalRule[] = [];
+  private readonly rulesBody = h('tbody');
   private readonly auditBody = h('tbody');
   private readonly exportBox = h('pre', { class: 'code approval-export', 'data-testid': 'approval-export' });
   private readonly exportFormat = h(
@@ -128,6 +159,21 @@ export class ApprovalsView implements View {
           'approvals-decisions',
           ['Decided', 'Decision', 'Scope', 'Target', 'Session / process', ''],
           this.decisionsBody,
+        ),
+      ),
+      h(
+        'div',
+        { class: 'card' },
+        h('div', { class: 'card-head' }, h('h3', null, 'Project rules')),
+        h(
+          'p',
+          { class: 'muted small' },
+          'Stored for a workspace (its git top-level, else the cwd) and kept across restarts; each matches exactly one protocol, host and port (and method for plain HTTP). A deny wins.',
+        ),
+        table(
+          'approvals-rules',
+          ['Made', 'Rule', 'Target', 'Project', 'Origin', 'Hits', 'Last hit', ''],
+          this.rulesBody,
         ),
       ),
       h(
@@ -204,6 +250,11 @@ export class ApprovalsView implements View {
     }
     this.audit = r.audit.slice(-MAX_AUDIT);
     this.skew = 0;
+    try {
+      this.rules = (await api.request('approvals/rules', {})).rules;
+    } catch {
+      this.rules = []; // a server before project rules
+    }
     this.render();
   }
 
@@ -221,6 +272,9 @@ export class ApprovalsView implements View {
       case 'approvals/decisions':
         this.decisionsBy.set((p.server as string | undefined) ?? '', p.decisions as RememberedDecision[]);
         if (!this.el.hidden) this.refreshExport();
+        break;
+      case 'approvals/rulesChanged':
+        if (!p.server) this.rules = p.rules as ApprovalRule[];
         break;
       case 'approvals/audit':
         this.audit.push(p.event as ApprovalAuditEvent);
@@ -249,7 +303,7 @@ export class ApprovalsView implements View {
     }
   }
 
-  private async revoke(d: RememberedDecision): Promise<void> {
+  private async revoke(d: { id: string; server?: string | undefined }): Promise<void> {
     try {
       await this.ctx.conn.request('approvals/revoke', { ...on(d.server), id: d.id });
     } catch (e) {
@@ -380,18 +434,29 @@ export class ApprovalsView implements View {
         h('dd', { 'data-field': 'protocol' }, p.protocol),
         h('dt', null, 'Method'),
         h('dd', { 'data-field': 'method' }, p.method ?? '—'),
+        h('dt', null, 'Cwd'),
+        h('dd', { 'data-field': 'cwd' }, h('code', null, p.cwd ?? '—')),
+        h('dt', null, 'Project'),
+        h('dd', { 'data-field': 'workspace' }, h('code', null, p.workspace ?? 'none (no project answers)')),
+        h('dt', null, 'Why asked'),
+        h(
+          'dd',
+          { 'data-field': 'why' },
+          "No entry of the managed network's allowlist or denylist matched, no rule answered, and its config asks (hard_deny_allowlist_misses: false). Closing or letting it time out blocks these requests only.",
+        ),
         h('dt', { 'data-field': 'held', hidden: p.waiting <= 1 }, 'Held'),
         h('dd', { 'data-field': 'held', hidden: p.waiting <= 1 }, `${p.waiting} requests`),
       ),
       h(
         'div',
         { class: 'btn-row' },
-        BUTTONS.map(([d, label, cls]) =>
+        BUTTONS.filter(([d]) => d !== 'allowProject' || p.workspace).map(([d, label, cls, stores]) =>
           h(
             'button',
             {
               class: cls,
               'data-decision': d,
+              title: stores,
               disabled: this.ctx.conn.state !== 'connected',
               onclick: () => this.decide(p, d, card),
             },
@@ -440,6 +505,29 @@ export class ApprovalsView implements View {
                 'td',
                 null,
                 h('button', { class: 'btn small ghost', onclick: () => this.revoke(d) }, 'Revoke'),
+              ),
+            ),
+          ),
+    );
+    replace(
+      this.rulesBody,
+      this.rules.length === 0
+        ? h('tr', null, h('td', { colspan: '8', class: 'muted' }, 'No project rules.'))
+        : this.rules.map((r) =>
+            h(
+              'tr',
+              { 'data-rule-id': r.id },
+              h('td', null, clock(r.createdAt)),
+              h('td', { class: r.decision === 'deny' ? 'bad' : '' }, r.decision),
+              h('td', null, h('code', null, `${target(r)}${r.method ? ` ${r.method}` : ''}`)),
+              h('td', null, h('code', null, r.workspace)),
+              h('td', null, `${r.origin} (${r.createdBy.credential})`),
+              h('td', { class: 'num' }, String(r.hits)),
+              h('td', null, r.lastHitAt ? clock(r.lastHitAt) : '—'),
+              h(
+                'td',
+                null,
+                h('button', { class: 'btn small ghost', onclick: () => this.revoke(r) }, 'Revoke'),
               ),
             ),
           ),

@@ -36,10 +36,10 @@
  * The headless server joins that group itself (joinCpuGroup; v2 with `corral-<tag>/server` is in it already), so the
  * server and its commands weigh as one program (issue 32). A group only its commands are in is idle between them,
  * and the scheduler (EEVDF, Linux 6.6+) keeps an entity's lag across its sleeps: the group woke up behind at every
- * start, and each command's first run waited out the slices of whatever else ran (start→closed of `true` 3.5-4.5 ms
- * against 0.6 ms on this 2-core machine under load, test/bench/hotpath.bench.ts). With the server in it, the group
- * is busy whenever a start is, and a new command is a new task in it, placed without lag. Only the server's threads
- * move (cgroup.procs of the cpu hierarchy; pids and memory are the commands' alone), once at start-up, and back out
+ * start, and each command's first run waited out the slices of whatever else ran (from the spawn to the exit of
+ * `true`: 3.5-4.5 ms against 0.6 ms, start→closed p50 4.04 against 1.03 ms, on this 2-core machine under load;
+ * `npm run bench -- hotpath`). With the server in it, the group is busy whenever a start is, and a new command is a
+ * new task in it, placed without lag. Only the server's threads move (cgroup.procs of the cpu hierarchy; pids and memory are the commands' alone), once at start-up, and back out
  * at exit, so that the group can be removed. Processes the server spawns are in it too: the app (Electron) does not
  * join, or its windows, spawned later, would weigh with the commands.
  *

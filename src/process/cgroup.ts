@@ -39,8 +39,8 @@
  * start, and each command's first run waited out the slices of whatever else ran (from the spawn to the exit of
  * `true`: 3.5-4.5 ms against 0.6 ms, start→closed p50 4.04 against 1.03 ms, on this 2-core machine under load;
  * `npm run bench -- hotpath`). With the server in it, the group is busy whenever a start is, and a new command is a
- * new task in it, placed without lag. Only the server's threads move (cgroup.procs of the cpu hierarchy; pids and memory are the commands' alone), once at start-up, and back out
- * at exit, so that the group can be removed. Processes the server spawns are in it too: the app (Electron) does not
+ * new task in it, placed without lag. Only the server's threads move (cgroup.procs of the cpu hierarchy; pids and
+ * memory are the commands' alone), once at start-up, and back out at exit, so that the group can be removed. Processes the server spawns are in it too: the app (Electron) does not
  * join, or its windows, spawned later, would weigh with the commands.
  *
  * Where neither version can be used (no write access, controllers not delegated), commands run without a cgroup:

@@ -343,7 +343,23 @@ export class NetworkView implements View {
           a.decision !== 'allow' ? h('div', { class: 'muted small' }, a.reason) : null,
         ),
         h('td', { class: 'mono' }, `${a.host}:${a.port}`),
-        h('td', { class: 'small' }, a.method, h('div', { class: 'muted small' }, a.protocol)),
+        h(
+          'td',
+          { class: 'small' },
+          a.method,
+          a.path !== undefined ? h('span', { class: 'mono', title: a.path }, ` ${a.path}`) : null,
+          h(
+            'div',
+            { class: 'muted small' },
+            a.protocol,
+            a.intercepted
+              ? h('span', { class: 'badge', 'data-testid': 'intercepted' }, ' intercepted')
+              : null,
+            a.credential !== undefined
+              ? h('span', { class: 'badge', 'data-testid': 'credential' }, ` credential: ${a.credential}`)
+              : null,
+          ),
+        ),
         this.processCell(a.server, a.processId, a.sessionId),
         ((text: string) => h('td', { class: 'small mono', title: text }, text || '–'))(
           Object.entries(a.metadata)

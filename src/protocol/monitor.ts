@@ -146,6 +146,12 @@ export const MonitorAudit = z.object({
   timestamp: z.string(),
   /** conversation.id, app.version, model, … as sent in auditMetadata (secret-looking fields redacted). */
   metadata: z.record(z.string(), z.unknown()),
+  /** A request inside a tunnel the proxy intercepted (protocol `https`): its path, without the query. */
+  path: z.string().optional(),
+  /** Present (true) when the proxy terminated TLS and saw this request. */
+  intercepted: z.literal(true).optional(),
+  /** The credential injected into this request (its name: a brokered variable or `mitm_hooks[i]`; never the value). */
+  credential: z.string().optional(),
 });
 export type MonitorAudit = z.infer<typeof MonitorAudit>;
 

@@ -9,6 +9,7 @@ import { after, before, describe, test } from 'node:test';
 import { applyProxyEnv } from '../../src/network/env.js';
 import { CredentialBroker, plainCarrier } from '../../src/network/mitm/broker.js';
 import { createMitmTrust, type MitmTrust } from '../../src/network/mitm/trust.js';
+import { NetworkLog } from '../../src/server/monitor/monitorNetwork.js';
 import { connectVia, exchange, tlsOver } from '../helpers/mitmClient.js';
 import { tempDir } from '../helpers/server.js';
 import { startTlsOrigin, type TlsOrigin } from '../helpers/tlsOrigin.js';
@@ -242,6 +243,17 @@ describe('credential broker', () => {
     const env2 = { GH_TOKEN: REAL };
     dangerous.virtualize(env2);
     assert.ok(dangerous.rewrite('github.com', ['authorization', `token ${env2.GH_TOKEN}`], 'plain'));
+  });
+
+  test("the panel's rows say intercepted and name the injected credential, never its value", () => {
+    const log = new NetworkLog();
+    const rows = f.audits.map((e) => log.addAudit(e));
+    const user = rows.find((r) => r.path === '/user');
+    assert.equal(user?.intercepted, true);
+    assert.equal(user?.credential, 'GH_TOKEN');
+    assert.equal(user?.protocol, 'https');
+    assert.equal(rows.find((r) => r.path === '/leak')?.credential, undefined);
+    assert.ok(!JSON.stringify(rows).includes(REAL));
   });
 
   test('the real value is in no file the server wrote, no log, no audit or blocked record', () => {

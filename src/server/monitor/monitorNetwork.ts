@@ -63,6 +63,11 @@ export class NetworkLog {
       override: e['network.policy.override'],
       timestamp: e['event.timestamp'],
       metadata: redact(auditMetadataOf(e)) as Record<string, unknown>,
+      ...(e['url.path'] !== undefined ? { path: e['url.path'] } : {}),
+      ...(e['network.intercepted'] ? { intercepted: true as const } : {}),
+      ...(e['network.credential.injected'] !== undefined
+        ? { credential: e['network.credential.injected'] }
+        : {}),
     };
     this.push(this.audit, rec, AUDIT_RING);
     if (rec.decision === 'allow') this.countHost(rec.host, 'allowed');

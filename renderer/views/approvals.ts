@@ -340,7 +340,10 @@ export class ApprovalsView implements View {
     ];
     for (const el of els) {
       const at = Number(el.dataset.expires);
-      const text = `${Math.max(0, Math.ceil((at - Date.now() - this.skew) / 1000))}s left`;
+      const paused = el.dataset.paused;
+      const text = paused
+        ? `paused · ${Math.ceil(Number(paused) / 1000)}s left`
+        : `${Math.max(0, Math.ceil((at - Date.now() - this.skew) / 1000))}s left`;
       if (el.textContent !== text) el.textContent = text;
     }
   }
@@ -386,7 +389,10 @@ export class ApprovalsView implements View {
         const held = c.card.querySelectorAll<HTMLElement>('[data-field="held"]');
         for (const el of held) el.hidden = p.waiting <= 1;
         held[1]!.textContent = `${p.waiting} requests`;
-        c.card.querySelector<HTMLElement>('[data-expires]')!.dataset.expires = String(p.expiresAt);
+        const countdown = c.card.querySelector<HTMLElement>('[data-expires]')!;
+        countdown.dataset.expires = String(p.expiresAt);
+        if (p.pausedLeftMs != null) countdown.dataset.paused = String(p.pausedLeftMs);
+        else delete countdown.dataset.paused;
       }
       for (const b of c.card.querySelectorAll<HTMLButtonElement>('button[data-decision]'))
         if (b.dataset.busy !== '1') b.disabled = !connected;
@@ -405,13 +411,34 @@ export class ApprovalsView implements View {
       'data-id': p.id,
       'data-server': p.server ?? '',
     });
+    // The countdown pauses while the person reads the card (pointer over it, or focus in it): approvals/hold.
+    let holding = false;
+    const hold = (on: boolean) => {
+      if (on === holding || p.server || this.ctx.conn.state !== 'connected') return;
+      holding = on;
+      this.ctx.conn.request('approvals/hold', { id: p.id, holding: on }).catch(() => {});
+    };
+    const reading = () => card.matches(':hover') || card.contains(document.activeElement);
+    card.addEventListener('mouseenter', () => hold(true));
+    card.addEventListener('focusin', () => hold(true));
+    card.addEventListener('mouseleave', () => hold(reading()));
+    card.addEventListener('focusout', () => queueMicrotask(() => hold(reading())));
     replace(
       card,
       h(
         'div',
         { class: 'approval-head' },
         h('strong', null, 'Allow network access?'),
-        h('span', { class: 'muted small', 'data-expires': String(p.expiresAt) }, `${this.left(p)}s left`),
+        h(
+          'span',
+          {
+            class: 'muted small',
+            'data-expires': String(p.expiresAt),
+            'data-testid': 'approval-countdown',
+            ...(p.pausedLeftMs != null ? { 'data-paused': String(p.pausedLeftMs) } : {}),
+          },
+          `${this.left(p)}s left`,
+        ),
       ),
       h(
         'dl',

@@ -74,6 +74,11 @@ export const ApprovalPrompt = z.object({
   timeoutMs: z.number(),
   /** Set when the config asked for longer than the server allows (`--max-approval-timeout-ms`): what it asked. */
   requestedTimeoutMs: z.number().nullable(),
+  /**
+   * Set while a person is reading the card (`approvals/hold`): the countdown is paused with this much left (ms), and
+   * `expiresAt` is the latest a held prompt may wait (a bound no hold extends).
+   */
+  pausedLeftMs: z.number().nullish(),
 });
 export type ApprovalPrompt = z.infer<typeof ApprovalPrompt>;
 
@@ -165,6 +170,25 @@ export const DecideResult = z.object({
   released: z.number(),
 });
 export type DecideResult = z.infer<typeof DecideResult>;
+
+/**
+ * `holding: true` pauses a prompt's countdown while a person is reading its card (hover, focus); `false` resumes it
+ * with the time it had left. A prompt never waits longer than `MAX_HELD_PROMPT_MS` after it was requested, held or
+ * not: a holder that goes away without resuming keeps it paused at most until then.
+ */
+export const HoldParams = z.object({
+  server: ServerRef,
+  id: z.string().min(1).max(200),
+  holding: z.boolean(),
+});
+export const HoldResult = z.object({
+  /** Epoch ms: when the prompt fails closed (while held: the bound). */
+  expiresAt: z.number(),
+  pausedLeftMs: z.number().nullable(),
+});
+export type HoldResult = z.infer<typeof HoldResult>;
+/** The longest a prompt waits after it was requested, however long it is held. */
+export const MAX_HELD_PROMPT_MS = 10 * 60_000;
 
 /** `id`: a remembered decision's or a project rule's. */
 export const RevokeParams = z.object({ server: ServerRef, id: z.string().min(1) });

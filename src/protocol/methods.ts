@@ -258,6 +258,13 @@ export const METHODS = {
     approvals.RevokeResult,
     'Forgets a remembered decision or a project rule.',
   ),
+  'approvals/hold': method(
+    'panel',
+    approvals.HoldParams,
+    'ApprovalHoldParams',
+    approvals.HoldResult,
+    "Pauses (holding) or resumes a prompt's countdown while a person reads its card; bounded by MAX_HELD_PROMPT_MS.",
+  ),
   'approvals/rules': method(
     'panel',
     approvals.RulesParams,

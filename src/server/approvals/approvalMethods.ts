@@ -27,6 +27,10 @@ export function registerApprovalMethods(registry: MethodRegistry, broker: Approv
     own(p.server);
     return broker.revoke(p.id);
   });
+  registry.handle('approvals/hold', (p, { conn }) => {
+    own(p.server);
+    return broker.hold(p.id, p.holding, conn);
+  });
   registry.handle('approvals/rules', (p) => {
     own(p?.server);
     return broker.rulesState(p?.workspace);

@@ -47,6 +47,8 @@ import {
   type DecideResult,
   type ExportResult,
   exportDomains,
+  type HoldResult,
+  MAX_HELD_PROMPT_MS,
   type RememberedDecision,
   type RevokeResult,
   type RulesResult,
@@ -100,6 +102,8 @@ interface Pending {
   timer: Timer;
   /** Client connections already asked (`network/policyRequest`). */
   askedClients: WeakSet<RpcConnection>;
+  /** Panel connections reading the card (`approvals/hold`): while any, the countdown is paused. */
+  holders: Set<RpcConnection>;
 }
 
 /** What the broker needs of the server: its events, its sessions, the proxies of its processes, a log, the time. */
@@ -267,6 +271,7 @@ export class ApprovalBroker {
         waiters: [],
         timer: this.clock.setTimeout(() => this.finish(created, 'timeout'), timeoutMs).unref(),
         askedClients: new WeakSet(),
+        holders: new Set(),
       };
       p = created;
       this.pending.set(key, p);
@@ -335,6 +340,36 @@ export class ApprovalBroker {
   }
 
   // ---- the panel side ------------------------------------------------------------------------------------------
+
+  /**
+   * Pauses (a first holder) or resumes (the last one gone) a prompt's countdown. Paused, the prompt still fails
+   * closed at its bound (MAX_HELD_PROMPT_MS after it was requested); resumed, it has the time it had left.
+   */
+  hold(id: string, holding: boolean, conn: RpcConnection): HoldResult {
+    const p = this.pendingById.get(id);
+    if (!p) throw invalidRequest(`unknown or already resolved approval id ${id}`);
+    for (const c of p.holders) if (c.closed) p.holders.delete(c);
+    const was = p.holders.size > 0;
+    if (holding) p.holders.add(conn);
+    else p.holders.delete(conn);
+    const now = this.clock.now();
+    const bound = p.prompt.requestedAt + Math.max(MAX_HELD_PROMPT_MS, p.prompt.timeoutMs);
+    const rearm = (at: number) => {
+      this.clock.clearTimeout(p.timer);
+      p.timer = this.clock.setTimeout(() => this.finish(p, 'timeout'), Math.max(0, at - now)).unref();
+      p.prompt.expiresAt = at;
+    };
+    if (!was && p.holders.size > 0) {
+      p.prompt.pausedLeftMs = Math.max(0, p.prompt.expiresAt - now);
+      rearm(bound);
+    } else if (was && p.holders.size === 0) {
+      const left = p.prompt.pausedLeftMs ?? 0;
+      p.prompt.pausedLeftMs = null;
+      rearm(Math.min(bound, now + left));
+    } else return { expiresAt: p.prompt.expiresAt, pausedLeftMs: p.prompt.pausedLeftMs ?? null };
+    this.feed.broadcast('approvals/requested', { prompt: { ...p.prompt } });
+    return { expiresAt: p.prompt.expiresAt, pausedLeftMs: p.prompt.pausedLeftMs ?? null };
+  }
 
   /** Applies a decision to a pending prompt (and, when remembered, to every other prompt it covers). */
   applyDecision(

@@ -284,7 +284,8 @@ export class ChainWriter {
     this.lastEntry = db.prepare('SELECT seq, hash FROM chain ORDER BY seq DESC LIMIT 1');
     this.anchorHead = db.prepare('SELECT seq, hash FROM chain_anchor');
     this.lastCheckpoint = db.prepare('SELECT max(seq) FROM chain_checkpoints').pluck(true);
-    this.highestRow = db.prepare("SELECT max(row) FROM chain WHERE tbl = ? AND kind != 'prune'").pluck(true);
+    // Prune entries have no row (NULL, which max ignores): so no filter on kind, and the index answers at once.
+    this.highestRow = db.prepare('SELECT max(row) FROM chain WHERE tbl = ?').pluck(true);
     for (const t of CHAINED_TABLES)
       this.idsAfter.set(t, db.prepare(`SELECT id FROM ${t} WHERE id > ? ORDER BY id`).pluck(true));
     this.seq = 0;

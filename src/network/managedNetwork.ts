@@ -23,6 +23,7 @@ import {
   validateSettings,
   zodText,
 } from './config.js';
+import { UNIX_SOCKETS_SUPPORTED } from './unixSocket.js';
 
 export interface ManagedNetworkSpec {
   settings: NetworkSettings;
@@ -106,8 +107,8 @@ function warningsFor(s: NetworkSettings): string[] {
     w.push(
       'mitm in full mode intercepts only hosts with mitm_hooks or brokered credentials: none are configured',
     );
-  if (s.allow_unix_sockets.length > 0 || s.dangerously_allow_all_unix_sockets) {
-    w.push('unix-socket proxying is macOS-only: x-unix-socket requests get 501 on Linux');
+  if (!UNIX_SOCKETS_SUPPORTED && (s.allow_unix_sockets.length > 0 || s.dangerously_allow_all_unix_sockets)) {
+    w.push(`unix-socket proxying is not supported on ${process.platform}: x-unix-socket requests get 501`);
   }
   return w;
 }

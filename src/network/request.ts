@@ -3,11 +3,11 @@
  * the target, admission, then a block answer or forwarding. Also the requests whose method token Node's parser
  * refuses (`post`): those are admitted the same way and never forwarded.
  */
-import type http from 'node:http';
+import http from 'node:http';
 import type { Duplex } from 'node:stream';
 import { type AdmissionRequest, admitAndRecord, LIMITED_METHODS } from './admission.js';
-import { forward } from './forward.js';
-import { headerValue } from './headers.js';
+import { forward, relay } from './forward.js';
+import { endToEndHeaders, headerValue } from './headers.js';
 import { clientAddr } from './host.js';
 import type { HttpContext } from './httpContext.js';
 import { limitStatus } from './limits.js';
@@ -23,6 +23,7 @@ import {
   textResponse,
 } from './responses.js';
 import { readRequestTarget } from './target.js';
+import { allowedUnixSocket, connectNoFollow, UNIX_SOCKETS_SUPPORTED } from './unixSocket.js';
 
 export async function onRequest(
   ctx: HttpContext,
@@ -63,8 +64,10 @@ export async function onRequest(
 }
 
 /**
- * §3.8 on Linux: unix-socket forwarding is macOS-only. A limited-mode write method gets the short 403 JSON; anything
- * else gets 501. Audit events only: these blocks are not recorded in the ring.
+ * §3.8: a limited-mode write method gets the short 403 JSON; a path neither listed (raw or canonical) nor allowed by
+ * `dangerously_allow_all_unix_sockets` 403 JSON `not_allowed`; an allowed one gets the request forwarded over a
+ * socket opened without following symlinks (unixSocket.ts), or 502 `unix sockets proxy failed` when it cannot be
+ * opened. Where the platform has no such open, 501. Every decision is an audit event; blocks are not in the ring.
  */
 function onUnixSocket(
   ctx: HttpContext,
@@ -90,10 +93,61 @@ function onUnixSocket(
       source: 'mode_guard',
       reason: 'method_not_allowed',
     });
-    send(res, blockedUnixSocketResponse());
+    send(res, blockedUnixSocketResponse('method_not_allowed'));
     return;
   }
-  send(res, textResponse(501, 'unix sockets unsupported'));
+  if (!UNIX_SOCKETS_SUPPORTED) {
+    send(res, textResponse(501, 'unix sockets unsupported'));
+    return;
+  }
+  const target = allowedUnixSocket(ctx.policy.settings, path);
+  ctx.recorder.audit({
+    protocol: 'http',
+    host: 'unix-socket',
+    port: 0,
+    method,
+    client: clientAddr(req.socket),
+    scope: 'non_domain',
+    decision: target ? 'allow' : 'deny',
+    source: 'baseline_policy',
+    reason: target ? 'allow' : 'not_allowed',
+  });
+  if (!target) {
+    send(res, blockedUnixSocketResponse('not_allowed'));
+    return;
+  }
+  connectNoFollow(target).then(
+    (socket) => {
+      if (ctx.closed || res.destroyed) {
+        socket.destroy();
+        return;
+      }
+      ctx.track(socket);
+      const headers = endToEndHeaders(req.rawHeaders, 'request').filter(
+        (_, i, all) => all[i - (i % 2)]!.toLowerCase() !== 'x-unix-socket',
+      );
+      const upstream = http.request({
+        method,
+        path: originPath(req.url ?? '/'),
+        setHost: false,
+        createConnection: () => socket,
+        headers: headers as unknown as http.OutgoingHttpHeaders,
+      });
+      relay(req, res, upstream);
+    },
+    () => send(res, textResponse(502, 'unix socket proxy failed')),
+  );
+}
+
+/** The path and query of a request target (absolute-form or origin-form) to send to a local daemon. */
+function originPath(url: string): string {
+  if (url.startsWith('/')) return url;
+  try {
+    const u = new URL(url);
+    return `${u.pathname}${u.search}`;
+  } catch {
+    return '/';
+  }
 }
 
 /**

@@ -56,9 +56,8 @@ export function blockedConnectResponse(a: Refused): ProxyResponse {
   return respond(403, 'text/plain', blockMessage(a.reason), blockTag(a.reason));
 }
 
-/** A limited-mode write to a unix socket (§3.8): the short JSON, without the optional details. */
-export function blockedUnixSocketResponse(): ProxyResponse {
-  const reason = 'method_not_allowed';
+/** A refused unix-socket request (§3.8): the short JSON, without the optional details. */
+export function blockedUnixSocketResponse(reason: 'method_not_allowed' | 'not_allowed'): ProxyResponse {
   const body = JSON.stringify({ status: 'blocked', host: 'unix-socket', reason });
   return respond(403, 'application/json', body, blockTag(reason));
 }

@@ -4,15 +4,15 @@ import dgram from 'node:dgram';
 import { test } from 'node:test';
 import { RawClient, request, startOrigin, startProxy } from './network-helpers.js';
 
-test('x-unix-socket on Linux: 501 unsupported; limited-mode POST → short 403 JSON; relative path → 400; no ring entry', async () => {
+test('x-unix-socket on Linux: an unlisted path is 403 not_allowed (issue 33: 501 before); limited-mode POST → short 403 JSON; relative path → 400; no ring entry', async () => {
   const fx = await startProxy({ mode: 'limited', domains: { localhost: 'allow' } });
   try {
     const get = await request(
       fx.proxy.httpPort,
       'GET http://localhost/ HTTP/1.1\r\nHost: localhost\r\nX-Unix-Socket: /run/docker.sock\r\n\r\n',
     );
-    assert.equal(get.status, 501);
-    assert.equal(get.body, 'unix sockets unsupported');
+    assert.equal(get.status, 403);
+    assert.equal(get.body, '{"status":"blocked","host":"unix-socket","reason":"not_allowed"}');
     const post = await request(
       fx.proxy.httpPort,
       'POST http://localhost/ HTTP/1.1\r\nHost: localhost\r\nX-Unix-Socket: /run/docker.sock\r\nContent-Length: 0\r\n\r\n',

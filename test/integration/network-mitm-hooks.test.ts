@@ -4,6 +4,7 @@
  */
 import assert from 'node:assert/strict';
 import { readdirSync, readFileSync, statSync } from 'node:fs';
+import net from 'node:net';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { applyProxyEnv } from '../../src/network/env.js';
@@ -121,6 +122,64 @@ describe('mitm_hooks', () => {
     } finally {
       await echo.close();
     }
+  });
+
+  test('full mode: a WebSocket upgrade to a hooked host is checked, then spliced after the 101; SOCKS5 to it is intercepted too', async () => {
+    const { socket } = await connectVia(f.proxy.httpPort, `hooked.test:${origin.port}`);
+    const s = await tlsOver(socket, 'hooked.test', readFileSync(trust.bundlePath()));
+    let got = '';
+    const echoed = new Promise<void>((resolve) => {
+      s.on('data', (d: Buffer) => {
+        got += d.toString('latin1');
+        if (got.includes('after-101')) resolve();
+      });
+    });
+    s.write(
+      `GET /api/ws HTTP/1.1\r\nhost: hooked.test:${origin.port}\r\nx-team: blue\r\nupgrade: echo\r\nconnection: upgrade\r\n\r\n`,
+    );
+    await new Promise<void>((r) => {
+      const check = () => (got.includes('\r\n\r\n') ? r() : s.once('data', check));
+      s.once('data', check);
+    });
+    assert.match(got, /^HTTP\/1\.1 101 /);
+    s.write('after-101');
+    await echoed;
+    s.destroy();
+    assert.equal(
+      origin.seen.at(-1)!.headers.authorization,
+      `Bearer ${SECRET}`,
+      'the hook applied to the upgrade',
+    );
+
+    const socks = net.connect(f.proxy.socksPort!, '127.0.0.1');
+    await new Promise<void>((r) => socks.once('connect', () => r()));
+    const name = Buffer.from('hooked.test');
+    socks.write(Buffer.from([5, 1, 0]));
+    socks.write(
+      Buffer.concat([
+        Buffer.from([5, 1, 0, 3, name.length]),
+        name,
+        Buffer.from([origin.port >> 8, origin.port & 255]),
+      ]),
+    );
+    let hello = Buffer.alloc(0);
+    await new Promise<void>((r) => {
+      const on = (d: Buffer) => {
+        hello = Buffer.concat([hello, d]);
+        if (hello.length >= 12) {
+          socks.off('data', on);
+          socks.pause();
+          r();
+        }
+      };
+      socks.on('data', on);
+    });
+    assert.equal(hello[3], 0);
+    const t = await tlsOver(socks, 'hooked.test', readFileSync(trust.bundlePath()));
+    assert.match(
+      await exchange(t, `GET /nope HTTP/1.1\r\nhost: hooked.test:${origin.port}\r\n`),
+      /mitm_hook_denied/,
+    );
   });
 
   test('a secret the operator did not list, one not set, or a file outside the list fails the start naming the hook', async () => {

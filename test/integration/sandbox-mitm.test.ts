@@ -56,7 +56,11 @@ after(async () => {
   await f.close();
 });
 
-async function runLimited(script: string, env: Record<string, string> = {}) {
+async function runLimited(
+  script: string,
+  env: Record<string, string> = {},
+  network: Record<string, unknown> = { mode: 'limited', mitm: true, domains: { '127.0.0.1': 'allow' } },
+) {
   const processId = `mitm-${++n}`;
   await c.request('process/start', {
     processId,
@@ -75,7 +79,7 @@ async function runLimited(script: string, env: Record<string, string> = {}) {
       enforceManagedNetwork: true,
     }),
     managedNetwork: {
-      config: { network: { enabled: true, mode: 'limited', mitm: true, domains: { '127.0.0.1': 'allow' } } },
+      config: { network: { enabled: true, ...network } },
     },
   });
   const events = await c.collect(processId, 30_000);
@@ -161,5 +165,17 @@ describe('TLS interception inside a bwrap sandbox (limited mode, mitm: true)', {
     assert.ok(seen('GET', '/py', 'allow') && seen('POST', '/py', 'deny'));
     assert.ok(inner.some((e) => e['url.path']?.startsWith('/files/repo.git/')));
     assert.ok(inner.every((e) => e['network.intercepted'] === true));
+  });
+
+  test('credential_broker: the sandboxed command sees a shaped dummy, never the token its start carried', async () => {
+    const real = `ghp_${'Zq7'.repeat(12)}`;
+    const r = await runLimited(
+      'echo "tok=$GH_TOKEN len=${#GH_TOKEN}"; env | grep -c "Zq7Zq7" || true',
+      { GH_TOKEN: real },
+      { mode: 'full', credential_broker: true, domains: { '127.0.0.1': 'allow' } },
+    );
+    assert.match(r.stdout, /^tok=ghp_[A-Za-z0-9]{36} len=40$/m, r.stderr);
+    assert.ok(!r.stdout.includes(real));
+    assert.match(r.stdout, /^0$/m, 'the real value is nowhere in the environment');
   });
 });

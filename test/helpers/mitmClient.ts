@@ -60,3 +60,35 @@ export function exchange(s: tls.TLSSocket | net.Socket, head: string, body = '')
     s.write(`${head}connection: close\r\n\r\n${body}`);
   });
 }
+
+/**
+ * A SOCKS5 CONNECT by name (no auth) through the proxy's SOCKS port; resolves with the socket (paused) and the
+ * bytes of the greeting answer and the reply (12 when the reply came; fewer if the proxy closed).
+ */
+export async function socksConnect(
+  socksPort: number,
+  host: string,
+  port: number,
+): Promise<{ s: net.Socket; reply: Buffer }> {
+  const s = net.connect(socksPort, '127.0.0.1');
+  await new Promise<void>((r) => s.once('connect', () => r()));
+  const name = Buffer.from(host);
+  s.write(Buffer.from([5, 1, 0]));
+  s.write(
+    Buffer.concat([Buffer.from([5, 1, 0, 3, name.length]), name, Buffer.from([port >> 8, port & 255])]),
+  );
+  let got = Buffer.alloc(0);
+  await new Promise<void>((r) => {
+    const on = (d: Buffer) => {
+      got = Buffer.concat([got, d]);
+      if (got.length >= 12) {
+        s.off('data', on);
+        s.pause();
+        r();
+      }
+    };
+    s.on('data', on);
+    s.on('close', () => r());
+  });
+  return { s, reply: got };
+}

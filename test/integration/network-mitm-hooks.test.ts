@@ -4,14 +4,13 @@
  */
 import assert from 'node:assert/strict';
 import { readdirSync, readFileSync, statSync } from 'node:fs';
-import net from 'node:net';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { applyProxyEnv } from '../../src/network/env.js';
 import { CredentialBroker, plainCarrier } from '../../src/network/mitm/broker.js';
 import { createMitmTrust, type MitmTrust } from '../../src/network/mitm/trust.js';
 import { NetworkLog } from '../../src/server/monitor/monitorNetwork.js';
-import { connectVia, exchange, tlsOver } from '../helpers/mitmClient.js';
+import { connectVia, exchange, socksConnect, tlsOver } from '../helpers/mitmClient.js';
 import { tempDir } from '../helpers/server.js';
 import { startTlsOrigin, type TlsOrigin } from '../helpers/tlsOrigin.js';
 import {
@@ -151,29 +150,7 @@ describe('mitm_hooks', () => {
       'the hook applied to the upgrade',
     );
 
-    const socks = net.connect(f.proxy.socksPort!, '127.0.0.1');
-    await new Promise<void>((r) => socks.once('connect', () => r()));
-    const name = Buffer.from('hooked.test');
-    socks.write(Buffer.from([5, 1, 0]));
-    socks.write(
-      Buffer.concat([
-        Buffer.from([5, 1, 0, 3, name.length]),
-        name,
-        Buffer.from([origin.port >> 8, origin.port & 255]),
-      ]),
-    );
-    let hello = Buffer.alloc(0);
-    await new Promise<void>((r) => {
-      const on = (d: Buffer) => {
-        hello = Buffer.concat([hello, d]);
-        if (hello.length >= 12) {
-          socks.off('data', on);
-          socks.pause();
-          r();
-        }
-      };
-      socks.on('data', on);
-    });
+    const { s: socks, reply: hello } = await socksConnect(f.proxy.socksPort!, 'hooked.test', origin.port);
     assert.equal(hello[3], 0);
     const t = await tlsOver(socks, 'hooked.test', readFileSync(trust.bundlePath()));
     assert.match(

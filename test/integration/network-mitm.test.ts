@@ -6,13 +6,12 @@
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import net from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { promisify } from 'node:util';
 import { CA_BUNDLE_ENV_KEYS } from '../../src/network/env.js';
 import { createMitmTrust, type MitmTrust } from '../../src/network/mitm/trust.js';
 import { defaultDialer } from '../../src/network/proxy.js';
-import { connectVia, exchange, tlsOver } from '../helpers/mitmClient.js';
+import { connectVia, exchange, socksConnect as socksTo, tlsOver } from '../helpers/mitmClient.js';
 import { tempDir } from '../helpers/server.js';
 import { startTlsOrigin, type TlsOrigin } from '../helpers/tlsOrigin.js';
 import { type ProxyFixture, startProxy } from './network-helpers.js';
@@ -191,29 +190,7 @@ describe('TLS interception over SOCKS5', () => {
       },
     );
     try {
-      const socksConnect = async (port: number) => {
-        const s = net.connect(f.proxy.socksPort!, '127.0.0.1');
-        await new Promise<void>((r) => s.once('connect', () => r()));
-        const name = Buffer.from('localhost');
-        s.write(Buffer.from([5, 1, 0]));
-        s.write(
-          Buffer.concat([Buffer.from([5, 1, 0, 3, name.length]), name, Buffer.from([port >> 8, port & 255])]),
-        );
-        let got = Buffer.alloc(0);
-        await new Promise<void>((r) => {
-          const on = (d: Buffer) => {
-            got = Buffer.concat([got, d]);
-            if (got.length >= 12) {
-              s.off('data', on);
-              s.pause();
-              r();
-            }
-          };
-          s.on('data', on);
-          s.on('close', () => r());
-        });
-        return { s, reply: got };
-      };
+      const socksConnect = (port: number) => socksTo(f.proxy.socksPort!, 'localhost', port);
       const ok = await socksConnect(443);
       assert.equal(ok.reply[3], 0, `success reply: ${ok.reply.toString('hex')}`);
       const t = await tlsOver(ok.s, 'localhost', readFileSync(trust.bundlePath()));

@@ -34,6 +34,8 @@ export class Row implements MonitorProcess {
   sandboxDenied: boolean;
   /** The cgroup limit it ran into (undefined: none). */
   limitHit: MonitorProcess['limitHit'];
+  /** What it used, once it has exited (undefined before, or when nothing could say). */
+  usage: MonitorProcess['usage'];
   sandboxType: MonitorProcess['sandboxType'];
   badge: MonitorProcess['badge'];
   launcherFlags: MonitorProcess['launcherFlags'];
@@ -77,6 +79,7 @@ export class Row implements MonitorProcess {
     this.exitCode = p.exitCode;
     this.sandboxDenied = p.sandboxDenied;
     this.limitHit = p.limitHit;
+    this.usage = p.usage;
     this.sandboxType = p.sandboxType;
     this.badge = p.badge;
     this.launcherFlags = intern.value(p.launcherFlags);
@@ -294,6 +297,7 @@ export class ProcessTable {
     row.exitCode = p.exitCode;
     row.sandboxDenied = p.sandboxDenied;
     row.limitHit = p.limitHit;
+    row.usage = p.usage;
     row.exitedAt = p.exitedAt;
     row.closedAt = p.closedAt;
     row.bytesOut = p.bytesOut;

@@ -2,6 +2,7 @@
 // its network decisions and the files its session changed while it ran. Formatting only: it all comes from the server.
 import type { AuditProcessItem, AuditProcessResult } from '../../src/protocol/audit.js';
 import { b64ToBytes, fmtBytes, fmtDuration, h, shellJoin } from '../dom.js';
+import { usageFacts } from './usage.js';
 
 export function when(ms: number | null): string {
   if (ms === null) return '–';
@@ -51,6 +52,7 @@ export function processDetail(
     h('dd', { class: 'mono small' }, p.cwd),
     h('dt', null, 'Limit hit'),
     h('dd', null, p.limitHit ?? '–'),
+    ...usageFacts(p.usage),
   );
   const pre = (v: unknown) => h('pre', { class: 'pipe-output small' }, JSON.stringify(v, null, 2));
   return [

@@ -7,6 +7,7 @@ import { commandOf, type Row } from '../processTable.js';
 import type { AppContext } from '../view.js';
 import { badges, policyView, statePill } from './badges.js';
 import { type OutputSink, PipeSink, TerminalSink } from './output.js';
+import { usageText } from './usage.js';
 
 /** How much earlier output one click reads back. */
 const EARLIER_BYTES = 64 * 1024;
@@ -209,6 +210,9 @@ export class DetailPane {
               { class: 'badge badge-denied', title: 'the command ran into its cgroup limit' },
               `${p.limitHit} limit hit`,
             )
+          : null,
+        p.usage
+          ? h('span', { class: 'muted small', 'data-testid': 'process-usage' }, usageText(p.usage))
           : null,
         this.ctx.store.isStale(p)
           ? h(

@@ -554,7 +554,22 @@ export class ApprovalsView implements View {
               h(
                 'td',
                 null,
+                h(
+                  'button',
+                  {
+                    class: 'btn small ghost',
+                    'data-action': 'toggle',
+                    onclick: () =>
+                      this.ctx.conn
+                        .request('approvals/ruleUpdate', { id: r.id, enabled: !r.enabled })
+                        .catch((e: Error) =>
+                          this.ctx.toast(`Could not change the rule: ${e.message}`, 'error'),
+                        ),
+                  },
+                  r.enabled ? 'Disable' : 'Enable',
+                ),
                 h('button', { class: 'btn small ghost', onclick: () => this.revoke(r) }, 'Revoke'),
+                r.note ? h('div', { class: 'muted small' }, r.note) : null,
               ),
             ),
           ),

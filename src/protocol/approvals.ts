@@ -264,6 +264,15 @@ export const RulesResult = z.object({
 });
 export type RulesResult = z.infer<typeof RulesResult>;
 
+/** Turns a project rule off or on, or sets its note (null clears it); what is absent stays. */
+export const RuleUpdateParams = z.object({
+  server: ServerRef,
+  id: z.string().min(1).max(200),
+  enabled: z.boolean().optional(),
+  note: z.string().max(1000).nullable().optional(),
+});
+export const RuleUpdateResult = z.object({ rule: ApprovalRule });
+
 /** The whole list of project rules (of `server`, on a fleet host), after any change. */
 export const ApprovalRulesNotification = z.object({ server: ServerTag, rules: z.array(ApprovalRule) });
 export type ApprovalRulesNotification = z.infer<typeof ApprovalRulesNotification>;

@@ -265,6 +265,13 @@ export const METHODS = {
     approvals.HoldResult,
     "Pauses (holding) or resumes a prompt's countdown while a person reads its card; bounded by MAX_HELD_PROMPT_MS.",
   ),
+  'approvals/ruleUpdate': method(
+    'panel',
+    approvals.RuleUpdateParams,
+    'ApprovalRuleUpdateParams',
+    approvals.RuleUpdateResult,
+    'Turns a project rule off or on (a disabled rule matches nothing), or sets its note.',
+  ),
   'approvals/rules': method(
     'panel',
     approvals.RulesParams,

@@ -211,6 +211,92 @@ describe('corral approvals: hostile input', { skip }, () => {
     assert.ok(!readFileSync(rulesFile).includes('planted'));
   });
 
+  test('approvals/ruleUpdate: malformed params named, unknown ids refused; a disabled rule matches nothing, its note kept', async () => {
+    const panel = await open(host.tokens.panel, 'rules-panel');
+    const agent = await open(host.tokens.agent, 'rules-agent');
+    const work = join(tmp.path, 'toggle');
+    mkdirSync(join(work, '.git'), { recursive: true });
+    const run = (processId: string) =>
+      agent.request('process/start', {
+        processId,
+        argv: [
+          '/bin/sh',
+          '-c',
+          `curl --noproxy '' -s -o /dev/null -w '${processId}=%{http_code}\\n' http://127.0.0.1:${origin.port}/t`,
+        ],
+        cwd: work,
+        env: { PATH: '/usr/bin:/bin' },
+        tty: false,
+        arg0: null,
+        managedNetwork: askingNetwork(),
+      });
+    const promptOf = async (processId: string) => {
+      await until(
+        async () =>
+          (await panel.request<ApprovalsState>('approvals/list', {})).pending.some(
+            (p) => p.processId === processId,
+          ),
+        30_000,
+        `the prompt of ${processId}`,
+      );
+      return (await panel.request<ApprovalsState>('approvals/list', {})).pending.find(
+        (p) => p.processId === processId,
+      )!;
+    };
+    await run('t1');
+    await panel.request('approvals/decide', { id: (await promptOf('t1')).id, decision: 'allowProject' });
+    await agent.collect('t1', 30_000);
+    const rule = (await panel.request<RulesResult>('approvals/rules', { workspace: work })).rules[0]!;
+    for (const [params, field] of [
+      [{ id: rule.id, enabled: 'no' }, /enabled/],
+      [{ id: rule.id, note: 'n'.repeat(1001) }, /note/],
+      [{ id: rule.id, note: { deep: [[[[]]]] } }, /note/],
+      [{ id: 'x'.repeat(100_000), enabled: false }, /id/],
+      [{ enabled: false }, /id/],
+    ] as [unknown, RegExp][]) {
+      const e = (await panel.request('approvals/ruleUpdate', params).catch((x) => x)) as {
+        code: number;
+        message: string;
+      };
+      assert.equal(e.code, -32602, JSON.stringify(params).slice(0, 60));
+      assert.match(e.message, field);
+    }
+    const unknown = (await panel
+      .request('approvals/ruleUpdate', { id: 'nope', enabled: false })
+      .catch((x) => x)) as {
+      code: number;
+      message: string;
+    };
+    assert.equal(unknown.code, -32600);
+    assert.match(unknown.message, /unknown rule nope/);
+    const agentTry = (await agent
+      .request('approvals/ruleUpdate', { id: rule.id, enabled: false })
+      .catch((x) => x)) as {
+      code: number;
+    };
+    assert.equal(agentTry.code, -32600, 'an agent cannot touch a rule');
+    // Disabled: the prompt is back; enabled again with a note: allowed without one, the note stored.
+    const off = await panel.request<{ rule: { enabled: boolean } }>('approvals/ruleUpdate', {
+      id: rule.id,
+      enabled: false,
+    });
+    assert.equal(off.rule.enabled, false);
+    await run('t2');
+    await panel.request('approvals/decide', { id: (await promptOf('t2')).id, decision: 'denyOnce' });
+    await agent.collect('t2', 30_000);
+    assert.match(agent.output('t2', 'stdout'), /t2=403/);
+    await panel.request('approvals/ruleUpdate', { id: rule.id, enabled: true, note: 'the docs mirror' });
+    await run('t3');
+    await agent.collect('t3', 30_000);
+    assert.match(agent.output('t3', 'stdout'), /t3=200/);
+    const stored = openRuleStore(rulesFile, silentLogger)
+      .load()
+      .find((r) => r.id === rule.id)!;
+    assert.equal(stored.note, 'the docs mirror');
+    assert.equal(stored.enabled, true);
+    await panel.request('approvals/revoke', { id: rule.id });
+  });
+
   test("a process's own client cannot store a project rule; a hand-edited rule file cannot widen", async () => {
     // The agent answers its own prompt asking for a project-wide allow: not a valid answer, left to the panel.
     const agent = await open(host.tokens.agent, 'self-approver', {

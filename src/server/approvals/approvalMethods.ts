@@ -31,6 +31,10 @@ export function registerApprovalMethods(registry: MethodRegistry, broker: Approv
     own(p.server);
     return broker.hold(p.id, p.holding, conn);
   });
+  registry.handle('approvals/ruleUpdate', (p) => {
+    own(p.server);
+    return broker.updateRule(p.id, { enabled: p.enabled, note: p.note });
+  });
   registry.handle('approvals/rules', (p) => {
     own(p?.server);
     return broker.rulesState(p?.workspace);

@@ -523,6 +523,22 @@ export class ApprovalBroker {
     };
   }
 
+  /** Turns a project rule off or on, or sets its note. */
+  updateRule(id: string, change: { enabled?: boolean; note?: string | null }): { rule: ApprovalRule } {
+    const clean: { enabled?: boolean; note?: string | null } = {};
+    if (change.enabled !== undefined) clean.enabled = change.enabled;
+    if (change.note !== undefined) clean.note = change.note;
+    let rule: ApprovalRule | undefined;
+    try {
+      rule = this.rules.update(id, clean);
+    } catch (e) {
+      throw invalidRequest(`rule ${id} was not changed: ${(e as Error).message}`);
+    }
+    if (!rule) throw invalidRequest(`unknown rule ${id}`);
+    this.broadcastRules();
+    return { rule: { ...rule } };
+  }
+
   /** The project rules (of `workspace`), the remembered decisions, and where rules are stored. */
   rulesState(workspace?: string | null): RulesResult {
     return {

@@ -132,6 +132,16 @@ export class ProjectRules {
     this.index(rule);
   }
 
+  /** Turns `id` off or on, or sets its note; the rule as it is now, or undefined when there is none. */
+  update(id: string, change: { enabled?: boolean; note?: string | null }): ApprovalRule | undefined {
+    const r = this.byId.get(id);
+    if (!r) return undefined;
+    const next = { ...r, ...change };
+    this.store?.insert(next);
+    Object.assign(r, change);
+    return r;
+  }
+
   remove(id: string): ApprovalRule | undefined {
     const r = this.byId.get(id);
     if (!r) return undefined;

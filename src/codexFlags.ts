@@ -79,20 +79,20 @@ export function pidNamespaceMode(values: readonly string[]): PidNamespaceMode {
   return v;
 }
 
-/** Why a HOST:PORT does not parse (Codex's words, one line per cause), or its parts. */
+/** Why a HOST:PORT does not parse (Codex's words, one CRLF-separated line per cause, as it prints them), or its parts. */
 export function parseHostPort(text: string): { host: string; port: number } | { error: string } {
   const colon = text.lastIndexOf(':');
   if (colon < 0) return { error: 'missing port' };
   const hostText = text.slice(0, colon);
-  const portText = text.slice(colon + 1);
+  // The port is read first (Codex: `[::1]` is a bad port, not a bad host).
+  const port = parseU16(text.slice(colon + 1));
+  if (typeof port === 'string') return { error: `parse port as u16\r\n ↪ ${port}` };
   let host: string;
   if (/^\[[0-9A-Fa-f:.]+\]$/.test(hostText) && isIpv6(hostText.slice(1, -1))) host = hostText.slice(1, -1);
   else if (isIpv6(hostText))
     return { error: 'missing brackets for IPv6 address with port (in host-with-port)' };
   else if (/^[A-Za-z0-9._-]+$/.test(hostText)) host = hostText;
-  else return { error: 'parse host from host-with-port\n ↪ parse host from string\n ↪ Option is None' };
-  const port = parseU16(portText);
-  if (typeof port === 'string') return { error: `parse port as u16\n ↪ ${port}` };
+  else return { error: 'parse host from host-with-port\r\n ↪ parse host from string\r\n ↪ Option is None' };
   return { host, port };
 }
 
@@ -262,8 +262,8 @@ export function configOverrides(v: {
 }): ConfigOverrides {
   const features = new Map<string, boolean>();
   const ignored: string[] = [];
-  const unknown = (key: string) =>
-    `unknown configuration field \`${key}\` in -c/--config override (corral exec-server honours only features.<name>)`;
+  // Codex's text, also for keys Codex knows and Corral does not honour (--help lists what Corral honours).
+  const unknown = (key: string) => `unknown configuration field \`${key}\` in -c/--config override`;
   const feature = (name: string, value: TomlValue, raw: string) => {
     if (!CODEX_171_FEATURES.has(name)) {
       if (v.strict) configFail(unknown(`features.${name}`));

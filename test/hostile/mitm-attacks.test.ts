@@ -10,7 +10,8 @@ import type net from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { NetworkConfigError } from '../../src/network/config.js';
 import { parseManagedNetwork } from '../../src/network/managedNetwork.js';
-import { MAX_INTERCEPTED_TUNNELS } from '../../src/network/mitm/interceptor.js';
+import { CredentialBroker } from '../../src/network/mitm/broker.js';
+import { HANDSHAKE_TIMEOUT_MS, MAX_INTERCEPTED_TUNNELS } from '../../src/network/mitm/interceptor.js';
 import { createMitmTrust, type MitmTrust } from '../../src/network/mitm/trust.js';
 import { connectVia, exchange, tlsOver } from '../helpers/mitmClient.js';
 import { tempDir, until } from '../helpers/server.js';
@@ -133,6 +134,11 @@ describe('requests inside an intercepted tunnel', () => {
 
 describe('what a client sends instead of TLS', () => {
   test('garbage, a fake 16 MiB TLS record, a stalled ClientHello, silence: closed (silence at the handshake timeout), nothing dialled', async () => {
+    assert.equal(
+      HANDSHAKE_TIMEOUT_MS,
+      10_000,
+      'the production handshake bound (this proxy runs it at 400 ms)',
+    );
     const dialsBefore = f.dials.length;
     const cases: (Buffer | null)[] = [
       Buffer.from('GET / HTTP/1.1\r\nhost: x\r\n\r\n'),
@@ -254,5 +260,89 @@ describe('secrets in hooks and the broker', () => {
       ),
       /CR, LF or NUL/,
     );
+  });
+});
+
+describe('what the agent or the sandboxed command could try against the secrets', () => {
+  test("a hook naming the server's own variables or files (traversal included) fails the start unless the operator listed them", async () => {
+    const hook = (inject: Record<string, unknown>) => ({
+      mode: 'full',
+      mitm_hooks: [{ host: 'hooked.test', actions: { inject_request_headers: [{ name: 'x', ...inject }] } }],
+    });
+    const env = {
+      CORRAL_TOKEN: 'server-secret',
+      CORRAL_MITM_SECRET_ENV: 'OTHER',
+      CORRAL_MITM_SECRET_FILES: `${dir.path}/ok`,
+    };
+    for (const inject of [
+      { secret_env_var: 'CORRAL_TOKEN' },
+      { secret_file: '/etc/shadow' },
+      { secret_file: `${dir.path}/ok/../ca.key` },
+      { secret_file: `${dir.path}/okay-sibling` },
+    ]) {
+      await assert.rejects(
+        startProxy(hook(inject), { mitmTrust: trust, secretEnv: env }),
+        /not listed|is not under/,
+        JSON.stringify(inject),
+      );
+    }
+  });
+
+  test('a hooked host: a request that matches no hook is 403 mitm_hook_denied, even in limited mode for a GET', async () => {
+    const g = await startProxy(
+      {
+        mode: 'limited',
+        mitm: true,
+        domains: { '127.0.0.1': 'allow' },
+        mitm_hooks: [{ host: '127.0.0.1', match: { path_prefixes: ['/only/'] } }],
+      },
+      { mitmTrust: trust },
+    );
+    try {
+      const before = origin.seen.length;
+      const { socket } = await connectVia(g.proxy.httpPort, authority());
+      const s = await tlsOver(socket, '127.0.0.1', readFileSync(trust.bundlePath()));
+      const res = await exchange(s, `GET /elsewhere HTTP/1.1\r\nhost: ${authority()}\r\n`);
+      assert.match(res, /^HTTP\/1\.1 403 [\s\S]*"reason":"mitm_hook_denied"/);
+      assert.equal(origin.seen.length, before);
+    } finally {
+      await g.close();
+    }
+  });
+
+  test('a brokered dummy sent to lookalike hosts, twice, in two headers, or as plain HTTP off loopback: the real value never goes', () => {
+    const real = `gho_${'Kx9'.repeat(12)}`;
+    const b = new CredentialBroker({ plaintext: false });
+    const env: Record<string, string> = { GITHUB_TOKEN: real, OPENAI_API_KEY: 'sk-abcdefghijklmnop1234' };
+    b.virtualize(env);
+    const d = env.GITHUB_TOKEN!;
+    const one = ['Authorization', `Bearer ${d}`];
+    for (const host of [
+      'github.com.evil.test',
+      'evilgithub.com',
+      'ghe.com.evil.test',
+      'api.openai.com',
+      'github.co',
+    ]) {
+      assert.equal(b.rewrite(host, one, 'tls'), undefined, host);
+    }
+    assert.equal(
+      b.rewrite('github.com', ['Authorization', `${d} ${d}`], 'tls'),
+      undefined,
+      'the dummy twice',
+    );
+    assert.equal(
+      b.rewrite('github.com', ['Authorization', `${d} ${env.OPENAI_API_KEY}`], 'tls'),
+      undefined,
+      'two dummies',
+    );
+    assert.equal(b.rewrite('github.com', [...one, 'authorization', 'x'], 'tls'), undefined, 'two headers');
+    assert.equal(b.rewrite('github.com', ['x-token', d], 'tls'), undefined, 'not in Authorization');
+    assert.equal(b.rewrite('github.com', one, 'plain'), undefined, 'plain HTTP off loopback');
+    assert.equal(
+      b.rewrite('api.openai.com', ['authorization', `Bearer ${env.OPENAI_API_KEY}`], 'tls')?.credential,
+      'OPENAI_API_KEY',
+    );
+    assert.ok(!JSON.stringify(env).includes(real));
   });
 });

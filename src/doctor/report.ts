@@ -14,6 +14,7 @@ import type { DoctorCheck, DoctorReport, PolicyOutcome } from '../protocol/docto
 import { parseSandboxParam } from '../protocol/sandbox.js';
 import { escapeTerminalLines, terminalJson } from '../protocol/terminalText.js';
 import { type PrepareOptions, prepareLaunch, SandboxSetupError, startSandbox } from '../sandbox/index.js';
+import { readLastSelftest, selftestPointer } from '../selftest/lastResult.js';
 import {
   addonCheck,
   bwrapCheck,
@@ -207,5 +208,6 @@ export async function doctorCommand(o: { json: boolean; sandbox: PrepareOptions 
   const r = await doctorReport(o.sandbox);
   // What the checks quote (a tool's stderr, a path) reaches the terminal escaped (terminalText.ts).
   process.stdout.write(o.json ? `${terminalJson(r, 2)}\n` : escapeTerminalLines(formatDoctor(r)));
+  if (!o.json) process.stdout.write(`\n${escapeTerminalLines(selftestPointer(readLastSelftest()))}\n`);
   return r.policies.some((p) => p.sandbox === 'refused') ? 1 : 0;
 }

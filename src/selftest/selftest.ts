@@ -13,39 +13,18 @@
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import dgram from 'node:dgram';
-import {
-  existsSync,
-  mkdirSync,
-  mkdtempSync,
-  readFileSync,
-  rmSync,
-  symlinkSync,
-  writeFileSync,
-} from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
-import { defaultAuditPath } from '../audit/trail.js';
 import { cgroupHost } from '../process/cgroup.js';
 import { escapeTerminalLines, terminalJson } from '../protocol/terminalText.js';
 import type { PrepareOptions } from '../sandbox/index.js';
 import { ExecServer } from '../server/execServer.js';
+import { type CaseResult, type CaseStatus, type SelftestReport, selftestResultPath } from './lastResult.js';
 import { LocalClient } from './localClient.js';
 
-export type CaseStatus = 'held' | 'broken' | 'not-applicable';
-
-export interface CaseResult {
-  name: string;
-  status: CaseStatus;
-  /** What was tried and what happened (or why it does not apply). */
-  detail: string;
-}
-
-export interface SelftestReport {
-  time: string;
-  ok: boolean;
-  cases: CaseResult[];
-}
+export type { CaseResult, CaseStatus, SelftestReport };
 
 export const CASE_NAMES = [
   'write-outside-workspace',
@@ -342,11 +321,6 @@ export function formatSelftest(r: SelftestReport): string {
   return `${lines.join('\n')}\n`;
 }
 
-/** Where the last result is kept (the panel and `corral doctor` read it): next to the audit database. */
-export function selftestResultPath(env: NodeJS.ProcessEnv = process.env): string {
-  return join(dirname(defaultAuditPath(env)), 'selftest.json');
-}
-
 /**
  * `corral selftest [--json]`: 0 when nothing is broken, else 1. The report is also kept at `savePath` (default
  * selftestResultPath(); null: not kept), 0600.
@@ -370,13 +344,4 @@ export async function selftestCommand(o: {
     }
   }
   return r.ok ? 0 : 1;
-}
-
-/** Reads a report written by `--save` (the panel's last result): null when there is none or it is unreadable. */
-export function readSavedReport(path: string): SelftestReport | null {
-  try {
-    return JSON.parse(readFileSync(path, 'utf8')) as SelftestReport;
-  } catch {
-    return null;
-  }
 }

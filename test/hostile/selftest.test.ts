@@ -10,6 +10,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
+import { selftestPointer } from '../../src/selftest/lastResult.js';
 import { CASE_NAMES, runSelftest, selftestCommand } from '../../src/selftest/selftest.js';
 import { ROOT } from '../helpers/cli.js';
 import { needsSandbox } from '../helpers/native.js';
@@ -95,4 +96,15 @@ describe('corral selftest', { skip: needsSandbox }, () => {
       rmSync(state, { recursive: true, force: true });
     }
   });
+});
+
+test('corral doctor points at the last self-test result, or says it never ran', () => {
+  assert.match(selftestPointer(null), /never run here/);
+  const r = {
+    time: '2026-12-05T00:00:00.000Z',
+    ok: false,
+    cases: [{ name: 'loopback-spellings', status: 'broken' as const, detail: 'x' }],
+  };
+  assert.match(selftestPointer(r), /BROKEN at 2026-12-05T00:00:00.000Z: loopback-spellings/);
+  assert.match(selftestPointer({ ...r, ok: true, cases: [] }), /held at/);
 });

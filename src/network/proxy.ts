@@ -188,12 +188,14 @@ export async function startManagedProxy(
     await socks?.close();
     throw e;
   }
+  // Checked (and rewritten if changed) once per start: a stat, ~15 us.
+  const caBundle = trust?.bundlePath();
   const envFor = (ports: { http: number; socks?: number | undefined }) =>
     buildProxyEnv({
       httpPort: ports.http,
       socksPort: ports.socks,
       allowLocalBinding: settings.allow_local_binding,
-      caBundle: trust?.bundlePath(),
+      caBundle,
     });
   const route: ProxyRoute = {
     http: { port: httpPort, accept: (s) => http.accept(s) },

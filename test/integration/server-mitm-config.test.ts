@@ -1,6 +1,6 @@
 /**
  * TLS interception's config through process/start (issue 34): a malformed hook is -32602 naming the member; a hook
- * whose secret the server's operator did not list is -32603 naming the hook .
+ * whose secret the server's operator did not list is -32603 naming the hook.
  */
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';

@@ -100,6 +100,11 @@ export interface HostFacts {
   tmpdir: string | undefined;
   bwrap: BwrapHost;
   /**
+   * The in-sandbox exec shim (the sandbox launcher, `--argv0 NAME`): where bwrap has no `--argv0` (below 0.9), bwrap
+   * runs it and it execs the command under the arg0 asked for. Null when it is not built.
+   */
+  execShim?: string | null;
+  /**
    * Masked in every sandbox (an empty tmpfs each): the user's mount-target lock directory (maskedDirs.ts). No
    * sandbox sees what Corral keeps for other launches.
    */

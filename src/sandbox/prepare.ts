@@ -137,6 +137,7 @@ function hostFacts(
     machine: opts?.machine ?? os.machine(),
     tmpdir: serverTmpdir(opts),
     bwrap,
+    execShim: sandboxLauncher,
   };
 }
 

@@ -14,7 +14,8 @@
 //   4. with --supervise PID (PID: the server, this process's parent): the command runs under a supervisor that kills
 //      everything it started once it has ended, been killed, or the server has died (supervise.c), and only the
 //      command confines itself (3 happens in it);
-//   5. execs PROGRAM (an absolute path; no PATH search).
+//   5. execs PROGRAM (an absolute path; no PATH search), with argv[0] NAME when given --argv0 NAME (the in-sandbox
+//      exec shim of a bwrap without --argv0: bwrap runs this, then it execs the command under the arg0 asked for).
 // Any failure prints "corral-sandbox-exec: ..." (or "corral: cannot confine the sandbox ...") on stderr and exits
 // 127: the sandbox never starts without these.
 
@@ -83,6 +84,7 @@ int main(int argc, char **argv) {
   int i = 1;
   long landlock_fd = -1, flags = 0, server = -1;
   const char *filter = NULL;
+  const char *argv0 = NULL;
   for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
     long v;
     const char *opt = argv[i];
@@ -99,6 +101,8 @@ int main(int argc, char **argv) {
       ok = parse_number(arg, 1 << 30, &server) && server > 0;
     } else if (ok && strcmp(opt, "--seccomp") == 0) {
       filter = arg;
+    } else if (ok && strcmp(opt, "--argv0") == 0) {
+      argv0 = arg;
     } else {
       ok = false;
     }
@@ -154,7 +158,9 @@ int main(int argc, char **argv) {
     long max = sysconf(_SC_OPEN_MAX);
     for (long fd = top; fd < (max > 0 && max < 1 << 20 ? max : 65536); fd++) close((int)fd);
   }
-  execv(prog[0], prog);
-  die("cannot execute", prog[0]);
+  const char *path = prog[0];
+  if (argv0) prog[0] = (char *)argv0;
+  execv(path, prog);
+  die("cannot execute", path);
   return 127;
 }

@@ -24,8 +24,10 @@ export interface BwrapOptions {
   /** The program to exec and its arguments (argv[1..]). */
   file: string;
   args: string[];
-  /** A custom argv[0], honoured only when bwrap supports `--argv0`. */
+  /** A custom argv[0]: bwrap's `--argv0` where it has one, else through `execShim`. */
   argv0?: string;
+  /** The in-sandbox exec shim (`SHIM --argv0 NAME -- FILE ARGS`), bound read-only at its own path. */
+  execShim?: string | null | undefined;
   seccompFd?: number;
   infoFd?: number;
   blockFd?: number;
@@ -103,7 +105,16 @@ export function bwrapArgs(r: ResolvedPolicy, o: BwrapOptions): BwrapArgs {
   const a: string[] = [];
   if (o.newSession) a.push('--new-session');
   const inheritPid = o.pidNamespace === 'inherit';
-  a.push('--die-with-parent', ...fs.args, '--unshare-user');
+  // arg0 (issue 33, item 4): only a real custom one (not the bare program name of a resolved path) needs anything.
+  const customArgv0 =
+    o.argv0 !== undefined && o.argv0 !== o.file && o.argv0 !== o.file.slice(o.file.lastIndexOf('/') + 1)
+      ? o.argv0
+      : undefined;
+  const shim = customArgv0 !== undefined && !o.features.argv0 && o.execShim ? o.execShim : undefined;
+  a.push('--die-with-parent', ...fs.args);
+  // Bound after the policy's own mounts, so that it is there whatever they mask (it is our binary, nothing secret).
+  if (shim) a.push('--ro-bind', shim, shim);
+  a.push('--unshare-user');
   if (!inheritPid) a.push('--unshare-pid');
   a.push('--unshare-ipc');
   if (o.unshareNet) a.push('--unshare-net');
@@ -124,14 +135,12 @@ export function bwrapArgs(r: ResolvedPolicy, o: BwrapOptions): BwrapArgs {
   if (writesAbove('/sys')) a.push('--ro-bind-try', '/sys', '/sys');
   a.push('--cap-drop', 'ALL', '--chdir', o.chdir);
   let argv0Ignored = false;
-  if (o.argv0 !== undefined && o.argv0 !== o.file) {
-    if (o.features.argv0) a.push('--argv0', o.argv0);
-    // Only a real custom arg0 is worth reporting; the bare program name for a resolved path is the usual case.
-    else argv0Ignored = o.argv0 !== o.file.slice(o.file.lastIndexOf('/') + 1);
-  }
+  if (o.argv0 !== undefined && o.argv0 !== o.file && o.features.argv0) a.push('--argv0', o.argv0);
+  else if (customArgv0 !== undefined && !shim) argv0Ignored = true;
   if (o.seccompFd !== undefined) a.push('--seccomp', String(o.seccompFd));
   if (o.infoFd !== undefined) a.push('--info-fd', String(o.infoFd));
   if (o.blockFd !== undefined) a.push('--block-fd', String(o.blockFd));
-  a.push('--', o.file, ...o.args);
+  if (shim) a.push('--', shim, '--argv0', customArgv0!, '--', o.file, ...o.args);
+  else a.push('--', o.file, ...o.args);
   return { args: a, syntheticTargets: fs.syntheticTargets, argv0Ignored };
 }

@@ -83,6 +83,7 @@ export function planBwrapLaunch(eff: EffectiveSandbox, cmd: LaunchCommand, host:
     infoFd: fdOf('info'),
     blockFd: fdOf('block'),
     features: host.bwrap.features,
+    execShim: host.execShim,
     masks: host.masks,
   });
   summary.seccomp = mode;

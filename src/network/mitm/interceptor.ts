@@ -257,6 +257,7 @@ export class Interceptor {
     secure.once('end', () => {
       if (!secured) secure.destroy();
     });
+    // Real time, like the proxy's other socket-level timers (idle, headersTimeout): not policy time.
     const timer = setTimeout(() => secure.destroy(), this.deps.handshakeTimeoutMs ?? HANDSHAKE_TIMEOUT_MS);
     secure.once('close', () => clearTimeout(timer));
     const agent = new https.Agent({ keepAlive: true, maxSockets: 1 });

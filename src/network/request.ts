@@ -66,7 +66,7 @@ export async function onRequest(
 /**
  * §3.8: a limited-mode write method gets the short 403 JSON; a path neither listed (raw or canonical) nor allowed by
  * `dangerously_allow_all_unix_sockets` 403 JSON `not_allowed`; an allowed one gets the request forwarded over a
- * socket opened without following symlinks (unixSocket.ts), or 502 `unix sockets proxy failed` when it cannot be
+ * socket opened without following symlinks (unixSocket.ts), or 502 `unix socket proxy failed` when it cannot be
  * opened. Where the platform has no such open, 501. Every decision is an audit event; blocks are not in the ring.
  */
 function onUnixSocket(

@@ -2,8 +2,7 @@ import { parseArgs } from 'node:util';
 import { composeServer } from './app/compose.js';
 import { startHost } from './app/host.js';
 import { localStatePath } from './app/localState.js';
-import { exportAudit } from './audit/cli.js';
-import { defaultAuditPath } from './audit/index.js';
+import { auditMain, isAuditUsageError } from './audit/cli.js';
 import { approvalsMain } from './cli/approvals.js';
 import {
   isLoopback,
@@ -26,6 +25,7 @@ import {
   USAGE,
 } from './cliOptions.js';
 import { doctorCommand } from './doctor/report.js';
+import { selftestCommand } from './selftest/selftest.js';
 import { JoinParams, parseJoinText } from './protocol/fleet.js';
 import { EnvironmentId } from './protocol/remote.js';
 import { escapeTerminalLines } from './protocol/terminalText.js';
@@ -305,32 +305,11 @@ async function serveCommand(argv: string[]): Promise<void> {
   log.info(`panel at ${host.listener.url.replace(/^ws/, 'http')}/panel/ (token in the URL fragment)`);
 }
 
-/** `corral audit export …`. */
+/** `corral audit export|verify …` (src/audit/cli.ts). */
 async function auditCommand(argv: string[]): Promise<void> {
-  const [sub, ...rest] = argv;
-  if (sub !== 'export') fail(`audit: unknown subcommand ${sub ?? '(none)'}; expected export`);
-  const { values } = parseArgs({
-    args: rest,
-    options: {
-      db: { type: 'string' },
-      format: { type: 'string', default: 'jsonl' },
-      since: { type: 'string' },
-      session: { type: 'string' },
-    },
-    strict: true,
-  });
-  if (values.format !== 'jsonl') fail(`--format: only jsonl is supported, got ${values.format}`);
-  let since: number | null = null;
-  if (values.since !== undefined) {
-    since = Date.parse(values.since);
-    if (Number.isNaN(since)) fail(`--since: not an ISO 8601 time: ${values.since}`);
-  }
-  await exportAudit({
-    dbPath: values.db ?? defaultAuditPath(),
-    since,
-    sessionId: values.session ?? null,
-    out: process.stdout,
-  }).catch((e: Error) => fatal(e.message));
+  process.exitCode = await auditMain(argv).catch((e: Error) =>
+    isAuditUsageError(e) ? fail(e.message) : fatal(e.message),
+  );
 }
 
 async function main(): Promise<void> {
@@ -348,6 +327,15 @@ async function main(): Promise<void> {
     case 'approvals':
       await approvalsMain(rest);
       break;
+    case 'selftest': {
+      const { values } = parseArgs({
+        args: rest,
+        options: { json: { type: 'boolean', default: false }, ...SANDBOX_OPTIONS },
+        strict: true,
+      });
+      process.exitCode = await selftestCommand({ json: values.json, sandbox: sandboxOptions(values) });
+      break;
+    }
     case 'doctor': {
       const { values } = parseArgs({
         args: rest,

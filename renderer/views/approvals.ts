@@ -570,6 +570,9 @@ export class ApprovalsView implements View {
                 ),
                 h('button', { class: 'btn small ghost', onclick: () => this.revoke(r) }, 'Revoke'),
                 r.note ? h('div', { class: 'muted small' }, r.note) : null,
+                r.contradiction
+                  ? h('div', { class: 'bad small', 'data-field': 'contradiction' }, r.contradiction)
+                  : null,
               ),
             ),
           ),

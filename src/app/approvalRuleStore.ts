@@ -77,7 +77,7 @@ export function openRuleStore(path: string, log: Logger): ProjectRuleStore {
       return out;
     },
     insert(rule) {
-      const { id, hits, lastHitAt, ...body } = rule;
+      const { id, hits, lastHitAt, contradiction: _seenLive, ...body } = rule;
       insert.run(id, JSON.stringify(body), hits, lastHitAt);
     },
     remove(id) {

@@ -242,6 +242,11 @@ export const ApprovalRule = z.object({
   hits: z.number(),
   /** Epoch ms of the last request it answered. */
   lastHitAt: z.number().nullable(),
+  /**
+   * Set when a configured policy contradicts the rule: an allow whose host the managed network of a process of that
+   * workspace denies (its deny list wins: the rule never applies there). Seen live, not stored.
+   */
+  contradiction: z.string().nullish(),
 });
 export type ApprovalRule = z.infer<typeof ApprovalRule>;
 

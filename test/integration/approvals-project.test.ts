@@ -204,4 +204,33 @@ describe('approvals v2: grouped prompts, project rules, the CLI', { skip }, () =
     assert.match(agent.output('after', 'stdout'), /after=403/);
     assert.deepEqual((await panel.request<RulesResult>('approvals/rules', {})).rules, []);
   });
+
+  test("an allow rule that a process's deny list overrides is flagged as a contradiction (the deny wins)", async () => {
+    const agent = await open(host, host.tokens.agent, 'agent-3');
+    const panel = await open(host, host.tokens.panel, 'panel-3');
+    await start(agent, 'make', curl('make', '127.0.0.1', '/make'), wsB);
+    await until(async () => (await pendingOf(panel, 'make')).length === 1, 30_000, 'the prompt');
+    const [p] = await pendingOf(panel, 'make');
+    await panel.request('approvals/decide', { id: p!.id, decision: 'allowProject' });
+    await agent.collect('make', 30_000);
+    assert.equal(
+      (await panel.request<RulesResult>('approvals/rules', {})).rules[0]!.contradiction ?? null,
+      null,
+    );
+    await agent.request('process/start', {
+      processId: 'denying',
+      argv: ['/bin/sh', '-c', curl('denying', '127.0.0.1', '/denying')],
+      cwd: wsB,
+      env: { PATH: '/usr/bin:/bin' },
+      tty: false,
+      arg0: null,
+      managedNetwork: askingNetwork({ '127.0.0.*': 'deny' }),
+    });
+    await agent.collect('denying', 30_000);
+    assert.match(agent.output('denying', 'stdout'), /denying=403/, 'the deny list wins over the rule');
+    const [rule] = (await panel.request<RulesResult>('approvals/rules', {})).rules;
+    assert.match(rule!.contradiction ?? '', /process denying .* denies 127\.0\.0\.1: its deny list wins/);
+    assert.equal(rule!.hits, 0, 'the rule did not answer');
+    await panel.request('approvals/revoke', { id: rule!.id });
+  });
 });

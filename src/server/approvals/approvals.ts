@@ -31,6 +31,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { Clock, Timer } from '../../clock.js';
+import { compilePatterns } from '../../network/patterns.js';
 import type { Decider, DeciderRequest, DeciderResult } from '../../network/policy.js';
 import type { ManagedProxy } from '../../network/proxy.js';
 import type { ManagedProcess } from '../../process/managedProcess.js';
@@ -170,10 +171,11 @@ export class ApprovalBroker {
       const approvals = proxy?.spec.approvals;
       if (!proxy || !approvals) return;
       // A few stats up from the cwd, only for a process whose proxy asks.
-      this.asking.set(k, {
-        timeoutMs: approvals.timeoutMs ?? this.timeoutMs,
-        workspace: workspaceOf(proc.info.cwd),
-      });
+      const workspace = workspaceOf(proc.info.cwd);
+      this.asking.set(k, { timeoutMs: approvals.timeoutMs ?? this.timeoutMs, workspace });
+      const denied = proxy.spec.settings.denied_domains;
+      if (workspace && denied.length > 0 && this.rules.size > 0)
+        this.flagContradictions(workspace, denied, proc);
       proxy.setDecider(this.deciderFor(sessionId, processId));
       return;
     }
@@ -189,6 +191,24 @@ export class ApprovalBroker {
       (d) => d.scope === 'process' && d.sessionId === sessionId && d.processId === processId,
     );
     if (changed) this.broadcastDecisions();
+  }
+
+  /** Flags the workspace's allow rules that this process's deny list overrides (they never apply to it). */
+  private flagContradictions(workspace: string, denied: readonly string[], proc: ManagedProcess): void {
+    let patterns: ReturnType<typeof compilePatterns>;
+    try {
+      patterns = compilePatterns(denied);
+    } catch {
+      return; // the proxy refused this config already
+    }
+    const { processId, sessionId } = proc.info;
+    const changed = this.rules.flagContradictions(
+      workspace,
+      (host) => patterns.test(host),
+      (host) =>
+        `the managed network of process ${processId} (session ${sessionId.slice(0, 8)}) denies ${host}: its deny list wins, this allow does not apply there`,
+    );
+    if (changed) this.broadcastRules();
   }
 
   private forgetSession(session: Session): void {

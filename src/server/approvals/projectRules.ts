@@ -78,6 +78,10 @@ export class ProjectRules {
     for (const r of store?.load() ?? []) this.index(r);
   }
 
+  get size(): number {
+    return this.byId.size;
+  }
+
   get location(): string | null {
     return this.store?.location ?? null;
   }
@@ -88,6 +92,26 @@ export class ProjectRules {
     if (this.byId.size >= MAX_PROJECT_RULES)
       return `this server already keeps ${MAX_PROJECT_RULES} project rules: revoke some first`;
     return null;
+  }
+
+  /**
+   * Flags the allow rules of `workspace` whose host `denies` matches (a process's deny list, which wins over them);
+   * whether any flag changed.
+   */
+  flagContradictions(
+    workspace: string,
+    denies: (host: string) => boolean,
+    why: (host: string) => string,
+  ): boolean {
+    let changed = false;
+    for (const r of this.byId.values()) {
+      if (r.workspace !== workspace || r.decision !== 'allow' || !denies(r.host)) continue;
+      const text = why(r.host);
+      if (r.contradiction === text) continue;
+      r.contradiction = text;
+      changed = true;
+    }
+    return changed;
   }
 
   list(workspace?: string | null): ApprovalRule[] {

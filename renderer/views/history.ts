@@ -18,6 +18,7 @@ import type {
 import { fmtBytes, h, replace, shellJoin } from '../dom.js';
 import type { AppContext, View } from '../view.js';
 import { exitText, processDetail, when } from './historyDetail.js';
+import { byCpu, cpuCell } from './usage.js';
 
 const PAGE = 100;
 
@@ -98,6 +99,8 @@ export class HistoryView implements View {
   private readonly split = h('div', { class: 'split' });
   private readonly detail = h('div', { class: 'detail', hidden: true, 'data-testid': 'history-detail' });
   private items: AuditItem[] = [];
+  /** The process list ordered by CPU used (the CPU header toggles it). */
+  private cpuOrder = false;
   private cursor: string | null = null;
   private selected: string | null = null;
   private generation = 0;
@@ -282,7 +285,7 @@ export class HistoryView implements View {
   private renderTable(empty = 'Nothing recorded matches.'): void {
     const type = this.type.value as AuditEventType;
     const cols: Record<AuditEventType, string[]> = {
-      process: ['Started', 'Command', 'Client', 'Sandbox', 'Exit', 'Output'],
+      process: ['Started', 'Command', 'Client', 'Sandbox', 'Exit', 'CPU', 'Output'],
       network: ['Time', 'Decision', 'Host', 'Method', 'Process'],
       approval: ['Time', 'Event', 'Host', 'Decided by', 'Command'],
       fs: ['Time', 'Operation', 'Path', 'Outcome', 'Client'],
@@ -291,7 +294,28 @@ export class HistoryView implements View {
     const optional = new Set(['Client', 'Sandbox', 'Output']);
     replace(
       this.head,
-      h('tr', null, ...cols[type].map((c) => h('th', { class: optional.has(c) ? 'col-opt' : '' }, c))),
+      h(
+        'tr',
+        null,
+        ...cols[type].map((c) =>
+          c === 'CPU'
+            ? // Sortable: the loaded rows by CPU used (usage.ts), again for their time order.
+              h(
+                'th',
+                {
+                  class: 'sortable',
+                  'data-testid': 'history-sort-cpu',
+                  title: 'Sort the rows shown by CPU used',
+                  onclick: () => {
+                    this.cpuOrder = !this.cpuOrder;
+                    this.renderTable();
+                  },
+                },
+                this.cpuOrder ? 'CPU ▾' : 'CPU',
+              )
+            : h('th', { class: optional.has(c) ? 'col-opt' : '' }, c),
+        ),
+      ),
     );
     this.more.hidden = this.cursor === null;
     if (this.items.length === 0) {
@@ -301,7 +325,7 @@ export class HistoryView implements View {
       );
       return;
     }
-    replace(this.body, ...this.items.map((i) => this.row(i)));
+    replace(this.body, ...(this.cpuOrder ? byCpu(this.items) : this.items).map((i) => this.row(i)));
   }
 
   private row(i: AuditItem): HTMLElement {
@@ -347,6 +371,7 @@ export class HistoryView implements View {
         null,
         h('span', { class: `state state-${exitClass(p)}`, 'data-exit': String(p.exitCode) }, exitText(p)),
       ),
+      h('td', { class: 'small num', 'data-testid': 'history-cpu' }, cpuCell(p.usage)),
       h('td', { class: 'small num col-opt' }, fmtBytes(p.outputBytes)),
     );
   }

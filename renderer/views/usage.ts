@@ -27,3 +27,23 @@ export function usageFacts(u: ProcessUsage | null | undefined): HTMLElement[] {
   if (!u) return [];
   return [h('dt', null, 'Used'), h('dd', { 'data-testid': 'process-usage', class: 'small' }, usageText(u))];
 }
+
+/** CPU time (user + system, ms) of a stored process, or null when its usage says nothing. */
+export function cpuMs(u: ProcessUsage | null | undefined): number | null {
+  if (!u || (u.cpuUserMs === null && u.cpuSystemMs === null)) return null;
+  return (u.cpuUserMs ?? 0) + (u.cpuSystemMs ?? 0);
+}
+
+/** The History list's CPU cell text. */
+export function cpuCell(u: ProcessUsage | null | undefined): string {
+  const ms = cpuMs(u);
+  return ms === null ? '–' : cpu(ms);
+}
+
+/** Items ordered by CPU, most first (those without usage last, in their order); others as they are. */
+export function byCpu<T extends { type: string; usage?: ProcessUsage | null }>(items: readonly T[]): T[] {
+  return items
+    .map((item, i) => ({ item, i, ms: item.type === 'process' ? cpuMs(item.usage) : null }))
+    .sort((a, b) => (b.ms ?? -1) - (a.ms ?? -1) || a.i - b.i)
+    .map((x) => x.item);
+}

@@ -19,6 +19,7 @@
  * link can resume its session (`initialize {resumeSessionId}`) within the server's resume grace period.
  */
 import { WebSocket } from 'ws';
+import type { Clock } from '../clock.js';
 import { MAX_MESSAGE_BYTES } from '../protocol/methods.js';
 import { webSocketTransport } from '../server/connection/wsListener.js';
 import type { Principal } from '../server/core/auth.js';
@@ -69,13 +70,36 @@ class HandshakeRefused extends Error {
   }
 }
 
-/** Registers, then keeps one link open at a time until stopped. */
+/**
+ * Serves one open link: called inside ws's `open` event (the harness's first message may follow at once); returns
+ * what to do when the link closes.
+ */
+export type LinkServer = (ws: WebSocket, peer: string) => { closed(): void };
+
+/** Registers, then keeps one link open at a time until stopped, serving each on `server` (the exec server). */
 export function startDirectExecutor(server: ExecServer, o: DirectExecutorOptions): DirectExecutor {
+  server.protectSecrets(o.auth.secrets);
+  const principal = remotePrincipal(o.registry.environmentId);
+  return startRegistryLinks(server.clock, o, (ws, peer) => {
+    const conn = server.connect(webSocketTransport(ws, peer), principal);
+    ws.on('message', (data, isBinary) => {
+      conn.receive(isBinary || typeof data !== 'string' ? data.toString() : data);
+    });
+    return { closed: () => conn.transportClosed() };
+  });
+}
+
+/**
+ * The registration and link loop of the direct transport (Codex's schedule, above), each open link handed to
+ * `serve`: the exec server's own connection (startDirectExecutor) or a relay to another exec server (forward.ts).
+ * Retry backoffs and the close grace run on `clock`.
+ */
+export function startRegistryLinks(
+  clock: Clock,
+  o: DirectExecutorOptions,
+  serve: LinkServer,
+): DirectExecutor {
   const { registry, auth, log } = o;
-  // Retry backoffs and the close grace run on the server's clock.
-  const { clock } = server;
-  server.protectSecrets(auth.secrets);
-  const principal = remotePrincipal(registry.environmentId);
   let registration: Registration | null = null;
   let linksOpened = 0;
   let stopped = false;
@@ -125,13 +149,10 @@ export function startDirectExecutor(server: ExecServer, o: DirectExecutorOptions
       ws.once('open', () => {
         opened = true;
         const n = ++linksOpened;
-        const conn = server.connect(webSocketTransport(ws, peer), principal);
-        ws.on('message', (data, isBinary) => {
-          conn.receive(isBinary || typeof data !== 'string' ? data.toString() : data);
-        });
+        const served = serve(ws, peer);
         ws.once('close', (code) => {
           log.info(`remote: link ${n} closed (${code})`);
-          conn.transportClosed();
+          served.closed();
           resolve();
         });
         log.info(

@@ -1,0 +1,106 @@
+/**
+ * `corral exec-server forward --remote URL --environment-id ID --connect URL` (codex 0.171's `forward`): register an
+ * existing exec server (Corral's or Codex's, reached at `--connect`, ws:// or wss://) as a remote environment, and
+ * relay each harness link the registry hands over to a WebSocket of its own to that server, frame for frame, text as
+ * text. Codex 0.171 forwards only over its noise transport ("direct exec-server transport does not support
+ * forwarding"); Corral forwards over direct, the one transport it has.
+ *
+ * Frames the harness sends before the destination's socket is open are held (bounded: MAX_PENDING_BYTES), and
+ * either side closing closes the other; a destination that cannot be reached closes the link (1011), so the harness
+ * sees the environment fail instead of hanging, and the next link dials it again.
+ */
+import { WebSocket } from 'ws';
+import { type Clock, realClock } from '../clock.js';
+import { MAX_MESSAGE_BYTES } from '../protocol/methods.js';
+import {
+  type DirectExecutor,
+  type DirectExecutorOptions,
+  HANDSHAKE_TIMEOUT_MS,
+  startRegistryLinks,
+} from './direct.js';
+
+/** The harness's frames held while the destination's socket opens. */
+export const MAX_PENDING_BYTES = 4 * MAX_MESSAGE_BYTES;
+
+/** Checks a `--connect` URL: a ws:// or wss:// URL without credentials in its userinfo. */
+export function parseConnectUrl(text: string): URL {
+  let u: URL;
+  try {
+    u = new URL(text);
+  } catch {
+    throw new Error(`--connect: not a URL: ${text}`);
+  }
+  if (u.protocol !== 'ws:' && u.protocol !== 'wss:')
+    throw new Error(`--connect: expected a ws:// or wss:// URL, got ${u.protocol}`);
+  if (u.username || u.password) throw new Error('--connect: credentials in the URL’s userinfo are not sent');
+  if (u.hash) throw new Error('--connect: a URL fragment is not sent');
+  return u;
+}
+
+export interface ForwardOptions extends DirectExecutorOptions {
+  connect: URL;
+  clock?: Clock;
+}
+
+/** Registers and relays every link to `connect` until stopped. */
+export function startForwarder(o: ForwardOptions): DirectExecutor {
+  const { log } = o;
+  return startRegistryLinks(o.clock ?? realClock, o, (harness) => {
+    const target = new WebSocket(o.connect, {
+      perMessageDeflate: false,
+      maxPayload: MAX_MESSAGE_BYTES,
+      handshakeTimeout: HANDSHAKE_TIMEOUT_MS,
+      followRedirects: false,
+    });
+    let pending: { data: string | Buffer; binary: boolean }[] = [];
+    let pendingBytes = 0;
+    const closeBoth = (code: number, reason: string) => {
+      for (const ws of [harness, target])
+        if (ws.readyState === ws.OPEN || ws.readyState === ws.CONNECTING) ws.close(code, reason);
+    };
+    harness.on('message', (data, isBinary) => {
+      const frame = isBinary ? (data as Buffer) : data.toString();
+      if (target.readyState === target.OPEN) {
+        target.send(frame, { binary: isBinary });
+        return;
+      }
+      pendingBytes += typeof frame === 'string' ? Buffer.byteLength(frame) : frame.length;
+      if (pendingBytes > MAX_PENDING_BYTES) {
+        log.warn('forward: the harness sent more than the destination could take while connecting; closing');
+        pending = [];
+        closeBoth(1009, 'too much before the destination opened');
+        return;
+      }
+      pending.push({ data: frame, binary: isBinary });
+    });
+    target.on('open', () => {
+      for (const f of pending) target.send(f.data, { binary: f.binary });
+      pending = [];
+      pendingBytes = 0;
+    });
+    target.on('message', (data, isBinary) => {
+      if (harness.readyState === harness.OPEN)
+        harness.send(isBinary ? (data as Buffer) : data.toString(), { binary: isBinary });
+    });
+    target.on('unexpected-response', (_req, res) => {
+      res.resume();
+      log.warn(`forward: ${o.connect.origin} refused the WebSocket handshake with HTTP ${res.statusCode}`);
+      target.terminate();
+      closeBoth(1011, 'destination refused');
+    });
+    target.on('error', (e) => {
+      log.warn(`forward: ${o.connect.origin}: ${e.message}`);
+      closeBoth(1011, 'destination unreachable');
+    });
+    target.on('close', (code) => closeBoth(sendable(code), 'destination closed'));
+    return { closed: () => closeBoth(1000, 'harness closed') };
+  });
+}
+
+/** A close code one may send on (RFC 6455 §7.4; ws refuses the others): else 1011. */
+function sendable(code: number): number {
+  return (code >= 1000 && code <= 1014 && code !== 1004 && code !== 1005 && code !== 1006) ||
+    (code >= 3000 && code <= 4999)
+    ? code
+    : 1011;
+}

@@ -1,13 +1,18 @@
 /**
  * Starting children natively (src/platform/native/spawn.c): clone(CLONE_VM) + execve without waiting for the exec,
  * every fd not passed closed in the child, PR_SET_PDEATHSIG(SIGKILL), entry into a cgroup before the exec, pidfd exit
- * watching on the libuv loop. Node cannot do these; without the addon src/process/spawner.ts uses child_process (and
- * says what that cannot do). Also the path checks and exit watching that go with it, each with its JS
+ * watching on the libuv loop. Beside it, its JS implementation, child_process (childProcessSpawn), which can do none
+ * of these: src/process/spawner.ts uses it without the addon and makes up for what it can (a bash prologue for the
+ * cgroup, the sandbox launcher). Also the path checks and exit watching that go with them, each with its JS
  * implementation or refusal.
  */
+import { type StdioOptions, spawn } from 'node:child_process';
 import { accessSync, constants, readFileSync, statSync } from 'node:fs';
+import { constants as osConstants } from 'node:os';
+import { PassThrough, type Writable } from 'node:stream';
 import { type Addon, addon, addonAbsence, type Confinement } from './addon.js';
 import { errnoName } from './errno.js';
+import { type OutputPipe, readablePipe } from './pipes.js';
 import { watchdogSlotRelease } from './watchdog.js';
 
 export interface NativeChild {
@@ -210,4 +215,64 @@ export function watchExit(pid: number, cb: () => void): boolean {
   }
   if (!watching) setImmediate(cb);
   return true;
+}
+
+export interface ChildProcessSpawnArgs {
+  file: string;
+  /** argv[0] included (child_process sets it as argv0). */
+  argv: string[];
+  env: Record<string, string>;
+  cwd: string;
+  stdin: 'pipe' | 'ignore';
+  /** Fds the child gets at 3, 4, … (null: left closed). */
+  extraFds: (number | null)[];
+  /** The text of an exec error child_process reports by code (ENOENT, …) after the start. */
+  execErrorText(code: string): string;
+  /** Once: the exit status (0..255) and null, or 128+signo and the signal; 127 when the exec failed. */
+  onExit(status: number, signal: NodeJS.Signals | null): void;
+}
+
+export interface ChildProcessChild {
+  /** 0 when the exec failed (its error is on stderr, and onExit says 127). */
+  pid: number;
+  stdin: Writable | null;
+  stdout: OutputPipe;
+  stderr: OutputPipe;
+}
+
+/**
+ * The JS implementation of starting a child: child_process, its own session and process group (detached), exactly
+ * `env`, pipes. It closes no fd (with the addon everything is close-on-exec first: sealFds) and sets no parent-death
+ * signal. An exec failure only child_process sees is reported as the native async spawner reports it: exit 127 with
+ * `corral: cannot execute <file>: <error>` on stderr.
+ */
+export function childProcessSpawn(a: ChildProcessSpawnArgs): ChildProcessChild {
+  const stdio: (string | number)[] = [a.stdin, 'pipe', 'pipe'];
+  for (const fd of a.extraFds) stdio.push(fd ?? 'ignore');
+  const cp = spawn(a.file, a.argv.slice(1), {
+    argv0: a.argv[0] ?? a.file,
+    env: a.env,
+    cwd: a.cwd,
+    stdio: stdio as StdioOptions,
+    detached: true,
+    windowsHide: true,
+  });
+  if (cp.pid === undefined || !cp.stdout || !cp.stderr) {
+    const stderr = new PassThrough();
+    cp.stdout?.destroy();
+    cp.stderr?.destroy();
+    cp.stdin?.destroy();
+    cp.once('error', (e: NodeJS.ErrnoException) => {
+      stderr.end(`corral: cannot execute ${a.file}: ${a.execErrorText(e.code ?? e.message)}\n`);
+      a.onExit(127, null);
+    });
+    const empty = new PassThrough();
+    empty.end();
+    return { pid: 0, stdin: null, stdout: readablePipe(empty), stderr: readablePipe(stderr) };
+  }
+  cp.once('exit', (code, signal) => {
+    if (signal) a.onExit(128 + (osConstants.signals[signal] ?? 0), signal);
+    else a.onExit(code ?? 0, null);
+  });
+  return { pid: cp.pid, stdin: cp.stdin, stdout: readablePipe(cp.stdout), stderr: readablePipe(cp.stderr) };
 }

@@ -3,7 +3,8 @@
  *  - 'native': the addon in src/platform/native (clone(CLONE_VM) + execve without waiting for the exec, pidfd exit
  *    watching on the libuv loop; see NativeMode). Several times the spawn rate of child_process on a busy 2-core
  *    machine, closes every fd it was not asked to pass, and sets PR_SET_PDEATHSIG(SIGKILL).
- *  - 'node': child_process, used without the addon (src/platform/addon.ts: not Linux, not built, CORRAL_NATIVE=0).
+ *  - 'node': child_process (src/platform/spawn.ts childProcessSpawn, beside the native one), used without the addon
+ *    (src/platform/addon.ts: not Linux, not built, CORRAL_NATIVE=0).
  *    It cannot set PR_SET_PDEATHSIG. With the addon, every fd of this process is close-on-exec (sealFds before each
  *    spawn), so it passes on nothing either; without it, fds this process inherited reach its children.
  * Every child is its own session and process-group leader, sees exactly `spec.env`, gets /dev/null or a pipe as
@@ -14,16 +15,16 @@
  * PR_SET_PDEATHSIG belongs to the spawning *thread*: call spawnPiped from the main thread (or a thread that lives as
  * long as its children should).
  */
-import { type StdioOptions, spawn } from 'node:child_process';
 import { Socket } from 'node:net';
 import { constants as osConstants } from 'node:os';
 import { join } from 'node:path';
-import { PassThrough, type Writable } from 'node:stream';
-import { type OutputPipe, openOutputPipe, readablePipe } from '../platform/pipes.js';
+import type { Writable } from 'node:stream';
+import { type OutputPipe, openOutputPipe } from '../platform/pipes.js';
 import { sandboxLauncher, sandboxNative } from '../platform/sandbox.js';
 import {
   type ChildRusage,
   checkPath,
+  childProcessSpawn,
   endSpawnBatch,
   FD_CLOSED,
   FD_DEVNULL,
@@ -348,48 +349,23 @@ function spawnNode(spec: LaunchSpec, opts: SpawnOptions): SpawnedChild {
   // child_process on the next tick, and is reported as the native async spawner does: exit 127 with
   // `corral: cannot execute <file>: <error>` on stderr.
   checkBeforeStart(spec);
-  const stdio: (string | number)[] = [opts.stdin === 'pipe' ? 'pipe' : 'ignore', 'pipe', 'pipe'];
-  for (const fd of spec.extraFds ?? []) stdio.push(fd ?? 'ignore');
-  const cp = spawn(spec.file, spec.argv.slice(1), {
-    argv0: spec.argv[0] ?? spec.file,
+  const latch = new ExitLatch();
+  const c = childProcessSpawn({
+    file: spec.file,
+    argv: spec.argv,
     env: spec.env,
     cwd: spec.cwd,
-    stdio: stdio as StdioOptions,
-    detached: true,
-    windowsHide: true,
-  });
-  const latch = new ExitLatch();
-  if (cp.pid === undefined || !cp.stdout || !cp.stderr) {
-    const stderr = new PassThrough();
-    cp.stdout?.destroy();
-    cp.stderr?.destroy();
-    cp.stdin?.destroy();
-    cp.once('error', (e: NodeJS.ErrnoException) => {
-      const text = STRERROR[e.code ?? ''] ?? e.code ?? e.message;
-      stderr.end(`corral: cannot execute ${spec.file}: ${text}\n`);
-      latch.fire(127, null);
-    });
-    const empty = new PassThrough();
-    empty.end();
-    return {
-      releaseGroup: () => {},
-      pid: 0,
-      stdin: null,
-      stdout: readablePipe(empty),
-      stderr: readablePipe(stderr),
-      onExit: (cb) => latch.on(cb),
-    };
-  }
-  cp.once('exit', (code, signal) => {
-    if (signal) latch.fire(128 + (osConstants.signals[signal] ?? 0), signal);
-    else latch.fire(code ?? 0, null);
+    stdin: opts.stdin === 'pipe' ? 'pipe' : 'ignore',
+    extraFds: spec.extraFds ?? [],
+    execErrorText: (code) => STRERROR[code] ?? code,
+    onExit: (status, signal) => latch.fire(status, signal),
   });
   return {
     releaseGroup: () => {},
-    pid: cp.pid,
-    stdin: cp.stdin,
-    stdout: readablePipe(cp.stdout),
-    stderr: readablePipe(cp.stderr),
+    pid: c.pid,
+    stdin: c.stdin,
+    stdout: c.stdout,
+    stderr: c.stderr,
     onExit: (cb) => latch.on(cb),
   };
 }

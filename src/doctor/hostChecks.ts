@@ -308,7 +308,7 @@ export function addonCheck(): DoctorCheck[] {
           id: 'addon',
           title: 'native addon',
           status: 'missing',
-          detail: `not loaded (${nativeLoadError ?? 'CORRAL_SPAWNER=node'}): Linux sandboxes are refused`,
+          detail: `not loaded (${nativeLoadError ?? 'CORRAL_SPAWNER=node'}): bwrap sandboxes run through bash; the managed network, symlink pins, Landlock and sandboxed fs/* are refused (docs/architecture.md, "Native code")`,
           fix: 'apt-get install -y build-essential python3 && npm ci   (or npx node-gyp rebuild)',
         },
   );
@@ -319,7 +319,8 @@ export function addonCheck(): DoctorCheck[] {
           id: 'launcher',
           title: 'sandbox launcher',
           status: 'missing',
-          detail: 'build/Release/corral-sandbox-exec is missing: sandboxed terminals are refused',
+          detail:
+            "build/Release/corral-sandbox-exec is missing: Landlock terminals and the addon's bwrap launches are refused",
           fix: 'npm ci   (or npx node-gyp rebuild)',
         },
   );

@@ -8,6 +8,7 @@ import {
   isLoopback,
   listenerAuth,
   readSecretFile,
+  readStdinLine,
   registrationAuth,
   withPanelCredential,
 } from './cliAuth.js';
@@ -24,16 +25,33 @@ import {
   sandboxOptions,
   USAGE,
 } from './cliOptions.js';
+import {
+  CODEX_171_CREDENTIAL_OPTIONS,
+  CODEX_171_OPTIONS,
+  clapFail,
+  codexServerFlags,
+  configFail,
+} from './codexFlags.js';
 import { doctorCommand } from './doctor/report.js';
-import { selftestCommand } from './selftest/selftest.js';
+import { cgroupHost } from './process/cgroup.js';
 import { JoinParams, parseJoinText } from './protocol/fleet.js';
 import { EnvironmentId } from './protocol/remote.js';
 import { escapeTerminalLines } from './protocol/terminalText.js';
+import {
+  chatgptAccount,
+  chatgptRegistryProblem,
+  credentialConflict,
+  type OpenAiCredentialFlags,
+  UNSUPPORTED_OPENAI_CREDENTIAL,
+  wantsOpenAiCredential,
+} from './remote/credentials.js';
 import { startDirectExecutor } from './remote/direct.js';
+import { parseConnectUrl, startForwarder } from './remote/forward.js';
 import { parseRelayHost, RegistryClient, type RelayHost } from './remote/registry.js';
+import { selftestCommand } from './selftest/selftest.js';
 import { serveStdio } from './server/connection/stdio.js';
 import { listenWebSocket } from './server/connection/wsListener.js';
-import { createLogger, type LogLevel } from './server/core/log.js';
+import { createLogger, type Logger, type LogLevel } from './server/core/log.js';
 
 async function execServerCommand(argv: string[]): Promise<void> {
   const { values } = parseArgs({
@@ -70,6 +88,8 @@ async function execServerCommand(argv: string[]): Promise<void> {
       help: { type: 'boolean', short: 'h', default: false },
       ...AUDIT_OPTIONS,
       ...SANDBOX_OPTIONS,
+      ...CODEX_171_OPTIONS,
+      ...CODEX_171_CREDENTIAL_OPTIONS,
     },
     strict: true,
   });
@@ -77,9 +97,18 @@ async function execServerCommand(argv: string[]): Promise<void> {
     process.stdout.write(`${USAGE}\n`);
     return;
   }
+  const codex = codexServerFlags(values, process.env);
   const level = values['log-level'] as LogLevel;
   if (!['error', 'warn', 'info', 'debug'].includes(level)) fail(`--log-level: unknown level ${level}`);
   const log = createLogger({ level, file: values['log-file'] ?? null });
+  for (const o of codex.config.ignored)
+    log.warn(
+      `-c ${o}: not honoured by Corral (it honours features.<name>); ignored (--strict-config refuses it)`,
+    );
+  if (codex.transparentTcp)
+    log.warn(
+      '--linux-sandbox-transparent-tcp: not implemented yet; managed sandboxes reach the network only through the proxy variables',
+    );
   const resumeGraceMs = Number(values['resume-grace-ms']);
   if (!Number.isInteger(resumeGraceMs) || resumeGraceMs < 0)
     fail('--resume-grace-ms must be a whole number ≥ 0');
@@ -99,6 +128,10 @@ async function execServerCommand(argv: string[]): Promise<void> {
     if (values['aws-sigv4'] || values['registration-bearer-stdin'])
       fail('--aws-sigv4 and --registration-bearer-stdin require --remote');
     if (values['relay-host'].length > 0) fail('--relay-host requires --remote');
+    if (wantsOpenAiCredential(values) || values['chatgpt-account-id'] !== undefined)
+      fail(
+        '--chatgpt-token-stdin, --chatgpt-account-id, --use-agent-identity-auth and --executor-credential-stdin require --remote',
+      );
   } else {
     if (values.listen !== undefined) fail('--listen and --remote exclude each other');
     const explicitAuth = argv.some((a) => /^--ws-(auth|token|shared|issuer|audience|max-clock)/.test(a));
@@ -116,10 +149,15 @@ async function execServerCommand(argv: string[]): Promise<void> {
   const listening = remote === undefined ? withPanelCredential(listenerAuth(values), values) : null;
   if (remote !== undefined && values['panel-token-file'])
     fail('--panel-token-file requires a listener, not --remote');
-  const sandbox = sandboxOptions(values);
+  const sandbox = { ...sandboxOptions(values), pidNamespace: codex.pidNamespace };
   await logLinuxSandbox(sandbox, log);
   const { server, audit } = await composeServer({
-    server: { resumeGraceMs, ...limits, concurrentRequests, launcher: { sandbox } },
+    server: {
+      resumeGraceMs,
+      ...limits,
+      concurrentRequests,
+      launcher: { sandbox, upstream: codex.upstream },
+    },
     log,
     audit: auditOptions(values),
     logFile: values['log-file'] ?? null,
@@ -127,6 +165,7 @@ async function execServerCommand(argv: string[]): Promise<void> {
     // With a panel credential, a fleet host (or a panel) can watch this server with the monitor.
     panel: listening?.panel ? {} : false,
   }).catch((e: Error) => fatal(e.message));
+  joinCommandsCpuGroup(log);
   let stopping = false;
   let closeListener: (() => Promise<void>) | null = null;
   const stop = (why: string) => {
@@ -144,7 +183,7 @@ async function execServerCommand(argv: string[]): Promise<void> {
   process.on('SIGTERM', () => stop('SIGTERM'));
   process.on('SIGHUP', () => stop('SIGHUP'));
   const watchStdin = () => {
-    if (!values['exit-on-stdin-close']) return;
+    if (!codex.exitOnStdinClose) return;
     process.stdin.on('end', () => stop('stdin closed'));
     process.stdin.on('error', () => stop('stdin closed'));
     process.stdin.resume();
@@ -157,6 +196,7 @@ async function execServerCommand(argv: string[]): Promise<void> {
     } catch (e) {
       fail((e as Error).message);
     }
+    await refuseOpenAiCredentials(values, remote);
     const auth = await registrationAuth(values, remote);
     let registry: RegistryClient;
     try {
@@ -225,6 +265,123 @@ async function execServerCommand(argv: string[]): Promise<void> {
   log.info(`exec-server listening on ${listener.url} (${describe})`);
 }
 
+/**
+ * Codex 0.171's OpenAI-account credentials (remote/credentials.ts): checked as Codex checks them, then refused with
+ * the reason (each needs an OpenAI service). Returns when none was asked for.
+ */
+async function refuseOpenAiCredentials(values: OpenAiCredentialFlags, remote: string): Promise<void> {
+  const conflict = credentialConflict(values);
+  if (conflict) 'clap' in conflict ? clapFail(conflict.clap) : configFail(conflict.error);
+  if (!wantsOpenAiCredential(values)) return;
+  if (values['chatgpt-token-stdin']) {
+    const problem = chatgptRegistryProblem(remote);
+    if (problem) configFail(problem);
+    const checked = chatgptAccount(
+      await readStdinLine('--chatgpt-token-stdin'),
+      values['chatgpt-account-id'],
+    );
+    if ('error' in checked) configFail(checked.error);
+    configFail(UNSUPPORTED_OPENAI_CREDENTIAL['chatgpt-token-stdin']);
+  }
+  if (values['use-agent-identity-auth']) {
+    if (!process.env.CODEX_ACCESS_TOKEN)
+      configFail('CODEX_ACCESS_TOKEN is required when --use-agent-identity-auth is set');
+    configFail(UNSUPPORTED_OPENAI_CREDENTIAL['use-agent-identity-auth']);
+  }
+  configFail(UNSUPPORTED_OPENAI_CREDENTIAL['executor-credential-stdin']);
+}
+
+/**
+ * `corral exec-server forward --remote URL --environment-id ID --connect URL` (codex 0.171): registers an existing
+ * exec server as a remote environment and relays each link to it (remote/forward.ts). The sandbox and proxy options
+ * are accepted (Codex's spelling) and belong to the destination server, which runs the commands.
+ */
+async function forwardCommand(argv: string[]): Promise<void> {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      connect: { type: 'string' },
+      remote: { type: 'string' },
+      'environment-id': { type: 'string' },
+      'remote-transport': { type: 'string' },
+      name: { type: 'string' },
+      'aws-sigv4': { type: 'boolean', default: false },
+      'aws-profile': { type: 'string' },
+      'aws-region': { type: 'string' },
+      'aws-service': { type: 'string' },
+      'registration-bearer-stdin': { type: 'boolean', default: false },
+      'relay-host': { type: 'string', multiple: true, default: [] },
+      'exit-on-stdin-close': { type: 'boolean', default: false },
+      'log-level': { type: 'string', default: 'info' },
+      help: { type: 'boolean', short: 'h', default: false },
+      ...CODEX_171_OPTIONS,
+      'use-agent-identity-auth': CODEX_171_CREDENTIAL_OPTIONS['use-agent-identity-auth'],
+      'executor-credential-stdin': CODEX_171_CREDENTIAL_OPTIONS['executor-credential-stdin'],
+    },
+    strict: true,
+  });
+  if (values.help) {
+    process.stdout.write(`${USAGE}\n`);
+    return;
+  }
+  const missing = (['remote', 'environment-id', 'connect'] as const).filter((f) => values[f] === undefined);
+  if (missing.length > 0)
+    clapFail(
+      `the following required arguments were not provided:\n${missing.map((f) => `  --${f} <${f === 'environment-id' ? 'ID' : 'URL'}>`).join('\n')}`,
+    );
+  const codex = codexServerFlags(values, process.env);
+  const level = values['log-level'] as LogLevel;
+  if (!['error', 'warn', 'info', 'debug'].includes(level)) fail(`--log-level: unknown level ${level}`);
+  const log = createLogger({ level, file: null });
+  const remote = values.remote!;
+  const id = EnvironmentId.safeParse(values['environment-id']);
+  if (!id.success) fail(`--environment-id: ${id.error.issues[0]!.message}`);
+  const transport = values['remote-transport'] ?? 'direct';
+  if (transport === 'noise')
+    fail(
+      '--remote-transport noise (Noise + ML-KEM through the relay) is not supported by Corral; use direct',
+    );
+  if (transport !== 'direct') fail(`--remote-transport: unknown transport ${transport} (direct)`);
+  let connect: URL;
+  let relayHosts: RelayHost[];
+  try {
+    connect = parseConnectUrl(values.connect!);
+    relayHosts = values['relay-host'].map(parseRelayHost);
+  } catch (e) {
+    fail((e as Error).message);
+  }
+  await refuseOpenAiCredentials({ ...values, 'chatgpt-token-stdin': false }, remote);
+  const auth = await registrationAuth(values, remote);
+  let registry: RegistryClient;
+  try {
+    registry = new RegistryClient(remote, values['environment-id']!, auth, { relayHosts });
+  } catch (e) {
+    fail((e as Error).message);
+  }
+  const forwarder = startForwarder({ registry, auth, log, connect });
+  let stopping = false;
+  const stop = (why: string) => {
+    if (stopping) return;
+    stopping = true;
+    log.info(`forward: stopping (${why})`);
+    forwarder.stop();
+    void forwarder.done.finally(() => process.exit(0));
+  };
+  for (const s of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(s, () => stop(s));
+  if (codex.exitOnStdinClose) {
+    process.stdin.on('end', () => stop('stdin closed'));
+    process.stdin.on('error', () => stop('stdin closed'));
+    process.stdin.resume();
+  }
+  log.info(
+    `forward: registering with ${registry.base.origin} as environment ${registry.environmentId}, relaying to ${connect.origin}`,
+  );
+  forwarder.done.catch((e: Error) => {
+    process.stderr.write(`corral: forward: ${escapeTerminalLines(e.message)}\n`);
+    process.exit(1);
+  });
+}
+
 /** One `--join URL`: the credential from #token-file= (never the URL: argv is public), headers and name. */
 function parseJoin(text: string): JoinParams {
   let t: ReturnType<typeof parseJoinText>;
@@ -291,6 +448,7 @@ async function serveCommand(argv: string[]): Promise<void> {
     join,
     localState: localStatePath(),
   }).catch((e: Error) => fatal(e.message));
+  joinCommandsCpuGroup(log);
   let stopping = false;
   const stop = (why: string) => {
     if (stopping) return;
@@ -316,7 +474,8 @@ async function main(): Promise<void> {
   const [command, ...rest] = process.argv.slice(2);
   switch (command) {
     case 'exec-server':
-      await execServerCommand(rest);
+      if (rest[0] === 'forward') await forwardCommand(rest.slice(1));
+      else await execServerCommand(rest);
       break;
     case 'serve':
       await serveCommand(rest);
@@ -360,3 +519,13 @@ main().catch((e) => {
   process.stderr.write(`corral: ${escapeTerminalLines(e instanceof Error ? e.message : String(e))}\n`);
   process.exit(1);
 });
+
+/**
+ * The headless server (exec-server, serve) joins its commands' CPU group: it and its commands weigh as one program,
+ * and a command starts without waiting out the scheduler's slices (src/process/cgroup.ts, "CPU"; issue 32). Not the
+ * desktop app: its windows, spawned later, would weigh with the commands.
+ */
+function joinCommandsCpuGroup(log: Logger): void {
+  const why = cgroupHost().joinCpuGroup();
+  if (why) log.info(`the server is not in its commands' CPU group: ${why}`);
+}

@@ -278,6 +278,64 @@ export const RuleUpdateParams = z.object({
 });
 export const RuleUpdateResult = z.object({ rule: ApprovalRule });
 
+// ---- learning mode (issue 36, item 5) ------------------------------------------------------------------------------
+
+/** One endpoint learning mode saw: exactly what was asked (plain HTTP's method too), and how often. */
+export const LearnedEndpoint = z.object({
+  protocol: ApprovalProtocol,
+  host: z.string().max(255),
+  port: z.number().int().min(0).max(65535),
+  method: z.string().max(32).nullable(),
+});
+export type LearnedEndpoint = z.infer<typeof LearnedEndpoint>;
+
+/** The longest a learning session may last, and the most requests it may allow. */
+export const MAX_LEARNING_MS = 60 * 60_000;
+export const MAX_LEARNING_REQUESTS = 10_000;
+/** Distinct endpoints a learning session keeps (past it, a new endpoint is prompted as usual). */
+export const MAX_LEARNED_ENDPOINTS = 256;
+
+export const LearningState = z.object({
+  workspace: z.string(),
+  /** Epoch ms. */
+  startedAt: z.number(),
+  /** Epoch ms: learning stops allowing then. */
+  endsAt: z.number(),
+  maxRequests: z.number(),
+  /** Requests allowed and recorded so far. */
+  requests: z.number(),
+  /** Still allowing (before endsAt, under maxRequests). */
+  active: z.boolean(),
+  /** The proposal: each endpoint seen, with its hits. */
+  proposal: z.array(LearnedEndpoint.extend({ hits: z.number() })),
+});
+export type LearningState = z.infer<typeof LearningState>;
+
+const WorkspaceParam = z.string().min(1).max(4096);
+/**
+ * Starts learning for a workspace: its processes' allowlist misses are allowed and recorded (never a host the
+ * config denies: those never reach the approvals) until `durationMs` or `maxRequests`, then prompted again.
+ */
+export const LearnParams = z.object({
+  server: ServerRef,
+  workspace: WorkspaceParam,
+  durationMs: z.number().int().min(1000).max(MAX_LEARNING_MS).default(10 * 60_000),
+  maxRequests: z.number().int().min(1).max(MAX_LEARNING_REQUESTS).default(1000),
+});
+export const LearnResult = z.object({ learning: LearningState });
+export const LearningParams = z.object({ server: ServerRef, workspace: WorkspaceParam.nullish() }).nullish();
+export const LearningResult = z.object({ learning: z.array(LearningState) });
+/**
+ * Ends a learning session: `accept` (possibly edited down) become allow rules of the workspace, each exactly an
+ * endpoint of the proposal (anything it did not see is refused); absent or empty: discarded.
+ */
+export const LearnEndParams = z.object({
+  server: ServerRef,
+  workspace: WorkspaceParam,
+  accept: z.array(LearnedEndpoint).max(MAX_LEARNED_ENDPOINTS).nullish(),
+});
+export const LearnEndResult = z.object({ rules: z.array(ApprovalRule) });
+
 /** The whole list of project rules (of `server`, on a fleet host), after any change. */
 export const ApprovalRulesNotification = z.object({ server: ServerTag, rules: z.array(ApprovalRule) });
 export type ApprovalRulesNotification = z.infer<typeof ApprovalRulesNotification>;

@@ -272,6 +272,27 @@ export const METHODS = {
     approvals.RuleUpdateResult,
     'Turns a project rule off or on (a disabled rule matches nothing), or sets its note.',
   ),
+  'approvals/learn': method(
+    'panel',
+    approvals.LearnParams,
+    'ApprovalLearnParams',
+    approvals.LearnResult,
+    "Learning mode for a workspace: its processes' allowlist misses are allowed and recorded for a bounded time or number of requests.",
+  ),
+  'approvals/learning': method(
+    'panel',
+    approvals.LearningParams,
+    'ApprovalLearningParams',
+    approvals.LearningResult,
+    'The learning sessions (of a workspace): active or not, and the proposal each saw (endpoint, hits).',
+  ),
+  'approvals/learnEnd': method(
+    'panel',
+    approvals.LearnEndParams,
+    'ApprovalLearnEndParams',
+    approvals.LearnEndResult,
+    'Ends a learning session: the accepted endpoints (only ones it saw) become allow rules of the workspace; the rest is discarded.',
+  ),
   'approvals/rules': method(
     'panel',
     approvals.RulesParams,

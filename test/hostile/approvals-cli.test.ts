@@ -297,6 +297,91 @@ describe('corral approvals: hostile input', { skip }, () => {
     await panel.request('approvals/revoke', { id: rule.id });
   });
 
+  test('learning mode: malformed params named; only what was seen can be accepted; it stops at its bound', async () => {
+    const panel = await open(host.tokens.panel, 'learn-panel');
+    const agent = await open(host.tokens.agent, 'learn-agent');
+    const work = join(tmp.path, 'learn-hostile');
+    mkdirSync(join(work, '.git'), { recursive: true });
+    const err = async (c: RpcClient, method: string, params: unknown) =>
+      (await c.request(method, params).then(
+        () => ({ code: 0, message: 'answered' }),
+        (x) => x,
+      )) as { code: number; message: string };
+    for (const [params, code, field] of [
+      [{ workspace: 'relative' }, -32600, /workspace/],
+      [{ workspace: join(work, 'missing') }, -32600, /workspace/],
+      [{ workspace: `/${'a'.repeat(5000)}` }, -32602, /workspace/],
+      [{ workspace: work, durationMs: 24 * 3600_000 }, -32602, /durationMs/],
+      [{ workspace: work, maxRequests: 0 }, -32602, /maxRequests/],
+      [{ workspace: work, maxRequests: 1e9 }, -32602, /maxRequests/],
+      [{ workspace: { deep: [[[[]]]] } }, -32602, /workspace/],
+    ] as [unknown, number, RegExp][]) {
+      const e = await err(panel, 'approvals/learn', params);
+      assert.equal(e.code, code, JSON.stringify(params).slice(0, 80));
+      assert.match(e.message, field);
+    }
+    assert.equal(
+      (await err(agent, 'approvals/learn', { workspace: work })).code,
+      -32600,
+      'an agent cannot learn',
+    );
+    assert.match((await err(panel, 'approvals/learnEnd', { workspace: work })).message, /is not learning/);
+
+    await panel.request('approvals/learn', { workspace: work, maxRequests: 1 });
+    const curl = (label: string) =>
+      `curl --noproxy '' -s -o /dev/null -w '${label}=%{http_code}\\n' http://127.0.0.1:${origin.port}/${label}`;
+    await agent.request('process/start', {
+      processId: 'bounded',
+      argv: ['/bin/sh', '-c', `${curl('one')}; ${curl('two')}`],
+      cwd: work,
+      env: { PATH: '/usr/bin:/bin' },
+      tty: false,
+      arg0: null,
+      managedNetwork: askingNetwork(),
+    });
+    // The first is learned; the second, past maxRequests, is prompted as usual.
+    await until(
+      async () =>
+        (await panel.request<ApprovalsState>('approvals/list', {})).pending.some(
+          (p) => p.processId === 'bounded',
+        ),
+      30_000,
+      'the prompt past the bound',
+    );
+    const p = (await panel.request<ApprovalsState>('approvals/list', {})).pending.find(
+      (x) => x.processId === 'bounded',
+    )!;
+    await panel.request('approvals/decide', { id: p.id, decision: 'denyOnce' });
+    await agent.collect('bounded', 30_000);
+    assert.match(agent.output('bounded', 'stdout'), /one=200/);
+    assert.match(agent.output('bounded', 'stdout'), /two=403/);
+    const seen = { protocol: 'http', host: '127.0.0.1', port: origin.port, method: 'GET' };
+    // Widening attempts: another port, another method, a '*' host, no method, too many entries — all refused.
+    for (const accept of [
+      [{ ...seen, port: origin.port + 1 }],
+      [{ ...seen, method: 'POST' }],
+      [{ ...seen, host: '*' }],
+      [{ ...seen, method: null }],
+    ]) {
+      const e = await err(panel, 'approvals/learnEnd', { workspace: work, accept });
+      assert.equal(e.code, -32600);
+      assert.match(e.message, /was not seen while learning/);
+    }
+    const tooMany = await err(panel, 'approvals/learnEnd', {
+      workspace: work,
+      accept: Array(300).fill(seen),
+    });
+    assert.equal(tooMany.code, -32602);
+    assert.deepEqual((await panel.request<RulesResult>('approvals/rules', { workspace: work })).rules, []);
+    const ok = await panel.request<{ rules: { host: string }[] }>('approvals/learnEnd', {
+      workspace: work,
+      accept: [seen, seen],
+    });
+    assert.equal(ok.rules.length, 1, 'one rule per endpoint');
+    const [rule] = (await panel.request<RulesResult>('approvals/rules', { workspace: work })).rules;
+    await panel.request('approvals/revoke', { id: rule!.id });
+  });
+
   test("a process's own client cannot store a project rule; a hand-edited rule file cannot widen", async () => {
     // The agent answers its own prompt asking for a project-wide allow: not a valid answer, left to the panel.
     const agent = await open(host.tokens.agent, 'self-approver', {

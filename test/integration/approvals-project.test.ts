@@ -7,7 +7,13 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type { Host } from '../../src/app/host.js';
 import { localStatePath } from '../../src/app/localState.js';
-import type { ApprovalPrompt, ApprovalsState, RulesResult } from '../../src/protocol/approvals.js';
+import type {
+  ApprovalPrompt,
+  ApprovalRule,
+  ApprovalsState,
+  LearningState,
+  RulesResult,
+} from '../../src/protocol/approvals.js';
 import { askingNetwork, runApprovalsCli, startRulesHost } from '../helpers/approvalsCli.js';
 import { RpcClient } from '../helpers/client.js';
 import { tempDir, until } from '../helpers/server.js';
@@ -203,6 +209,50 @@ describe('approvals v2: grouped prompts, project rules, the CLI', { skip }, () =
     await agent.collect('after', 30_000);
     assert.match(agent.output('after', 'stdout'), /after=403/);
     assert.deepEqual((await panel.request<RulesResult>('approvals/rules', {})).rules, []);
+  });
+
+  test('learning mode: 20 requests to 3 hosts make a proposal of exactly those 3; accepting it makes 3 project rules', async () => {
+    const agent = await open(host, host.tokens.agent, 'learner');
+    const panel = await open(host, host.tokens.panel, 'panel-learn');
+    const learn = join(tmp.path, 'learned');
+    mkdirSync(join(learn, '.git'), { recursive: true });
+    const started = await panel.request<{ learning: LearningState }>('approvals/learn', {
+      workspace: learn,
+      maxRequests: 100,
+    });
+    assert.equal(started.learning.active, true);
+    assert.equal(started.learning.workspace, realpathSync(learn));
+    const hosts = ['127.0.0.2', '127.0.0.3', '127.0.0.4'];
+    const script = Array.from({ length: 20 }, (_, i) => curl(`l${i}`, hosts[i % 3]!, `/l${i}`)).join('; ');
+    await start(agent, 'learning', script, learn);
+    await agent.collect('learning', 60_000);
+    assert.equal(
+      panel.notifications.filter((n) => n.method === 'approvals/requested').length,
+      0,
+      'no prompt',
+    );
+    const [state] = (
+      await panel.request<{ learning: LearningState[] }>('approvals/learning', { workspace: learn })
+    ).learning;
+    assert.equal(state!.requests, 20);
+    assert.deepEqual(state!.proposal.map((e) => [e.protocol, e.host, e.port, e.method, e.hits]).sort(), [
+      ['http', '127.0.0.2', origin.port, 'GET', 7],
+      ['http', '127.0.0.3', origin.port, 'GET', 7],
+      ['http', '127.0.0.4', origin.port, 'GET', 6],
+    ]);
+    const accepted = await panel.request<{ rules: ApprovalRule[] }>('approvals/learnEnd', {
+      workspace: learn,
+      accept: state!.proposal.map(({ hits: _h, ...e }) => e),
+    });
+    assert.equal(accepted.rules.length, 3);
+    const rules = (await panel.request<RulesResult>('approvals/rules', { workspace: learn })).rules;
+    assert.deepEqual(rules.map((r) => r.host).sort(), hosts);
+    assert.ok(rules.every((r) => r.decision === 'allow' && r.method === 'GET' && r.port === origin.port));
+    assert.deepEqual(
+      (await panel.request<{ learning: LearningState[] }>('approvals/learning', {})).learning,
+      [],
+    );
+    for (const r of rules) await panel.request('approvals/revoke', { id: r.id });
   });
 
   test("an allow rule that a process's deny list overrides is flagged as a contradiction (the deny wins)", async () => {

@@ -35,6 +35,22 @@ export function registerApprovalMethods(registry: MethodRegistry, broker: Approv
     own(p.server);
     return broker.updateRule(p.id, { enabled: p.enabled, note: p.note });
   });
+  registry.handle('approvals/learn', (p) => {
+    own(p.server);
+    return broker.learn(p.workspace, p.durationMs, p.maxRequests);
+  });
+  registry.handle('approvals/learning', (p) => {
+    own(p?.server);
+    return broker.learningState(p?.workspace);
+  });
+  registry.handle('approvals/learnEnd', (p, { state }) => {
+    own(p.server);
+    return broker.learnEnd(p.workspace, p.accept ?? [], {
+      kind: 'panel',
+      credential: state.principal.credential,
+      clientName: state.clientName || null,
+    });
+  });
   registry.handle('approvals/rules', (p) => {
     own(p?.server);
     return broker.rulesState(p?.workspace);

@@ -49,6 +49,8 @@ import {
   type ExportResult,
   exportDomains,
   type HoldResult,
+  type LearnedEndpoint,
+  type LearningState,
   MAX_HELD_PROMPT_MS,
   type RememberedDecision,
   type RevokeResult,
@@ -64,6 +66,7 @@ import { PromptCaps, type PromptLimits } from './approvalCaps.js';
 import { askSessionClient } from './approvalClient.js';
 import { RememberedDecisions } from './approvalDecisions.js';
 import { ApprovalFeed } from './approvalFeed.js';
+import { LearningSessions } from './learning.js';
 import { type ProjectRuleStore, ProjectRules, ruleMethod, workspaceOf } from './projectRules.js';
 
 export const DEFAULT_APPROVAL_TIMEOUT_MS = 30_000;
@@ -135,6 +138,7 @@ export class ApprovalBroker {
   /** Processes whose proxy asks for approvals (by `session/process`). */
   private readonly asking = new Map<string, Asking>();
   private readonly rules: ProjectRules;
+  private readonly learning = new LearningSessions();
 
   private readonly clock: Clock;
 
@@ -240,6 +244,17 @@ export class ApprovalBroker {
     const proc = this.server.sessions.get(sessionId)?.get(processId);
     // Not (or no longer) a live asking process: fail closed.
     if (!asking || !proc || proc.exitCode !== null) return Promise.resolve(UNANSWERED);
+    // Learning mode for this workspace: allowed and recorded, while it has time and room.
+    if (
+      asking.workspace &&
+      this.learning.size > 0 &&
+      this.learning.record(
+        asking.workspace,
+        { protocol, host: req.host, port: req.port, method: req.method },
+        this.clock.now(),
+      )
+    )
+      return Promise.resolve(ALLOW);
     const key = `${k}\u0000${target(protocol, req.host, req.port)}`;
     let p = this.pending.get(key);
     if (p && p.waiters.length >= MAX_WAITERS_PER_PROMPT) return Promise.resolve(UNANSWERED);
@@ -541,6 +556,83 @@ export class ApprovalBroker {
       decisions: this.decisions.list(),
       audit: this.feed.events(),
     };
+  }
+
+  // ---- learning mode (learning.ts) ---------------------------------------------------------------------------
+
+  private workspaceParam(given: string): string {
+    const w = given.startsWith('/') ? workspaceOf(given) : null;
+    if (!w)
+      throw invalidRequest(
+        `workspace: ${JSON.stringify(given.slice(0, 200))} is not an existing absolute directory`,
+      );
+    return w;
+  }
+
+  learn(workspace: string, durationMs: number, maxRequests: number): { learning: LearningState } {
+    return {
+      learning: this.learning.start(
+        this.workspaceParam(workspace),
+        this.clock.now(),
+        durationMs,
+        maxRequests,
+      ),
+    };
+  }
+
+  learningState(workspace?: string | null): { learning: LearningState[] } {
+    return {
+      learning: this.learning.list(this.clock.now(), workspace ? this.workspaceParam(workspace) : null),
+    };
+  }
+
+  /** Ends a learning session; the accepted endpoints it saw become allow rules of its workspace. */
+  learnEnd(
+    given: string,
+    accept: readonly LearnedEndpoint[],
+    decidedBy: ApprovalDecidedBy | null,
+  ): { rules: ApprovalRule[] } {
+    const workspace = this.workspaceParam(given);
+    if (accept.length > 0) {
+      const why = this.rules.refusal();
+      if (why) throw invalidRequest(why);
+    }
+    let seen: ReturnType<LearningSessions['end']>;
+    try {
+      seen = this.learning.end(workspace, accept);
+    } catch (e) {
+      throw invalidRequest(`accept: ${(e as Error).message}`);
+    }
+    if (!seen) throw invalidRequest(`workspace ${workspace} is not learning`);
+    const by = decidedBy ?? { kind: 'panel' as const, credential: 'unknown', clientName: null };
+    const made: ApprovalRule[] = [];
+    for (const e of seen) {
+      const rule: ApprovalRule = {
+        id: randomUUID(),
+        workspace,
+        decision: 'allow',
+        protocol: e.protocol,
+        host: e.host,
+        port: e.port,
+        method: e.method,
+        origin: by.clientName === APPROVALS_CLI_CLIENT_NAME ? 'cli' : 'panel',
+        createdBy: by,
+        createdAt: this.clock.now(),
+        promptId: null,
+        enabled: true,
+        note: `learned (${e.hits} request${e.hits === 1 ? '' : 's'})`,
+        hits: 0,
+        lastHitAt: null,
+      };
+      try {
+        this.rules.add(rule);
+      } catch (err) {
+        throw invalidRequest(`the learned rules were stored up to ${made.length}: ${(err as Error).message}`);
+      }
+      made.push({ ...rule });
+    }
+    if (made.length > 0) this.broadcastRules();
+    return { rules: made };
   }
 
   /** Turns a project rule off or on, or sets its note. */

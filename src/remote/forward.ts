@@ -19,8 +19,10 @@ import {
   startRegistryLinks,
 } from './direct.js';
 
-/** The harness's frames held while the destination's socket opens. */
-export const MAX_PENDING_BYTES = 4 * MAX_MESSAGE_BYTES;
+/** The harness's frames held while the destination's socket opens (past it the link is closed, 1009). */
+export const MAX_PENDING_BYTES = 2 * MAX_MESSAGE_BYTES;
+/** A side stops being read while the other has more than this unsent; it is read again once that is sent. */
+export const HIGH_WATER_BYTES = 4 * 1024 * 1024;
 
 /** Checks a `--connect` URL: a ws:// or wss:// URL without credentials in its userinfo. */
 export function parseConnectUrl(text: string): URL {
@@ -58,10 +60,17 @@ export function startForwarder(o: ForwardOptions): DirectExecutor {
       for (const ws of [harness, target])
         if (ws.readyState === ws.OPEN || ws.readyState === ws.CONNECTING) ws.close(code, reason);
     };
+    /** Sends on `to`, and stops reading `from` while `to` holds more than HIGH_WATER_BYTES unsent. */
+    const relay = (from: WebSocket, to: WebSocket, data: string | Buffer, binary: boolean) => {
+      to.send(data, { binary }, () => {
+        if (to.bufferedAmount < HIGH_WATER_BYTES && from.isPaused) from.resume();
+      });
+      if (to.bufferedAmount >= HIGH_WATER_BYTES) from.pause();
+    };
     harness.on('message', (data, isBinary) => {
       const frame = isBinary ? (data as Buffer) : data.toString();
       if (target.readyState === target.OPEN) {
-        target.send(frame, { binary: isBinary });
+        relay(harness, target, frame, isBinary);
         return;
       }
       pendingBytes += typeof frame === 'string' ? Buffer.byteLength(frame) : frame.length;
@@ -74,13 +83,13 @@ export function startForwarder(o: ForwardOptions): DirectExecutor {
       pending.push({ data: frame, binary: isBinary });
     });
     target.on('open', () => {
-      for (const f of pending) target.send(f.data, { binary: f.binary });
+      for (const f of pending) relay(harness, target, f.data, f.binary);
       pending = [];
       pendingBytes = 0;
     });
     target.on('message', (data, isBinary) => {
       if (harness.readyState === harness.OPEN)
-        harness.send(isBinary ? (data as Buffer) : data.toString(), { binary: isBinary });
+        relay(target, harness, isBinary ? (data as Buffer) : data.toString(), isBinary);
     });
     target.on('unexpected-response', (_req, res) => {
       res.resume();

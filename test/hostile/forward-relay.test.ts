@@ -1,0 +1,113 @@
+/**
+ * The forward relay (src/remote/forward.ts, issue 35) fed hostile traffic from the harness side of the registry
+ * stand-in: malformed and binary frames pass through unchanged and in order (the relay parses nothing); 5000 frames
+ * arrive in order; a destination that never completes its handshake gets nothing while the harness's held frames stay
+ * bounded (past MAX_PENDING_BYTES the link is closed) and the forwarder serves the next link. Loopback only.
+ */
+import assert from 'node:assert/strict';
+import { once } from 'node:events';
+import http from 'node:http';
+import type net from 'node:net';
+import { after, describe, it } from 'node:test';
+import { type RawData, WebSocket, WebSocketServer } from 'ws';
+import { bearerAuth } from '../../src/remote/auth.js';
+import { MAX_PENDING_BYTES, parseConnectUrl, startForwarder } from '../../src/remote/forward.js';
+import { RegistryClient } from '../../src/remote/registry.js';
+import { silentLogger } from '../../src/server/core/log.js';
+import { startFakeRegistry } from '../helpers/registry.js';
+import { until } from '../helpers/server.js';
+
+const ENV = 'env-hostile-forward';
+const BEARER = 'registry-bearer-0123456789abcdef';
+
+async function rig(connect: string) {
+  const registry = await startFakeRegistry({ executorAuth: { kind: 'bearer', token: BEARER } });
+  const auth = bearerAuth(BEARER);
+  const fwd = startForwarder({
+    registry: new RegistryClient(registry.url, ENV, auth),
+    auth,
+    log: silentLogger,
+    connect: parseConnectUrl(connect),
+    initialRetryMs: 20,
+  });
+  return {
+    registry,
+    fwd,
+    async harness() {
+      await registry.waitForExecutor(ENV);
+      const ws = new WebSocket(registry.harnessUrl(ENV), { maxPayload: 64 * 1024 * 1024 });
+      await once(ws, 'open');
+      return ws;
+    },
+    async close() {
+      fwd.stop();
+      await fwd.done.catch(() => {});
+      await registry.close();
+    },
+  };
+}
+
+describe('forward relay under hostile frames', () => {
+  const cleanups: (() => Promise<void>)[] = [];
+  after(async () => {
+    for (const f of cleanups.reverse()) await f();
+  });
+
+  it('malformed, binary, huge and 5000 small frames reach the destination unchanged and in order', async () => {
+    const got: { data: string; binary: boolean }[] = [];
+    const wss = new WebSocketServer({ host: '127.0.0.1', port: 0, maxPayload: 64 * 1024 * 1024 });
+    wss.on('connection', (ws) =>
+      ws.on('message', (d: RawData, binary) => got.push({ data: d.toString('latin1'), binary })),
+    );
+    await once(wss, 'listening');
+    const r = await rig(`ws://127.0.0.1:${(wss.address() as net.AddressInfo).port}/`);
+    cleanups.push(async () => {
+      await r.close();
+      wss.close();
+    });
+    const h = await r.harness();
+    const frames: { data: string | Buffer; binary: boolean }[] = [
+      { data: '{"jsonrpc":', binary: false },
+      { data: `${'['.repeat(100_000)}`, binary: false },
+      // Binary stays binary (the stand-in relay re-encodes frames as UTF-8, so the bytes here are valid UTF-8).
+      { data: Buffer.from('\u0000bin\u00ff\u2713'), binary: true },
+      { data: 'x'.repeat(4 * 1024 * 1024), binary: false },
+      ...Array.from({ length: 5000 }, (_, i) => ({ data: `{"i":${i}}`, binary: false })),
+    ];
+    for (const f of frames) h.send(f.data, { binary: f.binary });
+    await until(() => got.length === frames.length, 'every frame at the destination', 30_000);
+    frames.forEach((f, i) => {
+      const want =
+        typeof f.data === 'string' ? Buffer.from(f.data).toString('latin1') : f.data.toString('latin1');
+      assert.equal(got[i]!.binary, f.binary, `frame ${i}`);
+      assert.equal(got[i]!.data, want, `frame ${i}`);
+    });
+    h.close();
+  });
+
+  it('a destination that never answers its handshake: held frames are bounded, the link closed, the next one served', async () => {
+    const stuck = new Set<net.Socket>();
+    const server = http.createServer();
+    server.on('upgrade', (_req, socket: net.Socket) => {
+      stuck.add(socket); // never answered
+    });
+    server.listen(0, '127.0.0.1');
+    await once(server, 'listening');
+    const r = await rig(`ws://127.0.0.1:${(server.address() as net.AddressInfo).port}/`);
+    cleanups.push(async () => {
+      await r.close();
+      for (const s of stuck) s.destroy();
+      server.close();
+    });
+    const h = await r.harness();
+    const closed = once(h, 'close');
+    const chunk = 'y'.repeat(8 * 1024 * 1024);
+    for (let sent = 0; sent <= MAX_PENDING_BYTES + chunk.length; sent += chunk.length) {
+      if (h.readyState !== h.OPEN) break;
+      h.send(chunk);
+    }
+    await closed;
+    // The forwarder dials a new link and serves it: the registry sees an idle executor again.
+    await r.registry.waitForExecutor(ENV);
+  });
+});

@@ -74,6 +74,24 @@ function target(p: { host: string; port: number; protocol: string }): string {
   return `${p.protocol} ${host}:${p.port}`;
 }
 
+/**
+ * A desktop notification for a new prompt while the window is not focused (the browser's Notification API: the
+ * served panel, and Electron's renderer, which shows it natively). Nothing without the person's permission.
+ */
+function notifyUnfocused(p: ApprovalPrompt): void {
+  if (typeof Notification === 'undefined' || Notification.permission !== 'granted' || document.hasFocus())
+    return;
+  try {
+    const n = new Notification('Corral: allow network access?', {
+      body: `${p.processId} (${p.clientName}) → ${target(p)}${p.method ? ` ${p.method}` : ''}`,
+      tag: `corral-approval-${p.id}`,
+    });
+    n.onclick = () => window.focus();
+  } catch {
+    // a browser that refuses page notifications
+  }
+}
+
 export class ApprovalsView implements View {
   readonly el = h('section', { 'aria-label': 'Approvals' });
   /** The prompt stack: appended once to the shell, shown over whatever view is open. */
@@ -229,6 +247,9 @@ export class ApprovalsView implements View {
 
   show(): void {
     this.visible = true;
+    // Opening this view is the person's own gesture: ask once whether prompts may notify while the window is away.
+    if (typeof Notification !== 'undefined' && Notification.permission === 'default')
+      void Notification.requestPermission().catch(() => {});
     this.render();
     this.refreshExport();
   }
@@ -263,7 +284,9 @@ export class ApprovalsView implements View {
     switch (method) {
       case 'approvals/requested': {
         const prompt = p.prompt as ApprovalPrompt;
-        this.pending.set(pkey(prompt.server, prompt.id), prompt);
+        const k = pkey(prompt.server, prompt.id);
+        if (!this.pending.has(k)) notifyUnfocused(prompt);
+        this.pending.set(k, prompt);
         break;
       }
       case 'approvals/resolved':

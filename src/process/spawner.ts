@@ -191,7 +191,7 @@ export const nativeLoadError: string | null = nativeSpawnAbsence;
  * it (and the seccomp program, passed as hex) and closes it before exec. With `supervise` (a Landlock command that no
  * cgroup holds), the command runs under the launcher's supervisor (src/platform/native/supervise.c): everything
  * it started is killed when it ends, is terminated, or the server dies. The launcher must be started by this process
- * (it checks that its parent is this pid).
+ * (it checks that its parent is this pid). An `argv[0]` other than the file goes as `--argv0` (issue 33, item 4).
  */
 export function throughLauncher(spec: LaunchSpec, fds: number[], supervise = false): LaunchSpec {
   if (!sandboxLauncher) {
@@ -212,6 +212,8 @@ export function throughLauncher(spec: LaunchSpec, fds: number[], supervise = fal
     ...fds.flatMap((fd) => ['--fd', String(fd)]),
     ...confine,
     ...(supervise ? ['--supervise', String(process.pid)] : []),
+    // The command's own argv[0] (a custom arg0, or the program as given), as an unsandboxed start keeps it.
+    ...(spec.argv[0] !== undefined && spec.argv[0] !== spec.file ? ['--argv0', spec.argv[0]] : []),
     '--',
     spec.file,
     ...spec.argv.slice(1),

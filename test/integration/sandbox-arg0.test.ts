@@ -1,7 +1,8 @@
 // issue 33, item 4: `arg0` inside a Linux sandbox. bubblewrap below 0.9 (Debian's is 0.8) has no --argv0, so a
 // command that dispatches on argv[0] (busybox-style tools, Codex's apply_patch trick) saw its path instead: the
 // in-sandbox exec shim (the sandbox launcher, `--argv0 NAME`) now execs it under the arg0 asked for. Under bwrap with
-// pipes and with a PTY, and under the Landlock backend (useLegacyLandlock) with pipes and with a PTY.
+// pipes and with a PTY, and under the Landlock backend (useLegacyLandlock) with pipes and with a PTY (through the
+// launcher, which takes --argv0 too).
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type { RpcClient } from '../helpers/client.js';
@@ -48,13 +49,7 @@ async function arg0Of(o: { tty: boolean; landlock: boolean; arg0: string | null 
 describe('arg0 in a Linux sandbox', { skip: needsSandbox }, () => {
   for (const landlock of [false, true]) {
     for (const tty of [false, true]) {
-      // Landlock with a PTY goes through the sandbox launcher from src/process/spawner.ts (throughLauncher), which
-      // does not pass --argv0 yet: that file is being rewritten by another change.
-      const todo =
-        landlock && tty ? 'throughLauncher does not pass --argv0 yet (issue 33, item 4)' : undefined;
-      test(`${landlock ? 'Landlock' : 'bwrap'}, ${tty ? 'PTY' : 'pipes'}: a custom arg0 is the command's argv[0]`, {
-        todo,
-      }, async () => {
+      test(`${landlock ? 'Landlock' : 'bwrap'}, ${tty ? 'PTY' : 'pipes'}: a custom arg0 is the command's argv[0]`, async () => {
         assert.equal(await arg0Of({ tty, landlock, arg0: 'apply_patch' }), 'apply_patch');
         // Without one, the program as given.
         assert.equal(await arg0Of({ tty, landlock, arg0: null }), '/bin/sh');

@@ -170,6 +170,7 @@ describe('TLS interception inside a bwrap sandbox (limited mode, mitm: true)', {
   test('credential_broker: the sandboxed command sees a shaped dummy, never the token its start carried', async () => {
     const real = `ghp_${'Zq7'.repeat(12)}`;
     const r = await runLimited(
+      // biome-ignore lint/suspicious/noTemplateCurlyInString: a shell parameter expansion, not a template
       'echo "tok=$GH_TOKEN len=${#GH_TOKEN}"; env | grep -c "Zq7Zq7" || true',
       { GH_TOKEN: real },
       { mode: 'full', credential_broker: true, domains: { '127.0.0.1': 'allow' } },

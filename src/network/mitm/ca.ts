@@ -24,7 +24,6 @@ import {
   set,
   smallInt,
   time,
-  tlv,
   uint,
   utf8,
 } from './der.js';

@@ -13,20 +13,7 @@
 import { createHash, generateKeyPairSync, type KeyObject, randomBytes, sign } from 'node:crypto';
 import { isIPv4, isIPv6 } from 'node:net';
 import tls from 'node:tls';
-import {
-  bits,
-  bool,
-  explicit,
-  implicit,
-  octets,
-  oid,
-  seq,
-  set,
-  smallInt,
-  time,
-  uint,
-  utf8,
-} from './der.js';
+import { bits, bool, explicit, implicit, octets, oid, seq, set, smallInt, time, uint, utf8 } from './der.js';
 
 const OID = {
   ecdsaWithSha256: '1.2.840.10045.4.3.2',

@@ -319,7 +319,12 @@ const WorkspaceParam = z.string().min(1).max(4096);
 export const LearnParams = z.object({
   server: ServerRef,
   workspace: WorkspaceParam,
-  durationMs: z.number().int().min(1000).max(MAX_LEARNING_MS).default(10 * 60_000),
+  durationMs: z
+    .number()
+    .int()
+    .min(1000)
+    .max(MAX_LEARNING_MS)
+    .default(10 * 60_000),
   maxRequests: z.number().int().min(1).max(MAX_LEARNING_REQUESTS).default(1000),
 });
 export const LearnResult = z.object({ learning: LearningState });
@@ -335,6 +340,21 @@ export const LearnEndParams = z.object({
   accept: z.array(LearnedEndpoint).max(MAX_LEARNED_ENDPOINTS).nullish(),
 });
 export const LearnEndResult = z.object({ rules: z.array(ApprovalRule) });
+
+/** A workspace's `.corral/network.json` as the server read it: it can only narrow (see repoPolicy.ts). */
+export const RepoPolicyState = z.object({
+  file: z.string().nullable(),
+  /** `read`: its endpoints narrow; `invalid`: unreadable (a link, too big, not JSON), narrowing nothing. */
+  status: z.enum(['absent', 'read', 'invalid']),
+  sha256: z.string().nullable(),
+  /** Endpoints declared (exact ones only). */
+  endpoints: z.number(),
+  /** What was ignored, and why (each an entry or key that would widen, or could not be read). */
+  ignored: z.array(z.string()),
+  problem: z.string().nullable(),
+});
+export type RepoPolicyState = z.infer<typeof RepoPolicyState>;
+export const RepoPolicyParams = z.object({ server: ServerRef, workspace: z.string().min(1).max(4096) });
 
 /** The whole list of project rules (of `server`, on a fleet host), after any change. */
 export const ApprovalRulesNotification = z.object({ server: ServerTag, rules: z.array(ApprovalRule) });

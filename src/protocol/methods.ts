@@ -293,6 +293,13 @@ export const METHODS = {
     approvals.LearnEndResult,
     'Ends a learning session: the accepted endpoints (only ones it saw) become allow rules of the workspace; the rest is discarded.',
   ),
+  'approvals/repoPolicy': method(
+    'panel',
+    approvals.RepoPolicyParams,
+    'ApprovalRepoPolicyParams',
+    approvals.RepoPolicyState,
+    "A workspace's `.corral/network.json` as read: what it declares (it can only narrow) and what was ignored as widening.",
+  ),
   'approvals/rules': method(
     'panel',
     approvals.RulesParams,

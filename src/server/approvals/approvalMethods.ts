@@ -51,6 +51,10 @@ export function registerApprovalMethods(registry: MethodRegistry, broker: Approv
       clientName: state.clientName || null,
     });
   });
+  registry.handle('approvals/repoPolicy', (p) => {
+    own(p.server);
+    return broker.repoPolicy(p.workspace);
+  });
   registry.handle('approvals/rules', (p) => {
     own(p?.server);
     return broker.rulesState(p?.workspace);

@@ -53,6 +53,7 @@ import {
   type LearningState,
   MAX_HELD_PROMPT_MS,
   type RememberedDecision,
+  type RepoPolicyState,
   type RevokeResult,
   type RulesResult,
 } from '../../protocol/approvals.js';
@@ -68,6 +69,7 @@ import { RememberedDecisions } from './approvalDecisions.js';
 import { ApprovalFeed } from './approvalFeed.js';
 import { LearningSessions } from './learning.js';
 import { type ProjectRuleStore, ProjectRules, ruleMethod, workspaceOf } from './projectRules.js';
+import { type RepoPolicy, readRepoPolicy, repoAllows } from './repoPolicy.js';
 
 export const DEFAULT_APPROVAL_TIMEOUT_MS = 30_000;
 /** The longest a prompt may wait, whatever its config asks (`--max-approval-timeout-ms`). */
@@ -93,6 +95,8 @@ export interface ApprovalOptions extends PromptLimits {
 interface Asking {
   timeoutMs: number;
   workspace: string | null;
+  /** The workspace's `.corral/network.json` (repoPolicy.ts): it can only narrow. */
+  repo: RepoPolicy | null;
 }
 
 interface Waiter {
@@ -176,7 +180,9 @@ export class ApprovalBroker {
       if (!proxy || !approvals) return;
       // A few stats up from the cwd, only for a process whose proxy asks.
       const workspace = workspaceOf(proc.info.cwd);
-      this.asking.set(k, { timeoutMs: approvals.timeoutMs ?? this.timeoutMs, workspace });
+      // The repository's own file, read (not run) for a process whose proxy asks: it can only narrow.
+      const repo = workspace ? readRepoPolicy(workspace) : null;
+      this.asking.set(k, { timeoutMs: approvals.timeoutMs ?? this.timeoutMs, workspace, repo });
       const denied = proxy.spec.settings.denied_domains;
       if (workspace && denied.length > 0 && this.rules.size > 0)
         this.flagContradictions(workspace, denied, proc);
@@ -233,6 +239,12 @@ export class ApprovalBroker {
     const asking = this.asking.get(k);
     const known = this.decisions.find(sessionId, processId, protocol, req.host, req.port);
     if (known?.decision === 'deny') return Promise.resolve(DENIED);
+    // Not among the endpoints the repository declares: blocked before any rule, learning or prompt.
+    if (
+      asking?.repo &&
+      !repoAllows(asking.repo, { protocol, host: req.host, port: req.port, method: req.method })
+    )
+      return Promise.resolve(DENIED);
     const rule = asking?.workspace
       ? this.rules.find(asking.workspace, { protocol, host: req.host, port: req.port, method: req.method })
       : undefined;
@@ -633,6 +645,11 @@ export class ApprovalBroker {
     }
     if (made.length > 0) this.broadcastRules();
     return { rules: made };
+  }
+
+  /** A workspace's `.corral/network.json` as the server reads it. */
+  repoPolicy(workspace: string): RepoPolicyState {
+    return readRepoPolicy(this.workspaceParam(workspace)).state;
   }
 
   /** Turns a project rule off or on, or sets its note. */

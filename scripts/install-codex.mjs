@@ -20,7 +20,7 @@ import {
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-export const CODEX_VERSIONS = ['0.120.0', '0.125.0', '0.130.0', '0.169.0'];
+export const CODEX_VERSIONS = ['0.120.0', '0.125.0', '0.130.0', '0.169.0', '0.171.0'];
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const cacheDir = join(root, '.cache', 'codex');

@@ -1,5 +1,5 @@
 /**
- * Released Codex CLIs (npm @openai/codex 0.120.0, 0.125.0, 0.130.0, 0.169.0), unmodified, as clients of our
+ * Released Codex CLIs (npm @openai/codex 0.120.0, 0.125.0, 0.130.0, 0.169.0, 0.171.0), unmodified, as clients of our
  * exec-server: the acceptance runs of spec codex-clients.md §10, offline (fake model on 127.0.0.1, everything inside a
  * network namespace with only `lo`).
  *
@@ -37,6 +37,8 @@ const versions = (
   process.env.CORRAL_E2E_VERSIONS?.split(',').map((v) => v.trim()) ?? [...CODEX_VERSIONS]
 ).filter(Boolean);
 const CLIENT_WRAPS = new Set(['0.120.0', '0.125.0', '0.130.0']);
+/** The versions that read $CODEX_HOME/environments.toml and can reach an executor through a registry (0.169+). */
+const ENVIRONMENTS = new Set(['0.169.0', '0.171.0']);
 
 /** Installs (or finds cached) binaries; returns why a version cannot run, if it cannot. */
 function installStatus(): Record<string, string | undefined> {
@@ -76,7 +78,7 @@ function runsFor(version: string): RunSpec[] {
     { name: 'no-server', scenario: 'basic', sandbox: 'danger-full-access', noServer: true },
     { name: 'minimal-full', scenario: 'full', sandbox: 'danger-full-access', minimal: true },
   ];
-  if (version === '0.169.0') {
+  if (ENVIRONMENTS.has(version)) {
     runs.push({
       name: 'basic-environments-toml',
       scenario: 'basic',
@@ -437,7 +439,7 @@ for (const version of versions) {
       }
     });
 
-    if (version === '0.169.0') {
+    if (ENVIRONMENTS.has(version)) {
       it('basic-environments-toml: selected through $CODEX_HOME/environments.toml', { skip }, () => {
         const r = run('basic-environments-toml');
         assertCompleted(r);
@@ -487,8 +489,7 @@ const REGISTRY_RUNS: RunSpec[] = [
   },
 ];
 
-if (versions.includes('0.169.0')) {
-  const version = '0.169.0';
+for (const version of versions.filter((v) => ENVIRONMENTS.has(v))) {
   describe(`codex ${version} through the environment registry's relay, against ${target === 'corral' ? 'our exec-server' : `codex ${version} exec-server`} as a remote executor`, () => {
     const skip = reasons[version];
     const { run, serverPid } = suiteFor(version, REGISTRY_RUNS, skip, {

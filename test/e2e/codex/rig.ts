@@ -32,7 +32,7 @@ import { type ScenarioName, scenarioSteps, startFakeModel } from './fake-model.j
 import { type Frame, MINIMAL_METHODS, startRelay } from './relay.js';
 
 export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
-export const CODEX_VERSIONS = ['0.120.0', '0.125.0', '0.130.0', '0.169.0'] as const;
+export const CODEX_VERSIONS = ['0.120.0', '0.125.0', '0.130.0', '0.169.0', '0.171.0'] as const;
 const BASE_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 
 /**

@@ -219,8 +219,10 @@ describe('protocol process methods (§5)', () => {
     assert.equal(r.stdout, 'hi');
     assert.equal(r.stderr, 'err');
     const exited = r.events[2]!.params;
-    assert.deepEqual(Object.keys(exited).sort(), ['exitCode', 'processId', 'sandboxDenied', 'seq']);
+    // Corral's `usage` member rides along (docs/protocol.md); released clients ignore unknown members.
+    assert.deepEqual(Object.keys(exited).sort(), ['exitCode', 'processId', 'sandboxDenied', 'seq', 'usage']);
     assert.equal(exited.sandboxDenied, false);
+    assert.match(String((exited.usage as { source?: unknown }).source), /^(cgroup-v1|cgroup-v2|rusage)$/);
     const resp = frameIndex(c, (m) => 'id' in m && (m.result as { processId?: string })?.processId === r.id);
     const first = frameIndex(c, (m) => (m.params as { processId?: string })?.processId === r.id);
     assert.ok(resp >= 0 && first > resp, `response frame ${resp} before first notification ${first}`);

@@ -75,7 +75,7 @@ describe('forward relay under hostile frames', () => {
       ...Array.from({ length: 5000 }, (_, i) => ({ data: `{"i":${i}}`, binary: false })),
     ];
     for (const f of frames) h.send(f.data, { binary: f.binary });
-    await until(() => got.length === frames.length, 'every frame at the destination', 30_000);
+    await until(() => got.length === frames.length, 30_000, 'every frame at the destination');
     frames.forEach((f, i) => {
       const want =
         typeof f.data === 'string' ? Buffer.from(f.data).toString('latin1') : f.data.toString('latin1');

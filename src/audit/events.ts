@@ -5,6 +5,7 @@
 import type { FsOperation } from '../protocol/audit.js';
 import type { ProcessUsage } from '../protocol/exec.js';
 import type { Truncations } from './caps.js';
+import type { ReplayChunks } from './replayRecorder.js';
 
 export interface SessionRecord {
   kind: 'session';
@@ -58,6 +59,8 @@ export interface ProcessCloseRecord {
   head: Uint8Array | null;
   tail: Uint8Array | null;
   omittedBytes: number;
+  /** The output as it arrived, with its times, for replay (replayRecorder.ts); null or absent: none kept. */
+  chunks?: ReplayChunks | null;
 }
 
 export interface NetworkRecord {

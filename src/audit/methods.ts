@@ -1,5 +1,5 @@
 /**
- * The audit trail's JSON-RPC methods (`audit/query`, `audit/process`, `audit/info`), panel methods of the method
+ * The audit trail's JSON-RPC methods (`audit/query`, `audit/process`, `audit/replay`, `audit/info`), panel methods of the method
  * table. Without a database they answer `audit/info` with `enabled: false` (and `unavailable` saying why, when its
  * driver does not load) and the others with -32600 saying the trail is off, or why it is unavailable.
  */
@@ -52,5 +52,6 @@ export function registerAuditMethods(
     return ask((t) => t.query(q));
   });
   registry.handle('audit/process', (p) => ask((t) => t.process(p.sessionId, p.processId)));
+  registry.handle('audit/replay', (p) => ask((t) => t.replay(p.sessionId, p.processId)));
   registry.handle('audit/info', () => (trail ? new Deferred(trail.info()) : { ...OFF_INFO, unavailable }));
 }

@@ -13,12 +13,14 @@ import type { ManagedNetworkSpec } from '../network/managedNetwork.js';
 import type { ManagedProcess } from '../process/managedProcess.js';
 import type { ApprovalAuditEvent } from '../protocol/approvals.js';
 import type { FsOperation } from '../protocol/audit.js';
+import type { OutputStream } from '../protocol/exec.js';
 import { redact } from '../protocol/monitor.js';
 import { auditMetadataOf, type NetworkAuditEvent } from '../protocol/network.js';
 import type { FsCallEvent } from '../server/core/events.js';
 import type { Session } from '../server/core/session.js';
 import { capList, capText, type Truncation, truncations } from './caps.js';
 import type { AuditRecord, FsRecord, SessionRecord } from './events.js';
+import { ReplayRecorder } from './replayRecorder.js';
 import type { AuditSource } from './source.js';
 import type { AuditSink } from './trail.js';
 
@@ -185,6 +187,8 @@ export function observeServer(source: AuditSource, sink: AuditSink): AuditObserv
   const fresh = new Set<string>();
   const offs: (() => void)[] = [];
   const { events, clock } = source;
+  // Timed output for replay, only where output is recorded at all (--audit-output-bytes 0 keeps none).
+  const replay = sink.replayBytes ? new ReplayRecorder<ManagedProcess>(sink.replayBytes) : null;
 
   const onSession = (kind: 'created' | 'attached' | 'detached' | 'expired', s: Session) => {
     const record = (event: SessionRecord['event']) => sink.record(sessionRecord(s, event, clock.now()));
@@ -208,6 +212,7 @@ export function observeServer(source: AuditSource, sink: AuditSink): AuditObserv
     const { sessionId, processId } = p.info;
     if (kind === 'started') {
       if (sink.outputBytes > 0) p.keepHead(sink.outputBytes);
+      replay?.start(p);
       const summary = p.launch.summary;
       const cut: Record<string, Truncation> = {};
       sink.record({
@@ -259,8 +264,11 @@ export function observeServer(source: AuditSource, sink: AuditSink): AuditObserv
       head,
       tail,
       omittedBytes: n > 0 ? p.bytesOut - headLen - tailLen : p.bytesOut,
+      chunks: replay?.take(p) ?? null,
     });
   };
+  const onOutput = (p: ManagedProcess, _seq: number, stream: OutputStream, data: Buffer) =>
+    replay?.output(p, clock.now(), stream, data);
 
   const onFs = (e: FsCallEvent) => {
     const r = fsRecord(e);
@@ -272,6 +280,10 @@ export function observeServer(source: AuditSource, sink: AuditSink): AuditObserv
   events.on('process', onProcess);
   events.on('fs', onFs);
   events.on('approval', onApproval);
+  if (replay) {
+    events.on('output', onOutput);
+    offs.push(() => events.off('output', onOutput));
+  }
   offs.push(
     () => events.off('session', onSession),
     () => events.off('process', onProcess),

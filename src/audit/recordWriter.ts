@@ -10,6 +10,7 @@ import type {
   ProcessExitRecord,
   ProcessStartRecord,
 } from './events.js';
+import { type ReplayChunks, TRUNCATED_STREAM } from './replayRecorder.js';
 import type { Row } from './rowItems.js';
 import type { SqliteDatabase } from './sqliteDriver.js';
 
@@ -36,6 +37,7 @@ export class RecordWriter {
   private readonly updateExit;
   private readonly updateClose;
   private readonly insertOutput;
+  private readonly insertChunk;
   private readonly insertNetwork;
   private readonly insertApproval;
   private readonly insertFs;
@@ -62,6 +64,9 @@ export class RecordWriter {
     );
     this.insertOutput = db.prepare(
       'INSERT OR REPLACE INTO process_output (process, head, tail, omitted) VALUES (?, ?, ?, ?)',
+    );
+    this.insertChunk = db.prepare(
+      'INSERT OR REPLACE INTO process_chunks (process, seq, at, stream, data) VALUES (?, ?, ?, ?, ?)',
     );
     this.insertNetwork = db.prepare(
       `INSERT INTO network (time, session_id, process_id, host, port, protocol, method, decision, reason, source,
@@ -200,12 +205,27 @@ export class RecordWriter {
 
   private writeClose(r: ProcessCloseRecord): void {
     const row = this.updateClose.get(r.time, r.outputBytes, r.sessionId, r.processId) as Row | undefined;
-    if (!row || (!r.head && !r.tail)) return;
+    if (!row) return;
+    if (r.chunks) this.writeChunks(row.id as number, r.chunks, r.time);
+    if (!r.head && !r.tail) return;
     this.insertOutput.run(
       row.id,
       r.head ? Buffer.from(r.head) : null,
       r.tail ? Buffer.from(r.tail) : null,
       r.omittedBytes,
     );
+  }
+
+  /** The timed output (replayRecorder.ts), a row per part, then the `truncated` mark when some was dropped. */
+  private writeChunks(process: number, c: ReplayChunks, closedAt: number): void {
+    const data = Buffer.from(c.data.buffer, c.data.byteOffset, c.data.byteLength);
+    let off = 0;
+    let seq = 0;
+    for (const p of c.parts) {
+      this.insertChunk.run(process, seq++, p.at, p.stream, data.subarray(off, off + p.bytes));
+      off += p.bytes;
+    }
+    if (c.droppedBytes > 0)
+      this.insertChunk.run(process, seq, closedAt, TRUNCATED_STREAM, Buffer.from(String(c.droppedBytes)));
   }
 }

@@ -4,12 +4,19 @@
  * (retention.ts); the export reads `db` (export.ts). Synchronous by nature: the server runs it on a worker thread.
  */
 import { statSync } from 'node:fs';
-import type { AuditEventType, AuditProcessResult, AuditQuery, AuditQueryResult } from '../protocol/audit.js';
+import type {
+  AuditEventType,
+  AuditProcessResult,
+  AuditQuery,
+  AuditQueryResult,
+  AuditReplayResult,
+} from '../protocol/audit.js';
 import { ChainWriter } from './chain.js';
 import type { ChainSigner } from './chainKey.js';
 import type { AuditRecord } from './events.js';
 import { eventCounts, eventSpan, processDetail, queryEvents } from './queries.js';
 import { RecordWriter } from './recordWriter.js';
+import { replayResult } from './replay.js';
 import { type RetentionOptions, retentionStep, usedBytes } from './retention.js';
 import { EVENT_TABLES } from './schema.js';
 import type { SqliteDatabase } from './sqliteDriver.js';
@@ -69,6 +76,11 @@ export class AuditStore {
   /** One process with its stored output, its network decisions and its session's fs changes while it ran. */
   process(sessionId: string, processId: string): AuditProcessResult {
     return processDetail(this.db, sessionId, processId);
+  }
+
+  /** One process's output as it arrived, with its times (replay.ts). */
+  replay(sessionId: string, processId: string): AuditReplayResult {
+    return replayResult(this.db, sessionId, processId);
   }
 
   counts(): Record<AuditEventType, number> {

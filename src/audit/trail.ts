@@ -20,8 +20,15 @@ import { homedir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { Worker } from 'node:worker_threads';
-import type { AuditInfoResult, AuditProcessResult, AuditQuery, AuditQueryResult } from '../protocol/audit.js';
+import type {
+  AuditInfoResult,
+  AuditProcessResult,
+  AuditQuery,
+  AuditQueryResult,
+  AuditReplayResult,
+} from '../protocol/audit.js';
 import type { AuditRecord } from './events.js';
+import { DEFAULT_REPLAY_BYTES, MAX_REPLAY_BYTES } from './replayRecorder.js';
 import type { WorkerConfig, WorkerMessage, WorkerRequest } from './worker.js';
 
 /** Records go to the worker at the end of the event loop's turn, or at once when this many are queued. */
@@ -37,6 +44,8 @@ const RETENTION_INTERVAL_MS = 10 * 60 * 1000;
 export interface AuditSink {
   /** First and last bytes of each process's output to keep (0: none). */
   readonly outputBytes: number;
+  /** Timed output to keep per process for replay (replayRecorder.ts; 0 or absent: none). */
+  readonly replayBytes?: number;
   record(r: AuditRecord): void;
 }
 
@@ -44,6 +53,8 @@ export interface AuditOptions {
   /** The database file. null: store nothing (only export to OTLP, when an endpoint is given). */
   dbPath: string | null;
   outputBytes?: number;
+  /** Timed output kept per process for replay (DEFAULT_REPLAY_BYTES; 0: none). Only with a database. */
+  replayBytes?: number;
   retentionDays?: number;
   maxBytes?: number;
   otlpEndpoint?: string | null;
@@ -114,6 +125,7 @@ export function auditDirectory(dbPath: string): string {
 
 export class AuditTrail implements AuditSink {
   readonly outputBytes: number;
+  readonly replayBytes: number;
   /** The database's directory (hidden from every sandbox), or null without a database. */
   readonly directory: string | null;
   /** Why there is no database although one was asked for (better-sqlite3 does not load), with the fix; else null. */
@@ -139,6 +151,7 @@ export class AuditTrail implements AuditSink {
     this.startupNotices = ready.notices;
     this.unavailable = ready.unavailable;
     this.outputBytes = options.outputBytes;
+    this.replayBytes = options.dbPath && options.outputBytes > 0 ? options.replayBytes : 0;
     this.directory = options.dbPath ? auditDirectory(options.dbPath) : null;
     worker.on('message', (m: WorkerMessage) => this.onMessage(m));
     worker.on('error', (e) => this.fail(e));
@@ -155,6 +168,7 @@ export class AuditTrail implements AuditSink {
     const options: Required<Omit<AuditOptions, 'otlpDelayMs'>> = {
       dbPath: opts.dbPath === null ? null : resolve(opts.dbPath),
       outputBytes: opts.outputBytes ?? DEFAULT_OUTPUT_BYTES,
+      replayBytes: opts.replayBytes ?? DEFAULT_REPLAY_BYTES,
       retentionDays: opts.retentionDays ?? DEFAULT_RETENTION_DAYS,
       maxBytes: opts.maxBytes ?? DEFAULT_MAX_BYTES,
       otlpEndpoint: opts.otlpEndpoint ?? null,
@@ -167,6 +181,12 @@ export class AuditTrail implements AuditSink {
       options.outputBytes > MAX_OUTPUT_BYTES
     )
       throw new Error(`audit output bytes must be a whole number 0..${MAX_OUTPUT_BYTES}`);
+    if (
+      !Number.isInteger(options.replayBytes) ||
+      options.replayBytes < 0 ||
+      options.replayBytes > MAX_REPLAY_BYTES
+    )
+      throw new Error(`audit replay bytes must be a whole number 0..${MAX_REPLAY_BYTES}`);
     if (options.dbPath) {
       const dir = auditDirectory(options.dbPath);
       if (dir === '/' || dir === auditDirectory(join(homedir(), 'x')))
@@ -238,6 +258,7 @@ export class AuditTrail implements AuditSink {
     if (r.kind === 'processClose') {
       if (r.head) this.transfer.push(r.head.buffer as ArrayBuffer);
       if (r.tail) this.transfer.push(r.tail.buffer as ArrayBuffer);
+      if (r.chunks) this.transfer.push(r.chunks.data.buffer as ArrayBuffer);
     }
     if (this.queue.length >= FLUSH_RECORDS) this.post();
     else if (!this.posting) {
@@ -280,6 +301,10 @@ export class AuditTrail implements AuditSink {
 
   process(sessionId: string, processId: string): Promise<AuditProcessResult> {
     return this.request({ type: 'process', id: this.nextId++, sessionId, processId });
+  }
+
+  replay(sessionId: string, processId: string): Promise<AuditReplayResult> {
+    return this.request({ type: 'replay', id: this.nextId++, sessionId, processId });
   }
 
   info(): Promise<AuditInfoResult> {

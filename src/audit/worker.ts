@@ -30,6 +30,7 @@ export type WorkerRequest =
   | { type: 'records'; records: AuditRecord[] }
   | { type: 'query'; id: number; query: AuditQuery }
   | { type: 'process'; id: number; sessionId: string; processId: string }
+  | { type: 'replay'; id: number; sessionId: string; processId: string }
   | { type: 'info'; id: number }
   | { type: 'flush'; id: number }
   | { type: 'retention'; id: number; now?: number }
@@ -238,6 +239,9 @@ port.on('message', (m: WorkerRequest) => {
       return;
     case 'process':
       reply(m.id, () => requireStore().process(m.sessionId, m.processId));
+      return;
+    case 'replay':
+      reply(m.id, () => requireStore().replay(m.sessionId, m.processId));
       return;
     case 'info':
       reply(m.id, info);

@@ -6,13 +6,15 @@
  *   cursor?}` → `{items, nextCursor}`: one kind of stored event, newest first, paginated by an opaque cursor.
  * - `audit/process {sessionId, processId}` → `{process, output, network, files}`: one stored process with its
  *   stored output, its network decisions and the fs/* changes of its session while it ran.
+ * - `audit/replay {sessionId, processId}` → `{process, tty, startedAt, chunks, droppedBytes}`: the process's output as
+ *   it arrived, with the time of each chunk, for replay (a terminal session in xterm.js, pipes as text with times).
  * - `audit/info` → where the database is, what it keeps (retention) and how much it holds.
  *
  * Times are milliseconds since the epoch. Env values are never stored: processes carry the variable names only.
  * Pure: no Node imports, so the renderer imports these too.
  */
 import { z } from 'zod';
-import { ProcessUsage } from './exec.js';
+import { OutputStream, ProcessUsage } from './exec.js';
 import { MonitorAudit, MonitorProcess } from './monitor.js';
 
 export const AuditEventType = z.enum(['session', 'process', 'network', 'approval', 'fs']);
@@ -241,3 +243,25 @@ export const AuditInfoResult = z.object({
   unavailable: z.string().nullable(),
 });
 export type AuditInfoResult = z.infer<typeof AuditInfoResult>;
+
+export const AuditReplayChunk = z.object({
+  /** When the chunk arrived (ms since the epoch). */
+  at: z.number(),
+  stream: OutputStream,
+  /** The bytes as written, base64. */
+  data: z.string(),
+});
+export type AuditReplayChunk = z.infer<typeof AuditReplayChunk>;
+
+export const AuditReplayResult = z.object({
+  /** null: no such stored process. */
+  process: AuditProcessItem.nullable(),
+  /** Ran with a PTY: the chunks are a terminal session (replay them into a terminal emulator). */
+  tty: z.boolean(),
+  startedAt: z.number().nullable(),
+  /** Time-ordered; empty when no timed output was stored (an older database, or --audit-output-bytes 0). */
+  chunks: z.array(AuditReplayChunk),
+  /** Output written after the per-process replay bound was reached, not stored (0: the replay is whole). */
+  droppedBytes: z.number(),
+});
+export type AuditReplayResult = z.infer<typeof AuditReplayResult>;

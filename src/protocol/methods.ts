@@ -328,6 +328,13 @@ export const METHODS = {
     audit.AuditProcessResult,
     'One stored process with its stored output, its network decisions and the fs/* changes of its session.',
   ),
+  'audit/replay': method(
+    'panel',
+    audit.AuditProcessParams,
+    'AuditReplayParams',
+    audit.AuditReplayResult,
+    "One stored process's output as it arrived, each chunk with its time, for replay.",
+  ),
   'audit/info': method(
     'panel',
     approvals.EmptyParams,

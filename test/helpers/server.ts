@@ -1,6 +1,7 @@
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { after, before } from 'node:test';
 import {
   type Listener,
   type ListenOptions,
@@ -71,6 +72,36 @@ export async function startTestServer(
       await listener.close();
     },
   };
+}
+
+/** A test server, one client of it and a temporary directory, shared by the tests of a file or suite. */
+export interface ServerSuite {
+  readonly ts: TestServer;
+  readonly c: RpcClient & { sessionId: string };
+  readonly dir: { path: string; cleanup(): void };
+}
+
+/**
+ * Registers before/after hooks (in the file, or in the `describe` it is called in) that start a test server with
+ * `opts`, connect one client and make a temporary directory, and close and remove them; the members are set once
+ * `before` has run.
+ */
+export function serverSuite(opts: Parameters<typeof startTestServer>[0] = {}): ServerSuite {
+  const s = {} as {
+    ts: TestServer;
+    c: RpcClient & { sessionId: string };
+    dir: { path: string; cleanup(): void };
+  };
+  before(async () => {
+    s.ts = await startTestServer(opts);
+    s.c = await s.ts.client();
+    s.dir = tempDir();
+  });
+  after(async () => {
+    await s.ts.close();
+    s.dir.cleanup();
+  });
+  return s;
 }
 
 /** A fresh temporary directory, removed by the returned cleanup. */

@@ -6,37 +6,22 @@
 // patterns), each answered in seconds (a domains map of 100k took minutes before): nothing is started,
 // no proxy is left, and the server still serves.
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
-import { RpcCallError, type RpcClient } from '../helpers/client.js';
+import { describe, test } from 'node:test';
 import { stillServes } from '../helpers/hostileJson.js';
-import { startTestServer, type TestServer } from '../helpers/server.js';
+import { serverSuite } from '../helpers/server.js';
+import { proxy169, refusedStart } from '../helpers/startParams.js';
 
 const base = { argv: ['/bin/true'], cwd: '/tmp', env: { PATH: '/usr/bin:/bin' }, tty: false, arg0: null };
 const WILDCARD_TEXT =
   'invalid value for network.denied_domains: * (allowed exact hosts or scoped wildcards like *.example.com or **.example.com)';
 
-let ts: TestServer;
-let c: RpcClient;
+const srv = serverSuite();
 let n = 0;
-before(async () => {
-  ts = await startTestServer();
-  c = await ts.client();
-});
-after(() => ts.close());
 
 /** The error a start with `extra` gets; nothing was started for it and no proxy is left. */
 async function refused(extra: Record<string, unknown>): Promise<{ code: number; message: string }> {
-  const processId = `mn-${++n}`;
-  let error: unknown;
-  try {
-    await c.request('process/start', { processId, ...base, ...extra });
-  } catch (e) {
-    error = e;
-  }
-  assert.ok(error instanceof RpcCallError, `${JSON.stringify(extra).slice(0, 200)} was not refused`);
-  const read = await c.requestError('process/read', { processId, afterSeq: 0, waitMs: 0 });
-  assert.equal(read.code, -32600, 'nothing was started for a refused start');
-  assert.equal(ts.server.launcher.proxies.size, 0, 'no proxy is left running');
+  const error = await refusedStart(srv.c, { processId: `mn-${++n}`, ...base, ...extra });
+  assert.equal(srv.ts.server.launcher.proxies.size, 0, 'no proxy is left running');
   return { code: error.code, message: error.message };
 }
 
@@ -46,19 +31,7 @@ const mn = (network: Record<string, unknown>, constraints?: Record<string, unkno
     ...(constraints ? { constraints } : {}),
   },
 });
-const np = (proxy: Record<string, unknown>) => ({
-  networkProxy: {
-    proxy: {
-      enabled: true,
-      enableSocks5: false,
-      enableSocks5Udp: false,
-      allowUpstreamProxy: false,
-      dangerouslyAllowAllUnixSockets: false,
-      allowLocalBinding: false,
-      ...proxy,
-    },
-  },
-});
+const np = (proxy: Record<string, unknown>) => ({ networkProxy: proxy169(proxy) });
 
 describe('managedNetwork config errors: the seed codes and texts; networkProxy keeps 0.169', () => {
   test('every constraint violation of §3.7 is -32603 invalid managed network config', async () => {
@@ -203,6 +176,6 @@ describe('managedNetwork config errors: the seed codes and texts; networkProxy k
       },
     );
     assert.ok(performance.now() - t0 < 30_000, 'answered in seconds, not hours');
-    await stillServes(c, 'after-config-errors');
+    await stillServes(srv.c, 'after-config-errors');
   });
 });

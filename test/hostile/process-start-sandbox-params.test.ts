@@ -3,25 +3,15 @@
 // -32602 naming the field (in the texts the launcher used to give), nothing is started for it, and the server still
 // starts and reads a process afterwards.
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
-import { RpcCallError, type RpcClient } from '../helpers/client.js';
+import { describe, test } from 'node:test';
+import type { RpcCallError } from '../helpers/client.js';
 import { stillServes } from '../helpers/hostileJson.js';
-import { startTestServer, type TestServer } from '../helpers/server.js';
+import { serverSuite } from '../helpers/server.js';
+import { proxy169, refusedStart, seedSandbox } from '../helpers/startParams.js';
 
 const base = { argv: ['/bin/true'], cwd: '/tmp', env: { PATH: '/usr/bin:/bin' }, tty: false };
 const sp = (kind: string, access: string) => ({ path: { type: 'special', value: { kind } }, access });
-const seed = {
-  sandbox: 'linux-seccomp',
-  policy: { type: 'read-only' },
-  fileSystemPolicy: { kind: 'restricted', entries: [sp('root', 'read')] },
-  networkPolicy: 'restricted',
-  sandboxPolicyCwd: '/tmp',
-  additionalPermissions: null,
-  enforceManagedNetwork: false,
-  windowsSandboxLevel: 'disabled',
-  windowsSandboxPrivateDesktop: false,
-  useLegacyLandlock: false,
-};
+const seed = seedSandbox({ fileSystemPolicy: { kind: 'restricted', entries: [sp('root', 'read')] } });
 const ctx = {
   permissions: {
     type: 'managed',
@@ -30,46 +20,17 @@ const ctx = {
   },
   cwd: '/tmp',
 };
-const proxy = {
-  proxy: {
-    enabled: true,
-    enableSocks5: false,
-    enableSocks5Udp: false,
-    allowUpstreamProxy: false,
-    dangerouslyAllowAllUnixSockets: false,
-    allowLocalBinding: false,
-  },
-};
+const proxy = proxy169();
 const WRONG: unknown[] = [true, -1, 1.5, 1e308, '', 'x', [], {}, [[[{}]]], 'x'.repeat(1 << 20)];
 const deep = (n: number): unknown => (n === 0 ? {} : { a: deep(n - 1) });
 const deepArray = (n: number): unknown => (n === 0 ? [] : [deepArray(n - 1)]);
 
-let ts: TestServer;
-let c: RpcClient;
+const srv = serverSuite();
 let n = 0;
-before(async () => {
-  ts = await startTestServer();
-  c = await ts.client();
-});
-after(() => ts.close());
 
 /** Starts with `extra` over the base start; the error it gets (it must get one), and that nothing was started. */
-async function refused(extra: Record<string, unknown>): Promise<RpcCallError> {
-  const processId = `hostile-${++n}`;
-  let error: unknown;
-  try {
-    await c.request('process/start', { processId, ...base, ...extra });
-  } catch (e) {
-    error = e;
-  }
-  assert.ok(
-    error instanceof RpcCallError,
-    `process/start with ${JSON.stringify(extra).slice(0, 200)} was not refused`,
-  );
-  const read = await c.requestError('process/read', { processId, afterSeq: 0, waitMs: 0 });
-  assert.equal(read.code, -32600, 'nothing was started for a refused start');
-  return error;
-}
+const refused = (extra: Record<string, unknown>) =>
+  refusedStart(srv.c, { processId: `hostile-${++n}`, ...base, ...extra });
 
 describe('process/start sandbox params against hostile values', () => {
   test('malformed: every wrong type in each member and in each field inside them is -32602', async () => {
@@ -103,7 +64,7 @@ describe('process/start sandbox params against hostile values', () => {
         }
       }
     }
-    await stillServes(c, 'malformed');
+    await stillServes(srv.c, 'malformed');
   });
 
   test('deep: nested 50 levels inside each member is -32602 naming the member', async () => {
@@ -125,7 +86,7 @@ describe('process/start sandbox params against hostile values', () => {
       assert.equal(e.code, -32602);
       assert.match(e.message, named);
     }
-    await stillServes(c, 'deep');
+    await stillServes(srv.c, 'deep');
   });
 
   test('wide: 100k entries with the last one bad, and 100k unknown keys, are parsed and answered naming the entry', async () => {
@@ -148,7 +109,7 @@ describe('process/start sandbox params against hostile values', () => {
     });
     assert.match(e3.message, /loopbackPorts\.0/);
     assert.ok(Date.now() - started < 15_000, 'a wide value is parsed in linear time');
-    await stillServes(c, 'wide');
+    await stillServes(srv.c, 'wide');
   });
 
   test('huge: a 1 MiB path, 10k loopback ports and a 1 MiB domain key are refused naming the field', async () => {
@@ -162,6 +123,6 @@ describe('process/start sandbox params against hostile values', () => {
     assert.match(e2.message, /loopbackPorts\.10000/);
     const e3 = await refused({ networkProxy: { proxy: { ...proxy.proxy, mode: big } } });
     assert.match(e3.message, /proxy\.mode/);
-    await stillServes(c, 'huge');
+    await stillServes(srv.c, 'huge');
   });
 });

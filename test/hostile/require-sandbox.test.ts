@@ -10,19 +10,9 @@ import { after, before, describe, test } from 'node:test';
 import { startCli } from '../helpers/cli.js';
 import { RpcCallError, RpcClient } from '../helpers/client.js';
 import { startTestServer, type TestServer, tempDir } from '../helpers/server.js';
+import { noSandboxParam } from '../helpers/startParams.js';
 
-const noSandbox = {
-  sandbox: 'none',
-  policy: { type: 'danger-full-access' },
-  fileSystemPolicy: { kind: 'unrestricted' },
-  networkPolicy: 'enabled',
-  sandboxPolicyCwd: '/tmp',
-  additionalPermissions: null,
-  enforceManagedNetwork: false,
-  windowsSandboxLevel: 'disabled',
-  windowsSandboxPrivateDesktop: false,
-  useLegacyLandlock: false,
-};
+const noSandbox = noSandboxParam('/tmp');
 const context = {
   permissions: { type: 'disabled' },
   cwd: '/tmp',

@@ -13,6 +13,7 @@ import {
   NetworkProxyParamSchema,
   networkProxyParamMessage,
 } from '../../src/protocol/network.js';
+import { proxy169 as proxy169Wire } from '../helpers/startParams.js';
 
 const rejects = (fn: () => unknown, message: string) =>
   assert.throws(fn, (e: unknown) => {
@@ -276,18 +277,13 @@ test('constraints: the remaining rules of §3.7', () => {
 
 /** A 0.169 networkProxy as sent (raw169) and as the method table hands it on (proxy169). */
 const raw169 = (over: Record<string, unknown> = {}) => ({
-  proxy: {
-    enabled: true,
-    enableSocks5: false,
-    enableSocks5Udp: false,
-    allowUpstreamProxy: false,
-    dangerouslyAllowAllUnixSockets: false,
+  ...proxy169Wire({
     mode: 'limited',
     domains: { 'a.test': 'allow', 'b.test': 'deny' },
     unixSockets: null,
     allowLocalBinding: true,
     ...over,
-  },
+  }),
   auditMetadata: { conversationId: 'conv-1', appVersion: '9.9.9' },
   executionId: 'exec-1',
 });

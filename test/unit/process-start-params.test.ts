@@ -7,35 +7,17 @@ import { test } from 'node:test';
 import { METHODS } from '../../src/protocol/methods.js';
 import { parseParams } from '../../src/server/core/params.js';
 import { Launcher } from '../../src/server/process/launcher.js';
+import { proxy169, seedSandbox } from '../helpers/startParams.js';
 
 const log = { info() {}, warn() {}, error() {}, debug() {} } as never;
 const launcher = new Launcher({ log });
 const base = { processId: 'p', argv: ['/bin/true'], cwd: '/tmp', env: {}, tty: false };
-const seed = {
-  sandbox: 'linux-seccomp',
-  policy: { type: 'read-only' },
-  fileSystemPolicy: { kind: 'restricted', entries: [] },
-  networkPolicy: 'restricted',
-  sandboxPolicyCwd: '/tmp',
-  enforceManagedNetwork: false,
-  windowsSandboxLevel: 'disabled',
-  windowsSandboxPrivateDesktop: false,
-  useLegacyLandlock: false,
-};
+const seed = seedSandbox({ additionalPermissions: undefined });
 const ctx = {
   permissions: { type: 'managed', file_system: { type: 'restricted', entries: [] }, network: 'restricted' },
   cwd: '/tmp',
 };
-const proxy = {
-  proxy: {
-    enabled: true,
-    enableSocks5: false,
-    enableSocks5Udp: false,
-    allowUpstreamProxy: false,
-    dangerouslyAllowAllUnixSockets: false,
-    allowLocalBinding: false,
-  },
-};
+const proxy = proxy169();
 const cases: Record<string, unknown> = {
   s_str: { sandbox: 'x' },
   s_num: { sandbox: 1 },

@@ -7,19 +7,9 @@ import {
   SandboxPolicySchema,
 } from '../../src/protocol/sandbox.js';
 import { effectiveSandbox, legacyToFsPolicy, startSandbox } from '../../src/sandbox/effective.js';
+import { noSandboxParam } from '../helpers/startParams.js';
 
-const noSandbox = {
-  sandbox: 'none',
-  policy: { type: 'danger-full-access' },
-  fileSystemPolicy: { kind: 'unrestricted' },
-  networkPolicy: 'enabled',
-  sandboxPolicyCwd: '/home/alice/src/app',
-  additionalPermissions: null,
-  enforceManagedNetwork: false,
-  windowsSandboxLevel: 'disabled',
-  windowsSandboxPrivateDesktop: false,
-  useLegacyLandlock: false,
-};
+const noSandbox = noSandboxParam('/home/alice/src/app');
 
 const root = { path: { type: 'special', value: { kind: 'root' } }, access: 'read' };
 

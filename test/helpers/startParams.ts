@@ -1,0 +1,75 @@
+// process/start parameters the tests build again and again: the seed's sandbox object, a 0.169 networkProxy, a plain
+// start; and the check that a refused start left nothing behind.
+import assert from 'node:assert/strict';
+import { RpcCallError, type RpcClient } from './client.js';
+
+/** A process/start body for `argv` in /tmp with only PATH, pipes, and `extra` on top. */
+export const startParams = (processId: string, argv: string[], extra: Record<string, unknown> = {}) => ({
+  processId,
+  argv,
+  cwd: '/tmp',
+  env: { PATH: '/usr/local/bin:/usr/bin:/bin' },
+  tty: false,
+  ...extra,
+});
+
+/** The seed's `sandbox` object (linux-seccomp, read-only, nothing readable, restricted network), `over` on top. */
+export const seedSandbox = (over: Record<string, unknown> = {}): Record<string, unknown> => ({
+  sandbox: 'linux-seccomp',
+  policy: { type: 'read-only' },
+  fileSystemPolicy: { kind: 'restricted', entries: [] },
+  networkPolicy: 'restricted',
+  sandboxPolicyCwd: '/tmp',
+  additionalPermissions: null,
+  enforceManagedNetwork: false,
+  windowsSandboxLevel: 'disabled',
+  windowsSandboxPrivateDesktop: false,
+  useLegacyLandlock: false,
+  ...over,
+});
+
+/** The seed's `sandbox` object without a sandbox (`sandbox: "none"`, full access) for `cwd`. */
+export const noSandboxParam = (cwd: string) =>
+  seedSandbox({
+    sandbox: 'none',
+    policy: { type: 'danger-full-access' },
+    fileSystemPolicy: { kind: 'unrestricted' },
+    networkPolicy: 'enabled',
+    sandboxPolicyCwd: cwd,
+  });
+
+/** A 0.169 `networkProxy` (enabled, nothing else allowed), `over` on top of its `proxy`. */
+export const proxy169 = (over: Record<string, unknown> = {}) => ({
+  proxy: {
+    enabled: true,
+    enableSocks5: false,
+    enableSocks5Udp: false,
+    allowUpstreamProxy: false,
+    dangerouslyAllowAllUnixSockets: false,
+    allowLocalBinding: false,
+    ...over,
+  },
+});
+
+/**
+ * process/start with `params` must be refused: returns its RpcCallError, after checking that nothing was started
+ * under its processId (process/read is -32600).
+ */
+export async function refusedStart(
+  c: RpcClient,
+  params: { processId: string } & Record<string, unknown>,
+): Promise<RpcCallError> {
+  let error: unknown;
+  try {
+    await c.request('process/start', params);
+  } catch (e) {
+    error = e;
+  }
+  assert.ok(
+    error instanceof RpcCallError,
+    `process/start with ${JSON.stringify(params).slice(0, 200)} was not refused`,
+  );
+  const read = await c.requestError('process/read', { processId: params.processId, afterSeq: 0, waitMs: 0 });
+  assert.equal(read.code, -32600, 'nothing was started for a refused start');
+  return error;
+}

@@ -1,48 +1,36 @@
 // Conformance: filesystem methods (protocol.md §6; checklist item 24), plain paths and file:// URIs.
 import assert from 'node:assert/strict';
 import { existsSync, mkdirSync, readFileSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { pathToFileURL } from 'node:url';
-import type { RpcClient } from '../helpers/client.js';
-import { startTestServer, type TestServer, tempDir } from '../helpers/server.js';
+import { serverSuite } from '../helpers/server.js';
 
 const b64 = (s: string | Buffer) => Buffer.from(s).toString('base64');
 const NOT_FOUND = 'No such file or directory (os error 2)';
 
 describe('protocol fs methods (§6)', () => {
-  let ts: TestServer;
-  let c: RpcClient;
-  let dir: { path: string; cleanup(): void };
-  before(async () => {
-    ts = await startTestServer();
-    c = await ts.client();
-    dir = tempDir();
-  });
-  after(async () => {
-    await ts.close();
-    dir.cleanup();
-  });
+  const s = serverSuite();
 
   for (const form of ['path', 'uri'] as const) {
     const P = (p: string) => (form === 'path' ? p : pathToFileURL(p).href);
 
     it(`24 (${form}): writeFile/readFile round trip, binary-safe`, async () => {
-      const file = `${dir.path}/${form} file ü.bin`;
+      const file = `${s.dir.path}/${form} file ü.bin`;
       const data = Buffer.from([0, 1, 2, 255, 254, 10, 13]);
-      assert.deepEqual(await c.request('fs/writeFile', { path: P(file), dataBase64: b64(data) }), {});
+      assert.deepEqual(await s.c.request('fs/writeFile', { path: P(file), dataBase64: b64(data) }), {});
       assert.ok(readFileSync(file).equals(data));
-      const r = await c.request<{ dataBase64: string }>('fs/readFile', { path: P(file) });
+      const r = await s.c.request<{ dataBase64: string }>('fs/readFile', { path: P(file) });
       assert.deepEqual(Object.keys(r), ['dataBase64']);
       assert.ok(Buffer.from(r.dataBase64, 'base64').equals(data));
-      const empty = `${dir.path}/${form}-empty`;
-      await c.request('fs/writeFile', { path: P(empty), dataBase64: '' });
-      assert.deepEqual(await c.request('fs/readFile', { path: P(empty) }), { dataBase64: '' });
+      const empty = `${s.dir.path}/${form}-empty`;
+      await s.c.request('fs/writeFile', { path: P(empty), dataBase64: '' });
+      assert.deepEqual(await s.c.request('fs/readFile', { path: P(empty) }), { dataBase64: '' });
     });
 
     it(`24 (${form}): getMetadata returns all six fields for a file, a directory and a symlink`, async () => {
-      const file = `${dir.path}/${form}-meta.txt`;
+      const file = `${s.dir.path}/${form}-meta.txt`;
       writeFileSync(file, 'hello');
-      const m = await c.request<Record<string, unknown>>('fs/getMetadata', { path: P(file) });
+      const m = await s.c.request<Record<string, unknown>>('fs/getMetadata', { path: P(file) });
       assert.deepEqual(Object.keys(m).sort(), [
         'createdAtMs',
         'isDirectory',
@@ -57,28 +45,28 @@ describe('protocol fs methods (§6)', () => {
       assert.equal(m.size, 5);
       assert.equal(m.modifiedAtMs, Math.trunc(statSync(file).mtimeMs));
       assert.ok(Number.isInteger(m.createdAtMs) && (m.createdAtMs as number) >= 0);
-      const d = await c.request<Record<string, unknown>>('fs/getMetadata', { path: P(dir.path) });
+      const d = await s.c.request<Record<string, unknown>>('fs/getMetadata', { path: P(s.dir.path) });
       assert.equal(d.isDirectory, true);
       assert.equal(d.isFile, false);
-      const link = `${dir.path}/${form}-link`;
+      const link = `${s.dir.path}/${form}-link`;
       symlinkSync(file, link);
-      const l = await c.request<Record<string, unknown>>('fs/getMetadata', { path: P(link) });
+      const l = await s.c.request<Record<string, unknown>>('fs/getMetadata', { path: P(link) });
       assert.equal(l.isSymlink, true);
       assert.equal(l.isFile, true, 'other fields follow the link');
       assert.equal(l.size, 5);
     });
 
     it(`24 (${form}): createDirectory, readDirectory, copy and remove`, async () => {
-      const root = `${dir.path}/${form}-tree`;
+      const root = `${s.dir.path}/${form}-tree`;
       assert.deepEqual(
-        await c.request('fs/createDirectory', { path: P(`${root}/a/b`), recursive: true }),
+        await s.c.request('fs/createDirectory', { path: P(`${root}/a/b`), recursive: true }),
         {},
       );
       assert.ok(statSync(`${root}/a/b`).isDirectory());
       writeFileSync(`${root}/a/b/f.txt`, 'f');
       writeFileSync(`${root}/z.txt`, 'z');
       symlinkSync(`${root}/a`, `${root}/link-to-a`);
-      const r = await c.request<{ entries: { fileName: string; isDirectory: boolean; isFile: boolean }[] }>(
+      const r = await s.c.request<{ entries: { fileName: string; isDirectory: boolean; isFile: boolean }[] }>(
         'fs/readDirectory',
         { path: P(root) },
       );
@@ -90,75 +78,79 @@ describe('protocol fs methods (§6)', () => {
           { fileName: 'z.txt', isDirectory: false, isFile: true },
         ],
       );
-      await c.request('fs/copy', {
+      await s.c.request('fs/copy', {
         sourcePath: P(`${root}/z.txt`),
         destinationPath: P(`${root}/z2.txt`),
         recursive: false,
       });
       assert.equal(readFileSync(`${root}/z2.txt`, 'utf8'), 'z');
-      await c.request('fs/copy', {
+      await s.c.request('fs/copy', {
         sourcePath: P(`${root}/a`),
         destinationPath: P(`${root}/a2`),
         recursive: true,
       });
       assert.equal(readFileSync(`${root}/a2/b/f.txt`, 'utf8'), 'f');
-      const e = await c.requestError('fs/copy', {
+      const e = await s.c.requestError('fs/copy', {
         sourcePath: P(`${root}/a`),
         destinationPath: P(`${root}/a3`),
         recursive: false,
       });
       assert.equal(e.code, -32603);
-      await c.request('fs/remove', { path: P(`${root}/z2.txt`), recursive: false, force: false });
+      await s.c.request('fs/remove', { path: P(`${root}/z2.txt`), recursive: false, force: false });
       assert.ok(!existsSync(`${root}/z2.txt`));
-      const ne = await c.requestError('fs/remove', { path: P(`${root}/a2`), recursive: false, force: false });
+      const ne = await s.c.requestError('fs/remove', {
+        path: P(`${root}/a2`),
+        recursive: false,
+        force: false,
+      });
       assert.equal(ne.code, -32603);
       assert.equal(ne.message, 'Directory not empty (os error 39)');
-      await c.request('fs/remove', { path: P(`${root}/a2`), recursive: true, force: false });
+      await s.c.request('fs/remove', { path: P(`${root}/a2`), recursive: true, force: false });
       assert.ok(!existsSync(`${root}/a2`));
-      await c.request('fs/remove', { path: P(`${root}/link-to-a`), recursive: true, force: false });
+      await s.c.request('fs/remove', { path: P(`${root}/link-to-a`), recursive: true, force: false });
       assert.ok(existsSync(`${root}/a/b/f.txt`), 'removing a link keeps its target');
       assert.deepEqual(
-        await c.request('fs/remove', { path: P(`${root}/missing`), recursive: true, force: true }),
+        await s.c.request('fs/remove', { path: P(`${root}/missing`), recursive: true, force: true }),
         {},
       );
     });
 
     it(`24 (${form}): a missing target → -32004 ${NOT_FOUND}`, async () => {
-      const missing = `${dir.path}/${form}-does-not-exist`;
+      const missing = `${s.dir.path}/${form}-does-not-exist`;
       for (const method of ['fs/readFile', 'fs/getMetadata', 'fs/readDirectory']) {
-        const e = await c.requestError(method, { path: P(missing) });
+        const e = await s.c.requestError(method, { path: P(missing) });
         assert.equal(e.code, -32004, method);
         assert.equal(e.message, NOT_FOUND, method);
       }
-      let e = await c.requestError('fs/remove', { path: P(missing), recursive: false, force: false });
+      let e = await s.c.requestError('fs/remove', { path: P(missing), recursive: false, force: false });
       assert.equal(e.code, -32004);
       assert.equal(e.message, NOT_FOUND);
-      e = await c.requestError('fs/copy', {
+      e = await s.c.requestError('fs/copy', {
         sourcePath: P(missing),
         destinationPath: P(`${missing}2`),
         recursive: false,
       });
       assert.equal(e.code, -32004);
-      e = await c.requestError('fs/writeFile', { path: P(`${missing}/inner.txt`), dataBase64: '' });
+      e = await s.c.requestError('fs/writeFile', { path: P(`${missing}/inner.txt`), dataBase64: '' });
       assert.equal(e.code, -32004);
     });
   }
 
   it('other OS failures are -32603 with the OS text', async () => {
-    const file = `${dir.path}/plain`;
+    const file = `${s.dir.path}/plain`;
     writeFileSync(file, 'x');
-    let e = await c.requestError('fs/readFile', { path: dir.path });
+    let e = await s.c.requestError('fs/readFile', { path: s.dir.path });
     assert.equal(e.code, -32603);
     assert.equal(e.message, 'Is a directory (os error 21)');
-    e = await c.requestError('fs/readDirectory', { path: file });
+    e = await s.c.requestError('fs/readDirectory', { path: file });
     assert.equal(e.code, -32603);
     assert.equal(e.message, 'Not a directory (os error 20)');
-    mkdirSync(`${dir.path}/exists`);
-    e = await c.requestError('fs/createDirectory', { path: `${dir.path}/exists`, recursive: false });
+    mkdirSync(`${s.dir.path}/exists`);
+    e = await s.c.requestError('fs/createDirectory', { path: `${s.dir.path}/exists`, recursive: false });
     assert.equal(e.code, -32603);
     assert.equal(e.message, 'File exists (os error 17)');
     assert.deepEqual(
-      await c.request('fs/createDirectory', { path: `${dir.path}/exists`, recursive: true }),
+      await s.c.request('fs/createDirectory', { path: `${s.dir.path}/exists`, recursive: true }),
       {},
     );
   });
@@ -171,29 +163,29 @@ describe('protocol fs methods (§6)', () => {
       'http://127.0.0.1/x',
       'file://otherhost/etc/hostname',
     ]) {
-      const e = await c.requestError('fs/readFile', { path });
+      const e = await s.c.requestError('fs/readFile', { path });
       assert.equal(e.code, -32602, path);
     }
-    let e = await c.requestError('fs/getMetadata', {});
+    let e = await s.c.requestError('fs/getMetadata', {});
     assert.equal(e.code, -32602);
     assert.equal(e.message, 'missing field `path`');
-    e = await c.requestError('fs/writeFile', { path: `${dir.path}/x` });
+    e = await s.c.requestError('fs/writeFile', { path: `${s.dir.path}/x` });
     assert.equal(e.message, 'missing field `dataBase64`');
-    e = await c.requestError('fs/readFile');
+    e = await s.c.requestError('fs/readFile');
     assert.match(e.message, /^invalid type: null, expected struct/);
   });
 
   it('fs/writeFile with bad base64 → -32602 Invalid symbol', async () => {
-    const e = await c.requestError('fs/writeFile', { path: `${dir.path}/bad`, dataBase64: 'ab!d' });
+    const e = await s.c.requestError('fs/writeFile', { path: `${s.dir.path}/bad`, dataBase64: 'ab!d' });
     assert.equal(e.code, -32602);
     assert.equal(e.message, 'Invalid symbol 33, offset 2.');
-    assert.ok(!existsSync(`${dir.path}/bad`));
+    assert.ok(!existsSync(`${s.dir.path}/bad`));
   });
 
   it('a null sandbox context (0.120 sandboxPolicy, 0.125+ sandbox) is accepted', async () => {
-    const file = `${dir.path}/ctx`;
-    await c.request('fs/writeFile', { path: file, dataBase64: b64('a'), sandboxPolicy: null });
-    await c.request('fs/writeFile', { path: file, dataBase64: b64('b'), sandbox: null });
+    const file = `${s.dir.path}/ctx`;
+    await s.c.request('fs/writeFile', { path: file, dataBase64: b64('a'), sandboxPolicy: null });
+    await s.c.request('fs/writeFile', { path: file, dataBase64: b64('b'), sandbox: null });
     assert.equal(readFileSync(file, 'utf8'), 'b');
   });
 });

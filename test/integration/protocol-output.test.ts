@@ -3,21 +3,12 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { HIGH_WATER_BYTES } from '../../src/server/core/session.js';
 import type { Notification } from '../helpers/client.js';
 import { FakeClock } from '../helpers/clock.js';
-import { startTestServer, type TestServer, tempDir, until } from '../helpers/server.js';
-
-const PATH = '/usr/local/bin:/usr/bin:/bin';
-const params = (processId: string, argv: string[], extra: Record<string, unknown> = {}) => ({
-  processId,
-  argv,
-  cwd: '/tmp',
-  env: { PATH },
-  tty: false,
-  ...extra,
-});
+import { serverSuite, startTestServer, until } from '../helpers/server.js';
+import { startParams as params } from '../helpers/startParams.js';
 
 interface ReadResult {
   chunks: { seq: number; stream: string; chunk: string }[];
@@ -27,26 +18,17 @@ interface ReadResult {
 }
 
 describe('protocol output ordering and backpressure (§5.8, §5.9)', () => {
-  let ts: TestServer;
-  let dir: { path: string; cleanup(): void };
-  before(async () => {
-    ts = await startTestServer();
-    dir = tempDir();
-  });
-  after(async () => {
-    await ts.close();
-    dir.cleanup();
-  });
+  const s = serverSuite();
 
   it('16: 8 MiB with the client pausing its socket until the server holds: nothing lost, chunks ≤ 8192, no seq gap, ≤ 1 MiB retained', async () => {
-    const c = await ts.client();
+    const c = await s.ts.client();
     const data = randomBytes(8 * 1024 * 1024);
-    const file = `${dir.path}/8mib.bin`;
+    const file = `${s.dir.path}/8mib.bin`;
     writeFileSync(file, data);
     await c.request('process/start', params('big', ['cat', file]));
     c.ws.pause();
     // Paused until the server is holding output for it: its queue at the backpressure mark, or everything read.
-    const session = ts.sessionOf(c);
+    const session = s.ts.sessionOf(c);
     await until(
       () => session.conn!.queuedBytes >= HIGH_WATER_BYTES || session.get('big')?.bytesOut === data.length,
       20_000,
@@ -87,9 +69,9 @@ describe('protocol output ordering and backpressure (§5.8, §5.9)', () => {
   });
 
   it('backpressure: an endless writer with a stalled client is paused (bounded memory), and resumes losslessly', async () => {
-    const c = await ts.client();
+    const c = await s.ts.client();
     await c.request('process/start', params('endless', ['cat', '/dev/zero']));
-    const proc = () => ts.sessionOf(c).get('endless')!;
+    const proc = () => s.ts.sessionOf(c).get('endless')!;
     c.ws.pause();
     await until(() => proc().bytesOut > 4 * 1024 * 1024, 10_000, 'output to flow');
     await new Promise((r) => setTimeout(r, 1500));
@@ -114,8 +96,8 @@ describe('protocol output ordering and backpressure (§5.8, §5.9)', () => {
   });
 
   it('17: a background grandchild holding stdout open: exited before the last output, closed last', async () => {
-    const c = await ts.client();
-    const trigger = `${dir.path}/release-gc`;
+    const c = await s.ts.client();
+    const trigger = `${s.dir.path}/release-gc`;
     const script = `(while [ ! -e ${trigger} ]; do sleep 0.02; done; printf late) & printf early; exit 0`;
     await c.request('process/start', params('gc', ['/bin/sh', '-c', script]));
     await c.waitFor((n) => n.method === 'process/exited' && n.params.processId === 'gc');
@@ -170,7 +152,7 @@ describe('protocol output ordering and backpressure (§5.8, §5.9)', () => {
   });
 
   it('process/start immediately followed by process/read of the same id (0.120 client) never sees unknown id', async () => {
-    const c = await ts.client();
+    const c = await s.ts.client();
     const starts: Promise<unknown>[] = [];
     const reads: Promise<ReadResult>[] = [];
     for (let i = 0; i < 20; i++) {
@@ -183,7 +165,7 @@ describe('protocol output ordering and backpressure (§5.8, §5.9)', () => {
   });
 
   it('start responses precede first notifications while another process floods the socket', async () => {
-    const c = await ts.client();
+    const c = await s.ts.client();
     await c.request('process/start', params('flood', ['head', '-c', String(4 * 1024 * 1024), '/dev/zero']));
     const ids = Array.from({ length: 20 }, (_, i) => `fast${i}`);
     await Promise.all(ids.map((id) => c.request('process/start', params(id, ['/bin/sh', '-c', 'printf y']))));

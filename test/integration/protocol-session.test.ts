@@ -5,16 +5,8 @@ import { after, before, describe, it } from 'node:test';
 import { RpcClient } from '../helpers/client.js';
 import { FakeClock } from '../helpers/clock.js';
 import { alive, startTestServer, type TestServer, tempDir, until } from '../helpers/server.js';
+import { startParams as params } from '../helpers/startParams.js';
 
-const PATH = '/usr/local/bin:/usr/bin:/bin';
-const params = (processId: string, argv: string[], extra: Record<string, unknown> = {}) => ({
-  processId,
-  argv,
-  cwd: '/tmp',
-  env: { PATH },
-  tty: false,
-  ...extra,
-});
 const b64 = (s: string) => Buffer.from(s).toString('base64');
 
 /** Starts `sh` with a background grandchild; returns the child's and the grandchild's OS pids. */

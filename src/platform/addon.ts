@@ -25,7 +25,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 /** The interface version this JavaScript was written against (CORRAL_NATIVE_ABI in src/platform/native/common.h). */
-export const NATIVE_ABI = 6;
+export const NATIVE_ABI = 7;
 
 declare const handleBrand: unique symbol;
 /** An opaque handle the addon hands out (a pipe reader, a relay). */
@@ -39,6 +39,8 @@ export interface Confinement {
   rulesetFd: number;
   seccomp: Buffer;
   flags?: number;
+  /** The command's end of netNotifyPair: its connect() calls go to the server's supervisor (netnotify.c). */
+  netNotifyFd?: number;
 }
 
 /** Everything the addon exports at NATIVE_ABI. Only the capability files of src/platform see it. */
@@ -116,6 +118,11 @@ export interface Addon {
     rights: number[],
     ports: number[],
   ): number;
+  // netnotify.c (see src/platform/netNotify.ts)
+  netNotifyProbe(): string | null;
+  netNotifyPair(): [number, number];
+  netNotifyWatch(serverFd: number, ports: number[]): void;
+  netNotifyCounts(): [number, number, number];
   // fsat.c (see src/platform/confinedFs.ts)
   fsProbe(): number;
   fsOpenRoot(): number;

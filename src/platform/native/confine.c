@@ -16,8 +16,10 @@
 #include <errno.h>
 #include <linux/capability.h>
 #include <linux/prctl.h>
+#include <linux/audit.h>
 #include <linux/seccomp.h>
 #include <stddef.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 
 #ifndef SYS_landlock_restrict_self
@@ -96,6 +98,77 @@ static long fail(const char *step, long r) {
   return r;
 }
 
+#ifndef SECCOMP_FILTER_FLAG_NEW_LISTENER
+#define SECCOMP_FILTER_FLAG_NEW_LISTENER (1UL << 3)
+#endif
+#ifndef SECCOMP_RET_USER_NOTIF
+#define SECCOMP_RET_USER_NOTIF 0x7fc00000U
+#endif
+#if defined(__x86_64__)
+#define NETNOTIFY_ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define NETNOTIFY_ARCH AUDIT_ARCH_AARCH64
+#else
+#define NETNOTIFY_ARCH 0
+#endif
+
+// The program: a foreign architecture is killed (the main filter does so too; this one must not let it through by
+// itself); connect → SECCOMP_RET_USER_NOTIF; sendto with a destination (args[4] != NULL, both halves) → EACCES (under
+// the main filter's TCP-only sockets a destination could only matter to Fast Open, which that filter refuses; this
+// makes the answer explicit); everything else: allowed by this filter (the main filter decides).
+static unsigned netnotify_program(struct sock_filter *p) {
+  const unsigned nr = offsetof(struct seccomp_data, nr), arch = offsetof(struct seccomp_data, arch);
+  const unsigned a4 = offsetof(struct seccomp_data, args) + 4 * sizeof(uint64_t);
+  unsigned n = 0;
+  p[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, arch);
+  p[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, NETNOTIFY_ARCH, 1, 0);
+  p[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
+  p[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, nr);
+  p[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_connect, 8, 0);   // → notify (the last)
+  p[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_sendto, 1, 0);    // → destination check
+  p[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+  p[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, a4);
+  p[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0, 0, 2);
+  p[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, a4 + 4);
+  p[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0, 1, 0);            // NULL → allow
+  p[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EACCES);
+  p[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+  p[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_USER_NOTIF);
+  return n;
+}
+
+// Installs the connect supervision filter and sends its listener over chan (SCM_RIGHTS), then closes both: the
+// command never holds its own listener.
+static long send_net_listener(int chan) {
+  struct sock_filter insns[CORRAL_NETNOTIFY_INSNS];
+  unsigned n = netnotify_program(insns);
+  struct sock_fprog prog = {.len = (unsigned short)n, .filter = insns};
+  long listener = sys5(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, (long)&prog, 0, 0);
+  if (listener < 0) return listener;
+  union {
+    struct cmsghdr h;
+    char buf[CMSG_SPACE(sizeof(int))];
+  } ctl;
+  for (unsigned k = 0; k < sizeof ctl.buf; k++) ctl.buf[k] = 0;
+  char byte = 'L';
+  struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+  struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
+  struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+  cm->cmsg_level = SOL_SOCKET;
+  cm->cmsg_type = SCM_RIGHTS;
+  cm->cmsg_len = CMSG_LEN(sizeof(int));
+  int lfd = (int)listener;
+  unsigned char *dst = CMSG_DATA(cm);
+  const unsigned char *src = (const unsigned char *)&lfd;
+  for (unsigned k = 0; k < sizeof lfd; k++) dst[k] = src[k];
+  long r;
+  do r = sys5(SYS_sendmsg, chan, (long)&msg, MSG_NOSIGNAL, 0, 0);
+  while (r == -EINTR);
+  sys5(SYS_close, listener, 0, 0, 0, 0);
+  sys5(SYS_close, chan, 0, 0, 0, 0);
+  return r < 0 ? r : 0;
+}
+
 long corral_confine_self(const struct corral_confinement *c) {
   long r;
   if (!c->active) return 0;
@@ -117,5 +190,6 @@ long corral_confine_self(const struct corral_confinement *c) {
     struct sock_fprog prog = {.len = (unsigned short)c->filter_len, .filter = (struct sock_filter *)c->filter};
     if ((r = sys5(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, (long)&prog, 0, 0)) < 0) return fail("seccomp", r);
   }
+  if (c->net_notify_chan > 0 && (r = send_net_listener(c->net_notify_chan)) < 0) return fail("seccomp listener", r);
   return 0;
 }

@@ -13,6 +13,8 @@ struct corral_confinement {
   int ruleset_fd;             // a Landlock ruleset (landlock_create_ruleset), built by the parent
   uint32_t restrict_flags;    // landlock_restrict_self flags (audit logging, ABI 7)
   uint32_t filter_len;        // instructions in filter
+  int net_notify_chan;        // > 0: after the filter, the connect supervision filter (netnotify.c) is installed and
+                              // its listener fd sent over this unix socket (SCM_RIGHTS), which is then closed
   struct sock_filter filter[CORRAL_CONFINE_MAX_INSNS];
 };
 
@@ -21,3 +23,9 @@ struct corral_confinement {
 // Raw system calls only on x86_64 and arm64 (no libc, no errno, no allocation: safe in a CLONE_VM child). Returns 0,
 // or a negative errno after writing "corral: cannot confine the sandbox (<step>): <error>" to fd 2.
 long corral_confine_self(const struct corral_confinement *c);
+
+// The user-notification filter of a Landlock command under managed-network enforcement (see netnotify.c): connect()
+// goes to the server's supervisor, sendto() with a destination address is refused (EACCES). Fills prog (at least
+// CORRAL_NETNOTIFY_INSNS entries) and returns the count.
+#define CORRAL_NETNOTIFY_INSNS 14
+unsigned corral_netnotify_program(struct sock_filter *prog);

@@ -11,7 +11,7 @@
 //                        away; directory-only rights are dropped for anything but a directory) and one TCP connect
 //                        rule per port. Throws Error { errno, message naming the path } on anything else.
 //
-// spawn(...)'s confine argument (the eleventh), { rulesetFd, seccomp: Buffer, flags }, is read by corral_confinement_from_js: the
+// spawn(...)'s confine argument (the eleventh), { rulesetFd, seccomp: Buffer, flags, netNotifyFd? }, is read by corral_confinement_from_js: the
 // child applies it right before execve (confine.c).
 
 #define _GNU_SOURCE
@@ -196,6 +196,15 @@ int corral_confinement_from_js(napi_env env, napi_value v, struct corral_confine
   if (napi_has_named_property(env, v, "flags", &has_flags) == napi_ok && has_flags &&
       (napi_get_named_property(env, v, "flags", &flags) != napi_ok || napi_get_value_uint32(env, flags, &fl) != napi_ok))
     return EINVAL;
+  // netNotifyFd (optional): the command's end of netNotifyPair (netnotify.c), for the connect supervisor.
+  napi_value nn;
+  bool has_nn = false;
+  int32_t nfd = 0;
+  if (napi_has_named_property(env, v, "netNotifyFd", &has_nn) == napi_ok && has_nn &&
+      (napi_get_named_property(env, v, "netNotifyFd", &nn) != napi_ok || napi_get_value_int32(env, nn, &nfd) != napi_ok ||
+       nfd <= 2))
+    return EINVAL;
+  out->net_notify_chan = nfd;
   out->ruleset_fd = rfd;
   out->restrict_flags = fl;
   out->filter_len = (uint32_t)(len / sizeof(struct sock_filter));

@@ -2,7 +2,7 @@
 // terminal, through node-pty's fork; the child_process fallback). Both close nothing and cannot change a child's
 // keyring, so this does it before bwrap (or, for the Landlock backend, the command itself) runs:
 //
-//   corral-sandbox-exec [--fd N]... [--landlock FD --seccomp HEX [--landlock-flags F]] [--supervise PID]
+//   corral-sandbox-exec [--fd N]... [--landlock FD --seccomp HEX [--landlock-flags F] [--net-notify FD]] [--supervise PID]
 //                       -- PROGRAM [ARG]...
 //
 //   1. joins a fresh anonymous session keyring: the sandbox does not possess the server's session keyring, so
@@ -82,7 +82,7 @@ int main(int argc, char **argv) {
   int src[MAX_FDS];
   int n = 0;
   int i = 1;
-  long landlock_fd = -1, flags = 0, server = -1;
+  long landlock_fd = -1, flags = 0, server = -1, net_notify = -1;
   const char *filter = NULL;
   const char *argv0 = NULL;
   for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
@@ -101,6 +101,8 @@ int main(int argc, char **argv) {
       ok = parse_number(arg, 1 << 30, &server) && server > 0;
     } else if (ok && strcmp(opt, "--seccomp") == 0) {
       filter = arg;
+    } else if (ok && strcmp(opt, "--net-notify") == 0) {
+      ok = parse_number(arg, 1 << 20, &net_notify);
     } else if (ok && strcmp(opt, "--argv0") == 0) {
       argv0 = arg;
     } else {
@@ -126,6 +128,17 @@ int main(int argc, char **argv) {
     confinement.active = 1;
     confinement.ruleset_fd = (int)landlock_fd;
     confinement.restrict_flags = (uint32_t)flags;
+    // --net-notify FD: the moved fd just before the ruleset (netnotify.c's channel), closed once the listener is sent.
+    if (net_notify >= 0) {
+      if (n < 2 || net_notify != 1 + n) {
+        errno = EINVAL;
+        die("--net-notify must name the moved fd just before the --landlock one", NULL);
+      }
+      confinement.net_notify_chan = (int)net_notify;
+    }
+  } else if (net_notify >= 0) {
+    errno = EINVAL;
+    die("--net-notify needs --landlock", NULL);
   }
   if (i + 1 >= argc || argv[i + 1][0] != '/') {
     errno = EINVAL;
@@ -153,6 +166,7 @@ int main(int argc, char **argv) {
   if (confinement.active) {
     if (corral_confine_self(&confinement) < 0) _exit(127);  // it said why
     top--;  // the ruleset (the last moved fd) is closed with the rest below: it is never passed on
+    if (net_notify >= 0) top--;  // so is the supervisor's channel (already closed by the confinement)
   }
   if (syscall(SYS_close_range, (unsigned int)top, ~0U, 0) < 0) {
     long max = sysconf(_SC_OPEN_MAX);

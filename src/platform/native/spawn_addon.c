@@ -25,6 +25,7 @@
 #include "common.h"
 #include "fsat.h"
 #include "landlock.h"
+#include "netnotify.h"
 #include "netns.h"
 #include "pipes.h"
 #include "relay.h"
@@ -432,5 +433,6 @@ NAPI_MODULE_INIT(/* napi_env env, napi_value exports */) {
   if (corral_fsat_init(env, exports) != napi_ok) return NULL;
   if (corral_sandbox_init(env, exports) != napi_ok) return NULL;
   if (corral_landlock_init(env, exports) != napi_ok) return NULL;
+  if (corral_netnotify_init(env, exports) != napi_ok) return NULL;
   return exports;
 }

@@ -1,0 +1,75 @@
+/**
+ * The connect supervisor of Landlock commands under managed-network enforcement (src/platform/native/netnotify.c):
+ * a seccomp user-notification filter in the command sends every connect() to one thread of the server, which answers
+ * a connect to the command's loopback proxy endpoint with a socket of its own, connected to the proxy and installed
+ * over the command's fd, and refuses anything else with EACCES. Node has nothing like it: without the addon, or on a
+ * kernel without SECCOMP_RET_USER_NOTIF / SECCOMP_IOCTL_NOTIF_ADDFD (Linux 5.9), `netNotifyAbsence` says why and the
+ * combination stays refused.
+ */
+import { closeSync } from 'node:fs';
+import { addon, addonAbsence } from './addon.js';
+
+let absence: string | null | undefined;
+
+/** Why connect supervision cannot run here (null: it can). Asked of the kernel once per process. */
+export function netNotifyAbsence(): string | null {
+  if (absence !== undefined) return absence;
+  if (!addon) absence = `the native addon is not loaded (${addonAbsence ?? 'unknown'})`;
+  else if (typeof addon.netNotifyProbe !== 'function') absence = 'the native addon is an older build';
+  else absence = addon.netNotifyProbe();
+  return absence;
+}
+
+/** One command's channel: `childFd` goes to the command (close-on-exec: pass it as an fd), `watch` after its spawn. */
+export interface NetNotifyChannel {
+  readonly childFd: number;
+  /** Supervises the listener the command sends with these proxy ports (1..8); the server's end is adopted. */
+  watch(ports: number[]): void;
+  /** Closes what the server still holds of the channel (the child's end always; the server's unless watched). */
+  close(): void;
+}
+
+/** A new channel (requires netNotifyAbsence() === null). */
+export function netNotifyChannel(): NetNotifyChannel {
+  const why = netNotifyAbsence();
+  if (why !== null || !addon) throw new Error(`connect supervision is not available: ${why ?? 'no addon'}`);
+  const native = addon;
+  const [serverFd, childFd] = native.netNotifyPair();
+  let serverOpen = true;
+  let childOpen = true;
+  const shut = (fd: number) => {
+    try {
+      closeSync(fd);
+    } catch {
+      // already closed
+    }
+  };
+  return {
+    childFd,
+    watch(ports) {
+      if (!serverOpen) throw new Error('netNotify: the channel is closed');
+      if (childOpen) {
+        shut(childFd); // the command has its copy: a command that dies before sending is then seen as a hang-up
+        childOpen = false;
+      }
+      serverOpen = false; // adopted by the supervisor (or closed on failure below)
+      try {
+        native.netNotifyWatch(serverFd, ports);
+      } catch (e) {
+        shut(serverFd);
+        throw e;
+      }
+    },
+    close() {
+      if (childOpen) shut(childFd);
+      if (serverOpen) shut(serverFd);
+      childOpen = serverOpen = false;
+    },
+  };
+}
+
+/** Totals of the process: connects proxied, refused, and channels/listeners supervised now. */
+export function netNotifyCounts(): { proxied: number; refused: number; watched: number } {
+  const [proxied, refused, watched] = addon?.netNotifyCounts?.() ?? [0, 0, 0];
+  return { proxied, refused, watched };
+}

@@ -18,6 +18,7 @@ import type {
 import { fmtBytes, h, replace, shellJoin } from '../dom.js';
 import type { AppContext, View } from '../view.js';
 import { exitText, processDetail, when } from './historyDetail.js';
+import { ReplayView } from './replay.js';
 import { byCpu, cpuCell } from './usage.js';
 
 const PAGE = 100;
@@ -98,6 +99,7 @@ export class HistoryView implements View {
   );
   private readonly split = h('div', { class: 'split' });
   private readonly detail = h('div', { class: 'detail', hidden: true, 'data-testid': 'history-detail' });
+  private replayView: ReplayView | null = null;
   private items: AuditItem[] = [];
   /** The process list ordered by CPU used (the CPU header toggles it). */
   private cpuOrder = false;
@@ -461,18 +463,43 @@ export class HistoryView implements View {
   }
 
   private renderDetail(d: AuditProcessResult): void {
+    this.replayView?.dispose();
+    this.replayView = null;
     if (!d.process) {
       replace(this.detail, h('div', { class: 'detail-bar' }, 'This process is no longer kept.'));
       return;
     }
     replace(
       this.detail,
-      ...processDetail(d, d.process, () => {
-        this.selected = null;
-        this.detail.hidden = true;
-        this.split.classList.remove('with-detail');
-        this.renderTable();
-      }),
+      ...processDetail(
+        d,
+        d.process,
+        () => {
+          this.selected = null;
+          this.detail.hidden = true;
+          this.split.classList.remove('with-detail');
+          this.renderTable();
+        },
+        (into) => void this.replay(d.process!, into),
+      ),
     );
+  }
+
+  /** Loads the process's timed output (audit/replay) and shows it in `into`, replacing a replay shown before. */
+  private async replay(p: AuditProcessItem, into: HTMLElement): Promise<void> {
+    this.replayView?.dispose();
+    this.replayView = null;
+    replace(into, h('div', { class: 'muted small' }, 'Loading the replay…'));
+    try {
+      const r = await this.ctx.conn.request('audit/replay', {
+        sessionId: p.sessionId,
+        processId: p.processId,
+      });
+      if (!into.isConnected) return;
+      this.replayView = new ReplayView(r);
+      replace(into, this.replayView.el);
+    } catch (e) {
+      replace(into, h('div', { class: 'muted small' }, (e as Error).message));
+    }
   }
 }

@@ -26,7 +26,19 @@ export function processDetail(
   d: AuditProcessResult,
   p: NonNullable<AuditProcessResult['process']>,
   onClose: () => void,
+  onReplay: (into: HTMLElement) => void,
 ): HTMLElement[] {
+  const replayBox = h('div', { class: 'replay-box' });
+  const replayBtn = h(
+    'button',
+    {
+      class: 'btn small',
+      'data-testid': 'history-replay',
+      title: p.tty ? 'Replay the terminal session as it ran' : 'Replay the output with its times',
+      onclick: () => onReplay(replayBox),
+    },
+    'Replay',
+  );
   const close = h('button', { class: 'btn small ghost', onclick: onClose }, 'Close');
   const ran = p.closedAt !== null ? fmtDuration(p.closedAt - p.startedAt) : '–';
   const facts = h(
@@ -82,7 +94,8 @@ export function processDetail(
         ? h('details', { class: 'env' }, h('summary', null, 'Managed network'), pre(p.network))
         : null,
       p.metadata ? h('details', { class: 'env' }, h('summary', null, 'Metadata'), pre(p.metadata)) : null,
-      h('h4', null, 'Output'),
+      h('h4', null, 'Output ', p.outputBytes > 0 ? replayBtn : null),
+      replayBox,
       storedOutput(d, p.outputBytes),
       h('h4', null, `Network decisions (${d.network.length})`),
       miniTable(

@@ -217,7 +217,10 @@ export async function replayCommand(argv: string[], io: AuditIo = stdio): Promis
       continue;
     }
     let decoder = decoders.get(step.stream);
-    if (!decoder) decoders.set(step.stream, (decoder = new TextDecoder('utf-8')));
+    if (!decoder) {
+      decoder = new TextDecoder('utf-8');
+      decoders.set(step.stream, decoder);
+    }
     const text = escapeTerminalLines(decoder.decode(step.data, { stream: true }).replace(/\r\n/g, '\n'));
     if (r.tty) io.out.write(text);
     else {

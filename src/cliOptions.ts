@@ -15,6 +15,10 @@ export const USAGE = `usage: corral exec-server --listen ws://127.0.0.1:0 [optio
                                exec server with an agent token + the panel (its own token) at /panel/
        corral audit export [--db FILE] --format jsonl [--since ISO] [--session ID]
                                every stored event as one JSON object per line, oldest first
+       corral audit export [--db FILE] --format asciicast --session ID --process ID [--width N] [--height N]
+                               one process's output with its times as asciicast v2 (asciinema plays it)
+       corral audit replay SESSION PROCESS [--db FILE] [--speed N] [--max-idle S] [--raw]
+                               one process's output at its recorded pace; terminal controls escaped unless --raw
        corral doctor [--json] [sandbox options]
                                what this machine can sandbox, and what to change
 

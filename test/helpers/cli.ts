@@ -16,15 +16,18 @@ export interface Cli {
 
 /**
  * Runs `corral <args>`: from source through tsx (default), or the built bundle (`built: true`, needed for `serve`,
- * which serves dist/renderer), or `script: true` a script of the repo (`args[0]`). Resolves once the first stdout line is there (unless `stdio`).
+ * which serves dist/renderer), or `script: true` a script of the repo (`args[0]`); `wrap` runs it through another
+ * command. Resolves once the first stdout line is there (unless `stdio`).
  */
 export async function startCli(
   args: string[],
-  opts: { env?: NodeJS.ProcessEnv; stdio?: boolean; built?: boolean; script?: boolean } = {},
+  opts: { env?: NodeJS.ProcessEnv; stdio?: boolean; built?: boolean; script?: boolean; wrap?: string[] } = {},
 ): Promise<Cli> {
   // script: args[0] is a script of the repo to run instead of the CLI (scripts/start.mjs).
   const entry = opts.script ? [] : opts.built ? ['bin/corral.js'] : ['--import', 'tsx', 'src/cli.ts'];
-  const proc = spawn(process.execPath, [...entry, ...args], {
+  // wrap: a command that runs it (prlimit, a shell that enters a cgroup first), which gets node and its arguments.
+  const [cmd, ...rest] = [...(opts.wrap ?? []), process.execPath, ...entry, ...args] as [string, ...string[]];
+  const proc = spawn(cmd, rest, {
     cwd: ROOT,
     env: opts.env ?? process.env,
     stdio: 'pipe',

@@ -3,7 +3,7 @@
 // pool for every client, and the server then ignored SIGTERM. The server runs as the real CLI in a child process here,
 // so that a hang is a failed assertion and not a hung test run.
 import assert from 'node:assert/strict';
-import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { type ChildProcess, execFileSync } from 'node:child_process';
 import {
   existsSync,
   mkdirSync,
@@ -14,17 +14,14 @@ import {
   writeFileSync,
 } from 'node:fs';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 import { after, before, describe, test } from 'node:test';
-import { fileURLToPath } from 'node:url';
 import { DEFAULT_FS_LIMITS } from '../../src/server/fs/fsIo.js';
+import { startCli } from '../helpers/cli.js';
 import { b64, RpcCallError, RpcClient } from '../helpers/client.js';
 import { needsConfinedFs } from '../helpers/native.js';
 import { startTestServer } from '../helpers/server.js';
 import { PATH } from '../integration/sandbox-util.js';
 import { type HostileFixture, hostileFixture, sandboxContext } from './fs-util.js';
-
-const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 
 interface Cli {
   proc: ChildProcess;
@@ -35,30 +32,17 @@ interface Cli {
 }
 
 /** The CLI server; `prefix` runs it through another command (prlimit). */
-async function startCli(f: HostileFixture, prefix: string[] = []): Promise<Cli> {
-  const argv = [
-    process.execPath,
-    '--import',
-    'tsx',
-    'src/cli.ts',
-    'exec-server',
-    '--listen',
-    'ws://127.0.0.1:0',
-  ];
-  const [cmd, ...args] = [...prefix, ...argv] as [string, ...string[]];
-  const proc = spawn(cmd, args, {
-    cwd: ROOT,
+async function startServerCli(f: HostileFixture, prefix: string[] = []): Promise<Cli> {
+  const cli = await startCli(['exec-server', '--listen', 'ws://127.0.0.1:0'], {
     env: { ...process.env, TMPDIR: f.T },
-    stdio: ['ignore', 'pipe', 'ignore'],
+    wrap: prefix,
   });
-  const exited = new Promise<number | null>((resolve) => proc.once('exit', (code) => resolve(code)));
-  const first = await createInterface({ input: proc.stdout! })[Symbol.asyncIterator]().next();
-  if (first.done) throw new Error('the CLI printed no URL');
   return {
-    proc,
-    url: first.value as string,
-    exited,
-    rssMiB: () => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${proc.pid}/status`, 'utf8'))?.[1]) / 1024,
+    proc: cli.proc,
+    url: cli.url!,
+    exited: cli.exited.then((e) => e.code),
+    rssMiB: () =>
+      Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${cli.proc.pid}/status`, 'utf8'))?.[1]) / 1024,
   };
 }
 
@@ -98,7 +82,7 @@ after(() => {
 });
 
 async function server(prefix: string[] = []): Promise<Cli> {
-  const s = await startCli(f, prefix);
+  const s = await startServerCli(f, prefix);
   servers.push(s);
   return s;
 }

@@ -7,7 +7,7 @@
  * server says so and refuses per-start limits.
  */
 import assert from 'node:assert/strict';
-import { type ChildProcessWithoutNullStreams, execFileSync, spawn, spawnSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import {
   chownSync,
   existsSync,
@@ -20,12 +20,12 @@ import {
   symlinkSync,
   writeFileSync,
 } from 'node:fs';
-import { createInterface } from 'node:readline';
 import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { cgroupHost, setupCgroups } from '../../src/process/cgroup.js';
 import { ownTag, processStartTime } from '../../src/process/serverTag.js';
 import { spawnerKind } from '../../src/process/spawner.js';
+import { type Cli, startCli } from '../helpers/cli.js';
 import { RpcClient } from '../helpers/client.js';
 import { alive, until } from '../helpers/server.js';
 import { seed, special } from './sandbox-util.js';
@@ -45,40 +45,20 @@ const v2Usable = (() => {
 })();
 const noWatchdog = spawnerKind !== 'native' ? 'the group watchdog belongs to the native spawner' : false;
 
-interface Cli {
-  proc: ChildProcessWithoutNullStreams;
-  url: string;
-  exited: Promise<void>;
-  stderr(): string;
-}
-
 /** Every CLI started, so that none outlives the file even when a test fails early. */
 const started: Cli[] = [];
 after(() => {
   for (const c of started) if (c.proc.exitCode === null && c.proc.signalCode === null) c.proc.kill('SIGKILL');
 });
 
-async function startCli(args: string[], env: NodeJS.ProcessEnv, wrap: string[] = []): Promise<Cli> {
-  const argv = [
-    process.execPath,
-    '--import',
-    'tsx',
-    'src/cli.ts',
-    'exec-server',
-    '--listen',
-    'ws://127.0.0.1:0',
-  ];
-  const all = [...wrap, ...argv, ...args];
-  const proc = spawn(all[0]!, all.slice(1), { cwd: ROOT, env, stdio: 'pipe' });
-  let err = '';
-  proc.stderr.on('data', (d) => {
-    err += d;
-  });
-  const exited = new Promise<void>((r) => proc.once('exit', () => r()));
-  started.push({ proc, url: '', exited, stderr: () => err });
-  const first = await createInterface({ input: proc.stdout })[Symbol.asyncIterator]().next();
-  if (first.done) throw new Error(`the CLI printed nothing: ${err}`);
-  return { proc, url: first.value, exited, stderr: () => err };
+async function startServerCli(
+  args: string[],
+  env: NodeJS.ProcessEnv,
+  wrap: string[] = [],
+): Promise<Cli & { url: string }> {
+  const cli = await startCli(['exec-server', '--listen', 'ws://127.0.0.1:0', ...args], { env, wrap });
+  started.push(cli);
+  return { ...cli, url: cli.url! };
 }
 
 /** The pid of the server that `cli` runs (the wrapper execs it, so it is the same process). */
@@ -142,7 +122,7 @@ describe('servers that die', () => {
     it(`a SIGKILLed server: a nohup child of a tty process dies (CORRAL_CGROUPS=${cgroups})`, {
       skip: noWatchdog || (cgroups === '1' && noCgroups),
     }, async () => {
-      const cli = await startCli([], { ...env, CORRAL_CGROUPS: cgroups });
+      const cli = await startServerCli([], { ...env, CORRAL_CGROUPS: cgroups });
       const c = await RpcClient.open(cli.url);
       const child = await startPrinting(c, 't', 'nohup sleep 300 >/dev/null 2>&1 & echo $!; sleep 300', true);
       // Once nohup has made it ignore SIGHUP, the pty's hang-up no longer reaches it.
@@ -171,7 +151,7 @@ describe('servers that die', () => {
     it(`a setsid descendant dies on terminate and with a SIGKILLed server; no cgroup is left (CORRAL_CGROUPS=${version})`, {
       skip: noWatchdog || (version === 'auto' ? noCgroups : skipV2),
     }, async () => {
-      const cli = await startCli([], { ...env, CORRAL_CGROUPS: version });
+      const cli = await startServerCli([], { ...env, CORRAL_CGROUPS: version });
       const c = await RpcClient.open(cli.url);
       const setsidEscape = "setsid /bin/sh -c 'echo $$; exec sleep 300 >/dev/null 2>&1 </dev/null' & wait";
       const first = await startPrinting(c, 'p1', setsidEscape, false);
@@ -192,7 +172,7 @@ describe('servers that die', () => {
   }
 
   it('SIGTERM: every cgroup of the server is gone after it exits', { skip: noCgroups }, async () => {
-    const cli = await startCli([], env);
+    const cli = await startServerCli([], env);
     const c = await RpcClient.open(cli.url);
     const daemon = await startPrinting(c, 'd', 'sleep 300 >/dev/null 2>&1 </dev/null & echo $!', false);
     const bases = basesOf(daemon);
@@ -213,7 +193,7 @@ describe('servers that die', () => {
   }, async () => {
     const sandbox = seed({ cwd: '/tmp', entries: [special('root', 'read'), special('slash_tmp', 'write')] });
     // The dead one: its watchdog is killed first, so nothing cleans up after it.
-    const dead = await startCli([], env);
+    const dead = await startServerCli([], env);
     const d = await RpcClient.open(dead.url);
     const orphan = await startPrinting(
       d,
@@ -223,7 +203,7 @@ describe('servers that die', () => {
     );
     await startPrinting(d, 'sbx', 'echo $$; sleep 300', false, { sandbox });
     // The live one.
-    const live = await startCli([], env);
+    const live = await startServerCli([], env);
     const l = await RpcClient.open(live.url);
     const liveChild = await startPrinting(l, 'bg', 'echo $$; sleep 300', false);
     await startPrinting(l, 'sbx', 'echo $$; sleep 300', false, { sandbox });
@@ -263,7 +243,7 @@ describe('servers that die', () => {
       assert.ok(alive(orphan), 'nothing has cleaned up yet');
       assert.ok(deadBases.every(existsSync));
 
-      const next = await startCli([], env);
+      const next = await startServerCli([], env);
       try {
         await until(() => !alive(orphan), 5000, 'the orphan in the dead server’s cgroup to be killed');
         await until(() => !deadBases.some(existsSync), 5000, 'the dead server’s cgroups to be removed');
@@ -306,7 +286,7 @@ describe('servers that die', () => {
   });
 
   it('without a usable cgroup the server says so at start and refuses per-start limits', async () => {
-    const cli = await startCli([], { ...env, CORRAL_CGROUPS: '0' });
+    const cli = await startServerCli([], { ...env, CORRAL_CGROUPS: '0' });
     try {
       assert.match(
         cli.stderr(),
@@ -377,7 +357,7 @@ describe('an unprivileged server', () => {
     // Into the delegated cgroups as root, then uid 65534 with 300 processes for the whole uid.
     const enter = dirs.map((_, i) => `echo $$ > "$${i + 1}/cgroup.procs" && `).join('');
     const script = `${enter}shift ${dirs.length} && exec prlimit --nproc=300 setpriv ${NOBODY.join(' ')} "$@"`;
-    const cli = await startCli(
+    const cli = await startServerCli(
       ['--pids-max', '64'],
       { ...process.env, HOME: '/tmp', TMPDIR: '/tmp', XDG_RUNTIME_DIR: '' },
       ['/bin/sh', '-c', script, 'sh', ...dirs],

@@ -15,7 +15,7 @@ import { type Cli, ROOT, startCli } from '../helpers/cli.js';
 import { RpcClient } from '../helpers/client.js';
 import { needsSandbox } from '../helpers/native.js';
 import { until } from '../helpers/server.js';
-import { seedParam, special } from '../integration/sandbox-util.js';
+import { seedParam, special, startAndRead } from '../integration/sandbox-util.js';
 
 const PATH = '/usr/local/bin:/usr/bin:/bin';
 const PROBE = join(ROOT, 'test', 'fixtures', 'trust', 'probe.mjs');
@@ -70,33 +70,11 @@ const bwrap = (cwd: string) =>
   seedParam({
     cwd,
     network: 'enabled',
-    policy: {
-      type: 'workspace-write',
-      network_access: true,
-      exclude_tmpdir_env_var: false,
-      exclude_slash_tmp: false,
-    },
     entries: [special('root', 'read'), special('current_working_directory', 'write')],
   });
 
-async function run(
-  c: RpcClient,
-  processId: string,
-  argv: string[],
-  extra: Record<string, unknown> = {},
-): Promise<string> {
-  const { env, ...rest } = extra as { env?: Record<string, string> };
-  await c.request('process/start', {
-    processId,
-    argv,
-    cwd: '/tmp',
-    env: { PATH, ...env },
-    tty: false,
-    ...rest,
-  });
-  await c.collect(processId, 20_000);
-  return c.output(processId, extra.tty ? 'pty' : undefined);
-}
+const run = async (c: RpcClient, processId: string, argv: string[], extra: Record<string, unknown> = {}) =>
+  (await startAndRead(c, processId, argv, extra)).out;
 
 describe('credentials in any encoding never reach a child (issue 30 item 1)', () => {
   let dir: string;

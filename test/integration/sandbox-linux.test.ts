@@ -254,16 +254,7 @@ t('io_uring_setup', sc('io_uring', 425, 1, buf))
   });
 
   test('10: network enabled: curl reaches the host listener; no CODEX_SANDBOX_NETWORK_DISABLED', async () => {
-    const sb = seed({
-      cwd: f.W,
-      network: 'enabled',
-      policy: {
-        type: 'workspace-write',
-        network_access: true,
-        exclude_tmpdir_env_var: false,
-        exclude_slash_tmp: false,
-      },
-    });
+    const sb = seed({ cwd: f.W, network: 'enabled' });
     const r = await run(
       sb,
       [

@@ -54,13 +54,16 @@ export interface SeedOptions {
   useLegacyLandlock?: boolean;
 }
 
-/** A seed SandboxLaunchConfig (§2.5 shape) as it goes on the wire. */
+/**
+ * A seed SandboxLaunchConfig (§2.5 shape) as it goes on the wire; without `policy`, workspace-write with the network
+ * access `network` says.
+ */
 export function seedParam(o: SeedOptions) {
   return {
     sandbox: o.sandbox ?? 'linux-seccomp',
     policy: o.policy ?? {
       type: 'workspace-write',
-      network_access: false,
+      network_access: o.network === 'enabled',
       exclude_tmpdir_env_var: false,
       exclude_slash_tmp: false,
     },
@@ -415,5 +418,32 @@ export async function runThrough(
     stdout: client.output(params.processId, 'stdout'),
     stderr: client.output(params.processId, 'stderr'),
     pty: client.output(params.processId, 'pty'),
+  };
+}
+
+/**
+ * process/start of `argv` in /tmp with PATH (/usr/local/bin:/usr/bin:/bin) plus `extra.env`, and `extra`'s other
+ * members as given; then its output (the PTY's with `tty`) and its exit code.
+ */
+export async function startAndRead(
+  c: RpcClient,
+  processId: string,
+  argv: string[],
+  extra: Record<string, unknown> = {},
+): Promise<{ out: string; exitCode: number }> {
+  const { env, ...rest } = extra as { env?: Record<string, string> };
+  await c.request('process/start', {
+    processId,
+    argv,
+    cwd: '/tmp',
+    env: { PATH: '/usr/local/bin:/usr/bin:/bin', ...env },
+    tty: false,
+    ...rest,
+  });
+  const events = await c.collect(processId, 20_000);
+  const exited = events.find((e) => e.method === 'process/exited')!;
+  return {
+    out: c.output(processId, extra.tty ? 'pty' : undefined),
+    exitCode: exited.params.exitCode as number,
   };
 }

@@ -11,7 +11,7 @@ import { type Cli, ROOT, startCli } from '../helpers/cli.js';
 import { RpcClient } from '../helpers/client.js';
 import { httpFetch, upgradeStatus } from '../helpers/http.js';
 import { needsSandbox } from '../helpers/native.js';
-import { seedParam, special } from './sandbox-util.js';
+import { seedParam, special, startAndRead } from './sandbox-util.js';
 
 const PATH = '/usr/local/bin:/usr/bin:/bin';
 const PROBE = join(ROOT, 'test', 'fixtures', 'trust', 'probe.mjs');
@@ -34,35 +34,10 @@ const sandbox = (cwd: string, network: 'enabled' | 'restricted') =>
   seedParam({
     cwd,
     network,
-    policy: {
-      type: 'workspace-write',
-      network_access: network === 'enabled',
-      exclude_tmpdir_env_var: false,
-      exclude_slash_tmp: false,
-    },
     entries: [special('root', 'read'), special('current_working_directory', 'write')],
   });
 
-async function run(
-  c: RpcClient,
-  processId: string,
-  argv: string[],
-  extra: Record<string, unknown> = {},
-): Promise<{ out: string; exitCode: number }> {
-  const { env, ...rest } = extra as { env?: Record<string, string> };
-  await c.request('process/start', {
-    processId,
-    argv,
-    cwd: '/tmp',
-    env: { PATH, ...env },
-    tty: false,
-    ...rest,
-  });
-  const events = await c.collect(processId, 20_000);
-  const exited = events.find((e) => e.method === 'process/exited')!;
-  const stream = extra.tty ? 'pty' : undefined;
-  return { out: c.output(processId, stream), exitCode: exited.params.exitCode as number };
-}
+const run = startAndRead;
 
 describe('exec-server is authenticated by default', () => {
   let cli: Cli;

@@ -8,7 +8,7 @@ import { ensureBuilt, openBrowser, visibleText } from '../browser/harness.js';
 import { RpcClient } from '../helpers/client.js';
 import { needsSandbox } from '../helpers/native.js';
 import { startTestServer, type TestServer } from '../helpers/server.js';
-import { type Fixture, fixture, PATH } from './sandbox-util.js';
+import { type Fixture, fixture, PATH, workspaceWrite } from './sandbox-util.js';
 
 /*
  * Codex 0.120–0.130 send an argv that invokes their own codex-linux-sandbox launcher (sandbox.md §3.1). As root we
@@ -42,13 +42,7 @@ function flags0120(): string[] {
     '--command-cwd',
     f.W,
     '--sandbox-policy',
-    JSON.stringify({
-      type: 'workspace-write',
-      writable_roots: [memories],
-      network_access: false,
-      exclude_tmpdir_env_var: false,
-      exclude_slash_tmp: false,
-    }),
+    JSON.stringify(workspaceWrite({ writable_roots: [memories] })),
     '--file-system-sandbox-policy',
     JSON.stringify({
       kind: 'restricted',

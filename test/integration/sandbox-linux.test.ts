@@ -17,6 +17,7 @@ import {
   seed,
   special,
   waitFor,
+  workspaceWrite,
 } from './sandbox-util.js';
 
 /** sandbox.md §12: the 15 conformance cases and the further quick checks, with real bwrap. */
@@ -86,12 +87,7 @@ describe('sandbox.md §12 conformance (Linux, real bwrap)', { skip: needsSandbox
   test('4: exclude_slash_tmp and no slash_tmp entry: $OUT and /tmp are read-only', async () => {
     const sb = seed({
       cwd: f.W,
-      policy: {
-        type: 'workspace-write',
-        network_access: false,
-        exclude_tmpdir_env_var: true,
-        exclude_slash_tmp: true,
-      },
+      policy: workspaceWrite({ exclude_tmpdir_env_var: true, exclude_slash_tmp: true }),
       entries: [special('root', 'read'), special('current_working_directory', 'write')],
     });
     const F = `/tmp/corral-sbx-case4-${process.pid}-${Date.now()}`;
@@ -180,13 +176,7 @@ describe('sandbox.md §12 conformance (Linux, real bwrap)', { skip: needsSandbox
     ];
     const sb = seed({
       cwd: f.W,
-      policy: {
-        type: 'workspace-write',
-        writable_roots: [EXTRA],
-        network_access: false,
-        exclude_tmpdir_env_var: false,
-        exclude_slash_tmp: false,
-      },
+      policy: workspaceWrite({ writable_roots: [EXTRA] }),
       entries: [...base, special('tmpdir', 'write'), pathEntry(EXTRA, 'write')],
     });
     const cmd = ['sh', '-c', 'echo 1 > "$EXTRA/x" && echo 2 > "$T/y" && echo 3 > "$F"'];
@@ -197,12 +187,7 @@ describe('sandbox.md §12 conformance (Linux, real bwrap)', { skip: needsSandbox
     // With exclude_tmpdir_env_var (and, since $T lies under /tmp here, exclude_slash_tmp) $T is read-only.
     const sb3 = seed({
       cwd: f.W,
-      policy: {
-        type: 'workspace-write',
-        network_access: false,
-        exclude_tmpdir_env_var: true,
-        exclude_slash_tmp: true,
-      },
+      policy: workspaceWrite({ exclude_tmpdir_env_var: true, exclude_slash_tmp: true }),
       entries: [special('root', 'read'), special('current_working_directory', 'write')],
     });
     const r3 = await run(sb3, ['sh', '-c', 'echo 2 > "$T/z"'], { cwd: f.W, env: { T: f.T }, opts: opts() });

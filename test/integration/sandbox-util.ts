@@ -41,6 +41,15 @@ export const special = (kind: string, access: string, extra: Record<string, unkn
 });
 export const pathEntry = (path: string, access: string) => ({ path: { type: 'path', path }, access });
 
+/** The legacy workspace-write policy: no network, $TMPDIR and /tmp writable, unless `over` says otherwise. */
+export const workspaceWrite = (over: Record<string, unknown> = {}) => ({
+  type: 'workspace-write',
+  network_access: false,
+  exclude_tmpdir_env_var: false,
+  exclude_slash_tmp: false,
+  ...over,
+});
+
 /** The options of a seed SandboxLaunchConfig (seedParam, seed). */
 export interface SeedOptions {
   cwd: string;
@@ -61,12 +70,7 @@ export interface SeedOptions {
 export function seedParam(o: SeedOptions) {
   return {
     sandbox: o.sandbox ?? 'linux-seccomp',
-    policy: o.policy ?? {
-      type: 'workspace-write',
-      network_access: o.network === 'enabled',
-      exclude_tmpdir_env_var: false,
-      exclude_slash_tmp: false,
-    },
+    policy: o.policy ?? workspaceWrite({ network_access: o.network === 'enabled' }),
     fileSystemPolicy: {
       kind: o.kind ?? 'restricted',
       entries: o.entries ?? [

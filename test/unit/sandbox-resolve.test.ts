@@ -5,9 +5,10 @@ import { parseSandboxParam } from '../../src/protocol/sandbox.js';
 import { effectiveSandbox } from '../../src/sandbox/effective.js';
 import type { FsProbe } from '../../src/sandbox/fsProbe.js';
 import type { ParsedSandbox } from '../../src/sandbox/index.js';
-import { bwrapArgs, bwrapFsArgs } from '../../src/sandbox/linux/bwrapArgs.js';
+import { type BwrapOptions, bwrapArgs, bwrapFsArgs } from '../../src/sandbox/linux/bwrapArgs.js';
 import { buildSeatbelt, seatbeltArgv } from '../../src/sandbox/macos/seatbelt.js';
 import { accessOf, resolvePolicy } from '../../src/sandbox/resolve.js';
+import { seedSandbox } from '../helpers/startParams.js';
 
 type Node = 'dir' | 'file' | { link: string } | { text: string };
 
@@ -70,23 +71,25 @@ function seed(
   entries: unknown[],
   policy: Record<string, unknown> = { type: 'workspace-write' },
 ): ParsedSandbox {
-  const r = parseSandboxParam({
-    sandbox: 'linux-seccomp',
-    policy,
-    fileSystemPolicy: { kind: 'restricted', entries },
-    networkPolicy: 'restricted',
-    sandboxPolicyCwd: cwd,
-    additionalPermissions: null,
-    enforceManagedNetwork: false,
-    windowsSandboxLevel: 'disabled',
-    windowsSandboxPrivateDesktop: false,
-    useLegacyLandlock: false,
-  });
+  const r = parseSandboxParam(
+    seedSandbox({ policy, fileSystemPolicy: { kind: 'restricted', entries }, sandboxPolicyCwd: cwd }),
+  );
   if (!r.success) throw r.error;
   return r.data!;
 }
 
 const FEATURES = { argv0: false, perms: true };
+/** bwrapArgs' options for `/bin/sh` in /w with a new network, pid and session, `over` on top. */
+const shIn = (over: Partial<BwrapOptions> = {}): BwrapOptions => ({
+  unshareNet: true,
+  proc: true,
+  newSession: true,
+  chdir: '/w',
+  file: '/bin/sh',
+  args: [],
+  features: FEATURES,
+  ...over,
+});
 
 test('bwrap args: read-only', () => {
   const probe = fakeFs({ '/w': 'dir', '/tmp': 'dir' });
@@ -96,17 +99,7 @@ test('bwrap args: read-only', () => {
   assert.equal(r.fullRead, true);
   assert.equal(r.fullWrite, false);
   assert.deepEqual(r.writableRoots, []);
-  const b = bwrapArgs(r, {
-    unshareNet: true,
-    proc: true,
-    newSession: true,
-    chdir: '/w',
-    file: '/bin/sh',
-    args: ['-c', 'true'],
-    argv0: 'sh',
-    seccompFd: 3,
-    features: FEATURES,
-  });
+  const b = bwrapArgs(r, shIn({ args: ['-c', 'true'], argv0: 'sh', seccompFd: 3 }));
   assert.deepEqual(b.args, [
     '--new-session',
     '--die-with-parent',
@@ -140,28 +133,10 @@ test('bwrap args: read-only', () => {
     'true',
   ]);
   assert.equal(b.argv0Ignored, false, 'the bare name of the resolved program is not a custom arg0');
-  const custom = bwrapArgs(r, {
-    unshareNet: true,
-    proc: true,
-    newSession: true,
-    chdir: '/w',
-    file: '/bin/sh',
-    args: [],
-    argv0: 'my-shell',
-    features: FEATURES,
-  });
+  const custom = bwrapArgs(r, shIn({ argv0: 'my-shell' }));
   assert.equal(custom.argv0Ignored, true);
   assert.ok(!custom.args.includes('--argv0'));
-  const supported = bwrapArgs(r, {
-    unshareNet: true,
-    proc: true,
-    newSession: true,
-    chdir: '/w',
-    file: '/bin/sh',
-    args: [],
-    argv0: 'my-shell',
-    features: { argv0: true, perms: true },
-  });
+  const supported = bwrapArgs(r, shIn({ argv0: 'my-shell', features: { argv0: true, perms: true } }));
   assert.deepEqual(
     supported.args.slice(supported.args.indexOf('--argv0'), supported.args.indexOf('--argv0') + 2),
     ['--argv0', 'my-shell'],

@@ -45,6 +45,14 @@ function tree(extra: Record<string, string> = {}): string {
 }
 
 describe('check-layers', () => {
+  /** The tree with `files` added fails the check (exit 1); its report, which must match each of `lines`. */
+  const fails = (files: Record<string, string>, ...lines: RegExp[]): string => {
+    const r = check(tree(files));
+    assert.equal(r.status, 1, r.stderr);
+    for (const line of lines) assert.match(r.stderr, line);
+    return r.stderr;
+  };
+
   test('this repository keeps the layer rules', () => {
     const r = check(root);
     assert.equal(r.stderr, '');
@@ -56,136 +64,96 @@ describe('check-layers', () => {
   });
 
   test('the renderer importing src/rpc fails, naming the file, the import and the rule', () => {
-    const r = check(
-      tree({
+    fails(
+      {
         'renderer/views/list.ts':
           "import type { A } from '../app.js';\n\nimport { C } from '../../src/rpc/connection.js';\nexport const L = [C];\n",
-      }),
-    );
-    assert.equal(r.status, 1);
-    assert.match(
-      r.stderr,
+      },
       /^renderer\/views\/list\.ts:3: imports '\.\.\/\.\.\/src\/rpc\/connection\.js' \(src\/rpc\/connection\.ts\): the renderer may import only its own files and src\/protocol/m,
+      /1 forbidden import/,
     );
-    assert.match(r.stderr, /1 forbidden import/);
   });
 
   test('the renderer importing a Node builtin fails', () => {
-    const r = check(
-      tree({ 'renderer/fs.ts': "import { readFileSync } from 'node:fs';\nexport const F = readFileSync;\n" }),
-    );
-    assert.equal(r.status, 1);
-    assert.match(
-      r.stderr,
+    fails(
+      { 'renderer/fs.ts': "import { readFileSync } from 'node:fs';\nexport const F = readFileSync;\n" },
       /^renderer\/fs\.ts:1: imports 'node:fs' \(a package\): the renderer may import only/m,
     );
   });
 
   test('src/protocol importing anything of ours but itself, or a package but zod, fails', () => {
-    const r = check(
-      tree({
+    fails(
+      {
         'src/protocol/bad.ts':
           "import { C } from '../rpc/connection.js';\nimport { WebSocket } from 'ws';\nexport const B = [C, WebSocket];\n",
-      }),
-    );
-    assert.equal(r.status, 1);
-    assert.match(
-      r.stderr,
+      },
       /^src\/protocol\/bad\.ts:1: imports '\.\.\/rpc\/connection\.js' \(src\/rpc\/connection\.ts\): src\/protocol imports nothing of ours but itself/m,
-    );
-    assert.match(
-      r.stderr,
       /^src\/protocol\/bad\.ts:2: imports 'ws' \(a package\): src\/protocol imports nothing/m,
     );
   });
 
   test('main importing the renderer, src importing electron or main, preload importing src/server: each fails', () => {
-    const r = check(
-      tree({
+    fails(
+      {
         'main/window.ts': "import { A } from '../renderer/app.js';\nexport const W = A;\n",
         'src/server/gui.ts':
           "import { app } from 'electron';\nimport { M } from '../../main/main.js';\nexport const G = [app, M];\n",
         'preload/bridge.ts': "import { S } from '../src/server/server.js';\nexport const B = S;\n",
-      }),
-    );
-    assert.equal(r.status, 1);
-    assert.match(
-      r.stderr,
+      },
       /^main\/window\.ts:1: imports '\.\.\/renderer\/app\.js' \(renderer\/app\.ts\): main\/ may import src\/ and its own files, never renderer\//m,
-    );
-    assert.match(
-      r.stderr,
       /^src\/server\/gui\.ts:1: imports 'electron' \(a package\): src\/ runs under plain Node/m,
-    );
-    assert.match(
-      r.stderr,
       /^src\/server\/gui\.ts:2: imports '\.\.\/\.\.\/main\/main\.js' \(main\/main\.ts\): src\/ runs under plain Node/m,
-    );
-    assert.match(
-      r.stderr,
       /^preload\/bridge\.ts:1: imports '\.\.\/src\/server\/server\.js' \(src\/server\/server\.ts\): the preload may import only/m,
+      /4 forbidden import/,
     );
-    assert.match(r.stderr, /4 forbidden import/);
   });
 
   test('the native addon belongs to src/platform: importing its loader from elsewhere, or src/ from src/platform, fails', () => {
-    const r = check(
-      tree({
+    fails(
+      {
         'src/platform/addon.ts': 'export const addon = null;\n',
         'src/platform/relay.ts': "import { addon } from './addon.js';\nexport const relay = addon;\n",
         'src/platform/up.ts': "import { S } from '../server/ok.js';\nexport const U = S;\n",
         'src/server/ok.ts': "import { relay } from '../platform/relay.js';\nexport const S = relay;\n",
         'src/network/tunnel.ts': "import { addon } from '../platform/addon.js';\nexport const T = addon;\n",
-      }),
-    );
-    assert.equal(r.status, 1);
-    assert.match(
-      r.stderr,
+      },
       /^src\/network\/tunnel\.ts:1: imports '\.\.\/platform\/addon\.js' \(src\/platform\/addon\.ts\): only src\/platform touches the native addon/m,
-    );
-    assert.match(
-      r.stderr,
       /^src\/platform\/up\.ts:1: imports '\.\.\/server\/ok\.js' \(src\/server\/ok\.ts\): src\/platform/m,
+      /2 forbidden import/,
     );
-    assert.match(r.stderr, /2 forbidden import/);
   });
 
   test('an import cycle fails, even a type-only one through a third file, naming each import of the loop', () => {
-    const r = check(
-      tree({
+    fails(
+      {
         'src/server/a.ts': "import { B } from './b.js';\nexport const A = B;\n",
         'src/server/b.ts': "import type { T } from './c.js';\nexport const B: T = 1;\n",
         'src/server/c.ts':
           "\nimport type { A } from './a.js';\nexport type T = typeof A extends number ? number : never;\n",
-      }),
-    );
-    assert.equal(r.status, 1);
-    assert.match(
-      r.stderr,
+      },
       /^import cycle src\/server\/a\.ts → src\/server\/b\.ts → src\/server\/c\.ts → src\/server\/a\.ts: src\/server\/a\.ts:1 imports '\.\/b\.js', src\/server\/b\.ts:1 imports '\.\/c\.js', src\/server\/c\.ts:2 imports '\.\/a\.js': no file may import itself/m,
     );
   });
 
   test('an import of a file that does not exist fails', () => {
-    const r = check(tree({ 'src/server/gone.ts': "export { X } from './missing.js';\n" }));
-    assert.equal(r.status, 1);
-    assert.match(
-      r.stderr,
+    fails(
+      { 'src/server/gone.ts': "export { X } from './missing.js';\n" },
       /^src\/server\/gone\.ts:1: imports '\.\/missing\.js', which names no file of this tree/m,
     );
   });
 
   test("the server's folders stack by concern, and only the CLI and main/ assemble (src/app): each crossing fails", () => {
+    // The server's folders, each standing on the one below, and the composition root on top.
+    const stack = {
+      'src/server/core/log.ts': 'export const L = 1;\n',
+      'src/server/fs/fsOps.ts': "import { L } from '../core/log.js';\nexport const F = L;\n",
+      'src/server/process/launcher.ts': "import { F } from '../fs/fsOps.js';\nexport const P = F;\n",
+      'src/server/execServer.ts': "import { P } from './process/launcher.js';\nexport const E = P;\n",
+      'src/server/connection/ws.ts': "import { E } from '../execServer.js';\nexport const W = E;\n",
+      'src/app/compose.ts': "import { W } from '../server/connection/ws.js';\nexport const A = W;\n",
+    };
     const ok = check(
-      tree({
-        'src/server/core/log.ts': 'export const L = 1;\n',
-        'src/server/fs/fsOps.ts': "import { L } from '../core/log.js';\nexport const F = L;\n",
-        'src/server/process/launcher.ts': "import { F } from '../fs/fsOps.js';\nexport const P = F;\n",
-        'src/server/execServer.ts': "import { P } from './process/launcher.js';\nexport const E = P;\n",
-        'src/server/connection/ws.ts': "import { E } from '../execServer.js';\nexport const W = E;\n",
-        'src/app/compose.ts': "import { W } from '../server/connection/ws.js';\nexport const A = W;\n",
-        'src/cli.ts': "import { A } from './app/compose.js';\nexport const CLI = A;\n",
-      }),
+      tree({ ...stack, 'src/cli.ts': "import { A } from './app/compose.js';\nexport const CLI = A;\n" }),
     );
     assert.equal(ok.status, 0, ok.stderr);
     const crossings: [string, string, RegExp][] = [
@@ -217,17 +185,7 @@ describe('check-layers', () => {
       ],
     ];
     for (const [file, line, rule] of crossings) {
-      const r = check(
-        tree({
-          'src/server/core/log.ts': 'export const L = 1;\n',
-          'src/server/fs/fsOps.ts': "import { L } from '../core/log.js';\nexport const F = L;\n",
-          'src/server/process/launcher.ts': "import { F } from '../fs/fsOps.js';\nexport const P = F;\n",
-          'src/server/execServer.ts': "import { P } from './process/launcher.js';\nexport const E = P;\n",
-          'src/server/connection/ws.ts': "import { E } from '../execServer.js';\nexport const W = E;\n",
-          'src/app/compose.ts': "import { W } from '../server/connection/ws.js';\nexport const A = W;\n",
-          [file]: `${line}\nexport const BAD = 1;\n`,
-        }),
-      );
+      const r = check(tree({ ...stack, [file]: `${line}\nexport const BAD = 1;\n` }));
       assert.equal(r.status, 1, `${file} should fail`);
       assert.match(
         r.stderr,

@@ -6,6 +6,7 @@ import { execFile } from 'node:child_process';
 import { accessSync, constants, existsSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
+import { netNotifyAbsence } from '../platform/netNotify.js';
 import { sandboxLauncher } from '../platform/sandbox.js';
 import { cgroupHostIfSetUp, cgroupMountPoints, pidsBudget } from '../process/cgroup.js';
 import { hostControlMounts, outermost } from '../process/cgroupFs.js';
@@ -166,8 +167,16 @@ export function landlockCheck(inContainer: boolean): DoctorCheck {
     ...(s.abi >= 6 ? ['signal and abstract socket scopes'] : []),
     ...(s.abi >= 7 ? ['audit logging'] : []),
   ];
+  // Managed network under Landlock: its connect supervisor (seccomp user notification, NOTIF_ADDFD: Linux 5.9).
+  const supervisor = s.abi >= 4 ? netNotifyAbsence() : null;
+  if (s.abi >= 4 && supervisor === null) has.push('managed network (connect supervisor)');
   const lacks = [
     ...(s.abi < 4 ? ['managed network (needs ABI 4)'] : []),
+    ...(supervisor !== null
+      ? [
+          `managed network: the connect supervisor cannot run (${supervisor}): refused unless --sandbox-accept-weaker proxy-port`,
+        ]
+      : []),
     ...(s.abi < 6 ? ['signal scoping (needs ABI 6: refused unless --sandbox-accept-weaker signals)'] : []),
   ];
   return {
@@ -175,7 +184,11 @@ export function landlockCheck(inContainer: boolean): DoctorCheck {
     title: 'Landlock',
     status: lacks.length > 0 ? 'missing' : 'ok',
     detail: `ABI ${s.abi} (errata 0x${s.errata.toString(16)}): ${has.join(', ')}${lacks.length ? `; lacks ${lacks.join(', ')}` : ''}`,
-    ...(lacks.length ? { fix: 'a newer kernel (ABI 4: Linux 6.7, ABI 6: Linux 6.12)' } : {}),
+    ...(lacks.length
+      ? {
+          fix: 'a newer kernel (ABI 4: Linux 6.7, ABI 6: Linux 6.12; the connect supervisor: Linux 5.9 and a seccomp profile that allows SECCOMP_FILTER_FLAG_NEW_LISTENER)',
+        }
+      : {}),
   };
 }
 

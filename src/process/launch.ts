@@ -30,7 +30,13 @@ export interface LaunchSpec {
    * seccomp program). The native spawner does it in the child; node-pty and child_process go through the sandbox
    * launcher. Never together with `extraFds`.
    */
-  confine?: { rulesetFd: number; seccomp: Buffer; flags?: number };
+  confine?: {
+    rulesetFd: number;
+    seccomp: Buffer;
+    flags?: number;
+    /** Managed network under Landlock: the command's end of the connect supervisor's channel (platform/netNotify.ts). */
+    netNotifyFd?: number;
+  };
 }
 
 /** Which isolation actually applies to a started process, as reported in `process/start` and to the panel. */

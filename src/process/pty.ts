@@ -36,7 +36,7 @@ import * as pty from 'node-pty';
 import { sandboxNative } from '../platform/sandbox.js';
 import { endSpawnBatch, watchExit } from '../platform/spawn.js';
 import type { LaunchSpec } from './launch.js';
-import { SpawnError, throughLauncher } from './spawner.js';
+import { confineFds, SpawnError, throughLauncher } from './spawner.js';
 
 /** How long, after the child's exit, output is still read before the pty is let go. */
 const DRAIN_MS = 100;
@@ -87,7 +87,7 @@ export interface PtySpawnOptions {
  */
 export function spawnPty(file: string, args: string[], opts: PtySpawnOptions): PtyChild {
   const { extraFds: given = [], freshSessionKeyring = false, confine, argv0, prologue, ...ptyOpts } = opts;
-  const extraFds = confine ? [...given, confine.rulesetFd] : given;
+  const extraFds = confine ? [...given, ...confineFds(confine)] : given;
   let argv = [argv0 ?? file, ...args];
   if (extraFds.length > 0 || freshSessionKeyring) {
     if (extraFds.some((fd) => fd === null) || (extraFds.length > 0 && !sandboxNative))

@@ -184,6 +184,11 @@ export type NativeMode = 'async' | 'vfork';
 /** Why the native spawner is not available (null when it is). */
 export const nativeLoadError: string | null = nativeSpawnAbsence;
 
+/** The fds a confined start hands the launcher, the Landlock ruleset last; the connect supervisor's channel before it. */
+export function confineFds(c: NonNullable<LaunchSpec['confine']>): number[] {
+  return c.netNotifyFd !== undefined ? [c.netNotifyFd, c.rulesetFd] : [c.rulesetFd];
+}
+
 /**
  * `spec` started through the sandbox launcher: a fresh session keyring, `fds` at 3, 4, … and nothing else. For the
  * spawners that cannot do that in the child themselves (node-pty, child_process, the native spawner in vfork mode).
@@ -205,6 +210,7 @@ export function throughLauncher(spec: LaunchSpec, fds: number[], supervise = fal
         '--seccomp',
         c.seccomp.toString('hex'),
         ...(c.flags ? ['--landlock-flags', String(c.flags)] : []),
+        ...(c.netNotifyFd !== undefined ? ['--net-notify', String(1 + fds.length)] : []),
       ]
     : [];
   const argv = [
@@ -259,8 +265,15 @@ function spawnNative(
   const async = mode === 'async' && native.asyncExec;
   const supervise = spec.confine !== undefined && !opts.cgroup;
   if (supervise && !async) {
-    const extraFds = [spec.confine!.rulesetFd];
-    spec = { ...throughLauncher(spec, [3], true), extraFds };
+    const extraFds = confineFds(spec.confine!);
+    spec = {
+      ...throughLauncher(
+        spec,
+        extraFds.map((_, i) => 3 + i),
+        true,
+      ),
+      extraFds,
+    };
   }
   const unguarded = withoutPidGuard(spec);
   if (unguarded) spec = unguarded;
@@ -331,7 +344,7 @@ function spawnNode(spec: LaunchSpec, opts: SpawnOptions): SpawnedChild {
   endSpawnBatch();
   sandboxNative?.sealFds(); // child_process closes nothing: every fd we do not pass must be close-on-exec
   if (spec.freshSessionKeyring || spec.confine) {
-    const extra = [...(spec.extraFds ?? []), ...(spec.confine ? [spec.confine.rulesetFd] : [])];
+    const extra = [...(spec.extraFds ?? []), ...(spec.confine ? confineFds(spec.confine) : [])];
     if (extra.includes(null))
       throw new SpawnError('EINVAL', 'the sandbox launcher cannot leave an fd slot closed');
     spec = {

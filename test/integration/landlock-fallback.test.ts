@@ -21,7 +21,6 @@ import {
   noNamespacesArgv,
   whyNoNamespacesSkip,
 } from '../helpers/namespaceless.js';
-import { until } from '../helpers/server.js';
 import {
   type HostileServer,
   PY,
@@ -280,30 +279,21 @@ for (const env of NO_NAMESPACE_ENVS) {
       }
     });
 
-    test('managed network is refused, naming the element and the flag that accepts it', async () => {
+    test('managed network runs under the connect supervisor: not refused, no weaker guarantee (issue 33, item 3)', async () => {
       const W = workspace();
       const c = await fallback.client();
-      const e = (await c
-        .request('process/start', {
-          processId: 'managed-refused',
-          argv: ['/bin/true'],
-          cwd: W,
-          env: { PATH: '/usr/bin:/bin', HTTP_PROXY: 'http://127.0.0.1:9' },
-          tty: false,
-          sandbox: sandboxParam('seed', { cwd: W, enforceManagedNetwork: true }),
-        })
-        .then(
-          () => null,
-          (err: RpcCallError) => err,
-        )) as RpcCallError | null;
-      assert.ok(e, 'the managed start was not refused');
-      assert.equal(e.code, -32603);
-      assert.match(e.message, /landlock sandbox: managed network \(proxy-port\)/);
-      assert.match(e.message, /every host/);
-      assert.match(e.message, /--sandbox-accept-weaker proxy-port/);
+      const r = await runAgent(c, {
+        argv: ['/bin/true'],
+        cwd: W,
+        tty: false,
+        env: { PATH: '/usr/bin:/bin', HTTP_PROXY: 'http://127.0.0.1:9' },
+        sandbox: sandboxParam('seed', { cwd: W, enforceManagedNetwork: true }),
+      });
+      assert.equal(r.exitCode, 0, r.output);
+      assert.deepEqual(r.guarantees?.weaker ?? [], [], r.output);
     });
 
-    test('managed network with proxy-port accepted: the proxy works, loopback around it does not; the port is open on any address, as reported', async () => {
+    test('managed network (proxy-port accepted, not needed): the proxy works, loopback around it does not, nor the proxy port on another address', async () => {
       const W = workspace();
       writeFileSync(join(W, 'probe.py'), MANAGED_PROBE);
       const seen: string[] = [];
@@ -340,14 +330,19 @@ for (const env of NO_NAMESPACE_ENVS) {
           },
           sandbox: sandboxParam('seed', { cwd: W, enforceManagedNetwork: true }),
         });
-        assert.deepEqual(r.guarantees?.weaker, ['proxy-port'], r.output);
+        // The connect supervisor (issue 33, item 3): no weaker guarantee even where proxy-port is accepted.
+        assert.deepEqual(r.guarantees?.weaker ?? [], [], r.output);
         assert.equal(lineOf(r.output, 'via-proxy'), 'via-proxy OK proxied', r.output);
         assert.deepEqual(seen, ['GET http://example.invalid/managed']);
         assert.equal(lineOf(r.output, 'direct-other-port'), 'direct-other-port EACCES', r.output);
         assert.equal(other, 0);
-        // The accepted weakness, shown: Landlock's rule is the port alone.
-        assert.equal(lineOf(r.output, 'proxy-port-other-address'), 'proxy-port-other-address OK ', r.output);
-        await until(() => reached() === 1, 5000, 'the connection on 127.0.0.2');
+        // Landlock's rule would be the port alone; the supervisor keeps it to the loopback proxy.
+        assert.equal(
+          lineOf(r.output, 'proxy-port-other-address'),
+          'proxy-port-other-address EACCES',
+          r.output,
+        );
+        assert.equal(reached(), 0, 'nothing reached the proxy port on 127.0.0.2');
         assert.equal(lineOf(r.output, 'udp-socket'), 'udp-socket EPERM', r.output);
         assert.equal(lineOf(r.output, 'listen'), 'listen EACCES', r.output);
       } finally {
@@ -405,8 +400,10 @@ for (const env of NO_NAMESPACE_ENVS) {
         assert.match(human.out, /seccomp\s+supported; this process already runs under 1 filter/);
       }
       assert.match(human.out, /✓ read-only\s+landlock: Landlock ABI \d+ \(fallback\), every element exact/);
-      assert.match(human.out, /✗ workspace-write, managed network\s+refused: .*proxy-port/);
-      assert.equal(human.code, 1);
+      // issue 33, item 3: managed network under Landlock through the connect supervisor, with nothing accepted.
+      assert.match(human.out, /✓ workspace-write, managed network\s+landlock: .*every element exact/);
+      assert.match(human.out, /✓ Landlock\s+ABI \d.*managed network \(connect supervisor\)/);
+      assert.equal(human.code, 0); // every policy runs (the managed one too, issue 33 item 3)
       const json = await doctor(env, s.root, ['--json']);
       const report = DoctorReport.parse(JSON.parse(json.out));
       const got = Object.fromEntries(report.policies.map((p) => [p.policy, p.sandbox]));
@@ -434,7 +431,7 @@ for (const env of NO_NAMESPACE_ENVS) {
       );
       const managed = accepted.policies.find((p) => p.policy === 'workspace-write, managed network')!;
       assert.equal(managed.sandbox, 'landlock');
-      assert.deepEqual(managed.guarantees?.weaker, ['proxy-port']);
+      assert.deepEqual(managed.guarantees?.weaker ?? [], []); // the connect supervisor: proxy-port is not needed
     });
   });
 }

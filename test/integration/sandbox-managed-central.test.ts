@@ -15,7 +15,7 @@ import type { RpcClient } from '../helpers/client.js';
 import { needsSandbox } from '../helpers/native.js';
 import { tempDir } from '../helpers/server.js';
 import { type AuditedServer, startAuditedServer } from './audit-helpers.js';
-import { type Fixture, fixture, PATH, seedParam, special } from './sandbox-util.js';
+import { centralStart, type Fixture, fixture } from './sandbox-util.js';
 
 const CURL = '/usr/bin/curl';
 
@@ -55,37 +55,11 @@ after(async () => {
   assert.deepEqual(lookups, []);
 });
 
-/** The script run inside the sandbox: the three decisions, each on its own line. */
-const script = (port: number) =>
-  [
-    // NO_PROXY names loopback: --noproxy '' sends these through the managed proxy all the same.
-    `curl -sS -m10 --noproxy '' -o /dev/null -w 'allowed=%{http_code}\\n' http://localhost:${port}/ok`,
-    `curl -sS -m10 --noproxy '' -w '\\nlocal=%{http_code}\\n' http://127.0.0.1:${port}/local`,
-    `curl -sS -m5 --noproxy '*' http://127.0.0.1:${port}/direct 2>/dev/null; echo "direct=$?"`,
-  ].join('; ');
-
 async function central(processId: string, tty: boolean): Promise<string> {
-  await agent.request('process/start', {
-    processId,
-    argv: ['/bin/sh', '-c', script(f.port)],
-    cwd: f.W,
-    env: { PATH, TERM: 'dumb' },
-    tty,
-    arg0: null,
-    sandbox: seedParam({
-      cwd: f.W,
-      entries: [
-        special('root', 'read'),
-        special('current_working_directory', 'write'),
-        special('tmpdir', 'write'),
-      ],
-      enforceManagedNetwork: true,
-    }),
-    managedNetwork: {
-      config: { network: { enabled: true, enable_socks5: true, domains: { localhost: 'allow' } } },
-      auditMetadata: { conversationId: `conv-${processId}` },
-    },
-  });
+  await agent.request(
+    'process/start',
+    centralStart(processId, { port: f.port, cwd: f.W, tty, conversationId: `conv-${processId}` }),
+  );
   const events = await agent.collect(processId, 30_000);
   const exited = events.find((e) => e.method === 'process/exited');
   assert.equal(exited?.params.exitCode, 0);

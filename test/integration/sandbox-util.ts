@@ -451,3 +451,42 @@ export async function startAndRead(
     exitCode: exited.params.exitCode as number,
   };
 }
+
+/**
+ * The seed's central combination (issue 33, items 2 and 3): a process/start of `sh -c <three curls>` under the
+ * server's own managedNetwork (localhost allowed) with enforceManagedNetwork, on the workspace `cwd`; the curls print
+ * allowed=<code> (through the proxy), local=<code> (a loopback literal: 403 not_allowed_local) and direct=<curl exit>.
+ */
+export function centralStart(
+  processId: string,
+  o: { port: number; cwd: string; tty: boolean; useLegacyLandlock?: boolean; conversationId?: string },
+) {
+  const script = [
+    // NO_PROXY names loopback: --noproxy '' sends these through the managed proxy all the same.
+    `curl -sS -m10 --noproxy '' -o /dev/null -w 'allowed=%{http_code}\\n' http://localhost:${o.port}/ok`,
+    `curl -sS -m10 --noproxy '' -w '\\nlocal=%{http_code}\\n' http://127.0.0.1:${o.port}/local`,
+    `curl -sS -m5 --noproxy '*' http://127.0.0.1:${o.port}/direct 2>/dev/null; echo "direct=$?"`,
+  ].join('; ');
+  return {
+    processId,
+    argv: ['/bin/sh', '-c', script],
+    cwd: o.cwd,
+    env: { PATH, TERM: 'dumb' },
+    tty: o.tty,
+    arg0: null,
+    sandbox: seedParam({
+      cwd: o.cwd,
+      entries: [
+        special('root', 'read'),
+        special('current_working_directory', 'write'),
+        special('tmpdir', 'write'),
+      ],
+      enforceManagedNetwork: true,
+      useLegacyLandlock: o.useLegacyLandlock ?? false,
+    }),
+    managedNetwork: {
+      config: { network: { enabled: true, enable_socks5: true, domains: { localhost: 'allow' } } },
+      ...(o.conversationId ? { auditMetadata: { conversationId: o.conversationId } } : {}),
+    },
+  };
+}

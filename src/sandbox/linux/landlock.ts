@@ -24,8 +24,11 @@
  * - network restricted: seccomp (unix stream/seqpacket socketpairs only, no connect/bind/sendto: a path unix socket
  *   is reached by connect() or a datagram, which Landlock before ABI 8 does not restrict) plus Landlock's TCP rules
  *   (ABI 4) with no port allowed and the abstract-socket scope (ABI 6);
- * - managed network: Landlock's TCP connect rules allow the proxy's ports, but on every address (there is no address
- *   in a port rule): refused unless `proxy-port` is accepted; TCP only (seccomp), no listening socket;
+ * - managed network: Landlock allows no TCP connect; a seccomp user-notification filter sends every connect() to the
+ *   server's connect supervisor (src/platform/native/netnotify.c), which installs a socket of its own connected to
+ *   the loopback proxy for a connect to it and refuses the rest. Where that cannot run (no addon, Linux < 5.9, a
+ *   listener refused) Landlock's port rules would allow the proxy's ports on every address: refused unless
+ *   `proxy-port` is accepted. TCP only (seccomp), no listening socket;
  * - processes: no pid namespace. Landlock keeps ptrace (ABI 1) and signals (ABI 6 scope) inside the sandbox's own
  *   domain; before ABI 6 refused unless `signals` is accepted. The process list of the host stays visible (/proc);
  * - IPC: no IPC namespace: SysV IPC and POSIX message queues denied by seccomp unless `host-ipc` is accepted;
@@ -113,6 +116,11 @@ export interface LandlockHost {
   managed: boolean;
   /** The managed proxy's loopback ports (from the command's proxy variables). */
   proxyPorts: number[];
+  /**
+   * Managed network: null when the connect supervisor runs here (src/platform/netNotify.ts), else why not. Absent:
+   * not asked (an unmanaged start).
+   */
+  connectSupervisor?: string | null;
   /** The server's own files and directories (canonical, existing), with what each is, for refusals. */
   masks: { path: string; what: string }[];
   /** Writable temp roots (canonical /tmp, the server's TMPDIR) that may hold a private TMPDIR. */
@@ -135,6 +143,11 @@ export interface LandlockPlan {
   restrictFlags: number;
   rules: { path: string; rights: number }[];
   connectPorts: number[];
+  /**
+   * Managed network: connect() is supervised by the server (netnotify.c), which lets these loopback proxy ports be
+   * reached, and nothing else; Landlock allows no TCP connect.
+   */
+  netNotify?: number[];
   seccompMode: SeccompMode;
   seccompExtras: SeccompExtras;
   /** Accepted weaker guarantees that apply to this launch. */
@@ -281,6 +294,7 @@ export function planLandlock(r: ResolvedPolicy, host: LandlockHost): LandlockPla
 
   let handledNet = 0;
   let connectPorts: number[] = [];
+  let netNotify: number[] | undefined;
   let seccompMode: SeccompMode = host.network === 'restricted' ? 'restricted' : 'network-enabled';
   if (host.managed) {
     if (abi < 4)
@@ -288,14 +302,20 @@ export function planLandlock(r: ResolvedPolicy, host: LandlockHost): LandlockPla
         'managed network',
         `it needs Landlock ABI 4 (TCP port rules) and this kernel has ABI ${abi}: without a network namespace nothing else confines TCP`,
       );
-    if (!accept.has('proxy-port'))
-      refuse(
-        'managed network (proxy-port)',
-        `Landlock's TCP rules have a port but no address, so the proxy's port${host.proxyPorts.length > 1 ? 's' : ''} (${host.proxyPorts.join(', ')}) would be reachable on every host, not only on the loopback proxy; ${ACCEPT_HINT('proxy-port')}`,
-      );
-    weaker.add('proxy-port');
     handledNet = NET.BIND_TCP | NET.CONNECT_TCP;
-    connectPorts = [...new Set(host.proxyPorts)].sort((a, b) => a - b);
+    if (host.connectSupervisor === null) {
+      // Landlock allows no TCP connect at all; the server's connect supervisor (netnotify.c) answers a connect to the
+      // loopback proxy with a socket of its own and refuses the rest: the proxy is reached on 127.0.0.1 only.
+      netNotify = [...new Set(host.proxyPorts)].sort((a, b) => a - b);
+    } else {
+      if (!accept.has('proxy-port'))
+        refuse(
+          'managed network (proxy-port)',
+          `Landlock's TCP rules have a port but no address, so the proxy's port${host.proxyPorts.length > 1 ? 's' : ''} (${host.proxyPorts.join(', ')}) would be reachable on every host, not only on the loopback proxy, and the connect supervisor that would keep it to the loopback proxy cannot run here (${host.connectSupervisor ?? 'not asked'}); ${ACCEPT_HINT('proxy-port')}`,
+        );
+      weaker.add('proxy-port');
+      connectPorts = [...new Set(host.proxyPorts)].sort((a, b) => a - b);
+    }
     seccompMode = 'proxy-routed';
   } else if (host.network === 'restricted' && abi >= 4) {
     handledNet = NET.BIND_TCP | NET.CONNECT_TCP; // no port: on top of seccomp's socket rules
@@ -379,6 +399,7 @@ export function planLandlock(r: ResolvedPolicy, host: LandlockHost): LandlockPla
     restrictFlags: 0,
     rules,
     connectPorts,
+    ...(netNotify ? { netNotify } : {}),
     seccompMode,
     seccompExtras,
     weaker: [...weaker].sort(),

@@ -1,6 +1,7 @@
 /** The Landlock backend's launch: its plan (linux/landlock.ts) from a resolved policy, and the ruleset it builds. */
 import { mkdtempSync, realpathSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
+import { netNotifyAbsence, netNotifyChannel } from '../../platform/netNotify.js';
 import { hostControlMounts } from '../../process/cgroupFs.js';
 import type { PreparedLaunch } from '../../process/launch.js';
 import { formatTag, ownTag, sweepStaleDirs } from '../../process/serverTag.js';
@@ -81,6 +82,8 @@ export function planLandlockLaunch(
     masks: serverMasks(host),
     tmpRoots,
     envTmpdir: canonical(env.TMPDIR) ?? env.TMPDIR,
+    // Managed: whether the connect supervisor runs here (asked of the kernel once per process).
+    ...(managed ? { connectSupervisor: netNotifyAbsence() } : {}),
     // Read-only in every plan (landlock.ts): a part of the inputs, so a new mount makes a new plan.
     controlMounts: hostControlMounts(),
   };
@@ -92,6 +95,7 @@ export function planLandlockLaunch(
   if (plan.frozen.length > 0) summary.frozen = plan.frozen;
   if (plan.weaker.length > 0) summary.weaker = plan.weaker;
   if (proxyPorts.length > 0) summary.proxyEndpoints = proxyPorts.map((p) => `127.0.0.1:${p}`);
+  if (plan.netNotify) summary.connectSupervisor = true;
   return {
     sandboxType: 'linuxSeccomp',
     mechanism: 'landlock',
@@ -137,9 +141,13 @@ function privateTmpIn(root: string): string {
 export function materializeLandlock(plan: LaunchPlan): PreparedLaunch {
   const ll = plan.landlock!;
   let held: KeptRuleset | undefined;
+  // Managed network: the connect supervisor's channel; its child end goes to the command, the listener it sends back
+  // is watched once the command is spawned.
+  const chan = ll.netNotify ? netNotifyChannel() : undefined;
   const release = () => {
     if (held) releaseRuleset(held);
     held = undefined;
+    chan?.close();
   };
   let env = plan.spec.env;
   let tmp: string | undefined;
@@ -163,6 +171,7 @@ export function materializeLandlock(plan: LaunchPlan): PreparedLaunch {
       ll.basis?.listings ?? new Map(),
     );
   } catch (e) {
+    chan?.close();
     throw new SandboxSetupError(`landlock sandbox: cannot build the ruleset: ${(e as Error).message}`);
   }
   held = got.ruleset;
@@ -179,13 +188,16 @@ export function materializeLandlock(plan: LaunchPlan): PreparedLaunch {
         rulesetFd: got.ruleset.fd,
         seccomp: plan.seccomp!.filter,
         ...(ll.restrictFlags ? { flags: ll.restrictFlags } : {}),
+        ...(chan ? { netNotifyFd: chan.childFd } : {}),
       },
     },
     sandboxType: plan.sandboxType,
     summary,
     ...(plan.guarantees ? { guarantees: plan.guarantees } : {}),
     async afterSpawn() {
-      release(); // the child has its copy
+      // The child has its copies. Its connects wait in the kernel until the supervisor has its listener.
+      if (chan && ll.netNotify) chan.watch(ll.netNotify);
+      release();
     },
     cleanup: release,
   };

@@ -31,6 +31,23 @@ async function startFamily(c: RpcClient, processId: string, tty = false): Promis
   return [child, grandchild];
 }
 
+/** Every family a killed server left, killed in turn once the file is done (whether or not it died as it should). */
+const families: number[][] = [];
+after(() => {
+  for (const pid of families.flat()) if (alive(pid)) process.kill(pid, 'SIGKILL');
+});
+
+/** A CLI server starts a family (`startFamily`), then is SIGKILLed; the family's pids. */
+async function familyOfKilledServer(processId: string, tty = false): Promise<[number, number]> {
+  const cli = await startCli(['exec-server', '--listen', 'ws://127.0.0.1:0']);
+  const c = await RpcClient.open(cli.url!);
+  const family = await startFamily(c, processId, tty);
+  families.push(family);
+  cli.proc.kill('SIGKILL');
+  await cli.exited;
+  return family;
+}
+
 describe('protocol CLI', () => {
   let dir: { path: string; cleanup(): void };
   before(() => {
@@ -78,44 +95,20 @@ describe('protocol CLI', () => {
   it('a SIGKILLed server does not leave its direct children running (pdeathsig)', {
     skip: spawnerKind !== 'native' ? 'the child_process spawner cannot set PR_SET_PDEATHSIG' : false,
   }, async () => {
-    const cli = await startCli(['exec-server', '--listen', 'ws://127.0.0.1:0']);
-    const c = await RpcClient.open(cli.url!);
-    const [child, grandchild] = await startFamily(c, 'p');
-    cli.proc.kill('SIGKILL');
-    await cli.exited;
-    try {
-      await until(() => !alive(child), 2000, 'the direct child to die with the server');
-    } finally {
-      for (const pid of [child, grandchild]) if (alive(pid)) process.kill(pid, 'SIGKILL');
-    }
+    const [child] = await familyOfKilledServer('p');
+    await until(() => !alive(child), 2000, 'the direct child to die with the server');
   });
 
   it('a SIGKILLed server: tty children and their grandchildren die by hang-up', async () => {
-    const cli = await startCli(['exec-server', '--listen', 'ws://127.0.0.1:0']);
-    const c = await RpcClient.open(cli.url!);
-    const family = await startFamily(c, 't', true);
-    cli.proc.kill('SIGKILL');
-    await cli.exited;
-    try {
-      await until(() => !family.some(alive), 2000, 'the tty family to die with the server');
-    } finally {
-      for (const pid of family) if (alive(pid)) process.kill(pid, 'SIGKILL');
-    }
+    const family = await familyOfKilledServer('t', true);
+    await until(() => !family.some(alive), 2000, 'the tty family to die with the server');
   });
 
   it('a SIGKILLed server does not leave background grandchildren running', {
     skip: spawnerKind !== 'native' ? 'the group watchdog belongs to the native spawner' : false,
   }, async () => {
-    const cli = await startCli(['exec-server', '--listen', 'ws://127.0.0.1:0']);
-    const c = await RpcClient.open(cli.url!);
-    const [child, grandchild] = await startFamily(c, 'p');
-    cli.proc.kill('SIGKILL');
-    await cli.exited;
-    try {
-      await until(() => !alive(child) && !alive(grandchild), 2000, 'the grandchild to die with the server');
-    } finally {
-      for (const pid of [child, grandchild]) if (alive(pid)) process.kill(pid, 'SIGKILL');
-    }
+    const [child, grandchild] = await familyOfKilledServer('p');
+    await until(() => !alive(child) && !alive(grandchild), 2000, 'the grandchild to die with the server');
   });
 
   it('the group watchdog keeps no fd of the server but its pipe, and goes when the server goes', {

@@ -156,7 +156,9 @@ async function measureHandover(): Promise<void> {
  * the proxy's port. Prints one JSON line: p50/p90 latency (ms) and this process's CPU per connection (µs) for each,
  * the medians of 5 alternating rounds (CPU: a 550-request run less a 50-request run, over 500); {} without bwrap.
  */
-async function measureNetns(originPort: number): Promise<void> {
+type SandboxVariant = 'handed' | 'dialled' | 'landlock';
+
+async function measureNetns(originPort: number, variants: SandboxVariant[]): Promise<void> {
   const { mkdtempSync, rmSync } = await import('node:fs');
   const os = await import('node:os');
   const { join } = await import('node:path');
@@ -172,6 +174,9 @@ async function measureNetns(originPort: number): Promise<void> {
   const proxy = await startManagedProxy(spec, { processId: 'bench-netns', log: () => {} });
   const cwd = mkdtempSync(join(os.tmpdir(), 'corral-bench-netns-'));
   const sandbox = startSandbox(null, true, cwd);
+  // The Landlock backend (useLegacyLandlock) with the same enforcement: every connect goes to the server's connect
+  // supervisor (src/platform/native/netnotify.c), which installs a socket of its own connected to the proxy.
+  const landlock = sandbox ? { ...sandbox, useLegacyLandlock: true } : null;
   const env = applyProxyEnv({ PATH: '/usr/bin:/bin' }, proxy);
   // The client: N sequential GETs, each on a new connection (agent: false), through $HTTP_PROXY; prints p50/p90.
   const client = `const http=require('http');const u=new URL(process.env.HTTP_PROXY);const n=+process.argv[1];
@@ -181,8 +186,9 @@ const s=process.hrtime.bigint();
 http.get({host:u.hostname,port:+u.port,path:target,agent:false,headers:{host:new URL(target).host}},(r)=>{
 if(r.statusCode!==200)process.exit(3);r.resume();r.on('end',()=>{t.push(Number(process.hrtime.bigint()-s)/1e6);one()})})
 .on('error',()=>process.exit(2))};one();`;
-  const runOnce = async (n: number, handed: boolean) => {
-    const launch = await prepareLaunch(sandbox, {
+  const runOnce = async (n: number, variant: SandboxVariant) => {
+    const handed = variant !== 'dialled';
+    const launch = await prepareLaunch(variant === 'landlock' ? landlock : sandbox, {
       spec: {
         file: process.execPath,
         argv: [process.execPath, '-e', client, String(n), `http://127.0.0.1:${originPort}/`],
@@ -208,14 +214,15 @@ if(r.statusCode!==200)process.exit(3);r.resume();r.on('end',()=>{t.push(Number(p
   const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[xs.length >> 1]!;
   const out: Record<string, { p50: number; p90: number; cpuPerConnection: number }> = {};
   try {
-    await runOnce(20, true);
-    await runOnce(20, false);
-    const rounds: Record<string, { p50: number; p90: number; cpu: number }[]> = { handed: [], dialled: [] };
+    for (const v of variants) await runOnce(20, v);
+    const rounds = Object.fromEntries(
+      variants.map((v) => [v, [] as { p50: number; p90: number; cpu: number }[]]),
+    );
     for (let i = 0; i < 5; i++) {
-      for (const handed of [true, false]) {
-        const small = await runOnce(50, handed);
-        const big = await runOnce(550, handed);
-        rounds[handed ? 'handed' : 'dialled']!.push({
+      for (const v of variants) {
+        const small = await runOnce(50, v);
+        const big = await runOnce(550, v);
+        rounds[v]!.push({
           p50: big.p50,
           p90: big.p90,
           cpu: (big.cpuUs - small.cpuUs) / 500,
@@ -358,6 +365,43 @@ async function tunnels(
   return { mibs: runs[1]!, cpuPerMib: (cpu1 - cpu0) / 1000 / ((3 * TUNNEL_BYTES) / 1024 / 1024) };
 }
 
+/**
+ * The rows of a proxied connection from inside a sandbox with enforceManagedNetwork (measureNetns), for the variants
+ * asked: bwrap's in-namespace bridge (the server's proxy handed over, or dialled back) and the Landlock backend's
+ * connect supervisor (issue 33, item 3). `npm run bench -- sandbox-net` runs only these (sandbox-net.bench.ts).
+ */
+export async function sandboxConnectionRows(
+  originPort: number,
+  variants: SandboxVariant[],
+): Promise<BenchRow[]> {
+  const netns = (await startRole('--bench-netns', process.env, [String(originPort), variants.join(',')]))
+    .info as unknown as Record<string, { p50: number; p90: number; cpuPerConnection: number }>;
+  const section = 'managed network in a sandbox (a new connection per request)';
+  const rows: BenchRow[] = [];
+  const labels: Record<SandboxVariant, string> = {
+    handed: "bwrap, the server's proxy handed over",
+    dialled: 'bwrap, dialled back to the proxy port',
+    landlock: 'Landlock, through the connect supervisor',
+  };
+  for (const k of variants) {
+    const m = netns[k];
+    if (!m) continue;
+    const label = labels[k];
+    rows.push(
+      { section, metric: `p50 latency, ${label}`, corral: m.p50, unit: 'ms' },
+      { section, metric: `p90 latency, ${label}`, corral: m.p90, unit: 'ms' },
+      { section, metric: `server CPU per connection, ${label}`, corral: m.cpuPerConnection, unit: 'µs' },
+    );
+  }
+  return rows;
+}
+
+/** The origin alone (its web port), for a bench that needs only it; kill() when done. */
+export async function startOrigin(): Promise<{ web: number; kill(): void }> {
+  const origin = await startRole('--bench-origin');
+  return { web: origin.info.web!, kill: () => origin.proc.kill() };
+}
+
 export async function run(): Promise<BenchRow[]> {
   const origin = await startRole('--bench-origin');
   const proxy = await startRole('--bench-proxy');
@@ -377,29 +421,7 @@ export async function run(): Promise<BenchRow[]> {
       streamsProxy.proc.kill();
     }
     const handover = (await startRole('--bench-handover')).info;
-    const netns = (await startRole('--bench-netns', process.env, [String(web)])).info as unknown as Record<
-      string,
-      { p50: number; p90: number; cpuPerConnection: number }
-    >;
-    const sandboxSection = 'managed network in a bwrap sandbox (a new connection per request)';
-    const netnsRows: BenchRow[] = [];
-    for (const [k, label] of [
-      ['handed', "the server's proxy, handed over"],
-      ['dialled', 'dialled back to the proxy port'],
-    ] as const) {
-      const m = netns[k];
-      if (!m) continue;
-      netnsRows.push(
-        { section: sandboxSection, metric: `p50 latency, ${label}`, corral: m.p50, unit: 'ms' },
-        { section: sandboxSection, metric: `p90 latency, ${label}`, corral: m.p90, unit: 'ms' },
-        {
-          section: sandboxSection,
-          metric: `server CPU per connection, ${label}`,
-          corral: m.cpuPerConnection,
-          unit: 'µs',
-        },
-      );
-    }
+    const netnsRows = await sandboxConnectionRows(web, ['handed', 'dialled', 'landlock']);
     const section = 'network proxy (32 keep-alive clients)';
     return [
       {
@@ -497,4 +519,8 @@ const role = process.argv[2];
 if (role === '--bench-origin') await serveOrigin();
 else if (role === '--bench-proxy') await serveProxy();
 else if (role === '--bench-handover') await measureHandover();
-else if (role === '--bench-netns') await measureNetns(Number(process.argv[3]));
+else if (role === '--bench-netns')
+  await measureNetns(
+    Number(process.argv[3]),
+    (process.argv[4] ?? 'handed,dialled').split(',') as SandboxVariant[],
+  );

@@ -4,7 +4,9 @@ import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 import { type Host, startHost } from '../../src/app/host.js';
+import { askingNetwork, curlCode } from '../helpers/approvalsCli.js';
 import { RpcClient } from '../helpers/client.js';
+import { shellStart } from '../helpers/registry-contract.js';
 import { startOrigin } from '../integration/network-helpers.js';
 import { type Browser, ensureBuilt, openBrowser, visibleText } from './harness.js';
 
@@ -39,28 +41,12 @@ describe('network approvals in the browser panel', {
     const page = browser.page;
     const P = origin.port;
     const script = [
-      `curl --noproxy '' -s -o /dev/null -w 'first=%{http_code}\\n' http://127.0.0.1:${P}/first`,
-      `curl --noproxy '' -s -w '\\nsecond=%{http_code}\\n' http://127.0.0.1:${P}/second`,
+      curlCode('first', `http://127.0.0.1:${P}/first`),
+      curlCode('second', `http://127.0.0.1:${P}/second`, true),
     ].join('; ');
-    await agent.request('process/start', {
-      processId: 'fetch-docs',
-      argv: ['/bin/sh', '-c', script],
-      cwd: '/tmp',
-      env: { PATH: '/usr/bin:/bin' },
-      tty: false,
-      arg0: null,
-      managedNetwork: {
-        config: {
-          network: {
-            enabled: true,
-            allow_local_binding: true,
-            hard_deny_allowlist_misses: false,
-            approval_timeout_ms: 20_000,
-            domains: { 'denied.test': 'deny' },
-          },
-        },
-      },
-    });
+    const managedNetwork = askingNetwork({ 'denied.test': 'deny' });
+    (managedNetwork.config.network as Record<string, unknown>).approval_timeout_ms = 20_000;
+    await agent.request('process/start', { ...shellStart('fetch-docs', script, '/tmp'), managedNetwork });
     // The prompt appears over the current (processes) view.
     const prompt = page.locator('[data-testid="approval-prompt"]');
     await prompt.first().waitFor({ timeout: 15_000 });

@@ -34,6 +34,12 @@ export function runApprovalsCli(args: string[], stateHome: string): Promise<CliR
   return new Promise((resolve) => proc.once('close', (code) => resolve({ code, stdout, stderr })));
 }
 
+/** A curl through the managed proxy (NO_PROXY ignored) that prints `label=<HTTP status>`, after the body with `body`. */
+export const curlCode = (label: string, url: string, body = false) =>
+  body
+    ? `curl --noproxy '' -s -w '\\n${label}=%{http_code}\\n' ${url}`
+    : `curl --noproxy '' -s -o /dev/null -w '${label}=%{http_code}\\n' ${url}`;
+
 /** The seed managedNetwork asking for approvals (loopback governed by the allowlist alone). */
 export function askingNetwork(domains: Record<string, string> = {}) {
   return {

@@ -11,8 +11,10 @@ import type {
   ApprovalsSubscribeResult,
   ExportResult,
 } from '../../src/protocol/approvals.js';
+import { askingNetwork, curlCode } from '../helpers/approvalsCli.js';
 import type { Notification, RpcClient } from '../helpers/client.js';
 import { FakeClock } from '../helpers/clock.js';
+import { shellStart } from '../helpers/registry-contract.js';
 import { startTestServer, type TestServer, until } from '../helpers/server.js';
 import { startOrigin, stubResolver } from './network-helpers.js';
 
@@ -21,26 +23,13 @@ const skip = existsSync(CURL) ? false : 'curl is not installed';
 
 type Client = RpcClient & { sessionId: string };
 
-/** The seed managedNetwork asking for approvals; loopback is governed by the allowlist alone (ALB true). */
+/** The seed managedNetwork asking for approvals (denied.test denied), `extra` on top of its network, `constraints`. */
 function asking(extra: Record<string, unknown> = {}, constraints: Record<string, unknown> | null = null) {
-  return {
-    config: {
-      network: {
-        enabled: true,
-        allow_local_binding: true,
-        hard_deny_allowlist_misses: false,
-        domains: { 'denied.test': 'deny' },
-        ...extra,
-      },
-    },
-    ...(constraints ? { constraints } : {}),
-  };
+  const { network } = askingNetwork({ 'denied.test': 'deny' }).config;
+  return { config: { network: { ...network, ...extra } }, ...(constraints ? { constraints } : {}) };
 }
 
-const curl = (label: string, url: string, body = false) =>
-  body
-    ? `curl --noproxy '' -s -w '\\n${label}=%{http_code}\\n' ${url}`
-    : `curl --noproxy '' -s -o /dev/null -w '${label}=%{http_code}\\n' ${url}`;
+const curl = curlCode;
 
 const isPrompt = (n: Notification, pred: (p: ApprovalPrompt) => boolean = () => true) =>
   n.method === 'approvals/requested' && pred(n.params.prompt as ApprovalPrompt);
@@ -93,12 +82,7 @@ describe('network approvals', { skip }, () => {
     extra: Record<string, unknown> = {},
   ) {
     await agent.request('process/start', {
-      processId,
-      argv: ['/bin/sh', '-c', script],
-      cwd: '/tmp',
-      env: { PATH: '/usr/bin:/bin' },
-      tty: false,
-      arg0: null,
+      ...shellStart(processId, script, '/tmp'),
       managedNetwork,
       ...extra,
     });

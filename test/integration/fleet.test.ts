@@ -12,9 +12,11 @@ import type { Dialer } from '../../src/network/dial.js';
 import { defaultDialer } from '../../src/network/proxy.js';
 import type { ApprovalPrompt } from '../../src/protocol/approvals.js';
 import type { MonitorProcess, MonitorServer } from '../../src/protocol/monitor.js';
+import { askingNetwork, curlCode } from '../helpers/approvalsCli.js';
 import { b64, type Notification, RpcClient } from '../helpers/client.js';
 import { startHostileServer } from '../helpers/hostileServer.js';
 import { monitorProcess } from '../helpers/monitorRows.js';
+import { shellStart } from '../helpers/registry-contract.js';
 import { startTestServer, until } from '../helpers/server.js';
 import { startOrigin, stubResolver } from './network-helpers.js';
 
@@ -196,25 +198,8 @@ describe('fleet host: joined servers in one monitor', () => {
     assert.deepEqual(sub.pending, []);
     const agent = await agentOf(b, 'asker');
     await agent.request('process/start', {
-      processId: 'curl-ask',
-      argv: [
-        '/bin/sh',
-        '-c',
-        `curl --noproxy '' -s -o /dev/null -w 'code=%{http_code}\\n' http://127.0.0.1:${origin.port}/ok`,
-      ],
-      cwd: '/tmp',
-      env: { PATH: '/usr/bin:/bin' },
-      tty: false,
-      managedNetwork: {
-        config: {
-          network: {
-            enabled: true,
-            allow_local_binding: true,
-            hard_deny_allowlist_misses: false,
-            domains: {},
-          },
-        },
-      },
+      ...shellStart('curl-ask', curlCode('code', `http://127.0.0.1:${origin.port}/ok`), '/tmp'),
+      managedNetwork: askingNetwork(),
     });
     const asked = await panel.waitFor((n) => n.method === 'approvals/requested');
     const prompt = asked.params.prompt as ApprovalPrompt;

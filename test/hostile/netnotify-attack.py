@@ -90,10 +90,10 @@ elif what == 'closer':
 elif what == 'flood':
     res = []
     lock = threading.Lock()
-    def one():
-        r = try_connect(('127.0.0.1', PROXY) if len(res) % 2 == 0 else ('127.0.0.1', OTHER))
-        with lock: res.append(r)
-    ts = [threading.Thread(target=one) for _ in range(int(sys.argv[4]))]
+    def one(i):
+        r = try_connect(('127.0.0.1', PROXY if i % 2 == 0 else OTHER))
+        with lock: res.append(r if i % 2 == 0 else 'other:' + str(r))
+    ts = [threading.Thread(target=one, args=(i,)) for i in range(int(sys.argv[4]))]
     for t in ts: t.start()
     for t in ts: t.join()
     out['got'] = {str(k): res.count(k) for k in set(res)}

@@ -234,6 +234,31 @@ static int proxy_socket(int domain, uint16_t port, bool nonblock, bool *inprogre
   return s;
 }
 
+#ifndef PIDFD_THREAD
+#define PIDFD_THREAD O_EXCL
+#endif
+
+// A pidfd for the calling thread `tid` (a notification names the thread, not its process): the thread itself where
+// the kernel has PIDFD_THREAD (6.9), else its thread group's leader (the fd table is the same).
+static int thread_pidfd(pid_t tid) {
+  int fd = (int)syscall(SYS_pidfd_open, tid, PIDFD_THREAD);
+  if (fd >= 0) return fd;
+  // Before 6.9: EINVAL for the flag, or for a thread that is not its group's leader.
+  fd = (int)syscall(SYS_pidfd_open, tid, 0);
+  if (fd >= 0 || errno == ESRCH) return fd;
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/status", (int)tid);
+  int f = open(path, O_RDONLY | O_CLOEXEC);
+  if (f < 0) return -1;
+  ssize_t n = read(f, buf, sizeof buf - 1);
+  close(f);
+  if (n <= 0) return -1;
+  buf[n] = 0;
+  const char *t = strstr(buf, "\nTgid:");
+  long tgid = t ? strtol(t + 6, NULL, 10) : 0;
+  return tgid > 0 ? (int)syscall(SYS_pidfd_open, (pid_t)tgid, 0) : -1;
+}
+
 static void handle(struct watch *w, struct seccomp_notif *req) {
   const uint64_t id = req->id;
   const pid_t pid = (pid_t)req->pid;
@@ -252,7 +277,7 @@ static void handle(struct watch *w, struct seccomp_notif *req) {
   uint16_t port = proxy_port(w, addr, (size_t)got);
   if (port == 0) return answer(w->fd, id, EACCES, false);
   // The command's fd: a TCP socket of its own, not connected yet.
-  int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+  int pidfd = thread_pidfd(pid);
   if (pidfd < 0) return answer(w->fd, id, EACCES, false);
   if (ioctl(w->fd, SECCOMP_IOCTL_NOTIF_ID_VALID, &req->id) < 0) {
     close(pidfd);

@@ -7,10 +7,11 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import WebSocket from 'ws';
 import type { MonitorServer } from '../../src/protocol/monitor.js';
-import { type Cli, startCli } from '../helpers/cli.js';
+import type { Cli } from '../helpers/cli.js';
 import { RpcClient } from '../helpers/client.js';
 import { rssOf, stillServes } from '../helpers/hostileJson.js';
 import { type HostileServer, startHostileServer } from '../helpers/hostileServer.js';
+import { startHostJoining } from '../helpers/joinedHost.js';
 import { monitorProcess } from '../helpers/monitorRows.js';
 import { until } from '../helpers/server.js';
 
@@ -25,16 +26,9 @@ describe('fleet host against the reported hostile joined server', () => {
 
   before(async () => {
     evil = await startHostileServer();
-    host = await startCli(
-      [
-        '--import',
-        'tsx',
-        'test/helpers/fleetHostChild.ts',
-        JSON.stringify({ join: [{ url: evil.url, token: 'evil-token-0123456789', name: 'evil' }] }),
-      ],
-      { script: true },
-    );
-    const info = JSON.parse(host.url!) as { url: string; agent: string; panel: string };
+    const started = await startHostJoining(evil);
+    host = started.host;
+    const { info } = started;
     agent = await RpcClient.open(`${info.url}/?token=${info.agent}`, 'local-agent');
     panel = await RpcClient.open(`${info.url}/?token=${info.panel}`, 'panel');
     await stillServes(agent, 'before');

@@ -30,6 +30,7 @@ import {
   wrongTypes,
 } from '../helpers/hostileJson.js';
 import { type HostileServer, startHostileServer } from '../helpers/hostileServer.js';
+import { startHostJoining } from '../helpers/joinedHost.js';
 import { emptySnapshot, monitorProcess } from '../helpers/monitorRows.js';
 import { startFakeRegistry } from '../helpers/registry.js';
 import { shellStart } from '../helpers/registry-contract.js';
@@ -96,16 +97,7 @@ describe('inbound JSON parsers under hostile input', () => {
 
   before(async () => {
     evil = await startHostileServer();
-    host = await startCli(
-      [
-        '--import',
-        'tsx',
-        'test/helpers/fleetHostChild.ts',
-        JSON.stringify({ join: [{ url: evil.url, token: 'evil-token-0123456789', name: 'evil' }] }),
-      ],
-      { script: true },
-    );
-    info = JSON.parse(host.url!);
+    ({ host, info } = await startHostJoining(evil));
     agent = await RpcClient.open(`${info.url}/?token=${info.agent}`, 'local-agent');
     await stillServes(agent, 'before');
   });

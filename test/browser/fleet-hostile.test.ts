@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { type Host, startHost } from '../../src/app/host.js';
 import { type HostileServer, startHostileServer } from '../helpers/hostileServer.js';
-import { monitorProcess } from '../helpers/monitorRows.js';
+import { monitorProcess, wirePrompt } from '../helpers/monitorRows.js';
 import { type Browser, ensureBuilt, openBrowser, visibleText } from './harness.js';
 
 const HTML = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script><b>bold</b>';
@@ -83,7 +83,7 @@ describe('fleet panel and a hostile joined server', () => {
     evil.send({
       method: 'approvals/requested',
       params: {
-        prompt: {
+        prompt: wirePrompt({
           id: HTML,
           sessionId: HTML,
           processId: 'html-row',
@@ -94,12 +94,7 @@ describe('fleet panel and a hostile joined server', () => {
           port: 1,
           protocol: 'http',
           method: HTML,
-          waiting: 1,
-          requestedAt: Date.now(),
-          expiresAt: Date.now() + 60_000,
-          timeoutMs: 60_000,
-          requestedTimeoutMs: null,
-        },
+        }),
       },
     });
     const prompt = page.locator('[data-testid="approval-prompt"][data-server="s1"]');

@@ -44,3 +44,26 @@ export function emptySnapshot(): Record<string, unknown> {
     serverTime: Date.now(),
   };
 }
+
+/**
+ * An approval prompt as a server sends it in approvals/requested (an HTTPS CONNECT to example.test, one request
+ * waiting, a minute to decide), `over` on top.
+ */
+export const wirePrompt = (over: Record<string, unknown> = {}): Record<string, unknown> => ({
+  id: 'p1',
+  sessionId: 'x',
+  processId: 'p',
+  clientName: 'c',
+  command: ['curl'],
+  cwd: null,
+  host: 'example.test',
+  port: 443,
+  protocol: 'https_connect',
+  method: 'CONNECT',
+  waiting: 1,
+  requestedAt: Date.now(),
+  expiresAt: Date.now() + 60_000,
+  timeoutMs: 60_000,
+  requestedTimeoutMs: null,
+  ...over,
+});

@@ -10,6 +10,7 @@ import { type Host, startHost } from '../../src/app/host.js';
 import { type Browser, openBrowser } from '../browser/harness.js';
 import { privateBuild } from '../browser/panelBuild.js';
 import { type HostileServer, startHostileServer } from '../helpers/hostileServer.js';
+import { wirePrompt } from '../helpers/monitorRows.js';
 import { until } from '../helpers/server.js';
 
 const MARKUP = '<img src=x onerror="window.__pwned=1">';
@@ -153,23 +154,16 @@ describe('the panel against a flood of network events and prompts from a joined 
   test('a burst of prompts: a card per pending prompt, kept while the burst goes on, gone once resolved', async () => {
     const page = browser.page;
     await page.locator('button.nav-item[data-view="processes"]').click();
-    const prompt = (n: number) => ({
-      id: `prompt-${n}`,
-      sessionId: 'hostile-session',
-      processId: `p-${n}`,
-      clientName: MARKUP,
-      command: [MARKUP, 'x'.repeat(5000)],
-      cwd: '/tmp',
-      host: `${MARKUP}.invalid`,
-      port: 443,
-      protocol: 'https_connect',
-      method: 'CONNECT',
-      waiting: 1,
-      requestedAt: Date.now(),
-      expiresAt: Date.now() + 60_000,
-      timeoutMs: 60_000,
-      requestedTimeoutMs: null,
-    });
+    const prompt = (n: number) =>
+      wirePrompt({
+        id: `prompt-${n}`,
+        sessionId: 'hostile-session',
+        processId: `p-${n}`,
+        clientName: MARKUP,
+        command: [MARKUP, 'x'.repeat(5000)],
+        cwd: '/tmp',
+        host: `${MARKUP}.invalid`,
+      });
     const first = prompt(0);
     evil.send({ method: 'approvals/requested', params: { prompt: first } });
     for (let n = 1; n < 5; n++) evil.send({ method: 'approvals/requested', params: { prompt: prompt(n) } });

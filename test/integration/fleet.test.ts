@@ -15,7 +15,7 @@ import type { MonitorProcess, MonitorServer } from '../../src/protocol/monitor.j
 import { askingNetwork, curlCode } from '../helpers/approvalsCli.js';
 import { b64, type Notification, RpcClient } from '../helpers/client.js';
 import { startHostileServer } from '../helpers/hostileServer.js';
-import { monitorProcess } from '../helpers/monitorRows.js';
+import { monitorProcess, wirePrompt } from '../helpers/monitorRows.js';
 import { shellStart } from '../helpers/registry-contract.js';
 import { startTestServer, until } from '../helpers/server.js';
 import { startOrigin, stubResolver } from './network-helpers.js';
@@ -426,24 +426,7 @@ describe('fleet host: a hostile joined server', () => {
     evil.send({
       method: 'approvals/requested',
       params: {
-        prompt: {
-          id: 'p1',
-          sessionId: 'x',
-          processId: 'html',
-          clientName: 'evil',
-          command: ['curl'],
-          cwd: null,
-          host: 'example.test',
-          port: 443,
-          protocol: 'https_connect',
-          method: 'CONNECT',
-          waiting: 1,
-          requestedAt: Date.now(),
-          expiresAt: Date.now() + 60_000,
-          timeoutMs: 60_000,
-          requestedTimeoutMs: null,
-          server: '',
-        },
+        prompt: wirePrompt({ processId: 'html', clientName: 'evil', server: '' }),
       },
     });
     const n = await panel.waitFor((x) => x.method === 'approvals/requested');

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { DEFAULT_LIMITS, type Relay, ServerMirror, VALUE_BYTES } from '../../src/fleet/mirror.js';
 import { JsonBoundError, measureJson } from '../../src/protocol/boundedJson.js';
-import { monitorProcess } from '../helpers/monitorRows.js';
+import { monitorProcess, wirePrompt } from '../helpers/monitorRows.js';
 
 const relay: Relay = {
   relayProcess() {},
@@ -103,23 +103,19 @@ describe('fleet mirror budget', () => {
       serverTime: 1,
     });
     assert.equal(m.kept, recount(m));
-    const prompt = {
+    const prompt = wirePrompt({
       id: 'q',
       sessionId: 's',
-      processId: 'p',
-      clientName: 'c',
       command: ['x'],
       cwd: '/',
       host: 'h',
       port: 1,
       protocol: 'http',
       method: 'GET',
-      waiting: 1,
       requestedAt: 1,
       expiresAt: 2,
       timeoutMs: 1,
-      requestedTimeoutMs: null,
-    };
+    });
     m.prompt(prompt as never);
     assert.equal(m.kept, recount(m));
     m.resolved('q');

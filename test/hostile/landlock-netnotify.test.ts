@@ -213,3 +213,68 @@ describe('Landlock + managed network: the connect supervisor', { skip }, () => {
     });
   }
 });
+
+describe('the connect supervisor: malformed inputs', { skip }, () => {
+  test('the channel: no fd, a pipe instead of a listener, many fds, garbage bytes: each dropped, nothing left watched', async () => {
+    const cases = [
+      'os.close(3)',
+      's.send(b"x" * 65536)',
+      'r, w = os.pipe(); socket.send_fds(s, [b"L"], [r, w])',
+      'fds = [os.pipe()[0] for _ in range(64)]; socket.send_fds(s, [b"L"], fds[:250])',
+    ];
+    for (const line of cases) {
+      const chan = netNotifyChannel();
+      const c = spawn(PY, ['-c', `import os, socket\ns = socket.socket(fileno=3)\n${line}`], {
+        stdio: ['ignore', 'ignore', 'pipe', chan.childFd],
+      });
+      let err = '';
+      c.stderr?.on('data', (d: Buffer) => {
+        err += d;
+      });
+      chan.watch([proxyPort]);
+      chan.close();
+      const code = await new Promise((r) => c.on('close', r));
+      assert.equal(code, 0, `${line}: ${err}`);
+      await until(() => netNotifyCounts().watched === 0, 5000, `nothing left watched after ${line}`);
+    }
+  });
+
+  test('netNotifyWatch and the launcher refuse malformed arguments, naming them', async () => {
+    for (const ports of [[], [0], [65536], [1.5], ['80'], Array.from({ length: 9 }, (_, i) => 1000 + i)]) {
+      const chan = netNotifyChannel();
+      assert.throws(() => chan.watch(ports as number[]), /netNotifyWatch/);
+      chan.close();
+    }
+    const run = (args: string[]) =>
+      new Promise<{ code: number | null; err: string }>((resolve) => {
+        const c = spawn(sandboxLauncher!, [...args, '--', '/bin/true'], {
+          stdio: ['ignore', 'ignore', 'pipe'],
+        });
+        let err = '';
+        c.stderr!.on('data', (d: Buffer) => {
+          err += d;
+        });
+        c.on('close', (code) => resolve({ code, err }));
+      });
+    const alone = await run(['--fd', '0', '--net-notify', '3']);
+    assert.equal(alone.code, 127);
+    assert.match(alone.err, /--net-notify needs --landlock/);
+    const misplaced = await run([
+      '--fd',
+      '0',
+      '--fd',
+      '1',
+      '--net-notify',
+      '4',
+      '--landlock',
+      '4',
+      '--seccomp',
+      '06000000ffff0f7f',
+    ]);
+    assert.equal(misplaced.code, 127);
+    assert.match(misplaced.err, /--net-notify must name the moved fd just before the --landlock one/);
+    const junk = await run(['--net-notify', 'x']);
+    assert.equal(junk.code, 127);
+    assert.match(junk.err, /bad argument/);
+  });
+});

@@ -421,9 +421,9 @@ static napi_value js_watch(napi_env env, napi_callback_info info) {
   if (!w) return corral_throw_errno(env, ENOMEM, "netNotifyWatch");
   for (uint32_t k = 0; k < n; k++) {
     napi_value v;
-    int32_t port = 0;
-    if (napi_get_element(env, list, k, &v) != napi_ok || napi_get_value_int32(env, v, &port) != napi_ok || port < 1 ||
-        port > 65535) {
+    double port = 0;
+    if (napi_get_element(env, list, k, &v) != napi_ok || napi_get_value_double(env, v, &port) != napi_ok ||
+        !(port >= 1 && port <= 65535) || port != (double)(int32_t)port) {
       free(w);
       napi_throw_type_error(env, NULL, "netNotifyWatch: each port must be an integer 1..65535");
       return NULL;

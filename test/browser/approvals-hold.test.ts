@@ -7,8 +7,9 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { type Host, startHost } from '../../src/app/host.js';
 import type { ApprovalPrompt, ApprovalsState, RulesResult } from '../../src/protocol/approvals.js';
-import { askingNetwork } from '../helpers/approvalsCli.js';
+import { askingNetwork, curlCode } from '../helpers/approvalsCli.js';
 import { RpcClient } from '../helpers/client.js';
+import { shellStart } from '../helpers/registry-contract.js';
 import { tempDir, until } from '../helpers/server.js';
 import { loopbackOnlyDialer, startOrigin, stubResolver } from '../integration/network-helpers.js';
 import { type Browser, openBrowser, visibleText } from './harness.js';
@@ -68,16 +69,7 @@ describe('approval cards in the browser panel: explained, paused while read, pro
     const net = askingNetwork();
     (net.config.network as Record<string, unknown>).approval_timeout_ms = 60_000;
     await agent.request('process/start', {
-      processId: 'read-me',
-      argv: [
-        '/bin/sh',
-        '-c',
-        `curl --noproxy '' -s -o /dev/null -w 'got=%{http_code}\\n' http://127.0.0.1:${origin.port}/read`,
-      ],
-      cwd: join(work, 'pkg'),
-      env: { PATH: '/usr/bin:/bin' },
-      tty: false,
-      arg0: null,
+      ...shellStart('read-me', curlCode('got', `http://127.0.0.1:${origin.port}/read`), join(work, 'pkg')),
       managedNetwork: net,
     });
     const card = page.locator('[data-testid="approval-prompt"]').first();

@@ -5,9 +5,10 @@ import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 import { type ApprovalsState, MAX_HELD_PROMPT_MS } from '../../src/protocol/approvals.js';
-import { askingNetwork } from '../helpers/approvalsCli.js';
+import { askingNetwork, curlCode } from '../helpers/approvalsCli.js';
 import { RpcCallError } from '../helpers/client.js';
 import { FakeClock } from '../helpers/clock.js';
+import { shellStart } from '../helpers/registry-contract.js';
 import { startTestServer, type TestServer, until } from '../helpers/server.js';
 import { loopbackOnlyDialer, startOrigin, stubResolver } from '../integration/network-helpers.js';
 
@@ -69,16 +70,7 @@ describe('approvals/hold: hostile input and a holder that goes away', {
     const panel = await ts.panel('holder');
     const observer = await ts.panel('observer');
     await agent.request('process/start', {
-      processId: 'held',
-      argv: [
-        '/bin/sh',
-        '-c',
-        `curl --noproxy '' -s -o /dev/null -w 'held=%{http_code}\\n' http://127.0.0.1:${origin.port}/held`,
-      ],
-      cwd: '/tmp',
-      env: { PATH: '/usr/bin:/bin' },
-      tty: false,
-      arg0: null,
+      ...shellStart('held', curlCode('held', `http://127.0.0.1:${origin.port}/held`), '/tmp'),
       managedNetwork: askingNetwork(),
     });
     const find = async () =>

@@ -153,11 +153,13 @@ describe('Landlock + managed network: the connect supervisor', { skip }, () => {
       // non-blocking: EINPROGRESS, then connected; O_NONBLOCK and FD_CLOEXEC as the command's fd had them
       assert.deepEqual(r.nonblock, [115, 0, true, true]);
       assert.equal(r.nonblockGreet, 'PROXY');
+      // asked again while connecting: EALREADY (or, done already, EISCONN/0); once connected: EISCONN
+      assert.deepEqual(r['asked again'], [115, true, 106]);
       assert.equal(r.again, 106, 'connect on a connected socket: EISCONN');
       assert.equal(otherSeen, seenBefore, 'the other listener saw nothing');
       const now = netNotifyCounts();
-      assert.equal(now.proxied - before.proxied, 4);
-      await until(() => proxySeen - proxiedBefore === 4, 5000); // the stand-in proxy saw each of them
+      assert.equal(now.proxied - before.proxied, 5);
+      await until(() => proxySeen - proxiedBefore === 5, 5000); // the stand-in proxy saw each of them
       await until(() => netNotifyCounts().watched === 0, 5000); // nothing left supervised
     });
 

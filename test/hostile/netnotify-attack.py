@@ -28,6 +28,11 @@ if what == 'basic':
     import select; select.select([], [s], [], 5)
     out['nonblock'] = [e, s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR), bool(fcntl.fcntl(s.fileno(), fcntl.F_GETFL) & os.O_NONBLOCK), fcntl.fcntl(s.fileno(), fcntl.F_GETFD) == fl]
     s.setblocking(True); out['nonblockGreet'] = greet(s); s.close()
+    # connect asked again while connecting: EALREADY (or EISCONN once done), never a second proxy socket
+    s = socket.socket(); s.setblocking(False)
+    first = s.connect_ex(('127.0.0.1', PROXY)); second = s.connect_ex(('127.0.0.1', PROXY))
+    select.select([], [s], [], 5); third = s.connect_ex(('127.0.0.1', PROXY))
+    out['asked again'] = [first, second in (114, 106, 0), third]; s.close()
     s = socket.socket(); s.connect(('127.0.0.1', PROXY)); greet(s)
     try: s.connect(('127.0.0.1', PROXY)); out['again'] = 0
     except OSError as e: out['again'] = e.errno

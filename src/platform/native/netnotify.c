@@ -14,7 +14,7 @@
 //      command writes into its sockaddr after the check, it gets a socket to the proxy and nothing else;
 //   3. anything else (another address or port, another family, a length that cannot hold the address, memory that
 //      cannot be read, a fd that is not a TCP socket of the command): EACCES (as Landlock answers a denied connect).
-//      An already connected socket gets EISCONN, a fd the command closed meanwhile EBADF, a length beyond
+//      An already connected socket gets EISCONN (EALREADY while connecting), a closed fd EBADF, a length beyond
 //      sizeof(struct sockaddr_storage) EINVAL (as connect(2) itself).
 // The command's fd is looked at through pidfd_getfd (domain, type, protocol, O_NONBLOCK, whether connected) and
 // /proc/<pid>/fdinfo (close-on-exec); nothing of the command's memory is trusted beyond the one read in 1.
@@ -35,6 +35,7 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -292,13 +293,17 @@ static void handle(struct watch *w, struct seccomp_notif *req) {
              getsockopt(theirs, SOL_SOCKET, SO_TYPE, &type, &ol) == 0 && (ol = sizeof(int)) &&
              getsockopt(theirs, SOL_SOCKET, SO_PROTOCOL, &proto, &ol) == 0 &&
              (domain == AF_INET || domain == AF_INET6) && type == SOCK_STREAM && proto == IPPROTO_TCP;
-  struct sockaddr_storage peer;
-  socklen_t pl = sizeof peer;
-  bool connected = tcp && getpeername(theirs, (struct sockaddr *)&peer, &pl) == 0;
+  // Only a fresh socket is connected: one connecting already (a non-blocking connect asked again) gets EALREADY, one
+  // connected or listening EISCONN, as connect(2) answers them.
+  struct tcp_info ti;
+  socklen_t tl = sizeof ti;
+  memset(&ti, 0, sizeof ti);
+  int state = tcp && getsockopt(theirs, IPPROTO_TCP, TCP_INFO, &ti, &tl) == 0 ? ti.tcpi_state : -1;
   int fl = fcntl(theirs, F_GETFL);
   close(theirs);
-  if (!tcp || fl < 0) return answer(w->fd, id, EACCES, false);
-  if (connected) return answer(w->fd, id, EISCONN, false);
+  if (!tcp || fl < 0 || state < 0) return answer(w->fd, id, EACCES, false);
+  if (state == TCP_SYN_SENT) return answer(w->fd, id, EALREADY, false);
+  if (state != TCP_CLOSE) return answer(w->fd, id, EISCONN, false);
   // An AF_INET socket cannot connect to an AF_INET6 address (and back): as the kernel would answer.
   sa_family_t fam;
   memcpy(&fam, addr, sizeof fam);

@@ -24,12 +24,14 @@ export function ruleStorePath(auditDbPath: string): string {
 
 /** Opens (creating) the rules file at `path`; throws saying why it cannot. */
 export function openRuleStore(path: string, log: Logger): ProjectRuleStore {
+  // The driver first: without one (the audit trail then runs degraded) nothing is created on disk.
+  const Database = sqlite();
   const dir = auditDirectory(path);
   mkdirSync(dir, { recursive: true, mode: 0o700 });
   const unsafe = unsafePlace(path);
   if (unsafe) throw new Error(`approval rules ${path}: ${unsafe}`);
   prepareFile(path, existsSync(path), (t) => log.warn(t.replace('audit database', 'approval rules')));
-  const db: SqliteDatabase = new (sqlite())(path);
+  const db: SqliteDatabase = new Database(path);
   db.pragma('journal_mode = WAL');
   db.pragma('synchronous = FULL');
   const version = db.pragma('user_version', { simple: true }) as number;

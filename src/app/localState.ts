@@ -14,6 +14,7 @@ import {
   openSync,
   readFileSync,
   renameSync,
+  rmdirSync,
   unlinkSync,
   writeSync,
 } from 'node:fs';
@@ -67,7 +68,9 @@ function unsafeDirectory(dir: string): string | null {
 /** Writes the state file at `path` (0600, whole); `remove` deletes it if it is still this process's. */
 export function writeLocalState(path: string, state: LocalState): { remove(): void } {
   const dir = dirname(path);
-  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  // The first directory this call made (undefined: all there already): what it made is removed again at exit, when
+  // empty, so a server that kept nothing else (`--no-audit`) leaves nothing behind.
+  const made = mkdirSync(dir, { recursive: true, mode: 0o700 });
   const unsafe = unsafeDirectory(dir);
   if (unsafe) throw new Error(`the approvals state file ${path}: ${unsafe}`);
   const tmp = `${path}.${process.pid}.tmp`;
@@ -92,6 +95,15 @@ export function writeLocalState(path: string, state: LocalState): { remove(): vo
       if (readLocalStateFile(path).pid === state.pid) unlinkSync(path);
     } catch {
       // gone already, or not ours
+    }
+    if (made === undefined) return;
+    for (let d = dir; d.length >= made.length; d = dirname(d)) {
+      try {
+        rmdirSync(d);
+      } catch {
+        return; // not empty (another file, another host's state): kept
+      }
+      if (d === made) return;
     }
   };
   process.on('exit', remove);

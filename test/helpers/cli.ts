@@ -1,4 +1,7 @@
 import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { homedir } from 'node:os';
+import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 
@@ -55,6 +58,37 @@ export async function startCli(
     async stop() {
       if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGTERM');
       await exited;
+    },
+  };
+}
+
+/**
+ * `corral exec-server` on an ephemeral loopback port with `--ws-auth signed-bearer-token`: the shared secret in a 0600
+ * file of a fresh directory under ~/.cache, `args` after. `stop` stops it and removes the directory.
+ */
+export async function startJwtServer(secret: string, args: string[] = []): Promise<Cli> {
+  mkdirSync(join(homedir(), '.cache'), { recursive: true });
+  const dir = mkdtempSync(join(homedir(), '.cache', 'corral-jwt-'));
+  const file = join(dir, 'secret');
+  writeFileSync(file, `${secret}\n`, { mode: 0o600 });
+  const cli = await startCli([
+    'exec-server',
+    '--listen',
+    'ws://127.0.0.1:0',
+    '--ws-auth',
+    'signed-bearer-token',
+    '--ws-shared-secret-file',
+    file,
+    ...args,
+  ]).catch((e: unknown) => {
+    rmSync(dir, { recursive: true, force: true });
+    throw e;
+  });
+  return {
+    ...cli,
+    async stop() {
+      await cli.stop();
+      rmSync(dir, { recursive: true, force: true });
     },
   };
 }

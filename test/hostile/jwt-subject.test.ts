@@ -4,12 +4,9 @@
 // real CLI on loopback, with HS256 tokens that the server's own shared secret signs.
 import assert from 'node:assert/strict';
 import { createHmac } from 'node:crypto';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { homedir } from 'node:os';
-import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { SignJWT } from 'jose';
-import { type Cli, startCli } from '../helpers/cli.js';
+import { type Cli, startJwtServer } from '../helpers/cli.js';
 import { RpcClient } from '../helpers/client.js';
 import { upgradeStatus } from '../helpers/http.js';
 
@@ -29,29 +26,12 @@ const rawBearer = (payload: string) => {
 };
 
 describe('JWT subjects do not collide (issue 30 item 4)', () => {
-  let dir: string;
   let cli: Cli;
+  // No --ws-issuer: any issuer is accepted, so the issuer is what tells subjects apart.
   before(async () => {
-    mkdirSync(join(homedir(), '.cache'), { recursive: true });
-    dir = mkdtempSync(join(homedir(), '.cache', 'corral-jwt-subject-'));
-    const file = join(dir, 'secret');
-    writeFileSync(file, `${SECRET}\n`, { mode: 0o600 });
-    // No --ws-issuer: any issuer is accepted, so the issuer is what tells subjects apart.
-    cli = await startCli([
-      'exec-server',
-      '--listen',
-      'ws://127.0.0.1:0',
-      '--ws-auth',
-      'signed-bearer-token',
-      '--ws-shared-secret-file',
-      file,
-      '--no-audit',
-    ]);
+    cli = await startJwtServer(SECRET, ['--no-audit']);
   });
-  after(async () => {
-    await cli?.stop();
-    rmSync(dir, { recursive: true, force: true });
-  });
+  after(() => cli?.stop());
 
   /** Opens a session as `claims`, starts a process that prints a secret of its own, and detaches. */
   async function sessionOf(claims: Record<string, unknown>): Promise<string> {

@@ -11,7 +11,7 @@ import { after, before, describe, it } from 'node:test';
 import { SignJWT } from 'jose';
 import { generateToken } from '../../src/server/core/auth.js';
 import type { LaunchPreparer } from '../../src/server/process/launcher.js';
-import { type Cli, startCli } from '../helpers/cli.js';
+import { type Cli, startCli, startJwtServer } from '../helpers/cli.js';
 import { RpcClient } from '../helpers/client.js';
 import { shellStart } from '../helpers/registry-contract.js';
 import { startTestServer, until } from '../helpers/server.js';
@@ -63,23 +63,12 @@ function refused(args: string[]): { code: number; first: string } {
 }
 
 describe('--ws-auth signed-bearer-token (HS256 JWTs, jose)', () => {
-  let dir: string;
   let cli: Cli;
   const bearer = (t: string) => ({ authorization: `Bearer ${t}` });
   const good = () => ({ exp: now() + 60, iss: 'corral-test', aud: ['other', 'exec-server'], sub: 'alice' });
 
   before(async () => {
-    mkdirSync(join(homedir(), '.cache'), { recursive: true });
-    dir = mkdtempSync(join(homedir(), '.cache', 'corral-jwt-'));
-    const file = secretFile(dir, 'secret', `${SECRET}\n`);
-    cli = await startCli([
-      'exec-server',
-      '--listen',
-      'ws://127.0.0.1:0',
-      '--ws-auth',
-      'signed-bearer-token',
-      '--ws-shared-secret-file',
-      file,
+    cli = await startJwtServer(SECRET, [
       '--ws-issuer',
       'corral-test',
       '--ws-audience',
@@ -88,10 +77,7 @@ describe('--ws-auth signed-bearer-token (HS256 JWTs, jose)', () => {
       '5',
     ]);
   });
-  after(async () => {
-    await cli?.stop();
-    rmSync(dir, { recursive: true, force: true });
-  });
+  after(() => cli?.stop());
 
   it('prints its URL without a token; a valid token gets in by Bearer, X-Corral-Token or ?token=', async () => {
     assert.match(cli.url!, /^ws:\/\/127\.0\.0\.1:\d+$/);

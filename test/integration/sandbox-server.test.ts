@@ -52,6 +52,17 @@ const runVia = (
     ...extra,
   });
 
+/** The error of a `/bin/true` start in the workspace with `extra`. */
+const refusedStart = (extra: Record<string, unknown>) =>
+  sb.c.requestError('process/start', {
+    processId: `sbx-${++n}`,
+    argv: ['/bin/true'],
+    cwd: sb.f.W,
+    env: { PATH },
+    tty: false,
+    ...extra,
+  });
+
 describe('sandbox through the exec server', { skip: needsSandbox }, () => {
   test('workspace write succeeds and reports sandboxType linuxSeccomp', async () => {
     const r = await runVia(sb.c, ['/bin/sh', '-c', 'echo srv > srv.txt']);
@@ -156,37 +167,16 @@ describe('sandbox through the exec server', { skip: needsSandbox }, () => {
   });
 
   test('enforceManagedNetwork without proxy variables: -32603 naming proxy environment variables', async () => {
-    const e = await sb.c.requestError('process/start', {
-      processId: `sbx-${++n}`,
-      argv: ['/bin/true'],
-      cwd: sb.f.W,
-      env: { PATH },
-      tty: false,
-      sandbox: seedWire({ enforceManagedNetwork: true }),
-    });
+    const e = await refusedStart({ sandbox: seedWire({ enforceManagedNetwork: true }) });
     assert.equal(e.code, -32603);
     assert.match(e.message, /proxy environment variables/);
   });
 
   test('windows-restricted-token is a -32603 naming the type; a bad sandbox shape is -32602', async () => {
-    const e = await sb.c.requestError('process/start', {
-      processId: `sbx-${++n}`,
-      argv: ['/bin/true'],
-      cwd: sb.f.W,
-      env: { PATH },
-      tty: false,
-      sandbox: { ...seedWire(), sandbox: 'windows-restricted-token' },
-    });
+    const e = await refusedStart({ sandbox: { ...seedWire(), sandbox: 'windows-restricted-token' } });
     assert.equal(e.code, -32603);
     assert.match(e.message, /sandbox type windows-restricted-token is not supported by this exec-server/);
-    const bad = await sb.c.requestError('process/start', {
-      processId: `sbx-${++n}`,
-      argv: ['/bin/true'],
-      cwd: sb.f.W,
-      env: { PATH },
-      tty: false,
-      sandbox: { permissions: { type: 'bogus' } },
-    });
+    const bad = await refusedStart({ sandbox: { permissions: { type: 'bogus' } } });
     assert.equal(bad.code, -32602);
   });
 

@@ -7,6 +7,7 @@ import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { b64, RpcClient } from '../helpers/client.js';
+import { shellStart } from '../helpers/registry-contract.js';
 import { tempDir, until } from '../helpers/server.js';
 
 const CLI = join(import.meta.dirname, '..', '..', 'dist', 'cli.js');
@@ -98,21 +99,15 @@ describe('OTLP export', () => {
   test('processes, network decisions, fs changes and sessions arrive as OTLP/HTTP logs with OTel and Codex attribute names', async () => {
     const c = await RpcClient.open(url, 'codex-otlp');
     await c.request('process/start', {
-      processId: 'o1',
-      argv: ['/bin/sh', '-c', 'echo hi; exit 4'],
-      cwd: '/tmp',
+      ...shellStart('o1', 'echo hi; exit 4', '/tmp'),
       env: { PATH: '/usr/bin:/bin', SECRET_TOKEN: 'never-exported' },
-      tty: false,
       metadata: { threadId: 'thread-9', toolCallId: 'call-9' },
     });
     await c.collect('o1');
     // A proxy decision without any dial: the host is denied by policy.
     await c.request('process/start', {
-      processId: 'o2',
-      argv: ['/bin/sh', '-c', "curl --noproxy '' -s -o /dev/null http://denied.test/ || true"],
-      cwd: '/tmp',
+      ...shellStart('o2', "curl --noproxy '' -s -o /dev/null http://denied.test/ || true", '/tmp'),
       env: { PATH: '/usr/bin:/bin' },
-      tty: false,
       managedNetwork: {
         config: { network: { enabled: true, domains: { 'denied.test': 'deny' } } },
         auditMetadata: { conversationId: 'thread-9' },

@@ -9,6 +9,7 @@ import { sandboxBadge } from '../../src/server/monitor/monitorDescribe.js';
 import { servePanel } from '../../src/server/monitor/panel.js';
 import { parseTarget } from '../../src/server/monitor/policyDebugger.js';
 import { b64, type Notification, type RpcClient } from '../helpers/client.js';
+import { shellStart } from '../helpers/registry-contract.js';
 import { startTestServer, type TestServer, until } from '../helpers/server.js';
 
 type Proc = { processId: string; state: string; exitCode: number | null; bytesOut: number };
@@ -66,11 +67,8 @@ describe('monitor feed', () => {
     const panel = await ts.panel();
     const agent = await ts.client('codex-agent');
     await agent.request('process/start', {
-      processId: 'before',
-      argv: ['/bin/sh', '-c', 'echo early'],
-      cwd: '/tmp',
+      ...shellStart('before', 'echo early', '/tmp'),
       env: { PATH: '/usr/bin:/bin', SECRET_THING: 'hunter2-value-xyz' },
-      tty: false,
       metadata: { threadId: 't-1', apiKey: 'sk-should-not-leak' },
     });
     await agent.collect('before');
@@ -93,11 +91,8 @@ describe('monitor feed', () => {
     assert.ok(snap.sessions.some((s) => s.sessionId === ts.sessionOf(panel).id && s.self));
 
     await agent.request('process/start', {
-      processId: 'live',
-      argv: ['/bin/sh', '-c', 'echo out-line; echo err-line >&2'],
-      cwd: '/tmp',
+      ...shellStart('live', 'echo out-line; echo err-line >&2', '/tmp'),
       env: { PATH: '/usr/bin:/bin', TOKEN_X: 'hunter2-value-xyz' },
-      tty: false,
     });
     const closed = await waitProcess(panel, (p) => p.processId === 'live' && p.state === 'closed');
     assert.equal(closed.exitCode, 0);
@@ -135,11 +130,8 @@ describe('monitor feed', () => {
     const agent = await ts.client('agent-f');
     await panel.request('monitor/subscribe', { output: 'followed' });
     await agent.request('process/start', {
-      processId: 'chatty',
-      argv: ['/bin/sh', '-c', 'while :; do echo tick; sleep 0.05; done'],
-      cwd: '/tmp',
+      ...shellStart('chatty', 'while :; do echo tick; sleep 0.05; done', '/tmp'),
       env: {},
-      tty: false,
     });
     // No output stream yet, but the running process's byte count is refreshed (about once a second).
     const grown = await waitProcess(
@@ -189,11 +181,8 @@ describe('monitor feed', () => {
       pipeStdin: true,
     });
     await agent.request('process/start', {
-      processId: 'sleeper',
-      argv: ['/bin/sh', '-c', 'trap "" TERM; sleep 300'],
-      cwd: '/tmp',
+      ...shellStart('sleeper', 'trap "" TERM; sleep 300', '/tmp'),
       env: {},
-      tty: false,
     });
     const w = await panel.request('monitor/write', {
       sessionId: ts.sessionOf(agent).id,

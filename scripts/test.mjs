@@ -33,6 +33,20 @@ const SLOW = {
   'test/browser/panel-cost.test.ts':
     "what the open panel costs at 250 processes/s (issue 38): 8 s of a paced flood, measured by the page's own " +
     'TaskDuration (~20 s alone); the figures per rate are `npm run bench -- panelCost`',
+  'test/integration/codex-flags-contract.test.ts':
+    "codex 0.171's recorded command-line contract: 25 command lines, each a real `corral exec-server` started and " +
+    'read to its exit (~45 s); the flag parsers themselves are hostile-tested in the fast tier (codex-flag-parsers)',
+  'test/integration/protocol-cli.test.ts':
+    'the CLI end to end: each case a real `corral` process started, connected to and stopped (~37 s in a loaded run)',
+  'test/hostile/fs-races.test.ts':
+    'a race: 3000 RENAME_EXCHANGE attempts per fs/* method (300 never lost the race, so N cannot shrink), ~33 s',
+  'test/integration/cgroup-server.test.ts':
+    'servers that die (SIGKILLed servers and their cgroups swept by the next one, each a real server process) ~32 s',
+  'test/integration/fleet-cli.test.ts':
+    'the fleet from the command line: several real `corral serve` processes joined and restarted (~25 s)',
+  'test/hostile/selftest.test.ts':
+    "`corral selftest`'s whole battery, and again with holes reintroduced (~22 s); each case's attack is also a " +
+    'fast-tier hostile test of its own',
   'test/integration/cgroup-cpu.test.ts':
     'measures CPU shares: six busy loops per case hold both cores for ~15 s, slowing every test beside them',
   'test/unit/check-layers.test.ts':

@@ -8,7 +8,7 @@ import { askingNetwork, curlCode } from '../helpers/approvalsCli.js';
 import { RpcClient } from '../helpers/client.js';
 import { shellStart } from '../helpers/registry-contract.js';
 import { startOrigin } from '../integration/network-helpers.js';
-import { type Browser, ensureBuilt, openBrowser, visibleText } from './harness.js';
+import { type Browser, ensureBuilt, openBrowser, openPanel, visibleText } from './harness.js';
 
 const CURL = '/usr/bin/curl';
 
@@ -26,8 +26,7 @@ describe('network approvals in the browser panel', {
     host = await startHost({ servePanel: true, panelDir, resumeGraceMs: 60_000 });
     browser = await openBrowser();
     agent = await RpcClient.open(host.execUrl, 'codex-agent');
-    await browser.page.goto(host.panelUrl!);
-    await browser.page.locator('#conn-status', { hasText: 'connected' }).waitFor({ timeout: 15_000 });
+    await openPanel(browser, host.panelUrl!);
   });
 
   after(async () => {

@@ -100,3 +100,10 @@ export async function openBrowser(): Promise<Browser> {
     },
   };
 }
+
+/** Opens a panel URL in `browser` and waits until the panel says it is connected; the page. */
+export async function openPanel(browser: Browser, url: string, timeout = 15_000): Promise<Page> {
+  await browser.page.goto(url);
+  await browser.page.locator('#conn-status', { hasText: 'connected' }).waitFor({ timeout });
+  return browser.page;
+}

@@ -8,38 +8,16 @@ import WebSocket from 'ws';
 import { type Host, startHost } from '../../src/app/host.js';
 import { RpcClient } from '../helpers/client.js';
 import { needsSandbox } from '../helpers/native.js';
+import { shellStart } from '../helpers/registry-contract.js';
 import { tempDir } from '../helpers/server.js';
-import { type Browser, ensureBuilt, openBrowser, visibleText } from './harness.js';
+import { seedParam, special } from '../integration/sandbox-util.js';
+import { type Browser, ensureBuilt, openBrowser, openPanel, visibleText } from './harness.js';
 
 const text = (b: Buffer | string) => Buffer.from(b).toString('base64');
 
-/** A seed SandboxLaunchConfig: workspace-write on `cwd`, no network (sandbox.md §2.5). */
-function workspaceWrite(cwd: string) {
-  return {
-    sandbox: 'linux-seccomp',
-    policy: {
-      type: 'workspace-write',
-      writable_roots: [],
-      network_access: false,
-      exclude_tmpdir_env_var: false,
-      exclude_slash_tmp: false,
-    },
-    fileSystemPolicy: {
-      kind: 'restricted',
-      entries: [
-        { path: { type: 'special', value: { kind: 'root' } }, access: 'read' },
-        { path: { type: 'special', value: { kind: 'current_working_directory' } }, access: 'write' },
-      ],
-    },
-    networkPolicy: 'restricted',
-    sandboxPolicyCwd: cwd,
-    additionalPermissions: null,
-    enforceManagedNetwork: false,
-    windowsSandboxLevel: 'disabled',
-    windowsSandboxPrivateDesktop: false,
-    useLegacyLandlock: false,
-  };
-}
+/** A seed SandboxLaunchConfig: workspace-write on `cwd` (read everything, write the cwd), no network (sandbox.md §2.5). */
+const workspaceWrite = (cwd: string) =>
+  seedParam({ cwd, entries: [special('root', 'read'), special('current_working_directory', 'write')] });
 
 describe('panel in a browser against the headless host', () => {
   let host: Host;
@@ -52,8 +30,7 @@ describe('panel in a browser against the headless host', () => {
     host = await startHost({ servePanel: true, panelDir, resumeGraceMs: 60_000 });
     browser = await openBrowser();
     agent = await RpcClient.open(host.execUrl, 'codex-agent');
-    await browser.page.goto(host.panelUrl!);
-    await browser.page.locator('#conn-status', { hasText: 'connected' }).waitFor({ timeout: 15_000 });
+    await openPanel(browser, host.panelUrl!);
   });
 
   after(async () => {
@@ -195,11 +172,7 @@ describe('panel in a browser against the headless host', () => {
     const page = browser.page;
     await page.click('button[data-view="processes"]');
     await agent.request('process/start', {
-      processId: 'agent-sandboxed',
-      argv: ['/bin/sh', '-c', 'echo inside-the-sandbox; exec sleep 300'],
-      cwd: dir.path,
-      env: { PATH: '/usr/bin:/bin' },
-      tty: false,
+      ...shellStart('agent-sandboxed', 'echo inside-the-sandbox; exec sleep 300', dir.path),
       sandbox: workspaceWrite(dir.path),
     });
     const row = page.locator('tr[data-process-id="agent-sandboxed"]');
@@ -223,11 +196,7 @@ describe('panel in a browser against the headless host', () => {
     const page = browser.page;
     await page.click('button[data-view="processes"]');
     await agent.request('process/start', {
-      processId: 'agent-landlock',
-      argv: ['/bin/sh', '-c', 'exec sleep 300'],
-      cwd: dir.path,
-      env: { PATH: '/usr/bin:/bin' },
-      tty: false,
+      ...shellStart('agent-landlock', 'exec sleep 300', dir.path),
       sandbox: { ...workspaceWrite(dir.path), useLegacyLandlock: true },
     });
     const row = page.locator('tr[data-process-id="agent-landlock"]');

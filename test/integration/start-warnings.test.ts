@@ -3,43 +3,30 @@
 // false), a mitm setting without effect as configured. A start with nothing to warn about has no `warnings` member
 // (the seed's and Codex's result shapes stay exact).
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
-import type { RpcClient } from '../helpers/client.js';
+import { describe, test } from 'node:test';
 import { needsSandbox } from '../helpers/native.js';
-import { startTestServer, type TestServer } from '../helpers/server.js';
-import { type Fixture, fixture, PATH, seedParam, special } from './sandbox-util.js';
+import { PATH, sandboxServer, seedParam, special } from './sandbox-util.js';
 
-let f: Fixture;
-let ts: TestServer;
-let c: RpcClient & { sessionId: string };
+const sb = sandboxServer('warnings');
 let n = 0;
-before(async () => {
-  f = await fixture();
-  ts = await startTestServer({ launcher: { sandbox: { tmpdir: f.T } } });
-  c = await ts.client('warnings');
-});
-after(async () => {
-  await ts.close();
-  await f.close();
-});
 
 async function started(extra: Record<string, unknown>): Promise<Record<string, unknown>> {
   const processId = `warn-${++n}`;
-  const r = await c.request<Record<string, unknown>>('process/start', {
+  const r = await sb.c.request<Record<string, unknown>>('process/start', {
     processId,
     argv: ['/bin/true'],
-    cwd: f.W,
+    cwd: sb.f.W,
     env: { PATH },
     tty: false,
     ...extra,
   });
-  await c.collect(processId, 20_000);
+  await sb.c.collect(processId, 20_000);
   return r;
 }
 
 const sandbox = (enforceManagedNetwork: boolean) =>
   seedParam({
-    cwd: f.W,
+    cwd: sb.f.W,
     entries: [special('root', 'read'), special('current_working_directory', 'write')],
     enforceManagedNetwork,
   });

@@ -11,7 +11,7 @@ import type { RpcClient } from '../helpers/client.js';
 import { needsSandbox } from '../helpers/native.js';
 import { tempDir } from '../helpers/server.js';
 import { type AuditedServer, openDb, startAuditedServer } from './audit-helpers.js';
-import { seed, special } from './sandbox-util.js';
+import { seed, special, workspaceEntries } from './sandbox-util.js';
 
 const BWRAP = '/usr/bin/bwrap';
 
@@ -67,11 +67,7 @@ describe('the audit database and a hostile process', {
   const workspaceWrite = () =>
     seed({
       cwd: ws,
-      entries: [
-        special('root', 'read'),
-        special('current_working_directory', 'write'),
-        special('tmpdir', 'write'),
-      ],
+      entries: workspaceEntries(),
     });
 
   test('a sandboxed process with the database inside its writable workspace cannot read, write, replace or remove it', async () => {

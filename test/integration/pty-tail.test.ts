@@ -9,7 +9,7 @@ import { watchExit } from '../../src/platform/spawn.js';
 import { b64, type Notification, type RpcClient } from '../helpers/client.js';
 import { needsSandbox } from '../helpers/native.js';
 import { startTestServer, type TestServer, until } from '../helpers/server.js';
-import { type Fixture, fixture, seed, special } from './sandbox-util.js';
+import { type Fixture, fixture, seed, workspaceEntries } from './sandbox-util.js';
 
 type Client = RpcClient & { sessionId: string };
 
@@ -180,11 +180,7 @@ describe('PTY tail under the sandbox (bwrap behind the `sh -c exec 3<…` wrappe
         cwd: f.W,
         sandbox: seed({
           cwd: f.W,
-          entries: [
-            special('root', 'read'),
-            special('current_working_directory', 'write'),
-            special('tmpdir', 'write'),
-          ],
+          entries: workspaceEntries(),
         }),
       });
       assert.equal(started.sandboxType, 'linuxSeccomp');

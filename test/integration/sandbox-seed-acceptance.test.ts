@@ -10,16 +10,12 @@ import { parseSandboxParam } from '../../src/protocol/sandbox.js';
 import { startSandbox } from '../../src/sandbox/index.js';
 import { needsSandbox } from '../helpers/native.js';
 import { until } from '../helpers/server.js';
-import { PATH, pathEntry, runThrough, sandboxServer, seedParam, special } from './sandbox-util.js';
+import { PATH, pathEntry, runThrough, sandboxServer, seedParam, workspaceEntries } from './sandbox-util.js';
 
 const sb = sandboxServer('seed-acceptance');
 let n = 0;
 
-const WS_ENTRIES = () => [
-  special('root', 'read'),
-  special('current_working_directory', 'write'),
-  special('tmpdir', 'write'),
-];
+const WS_ENTRIES = workspaceEntries;
 
 const runVia = (argv: string[], extra: Record<string, unknown>, env: Record<string, string> = {}) =>
   runThrough(sb.c, { processId: `acc-${++n}`, argv, cwd: sb.f.W, env: { PATH, ...env }, ...extra });

@@ -15,8 +15,8 @@ import {
   sandboxServer,
   seed,
   serverUrl,
-  special,
   waitFor,
+  workspaceEntries,
 } from './sandbox-util.js';
 
 /** The key sandbox cases through the real WebSocket server (process/start → bwrap → notifications). */
@@ -27,11 +27,7 @@ let n = 0;
 function seedWire(o: { network?: 'restricted' | 'enabled'; enforceManagedNetwork?: boolean } = {}) {
   return seed({
     cwd: sb.f.W,
-    entries: [
-      special('root', 'read'),
-      special('current_working_directory', 'write'),
-      special('tmpdir', 'write'),
-    ],
+    entries: workspaceEntries(),
     ...(o.network ? { network: o.network } : {}),
     ...(o.enforceManagedNetwork !== undefined ? { enforceManagedNetwork: o.enforceManagedNetwork } : {}),
   });

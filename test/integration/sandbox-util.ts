@@ -39,6 +39,12 @@ export const special = (kind: string, access: string, extra: Record<string, unkn
   path: { type: 'special', value: { kind, ...extra } },
   access,
 });
+/** A workspace's entries: read everything, write the cwd and $TMPDIR. */
+export const workspaceEntries = () => [
+  special('root', 'read'),
+  special('current_working_directory', 'write'),
+  special('tmpdir', 'write'),
+];
 export const pathEntry = (path: string, access: string) => ({ path: { type: 'path', path }, access });
 
 /** The legacy workspace-write policy: no network, $TMPDIR and /tmp writable, unless `over` says otherwise. */

@@ -18,7 +18,7 @@ import { groupWatchdog, groupWatchdogAbsence } from '../../src/platform/watchdog
 import { cgroupHost } from '../../src/process/cgroup.js';
 import { RpcClient } from '../helpers/client.js';
 import { until } from '../helpers/server.js';
-import { pidsMatching, seed, special } from './sandbox-util.js';
+import { pidsMatching, seed, workspaceEntries } from './sandbox-util.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const PATH = '/usr/local/bin:/usr/bin:/bin';
@@ -79,11 +79,7 @@ describe('a SIGKILLed server takes every kind of child along', () => {
       const ws = join(dir, 'ws');
       const sandbox = seed({
         cwd: ws,
-        entries: [
-          special('root', 'read'),
-          special('current_working_directory', 'write'),
-          special('tmpdir', 'write'),
-        ],
+        entries: workspaceEntries(),
       });
       // A distinct sleep duration per process, so that each one is found by its command line.
       const tag = `9${process.pid % 1000}${cgroups}`;

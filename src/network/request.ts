@@ -81,7 +81,8 @@ function onUnixSocket(
     return;
   }
   const method = req.method ?? 'GET';
-  if (ctx.policy.mode === 'limited' && !LIMITED_METHODS.has(method)) {
+  /** The audit event of this request's decision (a unix socket is no domain: host unix-socket, port 0). */
+  const audit = (decision: 'allow' | 'deny', source: 'mode_guard' | 'baseline_policy', reason: string) =>
     ctx.recorder.audit({
       protocol: 'http',
       host: 'unix-socket',
@@ -89,10 +90,12 @@ function onUnixSocket(
       method,
       client: clientAddr(req.socket),
       scope: 'non_domain',
-      decision: 'deny',
-      source: 'mode_guard',
-      reason: 'method_not_allowed',
+      decision,
+      source,
+      reason,
     });
+  if (ctx.policy.mode === 'limited' && !LIMITED_METHODS.has(method)) {
+    audit('deny', 'mode_guard', 'method_not_allowed');
     send(res, blockedUnixSocketResponse('method_not_allowed'));
     return;
   }
@@ -101,17 +104,7 @@ function onUnixSocket(
     return;
   }
   const target = allowedUnixSocket(ctx.policy.settings, path);
-  ctx.recorder.audit({
-    protocol: 'http',
-    host: 'unix-socket',
-    port: 0,
-    method,
-    client: clientAddr(req.socket),
-    scope: 'non_domain',
-    decision: target ? 'allow' : 'deny',
-    source: 'baseline_policy',
-    reason: target ? 'allow' : 'not_allowed',
-  });
+  audit(target ? 'allow' : 'deny', 'baseline_policy', target ? 'allow' : 'not_allowed');
   if (!target) {
     send(res, blockedUnixSocketResponse('not_allowed'));
     return;

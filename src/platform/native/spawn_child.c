@@ -89,100 +89,53 @@ int child_main_vfork(void *p) {
 }
 
 #ifdef HAVE_RAW_SYSCALL
+// corral_clone3(args, size, fn, arg) and corral_clone(flags, stack, fn, arg): the system call, then in the child
+// fn(arg) on its new stack and an exit with its result (there is no caller to return to). One body for both; only
+// the system call's setup differs.
 #if defined(__x86_64__)
-__asm__(
-    ".text\n"
-    ".globl corral_clone3\n"
-    ".hidden corral_clone3\n"
-    ".type corral_clone3,@function\n"
-    "corral_clone3:\n"
-    "  mov %rdx, %r8\n"
-    "  mov %rcx, %r9\n"
-    "  mov $435, %eax\n"
-    "  syscall\n"
-    "  test %rax, %rax\n"
-    "  jz 1f\n"
-    "  ret\n"
-    "1:\n"
-    "  xor %ebp, %ebp\n"
-    "  mov %r9, %rdi\n"
-    "  call *%r8\n"
-    "  mov %eax, %edi\n"
-    "  mov $60, %eax\n"
-    "  syscall\n"
-    "  hlt\n"
-    ".size corral_clone3, .-corral_clone3\n");
+#define CLONE_TRAMPOLINE(name, setup) \
+  __asm__(".text\n"                   \
+          ".globl " name "\n"         \
+          ".hidden " name "\n"        \
+          ".type " name ",@function\n" name ":\n" \
+          "  mov %rdx, %r8\n"         \
+          "  mov %rcx, %r9\n" setup   \
+          "  syscall\n"               \
+          "  test %rax, %rax\n"       \
+          "  jz 1f\n"                 \
+          "  ret\n"                   \
+          "1:\n"                      \
+          "  xor %ebp, %ebp\n"        \
+          "  mov %r9, %rdi\n"         \
+          "  call *%r8\n"             \
+          "  mov %eax, %edi\n"        \
+          "  mov $60, %eax\n"         \
+          "  syscall\n"               \
+          "  hlt\n"                   \
+          ".size " name ", .-" name "\n");
+CLONE_TRAMPOLINE("corral_clone3", "  mov $435, %eax\n")
+CLONE_TRAMPOLINE("corral_clone", "  xor %edx, %edx\n  xor %r10d, %r10d\n  mov $56, %eax\n")
 #elif defined(__aarch64__)
-__asm__(
-    ".text\n"
-    ".globl corral_clone3\n"
-    ".hidden corral_clone3\n"
-    ".type corral_clone3,%function\n"
-    "corral_clone3:\n"
-    "  mov x10, x2\n"
-    "  mov x11, x3\n"
-    "  mov x8, #435\n"
-    "  svc #0\n"
-    "  cbz x0, 1f\n"
-    "  ret\n"
-    "1:\n"
-    "  mov x29, xzr\n"
-    "  mov x0, x11\n"
-    "  blr x10\n"
-    "  mov x8, #93\n"
-    "  svc #0\n"
-    "  brk #0\n"
-    ".size corral_clone3, .-corral_clone3\n");
-#endif
-#if defined(__x86_64__)
-__asm__(
-    ".text\n"
-    ".globl corral_clone\n"
-    ".hidden corral_clone\n"
-    ".type corral_clone,@function\n"
-    "corral_clone:\n"
-    "  mov %rdx, %r8\n"
-    "  mov %rcx, %r9\n"
-    "  xor %edx, %edx\n"
-    "  xor %r10d, %r10d\n"
-    "  mov $56, %eax\n"
-    "  syscall\n"
-    "  test %rax, %rax\n"
-    "  jz 1f\n"
-    "  ret\n"
-    "1:\n"
-    "  xor %ebp, %ebp\n"
-    "  mov %r9, %rdi\n"
-    "  call *%r8\n"
-    "  mov %eax, %edi\n"
-    "  mov $60, %eax\n"
-    "  syscall\n"
-    "  hlt\n"
-    ".size corral_clone, .-corral_clone\n");
-#elif defined(__aarch64__)
-__asm__(
-    ".text\n"
-    ".globl corral_clone\n"
-    ".hidden corral_clone\n"
-    ".type corral_clone,%function\n"
-    "corral_clone:\n"
-    "  mov x10, x2\n"
-    "  mov x11, x3\n"
-    "  mov x2, xzr\n"
-    "  mov x3, xzr\n"
-    "  mov x4, xzr\n"
-    "  mov x8, #220\n"
-    "  svc #0\n"
-    "  cbz x0, 1f\n"
-    "  ret\n"
-    "1:\n"
-    "  mov x29, xzr\n"
-    "  mov x0, x11\n"
-    "  blr x10\n"
-    "  mov x8, #93\n"
-    "  svc #0\n"
-    "  brk #0\n"
-    ".size corral_clone, .-corral_clone\n");
+#define CLONE_TRAMPOLINE(name, setup) \
+  __asm__(".text\n"                   \
+          ".globl " name "\n"         \
+          ".hidden " name "\n"        \
+          ".type " name ",%function\n" name ":\n" \
+          "  mov x10, x2\n"           \
+          "  mov x11, x3\n" setup     \
+          "  svc #0\n"                \
+          "  cbz x0, 1f\n"            \
+          "  ret\n"                   \
+          "1:\n"                      \
+          "  mov x29, xzr\n"          \
+          "  mov x0, x11\n"           \
+          "  blr x10\n"               \
+          "  mov x8, #93\n"           \
+          "  svc #0\n"                \
+          "  brk #0\n"                \
+          ".size " name ", .-" name "\n");
+CLONE_TRAMPOLINE("corral_clone3", "  mov x8, #435\n")
+CLONE_TRAMPOLINE("corral_clone", "  mov x2, xzr\n  mov x3, xzr\n  mov x4, xzr\n  mov x8, #220\n")
 #endif
 #ifndef CLOSE_RANGE_CLOEXEC
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
@@ -227,9 +180,7 @@ __attribute__((noreturn)) static void child_die(struct child_args *a, long neger
   child_die_at(a, negerr, stdio_ready, "cannot execute ");
 }
 
-int child_main_async(void *p) {
-  struct child_args *a = p;
-  long r;
+void child_reset_inherited(const struct child_args *a) {
   for (long s = 1; s <= 64; s++) {
     if (s == SIGKILL || s == SIGSTOP) continue;
     raw_syscall(SYS_rt_sigaction, s, (long)&corral_k_dfl, 0, sizeof(unsigned long));
@@ -238,6 +189,12 @@ int child_main_async(void *p) {
     static const struct sched_param zero_param;
     raw_syscall(SYS_sched_setscheduler, 0, a->restore_policy, (long)&zero_param, 0);
   }
+}
+
+int child_main_async(void *p) {
+  struct child_args *a = p;
+  long r;
+  child_reset_inherited(a);
   if ((r = raw_syscall(SYS_setsid, 0, 0, 0, 0)) < 0) child_die(a, r, 0);
   if ((r = raw_syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0)) < 0) child_die(a, r, 0);
   // The parent may have died before PR_SET_PDEATHSIG took effect. In a new pid namespace getppid() is 0: ask the

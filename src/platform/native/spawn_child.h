@@ -107,6 +107,9 @@ struct kernel_sigaction {
 extern const struct kernel_sigaction corral_k_dfl;
 
 // Async mode's child (exec errors on its stderr, exit 127) and the supervisor (spawn_supervisor.c): clone targets.
+// Each first calls child_reset_inherited: every catchable signal back to its default disposition (the server's
+// handlers are not theirs) and, when asked, the scheduling policy the server had (the clone starts as SCHED_BATCH).
+void child_reset_inherited(const struct child_args *a);
 int child_main_async(void *p);
 int supervisor_main(void *p);
 // Fills the strerror texts the async child writes (it may not call strerror): once, at load.

@@ -53,14 +53,7 @@ static void sup_kill_all(pid_t self, pid_t cmd) {
 int supervisor_main(void *p) {
   struct child_args *a = p;
   long r;
-  for (long s = 1; s <= 64; s++) {
-    if (s == SIGKILL || s == SIGSTOP) continue;
-    raw_syscall(SYS_rt_sigaction, s, (long)&corral_k_dfl, 0, sizeof(unsigned long));
-  }
-  if (a->restore_policy >= 0) {
-    static const struct sched_param zero_param;
-    raw_syscall(SYS_sched_setscheduler, 0, a->restore_policy, (long)&zero_param, 0);
-  }
+  child_reset_inherited(a);
   pid_t self = (pid_t)raw_syscall(SYS_getpid, 0, 0, 0, 0);
   long err = 0;
   if ((r = raw_syscall(SYS_setsid, 0, 0, 0, 0)) < 0) err = r;

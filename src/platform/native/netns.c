@@ -33,6 +33,7 @@
 
 #include "common.h"
 #include "netns.h"
+#include "rawfork.h"
 
 #define MAX_PORTS 16
 
@@ -105,11 +106,8 @@ static napi_value js_listen_in_netns(napi_env env, napi_callback_info info) {
     if (userns >= 0) close(userns);
     return corral_throw_errno(env, e, "listenInNetns: socketpair");
   }
-  // A raw fork: no atfork handlers run, and the child makes system calls only.
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  long child = syscall(SYS_clone, SIGCHLD, NULL, NULL, NULL, NULL);
+  int fork_errno = 0;
+  long child = corral_raw_fork(&fork_errno);
   if (child == 0) {
     close(sv[0]);
     int fds[MAX_PORTS];
@@ -117,8 +115,6 @@ static napi_value js_listen_in_netns(napi_env env, napi_callback_info info) {
     send_result(sv[1], err, fds, (int)n);
     _exit(0);
   }
-  int fork_errno = errno;
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
   close(sv[1]);
   close(netns);
   if (userns >= 0) close(userns);
@@ -136,8 +132,7 @@ static napi_value js_listen_in_netns(napi_env env, napi_callback_info info) {
   while (got < 0 && errno == EINTR);
   int recv_errno = errno;
   close(sv[0]);
-  while (waitpid((pid_t)child, NULL, 0) < 0 && errno == EINTR) {
-  }
+  corral_reap(child);
   if (got != (ssize_t)sizeof err) return corral_throw_errno(env, got < 0 ? recv_errno : EPROTO, "listenInNetns: helper");
   if (err != 0) return corral_throw_errno(env, err, "listenInNetns");
   struct cmsghdr *c = CMSG_FIRSTHDR(&m);

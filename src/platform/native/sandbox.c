@@ -47,6 +47,7 @@
 
 #include "common.h"
 #include "sandbox.h"
+#include "rawfork.h"
 
 #ifndef SYS_close_range
 #define SYS_close_range 436
@@ -198,10 +199,8 @@ static napi_value js_pin_symlinks(napi_env env, napi_callback_info info) {
     free_paths(paths, n);
     return corral_throw_errno(env, e, "pinSymlinks: open the sandbox's namespaces");
   }
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  long child = syscall(SYS_clone, SIGCHLD, NULL, NULL, NULL, NULL);
+  int fork_errno = 0;
+  long child = corral_raw_fork(&fork_errno);
   if (child == 0) {
     int failed = -1;
     int result[2];
@@ -212,8 +211,6 @@ static napi_value js_pin_symlinks(napi_env env, napi_callback_info info) {
     while (w < 0 && errno == EINTR);
     _exit(0);
   }
-  int fork_errno = errno;
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
   close(rp[1]);
   close(mntns);
   close(rootfd);
@@ -228,8 +225,7 @@ static napi_value js_pin_symlinks(napi_env env, napi_callback_info info) {
   do got = read(rp[0], result, sizeof result);
   while (got < 0 && errno == EINTR);
   close(rp[0]);
-  while (waitpid((pid_t)child, NULL, 0) < 0 && errno == EINTR) {
-  }
+  corral_reap(child);
   if (got != (ssize_t)sizeof result) result[0] = EPROTO;
   napi_value ret = NULL;
   if (result[0] != 0) {

@@ -9,6 +9,8 @@ import { type Host, startHost } from '../../src/app/host.js';
 import { localStatePath } from '../../src/app/localState.js';
 import { loopbackOnlyDialer, stubResolver } from '../integration/network-helpers.js';
 import { ROOT } from './cli.js';
+import type { RpcClient } from './client.js';
+import { shellStart } from './registry-contract.js';
 
 export interface CliRun {
   code: number | null;
@@ -71,3 +73,12 @@ export async function startRulesHost(
     localState: localStatePath({ XDG_STATE_HOME: stateHome }),
   });
 }
+
+/** process/start of `sh -c script` in `cwd` with PATH=/usr/bin:/bin and a managed network that asks for approvals. */
+export const askingStart = (
+  agent: RpcClient,
+  processId: string,
+  script: string,
+  cwd: string,
+  managedNetwork: unknown = askingNetwork(),
+) => agent.request('process/start', { ...shellStart(processId, script, cwd), managedNetwork });

@@ -20,7 +20,7 @@ import { localStatePath, readLocalStateFile } from '../../src/app/localState.js'
 import { CliError, parseApprovalsArgs } from '../../src/cli/approvals.js';
 import type { ApprovalsState, RulesResult } from '../../src/protocol/approvals.js';
 import { silentLogger } from '../../src/server/core/log.js';
-import { askingNetwork, runApprovalsCli, startRulesHost } from '../helpers/approvalsCli.js';
+import { askingStart, curlCode, runApprovalsCli, startRulesHost } from '../helpers/approvalsCli.js';
 import { RpcClient } from '../helpers/client.js';
 import { tempDir, until } from '../helpers/server.js';
 import { startOrigin } from '../integration/network-helpers.js';
@@ -217,19 +217,7 @@ describe('corral approvals: hostile input', { skip }, () => {
     const work = join(tmp.path, 'toggle');
     mkdirSync(join(work, '.git'), { recursive: true });
     const run = (processId: string) =>
-      agent.request('process/start', {
-        processId,
-        argv: [
-          '/bin/sh',
-          '-c',
-          `curl --noproxy '' -s -o /dev/null -w '${processId}=%{http_code}\\n' http://127.0.0.1:${origin.port}/t`,
-        ],
-        cwd: work,
-        env: { PATH: '/usr/bin:/bin' },
-        tty: false,
-        arg0: null,
-        managedNetwork: askingNetwork(),
-      });
+      askingStart(agent, processId, curlCode(processId, `http://127.0.0.1:${origin.port}/t`), work);
     const promptOf = async (processId: string) => {
       await until(
         async () =>
@@ -328,17 +316,8 @@ describe('corral approvals: hostile input', { skip }, () => {
     assert.match((await err(panel, 'approvals/learnEnd', { workspace: work })).message, /is not learning/);
 
     await panel.request('approvals/learn', { workspace: work, maxRequests: 1 });
-    const curl = (label: string) =>
-      `curl --noproxy '' -s -o /dev/null -w '${label}=%{http_code}\\n' http://127.0.0.1:${origin.port}/${label}`;
-    await agent.request('process/start', {
-      processId: 'bounded',
-      argv: ['/bin/sh', '-c', `${curl('one')}; ${curl('two')}`],
-      cwd: work,
-      env: { PATH: '/usr/bin:/bin' },
-      tty: false,
-      arg0: null,
-      managedNetwork: askingNetwork(),
-    });
+    const curl = (label: string) => curlCode(label, `http://127.0.0.1:${origin.port}/${label}`);
+    await askingStart(agent, 'bounded', `${curl('one')}; ${curl('two')}`, work);
     // The first is learned; the second, past maxRequests, is prompted as usual.
     await until(
       async () =>
@@ -391,19 +370,7 @@ describe('corral approvals: hostile input', { skip }, () => {
     const panel = await open(host.tokens.panel, 'panel');
     const work = join(tmp.path, 'self');
     mkdirSync(join(work, '.git'), { recursive: true });
-    await agent.request('process/start', {
-      processId: 'self',
-      argv: [
-        '/bin/sh',
-        '-c',
-        `curl --noproxy '' -s -o /dev/null -w 'self=%{http_code}\\n' http://127.0.0.1:${origin.port}/self`,
-      ],
-      cwd: work,
-      env: { PATH: '/usr/bin:/bin' },
-      tty: false,
-      arg0: null,
-      managedNetwork: askingNetwork(),
-    });
+    await askingStart(agent, 'self', curlCode('self', `http://127.0.0.1:${origin.port}/self`), work);
     await until(
       async () =>
         (await panel.request<ApprovalsState>('approvals/list', {})).pending.some(

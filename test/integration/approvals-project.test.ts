@@ -14,7 +14,13 @@ import type {
   LearningState,
   RulesResult,
 } from '../../src/protocol/approvals.js';
-import { askingNetwork, runApprovalsCli, startRulesHost } from '../helpers/approvalsCli.js';
+import {
+  askingNetwork,
+  askingStart,
+  curlCode,
+  runApprovalsCli,
+  startRulesHost,
+} from '../helpers/approvalsCli.js';
 import { RpcClient } from '../helpers/client.js';
 import { tempDir, until } from '../helpers/server.js';
 import { startOrigin } from './network-helpers.js';
@@ -58,18 +64,9 @@ describe('approvals v2: grouped prompts, project rules, the CLI', { skip }, () =
     clients.push(c);
     return c;
   };
-  const start = (agent: Client, processId: string, script: string, cwd: string) =>
-    agent.request('process/start', {
-      processId,
-      argv: ['/bin/sh', '-c', script],
-      cwd,
-      env: { PATH: '/usr/bin:/bin' },
-      tty: false,
-      arg0: null,
-      managedNetwork: askingNetwork(),
-    });
+  const start = askingStart;
   const curl = (label: string, hostName: string, path: string) =>
-    `curl --noproxy '' -s -o /dev/null -w '${label}=%{http_code}\\n' http://${hostName}:${origin.port}${path}`;
+    curlCode(label, `http://${hostName}:${origin.port}${path}`);
   const pendingOf = async (panel: Client, processId: string) =>
     (await panel.request<ApprovalsState>('approvals/list', {})).pending.filter(
       (p) => p.processId === processId,
@@ -267,15 +264,13 @@ describe('approvals v2: grouped prompts, project rules, the CLI', { skip }, () =
       (await panel.request<RulesResult>('approvals/rules', {})).rules[0]!.contradiction ?? null,
       null,
     );
-    await agent.request('process/start', {
-      processId: 'denying',
-      argv: ['/bin/sh', '-c', curl('denying', '127.0.0.1', '/denying')],
-      cwd: wsB,
-      env: { PATH: '/usr/bin:/bin' },
-      tty: false,
-      arg0: null,
-      managedNetwork: askingNetwork({ '127.0.0.*': 'deny' }),
-    });
+    await askingStart(
+      agent,
+      'denying',
+      curl('denying', '127.0.0.1', '/denying'),
+      wsB,
+      askingNetwork({ '127.0.0.*': 'deny' }),
+    );
     await agent.collect('denying', 30_000);
     assert.match(agent.output('denying', 'stdout'), /denying=403/, 'the deny list wins over the rule');
     const [rule] = (await panel.request<RulesResult>('approvals/rules', {})).rules;

@@ -70,11 +70,8 @@ describe('panel in a browser against the headless host', () => {
   test('a process started by a separate WebSocket client appears live with its sandbox badge', async () => {
     const page = browser.page;
     await agent.request('process/start', {
-      processId: 'agent-pipe',
-      argv: ['/bin/sh', '-c', 'echo hello-from-agent; echo oops-on-stderr >&2; exec sleep 300'],
-      cwd: dir.path,
+      ...shellStart('agent-pipe', 'echo hello-from-agent; echo oops-on-stderr >&2; exec sleep 300', dir.path),
       env: { PATH: '/usr/bin:/bin', OPENAI_API_KEY: 'sk-panel-must-not-see-this' },
-      tty: false,
       metadata: { threadId: 'thread-42', toolCallId: 'call-7' },
     });
     // A 0.120–0.130 client wraps its own sandbox: argv[0] is its codex-linux-sandbox launcher.
@@ -130,10 +127,7 @@ describe('panel in a browser against the headless host', () => {
   test('PTY output streams into xterm live; the stdin box writes; Terminate kills it', async () => {
     const page = browser.page;
     await agent.request('process/start', {
-      processId: 'agent-tty',
-      argv: ['/bin/sh', '-c', 'printf "\\033[1;32mtty-ready\\033[0m\\n"; exec cat'],
-      cwd: dir.path,
-      env: { PATH: '/usr/bin:/bin' },
+      ...shellStart('agent-tty', 'printf "\\033[1;32mtty-ready\\033[0m\\n"; exec cat', dir.path),
       tty: true,
     });
     const row = page.locator('tr[data-process-id="agent-tty"]');

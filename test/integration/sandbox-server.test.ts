@@ -48,6 +48,17 @@ const runVia = (
     ...extra,
   });
 
+/** Starts, sandboxed in the workspace, two sleeps tagged `tag` (one of them in its own session) and a wait. */
+const startSleepers = (client: RpcClient, processId: string, tag: string) =>
+  client.request('process/start', {
+    processId,
+    argv: ['/bin/sh', '-c', `sleep ${tag}1 & setsid sleep ${tag}2 & wait`],
+    cwd: sb.f.W,
+    env: { PATH },
+    tty: false,
+    sandbox: seedWire(),
+  });
+
 /** The error of a `/bin/true` start in the workspace with `extra`. */
 const refusedStart = (extra: Record<string, unknown>) =>
   sb.c.requestError('process/start', {
@@ -179,14 +190,7 @@ describe('sandbox through the exec server', { skip: needsSandbox }, () => {
   test('terminate kills everything in the sandbox, setsid children included', async () => {
     const tag = `77${process.pid}.${Date.now() % 100000}`;
     const processId = `sbx-${++n}`;
-    await sb.c.request('process/start', {
-      processId,
-      argv: ['/bin/sh', '-c', `sleep ${tag}1 & setsid sleep ${tag}2 & wait`],
-      cwd: sb.f.W,
-      env: { PATH },
-      tty: false,
-      sandbox: seedWire(),
-    });
+    await startSleepers(sb.c, processId, tag);
     assert.ok(await waitFor(() => pidsMatching(`sleep ${tag}`).length >= 2, 5000));
     const t = await sb.c.request<{ running: boolean }>('process/terminate', { processId });
     assert.equal(t.running, true);
@@ -224,14 +228,7 @@ describe('sandbox through the exec server', { skip: needsSandbox }, () => {
       const url = await serverUrl(child);
       const c2 = await RpcClient.open(url, 'die-test');
       const tag = `78${process.pid}.${Date.now() % 100000}`;
-      await c2.request('process/start', {
-        processId: 'die',
-        argv: ['/bin/sh', '-c', `sleep ${tag}1 & setsid sleep ${tag}2 & wait`],
-        cwd: sb.f.W,
-        env: { PATH },
-        tty: false,
-        sandbox: seedWire(),
-      });
+      await startSleepers(c2, 'die', tag);
       assert.ok(await waitFor(() => pidsMatching(`sleep ${tag}`).length >= 2, 5000));
       child.kill('SIGKILL');
       await exited;

@@ -5,16 +5,15 @@
  */
 import http from 'node:http';
 import type { Duplex } from 'node:stream';
-import { type AdmissionRequest, admitAndRecord, LIMITED_METHODS } from './admission.js';
+import { type AdmissionRequest, admitAndRecord } from './admission.js';
 import { forward, relay } from './forward.js';
-import { endToEndHeaders, headerValue } from './headers.js';
+import { headerValue } from './headers.js';
 import { clientAddr } from './host.js';
 import type { HttpContext } from './httpContext.js';
 import { limitStatus } from './limits.js';
 import { plainCarrier } from './mitm/broker.js';
 import {
   blockedHttpResponse,
-  blockedUnixSocketResponse,
   CLOSE,
   emptyResponse,
   PARSE_ERROR,
@@ -23,7 +22,8 @@ import {
   textResponse,
 } from './responses.js';
 import { readRequestTarget } from './target.js';
-import { allowedUnixSocket, connectNoFollow, UNIX_SOCKETS_SUPPORTED } from './unixSocket.js';
+import { connectNoFollow } from './unixSocket.js';
+import { admitUnixSocket, originPath, unixSocketRequestHeaders } from './unixSocketAdmission.js';
 
 export async function onRequest(
   ctx: HttpContext,
@@ -64,10 +64,8 @@ export async function onRequest(
 }
 
 /**
- * §3.8: a limited-mode write method gets the short 403 JSON; a path neither listed (raw or canonical) nor allowed by
- * `dangerously_allow_all_unix_sockets` 403 JSON `not_allowed`; an allowed one gets the request forwarded over a
- * socket opened without following symlinks (unixSocket.ts), or 502 `unix socket proxy failed` when it cannot be
- * opened. Where the platform has no such open, 501. Every decision is an audit event; blocks are not in the ring.
+ * §3.8: the decision is admitUnixSocket's (unixSocketAdmission.ts); an allowed path gets the request forwarded over
+ * a socket opened without following symlinks (unixSocket.ts), or 502 `unix socket proxy failed` when it cannot be.
  */
 function onUnixSocket(
   ctx: HttpContext,
@@ -75,72 +73,29 @@ function onUnixSocket(
   res: http.ServerResponse,
   header: string | string[],
 ): void {
-  const path = Array.isArray(header) ? header[0] : header;
-  if (path === undefined || !path.startsWith('/') || Array.isArray(header)) {
-    send(res, textResponse(400, 'invalid x-unix-socket header'));
+  const d = admitUnixSocket(ctx, req, header);
+  if (!d.ok) {
+    send(res, d.response);
     return;
   }
-  const method = req.method ?? 'GET';
-  /** The audit event of this request's decision (a unix socket is no domain: host unix-socket, port 0). */
-  const audit = (decision: 'allow' | 'deny', source: 'mode_guard' | 'baseline_policy', reason: string) =>
-    ctx.recorder.audit({
-      protocol: 'http',
-      host: 'unix-socket',
-      port: 0,
-      method,
-      client: clientAddr(req.socket),
-      scope: 'non_domain',
-      decision,
-      source,
-      reason,
-    });
-  if (ctx.policy.mode === 'limited' && !LIMITED_METHODS.has(method)) {
-    audit('deny', 'mode_guard', 'method_not_allowed');
-    send(res, blockedUnixSocketResponse('method_not_allowed'));
-    return;
-  }
-  if (!UNIX_SOCKETS_SUPPORTED) {
-    send(res, textResponse(501, 'unix sockets unsupported'));
-    return;
-  }
-  const target = allowedUnixSocket(ctx.policy.settings, path);
-  audit(target ? 'allow' : 'deny', 'baseline_policy', target ? 'allow' : 'not_allowed');
-  if (!target) {
-    send(res, blockedUnixSocketResponse('not_allowed'));
-    return;
-  }
-  connectNoFollow(target).then(
+  connectNoFollow(d.path).then(
     (socket) => {
       if (ctx.closed || res.destroyed) {
         socket.destroy();
         return;
       }
       ctx.track(socket);
-      const headers = endToEndHeaders(req.rawHeaders, 'request').filter(
-        (_, i, all) => all[i - (i % 2)]!.toLowerCase() !== 'x-unix-socket',
-      );
       const upstream = http.request({
-        method,
+        method: req.method ?? 'GET',
         path: originPath(req.url ?? '/'),
         setHost: false,
         createConnection: () => socket,
-        headers: headers as unknown as http.OutgoingHttpHeaders,
+        headers: unixSocketRequestHeaders(req.rawHeaders) as unknown as http.OutgoingHttpHeaders,
       });
       relay(req, res, upstream);
     },
     () => send(res, textResponse(502, 'unix socket proxy failed')),
   );
-}
-
-/** The path and query of a request target (absolute-form or origin-form) to send to a local daemon. */
-function originPath(url: string): string {
-  if (url.startsWith('/')) return url;
-  try {
-    const u = new URL(url);
-    return `${u.pathname}${u.search}`;
-  } catch {
-    return '/';
-  }
 }
 
 /**

@@ -61,8 +61,15 @@ function pipeBoth(a: Duplex, b: Duplex, headToB: Buffer | undefined, headToA: Bu
   a.resume();
 }
 
+/** An RST for a TCP socket; a unix socket (a daemon's, §3.8) has none (Node throws there), it is destroyed. */
 function reset(s: Duplex): void {
-  if (s instanceof Socket && !s.destroyed && !s.connecting && typeof s.resetAndDestroy === 'function') {
+  if (
+    s instanceof Socket &&
+    !s.destroyed &&
+    !s.connecting &&
+    typeof s.remotePort === 'number' &&
+    typeof s.resetAndDestroy === 'function'
+  ) {
     s.resetAndDestroy();
   } else {
     s.destroy();

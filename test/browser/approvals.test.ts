@@ -3,36 +3,30 @@
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
-import { type Host, startHost } from '../../src/app/host.js';
 import { askingNetwork, curlCode } from '../helpers/approvalsCli.js';
-import { RpcClient } from '../helpers/client.js';
+import type { RpcClient } from '../helpers/client.js';
 import { shellStart } from '../helpers/registry-contract.js';
 import { startOrigin } from '../integration/network-helpers.js';
-import { type Browser, ensureBuilt, openBrowser, openPanel, visibleText } from './harness.js';
+import { type Browser, openPanelHost, type PanelHost, visibleText } from './harness.js';
 
 const CURL = '/usr/bin/curl';
 
 describe('network approvals in the browser panel', {
   skip: existsSync(CURL) ? false : 'curl is not installed',
 }, () => {
-  let host: Host;
   let browser: Browser;
   let agent: RpcClient & { sessionId: string };
   let origin: Awaited<ReturnType<typeof startOrigin>>;
 
+  let ph: PanelHost;
   before(async () => {
-    const panelDir = ensureBuilt();
     origin = await startOrigin();
-    host = await startHost({ servePanel: true, panelDir, resumeGraceMs: 60_000 });
-    browser = await openBrowser();
-    agent = await RpcClient.open(host.execUrl, 'codex-agent');
-    await openPanel(browser, host.panelUrl!);
+    ph = await openPanelHost();
+    ({ browser, agent } = ph);
   });
 
   after(async () => {
-    agent?.close();
-    await browser?.close();
-    await host?.shutdown();
+    await ph?.close();
     await origin?.close();
   });
 

@@ -6,6 +6,8 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type BrowserContext, chromium, type Locator, type Page } from 'playwright-core';
+import { type Host, startHost } from '../../src/app/host.js';
+import { RpcClient } from '../helpers/client.js';
 
 /** The rendered (visible) text of an element. */
 export function visibleText(l: Locator): Promise<string> {
@@ -106,4 +108,29 @@ export async function openPanel(browser: Browser, url: string, timeout = 15_000)
   await browser.page.goto(url);
   await browser.page.locator('#conn-status', { hasText: 'connected' }).waitFor({ timeout });
   return browser.page;
+}
+
+/** A headless host serving the built panel, a browser on its panel (connected), and an agent connected to it. */
+export interface PanelHost {
+  host: Host;
+  browser: Browser;
+  agent: RpcClient & { sessionId: string };
+  close(): Promise<void>;
+}
+
+export async function openPanelHost(agentName = 'codex-agent'): Promise<PanelHost> {
+  const host = await startHost({ servePanel: true, panelDir: ensureBuilt(), resumeGraceMs: 60_000 });
+  const browser = await openBrowser();
+  const agent = await RpcClient.open(host.execUrl, agentName);
+  await openPanel(browser, host.panelUrl!);
+  return {
+    host,
+    browser,
+    agent,
+    async close() {
+      agent.close();
+      await browser.close();
+      await host.shutdown();
+    },
+  };
 }

@@ -5,13 +5,13 @@ import { request as httpRequest } from 'node:http';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import WebSocket from 'ws';
-import { type Host, startHost } from '../../src/app/host.js';
+import type { Host } from '../../src/app/host.js';
 import { RpcClient } from '../helpers/client.js';
 import { needsSandbox } from '../helpers/native.js';
 import { shellStart } from '../helpers/registry-contract.js';
 import { tempDir } from '../helpers/server.js';
 import { seedParam, special } from '../integration/sandbox-util.js';
-import { type Browser, ensureBuilt, openBrowser, openPanel, visibleText } from './harness.js';
+import { type Browser, openPanelHost, type PanelHost, visibleText } from './harness.js';
 
 const text = (b: Buffer | string) => Buffer.from(b).toString('base64');
 
@@ -25,18 +25,14 @@ describe('panel in a browser against the headless host', () => {
   let agent: RpcClient & { sessionId: string };
   const dir = tempDir('corral-panel-');
 
+  let ph: PanelHost;
   before(async () => {
-    const panelDir = ensureBuilt();
-    host = await startHost({ servePanel: true, panelDir, resumeGraceMs: 60_000 });
-    browser = await openBrowser();
-    agent = await RpcClient.open(host.execUrl, 'codex-agent');
-    await openPanel(browser, host.panelUrl!);
+    ph = await openPanelHost();
+    ({ host, browser, agent } = ph);
   });
 
   after(async () => {
-    agent?.close();
-    await browser?.close();
-    await host?.shutdown();
+    await ph?.close();
     dir.cleanup();
   });
 

@@ -302,6 +302,7 @@ export function observeServer(source: AuditSource, sink: AuditSink): AuditObserv
       open.clear();
       for (const off of offs) off();
       offs.length = 0;
+      replay?.clear();
     },
   };
   observer.attachNetwork(source.networkEvents);

@@ -2,7 +2,9 @@
  * Output chunks with their times, for replay (issue 37, item 4): what a process wrote, as it arrived, kept per process
  * until its close and stored then in `process_chunks` (covered by the close entry's digest, chain.ts).
  *
- * Bounded per process: at most `maxBytes` of data and MAX_REPLAY_PARTS timed parts. Chunks of one stream that arrive
+ * Bounded per process: at most `maxBytes` of data and MAX_REPLAY_PARTS timed parts; and over every process still
+ * running, at most `maxTotalBytes` held (DEFAULT_REPLAY_TOTAL_BYTES: many busy processes at once cannot make the
+ * server hold their bound each). Chunks of one stream that arrive
  * within COALESCE_MS of the part they follow join it (a flood of tiny chunks costs one part per COALESCE_MS, not one
  * per chunk). Past either bound nothing more is kept and the record says how many bytes were dropped: the store
  * writes a last row of stream `truncated` whose data is that count (decimal text).
@@ -14,6 +16,13 @@ import type { OutputStream } from '../protocol/exec.js';
 
 export const DEFAULT_REPLAY_BYTES = 1024 * 1024;
 export const MAX_REPLAY_BYTES = 64 * 1024 * 1024;
+export const DEFAULT_REPLAY_TOTAL_BYTES = 256 * 1024 * 1024;
+
+/** The bytes held by every open replay of one recorder. */
+interface Budget {
+  held: number;
+  readonly max: number;
+}
 export const MAX_REPLAY_PARTS = 10_000;
 export const COALESCE_MS = 5;
 
@@ -42,14 +51,18 @@ class ProcessReplay {
   bytes = 0;
   dropped = 0;
 
-  constructor(private readonly maxBytes: number) {}
+  constructor(
+    private readonly maxBytes: number,
+    private readonly budget: Budget,
+  ) {}
 
   add(at: number, stream: OutputStream, data: Buffer): void {
     const n = data.length;
     if (n === 0) return;
-    if (this.dropped > 0 || this.bytes + n > this.maxBytes) {
-      // Keep what fits of the chunk that crosses the bound, then nothing more.
-      const room = this.dropped > 0 ? 0 : this.maxBytes - this.bytes;
+    const room =
+      this.dropped > 0 ? 0 : Math.min(this.maxBytes - this.bytes, this.budget.max - this.budget.held);
+    if (n > room) {
+      // Keep what fits of the chunk that crosses a bound, then nothing more.
       if (room > 0) this.push(at, stream, data.subarray(0, room));
       this.dropped += n - room;
       return;
@@ -73,9 +86,11 @@ class ProcessReplay {
     }
     this.data.set(data, this.bytes);
     this.bytes = need;
+    this.budget.held += data.length;
   }
 
   take(): ReplayChunks {
+    this.budget.held -= this.bytes;
     // Its own buffer of exactly the kept bytes: it is transferred to the worker.
     const data = this.bytes === this.data.length ? this.data : this.data.slice(0, this.bytes);
     return { data, parts: this.parts, droppedBytes: this.dropped };
@@ -85,14 +100,32 @@ class ProcessReplay {
 /** The replays of the processes running now, keyed by anything that names one process. */
 export class ReplayRecorder<K> {
   private readonly open = new Map<K, ProcessReplay>();
+  private readonly budget: Budget;
 
-  constructor(private readonly maxBytes: number = DEFAULT_REPLAY_BYTES) {
+  constructor(
+    private readonly maxBytes: number = DEFAULT_REPLAY_BYTES,
+    maxTotalBytes: number = DEFAULT_REPLAY_TOTAL_BYTES,
+  ) {
     if (!Number.isInteger(maxBytes) || maxBytes <= 0)
       throw new RangeError('replay bytes: a positive integer');
+    if (!Number.isInteger(maxTotalBytes) || maxTotalBytes <= 0)
+      throw new RangeError('replay total bytes: a positive integer');
+    this.budget = { held: 0, max: maxTotalBytes };
   }
 
   start(key: K): void {
-    this.open.set(key, new ProcessReplay(this.maxBytes));
+    this.take(key);
+    this.open.set(key, new ProcessReplay(this.maxBytes, this.budget));
+  }
+
+  /** Bytes held now over every open replay. */
+  get heldBytes(): number {
+    return this.budget.held;
+  }
+
+  /** Forgets every open replay (the observer stops). */
+  clear(): void {
+    for (const k of [...this.open.keys()]) this.take(k);
   }
 
   output(key: K, at: number, stream: OutputStream, data: Buffer): void {

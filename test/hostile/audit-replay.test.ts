@@ -18,6 +18,17 @@ import { type AuditedServer, openDb, run, startAuditedServer } from '../integrat
 const RAW_CONTROL =
   /[\u0000-\u0009\u000b-\u001f\u007f-\u009f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]/;
 
+/** A request's answer or error; 'no answer' when none came in 10 s (a hang is a failure, named, not a test timeout). */
+function answer(p: Promise<unknown>): Promise<unknown> {
+  let timer: NodeJS.Timeout | undefined;
+  return Promise.race([
+    p.catch((e: unknown) => e),
+    new Promise((done) => {
+      timer = setTimeout(() => done('no answer'), 10_000);
+    }),
+  ]).finally(() => clearTimeout(timer));
+}
+
 /** Runs `corral audit …` in-process; its exit code (2: a usage error, as the CLI maps it) and what it wrote. */
 async function audit(argv: string[]): Promise<{ code: number; out: Buffer; err: string }> {
   const out: Buffer[] = [];
@@ -50,6 +61,9 @@ describe('replay: stored timed output, the CLI, asciicast, audit/replay', () => 
   let livePipes: { stdout: string; stderr: string };
   let panelReplay: AuditReplayResult;
   let badParams: unknown;
+  const hostileAnswers: unknown[] = [];
+  let hugeAnswer: unknown;
+  let stillAnswers: AuditReplayResult;
   const asciicast = (processId: string) =>
     audit(['export', '--db', db, '--format', 'asciicast', '--session', sid, '--process', processId]);
   // Colours, a cursor move up and a rewrite, a clear to end of line, a title (OSC), every C1 control and bidi.
@@ -90,6 +104,25 @@ describe('replay: stored timed output, the CLI, asciicast, audit/replay', () => 
       processId: 'pipes',
     })) as AuditReplayResult;
     badParams = await panel.request('audit/replay', { sessionId: '', processId: 7 }).catch((e) => e);
+    let deep: unknown = 'x';
+    for (let i = 0; i < 2000; i++) deep = { a: deep };
+    const wide = Object.fromEntries(Array.from({ length: 20_000 }, (_, i) => [`k${i}`, i]));
+    for (const params of [
+      { sessionId: deep, processId: 'pty' },
+      [sid, 'pty'],
+      { ...wide, sessionId: sid, processId: 7 },
+      null,
+    ]) {
+      hostileAnswers.push(await answer(panel.request('audit/replay', params as never)));
+    }
+    hugeAnswer = await answer(
+      panel.request('audit/replay', { sessionId: 's'.repeat(512 * 1024), processId: 'p'.repeat(512 * 1024) }),
+    );
+    // The server still answers after all of it.
+    stillAnswers = (await panel.request('audit/replay', {
+      sessionId: sid,
+      processId: 'pipes',
+    })) as AuditReplayResult;
     await ts.close();
   });
   after(() => dir.cleanup());
@@ -184,6 +217,23 @@ describe('replay: stored timed output, the CLI, asciicast, audit/replay', () => 
     assert.ok(badParams instanceof RpcCallError, String(badParams));
     assert.equal(badParams.code, -32602);
     assert.match(badParams.message, /sessionId|processId/);
+  });
+
+  it('audit/replay with deep, wide, array, null or huge params: a named error or an empty answer, and it still serves', () => {
+    // Nested past the message bounds (boundedJson.ts): the connection answers a parse error with id null (it cannot
+    // read the id), so this request gets no answer of its own; the connection stays up (below).
+    const [deepAnswer, ...rest] = hostileAnswers;
+    assert.ok(
+      deepAnswer === 'no answer' || (deepAnswer instanceof RpcCallError && deepAnswer.code === -32602),
+    );
+    for (const a of rest) {
+      assert.ok(a instanceof RpcCallError, String(a));
+      assert.equal(a.code, -32602, a.message);
+      assert.ok(a.message.length < 2000, 'the message does not echo the params');
+    }
+    if (hugeAnswer instanceof RpcCallError) assert.ok(hugeAnswer.message.length < 2000);
+    else assert.equal((hugeAnswer as AuditReplayResult).process, null);
+    assert.equal(stillAnswers.chunks.length, 3);
   });
 
   it('a huge output is stored up to the per-process bound, and the cut says how much was dropped', async () => {

@@ -47,6 +47,30 @@ test('the part bound: a flood of tiny chunks at spread times keeps MAX_REPLAY_PA
   assert.equal(c.droppedBytes, 500);
 });
 
+test('the bound over every open replay: past it, each process keeps nothing more; a close gives its bytes back', () => {
+  const r = new ReplayRecorder<number>(100, 150);
+  r.start(1);
+  r.start(2);
+  r.output(1, 0, 'stdout', Buffer.alloc(100, 1));
+  r.output(2, 0, 'stdout', Buffer.alloc(100, 2));
+  assert.equal(r.heldBytes, 150);
+  const a = r.take(1)!;
+  assert.equal(a.data.length, 100);
+  assert.equal(a.droppedBytes, 0);
+  assert.equal(r.heldBytes, 50);
+  r.start(3);
+  r.output(3, 0, 'stdout', Buffer.alloc(10, 3));
+  const b = r.take(2)!;
+  assert.equal(b.data.length, 50);
+  assert.equal(b.droppedBytes, 50, 'the cut is marked');
+  assert.equal(r.take(3)!.data.length, 10, 'room again after the close');
+  r.start(4);
+  r.output(4, 0, 'pty', Buffer.alloc(20));
+  r.clear();
+  assert.equal(r.heldBytes, 0);
+  assert.equal(r.size, 0);
+});
+
 test('a bound that is not a positive integer is refused', () => {
   assert.throws(() => new ReplayRecorder(0), /positive integer/);
   assert.throws(() => new ReplayRecorder(1.5), /positive integer/);

@@ -23,7 +23,7 @@ import {
   validateSettings,
   zodText,
 } from './config.js';
-import { UNIX_SOCKETS_SUPPORTED } from './unixSocket.js';
+import { symlinkedListedSockets, UNIX_SOCKETS_SUPPORTED } from './unixSocket.js';
 
 export interface ManagedNetworkSpec {
   settings: NetworkSettings;
@@ -109,6 +109,11 @@ function warningsFor(s: NetworkSettings): string[] {
     );
   if (!UNIX_SOCKETS_SUPPORTED && (s.allow_unix_sockets.length > 0 || s.dangerously_allow_all_unix_sockets)) {
     w.push(`unix-socket proxying is not supported on ${process.platform}: x-unix-socket requests get 501`);
+  } else {
+    for (const { path, canonical } of symlinkedListedSockets(s.allow_unix_sockets))
+      w.push(
+        `unix socket ${path} has a symlink on the way and is never opened as written: list ${canonical}`,
+      );
   }
   return w;
 }

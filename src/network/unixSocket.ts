@@ -44,6 +44,27 @@ export function allowedUnixSocket(
   return settings.allow_unix_sockets.includes(canonical) ? canonical : null;
 }
 
+/**
+ * The listed paths that have a symlink on the way (their canonical form differs), with that form: the walks never
+ * follow it, so such a path is refused as written (502) and the canonical one should be listed instead (a request for
+ * the symlinked path then reaches it). At most the first `max` entries are looked at (config time, not per request).
+ */
+export function symlinkedListedSockets(
+  listed: readonly string[],
+  max = 64,
+): { path: string; canonical: string }[] {
+  const out: { path: string; canonical: string }[] = [];
+  for (const path of listed.slice(0, max)) {
+    try {
+      const canonical = realpathSync.native(path);
+      if (canonical !== path) out.push({ path, canonical });
+    } catch {
+      // absent now: nothing to say
+    }
+  }
+  return out;
+}
+
 /** The components of an absolute path, `.` and empty ones dropped; null when one is `..` (never walked up). */
 function components(path: string): string[] | null {
   const parts = path.split('/').filter((p) => p !== '' && p !== '.');

@@ -11,6 +11,7 @@ import { mkdirSync, symlinkSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { parseManagedNetwork } from '../../src/network/managedNetwork.js';
 import { connectNoFollow } from '../../src/network/unixSocket.js';
 import { tempDir } from '../helpers/server.js';
 
@@ -69,3 +70,14 @@ for (const walk of ['fd', 'lstat'] as const) {
     });
   });
 }
+
+test('a listed path with a symlink on the way is said in the start warnings, with the canonical path to list', () => {
+  const linked = join(dir.path, 'linkdir', 'd.sock');
+  const spec = parseManagedNetwork({
+    config: { network: { enabled: true, unix_sockets: { [linked]: 'allow', [sock]: 'allow' } } },
+  });
+  assert.deepEqual(
+    spec?.warnings.filter((w) => w.startsWith('unix socket')),
+    [`unix socket ${linked} has a symlink on the way and is never opened as written: list ${sock}`],
+  );
+});

@@ -13,33 +13,18 @@ import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { WebSocket } from 'ws';
-import { bearerAuth } from '../../src/remote/auth.js';
-import type { DirectExecutor } from '../../src/remote/direct.js';
-import { parseConnectUrl, startForwarder } from '../../src/remote/forward.js';
-import { RegistryClient } from '../../src/remote/registry.js';
-import { silentLogger } from '../../src/server/core/log.js';
+import { parseConnectUrl } from '../../src/remote/forward.js';
 import { codexBinary } from '../e2e/codex/rig.js';
 import { RpcClient } from '../helpers/client.js';
-import { type FakeRegistry, startFakeRegistry } from '../helpers/registry.js';
+import { startForwardRig } from '../helpers/forwarder.js';
+import type { FakeRegistry } from '../helpers/registry.js';
 import { shellStart } from '../helpers/registry-contract.js';
 import { startTestServer, type TestServer } from '../helpers/server.js';
 
 const ENV = 'env-forward';
-const BEARER = 'registry-bearer-0123456789abcdef';
 const codex171 = codexBinary('0.171.0');
 
-async function forwarder(connect: string): Promise<{ registry: FakeRegistry; fwd: DirectExecutor }> {
-  const registry = await startFakeRegistry({ executorAuth: { kind: 'bearer', token: BEARER } });
-  const auth = bearerAuth(BEARER);
-  const fwd = startForwarder({
-    registry: new RegistryClient(registry.url, ENV, auth),
-    auth,
-    log: silentLogger,
-    connect: parseConnectUrl(connect),
-    initialRetryMs: 50,
-  });
-  return { registry, fwd };
-}
+const forwarder = (connect: string) => startForwardRig(ENV, connect, 50);
 
 async function echoThrough(registry: FakeRegistry, id: string, cwd = '/'): Promise<string> {
   await registry.waitForExecutor(ENV);

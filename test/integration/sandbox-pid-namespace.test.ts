@@ -5,23 +5,13 @@
  * filesystem policy. Real bwrap, a real victim process.
  */
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import { needsSandbox } from '../helpers/native.js';
-import { type Fixture, fixture, run, seed } from './sandbox-util.js';
+import { fixtureWithVictim, run, seed } from './sandbox-util.js';
 
-let f: Fixture;
-let victim: ReturnType<typeof spawn>;
-before(async () => {
-  f = await fixture();
-  victim = spawn('sleep', ['600'], { stdio: 'ignore' });
-});
-after(async () => {
-  victim.kill('SIGKILL');
-  await f.close();
-});
+const fv = fixtureWithVictim();
 
 const probe = [
   'sh',
@@ -31,10 +21,10 @@ const probe = [
 
 describe('the Linux sandbox pid namespace', { skip: needsSandbox }, () => {
   test('isolate (default): the server’s processes do not exist inside', async () => {
-    for (const opts of [{ tmpdir: f.T }, { tmpdir: f.T, pidNamespace: 'isolate' as const }]) {
-      const r = await run(seed({ cwd: f.W }), probe, {
-        cwd: f.W,
-        env: { VICTIM: String(victim.pid), W: f.W },
+    for (const opts of [{ tmpdir: fv.f.T }, { tmpdir: fv.f.T, pidNamespace: 'isolate' as const }]) {
+      const r = await run(seed({ cwd: fv.f.W }), probe, {
+        cwd: fv.f.W,
+        env: { VICTIM: String(fv.victim.pid), W: fv.f.W },
         opts,
       });
       assert.equal(r.code, 0, r.stderr);
@@ -46,10 +36,10 @@ describe('the Linux sandbox pid namespace', { skip: needsSandbox }, () => {
   });
 
   test('inherit: the sandbox shares the server’s pid namespace and can signal its processes', async () => {
-    const r = await run(seed({ cwd: f.W }), probe, {
-      cwd: f.W,
-      env: { VICTIM: String(victim.pid), W: f.W },
-      opts: { tmpdir: f.T, pidNamespace: 'inherit' },
+    const r = await run(seed({ cwd: fv.f.W }), probe, {
+      cwd: fv.f.W,
+      env: { VICTIM: String(fv.victim.pid), W: fv.f.W },
+      opts: { tmpdir: fv.f.T, pidNamespace: 'inherit' },
     });
     assert.equal(r.code, 0, r.stderr);
     assert.match(r.stdout, /^seen$/m);
@@ -57,7 +47,7 @@ describe('the Linux sandbox pid namespace', { skip: needsSandbox }, () => {
     assert.ok(!r.prepared.spec.argv.includes('--proc'));
     // Still a sandbox: the filesystem policy holds (a write outside the workspace fails).
     assert.match(r.stdout, /^ro$/m);
-    assert.ok(!existsSync(join(f.W, '..', 'outside')));
+    assert.ok(!existsSync(join(fv.f.W, '..', 'outside')));
     assert.equal(r.prepared.summary?.pidNamespace, 'inherit');
   });
 });

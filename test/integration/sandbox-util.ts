@@ -496,3 +496,23 @@ export function centralStart(
     },
   };
 }
+
+/** A fixture and a process outside any sandbox (`sleep 600`) whose pid commands try to reach. */
+export interface FixtureWithVictim {
+  readonly f: Fixture;
+  readonly victim: ChildProcess;
+}
+
+/** Registers the file's before/after hooks that open and close a `FixtureWithVictim` (set once `before` ran). */
+export function fixtureWithVictim(): FixtureWithVictim {
+  const s = {} as { f: Fixture; victim: ChildProcess };
+  before(async () => {
+    s.f = await fixture();
+    s.victim = spawn('sleep', ['600'], { stdio: 'ignore' });
+  });
+  after(async () => {
+    s.victim.kill('SIGKILL');
+    await s.f.close();
+  });
+  return s;
+}

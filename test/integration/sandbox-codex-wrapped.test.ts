@@ -8,7 +8,15 @@ import { ensureBuilt, openBrowser, visibleText } from '../browser/harness.js';
 import { RpcClient } from '../helpers/client.js';
 import { needsSandbox } from '../helpers/native.js';
 import { startTestServer, type TestServer } from '../helpers/server.js';
-import { type Fixture, fixture, PATH, workspaceWrite } from './sandbox-util.js';
+import {
+  codexProfileEntries,
+  type Fixture,
+  fixture,
+  PATH,
+  pathEntry,
+  special,
+  workspaceWrite,
+} from './sandbox-util.js';
 
 /*
  * Codex 0.120–0.130 send an argv that invokes their own codex-linux-sandbox launcher (sandbox.md §3.1). As root we
@@ -27,12 +35,6 @@ let ts: TestServer;
 let c: RpcClient & { sessionId: string };
 const summaries = new Map<string, Record<string, unknown> | undefined>();
 let n = 0;
-
-const special = (kind: string, access: string, extra: Record<string, unknown> = {}) => ({
-  path: { type: 'special', value: { kind, ...extra } },
-  access,
-});
-const pathEntry = (path: string, access: string) => ({ path: { type: 'path', path }, access });
 
 /** The flags 0.120/0.125 send (sandbox.md §3.1), for cwd $W. */
 function flags0120(): string[] {
@@ -72,16 +74,7 @@ function flags0130(): string[] {
       type: 'managed',
       file_system: {
         type: 'restricted',
-        entries: [
-          special('root', 'read'),
-          special('project_roots', 'write'),
-          special('slash_tmp', 'write'),
-          special('tmpdir', 'write'),
-          special('project_roots', 'read', { subpath: '.git' }),
-          special('project_roots', 'read', { subpath: '.agents' }),
-          special('project_roots', 'read', { subpath: '.codex' }),
-          pathEntry(memories, 'write'),
-        ],
+        entries: [...codexProfileEntries(), pathEntry(memories, 'write')],
       },
       network: 'restricted',
     }),

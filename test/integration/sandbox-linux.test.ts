@@ -7,6 +7,7 @@ import type { ParsedSandbox } from '../../src/sandbox/index.js';
 import { checkFsAccess, isLikelySandboxDenied, SandboxSetupError } from '../../src/sandbox/index.js';
 import { needsSandbox } from '../helpers/native.js';
 import {
+  codexProfileEntries,
   type Fixture,
   fixture,
   gone,
@@ -376,13 +377,7 @@ describe('sandbox.md §12 further quick checks', { skip: needsSandbox }, () => {
         file_system: {
           type: 'restricted',
           entries: [
-            special('root', 'read'),
-            special('project_roots', 'write'),
-            special('slash_tmp', 'write'),
-            special('tmpdir', 'write'),
-            { ...special('project_roots', 'read', { subpath: '.git' }), missing_path_behavior: 'skip' },
-            { ...special('project_roots', 'read', { subpath: '.agents' }), missing_path_behavior: 'skip' },
-            { ...special('project_roots', 'read', { subpath: '.codex' }), missing_path_behavior: 'skip' },
+            ...codexProfileEntries({ missing_path_behavior: 'skip' }),
             { ...special('project_roots', 'read', { subpath: '.aws' }), missing_path_behavior: 'skip' },
           ],
         },

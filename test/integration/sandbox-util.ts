@@ -45,6 +45,20 @@ export const workspaceEntries = () => [
   special('current_working_directory', 'write'),
   special('tmpdir', 'write'),
 ];
+/**
+ * Codex's default permission profile entries: read everything, write the project roots, /tmp and $TMPDIR, the
+ * project roots' .git, .agents and .codex read-only (each with `protected` on top, e.g. a missing_path_behavior).
+ */
+export const codexProfileEntries = (protectedExtra: Record<string, unknown> = {}) => [
+  special('root', 'read'),
+  special('project_roots', 'write'),
+  special('slash_tmp', 'write'),
+  special('tmpdir', 'write'),
+  ...['.git', '.agents', '.codex'].map((subpath) => ({
+    ...special('project_roots', 'read', { subpath }),
+    ...protectedExtra,
+  })),
+];
 export const pathEntry = (path: string, access: string) => ({ path: { type: 'path', path }, access });
 
 /** The legacy workspace-write policy: no network, $TMPDIR and /tmp writable, unless `over` says otherwise. */

@@ -25,7 +25,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 /** The interface version this JavaScript was written against (CORRAL_NATIVE_ABI in src/platform/native/common.h). */
-export const NATIVE_ABI = 7;
+export const NATIVE_ABI = 8;
 
 declare const handleBrand: unique symbol;
 /** An opaque handle the addon hands out (a pipe reader, a relay). */
@@ -121,7 +121,7 @@ export interface Addon {
   // netnotify.c (see src/platform/netNotify.ts)
   netNotifyProbe(): string | null;
   netNotifyPair(): [number, number];
-  netNotifyWatch(serverFd: number, ports: number[]): void;
+  netNotifyWatch(serverFd: number, ports: number[], socksPort?: number): void;
   netNotifyCounts(): [number, number, number];
   // fsat.c (see src/platform/confinedFs.ts)
   fsProbe(): number;

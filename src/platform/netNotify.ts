@@ -23,8 +23,13 @@ export function netNotifyAbsence(): string | null {
 /** One command's channel: `childFd` goes to the command (close-on-exec: pass it as an fd), `watch` after its spawn. */
 export interface NetNotifyChannel {
   readonly childFd: number;
-  /** Supervises the listener the command sends with these proxy ports (1..8); the server's end is adopted. */
-  watch(ports: number[]): void;
+  /**
+   * Supervises the listener the command sends with these proxy ports (1..8); the server's end is adopted. With
+   * `socksPort` (transparent TCP), a connect to any other inet/inet6 destination is held while the server's own socket
+   * asks the command's SOCKS5 listener for it (CONNECT to the IP and port read once from the command); granted, that
+   * socket replaces the command's fd and the connect returns 0; refused, ECONNREFUSED.
+   */
+  watch(ports: number[], socksPort?: number): void;
   /** Closes what the server still holds of the channel (the child's end always; the server's unless watched). */
   close(): void;
 }
@@ -46,7 +51,7 @@ export function netNotifyChannel(): NetNotifyChannel {
   };
   return {
     childFd,
-    watch(ports) {
+    watch(ports, socksPort) {
       if (!serverOpen) throw new Error('netNotify: the channel is closed');
       if (childOpen) {
         shut(childFd); // the command has its copy: a command that dies before sending is then seen as a hang-up
@@ -54,7 +59,8 @@ export function netNotifyChannel(): NetNotifyChannel {
       }
       serverOpen = false; // adopted by the supervisor (or closed on failure below)
       try {
-        native.netNotifyWatch(serverFd, ports);
+        if (socksPort === undefined) native.netNotifyWatch(serverFd, ports);
+        else native.netNotifyWatch(serverFd, ports, socksPort);
       } catch (e) {
         shut(serverFd);
         throw e;

@@ -12,29 +12,18 @@
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
 import net from 'node:net';
-import os from 'node:os';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { netNotifyAbsence, netNotifyChannel, netNotifyCounts } from '../../src/platform/netNotify.js';
+import { netNotifyChannel, netNotifyCounts } from '../../src/platform/netNotify.js';
 import { sandboxLauncher } from '../../src/platform/sandbox.js';
 import { spawnPipedWith } from '../../src/process/spawner.js';
-import { buildSeccompFilter } from '../../src/sandbox/index.js';
-import { NET } from '../../src/sandbox/linux/landlock.js';
-import { buildRuleset, closeRuleset, landlockSupport } from '../../src/sandbox/linux/landlockNative.js';
-import { hostSeccompArch } from '../../src/sandbox/linux/seccomp.js';
+import { closeRuleset } from '../../src/sandbox/linux/landlockNative.js';
+import { netNotifySkip, PY, supervisedConfinement } from '../helpers/netNotifyConfined.js';
 import { until } from '../helpers/server.js';
 
-const PY = '/usr/bin/python3';
 const SCRIPT = fileURLToPath(new URL('./netnotify-attack.py', import.meta.url));
-const support = landlockSupport();
-const skip =
-  process.platform !== 'linux'
-    ? 'Linux only'
-    : support.abi < 4
-      ? `Landlock with TCP rules (ABI 4) is needed: ${support.missing ?? `ABI ${support.abi}`}`
-      : (netNotifyAbsence() ?? (existsSync(PY) ? false : 'python3 is needed for the attacker'));
+const skip = netNotifySkip();
 
 const EACCES = 13;
 const EPERM = 1;
@@ -69,16 +58,7 @@ type Way = 'native' | 'launcher';
 
 /** Runs the attacker confined, its connects supervised with the proxy's port; its JSON result and exit code. */
 async function attack(way: Way, what: string, ...extra: string[]): Promise<Record<string, unknown>> {
-  const rulesetFd = buildRuleset({
-    handledFs: 0,
-    handledNet: NET.CONNECT_TCP,
-    scoped: 0,
-    rules: [],
-    connectPorts: [],
-  });
-  const seccomp = buildSeccompFilter(hostSeccompArch(os.arch(), os.machine()), 'proxy-routed', {
-    tcpOnly: true,
-  });
+  const { rulesetFd, seccomp } = supervisedConfinement();
   const chan = netNotifyChannel();
   const args = [SCRIPT, String(proxyPort), String(otherPort), what, ...extra];
   let out = '';

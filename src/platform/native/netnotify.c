@@ -50,6 +50,7 @@
 #include <sys/uio.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -87,12 +88,40 @@ struct seccomp_notif_addfd {
 #define MAX_PORTS 8
 #define CONNECT_WAIT_MS 3000
 
+#define MAX_PENDING 1024
+#define HANDSHAKE_MS 10000
+
+enum kind { K_CHANNEL, K_LISTENER, K_PENDING };
+
 struct watch {
+  enum kind kind;  // first member: an epoll entry is a struct watch or a struct pending
   int fd;
   bool listener;  // false: the channel the listener arrives on
   int nports;
   uint16_t ports[MAX_PORTS];
+  uint16_t socks;  // transparent TCP: every other inet destination is asked of this SOCKS5 port (0: off)
 };
+
+// Transparent TCP: a connect held while the server's own socket does the SOCKS5 exchange with the command's proxy,
+// without blocking the thread (the socket is in the epoll set; its state advances on each readiness).
+struct pending {
+  enum kind kind;
+  struct pending *next, *prev;
+  int listener;  // a dup of the command's listener (the watch may be dropped meanwhile)
+  int sock;
+  uint64_t id;
+  int fd;  // the command's fd number
+  bool cloexec, nonblock;
+  int state;  // 0 connecting, 1 waiting for the method reply, 2 for the CONNECT reply
+  unsigned char req[32];
+  size_t reqlen;
+  unsigned char buf[32];
+  size_t got, need;
+  long long deadline;
+};
+
+static struct pending *pendings;
+static int npending;
 
 static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
 static int epfd = -1;
@@ -139,6 +168,7 @@ static void receive_listener(struct watch *w) {
   struct epoll_event ev = {.events = EPOLLIN, .data.ptr = w};
   w->fd = got;
   w->listener = true;
+  w->kind = K_LISTENER;
   if (got < 0 || epoll_ctl(epfd, EPOLL_CTL_ADD, got, &ev) < 0) {
     if (got >= 0) close(got);
     free(w);
@@ -260,6 +290,161 @@ static int thread_pidfd(pid_t tid) {
   return tgid > 0 ? (int)syscall(SYS_pidfd_open, (pid_t)tgid, 0) : -1;
 }
 
+// Transparent TCP: the SOCKS5 CONNECT request (RFC 1928) for the destination the command asked for, read once from
+// its memory (a racing thread can only make it ask for another destination, which the proxy admits or refuses); 0
+// when it names no inet destination (a short length, another family, port 0).
+static size_t socks_request(const unsigned char *addr, size_t len, unsigned char *req) {
+  sa_family_t fam;
+  if (len < sizeof fam) return 0;
+  memcpy(&fam, addr, sizeof fam);
+  size_t n = 0;
+  req[n++] = 5;
+  req[n++] = 1;  // CONNECT
+  req[n++] = 0;
+  if (fam == AF_INET && len >= sizeof(struct sockaddr_in)) {
+    struct sockaddr_in in;
+    memcpy(&in, addr, sizeof in);
+    if (in.sin_port == 0) return 0;
+    req[n++] = 1;
+    memcpy(req + n, &in.sin_addr.s_addr, 4);
+    n += 4;
+    memcpy(req + n, &in.sin_port, 2);  // network order already
+    return n + 2;
+  }
+  if (fam == AF_INET6 && len >= sizeof(struct sockaddr_in6)) {
+    struct sockaddr_in6 in6;
+    memcpy(&in6, addr, sizeof in6);
+    if (in6.sin6_port == 0) return 0;
+    static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    if (memcmp(in6.sin6_addr.s6_addr, mapped, sizeof mapped) == 0) {
+      req[n++] = 1;  // an IPv4-mapped address is the IPv4 destination
+      memcpy(req + n, in6.sin6_addr.s6_addr + 12, 4);
+      n += 4;
+    } else {
+      req[n++] = 4;
+      memcpy(req + n, in6.sin6_addr.s6_addr, 16);
+      n += 16;
+    }
+    memcpy(req + n, &in6.sin6_port, 2);
+    return n + 2;
+  }
+  return 0;
+}
+
+static long long now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+// The held connect is answered: with the server's socket (0, the SOCKS exchange done) or with err.
+static void finish(struct pending *p, int err) {
+  epoll_ctl(epfd, EPOLL_CTL_DEL, p->sock, NULL);
+  if (err == 0 && !p->nonblock && fcntl(p->sock, F_SETFL, fcntl(p->sock, F_GETFL) & ~O_NONBLOCK) < 0) err = ECONNREFUSED;
+  if (err == 0) {
+    struct seccomp_notif_addfd add = {
+        .id = p->id,
+        .flags = SECCOMP_ADDFD_FLAG_SETFD,
+        .srcfd = (uint32_t)p->sock,
+        .newfd = (uint32_t)p->fd,
+        .newfd_flags = p->cloexec ? O_CLOEXEC : 0,
+    };
+    if (ioctl(p->listener, SECCOMP_IOCTL_NOTIF_ADDFD, &add) < 0) err = EACCES;  // gone, or its fd table is full
+  }
+  answer(p->listener, p->id, err, err == 0);
+  close(p->sock);
+  close(p->listener);
+  if (p->prev) p->prev->next = p->next;
+  else pendings = p->next;
+  if (p->next) p->next->prev = p->prev;
+  npending--;
+  free(p);
+}
+
+// One readiness of a held connect's socket: connected -> greeting sent; method reply -> CONNECT sent; reply -> done.
+// Only the reply's own bytes are read: what the destination sends after it stays for the command.
+static void advance(struct pending *p, uint32_t events) {
+  if (p->state == 0) {
+    int err = 0;
+    socklen_t el = sizeof err;
+    if (getsockopt(p->sock, SOL_SOCKET, SO_ERROR, &err, &el) < 0 || err != 0) return finish(p, ECONNREFUSED);
+    if (!(events & EPOLLOUT)) return;
+    static const unsigned char hello[3] = {5, 1, 0};  // no authentication: the listener is the command's own
+    if (send(p->sock, hello, sizeof hello, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof hello)
+      return finish(p, ECONNREFUSED);
+    p->state = 1;
+    p->got = 0;
+    p->need = 2;
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = p};
+    if (epoll_ctl(epfd, EPOLL_CTL_MOD, p->sock, &ev) < 0) return finish(p, ECONNREFUSED);
+    return;
+  }
+  ssize_t r = recv(p->sock, p->buf + p->got, p->need - p->got, MSG_DONTWAIT);
+  if (r < 0 && (errno == EAGAIN || errno == EINTR)) return;
+  if (r <= 0) return finish(p, ECONNREFUSED);
+  p->got += (size_t)r;
+  if (p->got < p->need) return;
+  if (p->state == 1) {
+    if (p->buf[0] != 5 || p->buf[1] != 0) return finish(p, ECONNREFUSED);
+    if (send(p->sock, p->req, p->reqlen, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)p->reqlen)
+      return finish(p, ECONNREFUSED);
+    p->state = 2;
+    p->got = 0;
+    p->need = 5;  // VER REP RSV ATYP and the first byte of the address (a domain's length)
+    return;
+  }
+  if (p->buf[0] != 5 || p->buf[1] != 0) return finish(p, ECONNREFUSED);  // refused by the proxy's admission
+  if (p->need == 5) {
+    size_t rest = p->buf[3] == 1 ? 4 + 2 : p->buf[3] == 4 ? 16 + 2 : p->buf[3] == 3 ? (size_t)p->buf[4] + 2 : 0;
+    if (rest == 0 || 5 + rest - 1 > sizeof p->buf) return finish(p, ECONNREFUSED);
+    p->need = 5 + rest - 1;
+    if (p->got < p->need) return;
+  }
+  finish(p, 0);
+}
+
+static void start_pending(struct watch *w, uint64_t id, int fd, int domain, bool cloexec, bool nonblock,
+                          const unsigned char *req, size_t reqlen) {
+  if (npending >= MAX_PENDING) return answer(w->fd, id, ECONNREFUSED, false);
+  struct pending *p = calloc(1, sizeof *p);
+  if (!p) return answer(w->fd, id, ECONNREFUSED, false);
+  p->kind = K_PENDING;
+  p->id = id;
+  p->fd = fd;
+  p->cloexec = cloexec;
+  p->nonblock = nonblock;
+  memcpy(p->req, req, reqlen);
+  p->reqlen = reqlen;
+  p->deadline = now_ms() + HANDSHAKE_MS;
+  p->listener = fcntl(w->fd, F_DUPFD_CLOEXEC, 0);
+  bool inprogress = false;
+  p->sock = p->listener < 0 ? -EMFILE : proxy_socket(domain, w->socks, true, &inprogress);
+  struct epoll_event ev = {.events = EPOLLOUT, .data.ptr = p};
+  if (p->sock < 0 || epoll_ctl(epfd, EPOLL_CTL_ADD, p->sock, &ev) < 0) {
+    if (p->sock >= 0) close(p->sock);
+    if (p->listener >= 0) close(p->listener);
+    free(p);
+    return answer(w->fd, id, ECONNREFUSED, false);
+  }
+  p->next = pendings;
+  if (pendings) pendings->prev = p;
+  pendings = p;
+  npending++;
+}
+
+// Held connects past their deadline are refused (ETIMEDOUT, as a connect that never completed); the epoll wait's
+// timeout until the next deadline (-1: none).
+static int expire(void) {
+  if (!pendings) return -1;
+  long long t = now_ms(), next = -1;
+  for (struct pending *p = pendings, *n; p; p = n) {
+    n = p->next;
+    if (p->deadline <= t) finish(p, ETIMEDOUT);
+    else if (next < 0 || p->deadline < next) next = p->deadline;
+  }
+  return next < 0 ? -1 : (int)(next - t);
+}
+
 static void handle(struct watch *w, struct seccomp_notif *req) {
   const uint64_t id = req->id;
   const pid_t pid = (pid_t)req->pid;
@@ -276,7 +461,9 @@ static void handle(struct watch *w, struct seccomp_notif *req) {
   ssize_t got = want > 0 ? process_vm_readv(pid, &local, 1, &remote, 1, 0) : 0;
   if (got < 0 || ioctl(w->fd, SECCOMP_IOCTL_NOTIF_ID_VALID, &req->id) < 0) return answer(w->fd, id, EACCES, false);
   uint16_t port = proxy_port(w, addr, (size_t)got);
-  if (port == 0) return answer(w->fd, id, EACCES, false);
+  unsigned char socks_req[32];
+  size_t reqlen = port == 0 && w->socks ? socks_request(addr, (size_t)got, socks_req) : 0;
+  if (port == 0 && reqlen == 0) return answer(w->fd, id, EACCES, false);
   // The command's fd: a TCP socket of its own, not connected yet.
   int pidfd = thread_pidfd(pid);
   if (pidfd < 0) return answer(w->fd, id, EACCES, false);
@@ -310,6 +497,7 @@ static void handle(struct watch *w, struct seccomp_notif *req) {
   if ((int)fam != domain) return answer(w->fd, id, domain == AF_INET ? EAFNOSUPPORT : EINVAL, false);
   int cloexec = fd_cloexec(pid, fd);
   if (cloexec < 0) return answer(w->fd, id, EACCES, false);
+  if (port == 0) return start_pending(w, id, fd, domain, cloexec != 0, (fl & O_NONBLOCK) != 0, socks_req, reqlen);
   bool inprogress = false;
   int ours = proxy_socket(domain, port, (fl & O_NONBLOCK) != 0, &inprogress);
   if (ours < 0) return answer(w->fd, id, -ours == ETIMEDOUT ? ETIMEDOUT : ECONNREFUSED, false);
@@ -331,9 +519,14 @@ static void *supervise(void *unused) {
   struct seccomp_notif *req = calloc(1, sizes.seccomp_notif > sizeof *req ? sizes.seccomp_notif : sizeof *req);
   if (!req) return NULL;
   struct epoll_event evs[32];
+  int timeout = -1;
   for (;;) {
-    int n = epoll_wait(epfd, evs, 32, -1);
+    int n = epoll_wait(epfd, evs, 32, timeout);
     for (int k = 0; k < n; k++) {
+      if (*(enum kind *)evs[k].data.ptr == K_PENDING) {
+        advance(evs[k].data.ptr, evs[k].events);
+        continue;
+      }
       struct watch *w = evs[k].data.ptr;
       if (!w->listener) {
         receive_listener(w);
@@ -348,6 +541,7 @@ static void *supervise(void *unused) {
       }
       if (evs[k].events & (EPOLLHUP | EPOLLERR)) drop(w);
     }
+    timeout = expire();
   }
   return NULL;
 }
@@ -435,6 +629,21 @@ static napi_value js_watch(napi_env env, napi_callback_info info) {
     }
     w->ports[w->nports++] = (uint16_t)port;
   }
+  // Transparent TCP (optional third argument): the command's SOCKS5 listener port; undefined/absent: off.
+  size_t argc = 3;
+  napi_value args[3];
+  napi_valuetype t3 = napi_undefined;
+  if (napi_get_cb_info(env, info, &argc, args, NULL, NULL) == napi_ok && argc >= 3) napi_typeof(env, args[2], &t3);
+  if (t3 != napi_undefined) {
+    double socks = 0;
+    if (napi_get_value_double(env, args[2], &socks) != napi_ok || !(socks >= 1 && socks <= 65535) ||
+        socks != (double)(int32_t)socks) {
+      free(w);
+      napi_throw_type_error(env, NULL, "netNotifyWatch: socksPort must be an integer 1..65535");
+      return NULL;
+    }
+    w->socks = (uint16_t)socks;
+  }
   const char *why = probe_once();
   if (why) {
     free(w);
@@ -470,6 +679,7 @@ static napi_value js_watch(napi_env env, napi_callback_info info) {
   }
   w->fd = fd;
   w->listener = false;
+  w->kind = K_CHANNEL;
   atomic_fetch_add(&watched, 1);
   struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = w};
   if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {

@@ -10,26 +10,14 @@ import http from 'node:http';
 import type net from 'node:net';
 import { after, describe, it } from 'node:test';
 import { type RawData, WebSocket, WebSocketServer } from 'ws';
-import { bearerAuth } from '../../src/remote/auth.js';
-import { MAX_PENDING_BYTES, parseConnectUrl, startForwarder } from '../../src/remote/forward.js';
-import { RegistryClient } from '../../src/remote/registry.js';
-import { silentLogger } from '../../src/server/core/log.js';
-import { startFakeRegistry } from '../helpers/registry.js';
+import { MAX_PENDING_BYTES } from '../../src/remote/forward.js';
+import { startForwardRig } from '../helpers/forwarder.js';
 import { until } from '../helpers/server.js';
 
 const ENV = 'env-hostile-forward';
-const BEARER = 'registry-bearer-0123456789abcdef';
 
 async function rig(connect: string) {
-  const registry = await startFakeRegistry({ executorAuth: { kind: 'bearer', token: BEARER } });
-  const auth = bearerAuth(BEARER);
-  const fwd = startForwarder({
-    registry: new RegistryClient(registry.url, ENV, auth),
-    auth,
-    log: silentLogger,
-    connect: parseConnectUrl(connect),
-    initialRetryMs: 20,
-  });
+  const { registry, fwd } = await startForwardRig(ENV, connect, 20);
   return {
     registry,
     fwd,

@@ -4,23 +4,13 @@
  * command can signal a process of the server's user, and cannot without the flag (isolate, the default).
  */
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import { startCli } from '../helpers/cli.js';
 import { RpcClient } from '../helpers/client.js';
 import { needsSandbox } from '../helpers/native.js';
-import { type Fixture, fixture, seedParam } from './sandbox-util.js';
+import { fixtureWithVictim, seedParam } from './sandbox-util.js';
 
-let f: Fixture;
-let victim: ReturnType<typeof spawn>;
-before(async () => {
-  f = await fixture();
-  victim = spawn('sleep', ['600'], { stdio: 'ignore' });
-});
-after(async () => {
-  victim.kill('SIGKILL');
-  await f.close();
-});
+const fv = fixtureWithVictim();
 
 async function probe(flags: string[]): Promise<string> {
   const cli = await startCli(['exec-server', '--listen', 'ws://127.0.0.1:0', '--no-audit', ...flags]);
@@ -29,11 +19,11 @@ async function probe(flags: string[]): Promise<string> {
     await c.request('process/start', {
       processId: 'p',
       argv: ['/bin/sh', '-c', 'if kill -0 "$VICTIM" 2>/dev/null; then echo seen; else echo unseen; fi'],
-      cwd: f.W,
-      env: { PATH: '/usr/bin:/bin', VICTIM: String(victim.pid) },
+      cwd: fv.f.W,
+      env: { PATH: '/usr/bin:/bin', VICTIM: String(fv.victim.pid) },
       tty: false,
       arg0: null,
-      sandbox: seedParam({ cwd: f.W }),
+      sandbox: seedParam({ cwd: fv.f.W }),
     });
     await c.collect('p', 20_000);
     const out = c.output('p');

@@ -4,11 +4,12 @@
  * `codex exec-server` 0.120.0, each server in its own process, on loopback.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import WebSocket, { WebSocketServer } from 'ws';
+import { codexBinary } from '../e2e/codex/rig.js';
 import type { BenchRow } from './types.js';
 
 const root = join(import.meta.dirname, '..', '..');
@@ -322,24 +323,7 @@ async function measure(url: string, tag: string, serverPid: number): Promise<Fig
 
 /** The reference server binary from the Codex npm package, when installed in .cache/codex/<version>. */
 export function findReferenceCodex(version = '0.120.0'): string | null {
-  const vendor = join(
-    root,
-    '.cache',
-    'codex',
-    version,
-    'node_modules',
-    '@openai',
-    'codex-linux-x64',
-    'vendor',
-  );
-  if (!existsSync(vendor)) return null;
-  for (const triple of readdirSync(vendor)) {
-    for (const rel of ['codex/codex', 'bin/codex']) {
-      const p = join(vendor, triple, rel);
-      if (existsSync(p)) return p;
-    }
-  }
-  return null;
+  return codexBinary(version);
 }
 
 /**

@@ -15,7 +15,7 @@ import type { RpcClient } from '../helpers/client.js';
 import { needsSandbox } from '../helpers/native.js';
 import { startTestServer, type TestServer } from '../helpers/server.js';
 import { startTlsOrigin, type TlsOrigin } from '../helpers/tlsOrigin.js';
-import { type Fixture, fixture, PATH, seed, special } from './sandbox-util.js';
+import { type Fixture, fixture, PATH, seed, workspaceEntries } from './sandbox-util.js';
 
 let f: Fixture;
 let ts: TestServer;
@@ -71,11 +71,7 @@ async function runLimited(
     arg0: null,
     sandbox: seed({
       cwd: f.W,
-      entries: [
-        special('root', 'read'),
-        special('current_working_directory', 'write'),
-        special('tmpdir', 'write'),
-      ],
+      entries: workspaceEntries(),
       enforceManagedNetwork: true,
     }),
     managedNetwork: {

@@ -2,6 +2,7 @@
  * `corral approvals …` run as a person would (the CLI from source through tsx), and the host it reaches: `startHost`
  * with a project-rule file and the state file, proxies that resolve through the stub resolver and dial only loopback.
  */
+import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
@@ -82,3 +83,18 @@ export const askingStart = (
   cwd: string,
   managedNetwork: unknown = askingNetwork(),
 ) => agent.request('process/start', { ...shellStart(processId, script, cwd), managedNetwork });
+
+/** Closes what an approvals test opened (its clients, the host, the origin, the temp dir); no dial left the machine. */
+export async function closeApprovalsRig(rig: {
+  clients: RpcClient[];
+  host: Host | undefined;
+  origin: { close(): Promise<void> } | undefined;
+  tmp: { cleanup(): void };
+  offMachine: string[];
+}): Promise<void> {
+  for (const c of rig.clients) c.close();
+  await rig.host?.shutdown();
+  await rig.origin?.close();
+  rig.tmp.cleanup();
+  assert.deepEqual(rig.offMachine, [], 'no dial may ever leave the machine');
+}

@@ -20,7 +20,13 @@ import { localStatePath, readLocalStateFile } from '../../src/app/localState.js'
 import { CliError, parseApprovalsArgs } from '../../src/cli/approvals.js';
 import type { ApprovalsState, RulesResult } from '../../src/protocol/approvals.js';
 import { silentLogger } from '../../src/server/core/log.js';
-import { askingStart, curlCode, runApprovalsCli, startRulesHost } from '../helpers/approvalsCli.js';
+import {
+  askingStart,
+  closeApprovalsRig,
+  curlCode,
+  runApprovalsCli,
+  startRulesHost,
+} from '../helpers/approvalsCli.js';
 import { RpcClient } from '../helpers/client.js';
 import { tempDir, until } from '../helpers/server.js';
 import { startOrigin } from '../integration/network-helpers.js';
@@ -58,13 +64,7 @@ describe('corral approvals: hostile input', { skip }, () => {
     origin = await startOrigin();
     host = await startRulesHost(stateHome, rulesFile, offMachine);
   });
-  after(async () => {
-    for (const c of clients) c.close();
-    await host?.shutdown();
-    await origin?.close();
-    tmp.cleanup();
-    assert.deepEqual(offMachine, []);
-  });
+  after(() => closeApprovalsRig({ clients, host, origin, tmp, offMachine }));
 
   test('malformed command lines: exit 2 naming what is wrong (deep, wide, huge, control characters)', async () => {
     const cases: [string[], RegExp][] = [

@@ -17,6 +17,7 @@ import type {
 import {
   askingNetwork,
   askingStart,
+  closeApprovalsRig,
   curlCode,
   runApprovalsCli,
   startRulesHost,
@@ -51,13 +52,7 @@ describe('approvals v2: grouped prompts, project rules, the CLI', { skip }, () =
     host = await startRulesHost(stateHome, rulesFile, offMachine);
   });
 
-  after(async () => {
-    for (const c of clients) c.close();
-    await host?.shutdown();
-    await origin?.close();
-    tmp.cleanup();
-    assert.deepEqual(offMachine, [], 'no dial may ever leave the machine');
-  });
+  after(() => closeApprovalsRig({ clients, host, origin, tmp, offMachine }));
 
   const open = async (h: Host, token: string, name: string): Promise<Client> => {
     const c = await RpcClient.open(`${h.listener.url}/?token=${encodeURIComponent(token)}`, name);

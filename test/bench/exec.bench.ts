@@ -423,44 +423,27 @@ export async function run(): Promise<BenchRow[]> {
   }
   const section = 'exec-server (pipes, no sandbox, audit on)';
   const r = (v: number) => Math.round(v * 100) / 100;
+  /** A row of one figure, ours against the reference's, rounded by `round`. */
+  const versus = (
+    metric: string,
+    figure: (f: Figures) => number,
+    unit: string,
+    round: (v: number) => number = r,
+    target?: string,
+  ): BenchRow => ({
+    section,
+    metric,
+    corral: round(figure(ours)),
+    reference: ref ? round(figure(ref)) : undefined,
+    unit,
+    ...(target ? { target } : {}),
+  });
   return [
-    {
-      section,
-      metric: 'start→closed `true` p50',
-      corral: r(ours.p50),
-      reference: ref ? r(ref.p50) : undefined,
-      unit: 'ms',
-      target: '≤ 3',
-    },
-    {
-      section,
-      metric: 'start→closed `true` p90',
-      corral: r(ours.p90),
-      reference: ref ? r(ref.p90) : undefined,
-      unit: 'ms',
-    },
-    {
-      section,
-      metric: 'start→closed `true` p99',
-      corral: r(ours.p99),
-      reference: ref ? r(ref.p99) : undefined,
-      unit: 'ms',
-    },
-    {
-      section,
-      metric: '64 MiB stdout via notifications, first run after start',
-      corral: r(ours.coldMibPerSec),
-      reference: ref ? r(ref.coldMibPerSec) : undefined,
-      unit: 'MiB/s',
-    },
-    {
-      section,
-      metric: '64 MiB stdout via notifications, warm (median of 5)',
-      corral: r(ours.mibPerSec),
-      reference: ref ? r(ref.mibPerSec) : undefined,
-      unit: 'MiB/s',
-      target: '≥ 500',
-    },
+    versus('start→closed `true` p50', (f) => f.p50, 'ms', r, '≤ 3'),
+    versus('start→closed `true` p90', (f) => f.p90, 'ms'),
+    versus('start→closed `true` p99', (f) => f.p99, 'ms'),
+    versus('64 MiB stdout via notifications, first run after start', (f) => f.coldMibPerSec, 'MiB/s'),
+    versus('64 MiB stdout via notifications, warm (median of 5)', (f) => f.mibPerSec, 'MiB/s', r, '≥ 500'),
     {
       section,
       metric: '  slowest / fastest of those 5',
@@ -475,28 +458,15 @@ export async function run(): Promise<BenchRow[]> {
       reference: ref ? `${Math.round(ref.coldCpuMs)} / ${Math.round(ref.warmCpuMs)}` : undefined,
       unit: 'ms',
     },
-    {
-      section,
-      metric: '64 MiB stdout, client JSON.parses each',
-      corral: r(ours.parsedMibPerSec),
-      reference: ref ? r(ref.parsedMibPerSec) : undefined,
-      unit: 'MiB/s',
-    },
-    {
-      section,
-      metric: '64 concurrent short processes, first 10 rounds',
-      corral: Math.round(ours.coldProcsPerSec),
-      reference: ref ? Math.round(ref.coldProcsPerSec) : undefined,
-      unit: 'proc/s',
-    },
-    {
-      section,
-      metric: '64 concurrent short processes, warm (10 rounds)',
-      corral: Math.round(ours.procsPerSec),
-      reference: ref ? Math.round(ref.procsPerSec) : undefined,
-      unit: 'proc/s',
-      target: '≥ 1500',
-    },
+    versus('64 MiB stdout, client JSON.parses each', (f) => f.parsedMibPerSec, 'MiB/s'),
+    versus('64 concurrent short processes, first 10 rounds', (f) => f.coldProcsPerSec, 'proc/s', Math.round),
+    versus(
+      '64 concurrent short processes, warm (10 rounds)',
+      (f) => f.procsPerSec,
+      'proc/s',
+      Math.round,
+      '≥ 1500',
+    ),
     {
       section,
       metric: 'cgroup per command: start→closed `true` p50, with / without (CORRAL_CGROUPS=0), interleaved',

@@ -11,7 +11,12 @@ import { join } from 'node:path';
 import type { LaunchSpec } from '../process/launch.js';
 import { spawnPiped } from '../process/spawner.js';
 import type { DoctorCheck, DoctorReport, PolicyOutcome } from '../protocol/doctor.js';
-import { parseSandboxParam } from '../protocol/sandbox.js';
+import {
+  type NetworkSandboxPolicy,
+  parseSandboxParam,
+  seedLinuxConfig,
+  specialEntry,
+} from '../protocol/sandbox.js';
 import { escapeTerminalLines, terminalJson } from '../protocol/terminalText.js';
 import { type PrepareOptions, prepareLaunch, SandboxSetupError, startSandbox } from '../sandbox/index.js';
 import { readLastSelftest, selftestPointer } from '../selftest/lastResult.js';
@@ -30,21 +35,12 @@ import {
 
 type CheckStatus = DoctorCheck['status'];
 
-const special = (kind: string, access: string) => ({ path: { type: 'special', value: { kind } }, access });
+const special = specialEntry;
 
 /** The policy types a client sends, as seed SandboxLaunchConfigs for a workspace `ws`. */
 function policies(ws: string): { name: string; sandbox: unknown; env?: Record<string, string> }[] {
   const base = (legacy: Record<string, unknown>, entries: unknown[], network: string, extra = {}) => ({
-    sandbox: 'linux-seccomp',
-    policy: legacy,
-    fileSystemPolicy: { kind: 'restricted', entries },
-    networkPolicy: network,
-    sandboxPolicyCwd: ws,
-    additionalPermissions: null,
-    enforceManagedNetwork: false,
-    windowsSandboxLevel: 'disabled',
-    windowsSandboxPrivateDesktop: false,
-    useLegacyLandlock: false,
+    ...seedLinuxConfig({ policy: legacy, entries, network: network as NetworkSandboxPolicy, cwd: ws }),
     ...extra,
   });
   const ww = (net: boolean) => ({

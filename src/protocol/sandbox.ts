@@ -236,3 +236,33 @@ export function sandboxParamMessage(value: unknown): string {
   if (r.success) return 'invalid sandbox';
   return serdeMessage(r.error, value, 'SandboxLaunchConfig').replace(/at `/, 'at `sandbox.');
 }
+
+/** A `special` filesystem entry of a seed policy (`root`, `current_working_directory`, …). */
+export const specialEntry = (kind: string, access: FileSystemAccess) => ({
+  path: { type: 'special', value: { kind } },
+  access,
+});
+
+/**
+ * A seed `SandboxLaunchConfig` for `linux-seccomp` as a client sends one (the server's own probes: doctor, selftest):
+ * the legacy policy, the filesystem entries and network given, everything else at the seed's defaults.
+ */
+export function seedLinuxConfig(o: {
+  policy: Record<string, unknown>;
+  entries: unknown[];
+  network: NetworkSandboxPolicy;
+  cwd: string;
+}) {
+  return {
+    sandbox: 'linux-seccomp',
+    policy: o.policy,
+    fileSystemPolicy: { kind: 'restricted', entries: o.entries },
+    networkPolicy: o.network,
+    sandboxPolicyCwd: o.cwd,
+    additionalPermissions: null,
+    enforceManagedNetwork: false,
+    windowsSandboxLevel: 'disabled',
+    windowsSandboxPrivateDesktop: false,
+    useLegacyLandlock: false,
+  };
+}

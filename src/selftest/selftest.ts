@@ -18,6 +18,7 @@ import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { cgroupHost } from '../process/cgroup.js';
+import { seedLinuxConfig, specialEntry } from '../protocol/sandbox.js';
 import { escapeTerminalLines, terminalJson } from '../protocol/terminalText.js';
 import type { PrepareOptions } from '../sandbox/index.js';
 import { ExecServer } from '../server/execServer.js';
@@ -38,33 +39,22 @@ export const CASE_NAMES = [
 ] as const;
 export type CaseName = (typeof CASE_NAMES)[number];
 
-const special = (kind: string, access: string) => ({ path: { type: 'special', value: { kind } }, access });
-
 /** A seed sandbox: the workspace writable, the rest read-only, the network off (or on: `network`). */
 function sandboxFor(ws: string, o: { network?: boolean; rootWritable?: boolean } = {}) {
-  return {
-    sandbox: 'linux-seccomp',
+  return seedLinuxConfig({
     policy: {
       type: 'workspace-write',
       network_access: !!o.network,
       exclude_tmpdir_env_var: true,
       exclude_slash_tmp: true,
     },
-    fileSystemPolicy: {
-      kind: 'restricted',
-      entries: [
-        special('root', o.rootWritable ? 'write' : 'read'),
-        special('current_working_directory', 'write'),
-      ],
-    },
-    networkPolicy: o.network ? 'enabled' : 'restricted',
-    sandboxPolicyCwd: ws,
-    additionalPermissions: null,
-    enforceManagedNetwork: false,
-    windowsSandboxLevel: 'disabled',
-    windowsSandboxPrivateDesktop: false,
-    useLegacyLandlock: false,
-  };
+    entries: [
+      specialEntry('root', o.rootWritable ? 'write' : 'read'),
+      specialEntry('current_working_directory', 'write'),
+    ],
+    network: o.network ? 'enabled' : 'restricted',
+    cwd: ws,
+  });
 }
 
 interface Ctx {

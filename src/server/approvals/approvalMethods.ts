@@ -1,6 +1,6 @@
 /** The panel's `approvals/*` methods (src/protocol/approvals.ts) on the server's ApprovalBroker (approvals.ts). */
 import { invalidRequest } from '../../protocol/errors.js';
-import type { MethodRegistry } from '../core/dispatch.js';
+import type { ConnState, MethodRegistry } from '../core/dispatch.js';
 import type { ApprovalBroker } from './approvals.js';
 
 /** The panel's `approvals/*` methods on `broker`. */
@@ -17,11 +17,7 @@ export function registerApprovalMethods(registry: MethodRegistry, broker: Approv
   registry.handle('approvals/list', () => broker.state());
   registry.handle('approvals/decide', (p, { state }) => {
     own(p.server);
-    return broker.applyDecision(p.id, p.decision, {
-      kind: 'panel',
-      credential: state.principal.credential,
-      clientName: state.clientName || null,
-    });
+    return broker.applyDecision(p.id, p.decision, panelAnswerer(state));
   });
   registry.handle('approvals/revoke', (p) => {
     own(p.server);
@@ -45,11 +41,7 @@ export function registerApprovalMethods(registry: MethodRegistry, broker: Approv
   });
   registry.handle('approvals/learnEnd', (p, { state }) => {
     own(p.server);
-    return broker.learnEnd(p.workspace, p.accept ?? [], {
-      kind: 'panel',
-      credential: state.principal.credential,
-      clientName: state.clientName || null,
-    });
+    return broker.learnEnd(p.workspace, p.accept ?? [], panelAnswerer(state));
   });
   registry.handle('approvals/repoPolicy', (p) => {
     own(p.server);
@@ -63,4 +55,13 @@ export function registerApprovalMethods(registry: MethodRegistry, broker: Approv
     own(p?.server);
     return broker.exportSnippet(p?.sessionId);
   });
+}
+
+/** Who answers through a panel method: the connection's credential and client name. */
+function panelAnswerer(state: Pick<ConnState, 'principal' | 'clientName'>) {
+  return {
+    kind: 'panel' as const,
+    credential: state.principal.credential,
+    clientName: state.clientName || null,
+  };
 }

@@ -105,10 +105,6 @@ async function execServerCommand(argv: string[]): Promise<void> {
     log.warn(
       `-c ${o}: not honoured by Corral (it honours features.<name>); ignored (--strict-config refuses it)`,
     );
-  if (codex.transparentTcp)
-    log.warn(
-      '--linux-sandbox-transparent-tcp: not implemented yet; managed sandboxes reach the network only through the proxy variables',
-    );
   const resumeGraceMs = Number(values['resume-grace-ms']);
   if (!Number.isInteger(resumeGraceMs) || resumeGraceMs < 0)
     fail('--resume-grace-ms must be a whole number ≥ 0');
@@ -149,7 +145,11 @@ async function execServerCommand(argv: string[]): Promise<void> {
   const listening = remote === undefined ? withPanelCredential(listenerAuth(values), values) : null;
   if (remote !== undefined && values['panel-token-file'])
     fail('--panel-token-file requires a listener, not --remote');
-  const sandbox = { ...sandboxOptions(values), pidNamespace: codex.pidNamespace };
+  const sandbox = {
+    ...sandboxOptions(values),
+    pidNamespace: codex.pidNamespace,
+    ...(codex.transparentTcp ? { transparentTcp: true } : {}),
+  };
   await logLinuxSandbox(sandbox, log);
   const { server, audit } = await composeServer({
     server: {

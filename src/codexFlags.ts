@@ -33,8 +33,9 @@ export const CODEX_171_USAGE = `codex exec-server 0.171 options (same spelling, 
   --linux-sandbox-pid-namespace MODE  isolate: every Linux sandbox gets its own pid namespace (bwrap --unshare-pid);
                           inherit: it shares the server's, so a sandboxed command can signal other processes of the
                           same user (enable only when provisioning a dedicated environment)  [isolate]
-  --linux-sandbox-transparent-tcp  accepted, for Codex's command lines; a managed sandbox's raw TCP is not yet
-                          redirected to its SOCKS proxy (programs that ignore proxy variables still fail to connect)
+  --linux-sandbox-transparent-tcp  in a managed-network Linux sandbox (bwrap or Landlock) every TCP connect, also
+                          of programs that ignore proxy variables, is asked of the command's SOCKS5 proxy: its policy
+                          admits (audited) or refuses it (ECONNREFUSED). Needs Linux >= 5.9 and the native addon
   --tcp-upstream-proxy HOST:PORT  raw TCP from a managed SOCKS listener leaves only through this HTTP CONNECT proxy
                           (loopback stays local; private addresses stay local unless the next flag)
   --proxy-private-ips-via-upstream  permitted private destinations also use the upstream proxy that applies (this

@@ -121,7 +121,7 @@ export interface Addon {
   // netnotify.c (see src/platform/netNotify.ts)
   netNotifyProbe(): string | null;
   netNotifyPair(): [number, number];
-  netNotifyWatch(serverFd: number, ports: number[], socksPort?: number): void;
+  netNotifyWatch(serverFd: number, ports: number[], socksPort?: number, passPorts?: number[]): void;
   netNotifyCounts(): [number, number, number];
   // fsat.c (see src/platform/confinedFs.ts)
   fsProbe(): number;

@@ -27,9 +27,11 @@ export interface NetNotifyChannel {
    * Supervises the listener the command sends with these proxy ports (1..8); the server's end is adopted. With
    * `socksPort` (transparent TCP), a connect to any other inet/inet6 destination is held while the server's own socket
    * asks the command's SOCKS5 listener for it (CONNECT to the IP and port read once from the command); granted, that
-   * socket replaces the command's fd and the connect returns 0; refused, ECONNREFUSED.
+   * socket replaces the command's fd and the connect returns 0; refused, ECONNREFUSED. With `passPorts` (bwrap: the
+   * sandbox has a network namespace of its own), a connect that is not the supervisor's to take (another family, a
+   * malformed call, 127.0.0.1 on one of these in-namespace forwarder ports) goes on to the kernel instead of EACCES.
    */
-  watch(ports: number[], socksPort?: number): void;
+  watch(ports: number[], socksPort?: number, passPorts?: number[]): void;
   /** Closes what the server still holds of the channel (the child's end always; the server's unless watched). */
   close(): void;
 }
@@ -51,7 +53,7 @@ export function netNotifyChannel(): NetNotifyChannel {
   };
   return {
     childFd,
-    watch(ports, socksPort) {
+    watch(ports, socksPort, passPorts) {
       if (!serverOpen) throw new Error('netNotify: the channel is closed');
       if (childOpen) {
         shut(childFd); // the command has its copy: a command that dies before sending is then seen as a hang-up
@@ -59,8 +61,9 @@ export function netNotifyChannel(): NetNotifyChannel {
       }
       serverOpen = false; // adopted by the supervisor (or closed on failure below)
       try {
-        if (socksPort === undefined) native.netNotifyWatch(serverFd, ports);
-        else native.netNotifyWatch(serverFd, ports, socksPort);
+        if (passPorts !== undefined) native.netNotifyWatch(serverFd, ports, socksPort, passPorts);
+        else if (socksPort !== undefined) native.netNotifyWatch(serverFd, ports, socksPort);
+        else native.netNotifyWatch(serverFd, ports);
       } catch (e) {
         shut(serverFd);
         throw e;

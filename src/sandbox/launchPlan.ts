@@ -55,6 +55,11 @@ export interface PrepareOptions {
   /** `--linux-sandbox-pid-namespace` (bwrapArgs.ts): isolate (default) or inherit the server's pid namespace. */
   pidNamespace?: 'isolate' | 'inherit';
   /**
+   * `--linux-sandbox-transparent-tcp`: in a managed-network Linux sandbox every TCP connect, not only a proxy-aware
+   * client's, is asked of the command's SOCKS5 listener by the server's connect supervisor (netnotify.c).
+   */
+  transparentTcp?: boolean;
+  /**
    * `--require-sandbox`: as the seed declares it, `sandbox` is required in process/start; absent or null is -32602
    * ``missing field `sandbox` `` (an explicit `{"sandbox":"none",…}` still runs unsandboxed). Default: released
    * clients' absent or null sandbox means none.
@@ -67,7 +72,7 @@ export interface PrepareOptions {
  * program (read to EOF), bwrap's --info-fd (it writes the sandbox's pid) and --block-fd (it waits for one byte before
  * it execs the command). No file or FIFO on disk: nothing another sandbox could open.
  */
-export type FdSlot = 'seccomp' | 'info' | 'block';
+export type FdSlot = 'seccomp' | 'info' | 'block' | 'notify';
 
 /** The pure result of planning a launch: what would run, without any file, fd or process created. */
 export interface LaunchPlan {
@@ -86,7 +91,13 @@ export interface LaunchPlan {
   /** bwrap runs under the pid-namespace guard: its info-fd pids are relative to the guard's namespace. */
   pidGuard?: boolean;
   /** The Landlock backend's ruleset plan (mechanism `landlock`), with what it was made from (for reuse). */
-  landlock?: LandlockPlan & { basis?: PlanBasis };
+  landlock?: LandlockPlan & { basis?: PlanBasis; transparentSocks?: number };
+  /**
+   * bwrap with transparent TCP: the connect supervisor's watch (netNotify.ts) of the command, whose channel is the
+   * `notify` fd slot (the in-sandbox launcher installs the filter): the host's proxy ports, the SOCKS5 one, and the
+   * in-namespace forwarder ports that go on to the kernel.
+   */
+  transparent?: { ports: number[]; socks: number; pass: number[] };
   guarantees?: SandboxGuarantees;
 }
 
@@ -124,6 +135,8 @@ export interface HostFacts {
   acceptWeaker: ReadonlySet<WeakerGuarantee>;
   /** PrepareOptions.pidNamespace (absent: isolate). */
   pidNamespace?: 'isolate' | 'inherit';
+  /** PrepareOptions.transparentTcp. */
+  transparentTcp?: boolean;
 }
 
 export const WINDOWS_ERROR = 'sandbox type windows-restricted-token is not supported by this exec-server';

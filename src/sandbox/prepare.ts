@@ -132,6 +132,7 @@ function hostFacts(
     euid: process.geteuid?.() ?? -1,
     ...(opts?.hiddenPaths ? { hiddenPaths: opts.hiddenPaths } : {}),
     ...(opts?.pidNamespace === 'inherit' ? { pidNamespace: 'inherit' as const } : {}),
+    ...(opts?.transparentTcp ? { transparentTcp: true } : {}),
     platform: opts?.platform ?? process.platform,
     arch: opts?.arch ?? os.arch(),
     machine: opts?.machine ?? os.machine(),

@@ -7,6 +7,7 @@ import { buildSeccompFilter } from '../../src/sandbox/index.js';
 import { NET } from '../../src/sandbox/linux/landlock.js';
 import { buildRuleset, landlockSupport } from '../../src/sandbox/linux/landlockNative.js';
 import { hostSeccompArch } from '../../src/sandbox/linux/seccomp.js';
+import { seedParam, special } from '../integration/sandbox-util.js';
 
 export const PY = '/usr/bin/python3';
 
@@ -32,4 +33,36 @@ export function supervisedConfinement(): { rulesetFd: number; seccomp: Buffer } 
     tcpOnly: true,
   });
   return { rulesetFd, seccomp };
+}
+
+/**
+ * A process/start for the transparent-TCP tests: `argv` in a managed-network sandbox (bwrap, or Landlock with
+ * `useLegacyLandlock`) whose policy allows 127.0.0.1 only (the allowed loopback origin), SOCKS5 enabled.
+ */
+export function managedLoopbackStart(
+  processId: string,
+  argv: string[],
+  o: { cwd: string; env: Record<string, string>; useLegacyLandlock?: boolean },
+) {
+  return {
+    processId,
+    argv,
+    cwd: o.cwd,
+    env: o.env,
+    tty: false,
+    arg0: null,
+    sandbox: seedParam({
+      cwd: o.cwd,
+      entries: [
+        special('root', 'read'),
+        special('current_working_directory', 'write'),
+        special('tmpdir', 'write'),
+      ],
+      enforceManagedNetwork: true,
+      useLegacyLandlock: o.useLegacyLandlock ?? false,
+    }),
+    managedNetwork: {
+      config: { network: { enabled: true, enable_socks5: true, domains: { '127.0.0.1': 'allow' } } },
+    },
+  };
 }

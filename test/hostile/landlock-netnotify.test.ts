@@ -238,9 +238,13 @@ describe('the connect supervisor: malformed inputs', { skip }, () => {
         });
         c.on('close', (code) => resolve({ code, err }));
       });
-    const alone = await run(['--fd', '0', '--net-notify', '3']);
+    // Without --landlock (bwrap's transparent TCP) the channel must be the one moved fd, 3.
+    const alone = await run(['--fd', '0', '--fd', '1', '--net-notify', '3']);
     assert.equal(alone.code, 127);
-    assert.match(alone.err, /--net-notify needs --landlock/);
+    assert.match(alone.err, /--net-notify needs --landlock, or without it must name the one moved fd, 3/);
+    const notSocket = await run(['--fd', '0', '--net-notify', '3']);
+    assert.equal(notSocket.code, 127, 'a channel that is not a socket: the command is not run');
+    assert.match(notSocket.err, /seccomp listener/);
     const misplaced = await run([
       '--fd',
       '0',

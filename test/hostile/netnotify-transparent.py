@@ -1,6 +1,8 @@
 # The confined side of netnotify-transparent.test.ts: raw connects a program that ignores proxy variables would make.
 import errno, json, select, socket, sys, threading
+import os
 PROXY = int(sys.argv[1]); ALLOWED = int(sys.argv[2]); DENIED = int(sys.argv[3]); what = sys.argv[4]
+DENIED_HOST = os.environ.get('DENIED_HOST', '127.0.0.1')  # the denied destination's address (another loopback one)
 
 def read(s):
     s.settimeout(5)
@@ -33,15 +35,26 @@ if what == 'basic':
     out['nonblock'] = [e in (0, errno.EINPROGRESS), bool(w), s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR), read(s)]
     out['again'] = s.connect_ex(('127.0.0.1', ALLOWED))
     s.close()
+elif what == 'raw':
+    # A program that ignores proxy variables: IPv4, IPv6 ::1, a non-blocking connect (EINPROGRESS or 0, then writable).
+    out['allowed'] = attempt('127.0.0.1', ALLOWED)
+    out['denied'] = attempt(DENIED_HOST, DENIED)
+    out['v6'] = attempt('::1', ALLOWED, socket.AF_INET6)
+    s = socket.socket(); s.setblocking(False)
+    e = s.connect_ex(('127.0.0.1', ALLOWED))
+    _, w, _ = select.select([], [s], [], 5)
+    s.setblocking(True)
+    out['nonblock'] = [e in (0, errno.EINPROGRESS), bool(w), s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR), read(s)]
+    s.close()
 elif what == 'one':
     out['one'] = attempt('127.0.0.1', ALLOWED)
 elif what == 'race':
     import ctypes
     libc = ctypes.CDLL(None, use_errno=True)
     buf = ctypes.create_string_buffer(16)
-    def sin(port):
-        return socket.AF_INET.to_bytes(2, 'little') + port.to_bytes(2, 'big') + bytes([127, 0, 0, 1]) + bytes(8)
-    good, bad = sin(ALLOWED), sin(DENIED)
+    def sin(port, host):
+        return socket.AF_INET.to_bytes(2, 'little') + port.to_bytes(2, 'big') + socket.inet_aton(host) + bytes(8)
+    good, bad = sin(ALLOWED, '127.0.0.1'), sin(DENIED, DENIED_HOST)
     stop = False
     def flip():
         while not stop:
@@ -59,7 +72,7 @@ elif what == 'race':
 elif what == 'flood':
     n = int(sys.argv[5]); got = {}; lock = threading.Lock()
     def one(i):
-        k = attempt('127.0.0.1', ALLOWED if i % 2 == 0 else DENIED)
+        k = attempt('127.0.0.1', ALLOWED) if i % 2 == 0 else attempt(DENIED_HOST, DENIED)
         with lock:
             got[str(k)] = got.get(str(k), 0) + 1
     ts = [threading.Thread(target=one, args=(i,)) for i in range(n)]

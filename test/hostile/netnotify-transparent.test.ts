@@ -197,6 +197,64 @@ describe('transparent TCP: every connect asked of the SOCKS5 listener', { skip }
     }
   });
 
+  test('a hostile SOCKS side: malformed, truncated, split and oversized replies; only a whole success connects', async () => {
+    // Each stand-in answers the greeting and the CONNECT with these bytes (written one by one when split).
+    const ok = [5, 0, 0, 1, 127, 0, 0, 1, 0, 0];
+    const cases: [string, number[] | Buffer, boolean, string | number][] = [
+      ['wrong version', [4, 0], false, ECONNREFUSED],
+      ['a method we did not offer', [5, 2], false, ECONNREFUSED],
+      ['no method', [5, 0xff], false, ECONNREFUSED],
+      ['closed after the method', [5, 0], false, ECONNREFUSED],
+      ['refused', [5, 0, 5, 2, 0, 1, 0, 0, 0, 0, 0, 0], false, ECONNREFUSED],
+      ['unknown address type', [5, 0, 5, 0, 0, 9, 0, 0, 0, 0, 0, 0], false, ECONNREFUSED],
+      ['truncated reply', [5, 0, 5, 0, 0, 1, 127], false, ECONNREFUSED],
+      ['a 255-byte domain bound address, then data', [5, 0, 5, 0, 0, 3, 255, ...Buffer.alloc(257), 76], false, 'L'],
+      ['a zero-length domain, then data', [5, 0, 5, 0, 0, 3, 0, 0, 0, 90], false, 'Z'],
+      ['split byte by byte, then data', [5, 0, ...ok, ...Buffer.from('AFTER')], true, 'AFTER'],
+      [
+        'IPv6 bound address, then data',
+        [5, 0, 5, 0, 0, 4, ...Buffer.alloc(18), ...Buffer.from('V6')],
+        false,
+        'V6',
+      ],
+      [
+        'a domain bound address, then data',
+        [5, 0, 5, 0, 0, 3, 3, 97, 98, 99, 0, 0, ...Buffer.from('DN')],
+        false,
+        'DN',
+      ],
+      [
+        'success then 1 MiB',
+        Buffer.concat([Buffer.from([5, 0, ...ok]), Buffer.alloc(1 << 20, 65)]),
+        false,
+        'A'.repeat(100),
+      ],
+    ];
+    for (const [label, bytes, split, want] of cases) {
+      const hostile = net.createServer((c) => {
+        c.on('error', () => {});
+        const b = Buffer.from(bytes as number[]);
+        if (!split) c.end(b);
+        else {
+          let i = 0;
+          const next = () => {
+            if (i >= b.length) return c.end();
+            c.write(b.subarray(i, ++i), () => setImmediate(next));
+          };
+          next();
+        }
+      });
+      await new Promise<void>((r) => hostile.listen(0, '127.0.0.1', r));
+      try {
+        const r = await runVia((hostile.address() as net.AddressInfo).port, 'one');
+        assert.equal(r.one, want, label);
+      } finally {
+        hostile.close();
+      }
+    }
+    await until(() => netNotifyCounts().watched === 0, 5000);
+  });
+
   test('a SOCKS port that is not an integer 1..65535 is refused, naming it', () => {
     for (const p of [0, 65536, 1.5, '1080']) {
       const chan = netNotifyChannel();

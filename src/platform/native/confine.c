@@ -169,6 +169,13 @@ static long send_net_listener(int chan) {
   return r < 0 ? r : 0;
 }
 
+long corral_net_notify_self(int chan) {
+  long r;
+  if ((r = sys5(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)) < 0) return fail("no_new_privs", r);
+  if ((r = send_net_listener(chan)) < 0) return fail("seccomp listener", r);
+  return 0;
+}
+
 long corral_confine_self(const struct corral_confinement *c) {
   long r;
   if (!c->active) return 0;

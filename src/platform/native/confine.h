@@ -23,6 +23,9 @@ struct corral_confinement {
 // Raw system calls only on x86_64 and arm64 (no libc, no errno, no allocation: safe in a CLONE_VM child). Returns 0,
 // or a negative errno after writing "corral: cannot confine the sandbox (<step>): <error>" to fd 2.
 long corral_confine_self(const struct corral_confinement *c);
+// Only the connect supervision filter (no_new_privs first), its listener sent over chan: a bwrap sandbox's command
+// under transparent TCP (the launcher's --net-notify without --landlock, run inside bwrap). 0 or -errno (said why).
+long corral_net_notify_self(int chan);
 
 // The user-notification filter of a Landlock command under managed-network enforcement (see netnotify.c): connect()
 // goes to the server's supervisor, sendto() with a destination address is refused (EACCES). Fills prog (at least

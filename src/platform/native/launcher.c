@@ -110,7 +110,8 @@ int main(int argc, char **argv) {
     }
     if (!ok) {
       errno = EINVAL;
-      die("usage: corral-sandbox-exec [--fd N]... [--landlock FD --seccomp HEX] [--supervise PID] -- PROGRAM [ARG]...; "
+      die("usage: corral-sandbox-exec [--fd N]... [--landlock FD --seccomp HEX] [--net-notify FD] [--supervise PID] "
+          "[--argv0 NAME] -- PROGRAM [ARG]...; "
           "bad argument",
           opt);
     }
@@ -136,9 +137,10 @@ int main(int argc, char **argv) {
       }
       confinement.net_notify_chan = (int)net_notify;
     }
-  } else if (net_notify >= 0) {
+  } else if (net_notify >= 0 && (n != 1 || net_notify != 3)) {
+    // Without --landlock (inside bwrap, transparent TCP): only the supervision filter, its channel the one moved fd.
     errno = EINVAL;
-    die("--net-notify needs --landlock", NULL);
+    die("--net-notify needs --landlock, or without it must name the one moved fd, 3", NULL);
   }
   if (i + 1 >= argc || argv[i + 1][0] != '/') {
     errno = EINVAL;
@@ -167,6 +169,9 @@ int main(int argc, char **argv) {
     if (corral_confine_self(&confinement) < 0) _exit(127);  // it said why
     top--;  // the ruleset (the last moved fd) is closed with the rest below: it is never passed on
     if (net_notify >= 0) top--;  // so is the supervisor's channel (already closed by the confinement)
+  } else if (net_notify >= 0) {
+    if (corral_net_notify_self(3) < 0) _exit(127);  // it said why; the channel (fd 3) is closed by it
+    top = 3;  // nothing else was moved
   }
   if (syscall(SYS_close_range, (unsigned int)top, ~0U, 0) < 0) {
     long max = sysconf(_SC_OPEN_MAX);

@@ -25,8 +25,18 @@
 //   netNotifyPair() -> [serverFd, childFd] a unix stream socketpair, close-on-exec both; childFd goes to the command
 //                                         (LaunchSpec confine.netNotifyFd / the launcher's --net-notify), the
 //                                         server closes its copy after the spawn
-//   netNotifyWatch(serverFd, ports)       adopts serverFd: the listener the command sends over it is supervised with
-//                                         these proxy ports (1..8 loopback ports); returns nothing
+//   netNotifyWatch(serverFd, ports, socksPort?, passPorts?)
+//                                         adopts serverFd: the listener the command sends over it is supervised with
+//                                         these proxy ports (1..8 loopback ports); with socksPort, transparent TCP
+//                                         (below); with passPorts, the bwrap mode (struct watch.pass_other)
+//
+// Transparent TCP (issue 35, --linux-sandbox-transparent-tcp): with a SOCKS port, a connect to any other inet/inet6
+// destination on a fresh TCP socket is held while a socket of the server's does the SOCKS5 exchange with the
+// command's own SOCKS5 listener (CONNECT to the IP and port read in 1., a v4-mapped address as IPv4), non-blocking in
+// this thread's epoll (struct pending; 1024 at most, 10 s each, then ETIMEDOUT). Granted: that socket replaces the
+// command's fd as in 2. and the call returns 0 (also for a non-blocking fd: the exchange is over); refused by the
+// proxy (its admission rule, audited there), or the proxy unreachable: ECONNREFUSED. A racing thread can at most
+// make the command ask for another destination, which the proxy decides.
 //   netNotifyCounts() -> [proxied, refused, watched]
 
 #define _GNU_SOURCE
@@ -100,6 +110,13 @@ struct watch {
   int nports;
   uint16_t ports[MAX_PORTS];
   uint16_t socks;  // transparent TCP: every other inet destination is asked of this SOCKS5 port (0: off)
+  // bwrap (transparent TCP in a network namespace of the sandbox's own): what is not an inet destination the
+  // supervisor takes over (another family, a malformed call, a UDP socket, 127.0.0.1 on one of these in-namespace
+  // forwarder ports) goes on to the kernel (SECCOMP_USER_NOTIF_FLAG_CONTINUE), which decides it inside that
+  // namespace, where the command could make the same call without the filter; false: refused (EACCES, Landlock).
+  bool pass_other;
+  int npass;
+  uint16_t pass[MAX_PORTS];
 };
 
 // Transparent TCP: a connect held while the server's own socket does the SOCKS5 exchange with the command's proxy,
@@ -115,7 +132,7 @@ struct pending {
   int state;  // 0 connecting, 1 waiting for the method reply, 2 for the CONNECT reply
   unsigned char req[32];
   size_t reqlen;
-  unsigned char buf[32];
+  unsigned char buf[4 + 1 + 255 + 2];  // the longest reply: a 255-byte domain
   size_t got, need;
   long long deadline;
 };
@@ -183,16 +200,27 @@ static void answer(int listener, uint64_t id, int err, bool proxy) {
   else atomic_fetch_add(&refused, 1);
 }
 
-// The port when addr (len bytes read from the command) is exactly the proxy's loopback endpoint, else 0.
-static uint16_t proxy_port(const struct watch *w, const unsigned char *addr, size_t len) {
+#ifndef SECCOMP_USER_NOTIF_FLAG_CONTINUE
+#define SECCOMP_USER_NOTIF_FLAG_CONTINUE (1UL << 0)
+#endif
+
+// A connect that is not the supervisor's to take: EACCES, or (pass_other) on to the kernel in the sandbox's namespace.
+static void refuse(struct watch *w, uint64_t id) {
+  if (!w->pass_other) return answer(w->fd, id, EACCES, false);
+  struct seccomp_notif_resp resp = {.id = id, .val = 0, .error = 0, .flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE};
+  ioctl(w->fd, SECCOMP_IOCTL_NOTIF_SEND, &resp);
+}
+
+// Whether addr is 127.0.0.1 (or ::ffff:127.0.0.1) on one of `ports`.
+static bool loopback_on(const unsigned char *addr, size_t len, const uint16_t *ports, int nports) {
   sa_family_t fam;
-  if (len < sizeof fam) return 0;
+  if (len < sizeof fam) return false;
   memcpy(&fam, addr, sizeof fam);
   uint16_t port = 0;
   if (fam == AF_INET && len >= sizeof(struct sockaddr_in)) {
     struct sockaddr_in in;
     memcpy(&in, addr, sizeof in);
-    if (in.sin_addr.s_addr != htonl(INADDR_LOOPBACK)) return 0;
+    if (in.sin_addr.s_addr != htonl(INADDR_LOOPBACK)) return false;
     port = ntohs(in.sin_port);
   } else if (fam == AF_INET6 && len >= sizeof(struct sockaddr_in6)) {
     struct sockaddr_in6 in6;
@@ -200,14 +228,22 @@ static uint16_t proxy_port(const struct watch *w, const unsigned char *addr, siz
     static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
     uint32_t v4;
     memcpy(&v4, in6.sin6_addr.s6_addr + 12, sizeof v4);
-    if (memcmp(in6.sin6_addr.s6_addr, mapped, sizeof mapped) != 0 || v4 != htonl(INADDR_LOOPBACK)) return 0;
+    if (memcmp(in6.sin6_addr.s6_addr, mapped, sizeof mapped) != 0 || v4 != htonl(INADDR_LOOPBACK)) return false;
     port = ntohs(in6.sin6_port);
   } else {
-    return 0;
+    return false;
   }
-  for (int k = 0; k < w->nports; k++)
-    if (port != 0 && w->ports[k] == port) return port;
-  return 0;
+  for (int k = 0; k < nports; k++)
+    if (port != 0 && ports[k] == port) return true;
+  return false;
+}
+
+// The port when addr (len bytes read from the command) is exactly the proxy's loopback endpoint, else 0.
+static uint16_t proxy_port(const struct watch *w, const unsigned char *addr, size_t len) {
+  if (!loopback_on(addr, len, w->ports, w->nports)) return 0;
+  uint16_t port;
+  memcpy(&port, addr + 2, sizeof port);  // sin_port and sin6_port are both at offset 2
+  return ntohs(port);
 }
 
 // The close-on-exec flag of the command's fd (its fdinfo "flags:" line, octal, O_CLOEXEC included); -1 unknown.
@@ -395,7 +431,9 @@ static void advance(struct pending *p, uint32_t events) {
   }
   if (p->buf[0] != 5 || p->buf[1] != 0) return finish(p, ECONNREFUSED);  // refused by the proxy's admission
   if (p->need == 5) {
-    size_t rest = p->buf[3] == 1 ? 4 + 2 : p->buf[3] == 4 ? 16 + 2 : p->buf[3] == 3 ? (size_t)p->buf[4] + 2 : 0;
+    // The rest after the 5 bytes read (the address's first byte is among them): IPv4 4 + 2, IPv6 16 + 2, a domain
+    // its length byte + the name + 2.
+    size_t rest = p->buf[3] == 1 ? 4 + 2 : p->buf[3] == 4 ? 16 + 2 : p->buf[3] == 3 ? (size_t)p->buf[4] + 3 : 0;
     if (rest == 0 || 5 + rest - 1 > sizeof p->buf) return finish(p, ECONNREFUSED);
     p->need = 5 + rest - 1;
     if (p->got < p->need) return;
@@ -459,17 +497,18 @@ static void handle(struct watch *w, struct seccomp_notif *req) {
   struct iovec local = {.iov_base = addr, .iov_len = want};
   struct iovec remote = {.iov_base = (void *)(uintptr_t)req->data.args[1], .iov_len = want};
   ssize_t got = want > 0 ? process_vm_readv(pid, &local, 1, &remote, 1, 0) : 0;
-  if (got < 0 || ioctl(w->fd, SECCOMP_IOCTL_NOTIF_ID_VALID, &req->id) < 0) return answer(w->fd, id, EACCES, false);
+  if (got < 0 || ioctl(w->fd, SECCOMP_IOCTL_NOTIF_ID_VALID, &req->id) < 0) return refuse(w, id);
+  if (loopback_on(addr, (size_t)got, w->pass, w->npass)) return refuse(w, id);  // the in-namespace forwarder
   uint16_t port = proxy_port(w, addr, (size_t)got);
   unsigned char socks_req[32];
   size_t reqlen = port == 0 && w->socks ? socks_request(addr, (size_t)got, socks_req) : 0;
-  if (port == 0 && reqlen == 0) return answer(w->fd, id, EACCES, false);
+  if (port == 0 && reqlen == 0) return refuse(w, id);
   // The command's fd: a TCP socket of its own, not connected yet.
   int pidfd = thread_pidfd(pid);
-  if (pidfd < 0) return answer(w->fd, id, EACCES, false);
+  if (pidfd < 0) return refuse(w, id);
   if (ioctl(w->fd, SECCOMP_IOCTL_NOTIF_ID_VALID, &req->id) < 0) {
     close(pidfd);
-    return answer(w->fd, id, EACCES, false);
+    return refuse(w, id);
   }
   int theirs = (int)syscall(SYS_pidfd_getfd, pidfd, fd, 0);
   close(pidfd);
@@ -488,7 +527,7 @@ static void handle(struct watch *w, struct seccomp_notif *req) {
   int state = tcp && getsockopt(theirs, IPPROTO_TCP, TCP_INFO, &ti, &tl) == 0 ? ti.tcpi_state : -1;
   int fl = fcntl(theirs, F_GETFL);
   close(theirs);
-  if (!tcp || fl < 0 || state < 0) return answer(w->fd, id, EACCES, false);
+  if (!tcp || fl < 0 || state < 0) return refuse(w, id);
   if (state == TCP_SYN_SENT) return answer(w->fd, id, EALREADY, false);
   if (state != TCP_CLOSE) return answer(w->fd, id, EISCONN, false);
   // An AF_INET socket cannot connect to an AF_INET6 address (and back): as the kernel would answer.
@@ -496,7 +535,7 @@ static void handle(struct watch *w, struct seccomp_notif *req) {
   memcpy(&fam, addr, sizeof fam);
   if ((int)fam != domain) return answer(w->fd, id, domain == AF_INET ? EAFNOSUPPORT : EINVAL, false);
   int cloexec = fd_cloexec(pid, fd);
-  if (cloexec < 0) return answer(w->fd, id, EACCES, false);
+  if (cloexec < 0) return refuse(w, id);
   if (port == 0) return start_pending(w, id, fd, domain, cloexec != 0, (fl & O_NONBLOCK) != 0, socks_req, reqlen);
   bool inprogress = false;
   int ours = proxy_socket(domain, port, (fl & O_NONBLOCK) != 0, &inprogress);
@@ -510,7 +549,7 @@ static void handle(struct watch *w, struct seccomp_notif *req) {
   };
   int placed = ioctl(w->fd, SECCOMP_IOCTL_NOTIF_ADDFD, &add);
   close(ours);
-  if (placed < 0) return answer(w->fd, id, EACCES, false);  // the call is gone (ENOENT) or the fd table is full
+  if (placed < 0) return refuse(w, id);  // the call is gone (ENOENT) or the fd table is full
   answer(w->fd, id, inprogress ? EINPROGRESS : 0, true);
 }
 
@@ -629,11 +668,36 @@ static napi_value js_watch(napi_env env, napi_callback_info info) {
     }
     w->ports[w->nports++] = (uint16_t)port;
   }
-  // Transparent TCP (optional third argument): the command's SOCKS5 listener port; undefined/absent: off.
-  size_t argc = 3;
-  napi_value args[3];
-  napi_valuetype t3 = napi_undefined;
+  // Transparent TCP (optional third argument): the command's SOCKS5 listener port; undefined/absent: off. The fourth
+  // (optional, bwrap): the in-namespace forwarder ports (0..8); given, what is not the supervisor's goes on to the
+  // kernel instead of EACCES.
+  size_t argc = 4;
+  napi_value args[4];
+  napi_valuetype t3 = napi_undefined, t4 = napi_undefined;
   if (napi_get_cb_info(env, info, &argc, args, NULL, NULL) == napi_ok && argc >= 3) napi_typeof(env, args[2], &t3);
+  if (argc >= 4) napi_typeof(env, args[3], &t4);
+  if (t4 != napi_undefined) {
+    bool is_array = false;
+    uint32_t np = 0;
+    if (napi_is_array(env, args[3], &is_array) != napi_ok || !is_array ||
+        napi_get_array_length(env, args[3], &np) != napi_ok || np > MAX_PORTS) {
+      free(w);
+      napi_throw_type_error(env, NULL, "netNotifyWatch: passPorts must be an array of 0 to 8 ports");
+      return NULL;
+    }
+    for (uint32_t k = 0; k < np; k++) {
+      napi_value v;
+      double port = 0;
+      if (napi_get_element(env, args[3], k, &v) != napi_ok || napi_get_value_double(env, v, &port) != napi_ok ||
+          !(port >= 1 && port <= 65535) || port != (double)(int32_t)port) {
+        free(w);
+        napi_throw_type_error(env, NULL, "netNotifyWatch: each of passPorts must be an integer 1..65535");
+        return NULL;
+      }
+      w->pass[w->npass++] = (uint16_t)port;
+    }
+    w->pass_other = true;
+  }
   if (t3 != napi_undefined) {
     double socks = 0;
     if (napi_get_value_double(env, args[2], &socks) != napi_ok || !(socks >= 1 && socks <= 65535) ||

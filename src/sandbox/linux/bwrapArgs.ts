@@ -29,6 +29,11 @@ export interface BwrapOptions {
   /** The in-sandbox exec shim (`SHIM --argv0 NAME -- FILE ARGS`), bound read-only at its own path. */
   execShim?: string | null | undefined;
   seccompFd?: number;
+  /**
+   * Transparent TCP: the connect supervisor's channel, passed into the sandbox at this fd; the exec shim (required)
+   * runs first inside and installs the supervision filter (`SHIM --fd N --net-notify 3 -- FILE ARGS`).
+   */
+  netNotifyFd?: number;
   infoFd?: number;
   blockFd?: number;
   features: BwrapFeatures;
@@ -110,7 +115,8 @@ export function bwrapArgs(r: ResolvedPolicy, o: BwrapOptions): BwrapArgs {
     o.argv0 !== undefined && o.argv0 !== o.file && o.argv0 !== o.file.slice(o.file.lastIndexOf('/') + 1)
       ? o.argv0
       : undefined;
-  const shim = customArgv0 !== undefined && !o.features.argv0 && o.execShim ? o.execShim : undefined;
+  const argv0Shim = customArgv0 !== undefined && !o.features.argv0 && o.execShim;
+  const shim = (argv0Shim || o.netNotifyFd !== undefined) && o.execShim ? o.execShim : undefined;
   a.push('--die-with-parent', ...fs.args);
   // Bound after the policy's own mounts, so that it is there whatever they mask (it is our binary, nothing secret).
   if (shim) a.push('--ro-bind', shim, shim);
@@ -136,11 +142,15 @@ export function bwrapArgs(r: ResolvedPolicy, o: BwrapOptions): BwrapArgs {
   a.push('--cap-drop', 'ALL', '--chdir', o.chdir);
   let argv0Ignored = false;
   if (o.argv0 !== undefined && o.argv0 !== o.file && o.features.argv0) a.push('--argv0', o.argv0);
-  else if (customArgv0 !== undefined && !shim) argv0Ignored = true;
+  else if (customArgv0 !== undefined && !argv0Shim) argv0Ignored = true;
   if (o.seccompFd !== undefined) a.push('--seccomp', String(o.seccompFd));
   if (o.infoFd !== undefined) a.push('--info-fd', String(o.infoFd));
   if (o.blockFd !== undefined) a.push('--block-fd', String(o.blockFd));
-  if (shim) a.push('--', shim, '--argv0', customArgv0!, '--', o.file, ...o.args);
-  else a.push('--', o.file, ...o.args);
+  if (shim) {
+    a.push('--', shim);
+    if (o.netNotifyFd !== undefined) a.push('--fd', String(o.netNotifyFd), '--net-notify', '3');
+    if (argv0Shim) a.push('--argv0', customArgv0!);
+    a.push('--', o.file, ...o.args);
+  } else a.push('--', o.file, ...o.args);
   return { args: a, syntheticTargets: fs.syntheticTargets, argv0Ignored };
 }

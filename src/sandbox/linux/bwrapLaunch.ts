@@ -1,6 +1,7 @@
 /** The bubblewrap backend: its plan (bwrap's arguments, fd slots, pins) and what a launch creates for it. */
 import { existsSync, writeSync } from 'node:fs';
 import os from 'node:os';
+import { type NetNotifyChannel, netNotifyAbsence, netNotifyChannel } from '../../platform/netNotify.js';
 import type { sandboxNative } from '../../platform/sandbox.js';
 import { wrapArgv } from '../../process/cgroup.js';
 import type { LaunchSpec, PreparedLaunch } from '../../process/launch.js';
@@ -19,6 +20,7 @@ import { isUnder, type ResolvedPolicy } from '../resolve.js';
 import { bwrapArgs } from './bwrapArgs.js';
 import {
   closeQuietly,
+  FORWARD_BASE_PORT,
   listenInSandboxNetns,
   type ManagedRoutes,
   planManagedRoutes,
@@ -66,9 +68,11 @@ export function planBwrapLaunch(eff: EffectiveSandbox, cmd: LaunchCommand, host:
     Object.assign(env, routes.env);
     if (eff.network === 'restricted') env.CODEX_SANDBOX_NETWORK_DISABLED = '1';
   }
+  const transparent = routes && host.transparentTcp ? transparentWatch(routes, host) : undefined;
   const pins = r.pinnedLinks;
   // bwrap waits on its block fd while the server pins symlinks and/or sets up the managed network.
   const fdSlots: FdSlot[] = managed || pins.length > 0 ? ['seccomp', 'info', 'block'] : ['seccomp'];
+  if (transparent) fdSlots.push('notify');
   const fdOf = (s: FdSlot) => (fdSlots.includes(s) ? 3 + fdSlots.indexOf(s) : undefined);
   const b = bwrapArgs(r, {
     unshareNet: eff.network === 'restricted' || managed,
@@ -80,6 +84,7 @@ export function planBwrapLaunch(eff: EffectiveSandbox, cmd: LaunchCommand, host:
     args: cmd.spec.argv.slice(1),
     argv0: cmd.spec.argv[0],
     seccompFd: fdOf('seccomp'),
+    netNotifyFd: fdOf('notify'),
     infoFd: fdOf('info'),
     blockFd: fdOf('block'),
     features: host.bwrap.features,
@@ -93,6 +98,7 @@ export function planBwrapLaunch(eff: EffectiveSandbox, cmd: LaunchCommand, host:
   if (host.masks.length > 0) summary.masked = host.masks;
   if (b.argv0Ignored) summary.arg0 = 'ignored: bwrap < 0.9 has no --argv0';
   if (routes) summary.proxyEndpoints = routes.endpoints.map((e) => `${e.host}:${e.port}`);
+  if (transparent) summary.transparentTcp = `127.0.0.1:${transparent.socks}`;
   let argv = [host.bwrap.path, ...b.args];
   // Inheriting the pid namespace means no namespace of the sandbox's own, the guard's included: a kill then reaches
   // the command's tree through its cgroup (as for a command without a sandbox).
@@ -118,9 +124,31 @@ export function planBwrapLaunch(eff: EffectiveSandbox, cmd: LaunchCommand, host:
     fdSlots,
     seccomp: { arch, mode, filter: seccompFilter(arch, mode) },
     managed: routes,
+    ...(transparent ? { transparent } : {}),
     pins: pins.length > 0 ? pins : undefined,
     syntheticTargets: b.syntheticTargets,
     pidGuard: guard,
+  };
+}
+
+/**
+ * Transparent TCP under bwrap: the connect supervisor's watch. Refused (naming why) without the supervisor, the
+ * in-sandbox launcher that installs its filter, or a SOCKS5 listener on 127.0.0.1 to ask.
+ */
+function transparentWatch(routes: ManagedRoutes, host: HostFacts): NonNullable<LaunchPlan['transparent']> {
+  const why =
+    netNotifyAbsence() ??
+    (host.execShim ? undefined : 'the sandbox launcher (corral-sandbox-exec) is not built') ??
+    (routes.socks === undefined
+      ? 'the managed proxy has no SOCKS5 listener on 127.0.0.1 (enable_socks5, or a socks5:// ALL_PROXY)'
+      : undefined);
+  if (why !== undefined)
+    throw new SandboxSetupError(`--linux-sandbox-transparent-tcp: ${why}; the command was not run`);
+  const hostPorts = routes.endpoints.filter((e) => e.host === '127.0.0.1').map((e) => e.port);
+  return {
+    ports: [...new Set(hostPorts.length > 0 ? hostPorts : [routes.socks!])].slice(0, 8),
+    socks: routes.socks!,
+    pass: routes.endpoints.map((_, i) => FORWARD_BASE_PORT + i).slice(0, 8),
   };
 }
 
@@ -149,6 +177,7 @@ export function materializeBwrap(
   let bridges: { close(): void } | undefined;
   let pidReader: { promise: Promise<number>; cancel(): void } | undefined;
   let blockFd: number | undefined;
+  let chan: NetNotifyChannel | undefined;
   let cleaned = false;
   const closeChildEnds = () => {
     for (const fd of childEnds.splice(0)) closeQuietly(fd);
@@ -158,6 +187,7 @@ export function materializeBwrap(
     cleaned = true;
     pidReader?.cancel();
     closeChildEnds();
+    chan?.close();
     closeQuietly(blockFd);
     blockFd = undefined;
     bridges?.close();
@@ -180,6 +210,10 @@ export function materializeBwrap(
       slotFds.block = blockR;
       blockFd = blockW;
     }
+    if (plan.transparent) {
+      chan = netNotifyChannel();
+      slotFds.notify = chan.childFd;
+    }
     const spec: LaunchSpec = { ...plan.spec, extraFds: plan.fdSlots.map((s) => slotFds[s]!) };
     releaseTargets = acquireSyntheticTargets(plan.syntheticTargets);
     const managed = plan.managed;
@@ -191,6 +225,11 @@ export function materializeBwrap(
       cleanup,
       async afterSpawn(pid: number) {
         closeChildEnds();
+        // The command's connects wait in the kernel until the supervisor has the listener it sends.
+        if (chan && plan.transparent) {
+          const t = plan.transparent;
+          chan.watch(t.ports, t.socks, t.pass);
+        }
         if (!managed && !pins) return;
         let nsPid = await pidReader!.promise;
         if (plan.pidGuard) {

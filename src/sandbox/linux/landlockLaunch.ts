@@ -96,6 +96,20 @@ export function planLandlockLaunch(
   if (plan.weaker.length > 0) summary.weaker = plan.weaker;
   if (proxyPorts.length > 0) summary.proxyEndpoints = proxyPorts.map((p) => `127.0.0.1:${p}`);
   if (plan.netNotify) summary.connectSupervisor = true;
+  // Transparent TCP: every other connect is asked of the command's SOCKS5 listener (refused without one).
+  let transparentSocks: number | undefined;
+  if (host.transparentTcp && managed && !plan.netNotify)
+    throw new SandboxSetupError(
+      `landlock sandbox: --linux-sandbox-transparent-tcp needs the connect supervisor, which cannot run here (${netNotifyAbsence() ?? 'unknown'}); the command was not run`,
+    );
+  if (host.transparentTcp && managed && plan.netNotify) {
+    transparentSocks = routes?.socks;
+    if (transparentSocks === undefined)
+      throw new SandboxSetupError(
+        'landlock sandbox: --linux-sandbox-transparent-tcp needs a SOCKS5 proxy on 127.0.0.1 (a socks5:// or socks5h:// proxy variable, as the managed proxy sets ALL_PROXY); the command was not run',
+      );
+    summary.transparentTcp = `127.0.0.1:${transparentSocks}`;
+  }
   return {
     sandboxType: 'linuxSeccomp',
     mechanism: 'landlock',
@@ -104,7 +118,7 @@ export function planLandlockLaunch(
     fdSlots: [],
     seccomp: { arch, mode: plan.seccompMode, filter },
     syntheticTargets: [],
-    landlock: { ...plan, basis },
+    landlock: { ...plan, basis, ...(transparentSocks !== undefined ? { transparentSocks } : {}) },
     guarantees: { backend: 'landlock', reason, landlockAbi: plan.abi, weaker: plan.weaker },
   };
 }
@@ -196,7 +210,7 @@ export function materializeLandlock(plan: LaunchPlan): PreparedLaunch {
     ...(plan.guarantees ? { guarantees: plan.guarantees } : {}),
     async afterSpawn() {
       // The child has its copies. Its connects wait in the kernel until the supervisor has its listener.
-      if (chan && ll.netNotify) chan.watch(ll.netNotify);
+      if (chan && ll.netNotify) chan.watch(ll.netNotify, ll.transparentSocks);
       release();
     },
     cleanup: release,

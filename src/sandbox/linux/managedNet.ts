@@ -30,6 +30,11 @@ export interface ManagedRoutes {
   endpoints: ProxyEndpoint[];
   /** The command env with every loopback proxy variable pointing at the in-namespace forwarder. */
   env: Record<string, string>;
+  /**
+   * The SOCKS5 listener's port on the host's 127.0.0.1 (the server's proxy's, or a socks5/socks5h variable's), for
+   * transparent TCP: the connect supervisor asks it for every other destination. Absent: none.
+   */
+  socks?: number;
 }
 
 const LOOPBACK = new Set(['localhost', '127.0.0.1', '::1', '[::1]']);
@@ -76,7 +81,7 @@ export function planManagedRoutes(
   const portOf = (l: ProxyListener | undefined) =>
     l === undefined ? undefined : forward ? FORWARD_BASE_PORT + listeners.indexOf(l) : l.port;
   const vars = proxy.env({ http: portOf(proxy.http)!, socks: portOf(proxy.socks) });
-  return { endpoints, env: { ...env, ...vars } };
+  return { endpoints, env: { ...env, ...vars }, ...(proxy.socks ? { socks: proxy.socks.port } : {}) };
 }
 
 /**
@@ -93,6 +98,7 @@ function routesFromEnv(env: Record<string, string>, forward: boolean): ManagedRo
     );
   }
   const endpoints: ProxyEndpoint[] = [];
+  let socks: number | undefined;
   const out = { ...env };
   const rewritten = new Map<string, string>();
   for (const k of keys.sort()) {
@@ -101,6 +107,8 @@ function routesFromEnv(env: Record<string, string>, forward: boolean): ManagedRo
     let i = endpoints.findIndex((e) => e.host === parsed.endpoint.host && e.port === parsed.endpoint.port);
     if (i < 0) i = endpoints.push(parsed.endpoint) - 1;
     const u = parsed.url;
+    if (socks === undefined && /^socks5h?:$/i.test(u.protocol) && parsed.endpoint.host === '127.0.0.1')
+      socks = parsed.endpoint.port;
     u.hostname = '127.0.0.1';
     u.port = String(FORWARD_BASE_PORT + i);
     const original = env[k]!.trim();
@@ -126,7 +134,7 @@ function routesFromEnv(env: Record<string, string>, forward: boolean): ManagedRo
     out[k] = v;
     out[k.toLowerCase()] = v;
   }
-  return { endpoints, env: out };
+  return { endpoints, env: out, ...(socks !== undefined ? { socks } : {}) };
 }
 
 /**

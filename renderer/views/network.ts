@@ -127,24 +127,10 @@ export class NetworkView implements View {
     this.serverSel.addEventListener('change', () => this.render());
     const cols = (n: number) => () => n + (this.fleet ? 1 : 0);
     this.blocked = new EventTable<MonitorBlocked>(
-      h(
-        'table',
-        { class: 'table', 'data-testid': 'blocked-table' },
-        this.colgroup(['80px', '25%', '18%', '16%', 'auto']),
-        h(
-          'thead',
-          null,
-          h(
-            'tr',
-            null,
-            this.serverHead(),
-            h('th', null, 'Time'),
-            h('th', null, 'Host'),
-            h('th', null, 'Reason'),
-            h('th', null, 'Method'),
-            h('th', null, 'Process'),
-          ),
-        ),
+      this.eventTable(
+        'blocked-table',
+        ['80px', '25%', '18%', '16%', 'auto'],
+        ['Time', 'Host', 'Reason', 'Method', 'Process'],
       ),
       'No blocked requests.',
       cols(5),
@@ -152,25 +138,10 @@ export class NetworkView implements View {
       (tr, e) => this.bindBlocked(tr, e),
     );
     this.audit = new EventTable<MonitorAudit>(
-      h(
-        'table',
-        { class: 'table', 'data-testid': 'audit-table' },
-        this.colgroup(['80px', '11%', '20%', '12%', '20%', 'auto']),
-        h(
-          'thead',
-          null,
-          h(
-            'tr',
-            null,
-            this.serverHead(),
-            h('th', null, 'Time'),
-            h('th', null, 'Decision'),
-            h('th', null, 'Host'),
-            h('th', null, 'Method'),
-            h('th', null, 'Process'),
-            h('th', null, 'Audit metadata'),
-          ),
-        ),
+      this.eventTable(
+        'audit-table',
+        ['80px', '11%', '20%', '12%', '20%', 'auto'],
+        ['Time', 'Decision', 'Host', 'Method', 'Process', 'Audit metadata'],
       ),
       'No policy decisions yet.',
       cols(6),
@@ -229,6 +200,16 @@ export class NetworkView implements View {
 
   hide(): void {
     this.visible = false;
+  }
+
+  /** An event table's element: its column widths and headings, after the server column a fleet host shows. */
+  private eventTable(testId: string, widths: string[], headings: string[]): HTMLTableElement {
+    return h(
+      'table',
+      { class: 'table', 'data-testid': testId },
+      this.colgroup(widths),
+      h('thead', null, h('tr', null, this.serverHead(), ...headings.map((t) => h('th', null, t)))),
+    ) as HTMLTableElement;
   }
 
   /** The column widths of the event tables, and of the server column a fleet host shows first. */

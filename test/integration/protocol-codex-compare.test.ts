@@ -163,7 +163,14 @@ describe('side by side with codex exec-server 0.120.0', { skip }, () => {
         tty: false,
       });
       const events = (await c.collect('p')).map((n) => {
-        const { processId: _id, sandboxDenied: _sd, chunk, ...rest } = n.params as Record<string, unknown>;
+        // `usage` is Corral's own member of process/exited (docs/protocol.md); released clients ignore it.
+        const {
+          processId: _id,
+          sandboxDenied: _sd,
+          usage: _u,
+          chunk,
+          ...rest
+        } = n.params as Record<string, unknown>;
         return {
           method: n.method,
           ...rest,

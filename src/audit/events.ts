@@ -80,6 +80,10 @@ export interface NetworkRecord {
   clientAddress: string | null;
   /** conversation.id, app.version, … as the proxy's auditMetadata carried them (secret-looking fields redacted). */
   metadata: Record<string, unknown> | null;
+  /** What decided it: the rule's id and origin, and the approval prompt it is tied to (issue 37, item 2). */
+  ruleId?: string | null;
+  ruleOrigin?: string | null;
+  correlationId?: string | null;
 }
 
 export interface ApprovalRecord {

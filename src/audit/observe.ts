@@ -164,6 +164,9 @@ function networkRecord(e: NetworkAuditEvent, now: number): AuditRecord {
     override: e['network.policy.override'],
     clientAddress: e['client.address'] === 'unknown' ? null : e['client.address'],
     metadata: Object.keys(metadata).length > 0 ? (redact(metadata) as Record<string, unknown>) : null,
+    ruleId: e['network.policy.rule_id'] ?? null,
+    ruleOrigin: e['network.policy.rule_origin'] ?? null,
+    correlationId: e['correlation.id'] ?? null,
   };
 }
 
@@ -212,7 +215,10 @@ export function observeServer(source: AuditSource, sink: AuditSink): AuditObserv
     const { sessionId, processId } = p.info;
     if (kind === 'started') {
       if (sink.outputBytes > 0) p.keepHead(sink.outputBytes);
-      replay?.start(p);
+      // A terminal session replays whole up to the trail's replay bound (1 MiB); a pipe's timed text keeps what its output
+      // keeps (the first and the last N bytes: 2 N), so a flood of output-heavy commands costs the trail no more than
+      // before replay existed.
+      replay?.start(p, p.info.tty ? sink.replayBytes : 2 * sink.outputBytes);
       const summary = p.launch.summary;
       const cut: Record<string, Truncation> = {};
       sink.record({

@@ -2,7 +2,11 @@
  * The audit database's writes: each record kind (events.ts) into its table, a batch in one transaction, through
  * statements prepared once.
  */
-import { MAX_LIST_BYTES, type Truncation, truncations } from './caps.js';
+import { capText, MAX_LIST_BYTES, type Truncation, truncations } from './caps.js';
+
+/** A rule id or correlation id is kept within this many bytes (a hostile host name or pattern cannot grow a row). */
+const MAX_RECEIPT_BYTES = 1024;
+
 import type {
   AuditRecord,
   NetworkRecord,
@@ -70,11 +74,13 @@ export class RecordWriter {
     );
     this.insertNetwork = db.prepare(
       `INSERT INTO network (time, session_id, process_id, host, port, protocol, method, decision, reason, source,
-         scope, override, client_address, metadata, truncated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+         scope, override, client_address, metadata, rule_id, rule_origin, correlation_id, truncated)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     );
     this.insertApproval = db.prepare(
       `INSERT INTO approvals (time, kind, prompt_id, decision, scope, decided_by, session_id, process_id, command,
-         host, port, protocol, method, released, truncated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+         host, port, protocol, method, released, correlation_id, truncated)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     );
     this.insertFs = db.prepare(
       `INSERT INTO fs_events (time, session_id, client_name, op, path, destination, bytes, outcome, error, truncated)
@@ -123,6 +129,8 @@ export class RecordWriter {
           r.protocol,
           r.method,
           r.released,
+          // The prompt's id is the correlation id its network decisions carry.
+          r.promptId,
           json(r.truncated),
         );
         return;
@@ -171,6 +179,9 @@ export class RecordWriter {
   private writeNetwork(r: NetworkRecord): void {
     const cut: Record<string, Truncation> = {};
     const metadata = cappedJson(r.metadata, 'metadata', cut);
+    const ruleId = r.ruleId == null ? null : capText(r.ruleId, 'ruleId', cut, MAX_RECEIPT_BYTES);
+    const correlationId =
+      r.correlationId == null ? null : capText(r.correlationId, 'correlationId', cut, MAX_RECEIPT_BYTES);
     this.insertNetwork.run(
       r.time,
       r.sessionId,
@@ -186,6 +197,9 @@ export class RecordWriter {
       r.override ? 1 : 0,
       r.clientAddress,
       metadata,
+      ruleId,
+      r.ruleOrigin ?? null,
+      correlationId,
       json(truncations(cut)),
     );
   }

@@ -74,6 +74,9 @@ export function toItem(type: AuditEventType, r: Row): AuditItem {
         scope: str(r.scope),
         override: bool(r.override),
         clientAddress: str(r.client_address),
+        ruleId: str(r.rule_id),
+        ruleOrigin: str(r.rule_origin),
+        correlationId: str(r.correlation_id),
       };
     case 'approval':
       return {
@@ -93,6 +96,7 @@ export function toItem(type: AuditEventType, r: Row): AuditItem {
         protocol: r.protocol as string,
         method: str(r.method),
         released: (r.released as number) ?? 0,
+        correlationId: str(r.correlation_id),
       } satisfies AuditApprovalItem;
     case 'fs':
       return {

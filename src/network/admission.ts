@@ -14,7 +14,7 @@
  * - `https` (a request inside an intercepted tunnel, `admitIntercepted`): the tunnel's own admission stands for the
  *   host (the request must name the tunnel's target), then limited mode's method rule.
  */
-import type { HostDecision, PolicyEngine, PolicyProtocol, PolicySource } from './policy.js';
+import type { DecisionReceipt, HostDecision, PolicyEngine, PolicyProtocol, PolicySource } from './policy.js';
 
 /** The methods limited mode lets through (§2.2): case-sensitive, so `post` is not GET and is blocked. */
 export const LIMITED_METHODS: ReadonlySet<string> = new Set(['GET', 'HEAD', 'OPTIONS']);
@@ -42,7 +42,7 @@ export type Refused = Extract<HostDecision, { allowed: false }> & {
   /** `domain` when the host policy refused; `non_domain` for the mode guard. */
   scope: 'domain' | 'non_domain';
   /** Set when the host policy allowed the request before the mode guard refused it (its allow is audited). */
-  hostAllowed?: { source: PolicySource; override: boolean };
+  hostAllowed?: { source: PolicySource; override: boolean; receipt?: DecisionReceipt | undefined };
 };
 
 export type Admission = Admitted | Refused;
@@ -86,6 +86,12 @@ function limitedModeRefusal(
   }
 }
 
+const hostAllowedOf = (a: Admitted): NonNullable<Refused['hostAllowed']> => ({
+  source: a.source,
+  override: a.override,
+  receipt: a.receipt,
+});
+
 function modeGuard(host: string, reason: string, hostAllowed?: Admitted): Refused {
   return {
     allowed: false,
@@ -94,7 +100,8 @@ function modeGuard(host: string, reason: string, hostAllowed?: Admitted): Refuse
     source: 'mode_guard',
     decision: 'deny',
     scope: 'non_domain',
-    ...(hostAllowed ? { hostAllowed: { source: hostAllowed.source, override: hostAllowed.override } } : {}),
+    receipt: { ruleId: reason, origin: 'limited_mode' },
+    ...(hostAllowed ? { hostAllowed: hostAllowedOf(hostAllowed) } : {}),
   };
 }
 
@@ -135,7 +142,8 @@ export function admitIntercepted(
       source: 'baseline_policy',
       decision: 'deny',
       scope: 'domain',
-      hostAllowed: { source: tunnel.source, override: tunnel.override },
+      receipt: { ruleId: 'hook', origin: 'harness' },
+      hostAllowed: hostAllowedOf(tunnel),
     };
   }
   if (policy.mode === 'limited' && !LIMITED_METHODS.has(method)) {

@@ -115,6 +115,8 @@ export interface CompiledPatterns {
   ipLiterals: Set<string>;
   regex: RegExp | null;
   test(host: string): boolean;
+  /** The first (normalised) pattern that matches the host, or null: what a decision's receipt names. */
+  match(host: string): string | null;
 }
 
 /** Compiles a pattern list into one anchored regular expression. Throws GlobError for a bad glob. */
@@ -130,18 +132,39 @@ export function compilePatterns(list: readonly string[]): CompiledPatterns {
   const sources: string[] = [];
   for (const p of patterns) for (const g of expandPattern(p)) sources.push(globToRegexSource(g, p));
   const regex = sources.length === 0 ? null : new RegExp(`^(?:${sources.join('|')})$`, 'i');
+  // One anchored expression per pattern, compiled on the first match asked (only a matching host asks).
+  let each: { pattern: string; regex: RegExp }[] | null = null;
+  const eachPattern = () =>
+    (each ??= patterns.map((p) => ({
+      pattern: p,
+      regex: new RegExp(
+        `^(?:${expandPattern(p)
+          .map((g) => globToRegexSource(g, p))
+          .join('|')})$`,
+        'i',
+      ),
+    })));
   const exact = new Set(patterns.filter((p) => !p.includes('*') && !p.includes('?')));
   const ipLiterals = new Set(patterns.filter((p) => canonicalIp(p) === p));
+  const test = (host: string): boolean => {
+    if (regex === null || host === '') return false;
+    if (regex.test(host)) return true;
+    const pct = host.indexOf('%');
+    return pct > 0 && regex.test(host.slice(0, pct));
+  };
   return {
     patterns,
     exact,
     ipLiterals,
     regex,
-    test(host: string): boolean {
-      if (regex === null || host === '') return false;
-      if (regex.test(host)) return true;
+    test,
+    match(host: string): string | null {
+      if (!test(host)) return null;
       const pct = host.indexOf('%');
-      return pct > 0 && regex.test(host.slice(0, pct));
+      for (const e of eachPattern()) {
+        if (e.regex.test(host) || (pct > 0 && e.regex.test(host.slice(0, pct)))) return e.pattern;
+      }
+      return null;
     },
   };
 }

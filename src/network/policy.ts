@@ -36,14 +36,43 @@ export interface DeciderRequest {
   exec_policy_hint?: string;
 }
 
+/**
+ * What decided a request (issue 37, item 2): where the rule lives and its id there. `config`: the configured
+ * allow/deny lists (`allow:<pattern>`, `deny:<pattern>`); `local_guard`: the local/private address refusal;
+ * `limited_mode`: limited mode's method rule; `default`: nothing allowed it (`not_allowed`); `repository`: the
+ * workspace's `.corral/network.json`; `project`: a project rule (its id); `session`: a remembered decision (its id);
+ * `panel`/`harness`: a person's answer in the panel, or the session's own client; `timeout`: an unanswered prompt;
+ * `learning`: learning mode; `broker`: the approval broker refused without asking (no room, not a live process).
+ */
+export type RuleOrigin =
+  | 'config'
+  | 'local_guard'
+  | 'limited_mode'
+  | 'default'
+  | 'repository'
+  | 'project'
+  | 'session'
+  | 'panel'
+  | 'harness'
+  | 'timeout'
+  | 'learning'
+  | 'broker';
+
+/** The receipt of a decision: the rule's id and origin, and the id tying it to a prompt and its answer. */
+export interface DecisionReceipt {
+  ruleId: string;
+  origin: RuleOrigin;
+  correlationId?: string | undefined;
+}
+
 export type DeciderResult =
   | 'allow'
   | 'deny'
-  | { deny: string }
-  | { ask: string }
-  | { type: 'allow' }
-  | { type: 'deny'; reason?: string }
-  | { type: 'ask'; reason?: string };
+  | { deny: string; receipt?: DecisionReceipt }
+  | { ask: string; receipt?: DecisionReceipt }
+  | { type: 'allow'; receipt?: DecisionReceipt }
+  | { type: 'deny'; reason?: string; receipt?: DecisionReceipt }
+  | { type: 'ask'; reason?: string; receipt?: DecisionReceipt };
 
 /** Called only for `not_allowed`, awaited inline (the client's request waits). */
 export type Decider = (request: DeciderRequest) => Promise<DeciderResult>;
@@ -58,22 +87,42 @@ export type HostDecision =
       addresses: string[];
       source: PolicySource;
       override: boolean;
+      receipt?: DecisionReceipt | undefined;
     }
-  | { allowed: false; host: string; reason: string; source: PolicySource; decision: 'deny' | 'ask' };
+  | {
+      allowed: false;
+      host: string;
+      reason: string;
+      source: PolicySource;
+      decision: 'deny' | 'ask';
+      receipt?: DecisionReceipt | undefined;
+    };
 
-function normalizeDeciderResult(
-  r: DeciderResult,
-): { allow: true } | { allow: false; decision: 'deny' | 'ask'; reason: string } {
+type Verdict = { receipt?: DecisionReceipt | undefined } & (
+  | { allow: true }
+  | { allow: false; decision: 'deny' | 'ask'; reason: string }
+);
+
+function normalizeDeciderResult(r: DeciderResult): Verdict {
   const reasonOf = (s: string | undefined) => (s && s.length > 0 ? s : 'policy_denied');
   if (r === 'allow') return { allow: true };
   if (r === 'deny') return { allow: false, decision: 'deny', reason: 'policy_denied' };
+  const receipt = r.receipt;
   if ('type' in r) {
-    if (r.type === 'allow') return { allow: true };
-    return { allow: false, decision: r.type, reason: reasonOf(r.reason) };
+    if (r.type === 'allow') return { allow: true, receipt };
+    return { allow: false, decision: r.type, reason: reasonOf(r.reason), receipt };
   }
-  if ('deny' in r) return { allow: false, decision: 'deny', reason: reasonOf(r.deny) };
-  return { allow: false, decision: 'ask', reason: reasonOf(r.ask) };
+  if ('deny' in r) return { allow: false, decision: 'deny', reason: reasonOf(r.deny), receipt };
+  return { allow: false, decision: 'ask', reason: reasonOf(r.ask), receipt };
 }
+
+const configRule = (list: 'allow' | 'deny', pattern: string | null): DecisionReceipt => ({
+  ruleId: `${list}:${pattern ?? ''}`,
+  origin: 'config',
+});
+const LOCAL_GUARD: DecisionReceipt = { ruleId: 'not_allowed_local', origin: 'local_guard' };
+const NOT_ALLOWED: DecisionReceipt = { ruleId: 'not_allowed', origin: 'default' };
+const DECIDER_FAILED: DecisionReceipt = { ruleId: 'decider_failed', origin: 'broker' };
 
 function withTimeout<T>(p: Promise<T>, ms: number, clock: Clock): Promise<T> {
   return new Promise<T>((resolve, reject) => {
@@ -158,23 +207,27 @@ export class PolicyEngine {
   ): Promise<HostDecision> {
     const block = (
       reason: string,
+      receipt: DecisionReceipt,
       source: PolicySource = 'baseline_policy',
       decision: 'deny' | 'ask' = 'deny',
-    ) => ({ allowed: false, host, reason, source, decision }) as const;
-    if (host === '') return block('not_allowed');
-    if (this.deny.test(host)) return block('denied');
+    ) => ({ allowed: false, host, reason, source, decision, receipt }) as const;
+    if (host === '') return block('not_allowed', NOT_ALLOWED);
+    if (this.deny.test(host)) return block('denied', configRule('deny', this.deny.match(host)));
     const alb = this.settings.allow_local_binding;
     const ip = canonicalIp(host);
     const isLocalLiteral = host === 'localhost' || (ip !== null && isNonPublicIp(ip));
     const explicit =
       this.allow.exact.has(host) || (ip !== null && this.allow.exact.has(ip.replace(/%.*$/, '')));
-    if (!alb && isLocalLiteral && !explicit) return block('not_allowed_local');
+    if (!alb && isLocalLiteral && !explicit) return block('not_allowed_local', LOCAL_GUARD);
 
     let source: PolicySource = 'baseline_policy';
     let override = false;
-    if (!this.allow.test(host)) {
-      if (!this.decider) return block('not_allowed');
-      let verdict: ReturnType<typeof normalizeDeciderResult>;
+    let receipt: DecisionReceipt;
+    const listed = this.allow.match(host);
+    if (listed !== null) receipt = configRule('allow', listed);
+    else {
+      if (!this.decider) return block('not_allowed', NOT_ALLOWED);
+      let verdict: Verdict;
       try {
         verdict = normalizeDeciderResult(
           await this.decider({
@@ -186,11 +239,13 @@ export class PolicyEngine {
           }),
         );
       } catch {
-        verdict = { allow: false, decision: 'deny', reason: 'policy_denied' };
+        verdict = { allow: false, decision: 'deny', reason: 'policy_denied', receipt: DECIDER_FAILED };
       }
-      if (!verdict.allow) return block(verdict.reason, 'decider', verdict.decision);
+      if (!verdict.allow)
+        return block(verdict.reason, verdict.receipt ?? NOT_ALLOWED, 'decider', verdict.decision);
       source = 'decider';
       override = true;
+      receipt = verdict.receipt ?? NOT_ALLOWED;
     }
 
     // Addresses to dial: literals and localhost need no lookup; names are resolved exactly once.
@@ -200,14 +255,20 @@ export class PolicyEngine {
     else {
       const resolved = await this.resolve(host, port);
       if (resolved === null) {
-        if (!alb) return block('not_allowed_local', source);
-        return { allowed: true, host, addresses: [], source, override };
+        if (!alb) return block('not_allowed_local', LOCAL_GUARD, source);
+        return { allowed: true, host, addresses: [], source, override, receipt };
       }
       addresses = resolved;
       // IP-literal deny entries also apply to what a name resolves to (§5 item 1, SHOULD).
-      if (addresses.some((a) => this.deny.ipLiterals.has(a) || this.deny.test(a))) return block('denied');
-      if (!alb && addresses.some((a) => isNonPublicIp(a))) return block('not_allowed_local', source);
+      const denied = addresses.find((a) => this.deny.ipLiterals.has(a) || this.deny.test(a));
+      if (denied !== undefined)
+        return block(
+          'denied',
+          configRule('deny', this.deny.ipLiterals.has(denied) ? denied : this.deny.match(denied)),
+        );
+      if (!alb && addresses.some((a) => isNonPublicIp(a)))
+        return block('not_allowed_local', LOCAL_GUARD, source);
     }
-    return { allowed: true, host, addresses, source, override };
+    return { allowed: true, host, addresses, source, override, receipt };
   }
 }

@@ -2,7 +2,7 @@
 import type { AuditMetadata, BlockedRequest, NetworkAuditEvent } from '../protocol/network.js';
 import type { Admission, AdmissionRequest, RequestProtocol } from './admission.js';
 import { BlockedRing, blockedRecord, type NetworkEvents, violationLine } from './events.js';
-import type { PolicySource } from './policy.js';
+import type { DecisionReceipt, PolicySource } from './policy.js';
 
 const RECORD_PROTOCOL: Record<RequestProtocol, BlockedRequest['protocol']> = {
   http: 'http',
@@ -23,6 +23,8 @@ export interface DecisionInfo {
   source: PolicySource;
   reason: string;
   override?: boolean;
+  /** What decided it (the rule's id and origin) and the prompt it is tied to (issue 37, item 2). */
+  receipt?: DecisionReceipt | undefined;
   /** Inside an intercepted tunnel: the request's path (no query), and the credential injected into it, by name. */
   intercepted?: { path: string; credential?: string | undefined };
 }
@@ -59,13 +61,20 @@ export class Recorder {
       return;
     }
     if (a.hostAllowed) this.allowed(base, a.hostAllowed);
-    this.blocked({ ...base, scope: a.scope, reason: a.reason, source: a.source, decision: a.decision });
+    this.blocked({
+      ...base,
+      scope: a.scope,
+      reason: a.reason,
+      source: a.source,
+      decision: a.decision,
+      receipt: a.receipt,
+    });
   }
 
   /** The audit event of a request the host policy allowed (reason `allow`). */
   allowed(
     base: Pick<DecisionInfo, 'protocol' | 'host' | 'port' | 'method' | 'client' | 'intercepted'>,
-    d: { source: PolicySource; override?: boolean | undefined },
+    d: { source: PolicySource; override?: boolean | undefined; receipt?: DecisionReceipt | undefined },
   ): void {
     const events = this.opts.events;
     if (!events || events.listenerCount('audit') === 0) return;
@@ -76,6 +85,7 @@ export class Recorder {
       source: d.source,
       reason: 'allow',
       override: d.override,
+      receipt: d.receipt,
     });
   }
 
@@ -108,6 +118,13 @@ export class Recorder {
       'http.request.method': d.method ?? 'none',
       'client.address': d.client ?? 'unknown',
       'network.policy.override': d.override ?? false,
+      ...(d.receipt
+        ? {
+            'network.policy.rule_id': d.receipt.ruleId,
+            'network.policy.rule_origin': d.receipt.origin,
+            ...(d.receipt.correlationId !== undefined ? { 'correlation.id': d.receipt.correlationId } : {}),
+          }
+        : {}),
       ...(d.intercepted
         ? {
             'url.path': d.intercepted.path,

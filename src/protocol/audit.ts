@@ -113,6 +113,12 @@ export const AuditNetworkItem = MonitorAudit.pick({
   method: z.string().nullable(),
   scope: z.string().nullable(),
   clientAddress: z.string().nullable(),
+  /** What decided it (issue 37, item 2): the rule's id in its origin (`allow:<pattern>`, a project rule's id, …). */
+  ruleId: z.string().nullable().optional(),
+  /** config, local_guard, limited_mode, default, repository, project, session, panel, harness, timeout, learning, broker. */
+  ruleOrigin: z.string().nullable().optional(),
+  /** The approval prompt's id when a prompt was involved: the prompt's approval rows carry the same id. */
+  correlationId: z.string().nullable().optional(),
 });
 export type AuditNetworkItem = z.infer<typeof AuditNetworkItem>;
 
@@ -137,6 +143,8 @@ export const AuditApprovalItem = z.object({
   protocol: z.string(),
   method: z.string().nullable(),
   released: z.number(),
+  /** The prompt's id, which the network decisions it answered carry as their correlation id. */
+  correlationId: z.string().nullable().optional(),
 });
 export type AuditApprovalItem = z.infer<typeof AuditApprovalItem>;
 

@@ -303,6 +303,30 @@ export const NetworkAuditEventSchema = z.object({
   'http.request.method': z.string(),
   'client.address': z.string(),
   'network.policy.override': z.boolean(),
+  /**
+   * What decided the request (issue 37, item 2): the rule's id in its origin (`allow:<pattern>`, `deny:<pattern>`,
+   * a project rule's or remembered decision's id, `not_allowed_local`, `method_not_allowed`, …).
+   */
+  'network.policy.rule_id': z.string().optional(),
+  /** Where that rule lives. */
+  'network.policy.rule_origin': z
+    .enum([
+      'config',
+      'local_guard',
+      'limited_mode',
+      'default',
+      'repository',
+      'project',
+      'session',
+      'panel',
+      'harness',
+      'timeout',
+      'learning',
+      'broker',
+    ])
+    .optional(),
+  /** The approval prompt's id when a prompt was involved: its approval audit rows carry the same id. */
+  'correlation.id': z.string().optional(),
   /** An intercepted request's path, without its query (the query may carry secrets). */
   'url.path': z.string().optional(),
   /** Present (true) on the events of requests inside an intercepted tunnel. */

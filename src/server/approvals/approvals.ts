@@ -32,7 +32,13 @@
 import { randomUUID } from 'node:crypto';
 import type { Clock, Timer } from '../../clock.js';
 import { compilePatterns } from '../../network/patterns.js';
-import type { Decider, DeciderRequest, DeciderResult } from '../../network/policy.js';
+import type {
+  Decider,
+  DeciderRequest,
+  DeciderResult,
+  DecisionReceipt,
+  RuleOrigin,
+} from '../../network/policy.js';
 import type { ManagedProxy } from '../../network/proxy.js';
 import type { ManagedProcess } from '../../process/managedProcess.js';
 import {
@@ -124,9 +130,30 @@ export interface ApprovalHost {
   readonly clock: Clock;
 }
 
-const ALLOW: DeciderResult = { type: 'allow' };
-const DENIED: DeciderResult = { type: 'deny', reason: APPROVAL_BLOCK_REASON };
-const UNANSWERED: DeciderResult = { type: 'ask', reason: APPROVAL_BLOCK_REASON };
+/** The broker's verdicts, each with its receipt (issue 37, item 2): what decided it, and the prompt it is tied to. */
+const receiptOf = (ruleId: string, origin: RuleOrigin, correlationId?: string): DecisionReceipt =>
+  correlationId === undefined ? { ruleId, origin } : { ruleId, origin, correlationId };
+const allow = (receipt: DecisionReceipt): DeciderResult => ({ type: 'allow', receipt });
+const denied = (receipt: DecisionReceipt): DeciderResult => ({
+  type: 'deny',
+  reason: APPROVAL_BLOCK_REASON,
+  receipt,
+});
+const unanswered = (receipt: DecisionReceipt): DeciderResult => ({
+  type: 'ask',
+  reason: APPROVAL_BLOCK_REASON,
+  receipt,
+});
+const REPOSITORY_REFUSAL = denied(receiptOf('.corral/network.json', 'repository'));
+const LEARNED = allow(receiptOf('learning', 'learning'));
+const NOT_ASKING = unanswered(receiptOf('not_asking', 'broker'));
+const WAITERS_FULL = unanswered(receiptOf('waiters_full', 'broker'));
+const NO_ROOM = unanswered(receiptOf('no_room', 'broker'));
+/** A remembered decision's verdict: its id, tied to the prompt it came from. */
+const rememberedVerdict = (d: RememberedDecision): DeciderResult => {
+  const r = receiptOf(d.id, 'session', d.promptId);
+  return d.decision === 'deny' ? denied(r) : allow(r);
+};
 
 const target = (protocol: string, host: string, port: number) => `${protocol} ${host} ${port}`;
 const procKey = (sessionId: string, processId: string) => `${sessionId}/${processId}`;
@@ -238,24 +265,25 @@ export class ApprovalBroker {
     const k = procKey(sessionId, processId);
     const asking = this.asking.get(k);
     const known = this.decisions.find(sessionId, processId, protocol, req.host, req.port);
-    if (known?.decision === 'deny') return Promise.resolve(DENIED);
+    if (known?.decision === 'deny') return Promise.resolve(rememberedVerdict(known));
     // Not among the endpoints the repository declares: blocked before any rule, learning or prompt.
     if (
       asking?.repo &&
       !repoAllows(asking.repo, { protocol, host: req.host, port: req.port, method: req.method })
     )
-      return Promise.resolve(DENIED);
+      return Promise.resolve(REPOSITORY_REFUSAL);
     const rule = asking?.workspace
       ? this.rules.find(asking.workspace, { protocol, host: req.host, port: req.port, method: req.method })
       : undefined;
     if (rule) {
       this.rules.hit(rule, this.clock.now());
-      return Promise.resolve(rule.decision === 'allow' ? ALLOW : DENIED);
+      const r = receiptOf(rule.id, 'project');
+      return Promise.resolve(rule.decision === 'allow' ? allow(r) : denied(r));
     }
-    if (known) return Promise.resolve(ALLOW);
+    if (known) return Promise.resolve(rememberedVerdict(known));
     const proc = this.server.sessions.get(sessionId)?.get(processId);
     // Not (or no longer) a live asking process: fail closed.
-    if (!asking || !proc || proc.exitCode !== null) return Promise.resolve(UNANSWERED);
+    if (!asking || !proc || proc.exitCode !== null) return Promise.resolve(NOT_ASKING);
     // Learning mode for this workspace: allowed and recorded, while it has time and room.
     if (
       asking.workspace &&
@@ -266,10 +294,10 @@ export class ApprovalBroker {
         this.clock.now(),
       )
     )
-      return Promise.resolve(ALLOW);
+      return Promise.resolve(LEARNED);
     const key = `${k}\u0000${target(protocol, req.host, req.port)}`;
     let p = this.pending.get(key);
-    if (p && p.waiters.length >= MAX_WAITERS_PER_PROMPT) return Promise.resolve(UNANSWERED);
+    if (p && p.waiters.length >= MAX_WAITERS_PER_PROMPT) return Promise.resolve(WAITERS_FULL);
     if (!p) {
       const room = this.caps.room(sessionId, k);
       if (room.kind === 'refused') {
@@ -280,7 +308,7 @@ export class ApprovalBroker {
           const subject = { id: null, sessionId, processId, command, host, port, protocol, method };
           this.feed.record('refused', subject, { released: 1, note: room.reason });
         }
-        return Promise.resolve(UNANSWERED);
+        return Promise.resolve(NO_ROOM);
       }
       if (room.kind === 'evict') {
         const victim = [...this.pendingById.values()].find((x) => x.prompt.sessionId === room.sessionId)!;
@@ -365,11 +393,21 @@ export class ApprovalBroker {
     this.pending.delete(p.key);
     this.pendingById.delete(p.prompt.id);
     this.caps.count(p.prompt.sessionId, procKey(p.prompt.sessionId, p.prompt.processId), -1);
+    // Who answered: the panel or the session's own client (its harness), else the timeout or the process' end.
+    const origin: RuleOrigin =
+      outcome === 'timeout'
+        ? 'timeout'
+        : outcome === 'cancelled'
+          ? 'broker'
+          : decidedBy?.kind === 'client'
+            ? 'harness'
+            : 'panel';
+    const receipt = receiptOf(decisionId ?? outcome, origin, p.prompt.id);
     const answer = outcome.startsWith('deny')
-      ? DENIED
+      ? denied(receipt)
       : outcome === 'timeout' || outcome === 'cancelled'
-        ? UNANSWERED
-        : ALLOW;
+        ? unanswered(receipt)
+        : allow(receipt);
     const released = p.waiters.length;
     for (const w of p.waiters) w.resolve(answer);
     p.waiters.length = 0;

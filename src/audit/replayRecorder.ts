@@ -113,9 +113,9 @@ export class ReplayRecorder<K> {
     this.budget = { held: 0, max: maxTotalBytes };
   }
 
-  start(key: K): void {
+  start(key: K, maxBytes: number = this.maxBytes): void {
     this.take(key);
-    this.open.set(key, new ProcessReplay(this.maxBytes, this.budget));
+    this.open.set(key, new ProcessReplay(Math.min(maxBytes, this.maxBytes), this.budget));
   }
 
   /** Bytes held now over every open replay. */

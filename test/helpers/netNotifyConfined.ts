@@ -7,7 +7,7 @@ import { buildSeccompFilter } from '../../src/sandbox/index.js';
 import { NET } from '../../src/sandbox/linux/landlock.js';
 import { buildRuleset, landlockSupport } from '../../src/sandbox/linux/landlockNative.js';
 import { hostSeccompArch } from '../../src/sandbox/linux/seccomp.js';
-import { seedParam, special } from '../integration/sandbox-util.js';
+import { enforcedWorkspaceSandbox } from '../integration/sandbox-util.js';
 
 export const PY = '/usr/bin/python3';
 
@@ -51,16 +51,7 @@ export function managedLoopbackStart(
     env: o.env,
     tty: false,
     arg0: null,
-    sandbox: seedParam({
-      cwd: o.cwd,
-      entries: [
-        special('root', 'read'),
-        special('current_working_directory', 'write'),
-        special('tmpdir', 'write'),
-      ],
-      enforceManagedNetwork: true,
-      useLegacyLandlock: o.useLegacyLandlock ?? false,
-    }),
+    sandbox: enforcedWorkspaceSandbox(o.cwd, o.useLegacyLandlock ?? false),
     managedNetwork: {
       config: { network: { enabled: true, enable_socks5: true, domains: { '127.0.0.1': 'allow' } } },
     },

@@ -472,6 +472,20 @@ export async function startAndRead(
   };
 }
 
+/** A seed sandbox that reads everything, writes the workspace and tmpdir, and enforces the managed network. */
+export function enforcedWorkspaceSandbox(cwd: string, useLegacyLandlock: boolean) {
+  return seedParam({
+    cwd,
+    entries: [
+      special('root', 'read'),
+      special('current_working_directory', 'write'),
+      special('tmpdir', 'write'),
+    ],
+    enforceManagedNetwork: true,
+    useLegacyLandlock,
+  });
+}
+
 /**
  * The seed's central combination (issue 33, items 2 and 3): a process/start of `sh -c <three curls>` under the
  * server's own managedNetwork (localhost allowed) with enforceManagedNetwork, on the workspace `cwd`; the curls print
@@ -494,16 +508,7 @@ export function centralStart(
     env: { PATH, TERM: 'dumb' },
     tty: o.tty,
     arg0: null,
-    sandbox: seedParam({
-      cwd: o.cwd,
-      entries: [
-        special('root', 'read'),
-        special('current_working_directory', 'write'),
-        special('tmpdir', 'write'),
-      ],
-      enforceManagedNetwork: true,
-      useLegacyLandlock: o.useLegacyLandlock ?? false,
-    }),
+    sandbox: enforcedWorkspaceSandbox(o.cwd, o.useLegacyLandlock ?? false),
     managedNetwork: {
       config: { network: { enabled: true, enable_socks5: true, domains: { localhost: 'allow' } } },
       ...(o.conversationId ? { auditMetadata: { conversationId: o.conversationId } } : {}),

@@ -90,6 +90,13 @@ export class HistoryView implements View {
     'data-testid': 'history-retention',
   });
   private readonly notice = h('div', { class: 'notice', hidden: true, 'data-testid': 'history-notice' });
+  /** Set by following a receipt's link: only the rows of that approval prompt (network and approval lists). */
+  private correlation: string | null = null;
+  private readonly correlationChip = h('span', {
+    class: 'badge',
+    hidden: true,
+    'data-testid': 'history-correlation',
+  });
   private readonly head = h('thead');
   private readonly body = h('tbody');
   private readonly more = h(
@@ -116,6 +123,7 @@ export class HistoryView implements View {
     this.client.addEventListener('input', () => this.refreshSoon(250));
     for (const s of [this.since, this.status, this.decision]) s.addEventListener('change', refresh);
     this.type.addEventListener('change', () => {
+      this.setCorrelation(null);
       this.selected = null;
       this.detail.hidden = true;
       this.split.classList.remove('with-detail');
@@ -143,6 +151,7 @@ export class HistoryView implements View {
         this.status,
         this.decision,
         this.client,
+        this.correlationChip,
         h('button', { class: 'btn small', onclick: refresh, 'data-testid': 'history-refresh' }, 'Refresh'),
       ),
       this.retention,
@@ -199,6 +208,38 @@ export class HistoryView implements View {
     this.status.hidden = t !== 'process';
   }
 
+  /** Shows only the rows tied to one approval prompt (null: all), with a chip that clears it. */
+  private setCorrelation(id: string | null): void {
+    this.correlation = id;
+    this.correlationChip.hidden = id === null;
+    replace(
+      this.correlationChip,
+      ...(id === null
+        ? []
+        : [
+            `prompt ${id.slice(0, 8)} `,
+            h(
+              'button',
+              { class: 'btn small', title: 'Show every row', onclick: () => this.follow(null, null) },
+              '×',
+            ),
+          ]),
+    );
+  }
+
+  /** Follows a receipt's link: the other list (network ↔ approval) filtered to the same correlation id. */
+  private follow(type: 'network' | 'approval' | null, id: string | null): void {
+    if (type !== null) {
+      this.type.value = type;
+      this.selected = null;
+      this.detail.hidden = true;
+      this.split.classList.remove('with-detail');
+      this.decisionOptions();
+    }
+    this.setCorrelation(id);
+    this.refreshSoon(0);
+  }
+
   private refreshSoon(ms: number): void {
     if (this.timer) clearTimeout(this.timer);
     this.timer = setTimeout(() => {
@@ -218,6 +259,8 @@ export class HistoryView implements View {
     if (type === 'process' && this.status.value)
       p.exitStatus = this.status.value as AuditQueryParams['exitStatus'];
     if (!this.decision.hidden && this.decision.value) p.decision = this.decision.value;
+    if (this.correlation !== null && (type === 'network' || type === 'approval'))
+      p.correlationId = this.correlation;
     return p;
   }
 
@@ -388,10 +431,36 @@ export class HistoryView implements View {
         null,
         h('span', { class: `decision decision-${n.decision}` }, n.decision),
         n.decision !== 'allow' ? h('div', { class: 'muted small' }, n.reason) : null,
+        // The receipt: what decided it (origin: rule id), and a link to the prompt it is tied to.
+        n.ruleOrigin
+          ? h(
+              'div',
+              { class: 'muted small mono', 'data-testid': 'history-rule', title: n.ruleId ?? '' },
+              `${n.ruleOrigin}: ${n.ruleId ?? '–'}`,
+            )
+          : null,
+        n.correlationId ? this.link('approval', n.correlationId, 'prompt →') : null,
       ),
       h('td', { class: 'mono' }, `${n.host}:${n.port}`),
       h('td', { class: 'small' }, n.method ?? '–', h('div', { class: 'muted small' }, n.protocol)),
       h('td', { class: 'mono small' }, n.processId ?? '–'),
+    );
+  }
+
+  /** A link to the rows of the other list tied to the same approval prompt. */
+  private link(type: 'network' | 'approval', id: string, text: string): HTMLElement {
+    return h(
+      'button',
+      {
+        class: 'btn small link',
+        'data-testid': `history-link-${type}`,
+        'data-correlation-id': id,
+        onclick: (e: Event) => {
+          e.stopPropagation();
+          this.follow(type, id);
+        },
+      },
+      text,
     );
   }
 
@@ -405,6 +474,7 @@ export class HistoryView implements View {
         null,
         a.kind,
         a.decision ? h('div', { class: 'muted small' }, `${a.decision} (${a.scope})`) : null,
+        a.promptId ? this.link('network', a.promptId, 'requests →') : null,
       ),
       h('td', { class: 'mono' }, `${a.host}:${a.port}`),
       h('td', { class: 'small' }, a.decidedBy ?? '–'),

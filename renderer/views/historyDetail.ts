@@ -100,12 +100,16 @@ export function processDetail(
       h('h4', null, `Network decisions (${d.network.length})`),
       miniTable(
         'history-network',
-        ['Time', 'Decision', 'Host', 'Reason'],
+        ['Time', 'Decision', 'Host', 'Reason', 'Rule'],
         d.network.map((n) => [
           when(n.time),
           h('span', { class: `decision decision-${n.decision}` }, n.decision),
           h('span', { class: 'mono' }, `${n.host}:${n.port}`),
           n.reason,
+          // What decided it (issue 37, item 2).
+          n.ruleOrigin
+            ? h('span', { class: 'mono small', title: n.ruleId ?? '' }, `${n.ruleOrigin}: ${n.ruleId ?? '–'}`)
+            : '–',
         ]),
         'No network decisions.',
       ),

@@ -95,6 +95,11 @@ export function queryEvents(db: SqliteDatabase, q: AuditQuery): AuditQueryResult
       args.push(q.decision);
     }
   }
+  if (q.correlationId && (q.type === 'network' || q.type === 'approval')) {
+    // An approval row's prompt id is the correlation id of the network decisions it tied.
+    where.push(q.type === 'network' ? 'e.correlation_id = ?' : 'e.prompt_id = ?');
+    args.push(q.correlationId);
+  }
   if (q.cursor) {
     const before = decodeCursor(q.cursor);
     if (before !== null) {

@@ -47,6 +47,11 @@ export const AuditQueryParams = z.object({
   exitStatus: ExitStatusFilter.nullish(),
   /** network: allow | deny | ask; approval: the outcome (allowOnce, …, deny, timeout, cancelled); fs: allowed | refused | failed. */
   decision: z.string().min(1).max(64).nullish(),
+  /**
+   * network and approval only: the rows of one approval prompt (issue 37, item 2): the network decisions carrying it
+   * as their correlation id, or the prompt's own approval rows (its id).
+   */
+  correlationId: z.string().min(1).max(1024).nullish(),
   limit: z.number().int().min(1).max(MAX_QUERY_LIMIT).default(100),
   /** `nextCursor` of the previous page. */
   cursor: z.string().max(200).nullish(),

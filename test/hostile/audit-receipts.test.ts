@@ -20,6 +20,7 @@ import { NetworkEvents } from '../../src/network/events.js';
 import { compilePatterns } from '../../src/network/patterns.js';
 import { PolicyEngine } from '../../src/network/policy.js';
 import { Recorder } from '../../src/network/recorder.js';
+import { AuditQueryParams } from '../../src/protocol/audit.js';
 import { NetworkAuditEventSchema } from '../../src/protocol/network.js';
 
 const skip = sqliteProblem() ?? false;
@@ -145,5 +146,25 @@ describe('decision receipts: hostile rule and correlation ids', { skip }, () => 
     assert.equal(denied!['network.policy.rule_id'], 'deny:*.no.test');
     assert.equal(denied!['network.policy.rule_origin'], 'config');
     assert.equal(denied!['correlation.id'], undefined);
+  });
+
+  test('audit/query correlationId: huge, deep, wide, empty and non-string values are refused naming the field', () => {
+    const bad: unknown[] = [
+      'x'.repeat(1025),
+      '',
+      { a: { b: { c: 1 } } },
+      Array.from({ length: 10_000 }, () => 'x'),
+      42,
+      true,
+    ];
+    for (const correlationId of bad) {
+      const r = AuditQueryParams.safeParse({ type: 'network', correlationId });
+      assert.equal(r.success, false);
+      assert.deepEqual(r.error!.issues[0]!.path, ['correlationId']);
+    }
+    assert.equal(
+      AuditQueryParams.parse({ type: 'approval', correlationId: CONTROLS }).correlationId,
+      CONTROLS,
+    );
   });
 });

@@ -125,6 +125,13 @@ describe('decision receipts', { skip: !existsSync(CURL) && 'no curl' }, () => {
     );
     assert.equal(followed!.ruleId, answered!.ruleId);
     assert.match(answered!.ruleId ?? '', /^[0-9a-f-]{36}$/);
+    // Linked both ways: audit/query by the correlation id gives the prompt's rows and the requests it decided.
+    const linked = async (type: 'network' | 'approval') =>
+      (await panel.request<AuditQueryResult>('audit/query', { type, correlationId: prompt.id })).items.map(
+        (i) => i.id,
+      );
+    assert.deepEqual((await linked('network')).sort(), rows.map((n) => n.id).sort());
+    assert.equal((await linked('approval')).length, 2);
     const trail = await approvals(prompt.id);
     assert.deepEqual(trail.map((a) => [a.kind, a.correlationId]).sort(), [
       ['decided', prompt.id],

@@ -120,12 +120,17 @@ describe('History view across a host restart', () => {
       { timeout: 5000 },
     );
     const net = await visibleText(detail.getByTestId('history-network'));
-    assert.match(net, /deny\s+blocked\.test:80\s+denied/);
+    assert.match(net, /deny\s+blocked\.test:80\s+denied\s+config: deny:blocked\.test/);
 
     // The network list, filtered by decision.
     await page.getByTestId('history-type').selectOption('network');
     await page.getByTestId('history-decision').selectOption('deny');
     await table.locator('tr[data-host="blocked.test"]').waitFor({ timeout: 5000 });
+    // Its receipt: the configured deny entry that matched (issue 37, item 2).
+    assert.equal(
+      await table.locator('tr[data-host="blocked.test"]').getByTestId('history-rule').first().textContent(),
+      'config: deny:blocked.test',
+    );
     await browser.screenshot('history-network');
 
     // The host restarts again while the page stays open: it reconnects and the history is still there.

@@ -119,6 +119,9 @@ export interface CompiledPatterns {
   match(host: string): string | null;
 }
 
+/** How many hosts' matched patterns a compiled list remembers (cleared when full). */
+const MATCH_MEMO = 1024;
+
 /** Compiles a pattern list into one anchored regular expression. Throws GlobError for a bad glob. */
 export function compilePatterns(list: readonly string[]): CompiledPatterns {
   const patterns: string[] = [];
@@ -129,23 +132,26 @@ export function compilePatterns(list: readonly string[]): CompiledPatterns {
     seen.add(n);
     patterns.push(n);
   }
-  const sources: string[] = [];
-  for (const p of patterns) for (const g of expandPattern(p)) sources.push(globToRegexSource(g, p));
+  // Each pattern's alternatives (the glob sources have no capturing group of their own).
+  const sources = patterns.map((p) =>
+    expandPattern(p)
+      .map((g) => globToRegexSource(g, p))
+      .join('|'),
+  );
   const regex = sources.length === 0 ? null : new RegExp(`^(?:${sources.join('|')})$`, 'i');
-  // One anchored expression per pattern, compiled on the first match asked (only a matching host asks).
-  let each: { pattern: string; regex: RegExp }[] | null = null;
-  const eachPattern = () =>
-    (each ??= patterns.map((p) => ({
-      pattern: p,
-      regex: new RegExp(
-        `^(?:${expandPattern(p)
-          .map((g) => globToRegexSource(g, p))
-          .join('|')})$`,
-        'i',
-      ),
-    })));
   const exact = new Set(patterns.filter((p) => !p.includes('*') && !p.includes('?')));
   const ipLiterals = new Set(patterns.filter((p) => canonicalIp(p) === p));
+  // The same with one capturing group per pattern, compiled on the first match asked: one pass names the first
+  // pattern that matches.
+  let grouped: RegExp | null = null;
+  const groupedRegex = () => (grouped ??= new RegExp(`^(?:${sources.map((x) => `(${x})`).join('|')})$`, 'i'));
+  const memo = new Map<string, string | null>();
+  const firstMatch = (host: string): string | null => {
+    const m = groupedRegex().exec(host);
+    if (m === null) return null;
+    for (let i = 1; i < m.length; i++) if (m[i] !== undefined) return patterns[i - 1]!;
+    return null;
+  };
   const test = (host: string): boolean => {
     if (regex === null || host === '') return false;
     if (regex.test(host)) return true;
@@ -160,11 +166,14 @@ export function compilePatterns(list: readonly string[]): CompiledPatterns {
     test,
     match(host: string): string | null {
       if (!test(host)) return null;
+      // Hosts repeat: a bounded memo keeps the grouped pass (slower than test's) off most requests.
+      const known = memo.get(host);
+      if (known !== undefined) return known;
       const pct = host.indexOf('%');
-      for (const e of eachPattern()) {
-        if (e.regex.test(host) || (pct > 0 && e.regex.test(host.slice(0, pct)))) return e.pattern;
-      }
-      return null;
+      const found = firstMatch(host) ?? (pct > 0 ? firstMatch(host.slice(0, pct)) : null);
+      if (memo.size >= MATCH_MEMO) memo.clear();
+      memo.set(host, found);
+      return found;
     },
   };
 }

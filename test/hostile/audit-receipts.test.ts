@@ -115,6 +115,9 @@ describe('decision receipts: hostile rule and correlation ids', { skip }, () => 
     for (const bad of ['', '\u0000', 'a'.repeat(64 * 1024), '.'.repeat(10_000), '%', 'exact.test\n'])
       assert.equal(p.match(bad), null, JSON.stringify(bad.slice(0, 20)));
     assert.equal(compilePatterns([]).match('x.test'), null);
+    // Past the memo's bound (1024 hosts) the answers stay right.
+    for (let i = 0; i < 3000; i++) assert.equal(p.match(`n${i}.wide.test`), '*.wide.test');
+    assert.equal(p.match('h17.test'), 'h17.test');
   });
 
   test('a decider receipt of 64 KiB with controls reaches the audit event as given (the store caps it)', async () => {

@@ -141,6 +141,10 @@ export function otelEvents(
       };
       if (r.sessionId) attributes['session.id'] = r.sessionId;
       if (r.processId) attributes['corral.process.id'] = r.processId;
+      // The receipt (issue 37, item 2), within the store's bound.
+      if (r.ruleId != null) attributes['network.policy.rule_id'] = r.ruleId.slice(0, 1024);
+      if (r.ruleOrigin != null) attributes['network.policy.rule_origin'] = r.ruleOrigin;
+      if (r.correlationId != null) attributes['correlation.id'] = r.correlationId.slice(0, 1024);
       for (const [k, v] of Object.entries(r.metadata ?? {})) {
         if (typeof v === 'string' || typeof v === 'number' || typeof v === 'boolean') attributes[k] = v;
       }

@@ -142,7 +142,8 @@ export function admitIntercepted(
       source: 'baseline_policy',
       decision: 'deny',
       scope: 'domain',
-      receipt: { ruleId: 'hook', origin: 'harness' },
+      // The configured MITM hook that refused it (`mitm_hooks`).
+      receipt: { ruleId: 'mitm_hook', origin: 'config' },
       hostAllowed: hostAllowedOf(tunnel),
     };
   }

@@ -159,6 +159,8 @@ describe('OTLP export', () => {
     assert.equal(net['network.policy.decision'], 'deny');
     assert.equal(net['network.policy.reason'], 'denied');
     assert.equal(net['network.policy.source'], 'baseline_policy');
+    assert.equal(net['network.policy.rule_id'], 'deny:denied.test');
+    assert.equal(net['network.policy.rule_origin'], 'config');
     assert.equal(net['network.transport.protocol'], 'http');
     assert.equal(net['server.address'], 'denied.test');
     assert.equal(net['server.port'], 80);

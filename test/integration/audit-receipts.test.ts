@@ -153,6 +153,22 @@ describe('decision receipts', { skip: !existsSync(CURL) && 'no curl' }, () => {
     agent.close();
   });
 
+  test("the process's own client (its harness) answers: origin harness, tied to the prompt", async () => {
+    const agent = await as.client('harness', { capabilities: { networkApprovals: true } });
+    agent.onRequest = () => ({ decision: { type: 'allow', scope: 'once' } });
+    await run(agent, 'self', ['/bin/sh', '-c', curl('h', '127.0.0.1', origin.port)], {
+      managedNetwork: asking(10_000),
+    });
+    assert.match(agent.output('self'), /h=200/);
+    const [row] = await network('self');
+    assert.deepEqual([row?.decision, row?.ruleOrigin, row?.ruleId], ['allow', 'harness', 'allowOnce']);
+    assert.deepEqual((await approvals(row!.correlationId!)).map((a) => [a.kind, a.processId]).sort(), [
+      ['decided', 'self'],
+      ['requested', 'self'],
+    ]);
+    agent.close();
+  });
+
   test('learning mode, then the project rule it proposed: origin learning, then project with the rule id', async () => {
     const agent = await as.agent('learner');
     const ws = join(dir.path, 'ws');

@@ -15,6 +15,7 @@ import { exportAudit, verifyCommand } from '../../src/audit/cli.js';
 import type { AuditRecord } from '../../src/audit/events.js';
 import { openAuditStore } from '../../src/audit/openStore.js';
 import { sqliteProblem } from '../../src/audit/sqliteDriver.js';
+import { admit } from '../../src/network/admission.js';
 import { defaultSettings } from '../../src/network/config.js';
 import { NetworkEvents } from '../../src/network/events.js';
 import { compilePatterns } from '../../src/network/patterns.js';
@@ -169,5 +170,34 @@ describe('decision receipts: hostile rule and correlation ids', { skip }, () => 
       AuditQueryParams.parse({ type: 'approval', correlationId: CONTROLS }).correlationId,
       CONTROLS,
     );
+  });
+
+  test('limited mode, the local guard and nothing allowing: each refusal names its own origin', async () => {
+    const settings = { ...defaultSettings(), enabled: true, allowed_domains: ['ok.test'] };
+    const limited = new PolicyEngine(
+      { ...settings, mode: 'limited', allow_local_binding: true },
+      { resolver: async () => ['127.0.0.1'] },
+    );
+    const full = new PolicyEngine(settings, { resolver: async () => ['127.0.0.1'] });
+    const r = (protocol: 'http' | 'socks5_tcp', host: string, method: string | null) => ({
+      protocol,
+      host,
+      port: 80,
+      method,
+      client: null,
+    });
+    const post = await admit(limited, r('http', 'ok.test', 'POST'));
+    assert.deepEqual(post.receipt, { ruleId: 'method_not_allowed', origin: 'limited_mode' });
+    assert.ok(!post.allowed && post.hostAllowed?.receipt?.ruleId === 'allow:ok.test');
+    const socks = await admit(limited, r('socks5_tcp', 'ok.test', null));
+    assert.deepEqual(socks.receipt, { ruleId: 'method_not_allowed', origin: 'limited_mode' });
+    assert.deepEqual((await admit(full, r('http', '127.0.0.1', 'GET'))).receipt, {
+      ruleId: 'not_allowed_local',
+      origin: 'local_guard',
+    });
+    assert.deepEqual((await admit(full, r('http', 'other.test', 'GET'))).receipt, {
+      ruleId: 'not_allowed',
+      origin: 'default',
+    });
   });
 });

@@ -208,7 +208,12 @@ describe('transparent TCP: every connect asked of the SOCKS5 listener', { skip }
       ['refused', [5, 0, 5, 2, 0, 1, 0, 0, 0, 0, 0, 0], false, ECONNREFUSED],
       ['unknown address type', [5, 0, 5, 0, 0, 9, 0, 0, 0, 0, 0, 0], false, ECONNREFUSED],
       ['truncated reply', [5, 0, 5, 0, 0, 1, 127], false, ECONNREFUSED],
-      ['a 255-byte domain bound address, then data', [5, 0, 5, 0, 0, 3, 255, ...Buffer.alloc(257), 76], false, 'L'],
+      [
+        'a 255-byte domain bound address, then data',
+        [5, 0, 5, 0, 0, 3, 255, ...Buffer.alloc(257), 76],
+        false,
+        'L',
+      ],
       ['a zero-length domain, then data', [5, 0, 5, 0, 0, 3, 0, 0, 0, 90], false, 'Z'],
       ['split byte by byte, then data', [5, 0, ...ok, ...Buffer.from('AFTER')], true, 'AFTER'],
       [

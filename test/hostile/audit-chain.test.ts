@@ -24,6 +24,7 @@ import { openAuditStore } from '../../src/audit/openStore.js';
 import { sqliteProblem } from '../../src/audit/sqliteDriver.js';
 import { databaseSource } from '../../src/audit/verify.js';
 import { ROOT } from '../helpers/cli.js';
+import { textSink as sink } from '../helpers/textSink.js';
 
 const skip = sqliteProblem() ?? false;
 const hasSqliteCli = spawnSync('sqlite3', ['-version']).status === 0;
@@ -116,17 +117,6 @@ function makeDb(dir: string, name: string, n = 6): string {
 }
 
 const sql = (db: string, statement: string) => execFileSync('sqlite3', [db, statement], { encoding: 'utf8' });
-
-/** A writable that keeps what is written. */
-function sink(): { text: string; write(s: string): boolean } {
-  return {
-    text: '',
-    write(s: string) {
-      this.text += s;
-      return true;
-    },
-  };
-}
 
 function verify(db: string): { code: number; text: string } {
   const out = sink();

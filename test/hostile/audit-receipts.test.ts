@@ -23,6 +23,7 @@ import { PolicyEngine } from '../../src/network/policy.js';
 import { Recorder } from '../../src/network/recorder.js';
 import { AuditQueryParams } from '../../src/protocol/audit.js';
 import { NetworkAuditEventSchema } from '../../src/protocol/network.js';
+import { textSink as sink } from '../helpers/textSink.js';
 
 const skip = sqliteProblem() ?? false;
 const CONTROLS = 'a\u0000b\u001b[31m\r\n\u2028\u007f"\\';
@@ -48,16 +49,6 @@ function networkRecord(i: number, ruleId: string, correlationId: string): AuditR
     ruleId,
     ruleOrigin: 'config',
     correlationId,
-  };
-}
-
-function sink(): { text: string; write(s: string): boolean } {
-  return {
-    text: '',
-    write(s: string) {
-      this.text += s;
-      return true;
-    },
   };
 }
 

@@ -63,3 +63,15 @@ export async function run(
 export function openDb(path: string): Database.Database {
   return new Database(path, { readonly: true, fileMustExist: true });
 }
+
+/** A managed network that asks the panel about hosts it neither allows nor denies. */
+export const asking = (timeoutMs: number) => ({
+  config: {
+    network: {
+      enabled: true,
+      allow_local_binding: true,
+      hard_deny_allowlist_misses: false,
+      approval_timeout_ms: timeoutMs,
+    },
+  },
+});

@@ -13,23 +13,13 @@ import type { AuditApprovalItem, AuditNetworkItem, AuditQueryResult } from '../.
 import { silentLogger } from '../../src/server/core/log.js';
 import type { RpcClient } from '../helpers/client.js';
 import { tempDir } from '../helpers/server.js';
-import { type AuditedServer, run, startAuditedServer } from './audit-helpers.js';
+import { type AuditedServer, asking, run, startAuditedServer } from './audit-helpers.js';
 import { startOrigin, stubResolver } from './network-helpers.js';
 
 const CURL = '/usr/bin/curl';
 const ROOT = join(import.meta.dirname, '..', '..');
 const curl = (tag: string, host: string, port: number) =>
   `curl --noproxy '' -s -o /dev/null -w '${tag}=%{http_code}\\n' http://${host}:${port}/${tag}`;
-const asking = (timeoutMs: number) => ({
-  config: {
-    network: {
-      enabled: true,
-      allow_local_binding: true,
-      hard_deny_allowlist_misses: false,
-      approval_timeout_ms: timeoutMs,
-    },
-  },
-});
 
 describe('decision receipts', { skip: !existsSync(CURL) && 'no curl' }, () => {
   const dir = tempDir('corral-receipts-');

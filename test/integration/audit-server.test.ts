@@ -21,23 +21,12 @@ import { NOT_PRIVILEGED } from '../../src/server/core/dispatch.js';
 import { b64, RpcClient } from '../helpers/client.js';
 import { needsConfinedFs } from '../helpers/native.js';
 import { tempDir, until } from '../helpers/server.js';
-import { type AuditedServer, openDb, run, startAuditedServer } from './audit-helpers.js';
+import { type AuditedServer, asking, openDb, run, startAuditedServer } from './audit-helpers.js';
 import { startOrigin, stubResolver } from './network-helpers.js';
 import { seed, special } from './sandbox-util.js';
 
 const CURL = '/usr/bin/curl';
 
-/** A managed network that asks the panel about hosts it neither allows nor denies. */
-const asking = (timeoutMs: number) => ({
-  config: {
-    network: {
-      enabled: true,
-      allow_local_binding: true,
-      hard_deny_allowlist_misses: false,
-      approval_timeout_ms: timeoutMs,
-    },
-  },
-});
 const SECRET = 'tops3cret-value-never-stored';
 
 describe('audit trail of a running server', () => {

@@ -53,6 +53,20 @@ import { serveStdio } from './server/connection/stdio.js';
 import { listenWebSocket } from './server/connection/wsListener.js';
 import { createLogger, type Logger, type LogLevel } from './server/core/log.js';
 
+/** The registry's options: `exec-server --remote` and `forward` register the same way (codex 0.171's spelling). */
+const REGISTRY_OPTIONS = {
+  remote: { type: 'string' },
+  'environment-id': { type: 'string' },
+  'remote-transport': { type: 'string' },
+  name: { type: 'string' },
+  'aws-sigv4': { type: 'boolean', default: false },
+  'aws-profile': { type: 'string' },
+  'aws-region': { type: 'string' },
+  'aws-service': { type: 'string' },
+  'registration-bearer-stdin': { type: 'boolean', default: false },
+  'relay-host': { type: 'string', multiple: true, default: [] as string[] },
+} as const;
+
 async function execServerCommand(argv: string[]): Promise<void> {
   const { values } = parseArgs({
     args: argv,
@@ -67,16 +81,7 @@ async function execServerCommand(argv: string[]): Promise<void> {
       'ws-max-clock-skew-seconds': { type: 'string' },
       'concurrent-requests': { type: 'string', default: '1' },
       'exit-on-stdin-close': { type: 'boolean', default: false },
-      remote: { type: 'string' },
-      'environment-id': { type: 'string' },
-      'remote-transport': { type: 'string' },
-      name: { type: 'string' },
-      'aws-sigv4': { type: 'boolean', default: false },
-      'aws-profile': { type: 'string' },
-      'aws-region': { type: 'string' },
-      'aws-service': { type: 'string' },
-      'registration-bearer-stdin': { type: 'boolean', default: false },
-      'relay-host': { type: 'string', multiple: true, default: [] },
+      ...REGISTRY_OPTIONS,
       'panel-token-file': { type: 'string' },
       'allow-origin': { type: 'string', multiple: true, default: [] },
       'allow-host': { type: 'string', multiple: true, default: [] },
@@ -301,16 +306,7 @@ async function forwardCommand(argv: string[]): Promise<void> {
     args: argv,
     options: {
       connect: { type: 'string' },
-      remote: { type: 'string' },
-      'environment-id': { type: 'string' },
-      'remote-transport': { type: 'string' },
-      name: { type: 'string' },
-      'aws-sigv4': { type: 'boolean', default: false },
-      'aws-profile': { type: 'string' },
-      'aws-region': { type: 'string' },
-      'aws-service': { type: 'string' },
-      'registration-bearer-stdin': { type: 'boolean', default: false },
-      'relay-host': { type: 'string', multiple: true, default: [] },
+      ...REGISTRY_OPTIONS,
       'exit-on-stdin-close': { type: 'boolean', default: false },
       'log-level': { type: 'string', default: 'info' },
       help: { type: 'boolean', short: 'h', default: false },

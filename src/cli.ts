@@ -482,22 +482,16 @@ async function main(): Promise<void> {
     case 'approvals':
       await approvalsMain(rest);
       break;
-    case 'selftest': {
-      const { values } = parseArgs({
-        args: rest,
-        options: { json: { type: 'boolean', default: false }, ...SANDBOX_OPTIONS },
-        strict: true,
-      });
-      process.exitCode = await selftestCommand({ json: values.json, sandbox: sandboxOptions(values) });
-      break;
-    }
+    case 'selftest':
     case 'doctor': {
+      // Both probe this host's sandbox with the server's sandbox options: `--json` and those.
       const { values } = parseArgs({
         args: rest,
         options: { json: { type: 'boolean', default: false }, ...SANDBOX_OPTIONS },
         strict: true,
       });
-      process.exitCode = await doctorCommand({ json: values.json, sandbox: sandboxOptions(values) });
+      const run = command === 'doctor' ? doctorCommand : selftestCommand;
+      process.exitCode = await run({ json: values.json, sandbox: sandboxOptions(values) });
       break;
     }
     case undefined:

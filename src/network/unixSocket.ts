@@ -121,8 +121,9 @@ export function lstatWalk(path: string): string {
 }
 
 /** The connect of the `fd` walk: through the O_PATH descriptor of the socket itself. */
-function connectFd(path: string): { socket: net.Socket; done: () => void } {
+function connectFd(path: string, afterCheck?: () => void): { socket: net.Socket; done: () => void } {
   const fd = openNoFollow(path);
+  afterCheck?.();
   return {
     socket: net.connect({ path: `/proc/self/fd/${fd}` }),
     done: () => {
@@ -138,11 +139,12 @@ function connectFd(path: string): { socket: net.Socket; done: () => void } {
 /**
  * Connects to the unix socket at `path` without following symlinks, by the platform's walk (or `walk`, the tests'
  * way to take the portable one on Linux). Resolves once connected; rejects when the walk refuses the path or the
- * connect fails.
+ * connect fails. `afterCheck` runs between the check and the connect (tests: the window a swap must hit).
  */
 export function connectNoFollow(
   path: string,
   walk: UnixSocketWalk | null = unixSocketWalk(),
+  afterCheck?: () => void,
 ): Promise<net.Socket> {
   let socket: net.Socket;
   let done = () => {};
@@ -150,9 +152,10 @@ export function connectNoFollow(
   try {
     if (walk === null)
       throw Object.assign(new Error('no unix sockets on this platform'), { code: 'ENOTSUP' });
-    if (walk === 'fd') ({ socket, done } = connectFd(path));
+    if (walk === 'fd') ({ socket, done } = connectFd(path, afterCheck));
     else {
       before = lstatWalk(path);
+      afterCheck?.();
       socket = net.connect({ path: `/${components(path)!.join('/')}` });
     }
   } catch (e) {

@@ -53,6 +53,21 @@ import { serveStdio } from './server/connection/stdio.js';
 import { listenWebSocket } from './server/connection/wsListener.js';
 import { createLogger, type Logger, type LogLevel } from './server/core/log.js';
 
+/** The environment id and the transport of a registration (exec-server --remote, forward), in codex 0.171's words. */
+function checkRegistration(values: {
+  'environment-id'?: string | undefined;
+  'remote-transport'?: string | undefined;
+}) {
+  const id = EnvironmentId.safeParse(values['environment-id']);
+  if (!id.success) fail(`--environment-id: ${id.error.issues[0]!.message}`);
+  const transport = values['remote-transport'] ?? 'direct';
+  if (transport === 'noise')
+    fail(
+      '--remote-transport noise (Noise + ML-KEM through the relay) is not supported by Corral; use direct',
+    );
+  if (transport !== 'direct') fail(`--remote-transport: unknown transport ${transport} (direct)`);
+}
+
 /** The registry's options: `exec-server --remote` and `forward` register the same way (codex 0.171's spelling). */
 const REGISTRY_OPTIONS = {
   remote: { type: 'string' },
@@ -138,14 +153,7 @@ async function execServerCommand(argv: string[]): Promise<void> {
     const explicitAuth = argv.some((a) => /^--ws-(auth|token|shared|issuer|audience|max-clock)/.test(a));
     if (explicitAuth) fail('WebSocket listener auth cannot be used with --remote');
     if (!values['environment-id']) fail('--environment-id is required when --remote is set');
-    const id = EnvironmentId.safeParse(values['environment-id']);
-    if (!id.success) fail(`--environment-id: ${id.error.issues[0]!.message}`);
-    const transport = values['remote-transport'] ?? 'direct';
-    if (transport === 'noise')
-      fail(
-        '--remote-transport noise (Noise + ML-KEM through the relay) is not supported by Corral; use direct',
-      );
-    if (transport !== 'direct') fail(`--remote-transport: unknown transport ${transport} (direct)`);
+    checkRegistration(values);
   }
   const listening = remote === undefined ? withPanelCredential(listenerAuth(values), values) : null;
   if (remote !== undefined && values['panel-token-file'])
@@ -330,14 +338,7 @@ async function forwardCommand(argv: string[]): Promise<void> {
   if (!['error', 'warn', 'info', 'debug'].includes(level)) fail(`--log-level: unknown level ${level}`);
   const log = createLogger({ level, file: null });
   const remote = values.remote!;
-  const id = EnvironmentId.safeParse(values['environment-id']);
-  if (!id.success) fail(`--environment-id: ${id.error.issues[0]!.message}`);
-  const transport = values['remote-transport'] ?? 'direct';
-  if (transport === 'noise')
-    fail(
-      '--remote-transport noise (Noise + ML-KEM through the relay) is not supported by Corral; use direct',
-    );
-  if (transport !== 'direct') fail(`--remote-transport: unknown transport ${transport} (direct)`);
+  checkRegistration(values);
   let connect: URL;
   let relayHosts: RelayHost[];
   try {

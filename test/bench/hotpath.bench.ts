@@ -145,20 +145,47 @@ interface Round {
   cpuPerProc: number;
 }
 
+/** start→closed of `true`, one at a time: 20 warm-up, STARTS measured (ms, sorted). */
+export async function trueStarts(
+  c: BenchClient,
+  tag: string,
+  extra?: Record<string, unknown>,
+): Promise<number[]> {
+  for (let i = 0; i < 20; i++) await c.run(`${tag}-w${i}`, TRUE, extra);
+  const lat: number[] = [];
+  for (let i = 0; i < STARTS; i++) {
+    const t0 = performance.now();
+    await c.run(`${tag}-t${i}`, TRUE, extra);
+    lat.push(performance.now() - t0);
+  }
+  return lat.sort((a, b) => a - b);
+}
+
+/** Batches of WIDTH concurrent `true`: `warm` warm-up batches, then 10 measured, with the server's CPU per process. */
+export async function trueBatches(
+  c: BenchClient,
+  pid: number,
+  tag: string,
+  warm: number,
+  extra?: Record<string, unknown>,
+): Promise<{ concRate: number; cpuPerProc: number }> {
+  const batch = (name: string) =>
+    Promise.all(Array.from({ length: WIDTH }, (_, i) => c.run(`${name}-${i}`, TRUE, extra)));
+  for (let b = 0; b < warm; b++) await batch(`${tag}-cw${b}`);
+  const cpu0 = cpuMs(pid);
+  const t0 = performance.now();
+  for (let b = 0; b < 10; b++) await batch(`${tag}-c${b}`);
+  const secs = (performance.now() - t0) / 1000;
+  return { concRate: (10 * WIDTH) / secs, cpuPerProc: ((cpuMs(pid) - cpu0) * 1000) / (10 * WIDTH) };
+}
+
 /** One round against a fresh server: start→closed, 64 MiB of stdout, batches of 64. */
 async function measureServer(t: Target, tag: string): Promise<Round> {
   const s = await startServer(t.argv[0], t.argv.slice(1), t.env ?? process.env);
   const pid = s.proc.pid!;
   try {
     const c = await BenchClient.open(s.url);
-    for (let i = 0; i < 20; i++) await c.run(`${tag}-w${i}`, TRUE, t.extra);
-    const lat: number[] = [];
-    for (let i = 0; i < STARTS; i++) {
-      const t0 = performance.now();
-      await c.run(`${tag}-t${i}`, TRUE, t.extra);
-      lat.push(performance.now() - t0);
-    }
-    lat.sort((a, b) => a - b);
+    const lat = await trueStarts(c, tag, t.extra);
     const rates: number[] = [];
     const cpus: number[] = [];
     for (let i = 0; i < 5; i++) {
@@ -176,22 +203,9 @@ async function measureServer(t: Target, tag: string): Promise<Round> {
       }
     }
     c.lean = false;
-    const batch = (name: string) =>
-      Promise.all(Array.from({ length: WIDTH }, (_, i) => c.run(`${name}-${i}`, TRUE, t.extra)));
-    for (let b = 0; b < 10; b++) await batch(`${tag}-cw${b}`);
-    const cpu0 = cpuMs(pid);
-    const t0 = performance.now();
-    for (let b = 0; b < 10; b++) await batch(`${tag}-c${b}`);
-    const secs = (performance.now() - t0) / 1000;
-    const cpu = cpuMs(pid) - cpu0;
+    const conc = await trueBatches(c, pid, tag, 10, t.extra);
     c.close();
-    return {
-      lat,
-      mibPerSec: median(rates),
-      cpuPer64: median(cpus),
-      concRate: (10 * WIDTH) / secs,
-      cpuPerProc: (cpu * 1000) / (10 * WIDTH),
-    };
+    return { lat, mibPerSec: median(rates), cpuPer64: median(cpus), ...conc };
   } finally {
     await stopServer(s);
   }

@@ -21,6 +21,8 @@ export class LocalClient {
   private readonly exits = new Map<string, number>();
   private readonly closedWaiters = new Map<string, () => void>();
   private readonly closed = new Set<string>();
+  /** Called on each output chunk and on the close of a process (outputSeen). */
+  private readonly outputWaiters = new Map<string, () => void>();
 
   constructor(server: ExecServer) {
     const transport: Transport = {
@@ -52,10 +54,12 @@ export class LocalClient {
       const list = this.outputs.get(processId) ?? [];
       list.push(Buffer.from(String(m.params!.chunk), 'base64'));
       this.outputs.set(processId, list);
+      this.outputWaiters.get(processId)?.();
     } else if (m.method === 'process/exited') this.exits.set(processId, m.params!.exitCode as number);
     else if (m.method === 'process/closed') {
       this.closed.add(processId);
       this.closedWaiters.get(processId)?.();
+      this.outputWaiters.get(processId)?.();
     }
   }
 
@@ -69,6 +73,36 @@ export class LocalClient {
 
   notify(method: string, params: unknown): void {
     this.conn.receive(JSON.stringify({ method, params }));
+  }
+
+  /** Resolves once the process's output so far includes `text`; rejects when it closes first or after `timeoutMs`. */
+  outputSeen(processId: string, text: string, timeoutMs: number): Promise<void> {
+    const has = () => Buffer.concat(this.outputs.get(processId) ?? []).includes(text);
+    if (has()) return Promise.resolve();
+    return new Promise((resolve, reject) => {
+      const done = (e?: Error) => {
+        clearTimeout(timer);
+        this.outputWaiters.delete(processId);
+        if (e) reject(e);
+        else resolve();
+      };
+      // Real time: a bound on a command of the battery, not policy.
+      const timer = setTimeout(
+        () => done(new Error(`${processId} did not print ${text} within ${timeoutMs} ms`)),
+        timeoutMs,
+      );
+      this.outputWaiters.set(processId, () => {
+        if (has()) done();
+        else if (this.closed.has(processId))
+          done(
+            new Error(
+              `${processId} ended without printing ${text}: ${Buffer.concat(this.outputs.get(processId) ?? [])
+                .toString('utf8')
+                .slice(0, 200)}`,
+            ),
+          );
+      });
+    });
   }
 
   /** The process's output and exit code once it has closed (rejects after `timeoutMs`, the process killed). */

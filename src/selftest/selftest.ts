@@ -7,8 +7,8 @@
  * broken.
  *
  * `hole` (tests only, `--hole NAME`): runs that case with the protection it probes taken away (what a regression of
- * that protection would look like: the network namespace, the read-only root, the cgroup's own files), so a test can
- * see the case report broken.
+ * that protection would look like: the network namespace, the read-only root, the cgroup's own files, the managed
+ * proxy's local guard, fs/*'s sandbox context), so a test can see the case report broken.
  */
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
@@ -17,6 +17,7 @@ import { existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync 
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { cgroupHost } from '../process/cgroup.js';
 import { seedLinuxConfig, specialEntry } from '../protocol/sandbox.js';
 import { escapeTerminalLines, terminalJson } from '../protocol/terminalText.js';
@@ -27,6 +28,17 @@ import { LocalClient } from './localClient.js';
 
 export type { CaseResult, CaseStatus, SelftestReport };
 
+/** Spellings of the host's loopback that resolvers and connect(2) callers accept (tests add their own). */
+export const LOOPBACK_SPELLINGS = [
+  '127.0.0.1',
+  '127.1',
+  '0x7f000001',
+  '2130706433',
+  '0177.0.0.1',
+  'localhost',
+  '0.0.0.0',
+] as const;
+
 export const CASE_NAMES = [
   'write-outside-workspace',
   'symlink-out-of-workspace',
@@ -36,6 +48,9 @@ export const CASE_NAMES = [
   'inherited-fds',
   'leave-cgroup',
   'protected-name-symlink',
+  'socks-nul-oversize-names',
+  'relay-in-sandbox',
+  'fs-races',
 ] as const;
 export type CaseName = (typeof CASE_NAMES)[number];
 
@@ -71,17 +86,65 @@ async function run(
   ctx: Ctx,
   argv: string[],
   sandbox: unknown,
+  extra: Record<string, unknown> = {},
 ): Promise<{ exitCode: number; output: string }> {
   const processId = `selftest-${randomUUID()}`;
-  await ctx.client.request('process/start', {
+  await start(ctx, processId, argv, sandbox, extra);
+  return ctx.client.outputAndExit(processId, 20_000);
+}
+
+function start(
+  ctx: Ctx,
+  processId: string,
+  argv: string[],
+  sandbox: unknown,
+  extra: Record<string, unknown> = {},
+): Promise<unknown> {
+  return ctx.client.request('process/start', {
     processId,
     argv,
     cwd: ctx.ws,
     env: { PATH: '/usr/local/bin:/usr/bin:/bin', HOME: ctx.ws },
     tty: false,
     sandbox,
+    ...extra,
   });
-  return ctx.client.outputAndExit(processId, 20_000);
+}
+
+/** A listener on the host's loopback that counts the connections it gets (and closes them). */
+async function countingListener(): Promise<{ port: number; reached: () => number; close: () => void }> {
+  let reached = 0;
+  const server = net.createServer((s) => {
+    reached++;
+    s.destroy();
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  return {
+    port: (server.address() as net.AddressInfo).port,
+    reached: () => reached,
+    close: () => server.close(),
+  };
+}
+
+/**
+ * A managed network (Corral's own per-command proxy, SOCKS5 on) enforced by the sandbox: the command reaches its
+ * proxy and nothing else. `hole`: the policy lets everything through, loopback included.
+ */
+function managedNetwork(domains: Record<string, 'allow' | 'deny'>, hole: boolean): Record<string, unknown> {
+  return {
+    enforceManagedNetwork: true,
+    managedNetwork: {
+      config: {
+        network: {
+          enabled: true,
+          enable_socks5: true,
+          ...(hole
+            ? { allow_local_binding: true, domains: { '*': 'allow', '127.0.0.1': 'allow' } }
+            : { domains }),
+        },
+      },
+    },
+  };
 }
 
 const py = (ctx: Ctx) => ctx.python!;
@@ -92,7 +155,230 @@ const na = (detail: string) => ({ status: 'not-applicable' as const, detail });
 const verdict = (escaped: boolean, held: string, broken: string) =>
   escaped ? { status: 'broken' as const, detail: broken } : { status: 'held' as const, detail: held };
 
+/**
+ * SOCKS5 CONNECTs to names that a C resolver would cut at their first NUL (an allowed-looking name that is the host's
+ * loopback up to the NUL), a 255-byte one, and one whose length byte promises more than is sent, each on a fresh
+ * connection to the command's managed proxy; the last is the host's loopback by its plain name (a control: refused by
+ * the proxy's local guard). The proxy allows `*.allowed.test` only, which no name here resolves to without a cut.
+ */
+const SOCKS_NAMES_CODE = (port: number) => `import os, socket
+from urllib.parse import urlparse
+p = urlparse(os.environ.get('ALL_PROXY') or os.environ.get('all_proxy') or '')
+if not p.port:
+  print('no-proxy'); raise SystemExit(0)
+pad = lambda head: head + b'a' * (255 - len(head) - 13) + b'.allowed.test'
+names = [('nul-ip', b'127.0.0.1\\x00.allowed.test', 0), ('nul-hex', b'0x7f000001\\x00.allowed.test', 0),
+  ('nul-decimal', b'2130706433\\x00.allowed.test', 0), ('oversize-nul', pad(b'127.0.0.1\\x00'), 0),
+  ('oversize-length', b'127.0.0.1', 255), ('plain-loopback', b'127.0.0.1', 0)]
+for tag, name, claimed in names:
+  try:
+    s = socket.create_connection((p.hostname, p.port), 5); s.settimeout(5)
+    s.sendall(b'\\x05\\x01\\x00'); g = s.recv(2)
+    s.sendall(b'\\x05\\x01\\x00\\x03' + bytes([claimed or len(name)]) + name + (${port}).to_bytes(2, 'big'))
+    if claimed: s.shutdown(socket.SHUT_WR)
+    try: r = s.recv(10)
+    except Exception: r = b''
+    print(tag, g.hex(), r[:2].hex() or 'closed', flush=True); s.close()
+  except Exception as e: print(tag, 'error', type(e).__name__, flush=True)
+`;
+
+/**
+ * A relay inside the sandbox: a listener on the sandbox's loopback that forwards what it accepts to the host's
+ * loopback listener, directly and through the command's proxy (HTTP CONNECT); a client in the sandbox sends through it.
+ */
+const RELAY_CODE = (port: number) => `import os, socket, threading
+from urllib.parse import urlparse
+ls = socket.socket(); ls.bind(('127.0.0.1', 0)); ls.listen(8); rp = ls.getsockname()[1]
+proxy = urlparse(os.environ.get('HTTP_PROXY') or os.environ.get('http_proxy') or '')
+def forward(conn, how):
+  data = conn.recv(100)
+  try:
+    if how == 'direct': u = socket.create_connection(('127.0.0.1', ${port}), 3)
+    else:
+      u = socket.create_connection((proxy.hostname, proxy.port), 3)
+      u.sendall(b'CONNECT 127.0.0.1:${port} HTTP/1.1\\r\\nHost: 127.0.0.1:${port}\\r\\n\\r\\n')
+      head = u.recv(100)
+      if not head.startswith(b'HTTP/1.1 200') and not head.startswith(b'HTTP/1.0 200'): raise OSError(head[:12].decode('latin1'))
+    u.sendall(data); print('relayed', how, flush=True); u.close()
+  except Exception as e: print('refused', how, type(e).__name__, str(e)[:40], flush=True)
+  conn.close()
+def serve():
+  for how in ('direct', 'proxy'):
+    c, _ = ls.accept(); forward(c, how)
+t = threading.Thread(target=serve); t.start()
+for how in ('direct', 'proxy') if proxy.port else ('direct',):
+  c = socket.create_connection(('127.0.0.1', rp), 3); c.sendall(b'through the relay'); c.close()
+  if not proxy.port: socket.create_connection(('127.0.0.1', rp), 3).close()
+print('relay listening', rp, flush=True)
+t.join(10)
+`;
+
+/**
+ * The fs/* race (issue 12): a command in the sandbox swaps a directory of the workspace and a symlink to a folder the
+ * fs/* requests' sandbox context makes unreadable (renameat2 RENAME_EXCHANGE, in a loop), while fs/readFile and
+ * fs/writeFile go through the directory's path. Bounded: RACE_ATTEMPTS of each.
+ */
+const RACE_ATTEMPTS = 150;
+const RACER_CODE = `import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+n = 0
+print('ready', flush=True)
+while not os.path.exists('stop') and n < 5000000:
+  for _ in range(256):
+    if libc.renameat2(-100, b'd', -100, b'l', 2) != 0: raise SystemExit('renameat2: ' + os.strerror(ctypes.get_errno()))
+    n += 1
+print('swaps', n, flush=True)
+`;
+
+/** The 0.169 sandbox context of fs/*: everything readable but `outside` (nothing), the workspace writable. */
+function fsContext(ws: string, outside: string): Record<string, unknown> {
+  const uri = (p: string) => pathToFileURL(p).href;
+  const at = (path: string, access: string) => ({ path: { type: 'path', path: uri(path) }, access });
+  return {
+    permissions: {
+      type: 'managed',
+      file_system: {
+        type: 'restricted',
+        entries: [
+          { path: { type: 'special', value: { kind: 'root' } }, access: 'read' },
+          at(ws, 'write'),
+          at(outside, 'none'),
+        ],
+      },
+      network: 'restricted',
+    },
+    cwd: uri(ws),
+    workspaceRoots: [uri(ws)],
+    windowsSandboxLevel: 'disabled',
+    windowsSandboxProxySettingsMode: 'reconcile',
+    useLegacyLandlock: false,
+  };
+}
+
+const EXTRA_CASES = {
+  'socks-nul-oversize-names': async (ctx: Ctx) => {
+    if (!ctx.python) return na('python3 is not installed: the SOCKS client is a python script');
+    const target = await countingListener();
+    try {
+      const hole = ctx.hole === 'socks-nul-oversize-names';
+      const r = await run(
+        ctx,
+        [py(ctx), '-c', SOCKS_NAMES_CODE(target.port)],
+        sandboxFor(ctx.ws),
+        managedNetwork({ '*.allowed.test': 'allow' }, hole),
+      );
+      if (r.output.includes('no-proxy')) return na('the managed proxy gave the command no ALL_PROXY');
+      const lines = r.output.trim().split('\n');
+      // A reply of 05 00 to the CONNECT: the proxy says it connected somewhere.
+      const granted = lines.filter((l) => l.split(' ').pop() === '0500');
+      const control = lines.find((l) => l.startsWith('plain-loopback'));
+      if (!control || control.includes('error'))
+        return na(`the command could not speak to its SOCKS proxy: ${escapeTerminalLines(r.output.trim())}`);
+      return verdict(
+        target.reached() > 0 || granted.length > 0,
+        `${lines.length} CONNECTs (NUL-cut, 255-byte, over-long length byte, plain loopback) refused: ${lines.join('; ')}`,
+        `the host's loopback listener was reached ${target.reached()} time(s); granted: ${granted.join('; ') || 'none'}`,
+      );
+    } finally {
+      target.close();
+    }
+  },
+  'relay-in-sandbox': async (ctx: Ctx) => {
+    if (!ctx.python) return na('python3 is not installed: the relay is a python script');
+    const target = await countingListener();
+    try {
+      const hole = ctx.hole === 'relay-in-sandbox';
+      // The hole: the sandbox keeps the host's network (its loopback is the host's).
+      const sb = sandboxFor(ctx.ws, { network: hole });
+      const r = await run(
+        ctx,
+        [py(ctx), '-c', RELAY_CODE(target.port)],
+        sb,
+        hole ? {} : managedNetwork({}, false),
+      );
+      if (!r.output.includes('relay listening'))
+        return na(
+          `the relay did not start in the sandbox: ${escapeTerminalLines(r.output.trim().slice(0, 200))}`,
+        );
+      const relayed = r.output.split('\n').filter((l) => l.startsWith('relayed'));
+      return verdict(
+        target.reached() > 0,
+        `a relay listening in the sandbox never reached the host's loopback listener (${r.output
+          .split('\n')
+          .filter((l) => l.startsWith('refused'))
+          .join('; ')})`,
+        `the relay reached the host's loopback listener ${target.reached()} time(s) (${relayed.join('; ')})`,
+      );
+    } finally {
+      target.close();
+    }
+  },
+  'fs-races': async (ctx: Ctx) => {
+    if (!ctx.python) return na('python3 is not installed: the racer is a python script');
+    const INSIDE = 'inside';
+    mkdirSync(join(ctx.ws, 'd'));
+    writeFileSync(join(ctx.ws, 'd', 'secret'), INSIDE);
+    writeFileSync(join(ctx.outside, 'secret'), 'outside the sandbox');
+    symlinkSync(ctx.outside, join(ctx.ws, 'l'));
+    const racer = `selftest-racer-${randomUUID()}`;
+    await start(ctx, racer, [py(ctx), '-c', RACER_CODE], sandboxFor(ctx.ws));
+    try {
+      await ctx.client.outputSeen(racer, 'ready', 20_000);
+    } catch (e) {
+      await ctx.client.outputAndExit(racer, 20_000).catch(() => {});
+      return na(`the racer did not start in the sandbox: ${(e as Error).message}`);
+    }
+    let escaped = 0;
+    let refused = 0;
+    let swaps = '';
+    try {
+      // The hole: fs/* without the sandbox context (the host's view).
+      const sandbox = ctx.hole === 'fs-races' ? undefined : fsContext(ctx.ws, ctx.outside);
+      const d = join(ctx.ws, 'd');
+      const attempts: Promise<void>[] = [];
+      for (let i = 0; i < RACE_ATTEMPTS; i++) {
+        attempts.push(
+          ctx.client.request('fs/readFile', { path: join(d, 'secret'), sandbox }).then(
+            (res) => {
+              const got = Buffer.from((res as { dataBase64: string }).dataBase64, 'base64').toString();
+              if (got !== INSIDE) escaped++;
+            },
+            () => {
+              refused++;
+            },
+          ),
+          ctx.client
+            .request('fs/writeFile', {
+              path: join(d, `w${i}`),
+              dataBase64: Buffer.from('written').toString('base64'),
+              sandbox,
+            })
+            .then(
+              () => {},
+              () => {
+                refused++;
+              },
+            ),
+        );
+      }
+      await Promise.all(attempts);
+      for (let i = 0; i < RACE_ATTEMPTS; i++) if (existsSync(join(ctx.outside, `w${i}`))) escaped++;
+    } finally {
+      writeFileSync(join(ctx.ws, 'stop'), '');
+      swaps = (await ctx.client.outputAndExit(racer, 20_000)).output.trim();
+    }
+    if (!/swaps [1-9]\d*/.test(swaps))
+      return na(`the racer did not swap in the sandbox: ${escapeTerminalLines(swaps)}`);
+    return verdict(
+      escaped > 0,
+      `${RACE_ATTEMPTS} reads and ${RACE_ATTEMPTS} writes through a raced path stayed inside (${refused} refused; racer: ${swaps.split('\n').pop()})`,
+      `${escaped} of ${2 * RACE_ATTEMPTS} fs/* requests read or wrote outside through the raced path`,
+    );
+  },
+} satisfies Record<string, CaseFn>;
+
 const CASES: Record<CaseName, CaseFn> = {
+  ...EXTRA_CASES,
   'write-outside-workspace': async (ctx) => {
     const target = join(ctx.outside, 'written');
     const sb = sandboxFor(ctx.ws, { rootWritable: ctx.hole === 'write-outside-workspace' });
@@ -130,37 +416,24 @@ const CASES: Record<CaseName, CaseFn> = {
   },
   'loopback-spellings': async (ctx) => {
     if (!ctx.python) return na('python3 is not installed: the connecting client is a python one-liner');
-    let reached = 0;
-    const server = net.createServer((s) => {
-      reached++;
-      s.destroy();
-    });
-    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-    const port = (server.address() as net.AddressInfo).port;
-    const spellings = [
-      '127.0.0.1',
-      '127.1',
-      '0x7f000001',
-      '2130706433',
-      '0177.0.0.1',
-      'localhost',
-      '0.0.0.0',
-    ];
+    const target = await countingListener();
+    const port = target.port;
+    const spellings = LOOPBACK_SPELLINGS;
     const code = `import socket\nfor h in ${JSON.stringify(spellings)}:\n  try:\n    s=socket.create_connection((h,${port}),1); print('connected',h)\n  except Exception as e: print('refused',h,type(e).__name__)`;
     try {
       const sb = sandboxFor(ctx.ws, { network: ctx.hole === 'loopback-spellings' });
       const r = await run(ctx, [py(ctx), '-c', code], sb);
       return verdict(
-        reached > 0,
+        target.reached() > 0,
         `${spellings.length} spellings of the host's loopback refused (${r.output.split('\n').filter((l) => l.startsWith('refused')).length} reported)`,
-        `reached the host's loopback listener ${reached} time(s): ${r.output
+        `reached the host's loopback listener ${target.reached()} time(s): ${r.output
           .trim()
           .split('\n')
           .filter((l) => l.startsWith('connected'))
           .join(', ')}`,
       );
     } finally {
-      server.close();
+      target.close();
     }
   },
   'dns-to-host': async (ctx) => {

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { prepareFile, unsafePlace } from '../audit/dbFile.js';
 import { type SqliteDatabase, sqlite } from '../audit/sqliteDriver.js';
 import { auditDirectory } from '../audit/trail.js';
-import { ApprovalRule } from '../protocol/approvals.js';
+import { ApprovalRule, RepoAcceptance } from '../protocol/approvals.js';
 import type { ProjectRuleStore } from '../server/approvals/projectRules.js';
 import type { Logger } from '../server/core/log.js';
 
@@ -47,7 +47,14 @@ export function openRuleStore(path: string, log: Logger): ProjectRuleStore {
     hits INTEGER NOT NULL DEFAULT 0,
     last_hit_at INTEGER
   )`);
+  // The accepted `.corral/network.json` hash per workspace (issue 36, item 6): an older Corral ignores the table.
+  db.exec(`CREATE TABLE IF NOT EXISTS repo_accepted (
+    workspace TEXT PRIMARY KEY,
+    body TEXT NOT NULL
+  )`);
   db.pragma(`user_version = ${SCHEMA_VERSION}`);
+  const accept = db.prepare('INSERT OR REPLACE INTO repo_accepted (workspace, body) VALUES (?, ?)');
+  const accepted = db.prepare('SELECT workspace, body FROM repo_accepted ORDER BY rowid');
   const insert = db.prepare('INSERT OR REPLACE INTO rules (id, body, hits, last_hit_at) VALUES (?, ?, ?, ?)');
   const remove = db.prepare('DELETE FROM rules WHERE id = ?');
   const hit = db.prepare('UPDATE rules SET hits = ?, last_hit_at = ? WHERE id = ?');
@@ -87,6 +94,27 @@ export function openRuleStore(path: string, log: Logger): ProjectRuleStore {
     },
     hit(id, hits, lastHitAt) {
       hit.run(hits, lastHitAt, id);
+    },
+    loadRepoAcceptances() {
+      const out: RepoAcceptance[] = [];
+      for (const row of accepted.all() as { workspace: string; body: string }[]) {
+        let parsed: ReturnType<typeof RepoAcceptance.safeParse>;
+        try {
+          parsed = RepoAcceptance.safeParse({ ...JSON.parse(row.body), workspace: row.workspace });
+        } catch {
+          parsed = RepoAcceptance.safeParse(null);
+        }
+        if (parsed.success) out.push(parsed.data);
+        else
+          log.warn(
+            `approval rules ${path}: the accepted repository file of a workspace is unreadable, ignored`,
+          );
+      }
+      return out;
+    },
+    acceptRepo(a) {
+      const { workspace, ...body } = a;
+      accept.run(workspace, JSON.stringify(body));
     },
   };
 }

@@ -6,6 +6,9 @@
  *   corral approvals deny ID [--scope once|process|session|project]
  *   corral approvals rules [--json] [--workspace DIR]
  *   corral approvals revoke RULE
+ *   corral approvals wait ID                       (wait until the process exits: its exit denies)
+ *   corral approvals repo DIR [--json]             (the workspace's .corral/network.json: new, changed, accepted)
+ *   corral approvals accept-repo DIR [--sha256 H]  (accept it as it is now; H: the hash you read)
  *
  * By default it reaches the local host (`corral serve`, the desktop app) through the state file that host writes for
  * its own user (src/app/localState.ts); `--connect URL#token-file=PATH` (the `--join` syntax: header=, name= too)
@@ -23,21 +26,29 @@ import {
   type ApprovalPrompt,
   ApprovalsState,
   DecideResult,
+  RepoPolicyState,
   RevokeResult,
   RulesResult,
+  WaitForExitResult,
 } from '../protocol/approvals.js';
 import { parseJoinText } from '../protocol/fleet.js';
 import { escapeTerminalLines, escapeTerminalText, terminalJson } from '../protocol/terminalText.js';
 
 export const APPROVALS_USAGE = `usage:
   corral approvals list [--json]
-  corral approvals allow ID [--scope once|process|session|project]
-  corral approvals deny ID [--scope once|process|session|project]
+  corral approvals allow ID [--scope once|process|session|project] [--path-prefix /P]
+  corral approvals deny ID [--scope once|process|session|project] [--path-prefix /P]
   corral approvals rules [--json] [--workspace DIR]
   corral approvals revoke RULE
+  corral approvals wait ID
+  corral approvals repo DIR [--json]
+  corral approvals accept-repo DIR [--sha256 HASH]
 options:
   --connect URL#token-file=PATH   a server and a file holding its panel token (default: the local host's state file)
-  --scope                         how long the answer lasts (default: once; project stores a rule for the workspace)`;
+  --scope                         how long the answer lasts (default: once; project stores a rule for the workspace)
+  --path-prefix /P                with --scope project on plain HTTP: the path prefix the rule matches (default: the
+                                  request path's first segment)
+  --sha256 HASH                   accept-repo: the hash you read (repo shows it); default: the file as it is now`;
 
 /** A failure with its exit code: 2 for what the person typed (and unknown ids), 1 for the rest. */
 export class CliError extends Error {
@@ -82,9 +93,13 @@ interface Target {
   headers: Record<string, string>;
 }
 
+const SUBCOMMANDS = ['list', 'allow', 'deny', 'rules', 'revoke', 'wait', 'repo', 'accept-repo'] as const;
+
 interface Parsed {
-  sub: 'list' | 'allow' | 'deny' | 'rules' | 'revoke';
+  sub: (typeof SUBCOMMANDS)[number];
   id: string | null;
+  pathPrefix: string | null;
+  sha256: string | null;
   scope: Scope;
   json: boolean;
   workspace: string | null;
@@ -94,8 +109,8 @@ interface Parsed {
 /** The command line, checked; throws a CliError (exit 2) naming what is wrong. */
 export function parseApprovalsArgs(argv: string[]): Parsed {
   const [sub, ...rest] = argv;
-  if (sub === undefined) usage('approvals: a subcommand is required (list, allow, deny, rules, revoke)');
-  if (!['list', 'allow', 'deny', 'rules', 'revoke'].includes(sub!))
+  if (sub === undefined) usage(`approvals: a subcommand is required (${SUBCOMMANDS.join(', ')})`);
+  if (!(SUBCOMMANDS as readonly string[]).includes(sub!))
     usage(`approvals: unknown subcommand ${JSON.stringify(sub).slice(0, 80)}`);
   let values: Record<string, string | boolean | undefined>;
   let positionals: string[];
@@ -107,6 +122,8 @@ export function parseApprovalsArgs(argv: string[]): Parsed {
         scope: { type: 'string' },
         workspace: { type: 'string' },
         connect: { type: 'string' },
+        'path-prefix': { type: 'string' },
+        sha256: { type: 'string' },
       },
       strict: true,
       allowPositionals: true,
@@ -115,7 +132,32 @@ export function parseApprovalsArgs(argv: string[]): Parsed {
     usage(`approvals ${sub}: ${(e as Error).message.split('\n')[0]!.slice(0, 300)}`);
   }
   const s = sub as Parsed['sub'];
-  const takesId = s === 'allow' || s === 'deny' || s === 'revoke';
+  const takesId = s === 'allow' || s === 'deny' || s === 'revoke' || s === 'wait';
+  const takesDir = s === 'repo' || s === 'accept-repo';
+  if (takesDir) {
+    if (positionals!.length !== 1) usage(`approvals ${s}: DIR (one workspace directory) is required`);
+    const dir = positionals![0]!;
+    if (!dir.startsWith('/') || dir.length > 4096 || /[\u0000-\u001f]/.test(dir))
+      usage(`approvals ${s}: DIR must be an absolute path`);
+    const sha = (values!.sha256 as string | undefined) ?? null;
+    if (sha !== null && s !== 'accept-repo') usage(`approvals ${s}: --sha256 is for accept-repo`);
+    if (sha !== null && !/^[0-9a-f]{64}$/.test(sha))
+      usage(`approvals ${s}: --sha256 ${JSON.stringify(sha).slice(0, 80)}: expected a lower-case hex sha256`);
+    for (const o of ['scope', 'path-prefix', 'workspace'])
+      if (values![o] !== undefined) usage(`approvals ${s}: --${o} is not for ${s}`);
+    if (values!.json && s !== 'repo') usage(`approvals ${s}: --json is for list, rules and repo`);
+    return {
+      sub: s,
+      id: null,
+      pathPrefix: null,
+      sha256: sha,
+      scope: 'once',
+      json: values!.json === true,
+      workspace: dir,
+      connect: (values!.connect as string | undefined) ?? null,
+    };
+  }
+  if (values!.sha256 !== undefined) usage(`approvals ${s}: --sha256 is for accept-repo`);
   const what = s === 'revoke' ? 'RULE' : 'ID';
   if (takesId && positionals!.length === 0) usage(`approvals ${s}: ${what} is required`);
   if (positionals!.length > (takesId ? 1 : 0))
@@ -132,7 +174,13 @@ export function parseApprovalsArgs(argv: string[]): Parsed {
     usage(
       `approvals ${s}: --scope ${JSON.stringify(scope).slice(0, 80)}: expected once, process, session or project`,
     );
-  if (values!.json && s !== 'list' && s !== 'rules') usage(`approvals ${s}: --json is for list and rules`);
+  const pathPrefix = (values!['path-prefix'] as string | undefined) ?? null;
+  if (pathPrefix !== null && scope !== 'project')
+    usage(`approvals ${s}: --path-prefix is for allow and deny with --scope project`);
+  if (pathPrefix !== null && (!pathPrefix.startsWith('/') || pathPrefix.length > 1024))
+    usage(`approvals ${s}: --path-prefix must start with '/' (at most 1024 characters)`);
+  if (values!.json && s !== 'list' && s !== 'rules')
+    usage(`approvals ${s}: --json is for list, rules and repo`);
   if (values!.workspace !== undefined && s !== 'rules') usage(`approvals ${s}: --workspace is for rules`);
   const workspace = (values!.workspace as string | undefined) ?? null;
   if (workspace !== null && (!workspace.startsWith('/') || workspace.length > 4096))
@@ -140,6 +188,8 @@ export function parseApprovalsArgs(argv: string[]): Parsed {
   return {
     sub: s,
     id,
+    pathPrefix,
+    sha256: null,
     scope: scope as Scope,
     json: values!.json === true,
     workspace,
@@ -251,9 +301,10 @@ const text = (s: string | null | undefined) => escapeTerminalText(s ?? '');
 const ago = (ms: number) => `${Math.max(0, Math.round(ms / 1000))} s`;
 
 function printPrompt(p: ApprovalPrompt, now: number): string {
-  const target = `${p.protocol} ${text(p.host)}:${p.port}${p.method ? ` ${text(p.method)}` : ''}`;
+  const target = `${p.protocol} ${text(p.host)}:${p.port}${p.method ? ` ${text(p.method)}` : ''}${p.path ? ` ${text(p.path)}` : ''}`;
+  const until = p.waitingForExit ? 'until the process exits' : `expires in ${ago(p.expiresAt - now)}`;
   return [
-    `${text(p.server ? `${p.server}/` : '')}${text(p.id)}  ${target}  waiting ${p.waiting}  expires in ${ago(p.expiresAt - now)}`,
+    `${text(p.server ? `${p.server}/` : '')}${text(p.id)}  ${target}  waiting ${p.waiting}  ${until}`,
     `  process ${text(p.processId)} of session ${text(p.sessionId)} (${text(p.clientName)}): ${p.command.map(text).join(' ')}`,
     `  cwd ${text(p.cwd)}  workspace ${p.workspace ? text(p.workspace) : '(none: project answers refused)'}`,
   ].join('\n');
@@ -274,7 +325,8 @@ export async function approvalsCommand(argv: string[], out: (s: string) => void)
     case 'allow':
     case 'deny': {
       const decision = (a.sub === 'allow' ? ALLOW : DENY)[a.scope];
-      const r = await call(t, 'approvals/decide', { id: a.id, decision }, DecideResult);
+      const params = { id: a.id, decision, ...(a.pathPrefix ? { pathPrefix: a.pathPrefix } : {}) };
+      const r = await call(t, 'approvals/decide', params, DecideResult);
       out(`${decision}: released ${r.released} held request${r.released === 1 ? '' : 's'}\n`);
       return 0;
     }
@@ -287,7 +339,7 @@ export async function approvalsCommand(argv: string[], out: (s: string) => void)
       const lines = [`project rules: ${r.store ? text(r.store) : `off (${text(r.problem)})`}`];
       for (const x of r.rules)
         lines.push(
-          `${text(x.id)}  ${x.decision} ${x.protocol} ${text(x.host)}:${x.port}${x.method ? ` ${text(x.method)}` : ''}  ` +
+          `${text(x.id)}  ${x.decision} ${x.protocol} ${text(x.host)}:${x.port}${x.method ? ` ${text(x.method)}` : ''}${x.pathPrefix ? ` ${text(x.pathPrefix)}` : ''}  ` +
             `workspace ${text(x.workspace)}  by ${x.origin} ${new Date(x.createdAt).toISOString()}  ` +
             `hits ${x.hits}${x.lastHitAt ? ` (last ${new Date(x.lastHitAt).toISOString()})` : ''}${x.enabled ? '' : '  disabled'}`,
         );
@@ -296,6 +348,41 @@ export async function approvalsCommand(argv: string[], out: (s: string) => void)
           `${text(d.id)}  ${d.decision} ${d.protocol} ${text(d.host)}:${d.port}  ${d.scope} ${text(d.sessionId)}` +
             `${d.processId ? `/${text(d.processId)}` : ''}  (until the ${d.scope} ends)`,
         );
+      out(`${lines.join('\n')}\n`);
+      return 0;
+    }
+    case 'wait': {
+      const r = await call(t, 'approvals/waitForExit', { id: a.id }, WaitForExitResult);
+      out(
+        `waiting until the process exits: ${r.waiting} held request${r.waiting === 1 ? '' : 's'} (its exit denies them)\n`,
+      );
+      return 0;
+    }
+    case 'repo':
+    case 'accept-repo': {
+      let r = await call(t, 'approvals/repoPolicy', { workspace: a.workspace }, RepoPolicyState);
+      if (a.sub === 'accept-repo') {
+        if (!r.sha256)
+          throw new CliError(`approvals accept-repo: ${r.problem ?? 'no .corral/network.json to accept'}`, 2);
+        const sha256 = a.sha256 ?? r.sha256;
+        r = await call(t, 'approvals/repoAccept', { workspace: a.workspace, sha256 }, RepoPolicyState);
+        out(`accepted ${text(r.file)} (sha256 ${text(r.sha256)}): it narrows only, as before\n`);
+        return 0;
+      }
+      if (a.json) {
+        out(`${terminalJson(r, 2)}\n`);
+        return 0;
+      }
+      const lines = [
+        `${text(r.file ?? `${a.workspace}/.corral/network.json`)}: ${r.status}${r.acceptance ? `, ${r.acceptance}` : ''}${r.sha256 ? `  sha256 ${r.sha256}` : ''}`,
+        `  ${r.endpoints} endpoint${r.endpoints === 1 ? '' : 's'} declared (it can only narrow)`,
+      ];
+      if (r.acceptedSha256)
+        lines.push(
+          `  last accepted ${r.acceptedSha256} at ${new Date(r.acceptedAt ?? 0).toISOString()} by ${text(r.acceptedBy)}`,
+        );
+      if (r.problem) lines.push(`  problem: ${text(r.problem)}`);
+      for (const i of r.ignored) lines.push(`  ignored: ${text(i)}`);
       out(`${lines.join('\n')}\n`);
       return 0;
     }

@@ -30,6 +30,11 @@ export interface AdmissionRequest {
   port: number;
   /** The HTTP method (`CONNECT` for a tunnel); null for SOCKS. */
   method: string | null;
+  /**
+   * Plain HTTP (`http`): the origin-form path and query as sent, for the decider's endpoint rules (issue 36, item 7);
+   * absent where the path is not visible (a tunnel, SOCKS).
+   */
+  path?: string | null;
   /** `ip:port` of the client, or null. */
   client: string | null;
 }
@@ -115,6 +120,7 @@ export async function admit(policy: AdmissionPolicy, r: AdmissionRequest): Promi
     protocol: r.protocol,
     client: r.client,
     method: r.method,
+    path: r.protocol === 'http' ? (r.path ?? null) : null,
   });
   if (!d.allowed) return { ...d, scope: 'domain' };
   if (limited) return modeGuard(d.host, limited.reason, d);

@@ -205,6 +205,7 @@ class ClientConn implements RelayClient {
       host: head.host,
       port: head.port,
       method: head.method,
+      path: head.path,
       client: clientAddr(this.socket),
     };
     const a = await admitAndRecord(this.deps, r);

@@ -32,6 +32,8 @@ export interface DeciderRequest {
   port: number;
   client_addr: string | null;
   method: string | null;
+  /** Plain HTTP: the request target's origin-form path and query as sent (the decider normalises it); else absent. */
+  path?: string | null;
   command?: string;
   exec_policy_hint?: string;
 }
@@ -203,7 +205,7 @@ export class PolicyEngine {
   async evaluate(
     host: string,
     port: number,
-    ctx: { protocol: PolicyProtocol; client: string | null; method: string | null },
+    ctx: { protocol: PolicyProtocol; client: string | null; method: string | null; path?: string | null },
   ): Promise<HostDecision> {
     const block = (
       reason: string,
@@ -236,6 +238,7 @@ export class PolicyEngine {
             port,
             client_addr: ctx.client,
             method: ctx.method,
+            ...(ctx.path != null ? { path: ctx.path } : {}),
           }),
         );
       } catch {

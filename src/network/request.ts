@@ -50,6 +50,7 @@ export async function onRequest(
     host: t.host,
     port: t.port,
     method: req.method ?? 'GET',
+    path: t.target.path,
     client: clientAddr(req.socket),
   };
   const a = await admitAndRecord(ctx, r);
@@ -119,6 +120,7 @@ export async function onOddMethod(
     host: t.host,
     port: t.port,
     method,
+    path: t.target.path,
     client: clientAddr(socket as Partial<import('node:net').Socket>),
   };
   const a = await admitAndRecord(ctx, r, 'refusals');

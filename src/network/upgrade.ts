@@ -66,6 +66,7 @@ async function tcpUpstream(ctx: HttpContext, req: IncomingMessage, socket: Duple
     host: t.host,
     port: t.port,
     method,
+    path: t.target.path,
     client: clientAddr(req.socket),
   };
   const a = await admitAndRecord(ctx, r);

@@ -64,6 +64,17 @@ export const ApprovalPrompt = z.object({
   protocol: ApprovalProtocol,
   /** The first held request's method (`GET`, `CONNECT`, …); null for SOCKS. */
   method: z.string().nullable(),
+  /**
+   * Plain HTTP: the first held request's path, normalised (`normalizeRequestPath`: no query, `.`/`..` resolved,
+   * percent-decoded); null where the path is not visible (CONNECT, SOCKS) or could not be read safely (an encoded
+   * slash, a `..` above the root, a control character, …: then no project answer is offered).
+   */
+  path: z.string().nullish(),
+  /**
+   * Set once a person chose "wait until the process exits" (`approvals/waitForExit`): no countdown (`expiresAt` no
+   * longer applies), the requests wait; the process's exit denies them; nothing is stored.
+   */
+  waitingForExit: z.boolean().nullish(),
   /** How many requests are held on this prompt right now. */
   waiting: z.number(),
   /** Epoch ms. */
@@ -159,10 +170,19 @@ export type ApprovalsSubscribeResult = z.infer<typeof ApprovalsSubscribeResult>;
 /** `server`: on a fleet host, the server whose prompt or decision it is (the host forwards the call there). */
 const ServerRef = z.string().nullish();
 
+/** The longest path prefix a rule, a proposal or a repository entry may name. */
+export const MAX_PATH_PREFIX = 1024;
+const PathPrefixParam = z.string().min(1).max(MAX_PATH_PREFIX);
+
 export const DecideParams = z.object({
   server: ServerRef,
   id: z.string().min(1),
   decision: ApprovalDecision,
+  /**
+   * For `allowProject` / `denyProject` on a plain-HTTP prompt: the path prefix the rule matches (on segment
+   * boundaries), which must contain the prompt's path; absent: the path's first segment (`/api` for `/api/v1/x`).
+   */
+  pathPrefix: PathPrefixParam.nullish(),
 });
 export type DecideParams = z.infer<typeof DecideParams>;
 export const DecideResult = z.object({
@@ -228,6 +248,12 @@ export const ApprovalRule = z.object({
   port: z.number(),
   /** Set for plain HTTP (`GET`, `POST`, …): the rule matches that method only. */
   method: z.string().nullable(),
+  /**
+   * Set for plain HTTP: the rule matches only a request whose normalised path is this prefix or below it, on segment
+   * boundaries (`/api` matches `/api` and `/api/x`, never `/apix`); an allow never matches a path that cannot be read
+   * safely, a deny always does.
+   */
+  pathPrefix: z.string().max(MAX_PATH_PREFIX).nullish(),
   origin: ApprovalRuleOrigin,
   /** Who answered the prompt it came from. */
   createdBy: ApprovalDecidedBy,
@@ -286,6 +312,8 @@ export const LearnedEndpoint = z.object({
   host: z.string().max(255),
   port: z.number().int().min(0).max(65535),
   method: z.string().max(32).nullable(),
+  /** Plain HTTP: the first segment of the normalised path (`/api`), or `/`; absent where the path is not visible. */
+  pathPrefix: z.string().max(MAX_PATH_PREFIX).nullish(),
 });
 export type LearnedEndpoint = z.infer<typeof LearnedEndpoint>;
 
@@ -340,6 +368,13 @@ export const LearnEndParams = z.object({
   accept: z.array(LearnedEndpoint).max(MAX_LEARNED_ENDPOINTS).nullish(),
 });
 export const LearnEndResult = z.object({ rules: z.array(ApprovalRule) });
+/** The learning sessions after a change (one started, ended, or a new endpoint seen, or its bound reached). */
+export const LearningChangedNotification = z.object({ server: ServerTag, learning: z.array(LearningState) });
+export type LearningChangedNotification = z.infer<typeof LearningChangedNotification>;
+
+/** "Wait until the process exits": the prompt's countdown stops; the process's exit denies what is held. */
+export const WaitForExitParams = z.object({ server: ServerRef, id: z.string().min(1).max(200) });
+export const WaitForExitResult = z.object({ waiting: z.number() });
 
 /** A workspace's `.corral/network.json` as the server read it: it can only narrow (see repoPolicy.ts). */
 export const RepoPolicyState = z.object({
@@ -352,9 +387,32 @@ export const RepoPolicyState = z.object({
   /** What was ignored, and why (each an entry or key that would widen, or could not be read). */
   ignored: z.array(z.string()),
   problem: z.string().nullable(),
+  /**
+   * Against what the user last accepted (`approvals/repoAccept`, by sha256): `new` (never accepted), `changed` (its
+   * hash is not the accepted one), `accepted`. Null without a file. Whatever it says, the file only narrows.
+   */
+  acceptance: z.enum(['new', 'changed', 'accepted']).nullish(),
+  /** The sha256 last accepted for this workspace, when, and by whom (the credential's name). */
+  acceptedSha256: z.string().nullish(),
+  acceptedAt: z.number().nullish(),
+  acceptedBy: z.string().nullish(),
 });
 export type RepoPolicyState = z.infer<typeof RepoPolicyState>;
 export const RepoPolicyParams = z.object({ server: ServerRef, workspace: z.string().min(1).max(4096) });
+/** Accepts a workspace's file as it is now: `sha256` must be the hash the person saw (a changed file is refused). */
+export const RepoAcceptParams = z.object({
+  server: ServerRef,
+  workspace: z.string().min(1).max(4096),
+  sha256: z.string().regex(/^[0-9a-f]{64}$/, 'expected a lower-case hex sha256'),
+});
+/** A workspace's acceptance of its file, as stored beside the project rules. */
+export const RepoAcceptance = z.object({
+  workspace: z.string(),
+  sha256: z.string(),
+  acceptedAt: z.number(),
+  acceptedBy: z.string(),
+});
+export type RepoAcceptance = z.infer<typeof RepoAcceptance>;
 
 /** The whole list of project rules (of `server`, on a fleet host), after any change. */
 export const ApprovalRulesNotification = z.object({ server: ServerTag, rules: z.array(ApprovalRule) });

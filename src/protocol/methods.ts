@@ -300,6 +300,20 @@ export const METHODS = {
     approvals.RepoPolicyState,
     "A workspace's `.corral/network.json` as read: what it declares (it can only narrow) and what was ignored as widening.",
   ),
+  'approvals/waitForExit': method(
+    'panel',
+    approvals.WaitForExitParams,
+    'ApprovalWaitForExitParams',
+    approvals.WaitForExitResult,
+    "Wait until the process exits: the prompt's countdown stops, its requests wait; the process's exit denies them (nothing stored).",
+  ),
+  'approvals/repoAccept': method(
+    'panel',
+    approvals.RepoAcceptParams,
+    'ApprovalRepoAcceptParams',
+    approvals.RepoPolicyState,
+    "Accepts a workspace's `.corral/network.json` as it is now (by its sha256): stored beside the project rules; a later change shows as `changed`.",
+  ),
   'approvals/rules': method(
     'panel',
     approvals.RulesParams,
@@ -456,6 +470,11 @@ export const NOTIFICATIONS = {
     'panel',
     approvals.ApprovalRulesNotification,
     'The project rules changed (one made or revoked).',
+  ),
+  'approvals/learningChanged': notification(
+    'panel',
+    approvals.LearningChangedNotification,
+    'The learning sessions changed (one started or ended, a new endpoint seen, or its bound reached).',
   ),
 } as const satisfies Record<string, NotificationSpec>;
 

@@ -147,6 +147,11 @@ export class ExecServer implements Dispatcher, MethodRegistry, ProcessHost {
     registerApprovalMethods(this, this.approvals);
   }
 
+  /** process/start's result: learning mode on for the process's workspace (the approval broker's). */
+  startWarnings(sessionId: string, processId: string): readonly string[] {
+    return this.approvals.startWarnings(sessionId, processId);
+  }
+
   /** The bus the launcher's managed proxies report their policy decisions on (the audit trail's AuditSource). */
   get networkEvents(): NetworkEvents {
     return this.launcher.networkEvents;

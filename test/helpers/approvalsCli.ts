@@ -6,12 +6,15 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
+import { after, before } from 'node:test';
 import { type Host, startHost } from '../../src/app/host.js';
 import { localStatePath } from '../../src/app/localState.js';
-import { loopbackOnlyDialer, stubResolver } from '../integration/network-helpers.js';
+import type { ApprovalPrompt, ApprovalsState } from '../../src/protocol/approvals.js';
+import { loopbackOnlyDialer, startOrigin, stubResolver } from '../integration/network-helpers.js';
 import { ROOT } from './cli.js';
-import type { RpcClient } from './client.js';
+import { RpcClient } from './client.js';
 import { shellStart } from './registry-contract.js';
+import { tempDir } from './server.js';
 
 export interface CliRun {
   code: number | null;
@@ -97,4 +100,38 @@ export async function closeApprovalsRig(rig: {
   await rig.origin?.close();
   rig.tmp.cleanup();
   assert.deepEqual(rig.offMachine, [], 'no dial may ever leave the machine');
+}
+
+/**
+ * The rig of an approvals suite, set up before its tests and closed after them: a temp dir, an origin on loopback, a
+ * host keeping rules in `rulesFile` and its state file under `stateHome`; `open` a client with a token, `pendingOf`
+ * the prompts of one process.
+ */
+export function approvalsRig(prefix: string) {
+  const tmp = tempDir(prefix);
+  const rig = {
+    tmp,
+    stateHome: join(tmp.path, 'state'),
+    rulesFile: join(tmp.path, 'rules', 'approval-rules.db'),
+    offMachine: [] as string[],
+    clients: [] as RpcClient[],
+    origin: undefined as unknown as Awaited<ReturnType<typeof startOrigin>>,
+    host: undefined as unknown as Host,
+    async open(token: string, name: string): Promise<RpcClient> {
+      const c = await RpcClient.open(`${rig.host.listener.url}/?token=${encodeURIComponent(token)}`, name);
+      rig.clients.push(c);
+      return c;
+    },
+    async pendingOf(panel: RpcClient, processId: string): Promise<ApprovalPrompt[]> {
+      return (await panel.request<ApprovalsState>('approvals/list', {})).pending.filter(
+        (p) => p.processId === processId,
+      );
+    },
+  };
+  before(async () => {
+    rig.origin = await startOrigin();
+    rig.host = await startRulesHost(rig.stateHome, rig.rulesFile, rig.offMachine);
+  });
+  after(() => closeApprovalsRig(rig));
+  return rig;
 }

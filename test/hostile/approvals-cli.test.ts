@@ -334,13 +334,25 @@ describe('corral approvals: hostile input', { skip }, () => {
     await agent.collect('bounded', 30_000);
     assert.match(agent.output('bounded', 'stdout'), /one=200/);
     assert.match(agent.output('bounded', 'stdout'), /two=403/);
-    const seen = { protocol: 'http', host: '127.0.0.1', port: origin.port, method: 'GET' };
-    // Widening attempts: another port, another method, a '*' host, no method, too many entries — all refused.
+    const seen = {
+      protocol: 'http',
+      host: '127.0.0.1',
+      port: origin.port,
+      method: 'GET',
+      pathPrefix: '/one',
+    };
+    // Widening attempts: another port, another method, a '*' host, no method, no or a wider path prefix, a prefix
+    // spelled to pass for another — all refused.
     for (const accept of [
       [{ ...seen, port: origin.port + 1 }],
       [{ ...seen, method: 'POST' }],
       [{ ...seen, host: '*' }],
       [{ ...seen, method: null }],
+      [{ ...seen, pathPrefix: null }],
+      [{ ...seen, pathPrefix: '/' }],
+      [{ ...seen, pathPrefix: '/on' }],
+      [{ ...seen, pathPrefix: '/one/../two' }],
+      [{ ...seen, pathPrefix: '/one%2F..' }],
     ]) {
       const e = await err(panel, 'approvals/learnEnd', { workspace: work, accept });
       assert.equal(e.code, -32600);

@@ -106,7 +106,8 @@ describe('approvals v2: grouped prompts, project rules, the CLI', { skip }, () =
 
   test('a project rule made from the CLI applies after a restart in the same workspace, not another; revoke brings the prompt back', async () => {
     let agent = await open(host, host.tokens.agent, 'agent-1');
-    await start(agent, 'first', curl('first', '127.0.0.1', '/first'), join(wsA, 'src'));
+    // A project rule matches the prompt's path's first segment (issue 36, item 7): /v1 here.
+    await start(agent, 'first', curl('first', '127.0.0.1', '/v1/first'), join(wsA, 'src'));
     let panel = await open(host, host.tokens.panel, 'panel');
     await until(async () => (await pendingOf(panel, 'first')).length === 1, 30_000, 'the prompt');
     // The CLI sees it (from the state file), and answers it for the project.
@@ -143,7 +144,7 @@ describe('approvals v2: grouped prompts, project rules, the CLI', { skip }, () =
     await panel.request('approvals/subscribe', {});
 
     // Same workspace (another directory in it): no prompt, allowed.
-    await start(agent, 'again', curl('again', '127.0.0.1', '/again'), wsA);
+    await start(agent, 'again', curl('again', '127.0.0.1', '/v1/again'), wsA);
     await agent.collect('again', 30_000);
     assert.match(agent.output('again', 'stdout'), /again=200/);
     assert.equal(panel.notifications.filter((n) => n.method === 'approvals/requested').length, 0);
@@ -173,6 +174,7 @@ describe('approvals v2: grouped prompts, project rules, the CLI', { skip }, () =
         host: rule.host,
         port: rule.port,
         method: rule.method,
+        pathPrefix: rule.pathPrefix,
         origin: rule.origin,
         enabled: rule.enabled,
         hits: rule.hits,
@@ -184,6 +186,7 @@ describe('approvals v2: grouped prompts, project rules, the CLI', { skip }, () =
         host: '127.0.0.1',
         port: origin.port,
         method: 'GET',
+        pathPrefix: '/v1',
         origin: 'cli',
         enabled: true,
         hits: 1,
@@ -194,7 +197,7 @@ describe('approvals v2: grouped prompts, project rules, the CLI', { skip }, () =
     // Revoked from the CLI: the prompt is back in that workspace.
     const revoked = await runApprovalsCli(['revoke', rule.id], stateHome);
     assert.equal(revoked.code, 0, revoked.stderr);
-    await start(agent, 'after', curl('after', '127.0.0.1', '/after'), wsA);
+    await start(agent, 'after', curl('after', '127.0.0.1', '/v1/after'), wsA);
     await until(async () => (await pendingOf(panel, 'after')).length === 1, 30_000, 'the prompt is back');
     const [back] = await pendingOf(panel, 'after');
     await panel.request('approvals/decide', { id: back!.id, decision: 'denyOnce' });
@@ -215,7 +218,7 @@ describe('approvals v2: grouped prompts, project rules, the CLI', { skip }, () =
     assert.equal(started.learning.active, true);
     assert.equal(started.learning.workspace, realpathSync(learn));
     const hosts = ['127.0.0.2', '127.0.0.3', '127.0.0.4'];
-    const script = Array.from({ length: 20 }, (_, i) => curl(`l${i}`, hosts[i % 3]!, `/l${i}`)).join('; ');
+    const script = Array.from({ length: 20 }, (_, i) => curl(`l${i}`, hosts[i % 3]!, `/l/${i}`)).join('; ');
     await start(agent, 'learning', script, learn);
     await agent.collect('learning', 60_000);
     assert.equal(
@@ -227,11 +230,15 @@ describe('approvals v2: grouped prompts, project rules, the CLI', { skip }, () =
       await panel.request<{ learning: LearningState[] }>('approvals/learning', { workspace: learn })
     ).learning;
     assert.equal(state!.requests, 20);
-    assert.deepEqual(state!.proposal.map((e) => [e.protocol, e.host, e.port, e.method, e.hits]).sort(), [
-      ['http', '127.0.0.2', origin.port, 'GET', 7],
-      ['http', '127.0.0.3', origin.port, 'GET', 7],
-      ['http', '127.0.0.4', origin.port, 'GET', 6],
-    ]);
+    // Each with its path prefix (the first segment), issue 36 item 7.
+    assert.deepEqual(
+      state!.proposal.map((e) => [e.protocol, e.host, e.port, e.method, e.pathPrefix, e.hits]).sort(),
+      [
+        ['http', '127.0.0.2', origin.port, 'GET', '/l', 7],
+        ['http', '127.0.0.3', origin.port, 'GET', '/l', 7],
+        ['http', '127.0.0.4', origin.port, 'GET', '/l', 6],
+      ],
+    );
     const accepted = await panel.request<{ rules: ApprovalRule[] }>('approvals/learnEnd', {
       workspace: learn,
       accept: state!.proposal.map(({ hits: _h, ...e }) => e),

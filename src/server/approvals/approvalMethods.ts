@@ -17,7 +17,15 @@ export function registerApprovalMethods(registry: MethodRegistry, broker: Approv
   registry.handle('approvals/list', () => broker.state());
   registry.handle('approvals/decide', (p, { state }) => {
     own(p.server);
-    return broker.applyDecision(p.id, p.decision, panelAnswerer(state));
+    return broker.applyDecision(p.id, p.decision, panelAnswerer(state), p.pathPrefix ?? null);
+  });
+  registry.handle('approvals/waitForExit', (p) => {
+    own(p.server);
+    return broker.waitForExit(p.id);
+  });
+  registry.handle('approvals/repoAccept', (p, { state }) => {
+    own(p.server);
+    return broker.acceptRepoPolicy(p.workspace, p.sha256, panelAnswerer(state));
   });
   registry.handle('approvals/revoke', (p) => {
     own(p.server);

@@ -58,6 +58,7 @@ import {
   type LearnedEndpoint,
   type LearningState,
   MAX_HELD_PROMPT_MS,
+  MAX_PATH_PREFIX,
   type RememberedDecision,
   type RepoPolicyState,
   type RevokeResult,
@@ -73,8 +74,16 @@ import { PromptCaps, type PromptLimits } from './approvalCaps.js';
 import { askSessionClient } from './approvalClient.js';
 import { RememberedDecisions } from './approvalDecisions.js';
 import { ApprovalFeed } from './approvalFeed.js';
+import { firstSegment, normalizePathPrefix, normalizeRequestPath, pathWithin } from './endpointPath.js';
 import { LearningSessions } from './learning.js';
-import { type ProjectRuleStore, ProjectRules, ruleMethod, workspaceOf } from './projectRules.js';
+import {
+  type ProjectRuleStore,
+  ProjectRules,
+  type RuleTarget,
+  ruleAnswers,
+  ruleMethod,
+  workspaceOf,
+} from './projectRules.js';
 import { type RepoPolicy, readRepoPolicy, repoAllows } from './repoPolicy.js';
 
 export const DEFAULT_APPROVAL_TIMEOUT_MS = 30_000;
@@ -266,15 +275,12 @@ export class ApprovalBroker {
     const asking = this.asking.get(k);
     const known = this.decisions.find(sessionId, processId, protocol, req.host, req.port);
     if (known?.decision === 'deny') return Promise.resolve(rememberedVerdict(known));
+    // What rules, the repository's file and learning see: plain HTTP's path normalised once, here.
+    const t: RuleTarget = { protocol, host: req.host, port: req.port, method: req.method };
+    if (protocol === 'http') t.path = normalizeRequestPath(req.path);
     // Not among the endpoints the repository declares: blocked before any rule, learning or prompt.
-    if (
-      asking?.repo &&
-      !repoAllows(asking.repo, { protocol, host: req.host, port: req.port, method: req.method })
-    )
-      return Promise.resolve(REPOSITORY_REFUSAL);
-    const rule = asking?.workspace
-      ? this.rules.find(asking.workspace, { protocol, host: req.host, port: req.port, method: req.method })
-      : undefined;
+    if (asking?.repo && !repoAllows(asking.repo, t)) return Promise.resolve(REPOSITORY_REFUSAL);
+    const rule = asking?.workspace ? this.rules.find(asking.workspace, t) : undefined;
     if (rule) {
       this.rules.hit(rule, this.clock.now());
       const r = receiptOf(rule.id, 'project');
@@ -285,16 +291,11 @@ export class ApprovalBroker {
     // Not (or no longer) a live asking process: fail closed.
     if (!asking || !proc || proc.exitCode !== null) return Promise.resolve(NOT_ASKING);
     // Learning mode for this workspace: allowed and recorded, while it has time and room.
-    if (
-      asking.workspace &&
-      this.learning.size > 0 &&
-      this.learning.record(
-        asking.workspace,
-        { protocol, host: req.host, port: req.port, method: req.method },
-        this.clock.now(),
-      )
-    )
-      return Promise.resolve(LEARNED);
+    if (asking.workspace && this.learning.size > 0) {
+      const recorded = this.learning.record(asking.workspace, t, this.clock.now());
+      if (recorded === 'changed') this.broadcastLearning();
+      if (recorded !== 'no') return Promise.resolve(LEARNED);
+    }
     const key = `${k}\u0000${target(protocol, req.host, req.port)}`;
     let p = this.pending.get(key);
     if (p && p.waiters.length >= MAX_WAITERS_PER_PROMPT) return Promise.resolve(WAITERS_FULL);
@@ -334,6 +335,7 @@ export class ApprovalBroker {
         port: req.port,
         protocol,
         method: req.method,
+        ...(protocol === 'http' ? { path: t.path ?? null } : {}),
         waiting: 0,
         requestedAt: now,
         expiresAt: now + timeoutMs,
@@ -403,11 +405,14 @@ export class ApprovalBroker {
             ? 'harness'
             : 'panel';
     const receipt = receiptOf(decisionId ?? outcome, origin, p.prompt.id);
-    const answer = outcome.startsWith('deny')
-      ? denied(receipt)
-      : outcome === 'timeout' || outcome === 'cancelled'
-        ? unanswered(receipt)
-        : allow(receipt);
+    // A prompt told to wait until its process exits is denied by that exit (or anything else that cancels it).
+    const waitedOut = outcome === 'cancelled' && p.prompt.waitingForExit === true;
+    const answer =
+      outcome.startsWith('deny') || waitedOut
+        ? denied(waitedOut ? receiptOf('wait_for_exit', 'broker', p.prompt.id) : receipt)
+        : outcome === 'timeout' || outcome === 'cancelled'
+          ? unanswered(receipt)
+          : allow(receipt);
     const released = p.waiters.length;
     for (const w of p.waiters) w.resolve(answer);
     p.waiters.length = 0;
@@ -433,6 +438,8 @@ export class ApprovalBroker {
   hold(id: string, holding: boolean, conn: RpcConnection): HoldResult {
     const p = this.pendingById.get(id);
     if (!p) throw invalidRequest(`unknown or already resolved approval id ${id}`);
+    // Waiting for its process's exit: there is no countdown to pause.
+    if (p.prompt.waitingForExit) return { expiresAt: p.prompt.expiresAt, pausedLeftMs: null };
     for (const c of p.holders) if (c.closed) p.holders.delete(c);
     const was = p.holders.size > 0;
     if (holding) p.holders.add(conn);
@@ -456,18 +463,38 @@ export class ApprovalBroker {
     return { expiresAt: p.prompt.expiresAt, pausedLeftMs: p.prompt.pausedLeftMs ?? null };
   }
 
+  /**
+   * "Wait until the process exits": the prompt's countdown stops (no timer, no hold bound), its requests (and later
+   * ones of the same target) wait; the process's exit denies them. Nothing is stored; it can still be answered.
+   */
+  waitForExit(id: string): { waiting: number } {
+    const p = this.pendingById.get(id);
+    if (!p) throw invalidRequest(`unknown or already resolved approval id ${id}`);
+    if (!p.prompt.waitingForExit) {
+      this.clock.clearTimeout(p.timer);
+      p.holders.clear();
+      p.prompt.waitingForExit = true;
+      p.prompt.pausedLeftMs = null;
+      this.feed.broadcast('approvals/requested', { prompt: { ...p.prompt } });
+    }
+    return { waiting: p.waiters.length };
+  }
+
   /** Applies a decision to a pending prompt (and, when remembered, to every other prompt it covers). */
   applyDecision(
     id: string,
     decision: ApprovalDecision,
     decidedBy: ApprovalDecidedBy | null = null,
+    pathPrefix: string | null = null,
   ): DecideResult {
     const p = this.pendingById.get(id);
     if (!p) throw invalidRequest(`unknown or already resolved approval id ${id}`);
+    if (pathPrefix !== null && decision !== 'allowProject' && decision !== 'denyProject')
+      throw invalidRequest(`pathPrefix: only a project answer (allowProject, denyProject) stores one`);
     if (decision === 'allowOnce' || decision === 'denyOnce')
       return { released: this.finish(p, decision, null, null, decidedBy) };
     if (decision === 'allowProject' || decision === 'denyProject')
-      return this.storeProjectRule(p, decision, decidedBy);
+      return this.storeProjectRule(p, decision, decidedBy, pathPrefix);
     const { sessionId, processId, protocol, host, port } = p.prompt;
     const scope = decision === 'allowProcess' || decision === 'denyProcess' ? 'process' : 'session';
     const remembered: RememberedDecision = {
@@ -504,12 +531,14 @@ export class ApprovalBroker {
     p: Pending,
     decision: 'allowProject' | 'denyProject',
     decidedBy: ApprovalDecidedBy | null,
+    givenPrefix: string | null,
   ): DecideResult {
     const { workspace, protocol, host, port } = p.prompt;
     if (!workspace)
       throw invalidRequest(
         `approval ${p.prompt.id}: its process has no workspace (no cwd that resolves): a project rule needs one`,
       );
+    const pathPrefix = this.rulePathPrefix(p.prompt, givenPrefix);
     const why = this.rules.refusal();
     if (why) throw invalidRequest(`approval ${p.prompt.id}: ${why}`);
     const by = decidedBy ?? { kind: 'panel' as const, credential: 'unknown', clientName: null };
@@ -521,6 +550,7 @@ export class ApprovalBroker {
       host,
       port,
       method: ruleMethod(protocol, p.prompt.method),
+      ...(pathPrefix === null ? {} : { pathPrefix }),
       origin: by.clientName === APPROVALS_CLI_CLIENT_NAME ? 'cli' : 'panel',
       createdBy: by,
       createdAt: this.clock.now(),
@@ -543,11 +573,47 @@ export class ApprovalBroker {
       const o = other.prompt;
       if (o.workspace !== workspace || o.protocol !== protocol || o.host !== host || o.port !== port)
         continue;
-      if (rule.method !== null && ruleMethod(o.protocol, o.method) !== rule.method) continue;
+      if (!ruleAnswers(rule, { ...o, path: o.path ?? null })) continue;
       released += this.finish(other, decision, rule.id, null, decidedBy);
     }
     this.broadcastRules();
     return { released };
+  }
+
+  /**
+   * The path prefix of a project rule made from a prompt: none where the path is not visible; for plain HTTP the
+   * one given (normalised, and it must hold the prompt's path: a rule never covers less than what was asked about
+   * while naming something else), else the path's first segment. An unreadable path gets no project rule.
+   */
+  private rulePathPrefix(prompt: ApprovalPrompt, given: string | null): string | null {
+    if (prompt.protocol !== 'http') {
+      if (given !== null)
+        throw invalidRequest(`pathPrefix: the path of a ${prompt.protocol} request is not visible`);
+      return null;
+    }
+    const path = prompt.path ?? null;
+    if (path === null)
+      throw invalidRequest(
+        `approval ${prompt.id}: its request's path could not be read safely (an encoded slash, '..' above the root, …): answer once, for the process or for the session`,
+      );
+    if (given === null) {
+      const first = firstSegment(path);
+      if (first.length > MAX_PATH_PREFIX)
+        throw invalidRequest(
+          `approval ${prompt.id}: the first segment of its path is longer than ${MAX_PATH_PREFIX} characters: give pathPrefix, or answer once, for the process or for the session`,
+        );
+      return first;
+    }
+    const prefix = normalizePathPrefix(given);
+    if (prefix === null)
+      throw invalidRequest(
+        `pathPrefix: ${JSON.stringify(given.slice(0, 200))} is not a plain path (it must start with '/', no query, no encoded slash, no '..' above the root)`,
+      );
+    if (!pathWithin(path, prefix))
+      throw invalidRequest(
+        `pathPrefix: ${JSON.stringify(prefix.slice(0, 200))} does not hold the request's path ${JSON.stringify(path.slice(0, 200))}`,
+      );
+    return prefix;
   }
 
   revoke(id: string): RevokeResult {
@@ -620,14 +686,28 @@ export class ApprovalBroker {
   }
 
   learn(workspace: string, durationMs: number, maxRequests: number): { learning: LearningState } {
-    return {
-      learning: this.learning.start(
-        this.workspaceParam(workspace),
-        this.clock.now(),
-        durationMs,
-        maxRequests,
-      ),
-    };
+    const learning = this.learning.start(
+      this.workspaceParam(workspace),
+      this.clock.now(),
+      durationMs,
+      maxRequests,
+    );
+    this.broadcastLearning();
+    return { learning };
+  }
+
+  /**
+   * What `process/start`'s result says about approvals for this process (its `warnings`): learning mode on for its
+   * workspace. One map read for a process that does not ask for approvals.
+   */
+  startWarnings(sessionId: string, processId: string): string[] {
+    if (this.learning.size === 0) return [];
+    const workspace = this.asking.get(procKey(sessionId, processId))?.workspace;
+    const s = workspace ? this.learning.activeFor(workspace, this.clock.now()) : null;
+    if (!s) return [];
+    return [
+      `learning mode is on for ${s.workspace} until ${new Date(s.endsAt).toISOString()} or ${s.maxRequests - s.requests} more requests: this command's allowlist misses are allowed and recorded, not asked`,
+    ];
   }
 
   learningState(workspace?: string | null): { learning: LearningState[] } {
@@ -654,6 +734,7 @@ export class ApprovalBroker {
       throw invalidRequest(`accept: ${(e as Error).message}`);
     }
     if (!seen) throw invalidRequest(`workspace ${workspace} is not learning`);
+    this.broadcastLearning();
     const by = decidedBy ?? { kind: 'panel' as const, credential: 'unknown', clientName: null };
     const made: ApprovalRule[] = [];
     for (const e of seen) {
@@ -665,6 +746,7 @@ export class ApprovalBroker {
         host: e.host,
         port: e.port,
         method: e.method,
+        ...(e.pathPrefix == null ? {} : { pathPrefix: e.pathPrefix }),
         origin: by.clientName === APPROVALS_CLI_CLIENT_NAME ? 'cli' : 'panel',
         createdBy: by,
         createdAt: this.clock.now(),
@@ -685,9 +767,46 @@ export class ApprovalBroker {
     return { rules: made };
   }
 
-  /** A workspace's `.corral/network.json` as the server reads it. */
-  repoPolicy(workspace: string): RepoPolicyState {
-    return readRepoPolicy(this.workspaceParam(workspace)).state;
+  /** A workspace's `.corral/network.json` as the server reads it, and against what the user last accepted. */
+  repoPolicy(given: string): RepoPolicyState {
+    const workspace = this.workspaceParam(given);
+    return this.withAcceptance(workspace, readRepoPolicy(workspace).state);
+  }
+
+  private withAcceptance(workspace: string, state: RepoPolicyState): RepoPolicyState {
+    const a = this.rules.repoAcceptance(workspace);
+    const acceptance =
+      state.sha256 === null ? null : !a ? 'new' : a.sha256 === state.sha256 ? 'accepted' : 'changed';
+    return {
+      ...state,
+      acceptance,
+      acceptedSha256: a?.sha256 ?? null,
+      acceptedAt: a?.acceptedAt ?? null,
+      acceptedBy: a?.acceptedBy ?? null,
+    };
+  }
+
+  /** Accepts the workspace's file as it is now, if its hash is `sha256` (what the person saw). */
+  acceptRepoPolicy(given: string, sha256: string, by: ApprovalDecidedBy): RepoPolicyState {
+    const workspace = this.workspaceParam(given);
+    const state = readRepoPolicy(workspace).state;
+    if (state.sha256 === null)
+      throw invalidRequest(`workspace ${workspace} has no readable .corral/network.json to accept`);
+    if (state.sha256 !== sha256)
+      throw invalidRequest(
+        `sha256: ${sha256} is not the file's hash now (${state.sha256}): it changed; read it again (approvals/repoPolicy)`,
+      );
+    try {
+      this.rules.acceptRepo({
+        workspace,
+        sha256,
+        acceptedAt: this.clock.now(),
+        acceptedBy: `${by.credential}${by.clientName ? ` (${by.clientName})` : ''}`,
+      });
+    } catch (e) {
+      throw invalidRequest(`the acceptance was not stored: ${(e as Error).message}`);
+    }
+    return this.withAcceptance(workspace, state);
   }
 
   /** Turns a project rule off or on, or sets its note. */
@@ -726,6 +845,10 @@ export class ApprovalBroker {
 
   private broadcastRules(): void {
     this.feed.broadcast('approvals/rulesChanged', { rules: this.rules.list() });
+  }
+
+  private broadcastLearning(): void {
+    this.feed.broadcast('approvals/learningChanged', { learning: this.learning.list(this.clock.now()) });
   }
 
   private broadcastDecisions(): void {

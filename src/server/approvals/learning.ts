@@ -5,7 +5,13 @@
  * rules, or discard. Only misses reach it: a host the config denies is blocked before any decider, and a deny rule or
  * remembered deny is checked first. Started and ended only by a panel principal.
  */
-import { type LearnedEndpoint, type LearningState, MAX_LEARNED_ENDPOINTS } from '../../protocol/approvals.js';
+import {
+  type LearnedEndpoint,
+  type LearningState,
+  MAX_LEARNED_ENDPOINTS,
+  MAX_PATH_PREFIX,
+} from '../../protocol/approvals.js';
+import { firstSegment, normalizePathPrefix } from './endpointPath.js';
 import { type RuleTarget, ruleMethod } from './projectRules.js';
 
 interface Seen extends LearnedEndpoint {
@@ -22,7 +28,10 @@ interface Session {
 }
 
 const endpointKey = (e: LearnedEndpoint) =>
-  `${e.protocol}\u0000${e.host.toLowerCase()}\u0000${e.port}\u0000${e.method ?? ''}`;
+  `${e.protocol}\u0000${e.host.toLowerCase()}\u0000${e.port}\u0000${e.method ?? ''}\u0000${e.pathPrefix ?? ''}`;
+
+/** What `record` did: nothing (prompt as usual), recorded, or recorded and changed what a panel shows. */
+export type Recorded = 'no' | 'yes' | 'changed';
 
 export class LearningSessions {
   private readonly byWorkspace = new Map<string, Session>();
@@ -40,23 +49,43 @@ export class LearningSessions {
     return this.state(s, now);
   }
 
-  /** Allows and records `t` when `workspace` is learning and has room; false: prompt as usual. */
-  record(workspace: string, t: RuleTarget, now: number): boolean {
+  /**
+   * Allows and records `t` when `workspace` is learning and has room; `no`: prompt as usual. Plain HTTP is recorded
+   * with its path's first segment; a plain-HTTP path that cannot be read safely is not learned (it is prompted).
+   */
+  record(workspace: string, t: RuleTarget, now: number): Recorded {
     const s = this.byWorkspace.get(workspace);
-    if (!s || now >= s.endsAt || s.requests >= s.maxRequests) return false;
+    if (!s || now >= s.endsAt || s.requests >= s.maxRequests) return 'no';
+    let pathPrefix: string | null = null;
+    if (t.protocol === 'http') {
+      if (t.path == null) return 'no';
+      pathPrefix = firstSegment(t.path);
+      if (pathPrefix.length > MAX_PATH_PREFIX) return 'no';
+    }
     const e: LearnedEndpoint = {
       protocol: t.protocol,
       host: t.host.toLowerCase(),
       port: t.port,
       method: ruleMethod(t.protocol, t.method),
+      ...(pathPrefix === null ? {} : { pathPrefix }),
     };
     const k = endpointKey(e);
     const seen = s.seen.get(k);
+    let changed = false;
     if (seen) seen.hits += 1;
-    else if (s.seen.size >= MAX_LEARNED_ENDPOINTS) return false;
-    else s.seen.set(k, { ...e, hits: 1 });
+    else if (s.seen.size >= MAX_LEARNED_ENDPOINTS) return 'no';
+    else {
+      s.seen.set(k, { ...e, hits: 1 });
+      changed = true;
+    }
     s.requests += 1;
-    return true;
+    return changed || s.requests >= s.maxRequests ? 'changed' : 'yes';
+  }
+
+  /** The session of `workspace` while it is allowing (before its end, under its count), else null. */
+  activeFor(workspace: string, now: number): LearningState | null {
+    const s = this.byWorkspace.get(workspace);
+    return s && now < s.endsAt && s.requests < s.maxRequests ? this.state(s, now) : null;
   }
 
   get size(): number {
@@ -75,10 +104,22 @@ export class LearningSessions {
     if (!s) return null;
     const out: Seen[] = [];
     for (const a of accept) {
-      const seen = s.seen.get(endpointKey({ ...a, host: a.host.toLowerCase() }));
+      // The prefix as given is normalised the one way: a spelling of another prefix never matches a seen one.
+      const prefix = a.pathPrefix == null ? null : normalizePathPrefix(a.pathPrefix);
+      const seen =
+        a.pathPrefix != null && prefix === null
+          ? undefined
+          : s.seen.get(
+              endpointKey({
+                ...a,
+                host: a.host.toLowerCase(),
+                method: a.method === null ? null : a.method.toUpperCase(),
+                pathPrefix: prefix,
+              }),
+            );
       if (!seen)
         throw new Error(
-          `${a.protocol} ${a.host}:${a.port}${a.method ? ` ${a.method}` : ''} was not seen while learning: only what was seen can be accepted`,
+          `${a.protocol} ${a.host}:${a.port}${a.method ? ` ${a.method}` : ''}${a.pathPrefix ? ` ${a.pathPrefix}` : ''} was not seen while learning: only what was seen can be accepted`,
         );
       if (!out.includes(seen)) out.push(seen);
     }

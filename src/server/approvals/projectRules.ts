@@ -9,7 +9,8 @@
  */
 import { lstatSync, realpathSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import type { ApprovalProtocol, ApprovalRule } from '../../protocol/approvals.js';
+import type { ApprovalProtocol, ApprovalRule, RepoAcceptance } from '../../protocol/approvals.js';
+import { pathWithin } from './endpointPath.js';
 
 /** Project rules kept, server-wide: past it a new rule is refused (said in the error), never an old one dropped. */
 export const MAX_PROJECT_RULES = 10_000;
@@ -23,6 +24,9 @@ export interface ProjectRuleStore {
   remove(id: string): void;
   /** The rule's counters after a hit. */
   hit(id: string, hits: number, lastHitAt: number): void;
+  /** The accepted `.corral/network.json` hash of each workspace (repoPolicy.ts), kept beside the rules. */
+  loadRepoAcceptances?(): RepoAcceptance[];
+  acceptRepo?(a: RepoAcceptance): void;
 }
 
 /** What a request is, for a rule. */
@@ -31,6 +35,27 @@ export interface RuleTarget {
   host: string;
   port: number;
   method: string | null;
+  /**
+   * Plain HTTP: the normalised path (endpointPath.ts), or null when it could not be read safely; absent or ignored
+   * for the other protocols (their path is not visible).
+   */
+  path?: string | null;
+}
+
+/** Whether `rule`'s path prefix (if any) holds the request's path; an unreadable path meets only denies. */
+export function pathMatches(rule: Pick<ApprovalRule, 'pathPrefix' | 'decision'>, t: RuleTarget): boolean {
+  if (rule.pathPrefix == null) return true;
+  if (t.path == null) return rule.decision === 'deny';
+  return pathWithin(t.path, rule.pathPrefix);
+}
+
+/** Whether an enabled `rule` answers `t` (its workspace and key already matched). */
+export function ruleAnswers(rule: ApprovalRule, t: RuleTarget): boolean {
+  return (
+    rule.enabled &&
+    (rule.method === null || rule.method === ruleMethod(t.protocol, t.method)) &&
+    pathMatches(rule, t)
+  );
 }
 
 /** The method a rule made from this request matches: plain HTTP's (upper-cased), else none (CONNECT, SOCKS). */
@@ -69,6 +94,8 @@ export function workspaceOf(cwd: string | null | undefined): string | null {
 export class ProjectRules {
   private readonly byId = new Map<string, ApprovalRule>();
   private readonly byKey = new Map<string, ApprovalRule[]>();
+  /** The accepted repository file of each workspace, by workspace. */
+  private readonly accepted = new Map<string, RepoAcceptance>();
 
   constructor(
     private readonly store: ProjectRuleStore | null,
@@ -76,6 +103,22 @@ export class ProjectRules {
     readonly problem: string | null = null,
   ) {
     for (const r of store?.load() ?? []) this.index(r);
+    for (const a of store?.loadRepoAcceptances?.() ?? []) this.accepted.set(a.workspace, a);
+  }
+
+  /** What the user last accepted of `workspace`'s `.corral/network.json`. */
+  repoAcceptance(workspace: string): RepoAcceptance | undefined {
+    return this.accepted.get(workspace);
+  }
+
+  /** Stores an acceptance (replacing the workspace's last one); throws when it cannot be stored. */
+  acceptRepo(a: RepoAcceptance): void {
+    if (!this.store?.acceptRepo)
+      throw new Error(`project rules are off on this server: ${this.problem ?? 'it has no rule store'}`);
+    if (!this.accepted.has(a.workspace) && this.accepted.size >= MAX_PROJECT_RULES)
+      throw new Error(`this server already keeps ${MAX_PROJECT_RULES} accepted repository files`);
+    this.store.acceptRepo(a);
+    this.accepted.set(a.workspace, { ...a });
   }
 
   get size(): number {
@@ -127,10 +170,9 @@ export class ProjectRules {
   find(workspace: string, t: RuleTarget): ApprovalRule | undefined {
     const rules = this.byKey.get(keyOf(workspace, t));
     if (!rules) return undefined;
-    const method = ruleMethod(t.protocol, t.method);
     let allow: ApprovalRule | undefined;
     for (const r of rules) {
-      if (!r.enabled || (r.method !== null && r.method !== method)) continue;
+      if (!ruleAnswers(r, t)) continue;
       if (r.decision === 'deny') return r;
       allow ??= r;
     }
@@ -149,7 +191,10 @@ export class ProjectRules {
     const why = this.refusal();
     if (why) throw new Error(why);
     const same = (this.byKey.get(keyOf(rule.workspace, rule)) ?? []).find(
-      (r) => r.decision === rule.decision && r.method === rule.method,
+      (r) =>
+        r.decision === rule.decision &&
+        r.method === rule.method &&
+        (r.pathPrefix ?? null) === (rule.pathPrefix ?? null),
     );
     this.store!.insert(rule);
     if (same) this.remove(same.id);

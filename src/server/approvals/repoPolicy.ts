@@ -11,6 +11,7 @@ import { closeSync, constants, fstatSync, openSync, readSync } from 'node:fs';
 import { join } from 'node:path';
 import { z } from 'zod';
 import { ApprovalProtocol, type RepoPolicyState } from '../../protocol/approvals.js';
+import { normalizePathPrefix, pathWithin } from './endpointPath.js';
 import { type RuleTarget, ruleMethod } from './projectRules.js';
 
 export const REPO_POLICY_FILE = join('.corral', 'network.json');
@@ -35,6 +36,8 @@ interface Declared {
   port: number | null;
   protocol: ApprovalProtocol | null;
   methods: string[] | null;
+  /** Normalised (endpointPath.ts): a plain-HTTP request must be at or below it; null: any path. */
+  pathPrefix: string | null;
 }
 
 export interface RepoPolicy {
@@ -110,8 +113,17 @@ export function readRepoPolicy(workspace: string): RepoPolicy {
       );
       continue;
     }
+    const pathPrefix = e.pathPrefix === undefined ? null : normalizePathPrefix(e.pathPrefix);
+    if (e.pathPrefix !== undefined && pathPrefix === null) {
+      // Dropping the entry narrows (its endpoint is then undeclared); keeping it without its prefix would widen.
+      ignored.push(
+        `endpoints[${i}]: pathPrefix ${JSON.stringify(e.pathPrefix.slice(0, 80))} is not a plain path (no query, no encoded slash, no '..' above the root)`,
+      );
+      continue;
+    }
     declared.push({
       host: e.host.toLowerCase(),
+      pathPrefix,
       port: e.port ?? null,
       protocol: e.protocol ?? null,
       methods: e.methods ? e.methods.map((m) => m.toUpperCase()) : null,
@@ -134,6 +146,10 @@ export function repoAllows(policy: RepoPolicy | null, t: RuleTarget): boolean {
       d.host === host &&
       (d.port === null || d.port === t.port) &&
       (d.protocol === null || d.protocol === t.protocol) &&
-      (d.methods === null || method === null || d.methods.includes(method)),
+      (d.methods === null || method === null || d.methods.includes(method)) &&
+      // The path is seen on plain HTTP only: there a prefix holds it (an unreadable path: never).
+      (d.pathPrefix === null ||
+        t.protocol !== 'http' ||
+        (t.path != null && pathWithin(t.path, d.pathPrefix))),
   );
 }

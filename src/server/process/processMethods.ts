@@ -42,6 +42,8 @@ export interface ProcessHost {
   childEnv(p: ExecParams): Record<string, string>;
   /** Each command's cgroup and the server's limits for it (defaults, and maxima for a start's `limits`). */
   readonly commandResources: CommandResources;
+  /** What the start's result says of a started process beyond its launch's warnings (learning mode, issue 36). */
+  startWarnings?(sessionId: string, processId: string): readonly string[];
 }
 
 /** What bounds each command (src/process/cgroup.ts). */
@@ -200,11 +202,14 @@ class ProcessMethods {
     }
     session.add(proc);
     this.host.events.emitProcess('started', proc);
+    // After `started`: its observers (the approval broker) know the process now.
+    const more = this.host.startWarnings?.(session.id, p.processId) ?? [];
+    const warnings = more.length > 0 ? [...(launch.warnings ?? []), ...more] : launch.warnings;
     const result: StartResult = {
       processId: p.processId,
       sandboxType: launch.sandboxType,
       ...(launch.guarantees ? { sandboxGuarantees: launch.guarantees } : {}),
-      ...(launch.warnings && launch.warnings.length > 0 ? { warnings: launch.warnings } : {}),
+      ...(warnings && warnings.length > 0 ? { warnings } : {}),
     };
     const respond = () => new ResultWithCallback(result, () => session.release(proc));
     if (launch.afterSpawn) {

@@ -120,6 +120,24 @@ const isRunning = (p: { state: string }) => p.state === 'running' || p.state ===
 const isFailed = (p: { state: string; exitCode: number | null }) =>
   !isRunning(p) && p.exitCode !== null && p.exitCode !== 0;
 
+/** The states each state filter lets through include those of the filters it names ('failed' ⊂ 'exited' ⊂ ''). */
+const STATE_WITHIN: Record<StateFilter, readonly StateFilter[]> = {
+  '': [''],
+  running: ['running', ''],
+  exited: ['exited', ''],
+  failed: ['failed', 'exited', ''],
+};
+
+/** Whether every row `next` lets through, `prev` lets through too (so `next` need only test what `prev` showed). */
+function narrows(prev: Filter, next: Filter): boolean {
+  return (
+    (prev.server === null || prev.server === next.server) &&
+    (prev.client === null || prev.client === next.client) &&
+    STATE_WITHIN[next.state]?.includes(prev.state) === true &&
+    next.text.includes(prev.text)
+  );
+}
+
 const before = (a: Row, b: Row) => a.startedAt - b.startedAt || a.ord - b.ord;
 
 /** Rows whose search text prepareSearch builds between two questions to its `stop` (each well under 0.1 ms). */
@@ -354,19 +372,27 @@ export class ProcessTable {
     return { ...this.filter };
   }
 
-  /** Applies a filter: one pass over the rows. */
+  /**
+   * Applies a filter. A filter that only narrows the current one (a key that extends the search, a state or client
+   * picked from "all") tests only the rows shown now; one that passes everything is a copy of the sorted list;
+   * anything else is one pass over the rows.
+   */
   setFilter(f: Partial<Filter>): void {
-    const next = { ...this.filter, ...f };
+    const prev = this.filter;
+    const next = { ...prev, ...f };
     next.text = next.text.trim().toLowerCase();
     if (
-      next.server === this.filter.server &&
-      next.client === this.filter.client &&
-      next.state === this.filter.state &&
-      next.text === this.filter.text
+      next.server === prev.server &&
+      next.client === prev.client &&
+      next.state === prev.state &&
+      next.text === prev.text
     )
       return;
     this.filter = next;
-    this.view = this.sorted.filter((r) => this.matches(r));
+    if (next.server === null && next.client === null && next.state === '' && next.text === '')
+      this.view = this.sorted.slice();
+    else if (narrows(prev, next)) this.view = this.view.filter((r) => this.matches(r));
+    else this.view = this.sorted.filter((r) => this.matches(r));
   }
 
   matches(r: Row): boolean {

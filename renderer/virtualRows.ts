@@ -33,6 +33,8 @@ export class VirtualRows<T> {
   private readonly topCell: HTMLTableCellElement;
   private readonly bottomCell: HTMLTableCellElement;
   private slots: Slot<T>[] = [];
+  /** Row elements out of the table (the view shrank), reused before any new one is made. */
+  private readonly spare: Slot<T>[] = [];
   private anchor: { item: T; offset: number } | null = null;
   /** Bumped to re-bind every row (a column appeared, the selection moved). */
   private stamp = 0;
@@ -152,13 +154,24 @@ export class VirtualRows<T> {
     const bottomPx = `${(count - last) * rh}px`;
     if (this.bottomCell.style.height !== bottomPx) this.bottomCell.style.height = bottomPx;
     this.bottom.hidden = last >= count;
-    // Grow or shrink the pool to the rows in view.
+    // Grow or shrink the rows in the table to the rows in view. Rows taken out are kept, cells and all, and put
+    // back first: a filter that empties the table and the key that undoes it make no element.
     while (this.slots.length < n) {
-      const tr = document.createElement('tr');
-      this.o.tbody.insertBefore(tr, this.bottom);
-      this.slots.push({ tr, item: null, version: -1, stamp: -1 });
+      const slot = this.spare.pop() ?? {
+        tr: document.createElement('tr'),
+        item: null,
+        version: -1,
+        stamp: -1,
+      };
+      this.o.tbody.insertBefore(slot.tr, this.bottom);
+      this.slots.push(slot);
     }
-    while (this.slots.length > n) this.slots.pop()!.tr.remove();
+    while (this.slots.length > n) {
+      const slot = this.slots.pop()!;
+      slot.tr.remove();
+      slot.item = null;
+      this.spare.push(slot);
+    }
     for (let i = 0; i < n; i++) {
       const slot = this.slots[i]!;
       const item = o.at(first + i)!;

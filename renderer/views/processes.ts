@@ -2,7 +2,7 @@
 // that patches rows instead of rebuilding — counts per state, client and server, filters and search over the whole
 // list — and the selected process's detail pane.
 
-import { h, type Paced, paced, replace, setText } from '../dom.js';
+import { h, type Paced, paced, perFrame, replace, setText } from '../dom.js';
 import type { Row, StateFilter } from '../processTable.js';
 import type { AppContext, View } from '../view.js';
 import { VirtualRows } from '../virtualRows.js';
@@ -70,6 +70,7 @@ export class ProcessesView implements View {
   private cols: Col[] = [];
   private readonly shownIn = new WeakMap<HTMLTableRowElement, Shown>();
   private clientNames = '';
+  private emptyWhy = '';
   private serverIds = '';
 
   constructor(private readonly ctx: AppContext) {
@@ -98,8 +99,12 @@ export class ProcessesView implements View {
       this.scroller.scrollTop = 0;
       this.render();
     };
-    for (const el of [this.serverSel, this.clientSel, this.stateSel]) el.addEventListener('change', refilter);
-    this.search.addEventListener('input', refilter);
+    // Keys typed within a frame are one filter and one render, in that frame (a key and the key that undoes it
+    // cost nothing).
+    const refilterInFrame = perFrame(refilter);
+    for (const el of [this.serverSel, this.clientSel, this.stateSel])
+      el.addEventListener('change', refilterInFrame);
+    this.search.addEventListener('input', refilterInFrame);
     this.table.append(this.colgroup, this.thead, this.tbody);
     this.scroller.append(this.table, this.empty);
     this.split.append(this.scroller);
@@ -279,7 +284,9 @@ export class ProcessesView implements View {
         `${shown !== c.total ? ` · showing ${n(shown)}` : ''}${store.pending > 0 ? ` · loading ${n(store.pending)}…` : ''}`,
     );
     this.empty.hidden = shown > 0;
-    if (shown === 0) {
+    // Which message the empty table shows: made again only when it changes (an emptying key makes nothing).
+    const emptyWhy = shown > 0 ? '' : c.total === 0 ? 'none' : 'filtered';
+    if (emptyWhy !== this.emptyWhy && emptyWhy !== '') {
       replace(
         this.empty,
         c.total === 0
@@ -294,6 +301,7 @@ export class ProcessesView implements View {
           : h('div', { class: 'muted' }, 'No process matches the filters.'),
       );
     }
+    if (emptyWhy !== '') this.emptyWhy = emptyWhy;
     // New rows' search text is built while the page is idle: asked once per render, not once per feed batch.
     if (changed.size > 0) this.prepareSearchWhenIdle();
     const probe = (window as unknown as { corralPanelProbe?: Probe }).corralPanelProbe;

@@ -33,7 +33,9 @@ function expected(rows: MonitorProcess[], f: Filter) {
       if (f.state === 'failed' && !failed(p)) return false;
       if (
         text &&
-        !`${p.argv.join(' ')}\n${p.cwd}\n${p.processId}\n${p.clientName}`.toLowerCase().includes(text)
+        !`${p.argv.join(' ')}\n${p.cwd}\n${p.processId}\n${p.clientName}\n${p.server ?? ''}`
+          .toLowerCase()
+          .includes(text)
       )
         return false;
       return true;
@@ -184,4 +186,99 @@ test('preparing the search text of new rows costs those rows only, not a walk ov
     true,
   );
   for (const r of t.rows.values()) assert.ok(r.hay?.includes(r.processId), `${r.key} prepared`);
+});
+
+test('a filter that narrows the current one (a key typed, a state or client picked) tests only the rows shown; the view stays exact through typing, backspaces and rows streaming in', () => {
+  const rand = rng(7);
+  const t = new ProcessTable();
+  const truth = new Map<string, MonitorProcess>();
+  const order: string[] = [];
+  let tested = 0;
+  const matches = t.matches.bind(t);
+  t.matches = (r) => {
+    tested++;
+    return matches(r);
+  };
+  const add = () => {
+    const id = `p${truth.size}`;
+    const p = proc({
+      processId: id,
+      server: rand() < 0.3 ? 'pod-2' : undefined,
+      clientName: rand() < 0.5 ? 'agent-a' : 'agent-b',
+      argv: ['/bin/echo', `Echo ${id}`, rand() < 0.2 ? 'zed' : 'plain'],
+      startedAt: 1000 + truth.size * 10 - (rand() < 0.1 ? Math.floor(rand() * 500) : 0),
+    });
+    const key = `${p.server ?? ''}/${p.sessionId}/${p.processId}`;
+    truth.set(key, { ...p });
+    order.push(key);
+    t.upsert({ ...p });
+  };
+  const finish = () => {
+    const key = order[Math.floor(rand() * order.length)]!;
+    const old = truth.get(key)!;
+    const next: MonitorProcess = {
+      ...old,
+      state: old.state === 'running' ? 'exited' : 'closed',
+      exitCode: rand() < 0.3 ? 2 : 0,
+    };
+    truth.set(key, next);
+    t.upsert({ ...next });
+  };
+  for (let i = 0; i < 300; i++) add();
+  let f: Filter = { server: null, client: null, state: '', text: '' };
+  const keys = 'p123 echozedPLAIN';
+  let narrowed = 0;
+  for (let step = 0; step < 3000; step++) {
+    const r = rand();
+    const prev = f;
+    const shownBefore = t.viewSize;
+    if (r < 0.35) f = { ...f, text: f.text + keys[Math.floor(rand() * keys.length)]! };
+    else if (r < 0.55) f = { ...f, text: f.text.slice(0, -1) };
+    else if (r < 0.62)
+      f = { ...f, state: (['', 'running', 'exited', 'failed'] as const)[Math.floor(rand() * 4)]! };
+    else if (r < 0.66) f = { ...f, client: [null, 'agent-a', 'agent-b'][Math.floor(rand() * 3)]! };
+    else if (r < 0.7) f = { ...f, server: [null, '', 'pod-2'][Math.floor(rand() * 3)]! };
+    else if (r < 0.8) add();
+    else finish();
+    if (f !== prev) {
+      tested = 0;
+      t.setFilter(f);
+      const was = { ...prev, text: prev.text.trim().toLowerCase() };
+      const now = { ...f, text: f.text.trim().toLowerCase() };
+      const same = JSON.stringify(was) === JSON.stringify(now);
+      const narrows =
+        (was.server === null || was.server === now.server) &&
+        (was.client === null || was.client === now.client) &&
+        (was.state === '' || was.state === now.state || (was.state === 'exited' && now.state === 'failed')) &&
+        now.text.includes(was.text);
+      const all = now.server === null && now.client === null && now.state === '' && now.text === '';
+      if (same || all) assert.equal(tested, 0, `step ${step}: ${JSON.stringify(now)} tested ${tested} rows`);
+      else if (narrows) {
+        narrowed++;
+        assert.equal(
+          tested,
+          shownBefore,
+          `step ${step}: narrowing to ${JSON.stringify(now)} tests the shown rows`,
+        );
+      }
+      assert.deepEqual(
+        viewOf(t),
+        expected(
+          order.map((k) => truth.get(k)!),
+          f,
+        ).view,
+        `view at step ${step} (${JSON.stringify(prev)} → ${JSON.stringify(f)})`,
+      );
+    }
+    if (step % 50 === 0)
+      assert.deepEqual(
+        viewOf(t),
+        expected(
+          order.map((k) => truth.get(k)!),
+          f,
+        ).view,
+        `view at step ${step}`,
+      );
+  }
+  assert.ok(narrowed > 300, `${narrowed} narrowing filters tried`);
 });

@@ -1,19 +1,18 @@
 /**
  * The server side of the audit trail: an AuditSink that observers feed records into (observe.ts), and the way to the
  * worker thread that stores and exports them (worker.ts). `record()` only appends to an in-memory queue; the queue
- * goes to the worker once per turn of the event loop (setImmediate: every record of that turn in one message, or at
- * once past FLUSH_RECORDS), and the worker commits each batch in one transaction. Queries go to the worker too. So
- * the event loop never waits on the disk.
+ * goes to the worker at the end of the event loop's turn, at most once per POST_INTERVAL_MS (every record since the
+ * last post in one message), or at once past FLUSH_RECORDS; the worker commits each batch in one transaction. Queries
+ * go to the worker too. So the event loop never waits on the disk.
  *
  * The durability point (issue 32): a record is safe once the worker has committed its batch (WAL, synchronous =
  * NORMAL: a commit survives the server's crash, not the machine's). process/closed goes to the client without
- * waiting for that commit, so what a crash of the server can lose is what was recorded in the turn it died in and
- * the batches the worker had not committed yet. Measured (`npm run bench -- hotpath`, "audit durability": SIGKILL
- * the moment the client has the last of 100 sequential and 3×64 concurrent `true`, load ~15 on 2 cores): 0-64 close
- * rows lost per kill, median 22 (the tail of the last batch of 64, in flight to the worker); with the old
- * FLUSH_MS = 100 ms timer, 64 on every kill (everything of the last 100 ms). Not promised: that a close the client
- * saw is stored (that would hold process/closed until the commit). A turn's batch costs one postMessage: under load
- * a turn holds many records, one at a time it is a few per start.
+ * waiting for that commit, so what a crash of the server can lose is what was recorded since the last post (at most
+ * POST_INTERVAL_MS) and the batches the worker had not committed yet. Measured (`npm run bench -- hotpath`, "audit
+ * durability": SIGKILL the moment the client has the last of 100 sequential and 3×64 concurrent `true`, load ~15 on
+ * 2 cores), with one post per turn: 0-64 close rows lost per kill, median 22 (the tail of the last batch of 64, in
+ * flight to the worker); with the old FLUSH_MS = 100 ms timer, 64 on every kill (everything of the last 100 ms).
+ * Not promised: that a close the client saw is stored (that would hold process/closed until the commit).
  */
 import { existsSync, realpathSync } from 'node:fs';
 import { homedir } from 'node:os';
@@ -33,6 +32,13 @@ import type { WorkerConfig, WorkerMessage, WorkerRequest } from './worker.js';
 
 /** Records go to the worker at the end of the event loop's turn, or at once when this many are queued. */
 export const FLUSH_RECORDS = 1000;
+/**
+ * At most one batch per this many ms (the first of a quiet spell goes at the end of its turn). Each postMessage wakes
+ * the worker thread, and on a busy machine the woken thread takes the event loop's core: ~40-100 µs of the loop's
+ * wall time per post at load 8-10 on 2 cores, against ~15 µs when the worker is not woken (issue 32). One post per
+ * 5 ms instead of two per start adds at most those 5 ms of records to what a crash can lose.
+ */
+export const POST_INTERVAL_MS = 5;
 export const DEFAULT_OUTPUT_BYTES = 64 * 1024;
 /** The largest --audit-output-bytes: a process's retained output ring (outputBuffer.ts) holds 1 MiB. */
 export const MAX_OUTPUT_BYTES = 1024 * 1024;
@@ -132,8 +138,10 @@ export class AuditTrail implements AuditSink {
   readonly unavailable: string | null;
   private queue: AuditRecord[] = [];
   private transfer: ArrayBuffer[] = [];
-  /** The end-of-turn post is scheduled. */
+  /** The next post is scheduled. */
   private posting = false;
+  /** When the last batch went to the worker (performance.now()). */
+  private postedAt = Number.NEGATIVE_INFINITY;
   private nextId = 1;
   private readonly replies = new Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void }>();
   private closed = false;
@@ -263,8 +271,11 @@ export class AuditTrail implements AuditSink {
     if (this.queue.length >= FLUSH_RECORDS) this.post();
     else if (!this.posting) {
       this.posting = true;
-      // Real time, and no timer: the end of this turn of the loop (no policy in it, see the durability point above).
-      setImmediate(this.postQueued);
+      // Real time (no policy in it, see the durability point above): the end of this turn of the loop, or
+      // POST_INTERVAL_MS after the last post when that is later.
+      const wait = this.postedAt + POST_INTERVAL_MS - performance.now();
+      if (wait <= 0) setImmediate(this.postQueued);
+      else setTimeout(this.postQueued, wait);
     }
   }
 
@@ -280,6 +291,7 @@ export class AuditTrail implements AuditSink {
     const transfer = this.transfer;
     this.queue = [];
     this.transfer = [];
+    this.postedAt = performance.now();
     this.worker.postMessage({ type: 'records', records } satisfies WorkerRequest, transfer);
   }
 

@@ -110,7 +110,10 @@ describe('the panel open during a flood of 250 processes a second', () => {
       `${cpuPerS.toFixed(1)} ms/s CPU; final-state lag p50 ${pct(l.final, 50)} p99 ${pct(l.final, 99)} ms`;
     console.log(what);
     assert.equal(missing, 0, `every process shows in its final state (${what})`);
-    assert.ok(run.rate > RATE * 0.8, `the agents reached the rate (${what})`);
+    // The budget holds at any rate; the agents only have to come near enough to 250/s for a regression to show
+    // (cca01b7's panel took 187 ms/s at 50/s and 262 at 250/s). A loaded machine, or the child_process spawner of a
+    // build without the addon (CORRAL_NATIVE=0), gives ~100/s here.
+    assert.ok(run.rate > RATE * 0.4, `the agents reached at least 100/s (${what})`);
     assert.ok(
       taskPerS <= BUDGET * TASK_MARGIN,
       `TaskDuration within ${BUDGET} ms/s × ${TASK_MARGIN}: ${what}`,

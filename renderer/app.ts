@@ -2,6 +2,7 @@
 import '@xterm/xterm/css/xterm.css';
 import './styles.css';
 import type { DoctorReport } from '../src/protocol/doctor.js';
+import { type SelftestReport, selftestPointer } from '../src/protocol/selftest.js';
 import { Connection } from './client.js';
 import { fmtBytes, h, paced, replace, setText } from './dom.js';
 import { type HostInfo, Store } from './store.js';
@@ -89,6 +90,13 @@ const conn = new Connection({
     api.request('host/doctor', {}).then(
       (d) => {
         store.doctor = d;
+        store.emit('info');
+      },
+      () => {},
+    );
+    api.request('monitor/selftest', {}).then(
+      (r) => {
+        store.selftest = r.last;
         store.emit('info');
       },
       () => {},
@@ -218,6 +226,40 @@ function doctorSummary(d: DoctorReport | null): HTMLElement | null {
   );
 }
 
+/** The last `corral selftest` on the host: its time and verdict, folded; each case's status and detail inside. */
+function selftestSummary(r: SelftestReport | null | undefined): HTMLElement | null {
+  if (r === undefined) return null;
+  const broken = r ? r.cases.filter((c) => c.status === 'broken') : [];
+  const when = r ? new Date(r.time) : null;
+  const at = when && !Number.isNaN(when.getTime()) ? when.toLocaleString() : (r?.time ?? '');
+  return h(
+    'details',
+    {
+      class: 'small selftest',
+      'data-selftest': r === null ? 'never' : r.ok ? 'held' : 'broken',
+      title: selftestPointer(r),
+    },
+    h(
+      'summary',
+      broken.length > 0 ? { class: 'warn' } : null,
+      r === null
+        ? 'self-test: never run here'
+        : r.ok
+          ? `self-test: held (${at})`
+          : `self-test: ${broken.length} broken (${at})`,
+    ),
+    r === null
+      ? h('div', { class: 'muted' }, 'run `corral selftest` on the host')
+      : r.cases.map((c) =>
+          h(
+            'div',
+            { 'data-case': c.name, class: c.status === 'broken' ? 'warn' : 'muted', title: c.detail },
+            `${c.status === 'held' ? '✓' : c.status === 'broken' ? '✗' : '–'} ${c.name}: ${c.status}`,
+          ),
+        ),
+  );
+}
+
 /** The nav's counters: only what differs is written (a write costs the page a style and layout pass). */
 function updateCounters(): void {
   const running = store.processes.counts.running;
@@ -280,6 +322,7 @@ function boot(): void {
             ? h('div', { class: 'small' }, 'sandbox required: starts without one are refused')
             : null,
           doctorSummary(store.doctor),
+          selftestSummary(store.selftest),
         );
       }
     }

@@ -17,6 +17,7 @@ import type {
   MonitorSessionChange,
   MonitorSnapshot,
 } from '../src/protocol/monitor.js';
+import type { SelftestReport } from '../src/protocol/selftest.js';
 import { ProcessTable, type Row, rowKey, sessionKey } from './processTable.js';
 
 export type { HostInfo };
@@ -53,6 +54,8 @@ export class Store {
   info: HostInfo | null = null;
   /** host/doctor, once it has answered. */
   doctor: DoctorReport | null = null;
+  /** monitor/selftest: the last `corral selftest` result kept on the host (null: none); undefined until it answers. */
+  selftest: SelftestReport | null | undefined = undefined;
   /** The panel's own session (sessionKey). */
   selfSession: string | null = null;
   /** Clock offset: server time − local time at snapshot. */

@@ -6,6 +6,7 @@
  */
 import { type Audit, type AuditOptions, startAudit } from '../audit/index.js';
 import type { NetworkEvents } from '../network/events.js';
+import { readLastSelftest } from '../selftest/lastResult.js';
 import { type Logger, silentLogger } from '../server/core/log.js';
 import { ExecServer, type ExecServerOptions } from '../server/execServer.js';
 import type { Monitor } from '../server/monitor/monitor.js';
@@ -66,6 +67,7 @@ export async function composeServer(opts: ComposeOptions = {}): Promise<Composed
     monitor = servePanel(server, {
       ...(resumeGraceMs !== undefined ? { resumeGraceMs } : {}),
       preview: opts.panel.preview ?? sandboxPreview,
+      lastSelftest: () => readLastSelftest(),
     });
     // The proxies of process/start report blocked requests and policy decisions on the launcher's bus (a test's own
     // preparer has none).

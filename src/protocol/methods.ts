@@ -21,6 +21,7 @@ import * as fleet from './fleet.js';
 import * as fs from './fs.js';
 import { HostInfo } from './host.js';
 import * as monitor from './monitor.js';
+import { MonitorSelftestResult } from './selftest.js';
 
 /** The largest message either side sends or accepts, in bytes (a WebSocket frame or an IPC message). */
 export const MAX_MESSAGE_BYTES = 16 * 1024 * 1024;
@@ -208,6 +209,13 @@ export const METHODS = {
     'SessionRef',
     monitor.KillSessionResult,
     'Kills every process of a session now (a detached session need not wait for its grace period).',
+  ),
+  'monitor/selftest': method(
+    'panel',
+    IgnoredParams,
+    'MonitorSelftestParams',
+    MonitorSelftestResult,
+    "The last `corral selftest` result kept on the host's machine (its time, and held / broken / not applicable per case), or null when none was kept there.",
   ),
   'policy/preview': method(
     'panel',

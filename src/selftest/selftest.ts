@@ -538,6 +538,10 @@ function findPython(): string | null {
   return null;
 }
 
+/** A case's detail as kept: within what the protocol's report takes (src/protocol/selftest.ts). */
+const DETAIL_CHARS = 4096;
+const capDetail = (d: string) => (d.length > DETAIL_CHARS ? `${d.slice(0, DETAIL_CHARS)}… (cut)` : d);
+
 /** Runs the battery (or the cases named). Never throws for a case: a case that fails to run is reported broken. */
 export async function runSelftest(
   opts: { sandbox?: PrepareOptions; hole?: string | null; only?: readonly string[] } = {},
@@ -558,13 +562,18 @@ export async function runSelftest(
       mkdirSync(outside, { recursive: true });
       const ctx: Ctx = { client, scratch, ws, outside, hole: opts.hole ?? null, python: findPython() };
       try {
-        cases.push({ name, ...(await CASES[name](ctx)) });
+        const r = await CASES[name](ctx);
+        cases.push({ name, status: r.status, detail: capDetail(r.detail) });
       } catch (e) {
         const msg = (e as Error).message;
         // A sandbox this machine cannot start is not a hole: the command never ran.
         if (/sandbox|bwrap|landlock|not available|unsupported/i.test(msg))
-          cases.push({ name, status: 'not-applicable', detail: `the sandbox did not start: ${msg}` });
-        else cases.push({ name, status: 'broken', detail: `the case could not run: ${msg}` });
+          cases.push({
+            name,
+            status: 'not-applicable',
+            detail: capDetail(`the sandbox did not start: ${msg}`),
+          });
+        else cases.push({ name, status: 'broken', detail: capDetail(`the case could not run: ${msg}`) });
       }
     }
   } finally {

@@ -248,10 +248,11 @@ describe('fs/* is bounded whatever it meets', () => {
     const sent = clients.map((c, i) => c.request('fs/readFile', { path: fifos[i] }).catch(() => null));
     clients[0]!.request('fs/readFile', { path: '/dev/zero' }).catch(() => null);
     // The requests have reached the server once another request on each connection was answered.
-    await Promise.all(clients.map((c) => within(3000, c.request('fs/getMetadata', { path: f.W }))));
+    await Promise.all(clients.map((c) => within(10_000, c.request('fs/getMetadata', { path: f.W }))));
     s.proc.kill('SIGTERM');
-    const code = await within(5000, s.exited);
-    assert.notEqual(code, 'no answer', 'the server did not exit within 5 s of SIGTERM');
+    // Promptly: the bug was a server held forever by a read that never ends; 15 s leaves room for a loaded CI machine.
+    const code = await within(15_000, s.exited);
+    assert.notEqual(code, 'no answer', 'the server did not exit within 15 s of SIGTERM');
     await Promise.all(sent);
   });
 

@@ -100,13 +100,13 @@ function skip(): string | false {
 for (const mode of ['cgroup', 'no cgroup'] as const) {
   describe(`a fork bomb as uid 65534 with RLIMIT_NPROC ${NPROC} (${mode})`, { skip: skip() }, () => {
     const bombs: number[] = [];
-    let cleanupCgroup: (() => void) | null = null;
+    let cleanupCgroup: (() => Promise<void>) | null = null;
     let server: HostileServer | null = null;
     const s = scratch('nobody');
     after(async () => {
       for (const sid of bombs) for (const pid of sessionMembers(sid)) killQuietly(pid);
       await server?.close();
-      cleanupCgroup?.();
+      await cleanupCgroup?.();
       s.cleanup();
     });
 
@@ -121,12 +121,13 @@ for (const mode of ['cgroup', 'no cgroup'] as const) {
           t.skip(cg);
           return;
         }
-        cleanupCgroup = () => {
+        cleanupCgroup = async () => {
+          const members = (d: string) =>
+            (readFileSync(`${d}/cgroup.procs`, 'utf8').match(/\d+/g) ?? []).map(Number);
           for (const d of cg.dirs) {
-            for (const pid of (readFileSync(`${d}/cgroup.procs`, 'utf8').match(/\d+/g) ?? []).map(Number))
-              killQuietly(pid);
-            for (const sub of readdirSync(d, { withFileTypes: true }))
-              if (sub.isDirectory()) removeTree(`${d}/${sub.name}`);
+            for (const pid of members(d)) killQuietly(pid);
+            // A killed process leaves its cgroup when it is reaped: remove the group only once it is empty.
+            await until(() => members(d).length === 0, 10_000).catch(() => {});
             removeTree(d);
           }
         };

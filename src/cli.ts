@@ -154,6 +154,8 @@ async function execServerCommand(argv: string[]): Promise<void> {
     if (explicitAuth) fail('WebSocket listener auth cannot be used with --remote');
     if (!values['environment-id']) fail('--environment-id is required when --remote is set');
     checkRegistration(values);
+    // Before anything is started (audit database, log, listener): a refused credential leaves nothing behind.
+    await refuseOpenAiCredentials(values, remote);
   }
   const listening = remote === undefined ? withPanelCredential(listenerAuth(values), values) : null;
   if (remote !== undefined && values['panel-token-file'])
@@ -209,7 +211,6 @@ async function execServerCommand(argv: string[]): Promise<void> {
     } catch (e) {
       fail((e as Error).message);
     }
-    await refuseOpenAiCredentials(values, remote);
     const auth = await registrationAuth(values, remote);
     let registry: RegistryClient;
     try {

@@ -1,0 +1,261 @@
+/**
+ * codex 0.171's OpenAI-account credentials on Corral's command line (issue 35, item 5; src/remote/credentials.ts):
+ * `--chatgpt-token-stdin` / `--chatgpt-account-id` / `--use-agent-identity-auth` are checked as Codex checks them
+ * (its texts and exit codes) and then refused, naming the flag and the OpenAI service it needs; `--executor-credential-
+ * stdin` is refused at once, without reading standard input. For every refusal: the exit code, a message naming the
+ * flag and why, no secret on stdout or stderr, and the secret (stdin's token, CODEX_ACCESS_TOKEN) in no file the
+ * command could write (its state and home directories, its TMPDIR, its --log-file at debug level); nothing started
+ * before the refusal (no audit database) and the registry never dialled. The old code (1561683) composed the server
+ * (and created its audit database) before refusing: the "nothing started" checks fail there.
+ */
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import net from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { UNSUPPORTED_OPENAI_CREDENTIAL } from '../../src/remote/credentials.js';
+import { ROOT } from '../helpers/cli.js';
+
+const SECRET_SIG = `corralSecretSignature${'Z'.repeat(40)}`;
+const jwt = (claims: Record<string, unknown>) =>
+  `${Buffer.from('{"alg":"none"}').toString('base64url')}.${Buffer.from(JSON.stringify(claims)).toString('base64url')}.${SECRET_SIG}`;
+const ACCOUNT = 'acct_corral_test';
+const TOKEN = jwt({ 'https://api.openai.com/auth': { chatgpt_account_id: ACCOUNT } });
+const GARBAGE = `not-a-jwt-${SECRET_SIG}`;
+const IDENTITY = `identity-${SECRET_SIG}`;
+
+let registry: net.Server;
+let dialled = 0;
+let remote = '';
+
+before(async () => {
+  // The registry the command would register with: a loopback listener that only counts who dials it.
+  registry = net.createServer((s) => {
+    dialled++;
+    s.destroy();
+  });
+  await new Promise<void>((r) => registry.listen(0, '127.0.0.1', r));
+  remote = `https://127.0.0.1:${(registry.address() as net.AddressInfo).port}`;
+});
+after(() => registry.close());
+
+interface Run {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+  /** Every file the command left under its directories, with its bytes. */
+  files: Map<string, Buffer>;
+  ms: number;
+}
+
+function walk(dir: string, out: Map<string, Buffer>): void {
+  for (const name of readdirSync(dir)) {
+    const p = join(dir, name);
+    const st = statSync(p);
+    if (st.isDirectory()) walk(p, out);
+    else if (st.isFile()) out.set(p, readFileSync(p));
+  }
+}
+
+/**
+ * Runs `corral exec-server ARGS` (or `forward`), writing `stdin` and keeping standard input open unless `close`: a
+ * command that waits for more input is killed after 60 s and fails the test (code null).
+ */
+async function corral(
+  args: string[],
+  o: { stdin?: string; env?: Record<string, string>; close?: boolean } = {},
+) {
+  const dir = mkdtempSync(join(tmpdir(), 'corral-credentials-'));
+  const env = { XDG_STATE_HOME: join(dir, 'state'), HOME: join(dir, 'home'), TMPDIR: join(dir, 'tmp') };
+  for (const d of Object.values(env)) mkdirSync(d);
+  const log = join(dir, 'corral.log');
+  const t0 = performance.now();
+  const child = spawn(
+    process.execPath,
+    // forward has no --log-file (it logs to stderr).
+    [
+      '--import',
+      'tsx',
+      'src/cli.ts',
+      'exec-server',
+      ...args,
+      '--log-level',
+      'debug',
+      ...(args[0] === 'forward' ? [] : ['--log-file', log]),
+    ],
+    {
+      cwd: ROOT,
+      env: { PATH: process.env.PATH ?? '/usr/bin:/bin', ...env, ...o.env },
+      stdio: ['pipe', 'pipe', 'pipe'],
+    },
+  );
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (d) => {
+    stdout += d;
+  });
+  child.stderr.on('data', (d) => {
+    stderr += d;
+  });
+  child.stdin.on('error', () => {}); // it may exit before reading
+  if (o.stdin !== undefined) child.stdin.write(o.stdin);
+  if (o.close) child.stdin.end();
+  const killer = setTimeout(() => child.kill('SIGKILL'), 60_000);
+  const code = await new Promise<number | null>((r) => child.once('exit', (c) => r(c)));
+  clearTimeout(killer);
+  child.stdin.destroy();
+  const files = new Map<string, Buffer>();
+  try {
+    walk(dir, files);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+  return { code, stdout, stderr, files, ms: performance.now() - t0 } satisfies Run;
+}
+
+/** The refusal's checks that hold for every case. */
+function assertRefused(r: Run, code: number, message: RegExp, secrets: string[]): void {
+  assert.equal(r.code, code, `exit code (stderr: ${r.stderr})`);
+  assert.match(r.stderr, message);
+  assert.equal(r.stdout, '', 'nothing on stdout (no URL: nothing listens)');
+  for (const s of [...secrets, SECRET_SIG]) {
+    assert.ok(!r.stderr.includes(s) && !r.stdout.includes(s), 'the secret is not echoed');
+    for (const [path, bytes] of r.files) assert.ok(!bytes.includes(s), `the secret was written to ${path}`);
+  }
+  const audit = [...r.files.keys()].filter((p) => /audit\.db/.test(p));
+  assert.deepEqual(audit, [], 'nothing was started before the refusal (no audit database)');
+  assert.equal(dialled, 0, 'the registry was never dialled');
+}
+
+const base = () => ['--remote', remote, '--environment-id', 'env-1'];
+
+describe('exec-server: OpenAI-account credentials checked as codex 0.171 checks them, then refused', () => {
+  test('--chatgpt-token-stdin with a valid token: refused naming the flag and the service it needs', async () => {
+    const r = await corral([...base(), '--chatgpt-token-stdin', '--chatgpt-account-id', ACCOUNT], {
+      stdin: `${TOKEN}\n`,
+    });
+    assertRefused(r, 1, /^Error: --chatgpt-token-stdin: the ChatGPT registry needs the noise transport/m, [
+      TOKEN,
+    ]);
+    assert.equal(r.stderr, `Error: ${UNSUPPORTED_OPENAI_CREDENTIAL['chatgpt-token-stdin']}\n`);
+    // Without --chatgpt-account-id: the token's own claim is the account; refused the same way.
+    const claimOnly = await corral([...base(), '--chatgpt-token-stdin'], { stdin: `${TOKEN}\n` });
+    assertRefused(claimOnly, 1, /^Error: --chatgpt-token-stdin: /m, [TOKEN]);
+  });
+
+  test("--chatgpt-token-stdin: Codex's checks of the URL, the token and the account, in its words", async () => {
+    const cases: [string[], string, string][] = [
+      [
+        ['--remote', `http://127.0.0.1:${new URL(remote).port}`, '--environment-id', 'env-1'],
+        `${TOKEN}\n`,
+        'ChatGPT token registry URLs must use HTTPS without userinfo or fragments',
+      ],
+      [
+        [...base(), '--chatgpt-account-id', 'acct_other'],
+        `${TOKEN}\n`,
+        '--chatgpt-account-id does not match the token',
+      ],
+      [base(), `${GARBAGE}\n`, 'invalid ChatGPT access token'],
+      [base(), `${jwt({ sub: 'x' })}\n`, 'token has no ChatGPT account ID; supply --chatgpt-account-id'],
+      [
+        [...base(), '--chatgpt-account-id', `bad id ${SECRET_SIG}`],
+        `${jwt({})}\n`,
+        'invalid ChatGPT account ID',
+      ],
+    ];
+    for (const [args, stdin, text] of cases) {
+      const r = await corral([...args, '--chatgpt-token-stdin'], { stdin });
+      assertRefused(r, 1, new RegExp(`^Error: ${text.replace(/[.*+?^${}()|[\]\\-]/g, '\\$&')}$`, 'm'), [
+        stdin.trim(),
+      ]);
+    }
+  });
+
+  test('--chatgpt-token-stdin: stdin closed before a line, or a line past 64 KiB: a usage error (exit 2), nothing echoed', async () => {
+    const closed = await corral([...base(), '--chatgpt-token-stdin'], { stdin: SECRET_SIG, close: true });
+    assertRefused(closed, 2, /--chatgpt-token-stdin: standard input closed before a line was read/, []);
+    const huge = `${SECRET_SIG}${'x'.repeat(200_000)}`;
+    const long = await corral([...base(), '--chatgpt-token-stdin'], { stdin: huge });
+    assertRefused(long, 2, /--chatgpt-token-stdin: no line within 64 KiB/, []);
+  });
+
+  test('--chatgpt-account-id without --chatgpt-token-stdin: the argument error (exit 2)', async () => {
+    const r = await corral([...base(), '--chatgpt-account-id', ACCOUNT]);
+    assertRefused(
+      r,
+      2,
+      /^error: the following required arguments were not provided:\n {2}--chatgpt-token-stdin$/m,
+      [],
+    );
+  });
+
+  test('--use-agent-identity-auth: CODEX_ACCESS_TOKEN required, then refused naming the identity service', async () => {
+    const none = await corral([...base(), '--use-agent-identity-auth']);
+    assertRefused(
+      none,
+      1,
+      /^Error: CODEX_ACCESS_TOKEN is required when --use-agent-identity-auth is set$/m,
+      [],
+    );
+    const r = await corral([...base(), '--use-agent-identity-auth'], {
+      env: { CODEX_ACCESS_TOKEN: IDENTITY },
+    });
+    assertRefused(
+      r,
+      1,
+      /^Error: --use-agent-identity-auth: agent identity needs OpenAI’s identity service/m,
+      [IDENTITY],
+    );
+    const sig = await corral([...base(), '--use-agent-identity-auth', '--aws-sigv4']);
+    assertRefused(sig, 2, /the argument '--use-agent-identity-auth' cannot be used with '--aws-sigv4'/, []);
+  });
+
+  test('--executor-credential-stdin: refused at once, standard input never read (it stays open)', async () => {
+    const r = await corral([...base(), '--executor-credential-stdin'], { stdin: `${SECRET_SIG}\n` });
+    assertRefused(
+      r,
+      1,
+      /^Error: --executor-credential-stdin: executor credential frames come from OpenAI’s credential service/m,
+      [],
+    );
+    for (const [other, text] of [
+      ['--aws-sigv4', "the argument '--executor-credential-stdin' cannot be used with '--aws-sigv4'"],
+      [
+        '--registration-bearer-stdin',
+        "the argument '--registration-bearer-stdin' cannot be used with '--executor-credential-stdin'",
+      ],
+    ] as const) {
+      const c = await corral([...base(), '--executor-credential-stdin', other], { stdin: `${SECRET_SIG}\n` });
+      assertRefused(c, 2, new RegExp(text.replace(/[.*+?^${}()|[\]\\-]/g, '\\$&')), []);
+    }
+  });
+
+  test('forward: --executor-credential-stdin and --use-agent-identity-auth refused the same way', async () => {
+    const fwd = [
+      'forward',
+      '--remote',
+      remote,
+      '--environment-id',
+      'env-1',
+      '--connect',
+      'ws://127.0.0.1:9/',
+    ];
+    const r = await corral([...fwd, '--executor-credential-stdin'], { stdin: `${SECRET_SIG}\n` });
+    assertRefused(r, 1, /^Error: --executor-credential-stdin: /m, []);
+    const id = await corral([...fwd, '--use-agent-identity-auth'], { env: { CODEX_ACCESS_TOKEN: IDENTITY } });
+    assertRefused(id, 1, /^Error: --use-agent-identity-auth: /m, [IDENTITY]);
+  });
+
+  test('without --remote: each is a usage error (exit 2) naming --remote', async () => {
+    for (const flag of [
+      '--chatgpt-token-stdin',
+      '--use-agent-identity-auth',
+      '--executor-credential-stdin',
+    ]) {
+      const r = await corral(['--listen', 'ws://127.0.0.1:0', flag], { stdin: `${SECRET_SIG}\n` });
+      assertRefused(r, 2, /--use-agent-identity-auth and --executor-credential-stdin require --remote/, []);
+    }
+  });
+});

@@ -95,7 +95,7 @@ const WORDS = [
 ];
 
 /** The records of processes [from, from + count) shaped like an agent's (argv, env names, policy, 1 KiB output). */
-function agentRecords(from: number, count: number, t0: number): AuditRecord[] {
+export function agentRecords(from: number, count: number, t0: number): AuditRecord[] {
   const out = new Uint8Array(1024).fill(0x2e);
   const batch: AuditRecord[] = [];
   for (let i = from; i < from + count; i++) {

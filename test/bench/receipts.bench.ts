@@ -18,11 +18,15 @@
  *
  * Per server and round: 20 warm-up then 200 measured `true` start→closed (p50, p99); 5 warm-up then 10 measured
  * batches of 64 concurrent `true` (/s) with the server's CPU over them (all its threads, the audit worker included:
- * the chain's hashing is there, off the event loop) per process. The ratio column is on / off.
+ * the chain's hashing is there, off the event loop) per process. The ratio column is on / off. Last, the chain's
+ * own cost in the audit worker's commit, measured in this process (chainCommitCost).
  */
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { build } from 'esbuild';
+import { ChainWriter } from '../../src/audit/chain.js';
+import { openAuditStore } from '../../src/audit/openStore.js';
+import { agentRecords } from './audit.bench.js';
 import { BenchClient, pct, startServer, stopServer } from './exec.bench.js';
 import { trueBatches, trueStarts } from './hotpath.bench.js';
 import type { BenchRow } from './types.js';
@@ -123,6 +127,35 @@ async function readBack(db: string): Promise<string> {
   }
 }
 
+/**
+ * The chain's own cost where it runs, the audit worker's commit: batches of 334 processes' start, exit and close
+ * (~1000 records, what one flush of a busy server carries) into a signing store, with ChainWriter.extend as it is and
+ * replaced by nothing, taking turns (2 warm-up, 10 measured each). µs of the worker thread per process.
+ */
+function chainCommitCost(dir: string): { on: number; off: number } {
+  const store = openAuditStore(join(dir, 'commit.db'), { sign: true });
+  const extend = ChainWriter.prototype.extend;
+  const on: number[] = [];
+  const off: number[] = [];
+  const t0 = Date.now();
+  try {
+    let from = 0;
+    for (let k = 0; k < 24; k++) {
+      const chained = k % 2 === 0;
+      ChainWriter.prototype.extend = chained ? extend : () => {};
+      const batch = agentRecords(from, 334, t0);
+      from += 334;
+      const t = performance.now();
+      store.write(batch);
+      if (k >= 4) (chained ? on : off).push(((performance.now() - t) * 1000) / 334);
+    }
+  } finally {
+    ChainWriter.prototype.extend = extend;
+    store.close();
+  }
+  return { on: median(on), off: median(off) };
+}
+
 const median = (v: number[]) =>
   pct(
     [...v].sort((a, b) => a - b),
@@ -211,6 +244,11 @@ export async function run(): Promise<BenchRow[]> {
     console.log(widths.map((w) => '-'.repeat(w)).join('  '));
     for (const r of rows) console.log(line(r));
 
+    const commit = chainCommitCost(scratch);
+    console.log(
+      `\naudit worker, one commit of 334 processes (start, exit, close): ${f2(commit.on)} µs per process chained, ${f2(commit.off)} µs without the chain (${f2(commit.on - commit.off)} µs of the worker thread per process, off the event loop)`,
+    );
+
     const on = figures.get('on')!;
     const section = 'receipts (issue 37): on vs off';
     const pair = (metric: string, off: string, pick: (f: typeof on) => number, unit: string): BenchRow => ({
@@ -221,12 +259,22 @@ export async function run(): Promise<BenchRow[]> {
       unit,
       target: 'within noise',
     });
-    return ['off', 'usage off', 'chain off'].flatMap((off) => [
-      pair('start→closed p50', off, (f) => f.p50, 'ms'),
-      pair('start→closed p99', off, (f) => f.p99, 'ms'),
-      pair('64 concurrent `true`', off, (f) => f.concRate, '/s'),
-      pair('server CPU per process', off, (f) => f.cpuUsPerProc, 'µs'),
-    ]);
+    return [
+      {
+        section,
+        metric: 'audit worker commit per process, chain on vs off',
+        corral: Math.round(commit.on),
+        reference: Math.round(commit.off),
+        unit: 'µs',
+        target: 'off the event loop',
+      },
+      ...['off', 'usage off', 'chain off'].flatMap((off) => [
+        pair('start→closed p50', off, (f) => f.p50, 'ms'),
+        pair('start→closed p99', off, (f) => f.p99, 'ms'),
+        pair('64 concurrent `true`', off, (f) => f.concRate, '/s'),
+        pair('server CPU per process', off, (f) => f.cpuUsPerProc, 'µs'),
+      ]),
+    ];
   } finally {
     rmSync(scratch, { recursive: true, force: true });
   }

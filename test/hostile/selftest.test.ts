@@ -42,6 +42,9 @@ describe('corral selftest', { skip: needsSandbox }, () => {
     'loopback-spellings',
     'dns-to-host',
     'leave-cgroup',
+    'socks-nul-oversize-names',
+    'relay-in-sandbox',
+    'fs-races',
   ] as const) {
     test(`a hole re-introduced (${hole}): that case reports broken, the command exits 1`, async () => {
       const dir = mkdtempSync(join(tmpdir(), 'corral-selftest-test-'));

@@ -45,7 +45,7 @@ const SLOW = {
   'test/integration/fleet-cli.test.ts':
     'the fleet from the command line: several real `corral serve` processes joined and restarted (~25 s)',
   'test/hostile/selftest.test.ts':
-    "`corral selftest`'s whole battery, and again with holes reintroduced (~22 s); each case's attack is also a " +
+    "`corral selftest`'s whole battery, and again with holes reintroduced (~44 s loaded); each case's attack is also a " +
     'fast-tier hostile test of its own',
   'test/integration/cgroup-cpu.test.ts':
     'measures CPU shares: six busy loops per case hold both cores for ~15 s, slowing every test beside them',

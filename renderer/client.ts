@@ -28,14 +28,25 @@ interface Link {
   close(): void;
 }
 
-/** Electron: the preload's two functions; errors come back with their code in the message. */
+/**
+ * Electron: the preload's two functions; errors come back with their code in the message. The link holds one handler
+ * on the bridge and hands each notification to the page's handlers itself: contextBridge copies a notification's
+ * params into the page once per handler it calls, so a second handler there would be a second deep copy of every
+ * notification (the one piece of per-event work the desktop window adds over the browser's WebSocket). A link whose
+ * connection closed takes its handler off the bridge (a reconnect leaves no handler behind).
+ */
 function bridgeLink(bridge: ClientApi): Link {
   let onClosed: (why: string) => void = () => {};
   const closed = new Promise<string>((r) => {
     onClosed = r;
   });
-  const off = bridge.onNotification((method) => {
-    if (method === 'transport/closed') onClosed('the app closed the connection');
+  const handlers = new Set<NotificationHandler>();
+  const off = bridge.onNotification((method, params) => {
+    if (method === 'transport/closed') {
+      off();
+      onClosed('the app closed the connection');
+    }
+    for (const h of [...handlers]) h(method, params);
   });
   return {
     api: {
@@ -43,7 +54,10 @@ function bridgeLink(bridge: ClientApi): Link {
         bridge.request(m, p).catch((e: unknown) => {
           throw decodeBridgeError(e);
         }),
-      onNotification: (h) => bridge.onNotification(h),
+      onNotification: (h) => {
+        handlers.add(h);
+        return () => handlers.delete(h);
+      },
     },
     closed,
     close: () => {

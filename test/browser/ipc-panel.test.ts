@@ -6,8 +6,10 @@ import { EventEmitter } from 'node:events';
 import { after, before, describe, test } from 'node:test';
 import { createBridgeApi } from '../../preload/bridge.js';
 import { type Host, startHost } from '../../src/app/host.js';
+import { IPC_CONTROL } from '../../src/protocol/client.js';
 import type { IpcSenderLike } from '../../src/rpc/ipcTransport.js';
 import { RpcClient } from '../helpers/client.js';
+import { until } from '../helpers/server.js';
 import { type Browser, ensureBuilt, openBrowser, visibleText } from './harness.js';
 
 class FakeContents extends EventEmitter implements IpcSenderLike {
@@ -26,12 +28,13 @@ describe('panel over the preload bridge (desktop path) in Chromium', () => {
   let host: Host;
   let browser: Browser;
   let agent: RpcClient & { sessionId: string };
+  let wc: FakeContents;
 
   before(async () => {
     const panelDir = ensureBuilt();
     host = await startHost({ servePanel: true, panelDir, resumeGraceMs: 0 });
     const ipcMain = new EventEmitter();
-    const wc = new FakeContents();
+    wc = new FakeContents();
     host.serveIpc(ipcMain, (sender) => sender === wc);
     const bridge = createBridgeApi({
       send(channel, ...args) {
@@ -68,9 +71,12 @@ describe('panel over the preload bridge (desktop path) in Chromium', () => {
     await page.exposeFunction('__corralRequest', (method: string, params: unknown) =>
       bridge.request(method, params),
     );
+    // As contextBridge does, each handler gets its own copy of a notification's params (a deep copy per handler per
+    // notification): the page keeps one handler on the bridge (__corralHandlers counts them).
     await page.addInitScript(`{
       const handlers = new Set();
-      window.__corralDispatch = (m, p) => { for (const h of handlers) h(m, p); };
+      window.__corralHandlers = () => handlers.size;
+      window.__corralDispatch = (m, p) => { for (const h of handlers) h(m, structuredClone(p)); };
       const request = window.__corralRequest;
       window.corral = Object.freeze({
         request: (m, p) => request(m, p),
@@ -119,6 +125,31 @@ describe('panel over the preload bridge (desktop path) in Chromium', () => {
       /process\/start failed \(-32603\): No such file or directory \(os error 2\)/,
     );
     await browser.screenshot('desktop-ipc-run-error');
+    assert.deepEqual(browser.errors, []);
+  });
+
+  test('the page keeps one notification handler on the bridge (one copy per notification), through a reconnect', async () => {
+    const page = browser.page;
+    const handlers = () => page.evaluate('window.__corralHandlers()') as Promise<number>;
+    assert.equal(
+      await handlers(),
+      1,
+      'one handler: the old panel held two (two copies of every notification)',
+    );
+    // Main closes the connection (its control message to the preload): the panel reconnects over the bridge.
+    wc.toRenderer.emit(IPC_CONTROL, {}, { type: 'closed', code: 1001, reason: 'test' });
+    await page.locator('#conn-status', { hasText: 'connected · desktop IPC' }).waitFor({ timeout: 15_000 });
+    await until(async () => (await handlers()) === 1, 10_000);
+    assert.equal(await handlers(), 1, 'the closed link took its handler off the bridge');
+    await agent.request('process/start', {
+      processId: 'after-reconnect',
+      argv: ['/bin/true'],
+      cwd: '/tmp',
+      env: {},
+      tty: false,
+    });
+    await page.click('button[data-view="processes"]');
+    await page.locator('tr[data-process-id="after-reconnect"]').waitFor();
     assert.deepEqual(browser.errors, []);
   });
 });

@@ -7,11 +7,13 @@ import type {
   ApprovalPrompt,
   ApprovalRule,
   ExportResult,
+  LearningState,
   RememberedDecision,
 } from '../../src/protocol/approvals.js';
 import type { TypedRequests } from '../../src/protocol/client.js';
 import { h, type Paced, paced, reconcile, replace, shellJoin } from '../dom.js';
 import type { AppContext, View } from '../view.js';
+import { ProjectsCard } from './approvalsProjects.js';
 
 const MAX_AUDIT = 500;
 
@@ -38,7 +40,7 @@ const BUTTONS: [ApprovalDecision, string, string, string][] = [
     'allowProject',
     'Allow for this project',
     'btn small',
-    'Stores a rule for this workspace, kept across restarts: exactly this protocol, host and port (and method for plain HTTP).',
+    "Stores a rule for this workspace, kept across restarts: exactly this protocol, host and port (for plain HTTP also the method and the path's first segment).",
   ],
   ['denyOnce', 'Deny once', 'btn small danger', 'Blocks the requests held now; stores nothing.'],
   [
@@ -135,8 +137,18 @@ export class ApprovalsView implements View {
    * notification; the view's tables only while it is shown.
    */
   private readonly schedule: Paced = paced(() => this.render());
+  /** Learning mode and the repository file, per workspace (approvalsProjects.ts). */
+  private readonly projects: ProjectsCard;
 
   constructor(private readonly ctx: AppContext) {
+    this.projects = new ProjectsCard(
+      ctx,
+      () => [
+        ...this.rules.map((r) => r.workspace),
+        ...[...this.pending.values()].flatMap((p) => (p.workspace && !p.server ? [p.workspace] : [])),
+      ],
+      () => this.schedule(),
+    );
     const table = (testid: string, heads: string[], body: HTMLElement) =>
       h(
         'div',
@@ -186,7 +198,7 @@ export class ApprovalsView implements View {
         h(
           'p',
           { class: 'muted small' },
-          'Stored for a workspace (its git top-level, else the cwd) and kept across restarts; each matches exactly one protocol, host and port (and method for plain HTTP). A deny wins.',
+          'Stored for a workspace (its git top-level, else the cwd) and kept across restarts; each matches exactly one protocol, host and port (and for plain HTTP the method and a path prefix, on segment boundaries). A deny wins.',
         ),
         table(
           'approvals-rules',
@@ -194,6 +206,7 @@ export class ApprovalsView implements View {
           this.rulesBody,
         ),
       ),
+      this.projects.el,
       h(
         'div',
         { class: 'card' },
@@ -276,6 +289,7 @@ export class ApprovalsView implements View {
     } catch {
       this.rules = []; // a server before project rules
     }
+    await this.projects.load();
     this.render();
   }
 
@@ -298,6 +312,9 @@ export class ApprovalsView implements View {
         break;
       case 'approvals/rulesChanged':
         if (!p.server) this.rules = p.rules as ApprovalRule[];
+        break;
+      case 'approvals/learningChanged':
+        if (!p.server) this.projects.setLearning(p.learning as LearningState[]);
         break;
       case 'approvals/audit':
         this.audit.push(p.event as ApprovalAuditEvent);
@@ -323,6 +340,15 @@ export class ApprovalsView implements View {
         b.disabled = false;
         delete b.dataset.busy;
       }
+    }
+  }
+
+  /** "Wait until the process exits": the countdown stops; the process's exit denies what is held. */
+  private async waitForExit(prompt: ApprovalPrompt): Promise<void> {
+    try {
+      await this.ctx.conn.request('approvals/waitForExit', { id: prompt.id });
+    } catch (e) {
+      this.ctx.toast(`Could not wait: ${(e as Error).message}`, 'error');
     }
   }
 
@@ -357,6 +383,7 @@ export class ApprovalsView implements View {
   }
 
   private tick(): void {
+    if (this.projects.bannerStale()) this.schedule();
     const els = [
       ...this.prompts.querySelectorAll<HTMLElement>('[data-expires]'),
       ...(this.visible ? this.el.querySelectorAll<HTMLElement>('[data-expires]') : []),
@@ -364,9 +391,12 @@ export class ApprovalsView implements View {
     for (const el of els) {
       const at = Number(el.dataset.expires);
       const paused = el.dataset.paused;
-      const text = paused
-        ? `paused · ${Math.ceil(Number(paused) / 1000)}s left`
-        : `${Math.max(0, Math.ceil((at - Date.now() - this.skew) / 1000))}s left`;
+      const text =
+        el.dataset.waitingForExit === '1'
+          ? 'waits until the process exits'
+          : paused
+            ? `paused · ${Math.ceil(Number(paused) / 1000)}s left`
+            : `${Math.max(0, Math.ceil((at - Date.now() - this.skew) / 1000))}s left`;
       if (el.textContent !== text) el.textContent = text;
     }
   }
@@ -393,6 +423,14 @@ export class ApprovalsView implements View {
     this.tick();
   }
 
+  private countdown(el: HTMLElement, p: ApprovalPrompt): void {
+    el.dataset.expires = String(p.expiresAt);
+    if (p.pausedLeftMs != null) el.dataset.paused = String(p.pausedLeftMs);
+    else delete el.dataset.paused;
+    if (p.waitingForExit) el.dataset.waitingForExit = '1';
+    else delete el.dataset.waitingForExit;
+  }
+
   /** The prompt stack: a card per prompt, made when it comes, updated in place, removed when it is resolved. */
   private renderPrompts(list: ApprovalPrompt[]): void {
     const fleet = this.ctx.store.fleet;
@@ -412,17 +450,17 @@ export class ApprovalsView implements View {
         const held = c.card.querySelectorAll<HTMLElement>('[data-field="held"]');
         for (const el of held) el.hidden = p.waiting <= 1;
         held[1]!.textContent = `${p.waiting} requests`;
-        const countdown = c.card.querySelector<HTMLElement>('[data-expires]')!;
-        countdown.dataset.expires = String(p.expiresAt);
-        if (p.pausedLeftMs != null) countdown.dataset.paused = String(p.pausedLeftMs);
-        else delete countdown.dataset.paused;
+        this.countdown(c.card.querySelector<HTMLElement>('[data-expires]')!, p);
+        const wait = c.card.querySelector<HTMLElement>('[data-action="wait"]');
+        if (wait) wait.hidden = p.waitingForExit === true;
       }
       for (const b of c.card.querySelectorAll<HTMLButtonElement>('button[data-decision]'))
         if (b.dataset.busy !== '1') b.disabled = !connected;
       return c.card;
     });
     for (const k of this.cards.keys()) if (!keep.has(k)) this.cards.delete(k);
-    reconcile(this.prompts, cards);
+    const banner = this.projects.renderBanner();
+    reconcile(this.prompts, banner ? [banner, ...cards] : cards);
   }
 
   private card(p: ApprovalPrompt): HTMLElement {
@@ -459,6 +497,7 @@ export class ApprovalsView implements View {
             'data-expires': String(p.expiresAt),
             'data-testid': 'approval-countdown',
             ...(p.pausedLeftMs != null ? { 'data-paused': String(p.pausedLeftMs) } : {}),
+            ...(p.waitingForExit ? { 'data-waiting-for-exit': '1' } : {}),
           },
           `${this.left(p)}s left`,
         ),
@@ -484,6 +523,20 @@ export class ApprovalsView implements View {
         h('dd', { 'data-field': 'protocol' }, p.protocol),
         h('dt', null, 'Method'),
         h('dd', { 'data-field': 'method' }, p.method ?? '—'),
+        p.protocol === 'http'
+          ? [
+              h('dt', null, 'Path'),
+              h(
+                'dd',
+                { 'data-field': 'path' },
+                h(
+                  'code',
+                  null,
+                  p.path ?? 'unreadable (an encoded slash, .. above the root, …): no project answer',
+                ),
+              ),
+            ]
+          : null,
         h('dt', null, 'Cwd'),
         h('dd', { 'data-field': 'cwd' }, h('code', null, p.cwd ?? '—')),
         h('dt', null, 'Project'),
@@ -513,6 +566,21 @@ export class ApprovalsView implements View {
             label,
           ),
         ),
+        p.server
+          ? null
+          : h(
+              'button',
+              {
+                class: 'btn small ghost',
+                'data-action': 'wait',
+                title:
+                  'No countdown: the requests wait; when the process exits they are denied. Stores nothing; you can still answer.',
+                hidden: p.waitingForExit === true,
+                disabled: this.ctx.conn.state !== 'connected',
+                onclick: () => this.waitForExit(p),
+              },
+              'Wait until the process exits',
+            ),
       ),
     );
     return card;
@@ -520,6 +588,7 @@ export class ApprovalsView implements View {
 
   /** The view's own tables (only while it is shown): pending, remembered decisions, the approval audit. */
   private renderTables(list: ApprovalPrompt[]): void {
+    this.projects.render();
     replace(
       this.pendingBody,
       list.length === 0
@@ -569,7 +638,15 @@ export class ApprovalsView implements View {
               { 'data-rule-id': r.id },
               h('td', null, clock(r.createdAt)),
               h('td', { class: r.decision === 'deny' ? 'bad' : '' }, r.decision),
-              h('td', null, h('code', null, `${target(r)}${r.method ? ` ${r.method}` : ''}`)),
+              h(
+                'td',
+                null,
+                h(
+                  'code',
+                  null,
+                  `${target(r)}${r.method ? ` ${r.method}` : ''}${r.pathPrefix ? ` ${r.pathPrefix}` : ''}`,
+                ),
+              ),
               h('td', null, h('code', null, r.workspace)),
               h('td', null, `${r.origin} (${r.createdBy.credential})`),
               h('td', { class: 'num' }, String(r.hits)),

@@ -179,8 +179,7 @@ export function parseApprovalsArgs(argv: string[]): Parsed {
     usage(`approvals ${s}: --path-prefix is for allow and deny with --scope project`);
   if (pathPrefix !== null && (!pathPrefix.startsWith('/') || pathPrefix.length > 1024))
     usage(`approvals ${s}: --path-prefix must start with '/' (at most 1024 characters)`);
-  if (values!.json && s !== 'list' && s !== 'rules')
-    usage(`approvals ${s}: --json is for list, rules and repo`);
+  if (values!.json && s !== 'list' && s !== 'rules') usage(`approvals ${s}: --json is for list and rules`);
   if (values!.workspace !== undefined && s !== 'rules') usage(`approvals ${s}: --workspace is for rules`);
   const workspace = (values!.workspace as string | undefined) ?? null;
   if (workspace !== null && (!workspace.startsWith('/') || workspace.length > 4096))

@@ -4,72 +4,38 @@
 import assert from 'node:assert/strict';
 import { existsSync, mkdirSync, realpathSync } from 'node:fs';
 import { join } from 'node:path';
-import { after, before, describe, test } from 'node:test';
-import { type Host, startHost } from '../../src/app/host.js';
+import { describe, test } from 'node:test';
 import type { ApprovalPrompt, ApprovalsState, RulesResult } from '../../src/protocol/approvals.js';
 import { askingNetwork, curlCode } from '../helpers/approvalsCli.js';
-import { RpcClient } from '../helpers/client.js';
 import { shellStart } from '../helpers/registry-contract.js';
-import { tempDir, until } from '../helpers/server.js';
-import { loopbackOnlyDialer, startOrigin, stubResolver } from '../integration/network-helpers.js';
-import { type Browser, openBrowser, visibleText } from './harness.js';
-import { privateBuild } from './panelBuild.js';
+import { until } from '../helpers/server.js';
+import { approvalsPanelRig } from './approvalsPanelRig.js';
+import { visibleText } from './harness.js';
 
 describe('approval cards in the browser panel: explained, paused while read, project rules', {
   skip: existsSync('/usr/bin/curl') ? false : 'curl is not installed',
 }, () => {
-  const tmp = tempDir('corral-approvals-hold-');
-  const offMachine: string[] = [];
-  let host: Host;
-  let browser: Browser;
-  let agent: RpcClient & { sessionId: string };
-  let panel: RpcClient & { sessionId: string };
-  let origin: Awaited<ReturnType<typeof startOrigin>>;
-
-  before(async () => {
-    const panelDir = join(await privateBuild(), 'renderer');
-    origin = await startOrigin();
-    host = await startHost({
-      servePanel: true,
-      panelDir,
-      resumeGraceMs: 60_000,
-      server: { launcher: { resolver: stubResolver, dialer: loopbackOnlyDialer(offMachine) } },
-      approvalRules: join(tmp.path, 'rules', 'approval-rules.db'),
-    });
-    browser = await openBrowser();
-    agent = await RpcClient.open(host.execUrl, 'codex-agent');
-    panel = await RpcClient.open(
-      `${host.listener.url}/?token=${encodeURIComponent(host.tokens.panel)}`,
-      'observer',
-    );
-    await browser.page.goto(host.panelUrl!);
-    await browser.page.locator('#conn-status', { hasText: 'connected' }).waitFor({ timeout: 15_000 });
-  });
-
-  after(async () => {
-    agent?.close();
-    panel?.close();
-    await browser?.close();
-    await host?.shutdown();
-    await origin?.close();
-    tmp.cleanup();
-    assert.deepEqual(offMachine, []);
-  });
+  const rig = approvalsPanelRig('corral-approvals-hold-');
+  const tmp = rig.tmp;
 
   const pending = async () =>
-    (await panel.request<ApprovalsState>('approvals/list', {})).pending.find(
+    (await rig.panel.request<ApprovalsState>('approvals/list', {})).pending.find(
       (p) => p.processId === 'read-me',
     );
 
   test('the countdown pauses while the card is hovered or focused, and resumes; project rule from the card', async () => {
-    const page = browser.page;
+    const page = rig.browser.page;
     const work = join(tmp.path, 'repo');
     mkdirSync(join(work, '.git'), { recursive: true });
     mkdirSync(join(work, 'pkg'), { recursive: true });
     const net = askingNetwork();
     (net.config.network as Record<string, unknown>).approval_timeout_ms = 60_000;
-    await agent.request('process/start', {
-      ...shellStart('read-me', curlCode('got', `http://127.0.0.1:${origin.port}/read`), join(work, 'pkg')),
+    await rig.agent.request('process/start', {
+      ...shellStart(
+        'read-me',
+        curlCode('got', `http://127.0.0.1:${rig.origin.port}/read`),
+        join(work, 'pkg'),
+      ),
       managedNetwork: net,
     });
     const card = page.locator('[data-testid="approval-prompt"]').first();
@@ -113,9 +79,9 @@ describe('approval cards in the browser panel: explained, paused while read, pro
 
     // Allow for this project: a stored rule, shown in the Project rules table.
     await card.locator('button[data-decision="allowProject"]').click();
-    await agent.collect('read-me', 20_000);
-    assert.match(agent.output('read-me', 'stdout'), /got=200/);
-    const rules = await panel.request<RulesResult>('approvals/rules', {});
+    await rig.agent.collect('read-me', 20_000);
+    assert.match(rig.agent.output('read-me', 'stdout'), /got=200/);
+    const rules = await rig.panel.request<RulesResult>('approvals/rules', {});
     assert.equal(rules.rules.length, 1);
     assert.equal(rules.rules[0]!.origin, 'panel');
     await page.locator('.nav-item[data-view="approvals"]').click();
@@ -124,7 +90,7 @@ describe('approval cards in the browser panel: explained, paused while read, pro
     assert.match(await visibleText(row.first()), /allow\s+http 127\.0\.0\.1:\d+ GET/);
     await row.first().locator('button', { hasText: 'Revoke' }).click();
     await row.first().waitFor({ state: 'detached', timeout: 5000 });
-    assert.deepEqual((await panel.request<RulesResult>('approvals/rules', {})).rules, []);
-    assert.deepEqual(browser.errors, []);
+    assert.deepEqual((await rig.panel.request<RulesResult>('approvals/rules', {})).rules, []);
+    assert.deepEqual(rig.browser.errors, []);
   });
 });

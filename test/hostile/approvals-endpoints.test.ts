@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import { existsSync, mkdirSync, realpathSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { before, describe, test } from 'node:test';
+import { CliError, parseApprovalsArgs } from '../../src/cli/approvals.js';
 import type { ApprovalPrompt, RulesResult } from '../../src/protocol/approvals.js';
 import {
   firstSegment,
@@ -296,5 +297,81 @@ describe('endpoint rules through the proxy', { skip }, () => {
     );
     for (const k of ['inside', 'apix', 'up', 'encslash']) assert.equal(codes.get(k), '403', k);
     assert.equal(realpathSync(repo), prompts[0]!.workspace);
+  });
+});
+
+describe('the new methods and subcommands refuse bad input, naming it', { skip, timeout: 120_000 }, () => {
+  const rig = approvalsRig('corral-approvals-new-methods-');
+  const work = join(rig.tmp.path, 'ws');
+  before(() => mkdirSync(join(work, '.git'), { recursive: true }));
+
+  test('approvals/waitForExit and approvals/repoAccept: malformed, unknown, stale, and not for an agent', async () => {
+    const panel = await rig.open(rig.host.tokens.panel, 'bad-panel');
+    const agent = await rig.open(rig.host.tokens.agent, 'bad-agent');
+    const err = async (c: RpcClient, method: string, params: unknown) =>
+      (await c.request(method, params).then(
+        () => ({ code: 0, message: 'answered' }),
+        (x) => x,
+      )) as { code: number; message: string };
+    const deep = { deep: [[[[{ a: [[[]]] }]]]] };
+    for (const [method, params, code, field] of [
+      ['approvals/waitForExit', {}, -32602, /id/],
+      ['approvals/waitForExit', { id: '' }, -32602, /id/],
+      ['approvals/waitForExit', { id: 'x'.repeat(100_000) }, -32602, /id/],
+      ['approvals/waitForExit', { id: deep }, -32602, /id/],
+      ['approvals/waitForExit', { id: 'no-such-prompt' }, -32600, /unknown or already resolved/],
+      ['approvals/repoAccept', { workspace: work }, -32602, /sha256/],
+      ['approvals/repoAccept', { workspace: work, sha256: 'ABC' }, -32602, /sha256/],
+      ['approvals/repoAccept', { workspace: work, sha256: 'f'.repeat(65) }, -32602, /sha256/],
+      ['approvals/repoAccept', { workspace: 'relative', sha256: 'a'.repeat(64) }, -32600, /workspace/],
+      [
+        'approvals/repoAccept',
+        { workspace: `/${'a'.repeat(5000)}`, sha256: 'a'.repeat(64) },
+        -32602,
+        /workspace/,
+      ],
+      ['approvals/repoAccept', { workspace: work, sha256: 'a'.repeat(64) }, -32600, /no readable/],
+    ] as [string, unknown, number, RegExp][]) {
+      const e = await err(panel, method, params);
+      assert.equal(e.code, code, `${method} ${JSON.stringify(params).slice(0, 80)}`);
+      assert.match(e.message, field);
+    }
+    mkdirSync(join(work, '.corral'), { recursive: true });
+    writeFileSync(join(work, '.corral', 'network.json'), '{"endpoints":[]}');
+    const state = await panel.request<{ sha256: string }>('approvals/repoPolicy', { workspace: work });
+    assert.equal(
+      (await err(agent, 'approvals/repoAccept', { workspace: work, sha256: state.sha256 })).code,
+      -32600,
+    );
+    assert.equal((await err(agent, 'approvals/waitForExit', { id: 'x' })).code, -32600);
+    assert.match(
+      (await err(panel, 'approvals/repoAccept', { workspace: work, sha256: 'b'.repeat(64) })).message,
+      /sha256: b+ is not the file's hash now/,
+    );
+  });
+
+  test('the CLI: malformed repo, accept-repo, wait and --path-prefix: exit 2 naming what is wrong', () => {
+    for (const [argv, why] of [
+      [['repo'], /DIR \(one workspace directory\) is required/],
+      [['repo', 'relative'], /DIR must be an absolute path/],
+      [['repo', '/a', '/b'], /DIR \(one workspace directory\) is required/],
+      [['repo', `/${'a'.repeat(5000)}`], /DIR must be an absolute path/],
+      [['repo', '/a\u001b[2J'], /DIR must be an absolute path/],
+      [['repo', '/a', '--sha256', 'a'.repeat(64)], /--sha256 is for accept-repo/],
+      [['accept-repo', '/a', '--sha256', 'XYZ'], /expected a lower-case hex sha256/],
+      [['accept-repo', '/a', '--scope', 'project'], /--scope is not for accept-repo/],
+      [['accept-repo', '/a', '--json'], /--json is for list, rules and repo/],
+      [['wait'], /ID is required/],
+      [['wait', 'a b'], /is not an approval or rule id/],
+      [['allow', 'abc', '--path-prefix', '/x'], /--path-prefix is for allow and deny with --scope project/],
+      [['allow', 'abc', '--scope', 'project', '--path-prefix', 'x'], /--path-prefix must start with/],
+      [['allow', 'abc', '--sha256', 'a'.repeat(64)], /--sha256 is for accept-repo/],
+    ] as [string[], RegExp][]) {
+      assert.throws(
+        () => parseApprovalsArgs(argv),
+        (e: unknown) => e instanceof CliError && e.exitCode === 2 && why.test(e.message),
+        argv.join(' ').slice(0, 80),
+      );
+    }
   });
 });

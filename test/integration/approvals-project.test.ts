@@ -120,7 +120,7 @@ describe('approvals v2: grouped prompts, project rules, the CLI', { skip }, () =
     const human = await runApprovalsCli(['list'], stateHome);
     assert.match(
       human.stdout,
-      new RegExp(`${prompt.id}  http 127\\.0\\.0\\.1:${origin.port} GET  waiting 1`),
+      new RegExp(`${prompt.id}  http 127\\.0\\.0\\.1:${origin.port} GET /v1/first  waiting 1`),
     );
     assert.match(human.stdout, new RegExp(`workspace ${realpathSync(wsA)}`));
     const allowed = await runApprovalsCli(['allow', prompt.id, '--scope', 'project'], stateHome);

@@ -182,11 +182,12 @@ describe('decision receipts', { skip: !existsSync(CURL) && 'no curl' }, () => {
       accept: state.proposal.map(({ hits: _h, ...e }) => e),
     });
     assert.equal(accepted.rules.length, 1);
-    await run(agent, 'ruled', ['/bin/sh', '-c', curl('r', '127.0.0.1', P)], {
+    // The same path (/l): a learned rule holds the path's first segment (issue 36, item 7).
+    await run(agent, 'ruled', ['/bin/sh', '-c', curl('l', '127.0.0.1', P)], {
       cwd: ws,
       managedNetwork: asking(10_000),
     });
-    assert.match(agent.output('ruled'), /r=200/);
+    assert.match(agent.output('ruled'), /l=200/);
     const [ruled] = await network('ruled');
     assert.deepEqual(receipt(ruled), ['allow', 'project', accepted.rules[0]!.id]);
     agent.close();

@@ -194,7 +194,8 @@ export type DecideResult = z.infer<typeof DecideResult>;
 /**
  * `holding: true` pauses a prompt's countdown while a person is reading its card (hover, focus); `false` resumes it
  * with the time it had left. A prompt never waits longer than `MAX_HELD_PROMPT_MS` after it was requested, held or
- * not: a holder that goes away without resuming keeps it paused at most until then.
+ * not: a holder that goes away without resuming keeps it paused at most until then. The one exception is a person's
+ * choice: "wait until the process exits" (`approvals/waitForExit`), bounded by the process's life (and its session's).
  */
 export const HoldParams = z.object({
   server: ServerRef,

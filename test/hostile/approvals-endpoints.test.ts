@@ -55,6 +55,8 @@ describe('endpoint paths: one normalisation', () => {
       '/api\\..\\admin',
       '/api/%252e%252e/admin',
       '/api/%25',
+      '/api%3Fx',
+      '/api%23x',
       '/api/%',
       '/api/%zz',
       '/api/%C3',

@@ -3,15 +3,16 @@
  * file see it. One normalisation for all of them, so a rule cannot be passed by spelling the same path another way:
  * the query is dropped, each segment percent-decoded once, empty and `.` segments dropped, `..` resolved. A path that
  * cannot be read the same way by every server is not read at all (null): an encoded `/` or `\`, a `\`, a `%` left
- * after decoding (double encoding), a control character, a bad escape, a `..` above the root, a `..;` segment, or
- * more than MAX_REQUEST_PATH characters. An allow with a path prefix never matches such a path; a deny always does.
+ * after decoding (double encoding), an encoded `?` or `#`, a control character, a bad escape, a `..` above the root,
+ * a `..;` segment, or more than MAX_REQUEST_PATH characters. An allow with a path prefix never matches such a path; a
+ * deny always does.
  */
 import { MAX_PATH_PREFIX } from '../../protocol/approvals.js';
 
 /** The longest request path read (query included); longer is unreadable. */
 export const MAX_REQUEST_PATH = 8192;
 
-const BAD_CHAR = /[\\%\u0000-\u001f\u007f]/;
+const BAD_CHAR = /[\\%?#\u0000-\u001f\u007f]/;
 const BAD_ESCAPE = /%(?![0-9a-fA-F]{2})/;
 
 /** The normalised path of a request target's origin-form path (`/a/b?q`), or null when it cannot be read safely. */

@@ -10,7 +10,7 @@ import { LIMITED_METHODS } from './admission.js';
 import { endToEndHeaders } from './headers.js';
 import { clientAddr } from './host.js';
 import type { HttpContext } from './httpContext.js';
-import type { PolicySource } from './policy.js';
+import type { DecisionReceipt, PolicySource } from './policy.js';
 import { blockedUnixSocketResponse, type ProxyResponse, textResponse } from './responses.js';
 import { allowedUnixSocket, UNIX_SOCKETS_SUPPORTED } from './unixSocket.js';
 
@@ -29,7 +29,7 @@ export function admitUnixSocket(
   if (requested === undefined || !requested.startsWith('/'))
     return { ok: false, response: textResponse(400, 'invalid x-unix-socket header') };
   const method = req.method ?? 'GET';
-  const audit = (allowed: boolean, source: PolicySource, reason: string) =>
+  const audit = (allowed: boolean, source: PolicySource, reason: string, receipt: DecisionReceipt) =>
     ctx.recorder.audit({
       protocol: 'http',
       host: 'unix-socket',
@@ -40,15 +40,30 @@ export function admitUnixSocket(
       decision: allowed ? 'allow' : 'deny',
       source,
       reason,
+      receipt,
     });
   if (ctx.policy.mode === 'limited' && !LIMITED_METHODS.has(method)) {
-    audit(false, 'mode_guard', 'method_not_allowed');
+    audit(false, 'mode_guard', 'method_not_allowed', {
+      ruleId: 'method_not_allowed',
+      origin: 'limited_mode',
+    });
     return { ok: false, response: blockedUnixSocketResponse('method_not_allowed') };
   }
   if (!UNIX_SOCKETS_SUPPORTED) return { ok: false, response: textResponse(501, 'unix sockets unsupported') };
   const path = allowedUnixSocket(ctx.policy.settings, requested);
-  audit(path !== null, 'baseline_policy', path ? 'allow' : 'not_allowed');
+  audit(path !== null, 'baseline_policy', path ? 'allow' : 'not_allowed', unixSocketReceipt(ctx, path));
   return path ? { ok: true, path } : { ok: false, response: blockedUnixSocketResponse('not_allowed') };
+}
+
+/**
+ * What decided a unix-socket request (issue 37, item 2): the listed path that let it through
+ * (`allow_unix_sockets:<path>`), the all-sockets switch, or nothing (`not_allowed`, origin `default`).
+ */
+function unixSocketReceipt(ctx: HttpContext, path: string | null): DecisionReceipt {
+  if (path === null) return { ruleId: 'not_allowed', origin: 'default' };
+  const s = ctx.policy.settings;
+  if (s.allow_unix_sockets.includes(path)) return { ruleId: `allow_unix_sockets:${path}`, origin: 'config' };
+  return { ruleId: 'dangerously_allow_all_unix_sockets', origin: 'config' };
 }
 
 /** The request's end-to-end headers (raw pairs) for the daemon, without `x-unix-socket`. */

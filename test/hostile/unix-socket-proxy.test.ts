@@ -62,6 +62,11 @@ const decisions = (p: ProxyFixture) =>
       e['network.policy.decision' as keyof typeof e],
       e['network.policy.reason' as keyof typeof e],
     ]);
+/** The receipt of the last unix-socket decision (issue 37, item 2): the rule's id and origin. */
+const lastReceipt = (p: ProxyFixture) => {
+  const e = p.audits.filter((x) => x['network.policy.scope' as keyof typeof x] === 'non_domain').at(-1)!;
+  return [e['network.policy.rule_id' as keyof typeof e], e['network.policy.rule_origin' as keyof typeof e]];
+};
 
 describe('x-unix-socket on Linux', { skip: process.platform !== 'linux' && 'Linux only' }, () => {
   test('a listed path is forwarded (HTTP/1.1, path and query; the header does not go on); audited as allowed', async () => {
@@ -70,6 +75,7 @@ describe('x-unix-socket on Linux', { skip: process.platform !== 'linux' && 'Linu
     assert.equal(r.body, 'api GET /v1/info?x=1');
     assert.deepEqual(hits.api.at(-1), 'GET /v1/info?x=1 -');
     assert.deepEqual(decisions(full).at(-1), ['allow', 'allow']);
+    assert.deepEqual(lastReceipt(full), [`allow_unix_sockets:${api}`, 'config']);
     assert.deepEqual(full.blocked, []);
   });
 
@@ -77,6 +83,11 @@ describe('x-unix-socket on Linux', { skip: process.platform !== 'linux' && 'Linu
     const r = await ask(full, join(ws, 'alias.sock'));
     assert.equal(r.status, 200, r.body);
     assert.equal(r.body, 'api GET /v1/info');
+    assert.deepEqual(
+      lastReceipt(full),
+      [`allow_unix_sockets:${api}`, 'config'],
+      'the listed (canonical) path',
+    );
   });
 
   test('an unlisted path is 403 not_allowed for host unix-socket, audited, not in the blocked ring', async () => {
@@ -86,6 +97,7 @@ describe('x-unix-socket on Linux', { skip: process.platform !== 'linux' && 'Linu
     assert.equal(r.body, blocked('not_allowed'));
     assert.equal(hits.secret.length, before);
     assert.deepEqual(decisions(full).at(-1), ['deny', 'not_allowed']);
+    assert.deepEqual(lastReceipt(full), ['not_allowed', 'default']);
     assert.deepEqual(full.blocked, []);
   });
 
@@ -95,6 +107,7 @@ describe('x-unix-socket on Linux', { skip: process.platform !== 'linux' && 'Linu
     assert.equal(w.status, 403);
     assert.equal(w.body, blocked('method_not_allowed'));
     assert.equal(hits.api.length, before);
+    assert.deepEqual(lastReceipt(limited), ['method_not_allowed', 'limited_mode']);
     const r = await ask(limited, api, 'GET');
     assert.equal(r.status, 200, r.body);
   });
@@ -103,6 +116,7 @@ describe('x-unix-socket on Linux', { skip: process.platform !== 'linux' && 'Linu
     const r = await ask(all, secret);
     assert.equal(r.status, 200, r.body);
     assert.equal(r.body, 'secret GET /v1/info');
+    assert.deepEqual(lastReceipt(all), ['dangerously_allow_all_unix_sockets', 'config']);
   });
 
   test('swapped links: a child that owns the directory swaps it, or the socket, for a link; nothing is reached', async () => {

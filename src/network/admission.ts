@@ -14,6 +14,7 @@
  * - `https` (a request inside an intercepted tunnel, `admitIntercepted`): the tunnel's own admission stands for the
  *   host (the request must name the tunnel's target), then limited mode's method rule.
  */
+import { clientAddr } from './host.js';
 import type { DecisionReceipt, HostDecision, PolicyEngine, PolicyProtocol, PolicySource } from './policy.js';
 
 /** The methods limited mode lets through (§2.2): case-sensitive, so `post` is not GET and is blocked. */
@@ -37,6 +38,25 @@ export interface AdmissionRequest {
   path?: string | null;
   /** `ip:port` of the client, or null. */
   client: string | null;
+}
+
+/**
+ * The admission request of a plain-HTTP request or upgrade (the Node path, the fast path, upgrades, a request that
+ * follows a failed parse): its target's host, port and origin-form path, its method, and the client it came from.
+ */
+export function plainHttpRequest(
+  target: { host: string; port: number; path: string | null },
+  method: string,
+  socket: { remoteAddress?: string | undefined; remotePort?: number | undefined },
+): AdmissionRequest {
+  return {
+    protocol: 'http',
+    host: target.host,
+    port: target.port,
+    method,
+    path: target.path,
+    client: clientAddr(socket),
+  };
 }
 
 /** An admitted request: the host policy's allow, with the checked addresses to dial (and nothing else). */

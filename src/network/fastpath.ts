@@ -13,10 +13,9 @@
  */
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
-import { type AdmissionRequest, admitAndRecord, type Refused } from './admission.js';
+import { admitAndRecord, plainHttpRequest, type Refused } from './admission.js';
 import type { Dialer } from './dial.js';
 import { type FastHead, readFastHead } from './fastHead.js';
-import { clientAddr } from './host.js';
 import type { PolicyEngine } from './policy.js';
 import type { Recorder } from './recorder.js';
 import { keepAliveLines, type RelayClient, ResponseRelay, type Upstream } from './responseRelay.js';
@@ -200,14 +199,7 @@ class ClientConn implements RelayClient {
   }
 
   private async run(head: FastHead): Promise<void> {
-    const r: AdmissionRequest = {
-      protocol: 'http',
-      host: head.host,
-      port: head.port,
-      method: head.method,
-      path: head.path,
-      client: clientAddr(this.socket),
-    };
+    const r = plainHttpRequest(head, head.method, this.socket);
     const a = await admitAndRecord(this.deps, r);
     if (this.gone) return;
     const total = head.headLength + head.bodyLength;

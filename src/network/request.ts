@@ -5,10 +5,9 @@
  */
 import http from 'node:http';
 import type { Duplex } from 'node:stream';
-import { type AdmissionRequest, admitAndRecord } from './admission.js';
+import { admitAndRecord, plainHttpRequest } from './admission.js';
 import { forward, relay } from './forward.js';
 import { headerValue } from './headers.js';
-import { clientAddr } from './host.js';
 import type { HttpContext } from './httpContext.js';
 import { limitStatus } from './limits.js';
 import { plainCarrier } from './mitm/broker.js';
@@ -45,14 +44,7 @@ export async function onRequest(
     send(res, textResponse(400, t.error));
     return;
   }
-  const r: AdmissionRequest = {
-    protocol: 'http',
-    host: t.host,
-    port: t.port,
-    method: req.method ?? 'GET',
-    path: t.target.path,
-    client: clientAddr(req.socket),
-  };
+  const r = plainHttpRequest({ ...t, path: t.target.path }, req.method ?? 'GET', req.socket);
   const a = await admitAndRecord(ctx, r);
   if (!a.allowed) {
     send(res, blockedHttpResponse(a, t.port));
@@ -115,14 +107,11 @@ export async function onOddMethod(
     socket.end(PARSE_ERROR);
     return;
   }
-  const r: AdmissionRequest = {
-    protocol: 'http',
-    host: t.host,
-    port: t.port,
+  const r = plainHttpRequest(
+    { ...t, path: t.target.path },
     method,
-    path: t.target.path,
-    client: clientAddr(socket as Partial<import('node:net').Socket>),
-  };
+    socket as Partial<import('node:net').Socket>,
+  );
   const a = await admitAndRecord(ctx, r, 'refusals');
   if (a.allowed) {
     socket.end(PARSE_ERROR);

@@ -5,10 +5,9 @@
  */
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
-import { type AdmissionRequest, admitAndRecord } from './admission.js';
+import { admitAndRecord, plainHttpRequest } from './admission.js';
 import { tunnelFor } from './dial.js';
 import { headerValue } from './headers.js';
-import { clientAddr } from './host.js';
 import type { HttpContext, SocketEntry } from './httpContext.js';
 import { limitStatus } from './limits.js';
 import { blockedHttpResponse, CLOSE, emptyResponse, serialize, textResponse } from './responses.js';
@@ -61,14 +60,7 @@ async function tcpUpstream(ctx: HttpContext, req: IncomingMessage, socket: Duple
     return null;
   }
   const method = req.method ?? 'GET';
-  const r: AdmissionRequest = {
-    protocol: 'http',
-    host: t.host,
-    port: t.port,
-    method,
-    path: t.target.path,
-    client: clientAddr(req.socket),
-  };
+  const r = plainHttpRequest({ ...t, path: t.target.path }, method, req.socket);
   const a = await admitAndRecord(ctx, r);
   if (!a.allowed) {
     socket.end(serialize(blockedHttpResponse(a, t.port), CLOSE));

@@ -389,6 +389,23 @@ function table(title: string, header: string[], rows: string[][]): void {
 
 const f2 = (v: number) => (v >= 100 ? v.toFixed(0) : v >= 10 ? v.toFixed(1) : v.toFixed(2));
 
+/** `corral exec-server` as the hot-path benches run it: every default on, the audit trail in `db`, a panel token. */
+export function corralServerArgv(cli: string, db: string, panelToken: string): [string, ...string[]] {
+  return [
+    process.execPath,
+    cli,
+    'exec-server',
+    '--listen',
+    'ws://127.0.0.1:0',
+    '--log-level',
+    'warn',
+    '--audit-db',
+    db,
+    '--panel-token-file',
+    panelToken,
+  ];
+}
+
 export async function run(): Promise<BenchRow[]> {
   if (process.platform !== 'linux')
     return [{ section: 'hotpath', metric: 'skipped (not Linux)', corral: 'n/a', unit: '' }];
@@ -401,19 +418,7 @@ export async function run(): Promise<BenchRow[]> {
     writeFileSync(panelToken, `panel-${process.pid}-${'x'.repeat(24)}\n`, { mode: 0o600 });
     const corralArgs = (bin: string, db: string): [string, ...string[]] => {
       mkdirSync(join(scratch, db), { recursive: true });
-      return [
-        process.execPath,
-        bin,
-        'exec-server',
-        '--listen',
-        'ws://127.0.0.1:0',
-        '--log-level',
-        'warn',
-        '--audit-db',
-        join(scratch, db, 'audit.db'),
-        '--panel-token-file',
-        panelToken,
-      ];
+      return corralServerArgv(bin, join(scratch, db, 'audit.db'), panelToken);
     };
     const targets: Target[] = [
       {

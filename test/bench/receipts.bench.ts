@@ -28,7 +28,7 @@ import { ChainWriter } from '../../src/audit/chain.js';
 import { openAuditStore } from '../../src/audit/openStore.js';
 import { agentRecords } from './audit.bench.js';
 import { BenchClient, pct, startServer, stopServer } from './exec.bench.js';
-import { trueBatches, trueStarts } from './hotpath.bench.js';
+import { corralServerArgv, trueBatches, trueStarts } from './hotpath.bench.js';
 import type { BenchRow } from './types.js';
 
 const root = join(import.meta.dirname, '..', '..');
@@ -180,19 +180,7 @@ export async function run(): Promise<BenchRow[]> {
       targets.push({
         v,
         db,
-        argv: [
-          process.execPath,
-          cli,
-          'exec-server',
-          '--listen',
-          'ws://127.0.0.1:0',
-          '--log-level',
-          'warn',
-          '--audit-db',
-          db,
-          '--panel-token-file',
-          panelToken,
-        ],
+        argv: corralServerArgv(cli, db, panelToken),
       });
     }
     const rounds = new Map<string, Round[]>(VARIANTS.map((v) => [v.name, []]));

@@ -246,16 +246,22 @@ static uint16_t proxy_port(const struct watch *w, const unsigned char *addr, siz
   return ntohs(port);
 }
 
+// The start of a small /proc file as a string in buf (at most size - 1 bytes, NUL-terminated): 0, or -1 unreadable.
+static int read_proc_text(const char *path, char *buf, size_t size) {
+  int f = open(path, O_RDONLY | O_CLOEXEC);
+  if (f < 0) return -1;
+  ssize_t n = read(f, buf, size - 1);
+  close(f);
+  if (n <= 0) return -1;
+  buf[n] = 0;
+  return 0;
+}
+
 // The close-on-exec flag of the command's fd (its fdinfo "flags:" line, octal, O_CLOEXEC included); -1 unknown.
 static int fd_cloexec(pid_t pid, int fd) {
   char path[64], buf[512];
   snprintf(path, sizeof path, "/proc/%d/fdinfo/%d", (int)pid, fd);
-  int f = open(path, O_RDONLY | O_CLOEXEC);
-  if (f < 0) return -1;
-  ssize_t n = read(f, buf, sizeof buf - 1);
-  close(f);
-  if (n <= 0) return -1;
-  buf[n] = 0;
+  if (read_proc_text(path, buf, sizeof buf) < 0) return -1;
   const char *p = strstr(buf, "flags:");
   if (!p) return -1;
   unsigned long flags = strtoul(p + 6, NULL, 8);
@@ -315,12 +321,7 @@ static int thread_pidfd(pid_t tid) {
   if (fd >= 0 || errno == ESRCH) return fd;
   char path[64], buf[1024];
   snprintf(path, sizeof path, "/proc/%d/status", (int)tid);
-  int f = open(path, O_RDONLY | O_CLOEXEC);
-  if (f < 0) return -1;
-  ssize_t n = read(f, buf, sizeof buf - 1);
-  close(f);
-  if (n <= 0) return -1;
-  buf[n] = 0;
+  if (read_proc_text(path, buf, sizeof buf) < 0) return -1;
   const char *t = strstr(buf, "\nTgid:");
   long tgid = t ? strtol(t + 6, NULL, 10) : 0;
   return tgid > 0 ? (int)syscall(SYS_pidfd_open, (pid_t)tgid, 0) : -1;

@@ -397,6 +397,10 @@ export async function approvalsCommand(argv: string[], out: (s: string) => void)
 /** The CLI's entry: runs, prints any failure to stderr, exits with its code. */
 export async function approvalsMain(argv: string[]): Promise<never> {
   let code: number;
+  if (argv.length === 1 && (argv[0] === '--help' || argv[0] === '-h' || argv[0] === 'help')) {
+    process.stdout.write(APPROVALS_USAGE);
+    process.exit(0);
+  }
   try {
     code = await approvalsCommand(argv, (s) => process.stdout.write(s));
   } catch (e) {

@@ -108,6 +108,11 @@ describe('corral approvals: hostile input', { skip }, () => {
     assert.equal(r.stdout, '');
     assert.match(r.stderr, /not an approval or rule id/);
     assert.ok(!r.stderr.includes('\u001b'), 'no raw escape reaches the terminal');
+    // Asked for, the usage goes to stdout with exit 0; with anything else beside it, --help is an unknown subcommand.
+    const help = await runApprovalsCli(['--help'], stateHome);
+    assert.deepEqual([help.code, help.stderr], [0, '']);
+    assert.match(help.stdout, /corral approvals accept-repo DIR/);
+    assert.equal((await runApprovalsCli(['--help', 'list'], stateHome)).code, 2);
     for (const connect of ['not a url', 'ws://127.0.0.1:1/?token=abcdefabcdefabcdef', 'ws://127.0.0.1:1/']) {
       const c = await runApprovalsCli(['list', '--connect', connect], stateHome);
       assert.equal(c.code, 2, connect);

@@ -76,9 +76,9 @@ async function corral(
     process.execPath,
     // forward has no --log-file (it logs to stderr).
     [
-      '--import',
-      'tsx',
-      'src/cli.ts',
+      // The bundle `npm test`'s pretest builds (what `npx corral` runs): through tsx, with the fresh TMPDIR this test
+      // gives each run, every start would transform the whole source again (~3 s of CPU).
+      'bin/corral.js',
       'exec-server',
       ...args,
       '--log-level',

@@ -84,6 +84,8 @@ export interface NetworkRecord {
   ruleId?: string | null;
   ruleOrigin?: string | null;
   correlationId?: string | null;
+  /** `transparent`: a command's plain TCP connect, asked for by the connect supervisor (stored with the protocol). */
+  transport?: 'transparent' | null;
 }
 
 export interface ApprovalRecord {

@@ -167,6 +167,7 @@ function networkRecord(e: NetworkAuditEvent, now: number): AuditRecord {
     ruleId: e['network.policy.rule_id'] ?? null,
     ruleOrigin: e['network.policy.rule_origin'] ?? null,
     correlationId: e['correlation.id'] ?? null,
+    ...(e['network.transport.transparent'] ? { transport: 'transparent' as const } : {}),
   };
 }
 

@@ -145,6 +145,7 @@ export function otelEvents(
       if (r.ruleId != null) attributes['network.policy.rule_id'] = r.ruleId.slice(0, 1024);
       if (r.ruleOrigin != null) attributes['network.policy.rule_origin'] = r.ruleOrigin;
       if (r.correlationId != null) attributes['correlation.id'] = r.correlationId.slice(0, 1024);
+      if (r.transport === 'transparent') attributes['network.transport.transparent'] = true;
       for (const [k, v] of Object.entries(r.metadata ?? {})) {
         if (typeof v === 'string' || typeof v === 'number' || typeof v === 'boolean') attributes[k] = v;
       }

@@ -15,7 +15,7 @@ import type {
   ProcessStartRecord,
 } from './events.js';
 import { type ReplayChunks, TRUNCATED_STREAM } from './replayRecorder.js';
-import type { Row } from './rowItems.js';
+import { type Row, storedProtocol } from './rowItems.js';
 import type { SqliteDatabase } from './sqliteDriver.js';
 
 /** A JSON column's text (null for null or undefined). */
@@ -188,7 +188,7 @@ export class RecordWriter {
       r.processId,
       r.host,
       r.port,
-      r.protocol,
+      storedProtocol(r.protocol, r.transport),
       r.method,
       r.decision,
       r.reason,

@@ -22,6 +22,19 @@ const bool = (v: unknown) => v === 1 || v === true;
 const str = (v: unknown) => (typeof v === 'string' ? v : null);
 const num = (v: unknown) => (typeof v === 'number' ? v : null);
 
+/**
+ * A network decision's transport is stored in its `protocol` column (covered by the hash chain, no schema change):
+ * `socks5_tcp+transparent` for a command's plain TCP connect that the connect supervisor asked for (issue 35).
+ */
+const TRANSPARENT_SUFFIX = '+transparent';
+export const storedProtocol = (protocol: string, transport?: 'transparent' | null): string =>
+  transport === 'transparent' ? `${protocol}${TRANSPARENT_SUFFIX}` : protocol;
+function storedTransport(column: string): Pick<AuditNetworkItem, 'protocol' | 'transport'> {
+  return column.endsWith(TRANSPARENT_SUFFIX)
+    ? { protocol: column.slice(0, -TRANSPARENT_SUFFIX.length), transport: 'transparent' }
+    : { protocol: column };
+}
+
 /** A stored row as its wire item (protocol/audit.ts). */
 export function toItem(type: AuditEventType, r: Row): AuditItem {
   switch (type) {
@@ -66,7 +79,7 @@ export function toItem(type: AuditEventType, r: Row): AuditItem {
         processId: str(r.process_id),
         host: r.host as string,
         port: r.port as number,
-        protocol: r.protocol as string,
+        ...storedTransport(r.protocol as string),
         method: str(r.method),
         decision: r.decision as AuditNetworkItem['decision'],
         reason: r.reason as string,

@@ -38,6 +38,8 @@ export interface AdmissionRequest {
   path?: string | null;
   /** `ip:port` of the client, or null. */
   client: string | null;
+  /** A command's plain TCP connect, asked for by the connect supervisor (transparent TCP): audited as such. */
+  transparent?: true;
 }
 
 /**

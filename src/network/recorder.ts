@@ -27,6 +27,8 @@ export interface DecisionInfo {
   receipt?: DecisionReceipt | undefined;
   /** Inside an intercepted tunnel: the request's path (no query), and the credential injected into it, by name. */
   intercepted?: { path: string; credential?: string | undefined };
+  /** The command's plain TCP connect, asked for by the connect supervisor (transparent TCP). */
+  transparent?: true;
 }
 
 export class Recorder {
@@ -55,6 +57,7 @@ export class Recorder {
       method: r.method,
       client: r.client,
       ...(intercepted ? { intercepted } : {}),
+      ...(r.transparent ? { transparent: true as const } : {}),
     };
     if (a.allowed) {
       this.allowed(base, a);
@@ -73,7 +76,10 @@ export class Recorder {
 
   /** The audit event of a request the host policy allowed (reason `allow`). */
   allowed(
-    base: Pick<DecisionInfo, 'protocol' | 'host' | 'port' | 'method' | 'client' | 'intercepted'>,
+    base: Pick<
+      DecisionInfo,
+      'protocol' | 'host' | 'port' | 'method' | 'client' | 'intercepted' | 'transparent'
+    >,
     d: { source: PolicySource; override?: boolean | undefined; receipt?: DecisionReceipt | undefined },
   ): void {
     const events = this.opts.events;
@@ -134,6 +140,7 @@ export class Recorder {
               : {}),
           }
         : {}),
+      ...(d.transparent ? { 'network.transport.transparent': true as const } : {}),
     };
     events.emit('audit', e);
   }

@@ -5,6 +5,7 @@
 import dgram from 'node:dgram';
 import net from 'node:net';
 import type { Duplex } from 'node:stream';
+import { netNotifyTransparent } from '../platform/netNotify.js';
 import { type AdmissionRequest, admitAndRecord, intercepts } from './admission.js';
 import { type Dialer, type TunnelOrigin, tunnelFor } from './dial.js';
 import { canonicalIp, clientAddr, hostPort, normalizeHost } from './host.js';
@@ -132,6 +133,16 @@ export class SocksProxy {
     socket.on('data', onData);
   }
 
+  /** Whether this connection is the connect supervisor's exchange for a command's plain TCP connect. */
+  private isTransparent(socket: net.Socket): boolean {
+    const listening = this.server.address();
+    return (
+      typeof listening === 'object' &&
+      listening !== null &&
+      netNotifyTransparent(socket.remoteAddress, socket.remotePort, listening.port)
+    );
+  }
+
   private async onConnect(socket: net.Socket, rawHost: string, port: number, rest: Buffer): Promise<void> {
     const norm = normalizeHost(rawHost);
     if (!norm.ok) {
@@ -144,6 +155,7 @@ export class SocksProxy {
       port,
       method: null,
       client: clientAddr(socket),
+      ...(this.isTransparent(socket) ? { transparent: true as const } : {}),
     };
     const a = await admitAndRecord(this.deps, r);
     if (!a.allowed) {

@@ -123,6 +123,7 @@ export interface Addon {
   netNotifyPair(): [number, number];
   netNotifyWatch(serverFd: number, ports: number[], socksPort?: number, passPorts?: number[]): void;
   netNotifyCounts(): [number, number, number];
+  netNotifyTransparent?(localPort: number, socksPort: number): boolean;
   // fsat.c (see src/platform/confinedFs.ts)
   fsProbe(): number;
   fsOpenRoot(): number;

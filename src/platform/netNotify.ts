@@ -82,3 +82,17 @@ export function netNotifyCounts(): { proxied: number; refused: number; watched: 
   const [proxied, refused, watched] = addon?.netNotifyCounts?.() ?? [0, 0, 0];
   return { proxied, refused, watched };
 }
+
+/**
+ * Whether a connection that reached a SOCKS5 listener on `socksPort` from `address`:`port` is the supervisor's own
+ * exchange for a command's held connect (transparent TCP): only the supervisor's sockets, bound by the server, have
+ * those 127.0.0.1 4-tuples while their exchange runs, so no program can present one.
+ */
+export function netNotifyTransparent(
+  address: string | undefined,
+  port: number | undefined,
+  socksPort: number,
+): boolean {
+  if (port === undefined || (address !== '127.0.0.1' && address !== '::ffff:127.0.0.1')) return false;
+  return addon?.netNotifyTransparent?.(port, socksPort) ?? false;
+}

@@ -109,6 +109,7 @@ export const AuditNetworkItem = MonitorAudit.pick({
   source: true,
   protocol: true,
   override: true,
+  transport: true,
 }).extend({
   type: z.literal('network'),
   id: z.number(),

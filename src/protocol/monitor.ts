@@ -152,6 +152,11 @@ export const MonitorAudit = z.object({
   intercepted: z.literal(true).optional(),
   /** The credential injected into this request (its name: a brokered variable or `mitm_hooks[i]`; never the value). */
   credential: z.string().optional(),
+  /**
+   * `transparent`: the command made a plain TCP connect and the connect supervisor asked the proxy for it
+   * (`--linux-sandbox-transparent-tcp`); absent: the program spoke to the proxy itself.
+   */
+  transport: z.literal('transparent').optional(),
 });
 export type MonitorAudit = z.infer<typeof MonitorAudit>;
 

@@ -333,6 +333,11 @@ export const NetworkAuditEventSchema = z.object({
   'network.intercepted': z.literal(true).optional(),
   /** The name (never the value) of the credential the broker or a hook injected into this request. */
   'network.credential.injected': z.string().optional(),
+  /**
+   * Present (true) when the command made a plain TCP connect that the connect supervisor turned into this SOCKS5
+   * request for it (`--linux-sandbox-transparent-tcp`, issue 35): the program ignored the proxy variables.
+   */
+  'network.transport.transparent': z.literal(true).optional(),
 });
 export type NetworkAuditEvent = z.infer<typeof NetworkAuditEventSchema>;
 

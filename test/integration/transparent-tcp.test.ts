@@ -11,6 +11,7 @@ import { after, before, describe, test } from 'node:test';
 import { netNotifyAbsence } from '../../src/platform/netNotify.js';
 import type { AuditProcessResult } from '../../src/protocol/audit.js';
 import { landlockSupport } from '../../src/sandbox/linux/landlockNative.js';
+import { NetworkLog } from '../../src/server/monitor/monitorNetwork.js';
 import type { RpcClient } from '../helpers/client.js';
 import { needsSandbox } from '../helpers/native.js';
 import { managedLoopbackStart } from '../helpers/netNotifyConfined.js';
@@ -52,7 +53,7 @@ after(async () => {
   dir.cleanup();
 });
 
-type Started = { as: AuditedServer; agent: RpcClient & { sessionId: string } };
+type Started = { as: AuditedServer; agent: RpcClient & { sessionId: string }; panelLog: NetworkLog };
 
 async function server(transparentTcp: boolean): Promise<Started> {
   const as = await startAuditedServer(
@@ -65,7 +66,10 @@ async function server(transparentTcp: boolean): Promise<Started> {
     },
   );
   servers.push(as);
-  return { as, agent: await as.agent(`ttcp-${transparentTcp}`) };
+  // What the panel's monitor keeps of the proxies' decisions (src/server/monitor), fed by the same bus.
+  const panelLog = new NetworkLog();
+  as.server.launcher.networkEvents.on('audit', (e) => panelLog.addAudit(e));
+  return { as, agent: await as.agent(`ttcp-${transparentTcp}`), panelLog };
 }
 
 let withFlag: Promise<Started> | undefined;
@@ -136,15 +140,29 @@ describe('--linux-sandbox-transparent-tcp: raw TCP through the managed SOCKS5 pr
       assert.equal(deniedSeen, seen, 'the denied listener saw nothing');
       assert.equal(f.hits.tcp6, seen6, '[::1] saw nothing');
       const d = await auditOf(s, processId);
+      // The raw connects' rows say they were transparent; curl's (it spoke to the proxy itself) does not.
+      const rows = (n: {
+        host: string;
+        port: number;
+        decision: string;
+        protocol: string;
+        transport?: string;
+      }) => [n.host, n.port, n.decision, n.protocol, n.transport ?? 'proxied'];
+      const expected = [
+        ['127.0.0.1', f.port, 'allow', 'socks5_tcp', 'transparent'],
+        ['127.0.0.1', f.port, 'allow', 'http', 'proxied'],
+        ['127.0.0.2', deniedPort, 'deny', 'socks5_tcp', 'transparent'],
+        ['::1', f.port6, 'deny', 'socks5_tcp', 'transparent'],
+      ].sort();
+      assert.deepEqual(d.network.map(rows).sort(), expected, JSON.stringify(d.network));
+      // The panel's network events say the same.
       assert.deepEqual(
-        d.network.map((n) => [n.host, n.port, n.decision]).sort(),
-        [
-          ['127.0.0.1', f.port, 'allow'],
-          ['127.0.0.1', f.port, 'allow'],
-          ['127.0.0.2', deniedPort, 'deny'],
-          ['::1', f.port6, 'deny'],
-        ].sort(),
-        JSON.stringify(d.network),
+        s.panelLog.audit
+          .filter((a) => a.processId === processId)
+          .map(rows)
+          .sort(),
+        expected,
+        JSON.stringify(s.panelLog.audit),
       );
     });
 
@@ -164,8 +182,8 @@ describe('--linux-sandbox-transparent-tcp: raw TCP through the managed SOCKS5 pr
       assert.equal(deniedSeen, seen);
       const d = await auditOf(s, processId);
       assert.deepEqual(
-        d.network.map((n) => [n.host, n.port, n.decision]),
-        [['127.0.0.1', f.port, 'allow']],
+        d.network.map((n) => [n.host, n.port, n.decision, n.transport ?? 'proxied']),
+        [['127.0.0.1', f.port, 'allow', 'proxied']],
       );
     });
   }

@@ -38,6 +38,9 @@
 // proxy (its admission rule, audited there), or the proxy unreachable: ECONNREFUSED. A racing thread can at most
 // make the command ask for another destination, which the proxy decides.
 //   netNotifyCounts() -> [proxied, refused, watched]
+//   netNotifyTransparent(localPort, socksPort) -> bool
+//                                         whether that connection to the SOCKS port is a held connect's exchange
+//                                         (the proxy marks its decision transparent)
 
 #define _GNU_SOURCE
 #include <errno.h>
@@ -135,10 +138,41 @@ struct pending {
   unsigned char buf[4 + 1 + 255 + 2];  // the longest reply: a 255-byte domain
   size_t got, need;
   long long deadline;
+  int slot;  // its entry in the transparent table (below), -1: none
 };
 
 static struct pending *pendings;
 static int npending;
+
+// The transparent table: the local port and SOCKS port of each held connect's socket while its exchange runs, so that
+// the proxy can tell a connection the supervisor made for a command from one a program made itself
+// (netNotifyTransparent). Only the supervisor's own bound sockets have these 127.0.0.1 4-tuples, so no command can
+// present one. Read by the JS thread, written by the supervisor's: under its lock.
+static pthread_mutex_t transparent_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+  uint16_t local, socks;
+} transparent[MAX_PENDING];
+
+static int transparent_add(uint16_t local, uint16_t socks) {
+  int slot = -1;
+  pthread_mutex_lock(&transparent_lock);
+  for (int k = 0; k < MAX_PENDING; k++)
+    if (transparent[k].local == 0) {
+      transparent[k].local = local;
+      transparent[k].socks = socks;
+      slot = k;
+      break;
+    }
+  pthread_mutex_unlock(&transparent_lock);
+  return slot;
+}
+
+static void transparent_remove(int slot) {
+  if (slot < 0) return;
+  pthread_mutex_lock(&transparent_lock);
+  transparent[slot].local = transparent[slot].socks = 0;
+  pthread_mutex_unlock(&transparent_lock);
+}
 
 static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
 static int epfd = -1;
@@ -389,6 +423,7 @@ static void finish(struct pending *p, int err) {
     if (ioctl(p->listener, SECCOMP_IOCTL_NOTIF_ADDFD, &add) < 0) err = EACCES;  // gone, or its fd table is full
   }
   answer(p->listener, p->id, err, err == 0);
+  transparent_remove(p->slot);
   close(p->sock);
   close(p->listener);
   if (p->prev) p->prev->next = p->next;
@@ -465,6 +500,14 @@ static void start_pending(struct watch *w, uint64_t id, int fd, int domain, bool
     free(p);
     return answer(w->fd, id, ECONNREFUSED, false);
   }
+  // Its local port, known once connect() has started: in the table before the greeting that lets the proxy ask.
+  struct sockaddr_storage local;
+  socklen_t ll = sizeof local;
+  p->slot = -1;
+  if (getsockname(p->sock, (struct sockaddr *)&local, &ll) == 0)
+    p->slot = transparent_add(ntohs(local.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&local)->sin6_port
+                                                                : ((struct sockaddr_in *)&local)->sin_port),
+                              w->socks);
   p->next = pendings;
   if (pendings) pendings->prev = p;
   pendings = p;
@@ -768,12 +811,33 @@ static napi_value js_counts(napi_env env, napi_callback_info info) {
   return out;
 }
 
+// netNotifyTransparent(localPort, socksPort) -> bool: whether a connection from 127.0.0.1:localPort to the SOCKS5
+// listener on socksPort is a held connect's (transparent TCP) exchange.
+static napi_value js_transparent(napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value args[2];
+  double a = 0, b = 0;
+  bool found = false;
+  if (napi_get_cb_info(env, info, &argc, args, NULL, NULL) == napi_ok && argc == 2 &&
+      napi_get_value_double(env, args[0], &a) == napi_ok && napi_get_value_double(env, args[1], &b) == napi_ok &&
+      a >= 1 && a <= 65535 && b >= 1 && b <= 65535 && a == (double)(int32_t)a && b == (double)(int32_t)b) {
+    pthread_mutex_lock(&transparent_lock);
+    for (int k = 0; k < MAX_PENDING && !found; k++)
+      found = transparent[k].local == (uint16_t)a && transparent[k].socks == (uint16_t)b;
+    pthread_mutex_unlock(&transparent_lock);
+  }
+  napi_value out;
+  napi_get_boolean(env, found, &out);
+  return out;
+}
+
 napi_status corral_netnotify_init(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
       {"netNotifyProbe", NULL, js_probe, NULL, NULL, NULL, napi_default, NULL},
       {"netNotifyPair", NULL, js_pair, NULL, NULL, NULL, napi_default, NULL},
       {"netNotifyWatch", NULL, js_watch, NULL, NULL, NULL, napi_default, NULL},
       {"netNotifyCounts", NULL, js_counts, NULL, NULL, NULL, napi_default, NULL},
+      {"netNotifyTransparent", NULL, js_transparent, NULL, NULL, NULL, napi_default, NULL},
   };
   return napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
 }

@@ -68,6 +68,7 @@ export class NetworkLog {
       ...(e['network.credential.injected'] !== undefined
         ? { credential: e['network.credential.injected'] }
         : {}),
+      ...(e['network.transport.transparent'] ? { transport: 'transparent' as const } : {}),
     };
     this.push(this.audit, rec, AUDIT_RING);
     if (rec.decision === 'allow') this.countHost(rec.host, 'allowed');

@@ -2,8 +2,43 @@
  * The filesystem as sandbox resolution sees it (resolve.ts, fsAccess.ts): an injectable probe of what a path is, and
  * path canonicalisation through it (following links the way the kernel does, reporting the links it went through).
  */
-import { lstatSync, readdirSync, readFileSync, readlinkSync, realpathSync } from 'node:fs';
+import { lstatSync, readdirSync, readFileSync, readlinkSync, realpathSync, type Stats } from 'node:fs';
 import { dirname, join, normalize } from 'node:path';
+
+/** The lstat of each path asked within the current pass (inOnePass), or null outside one. */
+let pass: Map<string, { st: Stats | undefined } | { err: unknown }> | null = null;
+
+/**
+ * Runs `fn` with every lstat made through lstatInPass answered once per path: one start's planning and its checks
+ * of what it was made from then see the filesystem at one instant, and ask about each path once (the policy
+ * resolution's questions, the plan's types and the rules' inodes overlap). Nothing the pass covers may create,
+ * remove or rename a file. Nested calls share the outer pass.
+ */
+export function inOnePass<T>(fn: () => T): T {
+  if (pass) return fn();
+  pass = new Map();
+  try {
+    return fn();
+  } finally {
+    pass = null;
+  }
+}
+
+/** lstat(p) (undefined when it does not exist), once per path within a pass (inOnePass); errors as lstatSync's. */
+export function lstatInPass(p: string): Stats | undefined {
+  if (!pass) return lstatSync(p, { throwIfNoEntry: false });
+  let got = pass.get(p);
+  if (!got) {
+    try {
+      got = { st: lstatSync(p, { throwIfNoEntry: false }) };
+    } catch (err) {
+      got = { err };
+    }
+    pass.set(p, got);
+  }
+  if ('err' in got) throw got.err;
+  return got.st;
+}
 
 /** The filesystem facts resolution needs; injectable so resolution stays a pure function in tests. */
 export interface FsProbe {
@@ -21,7 +56,7 @@ export const realFsProbe: FsProbe = {
   kind(p) {
     try {
       // No exception for the common missing path (.codex, .agents, …): building one costs more than the lstat.
-      const st = lstatSync(p, { throwIfNoEntry: false });
+      const st = lstatInPass(p);
       if (!st) return null;
       if (st.isSymbolicLink()) return 'symlink';
       // An empty directory of mode 0500 is the placeholder of a missing protected path (linux/mountTargets.ts),
@@ -35,7 +70,7 @@ export const realFsProbe: FsProbe = {
   },
   realpath(p) {
     try {
-      return realpathSync(p);
+      return realpathSync.native(p); // the kernel's own walk: one syscall (the JS one lstats every component)
     } catch {
       return null;
     }

@@ -193,12 +193,16 @@ export function hideServerPaths(r: ResolvedPolicy, paths: readonly string[]): vo
   }
 }
 
-/** What both Linux backends start from: the architecture, the resolved policy, the env; or nothing to enforce. */
+/**
+ * What both Linux backends start from: the architecture, the resolved policy, the env; or nothing to enforce.
+ * `resolve`: how the policy is resolved (the Landlock backend reuses a kept resolution, resolveCache.ts).
+ */
 export function linuxStart(
   eff: EffectiveSandbox,
   cmd: LaunchCommand,
   host: HostFacts,
   summary: Record<string, unknown>,
+  resolve: (eff: EffectiveSandbox, opts: { tmpdir?: string | undefined }) => ResolvedPolicy = resolvePolicy,
 ): { arch: SeccompArch; r: ResolvedPolicy; env: Record<string, string> } | LaunchPlan {
   let arch: SeccompArch;
   try {
@@ -206,7 +210,7 @@ export function linuxStart(
   } catch (e) {
     throw new SandboxSetupError((e as Error).message);
   }
-  const r = resolvePolicy(eff, { tmpdir: host.tmpdir });
+  const r = resolve(eff, { tmpdir: host.tmpdir });
   Object.assign(summary, policySummary(eff, r));
   const env = { ...cmd.spec.env };
   if (eff.network === 'restricted') env.CODEX_SANDBOX_NETWORK_DISABLED = '1';

@@ -61,7 +61,7 @@ function buildFloor(): string {
  * whatever dist/ holds. `src` is another tree of sources (a revision, see variantTargets); `entry` replaces
  * src/cli.ts (a variant's entry that imports it).
  */
-async function buildCorral(name: string, src = root, entry = 'src/cli.ts'): Promise<string> {
+export async function buildCorral(name: string, src = root, entry = 'src/cli.ts'): Promise<string> {
   const out = join(cache, `corral-${process.pid}`, name);
   await build({
     absWorkingDir: src,
@@ -83,9 +83,12 @@ async function buildCorral(name: string, src = root, entry = 'src/cli.ts'): Prom
  * `label=<git revision>` (its src/ as committed, built the same way) or `label=<file>.ts` (an entry in this
  * checkout used instead of src/cli.ts, e.g. one that changes a setting and then imports src/cli.ts).
  */
-async function variantTargets(args: (cli: string, db: string) => [string, ...string[]]): Promise<Target[]> {
+export async function variantTargets(
+  args: (cli: string, db: string) => [string, ...string[]],
+  variants = process.env.HOTPATH_VARIANTS ?? '',
+): Promise<Target[]> {
   const out: Target[] = [];
-  for (const spec of (process.env.HOTPATH_VARIANTS ?? '').split(',').filter(Boolean)) {
+  for (const spec of variants.split(',').filter(Boolean)) {
     const [label, what] = spec.split('=') as [string, string | undefined];
     if (!what) throw new Error(`HOTPATH_VARIANTS: ${spec}: expected label=<revision or entry.ts>`);
     const dir = `v-${label.replace(/[^\w.-]/g, '_')}`;
@@ -129,7 +132,7 @@ function findCodex(version: string): string | null {
   return null;
 }
 
-interface Target {
+export interface Target {
   name: string;
   argv: [string, ...string[]];
   env?: NodeJS.ProcessEnv;
@@ -389,6 +392,19 @@ function table(title: string, header: string[], rows: string[][]): void {
 
 const f2 = (v: number) => (v >= 100 ? v.toFixed(0) : v >= 10 ? v.toFixed(1) : v.toFixed(2));
 
+/**
+ * `corralServerArgv` for builds whose audit databases go in `scratch`/<db>/ (made on demand), with a panel token
+ * written into `scratch`.
+ */
+export function corralArgsIn(scratch: string): (cli: string, db: string) => [string, ...string[]] {
+  const panelToken = join(scratch, 'panel.token');
+  writeFileSync(panelToken, `panel-${process.pid}-${'x'.repeat(24)}\n`, { mode: 0o600 });
+  return (cli, db) => {
+    mkdirSync(join(scratch, db), { recursive: true });
+    return corralServerArgv(cli, join(scratch, db, 'audit.db'), panelToken);
+  };
+}
+
 /** `corral exec-server` as the hot-path benches run it: every default on, the audit trail in `db`, a panel token. */
 export function corralServerArgv(cli: string, db: string, panelToken: string): [string, ...string[]] {
   return [
@@ -414,12 +430,7 @@ export async function run(): Promise<BenchRow[]> {
   const scratch = mkdtempSync(join(cache, 'run-'));
   const skipped: string[] = [];
   try {
-    const panelToken = join(scratch, 'panel.token');
-    writeFileSync(panelToken, `panel-${process.pid}-${'x'.repeat(24)}\n`, { mode: 0o600 });
-    const corralArgs = (bin: string, db: string): [string, ...string[]] => {
-      mkdirSync(join(scratch, db), { recursive: true });
-      return corralServerArgv(bin, join(scratch, db, 'audit.db'), panelToken);
-    };
+    const corralArgs = corralArgsIn(scratch);
     const targets: Target[] = [
       {
         name: 'stand-in (spawns nothing)',

@@ -9,14 +9,11 @@ import { existsSync, mkdirSync, mkdtempSync, realpathSync, renameSync, rmSync } 
 import os from 'node:os';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
-import type { LaunchSpec } from '../../src/process/launch.js';
-import { spawnPiped } from '../../src/process/spawner.js';
-import { prepareLaunch, startSandbox } from '../../src/sandbox/index.js';
 import { listDirectory } from '../../src/sandbox/linux/dirListing.js';
 import { landlockSupport } from '../../src/sandbox/linux/landlockNative.js';
+import { runLandlocked } from '../helpers/landlockRun.js';
 import { until } from '../helpers/server.js';
-import { outputAndExit } from '../helpers/spawned.js';
-import { seed, special } from './sandbox-util.js';
+import { special } from './sandbox-util.js';
 
 const support = landlockSupport();
 /** Read everything, write the workspace (no temp roots: only the workspace is decomposed). */
@@ -26,22 +23,8 @@ after(() => rmSync(root, { recursive: true, force: true }));
 
 /** Runs `script` Landlock-sandboxed in `cwd`; its output and how the ruleset came about. */
 async function run(cwd: string, script: string): Promise<{ out: string; ruleset: unknown }> {
-  const spec: LaunchSpec = {
-    file: '/bin/sh',
-    argv: ['sh', '-c', script],
-    env: { PATH: '/usr/bin:/bin' },
-    cwd,
-  };
-  const sandbox = startSandbox(seed({ cwd, entries: WORKSPACE_ONLY, useLegacyLandlock: true }), false, cwd);
-  const p = await prepareLaunch(sandbox, { spec, tty: false });
-  try {
-    const c = spawnPiped(p.spec, { stdin: 'null' });
-    void p.afterSpawn?.(c.pid);
-    const out = await outputAndExit(c);
-    return { out, ruleset: p.summary?.landlockRuleset };
-  } finally {
-    p.cleanup();
-  }
+  const { out, summary } = await runLandlocked(cwd, WORKSPACE_ONLY, script);
+  return { out, ruleset: summary?.landlockRuleset };
 }
 
 /** Waits until every listed directory's listing is stable (its times old enough to show any later change). */

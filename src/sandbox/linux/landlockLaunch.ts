@@ -7,6 +7,7 @@ import type { PreparedLaunch } from '../../process/launch.js';
 import { formatTag, ownTag, sweepStaleDirs } from '../../process/serverTag.js';
 import type { EffectiveSandbox } from '../effective.js';
 import { SandboxSetupError } from '../errors.js';
+import { inOnePass } from '../fsProbe.js';
 import {
   type HostFacts,
   type LaunchCommand,
@@ -14,6 +15,8 @@ import {
   linuxStart,
   seccompFilter,
 } from '../launchPlan.js';
+import type { ResolvedPolicy } from '../resolve.js';
+import { resolvePolicyKept } from '../resolveCache.js';
 import { planLandlock, WRITE } from './landlock.js';
 import { acquireRuleset, type KeptRuleset, releaseRuleset, reusablePlan } from './landlockReuse.js';
 import { planManagedRoutes } from './managedNet.js';
@@ -23,7 +26,7 @@ function serverMasks(host: HostFacts): { path: string; what: string }[] {
   const out: { path: string; what: string }[] = [];
   const add = (given: string, what: string) => {
     try {
-      out.push({ path: realpathSync(given), what });
+      out.push({ path: realpathSync.native(given), what });
     } catch {
       // not there: nothing to hide
     }
@@ -33,8 +36,32 @@ function serverMasks(host: HostFacts): { path: string; what: string }[] {
   return out;
 }
 
-/** The Landlock backend (linux/landlock.ts): no namespaces; the child confines itself right before exec. */
+/** A kept resolution's JSON (a part of the plan's inputs), written once: a kept resolution is frozen. */
+const resolutionJson = new WeakMap<ResolvedPolicy, string>();
+function jsonOf(r: ResolvedPolicy): string {
+  let j = resolutionJson.get(r);
+  if (j === undefined) {
+    j = JSON.stringify(r);
+    if (Object.isFrozen(r)) resolutionJson.set(r, j);
+  }
+  return j;
+}
+
+/**
+ * The Landlock backend (linux/landlock.ts): no namespaces; the child confines itself right before exec. Its look at
+ * the filesystem is one pass (fsProbe.ts inOnePass): the policy resolution, the plan and their checks ask about
+ * each path once.
+ */
 export function planLandlockLaunch(
+  eff: EffectiveSandbox,
+  cmd: LaunchCommand,
+  host: HostFacts,
+  reason: 'useLegacyLandlock' | 'fallback',
+): LaunchPlan {
+  return inOnePass(() => planInPass(eff, cmd, host, reason));
+}
+
+function planInPass(
   eff: EffectiveSandbox,
   cmd: LaunchCommand,
   host: HostFacts,
@@ -55,8 +82,14 @@ export function planLandlockLaunch(
     backendReason: reason,
     landlockAbi: host.landlock.abi,
   };
-  const start = linuxStart(eff, cmd, host, summary);
+  let reused = false;
+  const start = linuxStart(eff, cmd, host, summary, (e, o) => {
+    const k = resolvePolicyKept(e, o);
+    reused = k.reused;
+    return k.r;
+  });
   if ('mechanism' in start) return start;
+  summary.policyResolution = reused ? 'reused' : 'resolved';
   const { arch, r, env } = start;
   const managed = eff.enforceManagedNetwork;
   // The proxy listens on the host's loopback, which the sandbox shares: its variables keep pointing at it.
@@ -65,7 +98,7 @@ export function planLandlockLaunch(
   const proxyPorts = routes ? routes.endpoints.map((e) => e.port) : [];
   const canonical = (p: string | undefined) => {
     try {
-      return p ? realpathSync(p) : undefined;
+      return p ? realpathSync.native(p) : undefined;
     } catch {
       return undefined;
     }
@@ -87,7 +120,7 @@ export function planLandlockLaunch(
     // Read-only in every plan (landlock.ts): a part of the inputs, so a new mount makes a new plan.
     controlMounts: hostControlMounts(),
   };
-  const inputs = JSON.stringify({ r, ...given, accept: [...given.accept].sort() });
+  const inputs = `${jsonOf(r)}|${JSON.stringify({ ...given, accept: [...given.accept].sort() })}`;
   const { plan, basis } = reusablePlan(inputs, (looks) => planLandlock(r, { ...given, ...looks }));
   const filter = seccompFilter(arch, plan.seccompMode, plan.seccompExtras);
   summary.seccomp = plan.seccompMode;

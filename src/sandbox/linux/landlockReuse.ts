@@ -11,8 +11,8 @@
  *
  * Anything else (a path of another inode, one that appeared or went, an unstable listing) plans or builds anew.
  */
-import { lstatSync } from 'node:fs';
 import { dirname } from 'node:path';
+import { lstatInPass } from '../fsProbe.js';
 import { listDirectory } from './dirListing.js';
 import type { LandlockPlan, ListedEntry } from './landlock.js';
 import { buildRuleset, closeRuleset, type RulesetSpec } from './landlockNative.js';
@@ -33,7 +33,7 @@ export interface FsLooks {
 }
 
 function typeOf(p: string): boolean | null {
-  const st = lstatSync(p, { throwIfNoEntry: false });
+  const st = lstatInPass(p);
   return st ? st.isDirectory() : null;
 }
 
@@ -47,12 +47,18 @@ interface KeptPlan {
 const plans: KeptPlan[] = [];
 const MAX_PLANS = 4;
 
+/**
+ * Whether the filesystem is still as the plan saw it: every stable listing it was made under is unchanged, and every
+ * path whose type it looked at has that type still. A path in one of those (unchanged) directories needs no look:
+ * its name still names the inode it named, and an inode's type never changes; a mount cannot change it either (a
+ * directory can only be mounted on a directory, anything else only on a non-directory, and only on an existing name).
+ */
 function stillHolds(b: PlanBasis): boolean {
   for (const [dir, token] of b.listings) {
     const l = listDirectory(dir);
     if (!l.stable || l.token !== token) return false;
   }
-  for (const [p, t] of b.types) if (typeOf(p) !== t) return false;
+  for (const [p, t] of b.types) if (!b.listings.has(dirname(p)) && typeOf(p) !== t) return false;
   return true;
 }
 
@@ -106,7 +112,7 @@ const rulesets: KeptRuleset[] = [];
 const MAX_RULESETS = 4;
 
 function inodeOf(p: string): string {
-  const st = lstatSync(p, { throwIfNoEntry: false });
+  const st = lstatInPass(p);
   return st ? `${st.dev}:${st.ino}` : '-';
 }
 

@@ -1,0 +1,32 @@
+/** A Landlock-sandboxed `sh -c` started the way a server starts one: prepareLaunch, then the native spawner. */
+import type { LaunchSpec } from '../../src/process/launch.js';
+import { spawnPiped } from '../../src/process/spawner.js';
+import { prepareLaunch, startSandbox } from '../../src/sandbox/index.js';
+import { seed } from '../integration/sandbox-util.js';
+import { outputAndExit } from './spawned.js';
+
+/**
+ * Runs `script` under the seed policy of `entries` with the policy's cwd `cwd` and the Landlock backend: its output
+ * (stdout and stderr, then `exit N`) and the launch's summary.
+ */
+export async function runLandlocked(
+  cwd: string,
+  entries: unknown[],
+  script: string,
+): Promise<{ out: string; summary: Record<string, unknown> | undefined }> {
+  const spec: LaunchSpec = {
+    file: '/bin/sh',
+    argv: ['sh', '-c', script],
+    env: { PATH: '/usr/bin:/bin' },
+    cwd,
+  };
+  const sandbox = startSandbox(seed({ cwd, entries, useLegacyLandlock: true }), false, cwd);
+  const p = await prepareLaunch(sandbox, { spec, tty: false });
+  try {
+    const c = spawnPiped(p.spec, { stdin: 'null' });
+    void p.afterSpawn?.(c.pid);
+    return { out: await outputAndExit(c), summary: p.summary };
+  } finally {
+    p.cleanup();
+  }
+}

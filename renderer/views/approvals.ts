@@ -144,8 +144,10 @@ export class ApprovalsView implements View {
     this.projects = new ProjectsCard(
       ctx,
       () => [
-        ...this.rules.map((r) => r.workspace),
-        ...[...this.pending.values()].flatMap((p) => (p.workspace && !p.server ? [p.workspace] : [])),
+        ...this.rules.map((r) => ({ server: '', workspace: r.workspace })),
+        ...[...this.pending.values()].flatMap((p) =>
+          p.workspace ? [{ server: p.server ?? '', workspace: p.workspace }] : [],
+        ),
       ],
       () => this.schedule(),
     );
@@ -314,7 +316,7 @@ export class ApprovalsView implements View {
         if (!p.server) this.rules = p.rules as ApprovalRule[];
         break;
       case 'approvals/learningChanged':
-        if (!p.server) this.projects.setLearning(p.learning as LearningState[]);
+        this.projects.setLearning((p.server as string | undefined) ?? '', p.learning as LearningState[]);
         break;
       case 'approvals/audit':
         this.audit.push(p.event as ApprovalAuditEvent);
@@ -346,7 +348,7 @@ export class ApprovalsView implements View {
   /** "Wait until the process exits": the countdown stops; the process's exit denies what is held. */
   private async waitForExit(prompt: ApprovalPrompt): Promise<void> {
     try {
-      await this.ctx.conn.request('approvals/waitForExit', { id: prompt.id });
+      await this.ctx.conn.request('approvals/waitForExit', { ...on(prompt.server), id: prompt.id });
     } catch (e) {
       this.ctx.toast(`Could not wait: ${(e as Error).message}`, 'error');
     }
@@ -523,7 +525,7 @@ export class ApprovalsView implements View {
         h('dd', { 'data-field': 'protocol' }, p.protocol),
         h('dt', null, 'Method'),
         h('dd', { 'data-field': 'method' }, p.method ?? '—'),
-        p.protocol === 'http'
+        p.protocol === 'http' || p.protocol === 'https'
           ? [
               h('dt', null, 'Path'),
               h(
@@ -566,21 +568,19 @@ export class ApprovalsView implements View {
             label,
           ),
         ),
-        p.server
-          ? null
-          : h(
-              'button',
-              {
-                class: 'btn small ghost',
-                'data-action': 'wait',
-                title:
-                  'No countdown: the requests wait; when the process exits they are denied. Stores nothing; you can still answer.',
-                hidden: p.waitingForExit === true,
-                disabled: this.ctx.conn.state !== 'connected',
-                onclick: () => this.waitForExit(p),
-              },
-              'Wait until the process exits',
-            ),
+        h(
+          'button',
+          {
+            class: 'btn small ghost',
+            'data-action': 'wait',
+            title:
+              'No countdown: the requests wait; when the process exits they are denied. Stores nothing; you can still answer.',
+            hidden: p.waitingForExit === true,
+            disabled: this.ctx.conn.state !== 'connected',
+            onclick: () => this.waitForExit(p),
+          },
+          'Wait until the process exits',
+        ),
       ),
     );
     return card;

@@ -1,8 +1,8 @@
 // The Approvals view's Projects card (issue 36, items 5 and 6): per workspace, learning mode (a toggle; while on, the
 // proposal it saw, each endpoint a checkbox: accept the checked ones as project rules, or discard), and the state of
 // the repository's `.corral/network.json` against what was last accepted (new, changed, accepted) with an Accept
-// button. And the banner over every view while any workspace is learning. Only this host's own workspaces: a fleet
-// host does not relay learning or repository files of the servers it watches.
+// button. And the banner over every view while any workspace is learning. On a fleet host, the workspaces of the
+// servers it watches too (their prompts' workspaces): each call names the server, which the host forwards to it alone.
 import type { LearningState, RepoPolicyState } from '../../src/protocol/approvals.js';
 import { h, replace } from '../dom.js';
 import type { AppContext } from '../view.js';
@@ -14,6 +14,16 @@ function endpointText(e: LearningState['proposal'][number]): string {
   return `${e.protocol} ${host}:${e.port}${e.method ? ` ${e.method}` : ''}${e.pathPrefix ? ` ${e.pathPrefix}` : ''}`;
 }
 
+/** A workspace of a server ('' is this host). */
+export interface ProjectRef {
+  server: string;
+  workspace: string;
+}
+
+const refKey = (r: ProjectRef) => `${r.server}\u0000${r.workspace}`;
+/** The `server` member of a call about a joined server's workspace (none for this host's own). */
+const on = (server: string) => (server ? { server } : {});
+
 export class ProjectsCard {
   readonly el: HTMLElement;
   /** Over every view (first in the prompt stack) while any workspace is learning. */
@@ -22,11 +32,13 @@ export class ProjectsCard {
     role: 'status',
     'data-testid': 'learning-banner',
   });
-  private learning: LearningState[] = [];
+  /** The learning sessions of each server ('' is this host). */
+  private readonly learning = new Map<string, LearningState[]>();
+  /** By `refKey`. */
   private readonly repo = new Map<string, RepoPolicyState | string>();
-  /** Workspaces added by hand (the input), beside those the rules, prompts and learning name. */
+  /** Workspaces of this host added by hand (the input), beside those the rules, prompts and learning name. */
   private readonly added = new Set<string>();
-  /** Endpoints unchecked in a proposal (by workspace): left out of what is accepted. */
+  /** Endpoints unchecked in a proposal (by `refKey`): left out of what is accepted. */
   private readonly unchecked = new Map<string, Set<string>>();
   private readonly body = h('div', { 'data-testid': 'approvals-projects' });
   private readonly input = h('input', {
@@ -38,8 +50,8 @@ export class ProjectsCard {
 
   constructor(
     private readonly ctx: AppContext,
-    /** The workspaces the rest of the view knows (rules, prompts). */
-    private readonly known: () => Iterable<string>,
+    /** The workspaces the rest of the view knows (rules, prompts), each with its server. */
+    private readonly known: () => Iterable<ProjectRef>,
     /** Asks the view to draw again (paced). */
     private readonly changed: () => void,
   ) {
@@ -69,7 +81,7 @@ export class ProjectsCard {
               }
               this.added.add(w);
               this.input.value = '';
-              void this.refreshRepo(w);
+              void this.refreshRepo({ server: '', workspace: w });
             },
           },
           'Add',
@@ -79,32 +91,56 @@ export class ProjectsCard {
     );
   }
 
-  /** After each (re)connection: the learning sessions. */
+  /** After each (re)connection: the learning sessions, this host's and each joined server's that is ready. */
   async load(): Promise<void> {
-    try {
-      this.learning = (await this.ctx.conn.request('approvals/learning', {})).learning;
-    } catch {
-      this.learning = []; // a server before learning mode
-    }
+    this.learning.clear();
+    const servers = [
+      '',
+      ...[...this.ctx.store.servers.values()].filter((s) => s.id && s.ready).map((s) => s.id),
+    ];
+    await Promise.all(
+      servers.map(async (server) => {
+        try {
+          const r = await this.ctx.conn.request('approvals/learning', server ? { server } : {});
+          this.learning.set(server, r.learning);
+        } catch {
+          // a server before learning mode
+        }
+      }),
+    );
     this.repo.clear();
   }
 
-  setLearning(list: LearningState[]): void {
-    this.learning = list;
+  setLearning(server: string, list: LearningState[]): void {
+    this.learning.set(server, list);
   }
 
-  private workspaces(): string[] {
-    const all = new Set<string>([...this.known(), ...this.added, ...this.learning.map((l) => l.workspace)]);
-    return [...all].sort();
+  private workspaces(): ProjectRef[] {
+    const all = new Map<string, ProjectRef>();
+    const add = (r: ProjectRef) => all.set(refKey(r), r);
+    for (const r of this.known()) add(r);
+    for (const workspace of this.added) add({ server: '', workspace });
+    for (const [server, list] of this.learning) for (const l of list) add({ server, workspace: l.workspace });
+    return [...all.values()].sort((a, b) =>
+      a.server === b.server ? a.workspace.localeCompare(b.workspace) : a.server.localeCompare(b.server),
+    );
   }
 
-  private async refreshRepo(workspace: string): Promise<void> {
+  private async refreshRepo(ref: ProjectRef): Promise<void> {
     try {
-      this.repo.set(workspace, await this.ctx.conn.request('approvals/repoPolicy', { workspace }));
+      this.repo.set(
+        refKey(ref),
+        await this.ctx.conn.request('approvals/repoPolicy', { ...on(ref.server), workspace: ref.workspace }),
+      );
     } catch (e) {
-      this.repo.set(workspace, (e as Error).message);
+      this.repo.set(refKey(ref), (e as Error).message);
     }
     this.changed();
+  }
+
+  /** Every server's learning sessions, with the server each is of. */
+  private allLearning(): (LearningState & { server: string })[] {
+    return [...this.learning].flatMap(([server, list]) => list.map((l) => ({ ...l, server })));
   }
 
   private async call(what: string, f: () => Promise<unknown>): Promise<void> {
@@ -118,12 +154,12 @@ export class ProjectsCard {
   /** The banner is shown but no learning is on any more (its time ran out without a notification). */
   bannerStale(): boolean {
     const now = Date.now();
-    return this.banner.isConnected && !this.learning.some((l) => l.active && l.endsAt > now);
+    return this.banner.isConnected && !this.allLearning().some((l) => l.active && l.endsAt > now);
   }
 
   renderBanner(): HTMLElement | null {
     const now = Date.now();
-    const active = this.learning.filter((l) => l.active && l.endsAt > now);
+    const active = this.allLearning().filter((l) => l.active && l.endsAt > now);
     if (active.length === 0) return null;
     replace(
       this.banner,
@@ -132,6 +168,7 @@ export class ProjectsCard {
         h(
           'div',
           { class: 'small' },
+          this.ctx.store.fleet ? `${this.ctx.store.serverName(l.server)}: ` : '',
           h('code', null, l.workspace),
           ` · ${l.requests}/${l.maxRequests} requests allowed and recorded · until ${time(l.endsAt)}`,
         ),
@@ -146,48 +183,56 @@ export class ProjectsCard {
       this.body,
       list.length === 0
         ? h('p', { class: 'muted' }, 'No project yet: one appears with a prompt or a rule, or add it above.')
-        : list.map((w) => this.row(w)),
+        : list.map((r) => this.row(r)),
     );
-    for (const w of list) if (!this.repo.has(w)) void this.refreshRepo(w);
+    for (const r of list) if (!this.repo.has(refKey(r))) void this.refreshRepo(r);
   }
 
-  private row(workspace: string): HTMLElement {
-    const l = this.learning.find((x) => x.workspace === workspace);
+  private row(ref: ProjectRef): HTMLElement {
+    const { server, workspace } = ref;
+    const key = refKey(ref);
+    const l = this.learning.get(server)?.find((x) => x.workspace === workspace);
     const now = Date.now();
-    const on = l?.active === true && l.endsAt > now;
-    const unchecked = this.unchecked.get(workspace) ?? new Set<string>();
+    const learningOn = l?.active === true && l.endsAt > now;
+    const unchecked = this.unchecked.get(key) ?? new Set<string>();
     const status = !l
       ? 'learning off'
-      : on
+      : learningOn
         ? `learning: ${l.requests}/${l.maxRequests} requests, until ${time(l.endsAt)}`
         : `learning stopped (its time or count ran out): ${l.proposal.length} endpoint${l.proposal.length === 1 ? '' : 's'} proposed`;
     const end = (accept: boolean) =>
       this.call('end learning', async () => {
         // What is unchecked now (a box changed since this row was drawn counts).
-        const left = this.unchecked.get(workspace);
+        const left = this.unchecked.get(key);
         const chosen = accept
           ? (l?.proposal ?? []).filter((e) => !left?.has(endpointText(e))).map(({ hits: _hits, ...e }) => e)
           : [];
-        const r = await this.ctx.conn.request('approvals/learnEnd', { workspace, accept: chosen });
-        this.unchecked.delete(workspace);
+        const r = await this.ctx.conn.request('approvals/learnEnd', {
+          ...on(server),
+          workspace,
+          accept: chosen,
+        });
+        this.unchecked.delete(key);
         if (accept) this.ctx.toast(`${r.rules.length} project rule${r.rules.length === 1 ? '' : 's'} made`);
       });
     const toggle = h(
       'button',
       {
-        class: on ? 'btn small danger' : 'btn small primary',
+        class: learningOn ? 'btn small danger' : 'btn small primary',
         'data-action': 'learning-toggle',
         role: 'switch',
-        'aria-checked': String(on),
-        title: on
+        'aria-checked': String(learningOn),
+        title: learningOn
           ? 'Stops learning and discards what it saw (accept it first to keep it)'
           : "Allows and records this workspace's allowlist misses for 10 minutes or 1000 requests",
         onclick: () =>
-          on || l
+          learningOn || l
             ? end(false)
-            : this.call('start learning', () => this.ctx.conn.request('approvals/learn', { workspace })),
+            : this.call('start learning', () =>
+                this.ctx.conn.request('approvals/learn', { ...on(server), workspace }),
+              ),
       },
-      on ? 'Stop learning' : l ? 'Discard and close' : 'Start learning',
+      learningOn ? 'Stop learning' : l ? 'Discard and close' : 'Start learning',
     );
     const proposal =
       l && l.proposal.length > 0
@@ -195,20 +240,20 @@ export class ProjectsCard {
             'div',
             { class: 'learning-proposal', 'data-testid': 'learning-proposal' },
             ...l.proposal.map((e) => {
-              const key = endpointText(e);
+              const text = endpointText(e);
               const box = h('input', {
                 type: 'checkbox',
-                'data-endpoint': key,
-                'aria-label': `Accept ${key}`,
+                'data-endpoint': text,
+                'aria-label': `Accept ${text}`,
                 onchange: () => {
-                  const set = this.unchecked.get(workspace) ?? new Set<string>();
-                  if (box.checked) set.delete(key);
-                  else set.add(key);
-                  this.unchecked.set(workspace, set);
+                  const set = this.unchecked.get(key) ?? new Set<string>();
+                  if (box.checked) set.delete(text);
+                  else set.add(text);
+                  this.unchecked.set(key, set);
                 },
               });
-              box.checked = !unchecked.has(key);
-              return h('label', { class: 'small', style: 'display:block' }, box, ` ${key} · ${e.hits} hits`);
+              box.checked = !unchecked.has(text);
+              return h('label', { class: 'small', style: 'display:block' }, box, ` ${text} · ${e.hits} hits`);
             }),
             h(
               'div',
@@ -231,7 +276,7 @@ export class ProjectsCard {
             ),
           )
         : null;
-    const repo = this.repo.get(workspace);
+    const repo = this.repo.get(key);
     const repoText =
       repo === undefined
         ? 'reading…'
@@ -246,12 +291,17 @@ export class ProjectsCard {
       (repo.acceptance === 'new' || repo.acceptance === 'changed');
     return h(
       'div',
-      { class: 'project-row', 'data-workspace': workspace },
-      h('div', null, h('code', null, workspace)),
+      { class: 'project-row', 'data-workspace': workspace, 'data-server': server },
+      h(
+        'div',
+        null,
+        this.ctx.store.fleet ? `${this.ctx.store.serverName(server)}: ` : '',
+        h('code', null, workspace),
+      ),
       h(
         'div',
         { class: 'btn-row' },
-        h('span', { class: on ? 'warn small' : 'muted small', 'data-field': 'learning' }, status),
+        h('span', { class: learningOn ? 'warn small' : 'muted small', 'data-field': 'learning' }, status),
         toggle,
       ),
       proposal,
@@ -277,8 +327,9 @@ export class ProjectsCard {
                 onclick: () =>
                   this.call('accept the file', async () => {
                     this.repo.set(
-                      workspace,
+                      key,
                       await this.ctx.conn.request('approvals/repoAccept', {
+                        ...on(server),
                         workspace,
                         sha256: (repo as RepoPolicyState).sha256!,
                       }),
@@ -289,7 +340,7 @@ export class ProjectsCard {
               'Accept file',
             )
           : null,
-        h('button', { class: 'btn small ghost', onclick: () => void this.refreshRepo(workspace) }, 'Re-read'),
+        h('button', { class: 'btn small ghost', onclick: () => void this.refreshRepo(ref) }, 'Re-read'),
       ),
     );
   }

@@ -3,7 +3,8 @@
  * by URL and its own panel credential (`corral serve --join URL`, or `fleet/join` from the panel); the host keeps a
  * link to it (link.ts), subscribes to its monitor feed and approvals with the same protocol the panel uses, and
  * relays its rows into the host's own feed tagged with the server's id (mirror.ts). An action on such a row
- * (terminate, stdin, kill a session, read output, decide an approval) is forwarded to that server only, with that
+ * (terminate, stdin, kill a session, read output, decide an approval, wait for its process's exit, learning mode and
+ * the repository file of one of its workspaces) is forwarded to that server only, with that
  * server's credential: one server's credential never acts on another, and nothing a server sends reaches the
  * host's own methods.
  */
@@ -18,7 +19,13 @@ import {
   ApprovalsSubscribeResult,
   DecideResult,
   ExportResult,
+  LearnEndResult,
+  LearningChangedNotification,
+  LearningResult,
+  LearnResult,
+  RepoPolicyState,
   RevokeResult,
+  WaitForExitResult,
 } from '../protocol/approvals.js';
 import { JsonBoundError } from '../protocol/boundedJson.js';
 import { invalidRequest, RpcError } from '../protocol/errors.js';
@@ -57,7 +64,12 @@ const NOTIFICATIONS = {
   'approvals/resolved': ApprovalResolvedNotification,
   'approvals/decisions': ApprovalDecisionsNotification,
   'approvals/audit': ApprovalAuditNotification,
+  'approvals/learningChanged': LearningChangedNotification,
 } as const;
+
+/** Learning sessions a joined server's notification or answer may list, and its size as relayed to the panels. */
+export const MAX_RELAYED_LEARNING = 64;
+export const MAX_RELAYED_LEARNING_BYTES = 1024 * 1024;
 
 /** What the monitor methods a fleet forwards must answer. */
 const FORWARDED = {
@@ -325,7 +337,26 @@ export class Fleet implements JoinedServers {
         if (event) this.toApprovalSubscribers('approvals/audit', { event });
         break;
       }
+      case 'approvals/learningChanged': {
+        const learning = this.learningOf(j, (v as LearningChangedNotification).learning);
+        // Tagged with the server it came from, whatever `server` it named.
+        if (learning) this.toApprovalSubscribers('approvals/learningChanged', { server: j.id, learning });
+        break;
+      }
     }
+  }
+
+  /** A joined server's learning sessions, if within the relay's bounds (else counted as refused, and null). */
+  private learningOf<T>(j: Joined, learning: T[]): T[] | null {
+    if (learning.length > MAX_RELAYED_LEARNING) {
+      this.rejected(j, `learning sessions past ${MAX_RELAYED_LEARNING}`);
+      return null;
+    }
+    if (JSON.stringify(learning).length > MAX_RELAYED_LEARNING_BYTES) {
+      this.rejected(j, `learning sessions over ${MAX_RELAYED_LEARNING_BYTES} bytes`);
+      return null;
+    }
+    return learning;
   }
 
   private cancelled(j: Joined, id: string) {
@@ -447,9 +478,30 @@ export class Fleet implements JoinedServers {
       return this.call(
         this.get(p.server),
         'approvals/decide',
-        { id: p.id, decision: p.decision },
+        { id: p.id, decision: p.decision, ...(p.pathPrefix != null ? { pathPrefix: p.pathPrefix } : {}) },
         DecideResult,
       );
+    });
+    // Approvals v2 on a joined server's cards and workspaces (issue 36): forwarded to that server alone, with the
+    // params as the host's table parsed them (less `server`), its answer held to the method's result shape.
+    const relay = <M extends MethodName>(name: M, schema: ZodType, check?: (r: unknown, j: Joined) => void) =>
+      extend(name, (orig) => async (p, call) => {
+        const server = (p as { server?: string | null } | null | undefined)?.server;
+        if (!server) return orig(p, call);
+        const j = this.get(server);
+        const { server: _, ...rest } = p as Record<string, unknown>;
+        const r = await this.call(j, name, rest, schema);
+        check?.(r, j);
+        return r as MethodResult<M>;
+      });
+    relay('approvals/waitForExit', WaitForExitResult);
+    relay('approvals/repoPolicy', RepoPolicyState);
+    relay('approvals/repoAccept', RepoPolicyState);
+    relay('approvals/learn', LearnResult);
+    relay('approvals/learnEnd', LearnEndResult);
+    relay('approvals/learning', LearningResult, (r, j) => {
+      if (this.learningOf(j, (r as { learning: unknown[] }).learning) === null)
+        throw new RpcError(-32603, `${j.name}: its learning sessions are over the fleet's bounds`);
     });
     extend('approvals/revoke', (orig) => (p, call) => {
       if (!p.server) return orig(p, call);

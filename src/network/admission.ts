@@ -11,8 +11,11 @@
  *   methods inside an opaque tunnel, §4.5) unless `mitm` is on: then the tunnel is intercepted (`intercepts`).
  * - `socks5_tcp`, `socks5_udp`: limited mode refuses first (`method_not_allowed`, [seed]), then the host policy;
  *   with `mitm`, a SOCKS5 CONNECT to port 443 takes the host policy and is intercepted instead.
- * - `https` (a request inside an intercepted tunnel, `admitIntercepted`): the tunnel's own admission stands for the
- *   host (the request must name the tunnel's target), then limited mode's method rule.
+ * - `https` (a request inside an intercepted tunnel; the caller has checked that it names the tunnel's target): a
+ *   configured hook's refusal, limited mode's method rule, then the host policy within the tunnel's admission
+ *   (`evaluateWithin`): a tunnel the lists allowed stands; one the decider admitted, or deferred to its requests
+ *   (`intercepts`: the CONNECT of an intercepted tunnel does not ask the decider), asks it per request with the
+ *   method and path, so endpoint rules (method, path prefix) apply inside TLS as on plain HTTP.
  */
 import { clientAddr } from './host.js';
 import type { DecisionReceipt, HostDecision, PolicyEngine, PolicyProtocol, PolicySource } from './policy.js';
@@ -32,14 +35,20 @@ export interface AdmissionRequest {
   /** The HTTP method (`CONNECT` for a tunnel); null for SOCKS. */
   method: string | null;
   /**
-   * Plain HTTP (`http`): the origin-form path and query as sent, for the decider's endpoint rules (issue 36, item 7);
-   * absent where the path is not visible (a tunnel, SOCKS).
+   * Plain HTTP (`http`) and `https`: the origin-form path and query as sent, for the decider's endpoint rules (issue
+   * 36, item 7); absent where the path is not visible (a tunnel, SOCKS).
    */
   path?: string | null;
   /** `ip:port` of the client, or null. */
   client: string | null;
   /** A command's plain TCP connect, asked for by the connect supervisor (transparent TCP): audited as such. */
   transparent?: true;
+  /** `https`: the admission of the intercepted tunnel the request came in (without it, the request is refused). */
+  tunnel?: Admitted;
+  /** `https`: a configured MITM hook refused the request (`mitm_hooks`), with this reason. */
+  hookRefusal?: string | undefined;
+  /** `https`: a WebSocket (or other) upgrade, which limited mode refuses whatever its method. */
+  upgrade?: boolean;
 }
 
 /**
@@ -74,11 +83,12 @@ export type Refused = Extract<HostDecision, { allowed: false }> & {
 
 export type Admission = Admitted | Refused;
 
-/** The policy as admission sees it: the mode and the host decision (§3.3). */
-export type AdmissionPolicy = Pick<PolicyEngine, 'mode' | 'evaluate'> & {
-  /** TLS interception is on (`mitm`, issue 34). */
-  readonly mitm?: boolean;
-};
+/** The policy as admission sees it: the mode and the host decision (§3.3), within a tunnel too. */
+export type AdmissionPolicy = Pick<PolicyEngine, 'mode' | 'evaluate'> &
+  Partial<Pick<PolicyEngine, 'evaluateWithin'>> & {
+    /** TLS interception is on (`mitm`, issue 34). */
+    readonly mitm?: boolean;
+  };
 
 /**
  * Whether an admitted tunnel is terminated by the proxy (issue 34, item 3): in limited mode with `mitm`, every
@@ -101,10 +111,14 @@ function limitedModeRefusal(
   if (intercepts(policy, r)) return null;
   switch (r.protocol) {
     case 'http':
-    case 'https':
       return r.method !== null && LIMITED_METHODS.has(r.method)
         ? null
         : { reason: 'method_not_allowed', beforeHost: false };
+    case 'https':
+      // Before the decider is asked (the tunnel's host is allowed already): no prompt for a request refused anyway.
+      return r.method !== null && LIMITED_METHODS.has(r.method) && r.upgrade !== true
+        ? null
+        : { reason: 'method_not_allowed', beforeHost: true };
     case 'https_connect':
       return { reason: 'mitm_required', beforeHost: false };
     case 'socks5_tcp':
@@ -134,15 +148,15 @@ function modeGuard(host: string, reason: string, hostAllowed?: Admitted): Refuse
 
 /** Decides one request: the host policy and the mode guard, in the order its protocol takes them. */
 export async function admit(policy: AdmissionPolicy, r: AdmissionRequest): Promise<Admission> {
+  if (r.protocol === 'https') return admitWithin(policy, r);
   const limited = policy.mode === 'limited' ? limitedModeRefusal(policy, r) : null;
   if (limited?.beforeHost) return modeGuard(r.host, limited.reason);
-  // An intercepted request is decided by admitIntercepted, against its tunnel's admission.
-  if (r.protocol === 'https') return modeGuard(r.host, 'not_allowed');
   const d = await policy.evaluate(r.host, r.port, {
     protocol: r.protocol,
     client: r.client,
     method: r.method,
     path: r.protocol === 'http' ? (r.path ?? null) : null,
+    defer: intercepts(policy, r),
   });
   if (!d.allowed) return { ...d, scope: 'domain' };
   if (limited) return modeGuard(d.host, limited.reason, d);
@@ -151,22 +165,18 @@ export async function admit(policy: AdmissionPolicy, r: AdmissionRequest): Promi
 
 /**
  * Decides one request inside an intercepted tunnel (protocol `https`; the caller has checked that it names the
- * tunnel's host and port). The host policy's answer is the tunnel's: same host, and the request can only reach the
- * addresses the tunnel's admission checked (local/private guard included), so it is not asked again (nor is the
- * decider, which would prompt a person per request). A hook's refusal (`hookRefusal`) comes next, then limited
- * mode's method rule, with the plain-HTTP reason.
+ * tunnel's host and port): a hook's refusal, then limited mode's method rule (the plain-HTTP reason), then the host
+ * policy within the tunnel's admission. An allowed request can only reach the addresses the tunnel's admission
+ * checked (local/private guard included): nothing is resolved again.
  */
-export function admitIntercepted(
-  policy: Pick<AdmissionPolicy, 'mode'>,
-  tunnel: Admitted,
-  method: string,
-  hookRefusal?: string,
-): Admission {
-  if (hookRefusal !== undefined) {
+async function admitWithin(policy: AdmissionPolicy, r: AdmissionRequest): Promise<Admission> {
+  const tunnel = r.tunnel;
+  if (tunnel === undefined) return modeGuard(r.host, 'not_allowed');
+  if (r.hookRefusal !== undefined) {
     return {
       allowed: false,
       host: tunnel.host,
-      reason: hookRefusal,
+      reason: r.hookRefusal,
       source: 'baseline_policy',
       decision: 'deny',
       scope: 'domain',
@@ -175,15 +185,29 @@ export function admitIntercepted(
       hostAllowed: hostAllowedOf(tunnel),
     };
   }
-  if (policy.mode === 'limited' && !LIMITED_METHODS.has(method)) {
-    return modeGuard(tunnel.host, 'method_not_allowed', tunnel);
-  }
-  return tunnel;
+  const limited = policy.mode === 'limited' ? limitedModeRefusal(policy, r) : null;
+  if (limited) return modeGuard(tunnel.host, limited.reason, tunnel);
+  const d = policy.evaluateWithin
+    ? await policy.evaluateWithin(tunnel, {
+        port: r.port,
+        client: r.client,
+        method: r.method ?? 'GET',
+        path: r.path ?? null,
+      })
+    : tunnel;
+  return d.allowed ? d : { ...d, scope: 'domain' };
+}
+
+/** What an audit event keeps of a request inside an intercepted tunnel: its path (no query), the credential injected. */
+export interface InterceptedInfo {
+  path: string;
+  /** The name of the credential injected into it (never its value). */
+  credential?: string | undefined;
 }
 
 /** Where a decision is kept (the proxy's Recorder: blocked ring, audit events, violation log). */
 export interface DecisionRecorder {
-  record(r: AdmissionRequest, a: Admission): void;
+  record(r: AdmissionRequest, a: Admission, intercepted?: InterceptedInfo): void;
 }
 
 /**
@@ -195,8 +219,13 @@ export async function admitAndRecord(
   deps: { policy: AdmissionPolicy; recorder: DecisionRecorder },
   r: AdmissionRequest,
   record: 'all' | 'refusals' = 'all',
+  intercepted?: InterceptedInfo,
 ): Promise<Admission> {
   const a = await admit(deps.policy, r);
-  if (record === 'all' || !a.allowed) deps.recorder.record(r, a);
+  if (record === 'all' || !a.allowed) {
+    // A credential is injected only into an allowed request: a refusal's events never name one.
+    const info = intercepted && !a.allowed ? { path: intercepted.path } : intercepted;
+    deps.recorder.record(r, a, info);
+  }
   return a;
 }

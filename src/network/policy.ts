@@ -27,13 +27,23 @@ export type PolicyProtocol = 'http' | 'https_connect' | 'socks5_tcp' | 'socks5_u
 
 /** What the decider sees (§3.6). */
 export interface DeciderRequest {
-  protocol: PolicyProtocol;
+  /** `https`: a request inside an intercepted TLS tunnel (its method and path are visible, as on plain HTTP). */
+  protocol: PolicyProtocol | 'https';
   host: string;
   port: number;
   client_addr: string | null;
   method: string | null;
-  /** Plain HTTP: the request target's origin-form path and query as sent (the decider normalises it); else absent. */
+  /**
+   * Plain HTTP and `https`: the request target's origin-form path and query as sent (the decider normalises it);
+   * else absent.
+   */
   path?: string | null;
+  /**
+   * `https` only: how its tunnel was admitted. `deferred`: the tunnel's host was not decided (the decider was not
+   * asked for the CONNECT), this request is: answer it as a plain-HTTP request. `admitted`: the decider already let
+   * the tunnel through (a host intercepted after the CONNECT was answered): only a deny may still refuse it.
+   */
+  tunnel?: 'deferred' | 'admitted';
   command?: string;
   exec_policy_hint?: string;
 }
@@ -90,6 +100,11 @@ export type HostDecision =
       source: PolicySource;
       override: boolean;
       receipt?: DecisionReceipt | undefined;
+      /**
+       * A tunnel the proxy intercepts whose host missed the allowlist: the decider was not asked for it, it is asked
+       * for each request inside (`evaluateWithin`), with the request's method and path (issue 36, item 7).
+       */
+      deferred?: true;
     }
   | {
       allowed: false;
@@ -125,6 +140,8 @@ const configRule = (list: 'allow' | 'deny', pattern: string | null): DecisionRec
 const LOCAL_GUARD: DecisionReceipt = { ruleId: 'not_allowed_local', origin: 'local_guard' };
 const NOT_ALLOWED: DecisionReceipt = { ruleId: 'not_allowed', origin: 'default' };
 const DECIDER_FAILED: DecisionReceipt = { ruleId: 'decider_failed', origin: 'broker' };
+/** The receipt of an intercepted tunnel admitted without asking the decider: each request inside is asked. */
+export const PER_REQUEST: DecisionReceipt = { ruleId: 'intercepted_per_request', origin: 'broker' };
 
 function withTimeout<T>(p: Promise<T>, ms: number, clock: Clock): Promise<T> {
   return new Promise<T>((resolve, reject) => {
@@ -199,13 +216,30 @@ export class PolicyEngine {
     }
   }
 
+  /** Asks the decider; a throw is a deny. */
+  private async ask(r: DeciderRequest): Promise<Verdict> {
+    try {
+      return normalizeDeciderResult(await this.decider!(r));
+    } catch {
+      return { allow: false, decision: 'deny', reason: 'policy_denied', receipt: DECIDER_FAILED };
+    }
+  }
+
   /**
-   * Decides one (normalised, canonical) host and port. `client` and `method` only feed the decider.
+   * Decides one (normalised, canonical) host and port. `client`, `method` and `path` only feed the decider. `defer`
+   * (a tunnel the proxy will intercept): an allowlist miss does not ask the decider, the tunnel is admitted
+   * `deferred` (deny list, local guard and resolution as ever) and each request inside is asked (`evaluateWithin`).
    */
   async evaluate(
     host: string,
     port: number,
-    ctx: { protocol: PolicyProtocol; client: string | null; method: string | null; path?: string | null },
+    ctx: {
+      protocol: PolicyProtocol;
+      client: string | null;
+      method: string | null;
+      path?: string | null;
+      defer?: boolean;
+    },
   ): Promise<HostDecision> {
     const block = (
       reason: string,
@@ -225,31 +259,33 @@ export class PolicyEngine {
     let source: PolicySource = 'baseline_policy';
     let override = false;
     let receipt: DecisionReceipt;
+    let deferred = false;
     const listed = this.allow.match(host);
     if (listed !== null) receipt = configRule('allow', listed);
-    else {
-      if (!this.decider) return block('not_allowed', NOT_ALLOWED);
-      let verdict: Verdict;
-      try {
-        verdict = normalizeDeciderResult(
-          await this.decider({
-            protocol: ctx.protocol,
-            host,
-            port,
-            client_addr: ctx.client,
-            method: ctx.method,
-            ...(ctx.path != null ? { path: ctx.path } : {}),
-          }),
-        );
-      } catch {
-        verdict = { allow: false, decision: 'deny', reason: 'policy_denied', receipt: DECIDER_FAILED };
-      }
+    else if (!this.decider) return block('not_allowed', NOT_ALLOWED);
+    else if (ctx.defer === true) {
+      source = 'decider';
+      receipt = PER_REQUEST;
+      deferred = true;
+    } else {
+      const verdict = await this.ask({
+        protocol: ctx.protocol,
+        host,
+        port,
+        client_addr: ctx.client,
+        method: ctx.method,
+        ...(ctx.path != null ? { path: ctx.path } : {}),
+      });
       if (!verdict.allow)
         return block(verdict.reason, verdict.receipt ?? NOT_ALLOWED, 'decider', verdict.decision);
       source = 'decider';
       override = true;
       receipt = verdict.receipt ?? NOT_ALLOWED;
     }
+    const allowed = (addresses: string[]): HostDecision =>
+      deferred
+        ? { allowed: true, host, addresses, source, override, receipt, deferred: true }
+        : { allowed: true, host, addresses, source, override, receipt };
 
     // Addresses to dial: literals and localhost need no lookup; names are resolved exactly once.
     let addresses: string[];
@@ -259,7 +295,7 @@ export class PolicyEngine {
       const resolved = await this.resolve(host, port);
       if (resolved === null) {
         if (!alb) return block('not_allowed_local', LOCAL_GUARD, source);
-        return { allowed: true, host, addresses: [], source, override, receipt };
+        return allowed([]);
       }
       addresses = resolved;
       // IP-literal deny entries also apply to what a name resolves to (§5 item 1, SHOULD).
@@ -272,6 +308,60 @@ export class PolicyEngine {
       if (!alb && addresses.some((a) => isNonPublicIp(a)))
         return block('not_allowed_local', LOCAL_GUARD, source);
     }
-    return { allowed: true, host, addresses, source, override, receipt };
+    return allowed(addresses);
+  }
+
+  /**
+   * Decides one request inside an intercepted tunnel (`tunnel`, its admission; the request names its host and port).
+   * A tunnel the configured lists allowed stands for its requests (the decider is asked only for allowlist misses,
+   * as on plain HTTP). One the decider admitted or deferred asks it again per request, with protocol `https`, the
+   * method and the path: its rules with a method or path prefix apply inside the tunnel. An allowed request dials the
+   * tunnel's checked addresses: nothing is resolved again.
+   */
+  async evaluateWithin(
+    tunnel: Extract<HostDecision, { allowed: true }>,
+    ctx: { port: number; client: string | null; method: string; path: string | null },
+  ): Promise<HostDecision> {
+    if (tunnel.source !== 'decider' || !this.decider) {
+      if (tunnel.deferred !== true) return tunnel;
+      // Deferred, and the decider is gone since: nothing may allow the request.
+      return {
+        allowed: false,
+        host: tunnel.host,
+        reason: 'not_allowed',
+        source: 'baseline_policy',
+        decision: 'deny',
+        receipt: NOT_ALLOWED,
+      };
+    }
+    const v = await this.ask({
+      protocol: 'https',
+      host: tunnel.host,
+      port: ctx.port,
+      client_addr: ctx.client,
+      method: ctx.method,
+      ...(ctx.path !== null ? { path: ctx.path } : {}),
+      tunnel: tunnel.deferred === true ? 'deferred' : 'admitted',
+    });
+    if (!v.allow) {
+      const receipt = v.receipt ?? NOT_ALLOWED;
+      return {
+        allowed: false,
+        host: tunnel.host,
+        reason: v.reason,
+        source: 'decider',
+        decision: v.decision,
+        receipt,
+      };
+    }
+    const { host, addresses } = tunnel;
+    return {
+      allowed: true,
+      host,
+      addresses,
+      source: 'decider',
+      override: true,
+      receipt: v.receipt ?? tunnel.receipt,
+    };
   }
 }

@@ -38,7 +38,11 @@ export type ApprovalDecision = z.infer<typeof ApprovalDecision>;
 export const ApprovalOutcome = z.enum([...ApprovalDecision.options, 'timeout', 'cancelled']);
 export type ApprovalOutcome = z.infer<typeof ApprovalOutcome>;
 
-export const ApprovalProtocol = z.enum(['http', 'https_connect', 'socks5_tcp', 'socks5_udp']);
+/**
+ * How a request came: plain HTTP (`http`), a CONNECT tunnel (`https_connect`), SOCKS5, or `https`: a request inside a
+ * TLS tunnel the proxy intercepts (`mitm`), whose method and path are visible as on plain HTTP.
+ */
+export const ApprovalProtocol = z.enum(['http', 'https_connect', 'socks5_tcp', 'socks5_udp', 'https']);
 export type ApprovalProtocol = z.infer<typeof ApprovalProtocol>;
 
 /** On a fleet host: the server a prompt, decision or audit event belongs to (absent: the host itself). */
@@ -65,8 +69,8 @@ export const ApprovalPrompt = z.object({
   /** The first held request's method (`GET`, `CONNECT`, …); null for SOCKS. */
   method: z.string().nullable(),
   /**
-   * Plain HTTP: the first held request's path, normalised (`normalizeRequestPath`: no query, `.`/`..` resolved,
-   * percent-decoded); null where the path is not visible (CONNECT, SOCKS) or could not be read safely (an encoded
+   * Plain HTTP and `https`: the first held request's path, normalised (`normalizeRequestPath`: no query, `.`/`..`
+   * resolved, percent-decoded); null where the path is not visible (CONNECT, SOCKS) or could not be read safely (an encoded
    * slash, a `..` above the root, a control character, …: then no project answer is offered).
    */
   path: z.string().nullish(),
@@ -179,7 +183,7 @@ export const DecideParams = z.object({
   id: z.string().min(1),
   decision: ApprovalDecision,
   /**
-   * For `allowProject` / `denyProject` on a plain-HTTP prompt: the path prefix the rule matches (on segment
+   * For `allowProject` / `denyProject` on a plain-HTTP or `https` prompt: the path prefix the rule matches (on segment
    * boundaries), which must contain the prompt's path; absent: the path's first segment (`/api` for `/api/v1/x`).
    */
   pathPrefix: PathPrefixParam.nullish(),
@@ -250,7 +254,7 @@ export const ApprovalRule = z.object({
   /** Set for plain HTTP (`GET`, `POST`, …): the rule matches that method only. */
   method: z.string().nullable(),
   /**
-   * Set for plain HTTP: the rule matches only a request whose normalised path is this prefix or below it, on segment
+   * Set for plain HTTP and `https`: the rule matches only a request whose normalised path is this prefix or below it, on segment
    * boundaries (`/api` matches `/api` and `/api/x`, never `/apix`); an allow never matches a path that cannot be read
    * safely, a deny always does.
    */
@@ -313,7 +317,10 @@ export const LearnedEndpoint = z.object({
   host: z.string().max(255),
   port: z.number().int().min(0).max(65535),
   method: z.string().max(32).nullable(),
-  /** Plain HTTP: the first segment of the normalised path (`/api`), or `/`; absent where the path is not visible. */
+  /**
+   * Plain HTTP and `https`: the first segment of the normalised path (`/api`), or `/`; absent where the path is not
+   * visible.
+   */
   pathPrefix: z.string().max(MAX_PATH_PREFIX).nullish(),
 });
 export type LearnedEndpoint = z.infer<typeof LearnedEndpoint>;
@@ -325,7 +332,7 @@ export const MAX_LEARNING_REQUESTS = 10_000;
 export const MAX_LEARNED_ENDPOINTS = 256;
 
 export const LearningState = z.object({
-  workspace: z.string(),
+  workspace: z.string().max(4096),
   /** Epoch ms. */
   startedAt: z.number(),
   /** Epoch ms: learning stops allowing then. */
@@ -336,7 +343,7 @@ export const LearningState = z.object({
   /** Still allowing (before endsAt, under maxRequests). */
   active: z.boolean(),
   /** The proposal: each endpoint seen, with its hits. */
-  proposal: z.array(LearnedEndpoint.extend({ hits: z.number() })),
+  proposal: z.array(LearnedEndpoint.extend({ hits: z.number() })).max(MAX_LEARNED_ENDPOINTS),
 });
 export type LearningState = z.infer<typeof LearningState>;
 
@@ -368,7 +375,7 @@ export const LearnEndParams = z.object({
   workspace: WorkspaceParam,
   accept: z.array(LearnedEndpoint).max(MAX_LEARNED_ENDPOINTS).nullish(),
 });
-export const LearnEndResult = z.object({ rules: z.array(ApprovalRule) });
+export const LearnEndResult = z.object({ rules: z.array(ApprovalRule).max(MAX_LEARNED_ENDPOINTS) });
 /** The learning sessions after a change (one started, ended, or a new endpoint seen, or its bound reached). */
 export const LearningChangedNotification = z.object({ server: ServerTag, learning: z.array(LearningState) });
 export type LearningChangedNotification = z.infer<typeof LearningChangedNotification>;
@@ -379,24 +386,24 @@ export const WaitForExitResult = z.object({ waiting: z.number() });
 
 /** A workspace's `.corral/network.json` as the server read it: it can only narrow (see repoPolicy.ts). */
 export const RepoPolicyState = z.object({
-  file: z.string().nullable(),
+  file: z.string().max(8192).nullable(),
   /** `read`: its endpoints narrow; `invalid`: unreadable (a link, too big, not JSON), narrowing nothing. */
   status: z.enum(['absent', 'read', 'invalid']),
-  sha256: z.string().nullable(),
+  sha256: z.string().max(64).nullable(),
   /** Endpoints declared (exact ones only). */
   endpoints: z.number(),
   /** What was ignored, and why (each an entry or key that would widen, or could not be read). */
-  ignored: z.array(z.string()),
-  problem: z.string().nullable(),
+  ignored: z.array(z.string().max(4096)).max(1024),
+  problem: z.string().max(8192).nullable(),
   /**
    * Against what the user last accepted (`approvals/repoAccept`, by sha256): `new` (never accepted), `changed` (its
    * hash is not the accepted one), `accepted`. Null without a file. Whatever it says, the file only narrows.
    */
   acceptance: z.enum(['new', 'changed', 'accepted']).nullish(),
   /** The sha256 last accepted for this workspace, when, and by whom (the credential's name). */
-  acceptedSha256: z.string().nullish(),
+  acceptedSha256: z.string().max(64).nullish(),
   acceptedAt: z.number().nullish(),
-  acceptedBy: z.string().nullish(),
+  acceptedBy: z.string().max(1024).nullish(),
 });
 export type RepoPolicyState = z.infer<typeof RepoPolicyState>;
 export const RepoPolicyParams = z.object({ server: ServerRef, workspace: z.string().min(1).max(4096) });

@@ -28,11 +28,15 @@ function median(xs: number[]): number {
   return s[Math.floor(s.length / 2)]!;
 }
 
+/** CPU µs (user + system, this whole process: client, proxy and origin) per request of the last `sequential`. */
+let lastCpuPerRequest = 0;
+
 /** Sends `n` keep-alive GETs one after the other on `s`, each read to its end; resolves with µs per request. */
 async function sequential(s: import('node:tls').TLSSocket, authority: string, n: number): Promise<number> {
   const req = Buffer.from(`GET /small HTTP/1.1\r\nhost: ${authority}\r\n\r\n`);
   let buf = '';
   let done = 0;
+  const c0 = process.cpuUsage();
   const t0 = performance.now();
   await new Promise<void>((resolve) => {
     s.on('data', (d: Buffer) => {
@@ -49,6 +53,8 @@ async function sequential(s: import('node:tls').TLSSocket, authority: string, n:
     });
     s.write(req);
   });
+  const c = process.cpuUsage(c0);
+  lastCpuPerRequest = (c.user + c.system) / n;
   return ((performance.now() - t0) * 1000) / n;
 }
 
@@ -124,25 +130,56 @@ export async function run(): Promise<BenchRow[]> {
     { mitmTrust: trust },
   );
   const opaque = await startProxy({ mode: 'full', domains: { '127.0.0.1': 'allow' } });
+  // An allowlist miss answered by a decider (what an approval broker installs): the CONNECT defers to it, and it is
+  // asked for every request inside, with the method and path (issue 36, item 7).
+  const asking = await startProxy(
+    { mode: 'limited', mitm: true, allow_local_binding: true, domains: {} },
+    {
+      mitmTrust: trust,
+      // (The CONNECT's own question is answered too, as the code before asked it.)
+      decider: async (r) =>
+        r.protocol === 'https_connect' || r.path?.startsWith('/small') ? 'allow' : 'deny',
+    },
+  );
   const open = async (proxyPort: number, ca: Buffer) => {
     const { socket } = await connectVia(proxyPort, authority);
     return tlsOver(socket, '127.0.0.1', ca);
   };
   try {
-    const per = { mitm: [] as number[], opaque: [] as number[] };
+    const per = { mitm: [] as number[], opaque: [] as number[], asked: [] as number[] };
+    const cpu = { mitm: [] as number[], asked: [] as number[] };
     for (let round = 0; round < 3; round++) {
       const a = await open(intercepting.proxy.httpPort, bundle);
       per.mitm.push(await sequential(a, authority, REQUESTS));
+      cpu.mitm.push(lastCpuPerRequest);
       a.destroy();
       const b = await open(opaque.proxy.httpPort, originCa);
       per.opaque.push(await sequential(b, authority, REQUESTS));
       b.destroy();
+      const c = await open(asking.proxy.httpPort, bundle);
+      per.asked.push(await sequential(c, authority, REQUESTS));
+      cpu.asked.push(lastCpuPerRequest);
+      c.destroy();
     }
     rows.push({
       section: 'mitm',
       metric: `keep-alive GET, ${REQUESTS} sequential (median of 3): intercepted vs opaque tunnel`,
       corral: median(per.mitm),
       reference: median(per.opaque),
+      unit: 'us/req',
+    });
+    rows.push({
+      section: 'mitm',
+      metric: `keep-alive GET, ${REQUESTS} sequential (median of 3): decider asked per request vs allowlisted`,
+      corral: median(per.asked),
+      reference: median(per.mitm),
+      unit: 'us/req',
+    });
+    rows.push({
+      section: 'mitm',
+      metric: `CPU per keep-alive GET (this process: client, proxy, origin): decider asked per request vs allowlisted`,
+      corral: median(cpu.asked),
+      reference: median(cpu.mitm),
       unit: 'us/req',
     });
     const first = { mitm: [] as number[], opaque: [] as number[] };
@@ -184,6 +221,7 @@ export async function run(): Promise<BenchRow[]> {
   } finally {
     await intercepting.close();
     await opaque.close();
+    await asking.close();
     origin.closeAllConnections();
     origin.close();
     dir.cleanup();

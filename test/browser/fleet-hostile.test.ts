@@ -1,12 +1,16 @@
 // The fleet panel in Chromium joined to a hostile server (issue 19 item 1): what that server sends is shown as text
 // (markup in argv, client names, cwd, hosts and prompts never becomes elements or runs), a row larger than the host
-// keeps is refused and counted, and the host's own rows and page are untouched.
+// keeps is refused and counted, and the host's own rows and page are untouched. Its prompt's card and its learning
+// sessions offer the approvals v2 actions, which the host forwards to it alone.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { type Host, startHost } from '../../src/app/host.js';
 import { type HostileServer, startHostileServer } from '../helpers/hostileServer.js';
 import { monitorProcess, wirePrompt } from '../helpers/monitorRows.js';
+import { until } from '../helpers/server.js';
 import { type Browser, ensureBuilt, openBrowser, visibleText } from './harness.js';
+
+const waitUntil = (f: () => boolean) => until(f, 15_000, 'the hostile server got the call');
 
 const HTML = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script><b>bold</b>';
 
@@ -100,6 +104,42 @@ describe('fleet panel and a hostile joined server', () => {
     const prompt = page.locator('[data-testid="approval-prompt"][data-server="s1"]');
     await prompt.waitFor();
     assert.ok((await visibleText(prompt)).includes('<img'));
+    // Its card offers "Wait until the process exits" too: the host forwards it to that server alone.
+    await prompt.locator('[data-action="wait"]').click();
+    await waitUntil(() => evil.received.some((r) => r.method === 'approvals/waitForExit'));
+    assert.deepEqual(evil.received.filter((r) => r.method === 'approvals/waitForExit').at(-1)!.params, {
+      id: HTML,
+    });
+    // Its learning sessions show as a project row of that server; stopping one is sent to it.
+    evil.send({
+      method: 'approvals/learningChanged',
+      params: {
+        server: 's9',
+        learning: [
+          {
+            workspace: `/w/${HTML}`,
+            startedAt: Date.now(),
+            endsAt: Date.now() + 600_000,
+            maxRequests: 10,
+            requests: 1,
+            active: true,
+            proposal: [
+              { protocol: 'https', host: HTML, port: 443, method: 'GET', pathPrefix: '/api', hits: 1 },
+            ],
+          },
+        ],
+      },
+    });
+    await page.click('button[data-view="approvals"]');
+    const project = page.locator('.project-row[data-server="s1"]');
+    await project.waitFor();
+    assert.ok((await visibleText(project)).includes(`/w/${HTML}`));
+    await project.locator('[data-action="learning-toggle"]').click();
+    await waitUntil(() => evil.received.some((r) => r.method === 'approvals/learnEnd'));
+    assert.deepEqual(evil.received.filter((r) => r.method === 'approvals/learnEnd').at(-1)!.params, {
+      workspace: `/w/${HTML}`,
+      accept: [],
+    });
     // Nothing it sent became an element or ran.
     assert.equal(await page.locator('img, b, main script').count(), 0);
     assert.equal(await page.evaluate(() => (window as unknown as { __pwned?: number }).__pwned), undefined);

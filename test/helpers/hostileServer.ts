@@ -4,6 +4,7 @@
 import type { AddressInfo } from 'node:net';
 import WebSocket, { WebSocketServer } from 'ws';
 import { emptySnapshot } from './monitorRows.js';
+import { until } from './server.js';
 
 export interface HostileServer {
   url: string;
@@ -21,7 +22,10 @@ export interface HostileServer {
 /**
  * A joined server that is hostile: it answers the handshake, then tries what a malicious server could.
  */
-export async function startHostileServer(): Promise<HostileServer> {
+export async function startHostileServer(
+  /** Answers of its own, by method: a string is sent as the whole frame (`ID` replaced by the request's id). */
+  answers: Record<string, (params: unknown) => string | { result: unknown }> = {},
+): Promise<HostileServer> {
   const wss = new WebSocketServer({ host: '127.0.0.1', port: 0 });
   await new Promise((r) => wss.once('listening', r));
   const received: { method: string; params: unknown }[] = [];
@@ -39,7 +43,12 @@ export async function startHostileServer(): Promise<HostileServer> {
       received.push({ method: m.method, params: m.params });
       if (m.id === undefined || m.method === undefined) return;
       const reply = (result: unknown) => ws.send(JSON.stringify({ id: m.id, result }));
-      if (m.method === 'initialize') reply({ sessionId: 'hostile' });
+      const own = answers[m.method];
+      if (own) {
+        const a = own(m.params);
+        if (typeof a === 'string') ws.send(a.replace('ID', String(m.id)));
+        else reply(a.result);
+      } else if (m.method === 'initialize') reply({ sessionId: 'hostile' });
       else if (m.method === 'monitor/subscribe') {
         reply(emptySnapshot());
       } else if (m.method === 'approvals/subscribe')
@@ -66,4 +75,18 @@ export async function startHostileServer(): Promise<HostileServer> {
         wss.close(() => r());
       }),
   };
+}
+
+/** Once a fleet host has joined `evil` and subscribed to its approvals: the (newest) socket it did so on. */
+export async function joinedSocket(evil: HostileServer): Promise<WebSocket> {
+  await until(
+    () =>
+      evil.sockets.some(
+        (s) =>
+          s.readyState === WebSocket.OPEN && evil.framesOf(s).some((f) => f.includes('approvals/subscribe')),
+      ),
+    20_000,
+    'the host joined the hostile server',
+  );
+  return evil.sockets.filter((s) => s.readyState === WebSocket.OPEN).at(-1)!;
 }

@@ -1,6 +1,7 @@
 // Endpoint granularity (issue 36, item 7) under attack: the one path normalisation fed deep, wide, huge and malformed
 // paths; project rules with a path prefix through a real proxy and curl (--path-as-is): `/api` holds `/api/x`, never
-// `/apix`, and no spelling (`..`, `%2e%2e`, an encoded slash, a backslash, double encoding) passes an allow's prefix
+// `/apix`, and no spelling (`..`, `%2e%2e`, an encoded slash, a backslash, double encoding; the battery in
+// helpers/approvalsRun.ts, which approvals-https-paths tries inside TLS) passes an allow's prefix
 // or escapes a deny's; a repository file's pathPrefix narrows the same way; the new methods' params refused naming
 // the field. On the code before (no path in rules), the `/api` allow let `/apix` and `/api/../admin` through.
 import assert from 'node:assert/strict';
@@ -17,6 +18,7 @@ import {
   pathWithin,
 } from '../../src/server/approvals/endpointPath.js';
 import { approvalsRig, askingStart } from '../helpers/approvalsCli.js';
+import { ADMIN_SPELLINGS, API_SPELLINGS, runDenyingPrompts } from '../helpers/approvalsRun.js';
 import type { RpcClient } from '../helpers/client.js';
 import { until } from '../helpers/server.js';
 
@@ -121,27 +123,9 @@ describe('endpoint rules through the proxy', { skip }, () => {
     requests: [string, string][],
     cwd: string,
   ): Promise<{ codes: Map<string, string>; prompts: ApprovalPrompt[] }> {
-    await askingStart(agent, id, requests.map(([l, p]) => curl(l, p)).join('; '), cwd);
-    let finished = false;
-    const done = agent.collect(id, 120_000).then(() => {
-      finished = true;
-    });
-    const prompts: ApprovalPrompt[] = [];
-    while (!finished) {
-      await until(
-        async () => finished || (await pendingOf(panel, id)).length > 0,
-        60_000,
-        'a prompt or the end',
-      );
-      for (const p of await pendingOf(panel, id)) {
-        prompts.push(p);
-        await panel.request('approvals/decide', { id: p.id, decision: 'denyOnce' }).catch(() => {});
-      }
-    }
-    await done;
-    const codes = new Map<string, string>();
-    for (const m of agent.output(id, 'stdout').matchAll(/^(\w+)=(\d+)$/gm)) codes.set(m[1]!, m[2]!);
-    return { codes, prompts };
+    return runDenyingPrompts(agent, panel, pendingOf, id, () =>
+      askingStart(agent, id, requests.map(([l, p]) => curl(l, p)).join('; '), cwd),
+    );
   }
 
   test('an allow for /api holds /api and below it, never /apix nor a spelling that leaves it', async () => {
@@ -187,25 +171,11 @@ describe('endpoint rules through the proxy', { skip }, () => {
       agent,
       panel,
       'variants',
-      [
-        ['exact', '/api'],
-        ['below', '/api/v2/y?z=/../../admin'],
-        ['doubled', '//api//v2'],
-        ['dotted', '/api/./v2'],
-        ['escaped', '/%61pi/v2'],
-        ['apix', '/apix'],
-        ['up', '/api/../admin'],
-        ['encdots', '/api/%2e%2e/admin'],
-        ['encslash', '/api%2F..%2Fadmin'],
-        ['backslash', '/api/..%5Cadmin'],
-        ['double', '/api/%252e%252e/admin'],
-        ['semicolon', '/api/..;/admin'],
-      ],
+      [...API_SPELLINGS.within, ...API_SPELLINGS.outside],
       work,
     );
-    for (const ok of ['exact', 'below', 'doubled', 'dotted', 'escaped'])
-      assert.equal(codes.get(ok), '200', `${ok} is within /api`);
-    for (const no of ['apix', 'up', 'encdots', 'encslash', 'backslash', 'double', 'semicolon'])
+    for (const [ok] of API_SPELLINGS.within) assert.equal(codes.get(ok), '200', `${ok} is within /api`);
+    for (const [no] of API_SPELLINGS.outside)
       assert.notEqual(codes.get(no) ?? 'missing', '200', `${no} must not pass the /api allow`);
     const paths = prompts.map((x) => x.path ?? null);
     assert.ok(paths.includes('/apix'));
@@ -239,20 +209,10 @@ describe('endpoint rules through the proxy', { skip }, () => {
       agent,
       panel,
       'deny-variants',
-      [
-        ['plain', '/admin'],
-        ['below', '/admin/x'],
-        ['up', '/x/../admin/y'],
-        ['encdots', '/x/%2e%2e/admin'],
-        ['escaped', '/%61dmin'],
-        ['doubled', '//admin'],
-        ['encslash', '/x%2F..%2Fadmin'],
-        ['adminx', '/adminx'],
-      ],
+      [...ADMIN_SPELLINGS.denied, ADMIN_SPELLINGS.neighbour],
       work,
     );
-    for (const k of ['plain', 'below', 'up', 'encdots', 'escaped', 'doubled', 'encslash'])
-      assert.equal(codes.get(k), '403', `${k} is denied by the rule`);
+    for (const [k] of ADMIN_SPELLINGS.denied) assert.equal(codes.get(k), '403', `${k} is denied by the rule`);
     assert.deepEqual(
       prompts.map((x) => x.path),
       ['/adminx'],

@@ -4,14 +4,11 @@
 // every per-row bound that only the per-server budget stops. The host stays alive and small, drops the link naming
 // why (shown in fleet/list, the Servers view's source), and its own agents' sessions keep working.
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
+import { before, describe, test } from 'node:test';
 import WebSocket from 'ws';
-import type { MonitorServer } from '../../src/protocol/monitor.js';
-import type { Cli } from '../helpers/cli.js';
-import { RpcClient } from '../helpers/client.js';
 import { rssOf, stillServes } from '../helpers/hostileJson.js';
-import { type HostileServer, startHostileServer } from '../helpers/hostileServer.js';
-import { startHostJoining } from '../helpers/joinedHost.js';
+import { joinedSocket } from '../helpers/hostileServer.js';
+import { hostileFleetRig, joinedRecord } from '../helpers/joinedHost.js';
 import { monitorProcess } from '../helpers/monitorRows.js';
 import { until } from '../helpers/server.js';
 
@@ -19,53 +16,21 @@ const MiB = 1024 * 1024;
 const RSS_CEILING = 350 * MiB;
 
 describe('fleet host against the reported hostile joined server', () => {
-  let evil: HostileServer;
-  let host: Cli;
-  let agent: RpcClient & { sessionId: string };
-  let panel: RpcClient & { sessionId: string };
+  const rig = hostileFleetRig();
+  before(() => stillServes(rig.agent, 'before'));
 
-  before(async () => {
-    evil = await startHostileServer();
-    const started = await startHostJoining(evil);
-    host = started.host;
-    const { info } = started;
-    agent = await RpcClient.open(`${info.url}/?token=${info.agent}`, 'local-agent');
-    panel = await RpcClient.open(`${info.url}/?token=${info.panel}`, 'panel');
-    await stillServes(agent, 'before');
-  });
-
-  after(async () => {
-    agent?.close();
-    panel?.close();
-    await host?.stop();
-    await evil?.close();
-  });
-
-  const server = async (): Promise<MonitorServer> =>
-    ((await panel.request('fleet/list', {})) as { servers: MonitorServer[] }).servers[0]!;
+  const server = () => joinedRecord(rig.panel);
 
   /** The host's link is up and subscribed: the socket it subscribed on. */
-  const joined = async (): Promise<WebSocket> => {
-    await until(
-      () =>
-        evil.sockets.some(
-          (s) =>
-            s.readyState === WebSocket.OPEN &&
-            evil.framesOf(s).some((f) => f.includes('approvals/subscribe')),
-        ),
-      20_000,
-      'the host joined the hostile server',
-    );
-    return evil.sockets.filter((s) => s.readyState === WebSocket.OPEN).at(-1)!;
-  };
+  const joined = () => joinedSocket(rig.evil);
 
   const batch = (ws: WebSocket, processes: unknown[]) =>
     ws.send(JSON.stringify({ method: 'monitor/batch', params: { processes } }));
 
   const holds = async (word: string) => {
-    assert.equal(host.proc.exitCode, null, `the host exited: ${host.stderr().slice(-3000)}`);
-    await stillServes(agent, word);
-    const rss = rssOf(host.proc.pid!);
+    assert.equal(rig.host.proc.exitCode, null, `the host exited: ${rig.host.stderr().slice(-3000)}`);
+    await stillServes(rig.agent, word);
+    const rss = rssOf(rig.host.proc.pid!);
     console.log(`${word}: host RSS ${Math.round(rss / MiB)} MiB`);
     assert.ok(rss < RSS_CEILING, `host RSS ${Math.round(rss / MiB)} MiB`);
   };
@@ -136,7 +101,7 @@ describe('fleet host against the reported hostile joined server', () => {
     // The host handles its messages in order: its answer to this request says every batch before it was handled.
     ws.send('{"id":"after-batches","method":"probe/none"}');
     await until(
-      () => evil.framesOf(ws).some((f) => f.includes('"after-batches"')),
+      () => rig.evil.framesOf(ws).some((f) => f.includes('"after-batches"')),
       60_000,
       'every batch handled',
     );

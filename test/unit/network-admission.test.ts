@@ -395,6 +395,52 @@ test('the decider answers only not_allowed: allow overrides (then the mode guard
   ]);
 });
 
+test('an intercepted tunnel (limited mode, mitm): the CONNECT of an allowlist miss defers the decider to each request inside, asked with method and path', async () => {
+  const asked: string[] = [];
+  const decider: Decider = async (r) => {
+    asked.push(`${r.protocol} ${r.host}:${r.port} ${r.method} ${r.path ?? '-'} ${r.tunnel ?? '-'}`);
+    return r.path?.startsWith('/api') ? 'allow' : { deny: 'not_allowed' };
+  };
+  const p = policy(
+    { mode: 'limited', mitm: true, allow_local_binding: true, domains: { 'listed.test': 'allow' } },
+    decider,
+  );
+  const tunnel = await admit(p, request('https_connect', 'CONNECT', 'ok.test:443'));
+  assert.ok(tunnel.allowed && tunnel.deferred === true, 'admitted without asking');
+  assert.deepEqual(tunnel.receipt, { ruleId: 'intercepted_per_request', origin: 'broker' });
+  assert.deepEqual(asked, [], 'the CONNECT asked nothing');
+  const inner = (method: string, path: string, t: Admission = tunnel): AdmissionRequest => ({
+    protocol: 'https',
+    host: 'ok.test',
+    port: 443,
+    method,
+    path,
+    client: null,
+    tunnel: t as Extract<Admission, { allowed: true }>,
+  });
+  const api = await admit(p, inner('GET', '/api/x?q=1'));
+  assert.ok(api.allowed && api.source === 'decider');
+  assert.deepEqual(api.addresses, tunnel.addresses, "the tunnel's checked addresses, nothing resolved again");
+  assert.equal(summary(await admit(p, inner('GET', '/admin'))), 'deny not_allowed decider domain');
+  // Limited mode refuses a POST before the decider is asked (no prompt for a request refused anyway).
+  assert.equal(
+    summary(await admit(p, inner('POST', '/api'))),
+    'deny method_not_allowed mode_guard non_domain after-allow',
+  );
+  assert.deepEqual(asked, [
+    'https ok.test:443 GET /api/x?q=1 deferred',
+    'https ok.test:443 GET /admin deferred',
+  ]);
+  // An allowlisted tunnel stands for its requests: the decider is not asked.
+  const listed = await admit(p, request('https_connect', 'CONNECT', 'listed.test:443'));
+  assert.ok(listed.allowed && listed.deferred === undefined);
+  assert.ok((await admit(p, { ...inner('GET', '/admin', listed), host: 'listed.test' })).allowed);
+  assert.equal(asked.length, 2);
+  // No tunnel: refused.
+  const { tunnel: _, ...bare } = inner('GET', '/api');
+  assert.equal(summary(await admit(p, bare)), 'deny not_allowed mode_guard non_domain');
+});
+
 test('Recorder.record: an allow is one audit event; a mode-guard block is the allow, then the block (§4.8, §4.9)', async () => {
   const events = new NetworkEvents();
   const audits: NetworkAuditEvent[] = [];

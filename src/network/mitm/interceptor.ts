@@ -6,11 +6,13 @@
  * server's startup CA files, never its own CA.
  *
  * Each request inside, in this order (Codex's): a nested CONNECT is 405; a Host (or absolute-form authority) that is
- * not the tunnel's target is 400 `host mismatch`; the host policy is the tunnel's (admitIntercepted); a hook of the
- * host may refuse (`mitm_hook_denied`) or rewrite headers; limited mode refuses other methods than GET/HEAD/OPTIONS
- * with the plain-HTTP 403 (`method_not_allowed`). TRACE and TRACK are refused (405). A WebSocket upgrade is refused
- * in limited mode and spliced after the request head in full mode. An upstream failure is 502. Every decided request
- * is an audit event with protocol `https`, its method and path.
+ * not the tunnel's target is 400 `host mismatch`; then the one admission (`admitAndRecord`, protocol `https`, the
+ * request's method and path, the tunnel's admission): a hook of the host may refuse (`mitm_hook_denied`) or rewrite
+ * headers; limited mode refuses other methods than GET/HEAD/OPTIONS with the plain-HTTP 403 (`method_not_allowed`);
+ * a tunnel the decider admitted or deferred asks it for the request, so endpoint rules apply inside TLS. TRACE and
+ * TRACK are refused (405). A WebSocket upgrade is refused in limited mode and spliced after the request head in full
+ * mode. An upstream failure is 502. Every decided request is an audit event with protocol `https`, its method, path
+ * and receipt.
  *
  * Limits: 256 intercepted tunnels per proxy (the caller answers 503 when `reserve` fails), a 10 s handshake, Node's
  * parser with the proxy port's head limits, and streams piped with backpressure (nothing is buffered whole).
@@ -20,12 +22,7 @@ import https from 'node:https';
 import { isIP, Socket } from 'node:net';
 import { Duplex } from 'node:stream';
 import tls from 'node:tls';
-import {
-  type AdmissionPolicy,
-  type AdmissionRequest,
-  type Admitted,
-  admitIntercepted,
-} from '../admission.js';
+import { type AdmissionPolicy, type AdmissionRequest, type Admitted, admitAndRecord } from '../admission.js';
 import { type Dialer, openTunnel } from '../dial.js';
 import { relay } from '../forward.js';
 import { forwardedRequestHeaders } from '../headers.js';
@@ -95,7 +92,7 @@ export type RequestRewriter = (req: {
 
 export interface InterceptorDeps {
   trust: MitmTrust;
-  policy: Pick<AdmissionPolicy, 'mode'>;
+  policy: AdmissionPolicy;
   recorder: Recorder;
   dial: Dialer;
   upstream: UpstreamProxies;
@@ -195,11 +192,7 @@ export class Interceptor {
     this.server.keepAliveTimeout = Math.max(1, deps.idleTimeoutMs - 1000);
     this.server.on('request', (req, res) => {
       req.socket.setTimeout(0);
-      try {
-        this.onRequest(req, res);
-      } catch {
-        res.destroy();
-      }
+      this.onRequest(req, res).catch(() => res.destroy());
     });
     this.server.on('connect', (_req: http.IncomingMessage, socket: Duplex) => {
       socket.end(serialize(textResponse(405, 'CONNECT is not allowed inside an intercepted tunnel'), CLOSE));
@@ -345,31 +338,39 @@ export class Interceptor {
     return { ok: true, path };
   }
 
-  /** Decides and records one request; the refusal's answer, or the rewrite to forward with. */
-  private decide(
+  /** Decides and records one request (the one admission); the refusal's answer, or the rewrite to forward with. */
+  private async decide(
     req: http.IncomingMessage,
     t: InterceptedTarget,
     path: string,
     upgrade = false,
-  ):
+  ): Promise<
     | { allowed: true; rewrite: RequestRewrite | undefined }
-    | { allowed: false; answer: ReturnType<typeof blockedHttpResponse> } {
+    | { allowed: false; answer: ReturnType<typeof blockedHttpResponse> }
+  > {
     const method = req.method ?? 'GET';
     const rewrite = this.deps.rewrite?.({ host: t.host, method, path, rawHeaders: req.rawHeaders });
-    // Limited mode refuses an upgrade whatever its method: what follows a 101 is not HTTP the proxy can check.
-    const asMethod = upgrade && this.deps.policy.mode === 'limited' ? `${method} upgrade` : method;
-    const a = admitIntercepted(this.deps.policy, t.admitted, asMethod, rewrite?.refusal);
-    const r: AdmissionRequest = { protocol: 'https', host: t.host, port: t.port, method, client: t.client };
+    const r: AdmissionRequest = {
+      protocol: 'https',
+      host: t.host,
+      port: t.port,
+      method,
+      path,
+      client: t.client,
+      tunnel: t.admitted,
+      ...(rewrite?.refusal !== undefined ? { hookRefusal: rewrite.refusal } : {}),
+      ...(upgrade ? { upgrade } : {}),
+    };
     const bare = path.split('?', 1)[0]!.slice(0, MAX_AUDIT_PATH);
-    this.deps.recorder.record(r, a, {
+    const a = await admitAndRecord(this.deps, r, 'all', {
       path: bare,
-      ...(a.allowed && rewrite?.credential !== undefined ? { credential: rewrite.credential } : {}),
+      ...(rewrite?.credential !== undefined ? { credential: rewrite.credential } : {}),
     });
     if (!a.allowed) return { allowed: false, answer: blockedHttpResponse(a, t.port) };
     return { allowed: true, rewrite };
   }
 
-  private onRequest(req: http.IncomingMessage, res: http.ServerResponse): void {
+  private async onRequest(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
     const t = this.tunnels.get(req.socket);
     if (t === undefined) {
       res.destroy();
@@ -385,11 +386,12 @@ export class Interceptor {
       send(res, textResponse(c.status, c.text));
       return;
     }
-    const d = this.decide(req, t, c.path);
+    const d = await this.decide(req, t, c.path);
     if (!d.allowed) {
       send(res, d.answer);
       return;
     }
+    if (res.destroyed || this.closed) return;
     const authority = t.port === 443 ? t.host : `${t.host}:${t.port}`;
     const headers = forwardedRequestHeaders(d.rewrite?.headers ?? req.rawHeaders, authority);
     const upstream = https.request({
@@ -422,7 +424,7 @@ export class Interceptor {
       return;
     }
     const method = req.method ?? 'GET';
-    const d = this.decide(req, t, c.path, true);
+    const d = await this.decide(req, t, c.path, true);
     if (!d.allowed) {
       socket.end(serialize(d.answer, CLOSE));
       return;

@@ -5,6 +5,7 @@
  * expires.
  */
 import type { ApprovalProtocol, RememberedDecision } from '../../protocol/approvals.js';
+import { protocolCovers } from './projectRules.js';
 
 /** Remembered decisions kept, server-wide (the oldest allow goes first). */
 export const MAX_REMEMBERED = 4096;
@@ -16,7 +17,10 @@ export class RememberedDecisions {
     return [...this.byId.values()];
   }
 
-  /** The decision that applies to a request of this process, deny first. */
+  /**
+   * The decision that applies to a request of this process, deny first (a CONNECT's also to the requests inside its
+   * tunnel when they are intercepted).
+   */
   find(
     sessionId: string,
     processId: string,
@@ -26,7 +30,12 @@ export class RememberedDecisions {
   ): RememberedDecision | undefined {
     let allow: RememberedDecision | undefined;
     for (const d of this.byId.values()) {
-      if (d.sessionId !== sessionId || d.protocol !== protocol || d.host !== host || d.port !== port)
+      if (
+        d.sessionId !== sessionId ||
+        !protocolCovers(d.protocol, protocol) ||
+        d.host !== host ||
+        d.port !== port
+      )
         continue;
       if (d.scope === 'process' && d.processId !== processId) continue;
       if (d.decision === 'deny') return d;

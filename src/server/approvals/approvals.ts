@@ -79,6 +79,8 @@ import { LearningSessions } from './learning.js';
 import {
   type ProjectRuleStore,
   ProjectRules,
+  pathVisible,
+  protocolCovers,
   type RuleTarget,
   ruleAnswers,
   ruleMethod,
@@ -158,6 +160,7 @@ const LEARNED = allow(receiptOf('learning', 'learning'));
 const NOT_ASKING = unanswered(receiptOf('not_asking', 'broker'));
 const WAITERS_FULL = unanswered(receiptOf('waiters_full', 'broker'));
 const NO_ROOM = unanswered(receiptOf('no_room', 'broker'));
+const TUNNEL_ADMITTED = allow(receiptOf('tunnel_admitted', 'broker'));
 /** A remembered decision's verdict: its id, tied to the prompt it came from. */
 const rememberedVerdict = (d: RememberedDecision): DeciderResult => {
   const r = receiptOf(d.id, 'session', d.promptId);
@@ -275,9 +278,9 @@ export class ApprovalBroker {
     const asking = this.asking.get(k);
     const known = this.decisions.find(sessionId, processId, protocol, req.host, req.port);
     if (known?.decision === 'deny') return Promise.resolve(rememberedVerdict(known));
-    // What rules, the repository's file and learning see: plain HTTP's path normalised once, here.
+    // What rules, the repository's file and learning see: the path (plain HTTP, https inside TLS) normalised once.
     const t: RuleTarget = { protocol, host: req.host, port: req.port, method: req.method };
-    if (protocol === 'http') t.path = normalizeRequestPath(req.path);
+    if (pathVisible(protocol)) t.path = normalizeRequestPath(req.path);
     // Not among the endpoints the repository declares: blocked before any rule, learning or prompt.
     if (asking?.repo && !repoAllows(asking.repo, t)) return Promise.resolve(REPOSITORY_REFUSAL);
     const rule = asking?.workspace ? this.rules.find(asking.workspace, t) : undefined;
@@ -287,6 +290,8 @@ export class ApprovalBroker {
       return Promise.resolve(rule.decision === 'allow' ? allow(r) : denied(r));
     }
     if (known) return Promise.resolve(rememberedVerdict(known));
+    // Inside a tunnel the decider already let through (intercepted after its CONNECT was answered): no deny applies.
+    if (req.tunnel === 'admitted') return Promise.resolve(TUNNEL_ADMITTED);
     const proc = this.server.sessions.get(sessionId)?.get(processId);
     // Not (or no longer) a live asking process: fail closed.
     if (!asking || !proc || proc.exitCode !== null) return Promise.resolve(NOT_ASKING);
@@ -335,7 +340,7 @@ export class ApprovalBroker {
         port: req.port,
         protocol,
         method: req.method,
-        ...(protocol === 'http' ? { path: t.path ?? null } : {}),
+        ...(pathVisible(protocol) ? { path: t.path ?? null } : {}),
         waiting: 0,
         requestedAt: now,
         expiresAt: now + timeoutMs,
@@ -514,7 +519,12 @@ export class ApprovalBroker {
     // Other prompts the remembered decision now covers follow it at once (a deny also wins over their allows).
     for (const other of [...this.pending.values()]) {
       const o = other.prompt;
-      if (o.sessionId !== sessionId || o.protocol !== protocol || o.host !== host || o.port !== port)
+      if (
+        o.sessionId !== sessionId ||
+        !protocolCovers(protocol, o.protocol) ||
+        o.host !== host ||
+        o.port !== port
+      )
         continue;
       if (scope === 'process' && o.processId !== processId) continue;
       released += this.finish(other, decision, remembered.id, null, decidedBy);
@@ -524,7 +534,7 @@ export class ApprovalBroker {
   }
 
   /**
-   * A project rule from a prompt: exactly its protocol, host, port (and plain HTTP's method), for its workspace. Only
+   * A project rule from a prompt: exactly its protocol, host, port (and plain HTTP's or https's method), for its workspace. Only
    * a panel principal (the panel, `corral approvals`) gets here: a process's own client cannot answer `project`.
    */
   private storeProjectRule(
@@ -571,7 +581,12 @@ export class ApprovalBroker {
     // Other prompts of processes in that workspace the rule now answers follow it.
     for (const other of [...this.pending.values()]) {
       const o = other.prompt;
-      if (o.workspace !== workspace || o.protocol !== protocol || o.host !== host || o.port !== port)
+      if (
+        o.workspace !== workspace ||
+        !protocolCovers(protocol, o.protocol) ||
+        o.host !== host ||
+        o.port !== port
+      )
         continue;
       if (!ruleAnswers(rule, { ...o, path: o.path ?? null })) continue;
       released += this.finish(other, decision, rule.id, null, decidedBy);
@@ -581,12 +596,12 @@ export class ApprovalBroker {
   }
 
   /**
-   * The path prefix of a project rule made from a prompt: none where the path is not visible; for plain HTTP the
+   * The path prefix of a project rule made from a prompt: none where the path is not visible; for plain HTTP and https the
    * one given (normalised, and it must hold the prompt's path: a rule never covers less than what was asked about
    * while naming something else), else the path's first segment. An unreadable path gets no project rule.
    */
   private rulePathPrefix(prompt: ApprovalPrompt, given: string | null): string | null {
-    if (prompt.protocol !== 'http') {
+    if (!pathVisible(prompt.protocol)) {
       if (given !== null)
         throw invalidRequest(`pathPrefix: the path of a ${prompt.protocol} request is not visible`);
       return null;

@@ -12,7 +12,7 @@ import {
   MAX_PATH_PREFIX,
 } from '../../protocol/approvals.js';
 import { firstSegment, normalizePathPrefix } from './endpointPath.js';
-import { type RuleTarget, ruleMethod } from './projectRules.js';
+import { pathVisible, type RuleTarget, ruleMethod } from './projectRules.js';
 
 interface Seen extends LearnedEndpoint {
   hits: number;
@@ -57,7 +57,7 @@ export class LearningSessions {
     const s = this.byWorkspace.get(workspace);
     if (!s || now >= s.endsAt || s.requests >= s.maxRequests) return 'no';
     let pathPrefix: string | null = null;
-    if (t.protocol === 'http') {
+    if (pathVisible(t.protocol)) {
       if (t.path == null) return 'no';
       pathPrefix = firstSegment(t.path);
       if (pathPrefix.length > MAX_PATH_PREFIX) return 'no';

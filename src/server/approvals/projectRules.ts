@@ -5,7 +5,7 @@
  * indexed in memory, so that a request's lookup is one map read.
  *
  * Narrow by construction: a rule is made only from a prompt, and says exactly what the prompt was — protocol, host,
- * port, and for plain HTTP the method. No wildcard, no "any host", no rule without a workspace.
+ * port, and for plain HTTP and intercepted `https` the method (and a path prefix). No wildcard, no "any host", no rule without a workspace.
  */
 import { lstatSync, realpathSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -36,8 +36,8 @@ export interface RuleTarget {
   port: number;
   method: string | null;
   /**
-   * Plain HTTP: the normalised path (endpointPath.ts), or null when it could not be read safely; absent or ignored
-   * for the other protocols (their path is not visible).
+   * Plain HTTP and `https`: the normalised path (endpointPath.ts), or null when it could not be read safely; absent
+   * or ignored for the other protocols (their path is not visible).
    */
   path?: string | null;
 }
@@ -58,9 +58,20 @@ export function ruleAnswers(rule: ApprovalRule, t: RuleTarget): boolean {
   );
 }
 
-/** The method a rule made from this request matches: plain HTTP's (upper-cased), else none (CONNECT, SOCKS). */
+/** Whether a request of `protocol` shows its method and path: plain HTTP, and `https` inside an intercepted tunnel. */
+export const pathVisible = (protocol: ApprovalProtocol): boolean =>
+  protocol === 'http' || protocol === 'https';
+
+/**
+ * Whether a rule or decision about `ruled` covers a request of `asked`: its own protocol, and a CONNECT tunnel's also
+ * the requests inside it when the proxy intercepts them (a host-wide rule, as it was before interception).
+ */
+export const protocolCovers = (ruled: ApprovalProtocol, asked: ApprovalProtocol): boolean =>
+  ruled === asked || (ruled === 'https_connect' && asked === 'https');
+
+/** The method a rule made from this request matches: plain HTTP's and `https`'s (upper-cased), else none. */
 export function ruleMethod(protocol: ApprovalProtocol, method: string | null): string | null {
-  return protocol === 'http' && method ? method.toUpperCase() : null;
+  return pathVisible(protocol) && method ? method.toUpperCase() : null;
 }
 
 const keyOf = (workspace: string, t: Pick<RuleTarget, 'protocol' | 'host' | 'port'>) =>
@@ -166,8 +177,18 @@ export class ProjectRules {
     return this.byId.get(id);
   }
 
-  /** The enabled rule that answers this request of a process in `workspace`, deny first. */
+  /**
+   * The enabled rule that answers this request of a process in `workspace`, deny first. A request inside an
+   * intercepted tunnel (`https`) is also answered by its host's CONNECT rules (host-wide), a deny of either winning.
+   */
   find(workspace: string, t: RuleTarget): ApprovalRule | undefined {
+    const own = this.findKey(workspace, t);
+    if (t.protocol !== 'https' || own?.decision === 'deny') return own;
+    const tunnel = this.findKey(workspace, { ...t, protocol: 'https_connect' });
+    return tunnel?.decision === 'deny' ? tunnel : (own ?? tunnel);
+  }
+
+  private findKey(workspace: string, t: RuleTarget): ApprovalRule | undefined {
     const rules = this.byKey.get(keyOf(workspace, t));
     if (!rules) return undefined;
     let allow: ApprovalRule | undefined;

@@ -12,10 +12,12 @@ import { join } from 'node:path';
 import { z } from 'zod';
 import { ApprovalProtocol, type RepoPolicyState } from '../../protocol/approvals.js';
 import { normalizePathPrefix, pathWithin } from './endpointPath.js';
-import { type RuleTarget, ruleMethod } from './projectRules.js';
+import { pathVisible, type RuleTarget, ruleMethod } from './projectRules.js';
 
 export const REPO_POLICY_FILE = join('.corral', 'network.json');
 const MAX_BYTES = 64 * 1024;
+/** Reasons an answer lists (the rest counted in the last one). */
+const MAX_IGNORED_SHOWN = 1024;
 const MAX_ENTRIES = 256;
 
 const Entry = z
@@ -131,7 +133,21 @@ export function readRepoPolicy(workspace: string): RepoPolicy {
   }
   if (list.length > MAX_ENTRIES) ignored.push(`endpoints past the first ${MAX_ENTRIES}: ignored`);
   return {
-    state: { file, status: 'read', sha256, endpoints: declared.length, ignored, problem: null },
+    state: {
+      file,
+      status: 'read',
+      sha256,
+      endpoints: declared.length,
+      // What the protocol's state carries at most (RepoPolicyState): the first ones, and how many more.
+      ignored:
+        ignored.length > MAX_IGNORED_SHOWN
+          ? [
+              ...ignored.slice(0, MAX_IGNORED_SHOWN - 1),
+              `${ignored.length - MAX_IGNORED_SHOWN + 1} more ignored`,
+            ]
+          : ignored,
+      problem: null,
+    },
     declared,
   };
 }
@@ -145,11 +161,14 @@ export function repoAllows(policy: RepoPolicy | null, t: RuleTarget): boolean {
     (d) =>
       d.host === host &&
       (d.port === null || d.port === t.port) &&
-      (d.protocol === null || d.protocol === t.protocol) &&
+      // A declared CONNECT tunnel holds the requests inside it when the proxy intercepts them.
+      (d.protocol === null ||
+        d.protocol === t.protocol ||
+        (d.protocol === 'https_connect' && t.protocol === 'https')) &&
       (d.methods === null || method === null || d.methods.includes(method)) &&
-      // The path is seen on plain HTTP only: there a prefix holds it (an unreadable path: never).
+      // The path is seen on plain HTTP and inside an intercepted tunnel: there a prefix holds it (unreadable: never).
       (d.pathPrefix === null ||
-        t.protocol !== 'http' ||
+        !pathVisible(t.protocol) ||
         (t.path != null && pathWithin(t.path, d.pathPrefix))),
   );
 }

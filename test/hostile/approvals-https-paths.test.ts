@@ -14,7 +14,7 @@ import type { ApprovalPrompt, LearningState, RulesResult } from '../../src/proto
 import type { NetworkAuditEvent } from '../../src/protocol/network.js';
 import { approvalsRig, askingStart } from '../helpers/approvalsCli.js';
 import { ADMIN_SPELLINGS, API_SPELLINGS, runDenyingPrompts } from '../helpers/approvalsRun.js';
-import type { RpcClient } from '../helpers/client.js';
+import { RpcClient } from '../helpers/client.js';
 import { until } from '../helpers/server.js';
 import { startTlsOrigin, type TlsOrigin } from '../helpers/tlsOrigin.js';
 
@@ -143,6 +143,23 @@ describe('endpoint rules inside intercepted TLS', { skip, timeout: 240_000 }, ()
     );
     assert.ok(denials.length >= 9, `each denial is audited with the rule's id (${denials.length})`);
     await panel.request('approvals/revoke', { id: rule!.id });
+  });
+
+  test("the process's own client is asked as Codex's protocols know it: the tunnel (https_connect), with the method", async () => {
+    const url = `${rig.host.listener.url}/?token=${encodeURIComponent(rig.host.tokens.agent)}`;
+    const harness = await RpcClient.open(url, 'https-harness', { capabilities: { networkApprovals: true } });
+    rig.clients.push(harness);
+    const asked: Record<string, unknown>[] = [];
+    harness.onRequest = (method, params) => {
+      if (method === 'network/policyRequest') asked.push(params.request as Record<string, unknown>);
+      return { decision: { type: 'allow' } };
+    };
+    await start(harness, 'own', curl('own', '/own/x'));
+    await harness.collect('own', 30_000);
+    assert.match(harness.output('own', 'stdout'), /own=200/);
+    assert.deepEqual(asked, [
+      { protocol: 'https_connect', host: '127.0.0.1', port: origin.port, method: 'GET' },
+    ]);
   });
 
   test('learning proposes what it saw inside the tunnel: protocol https, method and path prefix', async () => {

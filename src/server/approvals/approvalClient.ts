@@ -43,7 +43,14 @@ export function askSessionClient(
   asked.add(conn);
   const params: NetworkPolicyRequestParams = {
     processId: prompt.processId,
-    request: { protocol: prompt.protocol, host: prompt.host, port: prompt.port, method: prompt.method },
+    // Codex's clients know four protocols: a request inside an intercepted tunnel is asked as its tunnel (the method
+    // says which request; an answer covers the host, as it would have for the CONNECT).
+    request: {
+      protocol: prompt.protocol === 'https' ? 'https_connect' : prompt.protocol,
+      host: prompt.host,
+      port: prompt.port,
+      method: prompt.method,
+    },
     promptId: prompt.id,
     command: prompt.command,
     expiresAt: prompt.expiresAt,

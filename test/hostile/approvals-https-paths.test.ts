@@ -7,7 +7,7 @@
 // event with its receipt. On the code before (36cbb0b), the CONNECT was the only question: its prompt had no path,
 // and a rule made from it covered the whole host.
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type { ApprovalPrompt, LearningState, RulesResult } from '../../src/protocol/approvals.js';
@@ -143,6 +143,40 @@ describe('endpoint rules inside intercepted TLS', { skip, timeout: 240_000 }, ()
     );
     assert.ok(denials.length >= 9, `each denial is audited with the rule's id (${denials.length})`);
     await panel.request('approvals/revoke', { id: rule!.id });
+  });
+
+  test('a project answer releases only the held requests it matches: a /admin request held on a card for /api is asked again', async () => {
+    const agent = await open(rig.host.tokens.agent, 'https-held-agent');
+    const panel = await open(rig.host.tokens.panel, 'https-held-panel');
+    const flag = join(rig.tmp.path, 'second-request');
+    // The second request is made once the first is held (the test creates the file), on the same prompt.
+    await start(
+      agent,
+      'held',
+      `${curl('api', '/api/a')} & while [ ! -e '${flag}' ]; do sleep 0.05; done; ${curl('admin', '/admin/b')} & wait`,
+    );
+    const first = await onePrompt(panel, 'held');
+    assert.equal(first.path, '/api/a');
+    writeFileSync(flag, '');
+    await until(
+      async () => (await pendingOf(panel, 'held'))[0]?.waiting === 2,
+      30_000,
+      'both requests held on the one prompt',
+    );
+    await panel.request('approvals/decide', { id: first.id, decision: 'allowProject', pathPrefix: '/api' });
+    await until(
+      async () => (await pendingOf(panel, 'held')).some((p) => p.path === '/admin/b'),
+      30_000,
+      'the /admin request asked about on its own',
+    );
+    const again = (await pendingOf(panel, 'held')).find((p) => p.path === '/admin/b')!;
+    await panel.request('approvals/decide', { id: again.id, decision: 'denyOnce' });
+    await agent.collect('held', 30_000);
+    const out = agent.output('held', 'stdout');
+    assert.match(out, /api=200/);
+    assert.match(out, /admin=403/, 'the /api rule did not release the /admin request');
+    const rules = (await panel.request<RulesResult>('approvals/rules', { workspace: work })).rules;
+    for (const r of rules) await panel.request('approvals/revoke', { id: r.id });
   });
 
   test("the process's own client is asked as Codex's protocols know it: the tunnel (https_connect), with the method", async () => {

@@ -118,6 +118,9 @@ interface Asking {
 
 interface Waiter {
   resolve: (r: DeciderResult) => void;
+  /** The held request, and what rules see of it (its path and method may differ from the prompt's first). */
+  req: DeciderRequest;
+  t: RuleTarget;
 }
 
 interface Pending {
@@ -362,7 +365,7 @@ export class ApprovalBroker {
     }
     const pending = p;
     return new Promise<DeciderResult>((resolve) => {
-      pending.waiters.push({ resolve });
+      pending.waiters.push({ resolve, req, t });
       pending.prompt.waiting = pending.waiters.length;
       if (pending.waiters.length === 1) {
         const asked = pending.prompt.requestedTimeoutMs;
@@ -577,7 +580,7 @@ export class ApprovalBroker {
         `approval ${p.prompt.id}: the project rule was not stored: ${(e as Error).message}`,
       );
     }
-    let released = this.finish(p, decision, rule.id, null, decidedBy);
+    let released = this.finishByRule(p, rule, decision, decidedBy);
     // Other prompts of processes in that workspace the rule now answers follow it.
     for (const other of [...this.pending.values()]) {
       const o = other.prompt;
@@ -588,11 +591,34 @@ export class ApprovalBroker {
         o.port !== port
       )
         continue;
-      if (!ruleAnswers(rule, { ...o, path: o.path ?? null })) continue;
-      released += this.finish(other, decision, rule.id, null, decidedBy);
+      if (!other.waiters.some((w) => ruleAnswers(rule, w.t))) continue;
+      released += this.finishByRule(other, rule, decision, decidedBy);
     }
     this.broadcastRules();
     return { released };
+  }
+
+  /**
+   * Ends `p` with a project rule's answer. Its held requests the rule answers get it; the others (another path or
+   * method held on the same prompt: a `/admin` request behind a card for `/api/x` answered for `/api`) are decided
+   * again as new requests, so a rule never releases what it does not match.
+   */
+  private finishByRule(
+    p: Pending,
+    rule: ApprovalRule,
+    decision: 'allowProject' | 'denyProject',
+    decidedBy: ApprovalDecidedBy | null,
+  ): number {
+    const outside = p.waiters.filter((w) => !ruleAnswers(rule, w.t));
+    if (outside.length > 0) {
+      const left = p.waiters.filter((w) => ruleAnswers(rule, w.t));
+      p.waiters.length = 0;
+      p.waiters.push(...left);
+    }
+    const released = this.finish(p, decision, rule.id, null, decidedBy);
+    const { sessionId, processId } = p.prompt;
+    for (const w of outside) void this.decide(sessionId, processId, w.req).then(w.resolve);
+    return released;
   }
 
   /**

@@ -91,7 +91,7 @@ test('pipes: bwrap argv with --seccomp 3 and a seccomp fd slot; env flags the re
   ]);
   assert.ok(a.includes('--unshare-net') && a.includes('--new-session') && a.includes('--die-with-parent'));
   assert.equal(p.spec.env.CODEX_SANDBOX_NETWORK_DISABLED, '1');
-  assert.deepEqual(p.seccomp, { arch: 'x64', mode: 'restricted', instructions: 54 });
+  assert.deepEqual(p.seccomp, { arch: 'x64', mode: 'restricted', instructions: 60 });
   assert.equal(p.summary.arg0, undefined, 'argv[0] "echo" vs file: only a differing arg0 is reported');
   // The fd is filled in by prepareLaunch (a pipe); the spawner gives the child a fresh session keyring.
   assert.deepEqual(p.spec.extraFds, [null]);
@@ -113,7 +113,7 @@ test('PTY: the same launch as pipes (the fds go through the sandbox launcher), w
 
 test('every sandbox has a seccomp filter: network enabled gets the network-enabled one', () => {
   const p = previewLaunch(seed({ networkPolicy: 'enabled' }), { spec: spec(), tty: false }, linux);
-  assert.deepEqual(p.seccomp, { arch: 'x64', mode: 'network-enabled', instructions: 24 });
+  assert.deepEqual(p.seccomp, { arch: 'x64', mode: 'network-enabled', instructions: 26 });
   assert.ok(!p.spec.argv.includes('--unshare-net'));
   assert.deepEqual(p.fdSlots, ['seccomp']);
 });
@@ -262,7 +262,7 @@ test('prepareLaunch: the seccomp program comes in a pipe (pipes and PTY alike), 
     assert.equal(typeof fd, 'number');
     assert.ok(fstatSync(fd as number).isFIFO());
     const buf = Buffer.alloc(4096);
-    assert.equal(readSync(fd as number, buf), 54 * 8, 'the whole program, then EOF');
+    assert.equal(readSync(fd as number, buf), 60 * 8, 'the whole program, then EOF');
     assert.equal(readSync(fd as number, buf), 0);
     // Masked in the sandbox: the mount-target lock directory, and nothing else of the server's (no private
     // directory is made any more).

@@ -46,10 +46,62 @@ for (const arch of ARCHES) {
   }
 }
 
+/**
+ * The dispatch became a binary search (seccomp.ts dispatch): every program does what the linear chain it replaced did
+ * (fixtures/sandbox/seccomp-linear.json, the previous builder's bytes for every arch, mode and a set of Landlock
+ * extras), for every syscall number up to 1023, the x32 range and 0xffffffff, under argument vectors that take every
+ * branch that reads an argument (clone/unshare flags, socket families and types, protocols, mode bits, ioctl commands,
+ * MSG_FASTOPEN), and under a foreign audit arch.
+ */
+test('seccomp dispatch: the binary search does what the linear chain did, for every number and argument branch', () => {
+  const linear = JSON.parse(readFileSync(join(fixtures, 'seccomp-linear.json'), 'utf8')) as Record<
+    string,
+    string
+  >;
+  const numbers = [
+    ...Array.from({ length: 1024 }, (_, i) => i),
+    0x40000000,
+    0x40000001,
+    0x4000013f,
+    0xffffffff,
+  ];
+  const vectors = [
+    {},
+    { arg0: CLONE_NEWUSER },
+    { arg0: CLONE_NEWUSER | 0x11 },
+    { arg0: AF.UNIX, arg1: SOCK.STREAM },
+    { arg0: AF.UNIX, arg1: SOCK.DGRAM | 0x80000 },
+    { arg0: AF.UNIX, arg1: SOCK.SEQPACKET },
+    { arg0: AF.INET, arg1: SOCK.STREAM, arg2: 0 },
+    { arg0: AF.INET6, arg1: SOCK.STREAM | 0x800, arg2: 6 },
+    { arg0: AF.INET, arg1: SOCK.STREAM, arg2: 132 },
+    { arg0: AF.INET, arg1: SOCK.DGRAM },
+    { arg0: AF.NETLINK, arg1: SOCK.RAW },
+    { arg1: 0o4755, arg2: 0o2755 },
+    { arg1: 0o755, arg2: 0o644 },
+    { arg1: 0x40086602 },
+    { arg1: 0x401c5820 },
+    { arg2: 0x20000000, arg3: 0x20000000 },
+    { arg3: 0x20000000 },
+  ];
+  assert.equal(Object.keys(linear).length, 30);
+  for (const [key, hex] of Object.entries(linear)) {
+    const [arch, mode, extras] = key.split(' ') as [SeccompArch, SeccompMode, string];
+    const before = Buffer.from(hex, 'hex');
+    const now = buildSeccompFilter(arch, mode, JSON.parse(extras));
+    for (const auditArch of [AUDIT_ARCH[arch], 0x40000003])
+      for (const nr of numbers)
+        for (const v of vectors) {
+          const data = { arch: auditArch, nr, ...v };
+          assert.equal(evalSeccomp(now, data), evalSeccomp(before, data), `${key}: ${JSON.stringify(data)}`);
+        }
+  }
+});
+
 test('seccomp layout: arch check first, KILL on mismatch; 8-byte little-endian insns', () => {
   const b = buildSeccompFilter('x64', 'restricted');
   assert.equal(b.length % 8, 0);
-  assert.equal(b.length / 8, 54);
+  assert.equal(b.length / 8, 60);
   assert.equal(b.subarray(0, 8).toString('hex'), '2000000004000000'); // ld [4] (arch)
   assert.equal(b.readUInt16LE(8), 0x15); // jeq
   assert.equal(b.readUInt32LE(12), 0xc000003e);

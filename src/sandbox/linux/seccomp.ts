@@ -251,6 +251,38 @@ const OFF_ARG2 = 32;
 const OFF_ARG3 = 40;
 const OFF_ARG: Record<number, number> = { 0: OFF_ARG0, 1: OFF_ARG1, 2: OFF_ARG2, 3: OFF_ARG3 };
 
+/** Syscalls a leaf of the dispatch tree compares one by one. */
+const LEAF = 4;
+
+/**
+ * The syscall dispatch (the number loaded): a binary search over `cases` (sorted by number) by JGE down to leaves of
+ * at most LEAF JEQs; a number that is no case goes to `allow`. Not a chain of JEQs: the kernel runs a new filter once
+ * for every syscall number to find the ones it may allow without running it (the seccomp action cache), so a chain's
+ * length times ~450 numbers was most of what installing it cost (~150 us for the Landlock backend's ~70 cases, against
+ * ~45 us as a tree of LEAF 4; bwrap's ~30: ~90 -> ~40 us; measured with seccomp(SECCOMP_SET_MODE_FILTER) in a forked child).
+ */
+function dispatch(cases: [number, string][]): Insn[] {
+  const out: Insn[] = [];
+  let n = 0;
+  const emit = (part: [number, string][], label?: string) => {
+    const first = out.length;
+    if (part.length <= LEAF) {
+      for (const [i, [k, target]] of part.entries())
+        out.push({ code: BPF_JMP_JEQ_K, k, jt: target, jf: i === part.length - 1 ? 'allow' : null });
+    } else {
+      const mid = part.length >> 1;
+      const right = `nr${n++}`;
+      out.push({ code: BPF_JMP_JGE_K, k: part[mid]![0], jt: right, jf: null }); // unsigned, as the sort
+      emit(part.slice(0, mid));
+      emit(part.slice(mid), right);
+    }
+    if (label) out[first]!.label = label;
+  };
+  if (cases.length === 0) out.push({ code: BPF_RET_K, k: SECCOMP_RET_ALLOW });
+  else emit(cases);
+  return out;
+}
+
 /**
  * The filter for `arch` in `mode`, as bytes for `bwrap --seccomp FD` (or the Landlock backend's confinement, with
  * its `extras`; without extras the program is exactly bwrap's).
@@ -272,25 +304,29 @@ export function buildSeccompFilter(arch: SeccompArch, mode: SeccompMode, extras:
   p.push({ code: BPF_JMP_JEQ_K, k: AUDIT_ARCH[arch], jt: null, jf: 'kill' });
   p.push({ code: BPF_LD_W_ABS, k: OFF_NR });
   if (arch === 'x64') p.push({ code: BPF_JMP_JGE_K, k: X32_SYSCALL_BIT, jt: 'deny', jf: null });
-  for (const name of denied) p.push({ code: BPF_JMP_JEQ_K, k: nr[name], jt: 'deny', jf: null });
-  for (const name of rules.notSocket) p.push({ code: BPF_JMP_JEQ_K, k: nr[name], jt: 'notsock', jf: null });
-  p.push({ code: BPF_JMP_JEQ_K, k: nr.clone3, jt: 'enosys', jf: null });
-  p.push({ code: BPF_JMP_JEQ_K, k: nr.clone, jt: 'nsflags', jf: null });
-  p.push({ code: BPF_JMP_JEQ_K, k: nr.unshare, jt: 'nsflags', jf: null });
-  for (const [name, arg] of modeChecks)
-    p.push({ code: BPF_JMP_JEQ_K, k: nr[name], jt: `mode${arg}`, jf: null });
-  if (extras.metadata === 'deny') p.push({ code: BPF_JMP_JEQ_K, k: nr.ioctl, jt: 'ioctl', jf: null });
+  // Where each syscall the filter looks at goes; the first entry of a number wins. Everything else is allowed.
+  const cases = new Map<number, string>();
+  const to = (name: SyscallName, label: string) => {
+    if (has(name) && !cases.has(nr[name])) cases.set(nr[name], label);
+  };
+  for (const name of denied) to(name, 'deny');
+  for (const name of rules.notSocket) to(name, 'notsock');
+  to('clone3', 'enosys');
+  to('clone', 'nsflags');
+  to('unshare', 'nsflags');
+  for (const [name, arg] of modeChecks) to(name, `mode${arg}`);
+  if (extras.metadata === 'deny') to('ioctl', 'ioctl');
   if (tcpOnly) {
-    p.push({ code: BPF_JMP_JEQ_K, k: nr.sendto, jt: 'flags3', jf: null });
-    p.push({ code: BPF_JMP_JEQ_K, k: nr.sendmmsg, jt: 'flags3', jf: null });
-    p.push({ code: BPF_JMP_JEQ_K, k: nr.sendmsg, jt: 'flags2', jf: null });
+    to('sendto', 'flags3');
+    to('sendmmsg', 'flags3');
+    to('sendmsg', 'flags2');
   }
   const s = rules.sockets;
   if (s) {
-    p.push({ code: BPF_JMP_JEQ_K, k: nr.socket, jt: 'socket', jf: null });
-    p.push({ code: BPF_JMP_JEQ_K, k: nr.socketpair, jt: 'socketpair', jf: null });
+    to('socket', 'socket');
+    to('socketpair', 'socketpair');
   }
-  p.push({ code: BPF_RET_K, k: SECCOMP_RET_ALLOW });
+  p.push(...dispatch([...cases].sort((a, b) => (a[0] >>> 0) - (b[0] >>> 0))));
   // clone(flags, …) and unshare(flags): no new user namespace (the flags are args[0] on both architectures).
   p.push({ code: BPF_LD_W_ABS, k: OFF_ARG0, label: 'nsflags' });
   p.push({ code: BPF_JMP_JSET_K, k: CLONE_NEWUSER, jt: 'deny', jf: 'allow' });

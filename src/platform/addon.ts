@@ -142,6 +142,8 @@ export interface Addon {
   pinSymlinks(pid: number, paths: string[]): void;
   holdMountTarget(lockFile: string, target: string): number;
   releaseMountTarget(fd: number, lockFile: string, target: string): void;
+  /** Absent in an addon built before it: callers read the table instead. */
+  mountsChanged?(fd: number): boolean;
 }
 
 /** The package root: the nearest directory upwards holding our package.json (works from src/ and from dist/). */

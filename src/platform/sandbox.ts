@@ -34,6 +34,14 @@ export const sandboxNative: SandboxNative | null = addon
   : null;
 
 /**
+ * Whether the mount table behind an open /proc/<pid>/mountinfo descriptor changed since the last ask on it (one
+ * poll(), sandbox.c mountsChanged), or null without the addon (then the table is read and compared instead).
+ */
+export const mountsChanged: ((fd: number) => boolean) | null = addon?.mountsChanged
+  ? addon.mountsChanged.bind(addon)
+  : null;
+
+/**
  * The sandbox launcher (a fresh session keyring, exactly the fds it is given), or null when it is missing; only
  * with the addon, so CORRAL_NATIVE=0 turns it off too.
  */

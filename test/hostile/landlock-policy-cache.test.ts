@@ -24,8 +24,10 @@ import {
 import os from 'node:os';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
+import { listDirectory } from '../../src/sandbox/linux/dirListing.js';
 import { landlockSupport } from '../../src/sandbox/linux/landlockNative.js';
 import { runLandlocked } from '../helpers/landlockRun.js';
+import { until } from '../helpers/server.js';
 import { special } from '../integration/sandbox-util.js';
 
 const support = landlockSupport();
@@ -191,5 +193,37 @@ describe('a kept policy resolution never outlives a change of what it resolved',
     assert.doesNotMatch(back.out, /WROTE \.git/, back.out);
     assert.match(back.out, /WROTE sub\/z/);
     assert.equal(readFileSync(join(W, 'sub', 'z'), 'utf8'), 'x\n');
+  });
+  test('a control filesystem (proc) mounted inside the workspace between two starts is read-only in the second', {
+    skip: canMount(),
+  }, async () => {
+    const W = join(root, 'proc-mount');
+    mkdirSync(join(W, 'sub', 'p'), { recursive: true });
+    mkdirSync(join(W, 'sub', 'q'));
+    mkdirSync(join(W, '.git'));
+    assert.match((await run(W, write('sub/a'))).out, /WROTE sub\/a/);
+    // Settled listings: the plan and the ruleset of this start are reused by the next, as the mount changes no listing.
+    await until(
+      () => [W, join(W, 'sub'), root].every((d) => listDirectory(d).stable),
+      5000,
+      'stable listings',
+    );
+    assert.equal((await run(W, write('sub/a'))).resolution, 'reused');
+    execFileSync('mount', ['-t', 'proc', 'corral-test-proc', join(W, 'sub', 'p')]);
+    try {
+      // Opened for writing and closed without a byte written: nothing on the host changes either way.
+      const r = await run(
+        W,
+        `(: >> sub/p/sys/kernel/hostname) 2>/dev/null && echo OPENED; ${write('sub/q/b')}`,
+      );
+      assert.doesNotMatch(
+        r.out,
+        /OPENED/,
+        `a kernel setting under the new proc mount opened for writing\n${r.out}`,
+      );
+      assert.match(r.out, /WROTE sub\/q\/b/, `the rest of the workspace stays writable\n${r.out}`);
+    } finally {
+      execFileSync('umount', [join(W, 'sub', 'p')]);
+    }
   });
 });

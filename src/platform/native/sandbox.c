@@ -23,6 +23,11 @@
 //                              may use `path`, and the last one removes the placeholder. Removing it while another
 //                              sandbox (of any server) has it mounted would detach that mount there and let that
 //                              sandbox create the name. The lock files live in a directory no sandbox sees.
+//   mountsChanged(fd) -> bool  whether the mount table behind `fd` (an open /proc/<pid>/mountinfo) changed since the
+//                              last call on it, or since it was opened: poll() reports POLLPRI once per change of the
+//                              mount namespace's event count (any mount, unmount, move, remount or propagation;
+//                              fs/proc_namespace.c mounts_poll) and the call consumes it. true also when the poll
+//                              fails (the caller then reads the table).
 
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -30,6 +35,7 @@
 #include <fcntl.h>
 #include <linux/nsfs.h>
 #include <node_api.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -312,6 +318,25 @@ static napi_value js_release_mount_target(napi_env env, napi_callback_info info)
   return NULL;
 }
 
+static napi_value js_mounts_changed(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value args[1];
+  int32_t fd = -1;
+  if (napi_get_cb_info(env, info, &argc, args, NULL, NULL) != napi_ok || argc < 1 ||
+      napi_get_value_int32(env, args[0], &fd) != napi_ok || fd < 0) {
+    napi_throw_type_error(env, NULL, "mountsChanged(fd)");
+    return NULL;
+  }
+  struct pollfd p = {.fd = fd, .events = POLLPRI, .revents = 0};
+  int r;
+  do r = poll(&p, 1, 0);
+  while (r < 0 && errno == EINTR);
+  bool changed = r < 0 || (p.revents & (POLLPRI | POLLERR | POLLNVAL)) != 0;
+  napi_value out;
+  napi_get_boolean(env, changed, &out);
+  return out;
+}
+
 napi_status corral_sandbox_init(napi_env env, napi_value exports) {
   static pthread_once_t sealed = PTHREAD_ONCE_INIT;
   pthread_once(&sealed, corral_seal_fds_at_load);
@@ -322,6 +347,7 @@ napi_status corral_sandbox_init(napi_env env, napi_value exports) {
       {"pinSymlinks", NULL, js_pin_symlinks, NULL, NULL, NULL, napi_default, NULL},
       {"holdMountTarget", NULL, js_hold_mount_target, NULL, NULL, NULL, napi_default, NULL},
       {"releaseMountTarget", NULL, js_release_mount_target, NULL, NULL, NULL, napi_default, NULL},
+      {"mountsChanged", NULL, js_mounts_changed, NULL, NULL, NULL, napi_default, NULL},
   };
   return napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
 }

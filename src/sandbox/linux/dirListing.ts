@@ -17,28 +17,34 @@ import type { ListedEntry } from './landlock.js';
 export interface Listing {
   /** null: the directory cannot be listed (missing, not a directory, no permission). */
   entries: ListedEntry[] | null;
-  /** `dev:ino:ctime:mtime` (ns) when it was read; '-' when missing. */
+  /** `dev:ino:ctime:mtime` (ms, see tokenOf) when it was read; '-' when missing. */
   token: string;
   /** Whether the directory's times were older than RACY_MS at the read: later changes show in the token. */
   stable: boolean;
 }
 
-const RACY_MS = 50n;
+const RACY_MS = 50;
 const MAX_DIRS = 256;
 const listings = new Map<string, Listing>();
 
-function tokenOf(dir: string): { token: string; settledBefore: bigint } {
-  const st = lstatSync(dir, { bigint: true, throwIfNoEntry: false });
-  if (!st) return { token: '-', settledBefore: 0n };
-  let newest = st.ctimeNs;
-  if (st.mtimeNs > newest) newest = st.mtimeNs;
-  return { token: `${st.dev}:${st.ino}:${st.ctimeNs}:${st.mtimeNs}`, settledBefore: newest };
+/**
+ * The directory's identity and times (ms with their sub-ms fraction, as lstat gives them without bigint: building a
+ * bigint Stats makes four Date objects, most of this check's cost). Two times a fraction of a microsecond apart may
+ * look equal; the racy window covers that as it covers the clock's tick.
+ */
+function tokenOf(dir: string): { token: string; settledBefore: number } {
+  const st = lstatSync(dir, { throwIfNoEntry: false });
+  if (!st) return { token: '-', settledBefore: 0 };
+  return {
+    token: `${st.dev}:${st.ino}:${st.ctimeMs}:${st.mtimeMs}`,
+    settledBefore: Math.max(st.ctimeMs, st.mtimeMs),
+  };
 }
 
 /** The directory's entries: the kept listing when the directory is unchanged since a stable read, else a new read. */
 export function listDirectory(dir: string): Listing {
   // The real wall clock, not the server's: it is compared with the filesystem's own ctime/mtime.
-  const statAt = BigInt(Date.now()) * 1_000_000n;
+  const statAt = Date.now();
   const { token, settledBefore } = tokenOf(dir);
   const kept = listings.get(dir);
   if (kept?.stable && kept.token === token) return kept;
@@ -54,7 +60,7 @@ export function listDirectory(dir: string): Listing {
   const listing: Listing = {
     entries,
     token,
-    stable: token !== '-' && settledBefore < statAt - RACY_MS * 1_000_000n,
+    stable: token !== '-' && settledBefore < statAt - RACY_MS,
   };
   listings.delete(dir);
   listings.set(dir, listing);

@@ -7,8 +7,8 @@ import { approvalsMain } from './cli/approvals.js';
 import {
   isLoopback,
   listenerAuth,
+  readChatgptTokenLine,
   readSecretFile,
-  readStdinLine,
   registrationAuth,
   withPanelCredential,
 } from './cliAuth.js';
@@ -25,6 +25,7 @@ import {
   sandboxOptions,
   USAGE,
 } from './cliOptions.js';
+import { realClock } from './clock.js';
 import {
   CODEX_171_CREDENTIAL_OPTIONS,
   CODEX_171_OPTIONS,
@@ -37,6 +38,7 @@ import { cgroupHost } from './process/cgroup.js';
 import { JoinParams, parseJoinText } from './protocol/fleet.js';
 import { EnvironmentId } from './protocol/remote.js';
 import { escapeTerminalLines } from './protocol/terminalText.js';
+import type { RegistrationAuth } from './remote/auth.js';
 import {
   chatgptAccount,
   chatgptRegistryProblem,
@@ -46,6 +48,11 @@ import {
   wantsOpenAiCredential,
 } from './remote/credentials.js';
 import { startDirectExecutor } from './remote/direct.js';
+import {
+  CREDENTIAL_TEXT,
+  ExecutorCredentialStream,
+  executorCredentialAuth,
+} from './remote/executorCredential.js';
 import { parseConnectUrl, startForwarder } from './remote/forward.js';
 import { parseRelayHost, RegistryClient, type RelayHost } from './remote/registry.js';
 import { selftestCommand } from './selftest/selftest.js';
@@ -157,6 +164,11 @@ async function execServerCommand(argv: string[]): Promise<void> {
     // Before anything is started (audit database, log, listener): a refused credential leaves nothing behind.
     await refuseOpenAiCredentials(values, remote);
   }
+  // The first executor credential frame, read and checked before anything is started.
+  const credential =
+    remote !== undefined && values['executor-credential-stdin']
+      ? await firstExecutorCredential(values['environment-id']!)
+      : null;
   const listening = remote === undefined ? withPanelCredential(listenerAuth(values), values) : null;
   if (remote !== undefined && values['panel-token-file'])
     fail('--panel-token-file requires a listener, not --remote');
@@ -211,7 +223,11 @@ async function execServerCommand(argv: string[]): Promise<void> {
     } catch (e) {
       fail((e as Error).message);
     }
-    const auth = await registrationAuth(values, remote);
+    const auth = await registrationAuth(
+      values,
+      remote,
+      credential ? executorCredentialAuth(credential) : undefined,
+    );
     let registry: RegistryClient;
     try {
       registry = new RegistryClient(remote, values['environment-id']!, auth, { relayHosts });
@@ -219,11 +235,31 @@ async function execServerCommand(argv: string[]): Promise<void> {
       process.stderr.write(`corral: ${escapeTerminalLines((e as Error).message)}\n`);
       process.exit(2);
     }
-    watchStdin();
+    if (!credential) watchStdin();
     const executor = startDirectExecutor(server, { registry, auth, log });
     closeListener = async () => executor.stop();
+    if (credential) {
+      // Codex's rule: the executor lives as long as the credential pipe; closed before it registered, an error.
+      credential.ended.then(
+        () => {
+          if (executor.registration) stop('executor credential pipe closed');
+          else credentialFailed(new Error(CREDENTIAL_TEXT.pipeClosed));
+        },
+        (e: Error) => credentialFailed(e),
+      );
+    }
+    const credentialFailed = (e: Error) => {
+      if (stopping) return;
+      stopping = true;
+      process.stderr.write(`Error: ${escapeTerminalLines(e.message)}\n`);
+      void server
+        .shutdown()
+        .then(() => executor.stop())
+        .then(() => audit.stop())
+        .finally(() => process.exit(1));
+    };
     log.info(
-      `exec-server registering with ${registry.base.origin} as environment ${registry.environmentId}${values.name ? ` (${values.name})` : ''}, direct transport, ${auth.kind === 'none' ? 'no registry credential' : auth.kind === 'sigv4' ? 'AWS SigV4' : 'bearer from stdin'}`,
+      `exec-server registering with ${registry.base.origin} as environment ${registry.environmentId}${values.name ? ` (${values.name})` : ''}, direct transport, ${AUTH_DESCRIPTION[auth.kind]}`,
     );
     executor.done.then(
       () => {},
@@ -290,10 +326,9 @@ async function refuseOpenAiCredentials(values: OpenAiCredentialFlags, remote: st
   if (values['chatgpt-token-stdin']) {
     const problem = chatgptRegistryProblem(remote);
     if (problem) configFail(problem);
-    const checked = chatgptAccount(
-      await readStdinLine('--chatgpt-token-stdin'),
-      values['chatgpt-account-id'],
-    );
+    const read = await readChatgptTokenLine();
+    if ('error' in read) configFail(read.error);
+    const checked = chatgptAccount(read.line, values['chatgpt-account-id']);
     if ('error' in checked) configFail(checked.error);
     configFail(UNSUPPORTED_OPENAI_CREDENTIAL['chatgpt-token-stdin']);
   }
@@ -302,7 +337,27 @@ async function refuseOpenAiCredentials(values: OpenAiCredentialFlags, remote: st
       configFail('CODEX_ACCESS_TOKEN is required when --use-agent-identity-auth is set');
     configFail(UNSUPPORTED_OPENAI_CREDENTIAL['use-agent-identity-auth']);
   }
-  configFail(UNSUPPORTED_OPENAI_CREDENTIAL['executor-credential-stdin']);
+}
+
+const AUTH_DESCRIPTION: Record<RegistrationAuth['kind'], string> = {
+  none: 'no registry credential',
+  sigv4: 'AWS SigV4',
+  bearer: 'bearer from stdin',
+  'executor-credential': 'rotating executor credentials from stdin',
+};
+
+/**
+ * `--executor-credential-stdin`: starts reading the frames (remote/executorCredential.ts) and waits for the first;
+ * a bad one, none within 30 s, or the pipe closing first is Codex's error (exit 1), before anything is started.
+ */
+async function firstExecutorCredential(environmentId: string): Promise<ExecutorCredentialStream> {
+  const stream = new ExecutorCredentialStream(process.stdin, { environmentId, clock: realClock });
+  try {
+    await stream.first;
+  } catch (e) {
+    configFail((e as Error).message);
+  }
+  return stream;
 }
 
 /**
@@ -349,7 +404,14 @@ async function forwardCommand(argv: string[]): Promise<void> {
     fail((e as Error).message);
   }
   await refuseOpenAiCredentials({ ...values, 'chatgpt-token-stdin': false }, remote);
-  const auth = await registrationAuth(values, remote);
+  const credential = values['executor-credential-stdin']
+    ? await firstExecutorCredential(values['environment-id']!)
+    : null;
+  const auth = await registrationAuth(
+    values,
+    remote,
+    credential ? executorCredentialAuth(credential) : undefined,
+  );
   let registry: RegistryClient;
   try {
     registry = new RegistryClient(remote, values['environment-id']!, auth, { relayHosts });
@@ -366,7 +428,14 @@ async function forwardCommand(argv: string[]): Promise<void> {
     void forwarder.done.finally(() => process.exit(0));
   };
   for (const s of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(s, () => stop(s));
-  if (codex.exitOnStdinClose) {
+  credential?.ended.then(
+    () =>
+      forwarder.registration
+        ? stop('executor credential pipe closed')
+        : configFail(CREDENTIAL_TEXT.pipeClosed),
+    (e: Error) => configFail(e.message),
+  );
+  if (codex.exitOnStdinClose && !credential) {
     process.stdin.on('end', () => stop('stdin closed'));
     process.stdin.on('error', () => stop('stdin closed'));
     process.stdin.resume();

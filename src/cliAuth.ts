@@ -83,6 +83,50 @@ export function readStdinLine(flag: string): Promise<string> {
   });
 }
 
+/** The longest ChatGPT access token line `--chatgpt-token-stdin` reads (bytes, without its newline), as Codex. */
+export const MAX_CHATGPT_TOKEN_LINE_BYTES = 16 * 1024;
+
+/**
+ * `--chatgpt-token-stdin`'s line, read as Codex 0.171 reads it: standard input must be a pipe or a socket (not a
+ * file or a terminal), and the token one line of at most 16 KiB ended by a newline; else null with Codex's text.
+ * Nothing after the newline is read.
+ */
+export function readChatgptTokenLine(
+  input: NodeJS.ReadableStream & { fd?: number } = process.stdin,
+): Promise<{ line: string } | { error: string }> {
+  let st: ReturnType<typeof fstatSync> | null = null;
+  try {
+    st = fstatSync(input.fd ?? 0);
+  } catch {}
+  if (!st || !(st.isFIFO() || st.isSocket()))
+    return Promise.resolve({ error: 'ChatGPT token stdin must be a pipe or socket' });
+  const bounded = { error: 'expected a bounded, newline-terminated ChatGPT access token' };
+  return new Promise((resolve) => {
+    const parts: Buffer[] = [];
+    let size = 0;
+    const done = (r: { line: string } | { error: string }) => {
+      input.off('data', onData);
+      input.off('end', onEnd);
+      input.off('error', onEnd);
+      input.pause();
+      resolve(r);
+    };
+    const onData = (d: Buffer | string) => {
+      const b = typeof d === 'string' ? Buffer.from(d) : d;
+      const nl = b.indexOf(0x0a);
+      const take = nl < 0 ? b : b.subarray(0, nl);
+      size += take.length;
+      if (size > MAX_CHATGPT_TOKEN_LINE_BYTES) return done(bounded);
+      parts.push(take);
+      if (nl >= 0) done({ line: Buffer.concat(parts, size).toString('utf8').trim() });
+    };
+    const onEnd = () => done(bounded);
+    input.on('data', onData);
+    input.once('end', onEnd);
+    input.once('error', onEnd);
+  });
+}
+
 export function isLoopback(host: string): boolean {
   return host === 'localhost' || host === '::1' || host === '[::1]' || /^127\.\d+\.\d+\.\d+$/.test(host);
 }
@@ -200,12 +244,15 @@ export function withPanelCredential(
 export async function registrationAuth(
   values: Record<string, string | boolean | string[] | undefined>,
   base: string,
+  /** `--executor-credential-stdin`'s, already reading (it excludes the other two, as in Codex). */
+  executorCredential?: RegistrationAuth,
 ): Promise<RegistrationAuth> {
   const sigv4 = values['aws-sigv4'] === true;
   const bearer = values['registration-bearer-stdin'] === true;
   if (sigv4 && bearer) fail('--aws-sigv4 and --registration-bearer-stdin exclude each other');
   for (const f of ['aws-profile', 'aws-region', 'aws-service'])
     if (values[f] !== undefined && !sigv4) fail(`--${f} requires --aws-sigv4`);
+  if (executorCredential) return executorCredential;
   if (sigv4) {
     try {
       return sigv4Auth({

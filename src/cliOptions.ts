@@ -69,10 +69,13 @@ remote executor (README "Remote executor"; instead of --listen):
   --relay-host HOST[:PORT]  also dial the executor link here (repeatable; no PORT: 443): the registration
                           credential goes only to the registry's own host and port and to these, whatever URL the
                           registry answers, and over ws:// only when the registry itself is http:// on loopback
-  --chatgpt-token-stdin, --chatgpt-account-id ID, --use-agent-identity-auth, --executor-credential-stdin
+  --executor-credential-stdin  instead: rotating credentials, one JSON frame a line on stdin
+                          ({"version":1,"environment_id":ID,"token":T,"expires_at":UNIX_S}, ≤ 16 KiB); each token is
+                          the Bearer from then on; exits when stdin closes (README "Remote executor")
+  --chatgpt-token-stdin, --chatgpt-account-id ID, --use-agent-identity-auth
                           Codex's OpenAI-account credentials: checked as Codex checks them (an https:// registry, a
-                          ChatGPT JWT whose account matches, CODEX_ACCESS_TOKEN set, a credential frame), then refused:
-                          they need OpenAI services Corral does not use (README "Remote executor")
+                          ChatGPT JWT whose account matches, CODEX_ACCESS_TOKEN set), then refused: they need OpenAI
+                          services Corral does not use (README "Remote executor")
 
 limits (exec-server and serve):
   --max-processes N            live processes allowed per session  [1024]

@@ -8,6 +8,8 @@
  *   Region from `--aws-region`, AWS_REGION or AWS_DEFAULT_REGION; service `execute-api` unless `--aws-service`.
  * - `bearer`: `Authorization: Bearer <token>` (`--registration-bearer-stdin`: one line read from stdin, never from
  *   argv or the environment), for a self-hosted registry.
+ * - `executor-credential`: `Authorization: Bearer <the newest token>` (`--executor-credential-stdin`: rotating JSON
+ *   frames read from stdin, remote/executorCredential.ts).
  * - `none`: nothing (a registry on loopback that needs no credential, tests).
  *
  * Every secret a provider holds is listed in `secrets`, so the server scrubs it from every child's environment.
@@ -26,10 +28,12 @@ export interface SignableRequest {
 }
 
 export interface RegistrationAuth {
-  readonly kind: 'sigv4' | 'bearer' | 'none';
+  readonly kind: 'sigv4' | 'bearer' | 'executor-credential' | 'none';
   /** The headers to send: `req.headers` plus what proves the executor. */
   sign(req: SignableRequest): Record<string, string>;
   readonly secrets: readonly string[];
+  /** A provider whose secrets rotate (`--executor-credential-stdin`) calls `fn` with each new one. */
+  onSecret?(fn: (secret: string) => void): void;
 }
 
 export function noAuth(): RegistrationAuth {

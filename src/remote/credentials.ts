@@ -1,9 +1,11 @@
 /**
  * Codex 0.171's OpenAI-account credentials for `--remote` (`--chatgpt-token-stdin` + `--chatgpt-account-id`,
  * `--use-agent-identity-auth`, `--executor-credential-stdin`), checked as Codex checks them (its texts, recorded in
- * test/fixtures/codex-0.171.0-flags.txt). Each then needs an OpenAI service (the ChatGPT registry's Noise transport,
- * agent identity, the executor credential service) that Corral does not use, so a command line that passes the
- * checks is refused with a message saying so: nothing is half-registered.
+ * test/fixtures/codex-0.171.0-flags.txt and from its binary). `--executor-credential-stdin` needs only the registry
+ * protocol and is implemented (remote/executorCredential.ts). The other two need an OpenAI service before the
+ * registry is asked anything (Codex loads the ChatGPT account policy from chatgpt.com after reading the token; agent
+ * identity needs OpenAI's identity service), so a command line that passes their checks is refused with a message
+ * saying so: nothing is half-registered.
  */
 
 export interface OpenAiCredentialFlags {
@@ -101,13 +103,11 @@ export function chatgptAccount(
 
 /** Why Corral cannot go on once the credential checks pass (the OpenAI service each credential needs). */
 export const UNSUPPORTED_OPENAI_CREDENTIAL: Record<
-  'chatgpt-token-stdin' | 'use-agent-identity-auth' | 'executor-credential-stdin',
+  'chatgpt-token-stdin' | 'use-agent-identity-auth',
   string
 > = {
   'chatgpt-token-stdin':
     '--chatgpt-token-stdin: the ChatGPT registry needs the noise transport, which Corral does not support; use --remote-transport direct with --aws-sigv4 or --registration-bearer-stdin',
   'use-agent-identity-auth':
     '--use-agent-identity-auth: agent identity needs OpenAI’s identity service, which Corral does not use; use --aws-sigv4 or --registration-bearer-stdin',
-  'executor-credential-stdin':
-    '--executor-credential-stdin: executor credential frames come from OpenAI’s credential service, which Corral does not use; use --registration-bearer-stdin',
 };

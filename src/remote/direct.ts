@@ -79,6 +79,7 @@ export type LinkServer = (ws: WebSocket, peer: string) => { closed(): void };
 /** Registers, then keeps one link open at a time until stopped, serving each on `server` (the exec server). */
 export function startDirectExecutor(server: ExecServer, o: DirectExecutorOptions): DirectExecutor {
   server.protectSecrets(o.auth.secrets);
+  o.auth.onSecret?.((secret) => server.protectSecrets([secret]));
   const principal = remotePrincipal(o.registry.environmentId);
   return startRegistryLinks(server.clock, o, (ws, peer) => {
     const conn = server.connect(webSocketTransport(ws, peer), principal);

@@ -45,6 +45,8 @@ export interface RelayedFrame {
 export type ExecutorAuth =
   | { kind: 'none' }
   | { kind: 'bearer'; token: string }
+  /** Any of these bearers, as the set holds them at the time (rotating executor credentials). */
+  | { kind: 'bearers'; tokens: Set<string> }
   /** AWS SigV4, verified by re-signing the request with the same credentials (aws4). */
   | { kind: 'sigv4'; accessKeyId: string; secretAccessKey: string; region: string; service: string };
 
@@ -183,6 +185,8 @@ export async function startFakeRegistry(opts: RegistryOptions = {}): Promise<Fak
   const executorAllowed = (req: IncomingMessage, body: string): boolean => {
     if (executorAuth.kind === 'none') return true;
     if (executorAuth.kind === 'bearer') return req.headers.authorization === `Bearer ${executorAuth.token}`;
+    if (executorAuth.kind === 'bearers')
+      return [...executorAuth.tokens].some((t) => req.headers.authorization === `Bearer ${t}`);
     return sigv4Valid({ method: req.method!, url: req.url!, headers: req.headers }, body, executorAuth);
   };
   const base = () => `http://127.0.0.1:${port}`;

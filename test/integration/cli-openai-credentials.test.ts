@@ -1,22 +1,36 @@
 /**
  * codex 0.171's OpenAI-account credentials on Corral's command line (issue 35, item 5; src/remote/credentials.ts):
  * `--chatgpt-token-stdin` / `--chatgpt-account-id` / `--use-agent-identity-auth` are checked as Codex checks them
- * (its texts and exit codes) and then refused, naming the flag and the OpenAI service it needs; `--executor-credential-
- * stdin` is refused at once, without reading standard input. For every refusal: the exit code, a message naming the
- * flag and why, no secret on stdout or stderr, and the secret (stdin's token, CODEX_ACCESS_TOKEN) in no file the
- * command could write (its state and home directories, its TMPDIR, its --log-file at debug level); nothing started
- * before the refusal (no audit database) and the registry never dialled. The old code (1561683) composed the server
- * (and created its audit database) before refusing: the "nothing started" checks fail there.
+ * (its texts and exit codes) and then refused, naming the flag and the OpenAI service it needs. `--executor-credential-
+ * stdin` is implemented (src/remote/executorCredential.ts): its first frame is checked before anything starts (Codex's
+ * texts, exit 1), then the executor registers with the token and lives as long as the pipe (exit 0 when it closes).
+ * For every refusal: the exit code, a message naming the flag and why, no secret on stdout or stderr, and the secret
+ * (stdin's token, CODEX_ACCESS_TOKEN) in no file the command could write (its state and home directories, its TMPDIR,
+ * its --log-file at debug level); nothing started before the refusal (no audit database) and the registry never
+ * dialled. The old code (1561683) composed the server (and created its audit database) before refusing: the "nothing
+ * started" checks fail there.
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import {
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type { Writable } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
 import { UNSUPPORTED_OPENAI_CREDENTIAL } from '../../src/remote/credentials.js';
+import { CREDENTIAL_TEXT } from '../../src/remote/executorCredential.js';
 import { ROOT } from '../helpers/cli.js';
+import { startFakeRegistry } from '../helpers/registry.js';
 
 const SECRET_SIG = `corralSecretSignature${'Z'.repeat(40)}`;
 const jwt = (claims: Record<string, unknown>) =>
@@ -65,7 +79,15 @@ function walk(dir: string, out: Map<string, Buffer>): void {
  */
 async function corral(
   args: string[],
-  o: { stdin?: string; env?: Record<string, string>; close?: boolean } = {},
+  o: {
+    stdin?: string;
+    env?: Record<string, string>;
+    close?: boolean;
+    /** Standard input from this file instead of a pipe. */
+    stdinFile?: string;
+    /** Drives standard input (a pipe) after the start; the command is awaited after it returns. */
+    feed?: (stdin: Writable) => Promise<void>;
+  } = {},
 ) {
   const dir = mkdtempSync(join(tmpdir(), 'corral-credentials-'));
   const env = { XDG_STATE_HOME: join(dir, 'state'), HOME: join(dir, 'home'), TMPDIR: join(dir, 'tmp') };
@@ -88,24 +110,28 @@ async function corral(
     {
       cwd: ROOT,
       env: { PATH: process.env.PATH ?? '/usr/bin:/bin', ...env, ...o.env },
-      stdio: ['pipe', 'pipe', 'pipe'],
+      stdio: [o.stdinFile ? openSync(o.stdinFile, 'r') : 'pipe', 'pipe', 'pipe'],
     },
   );
   let stdout = '';
   let stderr = '';
-  child.stdout.on('data', (d) => {
+  child.stdout?.on('data', (d) => {
     stdout += d;
   });
-  child.stderr.on('data', (d) => {
+  child.stderr?.on('data', (d) => {
     stderr += d;
   });
-  child.stdin.on('error', () => {}); // it may exit before reading
-  if (o.stdin !== undefined) child.stdin.write(o.stdin);
-  if (o.close) child.stdin.end();
+  const exited = new Promise<number | null>((r) => child.once('exit', (c) => r(c)));
   const killer = setTimeout(() => child.kill('SIGKILL'), 60_000);
-  const code = await new Promise<number | null>((r) => child.once('exit', (c) => r(c)));
+  if (child.stdin) {
+    child.stdin.on('error', () => {}); // it may exit before reading
+    if (o.stdin !== undefined) child.stdin.write(o.stdin);
+    if (o.close) child.stdin.end();
+    if (o.feed) await o.feed(child.stdin);
+  }
+  const code = await exited;
   clearTimeout(killer);
-  child.stdin.destroy();
+  child.stdin?.destroy();
   const files = new Map<string, Buffer>();
   try {
     walk(dir, files);
@@ -173,12 +199,21 @@ describe('exec-server: OpenAI-account credentials checked as codex 0.171 checks 
     }
   });
 
-  test('--chatgpt-token-stdin: stdin closed before a line, or a line past 64 KiB: a usage error (exit 2), nothing echoed', async () => {
+  test("--chatgpt-token-stdin: stdin closed before a newline, a line past 16 KiB, a file: Codex's texts (exit 1)", async () => {
+    const bounded = /^Error: expected a bounded, newline-terminated ChatGPT access token$/m;
     const closed = await corral([...base(), '--chatgpt-token-stdin'], { stdin: SECRET_SIG, close: true });
-    assertRefused(closed, 2, /--chatgpt-token-stdin: standard input closed before a line was read/, []);
+    assertRefused(closed, 1, bounded, []);
     const huge = `${SECRET_SIG}${'x'.repeat(200_000)}`;
     const long = await corral([...base(), '--chatgpt-token-stdin'], { stdin: huge });
-    assertRefused(long, 2, /--chatgpt-token-stdin: no line within 64 KiB/, []);
+    assertRefused(long, 1, bounded, []);
+    const dir = mkdtempSync(join(tmpdir(), 'corral-token-file-'));
+    try {
+      writeFileSync(join(dir, 'token'), `${TOKEN}\n`);
+      const file = await corral([...base(), '--chatgpt-token-stdin'], { stdinFile: join(dir, 'token') });
+      assertRefused(file, 1, /^Error: ChatGPT token stdin must be a pipe or socket$/m, [TOKEN]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   test('--chatgpt-account-id without --chatgpt-token-stdin: the argument error (exit 2)', async () => {
@@ -212,14 +247,21 @@ describe('exec-server: OpenAI-account credentials checked as codex 0.171 checks 
     assertRefused(sig, 2, /the argument '--use-agent-identity-auth' cannot be used with '--aws-sigv4'/, []);
   });
 
-  test('--executor-credential-stdin: refused at once, standard input never read (it stays open)', async () => {
-    const r = await corral([...base(), '--executor-credential-stdin'], { stdin: `${SECRET_SIG}\n` });
-    assertRefused(
-      r,
-      1,
-      /^Error: --executor-credential-stdin: executor credential frames come from OpenAI’s credential service/m,
-      [],
-    );
+  // Every frame check in process: integration/remote-executor-credential and hostile/executor-credential-frames.
+  test("--executor-credential-stdin: a bad first frame is Codex's error (exit 1), before anything starts", async () => {
+    const inAnHour = Math.floor(Date.now() / 1000) + 3600;
+    const f = (o: Record<string, unknown>) =>
+      `${JSON.stringify({ version: 1, environment_id: 'env-1', token: SECRET_SIG, expires_at: inAnHour, ...o })}\n`;
+    for (const [stdin, text, close] of [
+      [`${SECRET_SIG}\n`, CREDENTIAL_TEXT.invalid, false],
+      [f({ environment_id: 'env-2' }), CREDENTIAL_TEXT.otherEnvironment, false],
+      [`${SECRET_SIG}${'x'.repeat(20_000)}`, CREDENTIAL_TEXT.tooLarge, false],
+      ['', CREDENTIAL_TEXT.pipeClosed, true],
+      [f({}).trim(), CREDENTIAL_TEXT.invalid, true],
+    ] as const) {
+      const r = await corral([...base(), '--executor-credential-stdin'], { stdin, close });
+      assertRefused(r, 1, new RegExp(`^Error: ${text}$`, 'm'), []);
+    }
     for (const [other, text] of [
       ['--aws-sigv4', "the argument '--executor-credential-stdin' cannot be used with '--aws-sigv4'"],
       [
@@ -232,7 +274,49 @@ describe('exec-server: OpenAI-account credentials checked as codex 0.171 checks 
     }
   });
 
-  test('forward: --executor-credential-stdin and --use-agent-identity-auth refused the same way', async () => {
+  test('--executor-credential-stdin: registers with the token, rotates, exits 0 when the pipe closes; the tokens in no file or output', async () => {
+    const tokens = [`${SECRET_SIG}-one`, `${SECRET_SIG}-two`];
+    const accepted = new Set(tokens);
+    const frame = (token: string) =>
+      `${JSON.stringify({ version: 1, environment_id: 'env-1', token, expires_at: Math.floor(Date.now() / 1000) + 3600 })}\n`;
+    for (const command of [[], ['forward', '--connect', 'ws://127.0.0.1:9/']]) {
+      const registry = await startFakeRegistry({ executorAuth: { kind: 'bearers', tokens: accepted } });
+      try {
+        const r = await corral(
+          [...command, '--remote', registry.url, '--environment-id', 'env-1', '--executor-credential-stdin'],
+          {
+            feed: async (stdin) => {
+              stdin.write(frame(tokens[0]!));
+              await registry.waitForRequests('register', 1, 30_000);
+              stdin.write(frame(tokens[1]!));
+              // The next registration (the registry forgot this one) carries the newest token.
+              registry.expireRegistrations();
+              registry.dropLinks();
+              await registry.waitForRequests('register', 2, 30_000);
+              stdin.end();
+            },
+          },
+        );
+        assert.equal(r.code, 0, `exit code (stderr: ${r.stderr})`);
+        const auth = registry.requests
+          .filter((x) => x.kind === 'register')
+          .map((x) => x.headers.authorization);
+        assert.deepEqual(
+          auth.slice(0, 2),
+          tokens.map((t) => `Bearer ${t}`),
+        );
+        for (const t of [...tokens, SECRET_SIG]) {
+          assert.ok(!r.stdout.includes(t) && !r.stderr.includes(t), 'a token was printed');
+          for (const [path, bytes] of r.files)
+            assert.ok(!bytes.includes(t), `a token was written to ${path}`);
+        }
+      } finally {
+        await registry.close();
+      }
+    }
+  });
+
+  test('forward: a bad executor credential frame and --use-agent-identity-auth refused the same way', async () => {
     const fwd = [
       'forward',
       '--remote',
@@ -243,7 +327,7 @@ describe('exec-server: OpenAI-account credentials checked as codex 0.171 checks 
       'ws://127.0.0.1:9/',
     ];
     const r = await corral([...fwd, '--executor-credential-stdin'], { stdin: `${SECRET_SIG}\n` });
-    assertRefused(r, 1, /^Error: --executor-credential-stdin: /m, []);
+    assertRefused(r, 1, new RegExp(`^Error: ${CREDENTIAL_TEXT.invalid}$`, 'm'), []);
     const id = await corral([...fwd, '--use-agent-identity-auth'], { env: { CODEX_ACCESS_TOKEN: IDENTITY } });
     assertRefused(id, 1, /^Error: --use-agent-identity-auth: /m, [IDENTITY]);
   });

@@ -67,28 +67,6 @@ function walk(dir) {
   const files = [];
   for (const name of readdirSync(dir)) {
     const p = join(dir, name);
-/**
- * The fast tier's longest files, started first (seconds alone, 2-core dev machine, under load; only the order
- * matters): a long file started last would run alone at the end while the other slots are empty.
- */
-const HEAVY = {
-  'test/hostile/sandbox-escapes.test.ts': 72,
-  'test/integration/remote-auth.test.ts': 45,
-  'test/integration/approvals-project.test.ts': 34,
-  'test/integration/audit-cli.test.ts': 33,
-  'test/integration/landlock-fallback.test.ts': 25,
-  'test/integration/audit-store.test.ts': 23,
-  'test/integration/server-trust.test.ts': 21,
-  'test/hostile/proxy-input.test.ts': 19,
-  'test/integration/audit-planted.test.ts': 15,
-  'test/integration/audit-driver.test.ts': 14,
-  'test/hostile/approvals-cli.test.ts': 13,
-  'test/integration/kube-fleet.test.ts': 13,
-  'test/integration/approvals-learning-wait.test.ts': 12,
-  'test/browser/panel.test.ts': 11,
-  'test/integration/cli-openai-credentials.test.ts': 15,
-};
-
     if (statSync(p).isDirectory()) files.push(...walk(p));
     else if (name.endsWith('.test.ts')) files.push(relative(root, p));
   }

@@ -10,6 +10,7 @@ import {
   readChatgptTokenLine,
   readSecretFile,
   registrationAuth,
+  requireSigv4ForAwsFlags,
   withPanelCredential,
 } from './cliAuth.js';
 import {
@@ -65,6 +66,8 @@ function checkRegistration(values: {
   'environment-id'?: string | undefined;
   'remote-transport'?: string | undefined;
 }) {
+  // Before anything starts, as Codex's parser refuses it.
+  requireSigv4ForAwsFlags(values);
   const id = EnvironmentId.safeParse(values['environment-id']);
   if (!id.success) fail(`--environment-id: ${id.error.issues[0]!.message}`);
   const transport = values['remote-transport'] ?? 'direct';

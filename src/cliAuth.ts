@@ -5,7 +5,8 @@
 import { createHash } from 'node:crypto';
 import { closeSync, constants, fstatSync, openSync, readFileSync, realpathSync } from 'node:fs';
 import { fail } from './cliOptions.js';
-import { bearerAuth, noAuth, type RegistrationAuth, sigv4Auth } from './remote/auth.js';
+import { clapFail, configFail } from './codexFlags.js';
+import { bearerAuth, NO_AWS_REGION, noAuth, type RegistrationAuth, sigv4Auth } from './remote/auth.js';
 import {
   type Authenticator,
   asyncCredentialAuth,
@@ -240,6 +241,13 @@ export function withPanelCredential(
   };
 }
 
+/** Codex 0.171's parser requires --aws-sigv4 with --aws-profile, --aws-region or --aws-service (its words, exit 2). */
+export function requireSigv4ForAwsFlags(values: Record<string, unknown>): void {
+  for (const f of ['aws-profile', 'aws-region', 'aws-service'])
+    if (values[f] !== undefined && values['aws-sigv4'] !== true)
+      clapFail('the following required arguments were not provided:\n  --aws-sigv4');
+}
+
 /** The registration auth of `--remote`: SigV4, a bearer read from stdin, or none (loopback registries only). */
 export async function registrationAuth(
   values: Record<string, string | boolean | string[] | undefined>,
@@ -250,10 +258,11 @@ export async function registrationAuth(
   const sigv4 = values['aws-sigv4'] === true;
   const bearer = values['registration-bearer-stdin'] === true;
   if (sigv4 && bearer) fail('--aws-sigv4 and --registration-bearer-stdin exclude each other');
-  for (const f of ['aws-profile', 'aws-region', 'aws-service'])
-    if (values[f] !== undefined && !sigv4) fail(`--${f} requires --aws-sigv4`);
+  requireSigv4ForAwsFlags(values);
   if (executorCredential) return executorCredential;
   if (sigv4) {
+    if (values['aws-region'] === undefined && !process.env.AWS_REGION && !process.env.AWS_DEFAULT_REGION)
+      configFail(NO_AWS_REGION);
     try {
       return sigv4Auth({
         profile: (values['aws-profile'] as string | undefined) ?? null,

@@ -49,6 +49,9 @@ export function bearerAuth(token: string): RegistrationAuth {
   };
 }
 
+/** Codex 0.171's text when neither --aws-region nor the environment names a region (its exit 1). */
+export const NO_AWS_REGION = 'AWS SDK config did not resolve a region';
+
 export interface AwsCredentials {
   accessKeyId: string;
   secretAccessKey: string;
@@ -116,7 +119,7 @@ export function sigv4Auth(opts: SigV4Options = {}): RegistrationAuth {
   const env = opts.env ?? process.env;
   const credentials = awsCredentials(opts);
   const region = opts.region ?? env.AWS_REGION ?? env.AWS_DEFAULT_REGION;
-  if (!region) throw new Error('--aws-sigv4: no region (pass --aws-region, or set AWS_REGION)');
+  if (!region) throw new Error(NO_AWS_REGION);
   const service = opts.service ?? 'execute-api';
   return {
     kind: 'sigv4',

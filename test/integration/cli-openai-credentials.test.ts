@@ -31,6 +31,7 @@ import { UNSUPPORTED_OPENAI_CREDENTIAL } from '../../src/remote/credentials.js';
 import { CREDENTIAL_TEXT } from '../../src/remote/executorCredential.js';
 import { ROOT } from '../helpers/cli.js';
 import { startFakeRegistry } from '../helpers/registry.js';
+import { FAKE_AWS } from '../helpers/registry-contract.js';
 
 const SECRET_SIG = `corralSecretSignature${'Z'.repeat(40)}`;
 const jwt = (claims: Record<string, unknown>) =>
@@ -313,6 +314,42 @@ describe('exec-server: OpenAI-account credentials checked as codex 0.171 checks 
       } finally {
         await registry.close();
       }
+    }
+  });
+
+  test('--aws-region and --aws-service reach the SigV4 scope; without --aws-sigv4 or a region: Codex’s texts', async () => {
+    const aws = { ...FAKE_AWS, region: 'eu-west-3', service: 'svc-corral' };
+    const registry = await startFakeRegistry({ executorAuth: { kind: 'sigv4', ...aws } });
+    const env = { AWS_ACCESS_KEY_ID: aws.accessKeyId, AWS_SECRET_ACCESS_KEY: aws.secretAccessKey };
+    try {
+      const args = ['--remote', registry.url, '--environment-id', 'env-1', '--aws-sigv4'];
+      const r = await corral(
+        [...args, '--aws-region', aws.region, '--aws-service', aws.service, '--exit-on-stdin-close'],
+        {
+          env,
+          feed: async (stdin) => {
+            await registry.waitForRequests('executor-handshake', 1, 30_000);
+            stdin.end();
+          },
+        },
+      );
+      assert.equal(r.code, 0, r.stderr);
+      const register = registry.requests.find((x) => x.kind === 'register')!;
+      assert.equal(register.status, 200, 'the registry verified the signature');
+      assert.match(String(register.headers.authorization), /\/eu-west-3\/svc-corral\/aws4_request/);
+      assert.ok(!r.stderr.includes(aws.secretAccessKey));
+      const noSigv4 = await corral([...base(), '--aws-service', 'x']);
+      assertRefused(
+        noSigv4,
+        2,
+        /^error: the following required arguments were not provided:\n {2}--aws-sigv4$/m,
+        [],
+      );
+      const noRegion = await corral([...args], { env });
+      assert.equal(noRegion.code, 1, noRegion.stderr);
+      assert.match(noRegion.stderr, /^Error: AWS SDK config did not resolve a region$/m);
+    } finally {
+      await registry.close();
     }
   });
 

@@ -19,7 +19,10 @@ import { buildRuleset, closeRuleset, type RulesetSpec } from './landlockNative.j
 
 /** What a plan was made from on the filesystem, and the key of its rules. */
 export interface PlanBasis {
-  /** Directory → its stable listing's token (unstable listings are not here: the plan is then not kept). */
+  /**
+   * Directory → its stable listing's token: those the plan listed (an unstable one: the plan is not kept) and the
+   * directories of the paths whose type it looked at (listed before the look; an unstable one is not here).
+   */
   listings: Map<string, string>;
   /** Path → what isDir said. */
   types: Map<string, boolean | null>;
@@ -50,8 +53,9 @@ const MAX_PLANS = 4;
 /**
  * Whether the filesystem is still as the plan saw it: every stable listing it was made under is unchanged, and every
  * path whose type it looked at has that type still. A path in one of those (unchanged) directories needs no look:
- * its name still names the inode it named, and an inode's type never changes; a mount cannot change it either (a
- * directory can only be mounted on a directory, anything else only on a non-directory, and only on an existing name).
+ * each such listing's token was taken before any type in it was looked at (reusablePlan), so its name still names
+ * the inode it named then, and an inode's type never changes; a mount cannot change it either (a directory can only
+ * be mounted on a directory, anything else only on a non-directory, and only on an existing name).
  */
 function stillHolds(b: PlanBasis): boolean {
   for (const [dir, token] of b.listings) {
@@ -74,6 +78,9 @@ export function reusablePlan(
   if (kept?.reusable && stillHolds(kept.basis)) return kept;
   const listings = new Map<string, string>();
   const types = new Map<string, boolean | null>();
+  // The directory of every path whose type is looked at, listed first (a stable listing's token taken before the
+  // look vouches for it at the next start, see stillHolds; /dev's one token for its devices); unstable ones: not.
+  const parents = new Map<string, string | null>();
   let reusable = true;
   const plan = make({
     list(dir) {
@@ -83,11 +90,22 @@ export function reusablePlan(
       return l.entries;
     },
     isDir(p) {
+      const d = dirname(p);
+      if (p !== '/' && !listings.has(d) && !parents.has(d)) {
+        const l = listDirectory(d);
+        parents.set(d, l.stable ? l.token : null);
+      }
       const t = typeOf(p);
       types.set(p, t);
       return t;
     },
   });
+  for (const [d, token] of parents) {
+    if (token === null) continue;
+    const listed = listings.get(d);
+    if (listed === undefined) listings.set(d, token);
+    else if (listed !== token) reusable = false; // it changed while the plan was made
+  }
   const basis: PlanBasis = { listings, types, rulesKey: JSON.stringify(plan.rules) };
   if (kept) plans.splice(plans.indexOf(kept), 1);
   plans.unshift({ inputs, plan, basis, reusable });

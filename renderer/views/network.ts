@@ -339,6 +339,17 @@ export class NetworkView implements View {
             a.credential !== undefined
               ? h('span', { class: 'badge', 'data-testid': 'credential' }, ` credential: ${a.credential}`)
               : null,
+            a.transport === 'transparent'
+              ? h(
+                  'span',
+                  {
+                    class: 'badge',
+                    'data-testid': 'transparent',
+                    title: 'a plain TCP connect the sandbox’s connect supervisor asked the proxy for',
+                  },
+                  ' transparent',
+                )
+              : null,
           ),
         ),
         this.processCell(a.server, a.processId, a.sessionId),

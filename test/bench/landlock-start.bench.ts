@@ -1,12 +1,12 @@
 /**
  * `npm run bench -- landlock-start` (issue 32: "the Landlock start within 1.2× of an unsandboxed one"): `true` started
- * through Corral with the Landlock backend against the same start unsandboxed, on this checkout and on the A/B
- * variants of LANDLOCK_VARIANTS (as HOTPATH_VARIANTS: `label=<git revision>` or `label=<entry>.ts`), all servers up at
- * once and taking turns block by block, so load drifts over every row alike. Each server runs with every default on
- * (hotpath.bench.ts's corralServerArgv). Per row: start→closed p50/p90 and the server's CPU per start (every thread,
- * from /proc/<pid>/task/<tid>/schedstat, over blocks of LANDLOCK_BLOCK sequential starts of one kind: the audit
- * worker's batch of a block lands mostly in it). LANDLOCK_BLOCKS blocks of each kind per server (default 12).
- * The policy: read everything, write the workspace (with a .git) and /tmp, as hotpath's sandbox rows.
+ * through Corral with the Landlock backend, and with bwrap, against the same start unsandboxed, on this checkout and
+ * on the A/B variants of LANDLOCK_VARIANTS (as HOTPATH_VARIANTS: `label=<git revision>` or `label=<entry>.ts`), all
+ * servers up at once and taking turns block by block, so load drifts over every row alike. Each server runs with
+ * every default on (hotpath.bench.ts's corralServerArgv). Per row: start→closed p50/p90 and the server's CPU per start
+ * (every thread, from /proc/<pid>/task/<tid>/schedstat, over blocks of LANDLOCK_BLOCK sequential starts of one kind:
+ * the audit worker's batch of a block lands mostly in it). LANDLOCK_BLOCKS blocks of each kind per server (default
+ * 12). The policy: read everything, write the workspace (with a .git) and /tmp, as hotpath's sandbox rows.
  */
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
@@ -21,13 +21,10 @@ const BLOCK = Number(process.env.LANDLOCK_BLOCK ?? 20);
 const BLOCKS = Number(process.env.LANDLOCK_BLOCKS ?? 12);
 const TRUE = ['/bin/true'];
 
-interface Figures {
-  landlock: number[];
-  plain: number[];
-  /** Server CPU (µs) per start, one figure per block. */
-  landlockCpu: number[];
-  plainCpu: number[];
-}
+type Kind = 'landlock' | 'plain' | 'bwrap';
+const KINDS: Kind[] = ['landlock', 'plain', 'bwrap'];
+/** Per kind of start: start→closed times (ms) and the server's CPU (µs) per start, one figure per block. */
+type Figures = Record<Kind, { lat: number[]; cpu: number[] }>;
 
 const sorted = (v: number[]) => [...v].sort((a, b) => a - b);
 const median = (v: number[]) => pct(sorted(v), 50);
@@ -57,74 +54,74 @@ export async function run(): Promise<BenchRow[]> {
       special('current_working_directory', 'write'),
       special('slash_tmp', 'write'),
     ];
-    const landlockParam = seedParam({ cwd: ws, entries, useLegacyLandlock: true });
+    const params: Record<Kind, Record<string, unknown>> = {
+      landlock: { sandbox: seedParam({ cwd: ws, entries, useLegacyLandlock: true }) },
+      plain: {},
+      bwrap: { sandbox: seedParam({ cwd: ws, entries }) },
+    };
     const env = { PATH: '/usr/bin:/bin' };
     const servers = await Promise.all(
       targets.map((t) => startServer(t.argv[0], t.argv.slice(1), t.env ?? process.env)),
     );
-    const figures: Figures[] = targets.map(() => ({
-      landlock: [],
-      plain: [],
-      landlockCpu: [],
-      plainCpu: [],
-    }));
+    const figures: Figures[] = targets.map(
+      () => Object.fromEntries(KINDS.map((k) => [k, { lat: [], cpu: [] }])) as unknown as Figures,
+    );
     try {
       const clients = await Promise.all(servers.map((s) => BenchClient.open(s.url)));
       let n = 0;
-      const block = async (i: number, landlock: boolean, keep: boolean) => {
+      const block = async (i: number, kind: Kind, keep: boolean) => {
         const c = clients[i]!;
         const pid = servers[i]!.proc.pid!;
         const lat: number[] = [];
         const cpu0 = cpuMs(pid);
         for (let k = 0; k < BLOCK; k++) {
           const t0 = performance.now();
-          await c.run(`s-${n++}`, TRUE, { cwd: ws, env, ...(landlock ? { sandbox: landlockParam } : {}) });
+          await c.run(`s-${n++}`, TRUE, { cwd: ws, env, ...params[kind] });
           lat.push(performance.now() - t0);
         }
         const cpu = ((cpuMs(pid) - cpu0) * 1000) / BLOCK;
         if (!keep) return;
-        const f = figures[i]!;
-        (landlock ? f.landlock : f.plain).push(...lat);
-        (landlock ? f.landlockCpu : f.plainCpu).push(cpu);
+        figures[i]![kind].lat.push(...lat);
+        figures[i]![kind].cpu.push(cpu);
       };
       for (let b = -2; b < BLOCKS; b++)
         for (const i of servers.keys())
-          for (const landlock of b % 2 === 0 ? [true, false] : [false, true])
-            await block(i, landlock, b >= 0);
+          for (const kind of b % 2 === 0 ? KINDS : [...KINDS].reverse()) await block(i, kind, b >= 0);
       for (const c of clients) c.close();
     } finally {
       await Promise.all(servers.map((s) => stopServer(s)));
     }
     const rows: BenchRow[] = [];
     console.log(
-      `\nLandlock start against unsandboxed (issue 32), ${BLOCKS} blocks of ${BLOCK} each, servers taking turns`,
+      `\nsandboxed starts against unsandboxed (issue 32), ${BLOCKS} blocks of ${BLOCK} each, servers taking turns`,
     );
     console.log(['', 'p50 ms', 'p90 ms', 'ratio p50', 'CPU µs/start', 'Δ CPU µs'].join('\t'));
     for (const [i, t] of targets.entries()) {
       const f = figures[i]!;
-      const ll = summary(f.landlock, f.landlockCpu);
-      const pl = summary(f.plain, f.plainCpu);
-      console.log(
-        `${t.name}, Landlock\t${f2(ll.p50)}\t${f2(ll.p90)}\t${f2(ll.p50 / pl.p50)}\t${f2(ll.cpu)}\t${f2(ll.cpu - pl.cpu)}`,
-      );
-      console.log(`${t.name}, unsandboxed\t${f2(pl.p50)}\t${f2(pl.p90)}\t\t${f2(pl.cpu)}`);
-      rows.push(
-        {
-          section: 'landlock-start',
-          metric: `${t.name}: Landlock p50`,
-          corral: ll.p50,
-          reference: pl.p50,
-          unit: 'ms',
-          target: '≤ 1.2x unsandboxed',
-        },
-        {
-          section: 'landlock-start',
-          metric: `${t.name}: server CPU per start`,
-          corral: ll.cpu,
-          reference: pl.cpu,
-          unit: 'µs',
-        },
-      );
+      const pl = summary(f.plain.lat, f.plain.cpu);
+      for (const kind of KINDS) {
+        const x = summary(f[kind].lat, f[kind].cpu);
+        const vs = kind === 'plain' ? ['', ''] : [f2(x.p50 / pl.p50), f2(x.cpu - pl.cpu)];
+        console.log([`${t.name}, ${kind}`, f2(x.p50), f2(x.p90), vs[0], f2(x.cpu), vs[1]].join('\t'));
+        if (kind === 'plain') continue;
+        rows.push(
+          {
+            section: 'landlock-start',
+            metric: `${t.name}: ${kind} p50`,
+            corral: x.p50,
+            reference: pl.p50,
+            unit: 'ms',
+            ...(kind === 'landlock' ? { target: '≤ 1.2x unsandboxed' } : {}),
+          },
+          {
+            section: 'landlock-start',
+            metric: `${t.name}: ${kind}, server CPU per start`,
+            corral: x.cpu,
+            reference: pl.cpu,
+            unit: 'µs',
+          },
+        );
+      }
     }
     return rows;
   } finally {

@@ -10,10 +10,11 @@ import type {
   LearningState,
   RememberedDecision,
 } from '../../src/protocol/approvals.js';
+import { MAX_RULE_NOTE } from '../../src/protocol/approvals.js';
 import type { TypedRequests } from '../../src/protocol/client.js';
 import { h, type Paced, paced, reconcile, replace, shellJoin } from '../dom.js';
 import type { AppContext, View } from '../view.js';
-import { ProjectsCard } from './approvalsProjects.js';
+import { eachServer, ProjectsCard } from './approvalsProjects.js';
 
 const MAX_AUDIT = 500;
 
@@ -114,8 +115,8 @@ export class ApprovalsView implements View {
   private skew = 0;
   private readonly pendingBody = h('tbody');
   private readonly decisionsBody = h('tbody');
-  /** This host's project rules (stored, kept across restarts). */
-  private rules: ApprovalRule[] = [];
+  /** Project rules (stored, kept across restarts) per server ('' is this host), each server's as it last said. */
+  private readonly rulesBy = new Map<string, ApprovalRule[]>();
   private readonly rulesBody = h('tbody');
   private readonly auditBody = h('tbody');
   private readonly exportBox = h('pre', { class: 'code approval-export', 'data-testid': 'approval-export' });
@@ -144,7 +145,7 @@ export class ApprovalsView implements View {
     this.projects = new ProjectsCard(
       ctx,
       () => [
-        ...this.rules.map((r) => ({ server: '', workspace: r.workspace })),
+        ...this.rules.map((r) => ({ server: r.server ?? '', workspace: r.workspace })),
         ...[...this.pending.values()].flatMap((p) =>
           p.workspace ? [{ server: p.server ?? '', workspace: p.workspace }] : [],
         ),
@@ -286,11 +287,11 @@ export class ApprovalsView implements View {
     }
     this.audit = r.audit.slice(-MAX_AUDIT);
     this.skew = 0;
-    try {
-      this.rules = (await api.request('approvals/rules', {})).rules;
-    } catch {
-      this.rules = []; // a server before project rules
-    }
+    this.rulesBy.clear();
+    // This host's rules, and each joined server's that is ready (a server joining later sends its own: rulesChanged).
+    await eachServer(this.ctx, async (server) => {
+      this.rulesBy.set(server, (await api.request('approvals/rules', on(server))).rules);
+    });
     await this.projects.load();
     this.render();
   }
@@ -313,7 +314,7 @@ export class ApprovalsView implements View {
         if (!this.el.hidden) this.refreshExport();
         break;
       case 'approvals/rulesChanged':
-        if (!p.server) this.rules = p.rules as ApprovalRule[];
+        this.rulesBy.set((p.server as string | undefined) ?? '', p.rules as ApprovalRule[]);
         break;
       case 'approvals/learningChanged':
         this.projects.setLearning((p.server as string | undefined) ?? '', p.learning as LearningState[]);
@@ -414,6 +415,74 @@ export class ApprovalsView implements View {
 
   private get decisions(): RememberedDecision[] {
     return [...this.decisionsBy.values()].flat();
+  }
+
+  private get rules(): ApprovalRule[] {
+    return [...this.rulesBy.values()].flat();
+  }
+
+  /** A rule's toggle, note or revoke: to the server it is of (`server`; none for this host's own). */
+  private async updateRule(
+    r: ApprovalRule,
+    change: { enabled?: boolean; note?: string | null },
+  ): Promise<boolean> {
+    try {
+      await this.ctx.conn.request('approvals/ruleUpdate', { ...on(r.server), id: r.id, ...change });
+      return true;
+    } catch (e) {
+      this.ctx.toast(`Could not change the rule: ${(e as Error).message}`, 'error');
+      return false;
+    }
+  }
+
+  /** The note editor, open on one rule at a time (made once: a redraw moves it, keeping what is typed). */
+  private noteOf: string | null = null;
+  private readonly noteInput = h('input', {
+    class: 'input small',
+    'data-field': 'note-input',
+    maxlength: String(MAX_RULE_NOTE),
+    'aria-label': 'Note',
+  }) as HTMLInputElement;
+
+  private noteEditor(r: ApprovalRule): HTMLElement {
+    const k = pkey(r.server, r.id);
+    if (this.noteOf !== k)
+      return h(
+        'button',
+        {
+          class: 'btn small ghost',
+          'data-action': 'note',
+          onclick: () => {
+            this.noteOf = k;
+            this.noteInput.value = r.note ?? '';
+            this.render();
+            this.noteInput.focus();
+          },
+        },
+        'Note',
+      );
+    const close = () => {
+      this.noteOf = null;
+      this.render();
+    };
+    return h(
+      'span',
+      { class: 'btn-row' },
+      this.noteInput,
+      h(
+        'button',
+        {
+          class: 'btn small',
+          'data-action': 'note-save',
+          onclick: async () => {
+            const text = this.noteInput.value.trim();
+            if (await this.updateRule(r, { note: text === '' ? null : text })) close();
+          },
+        },
+        'Save',
+      ),
+      h('button', { class: 'btn small ghost', onclick: close }, 'Cancel'),
+    );
   }
 
   private render(): void {
@@ -635,7 +704,7 @@ export class ApprovalsView implements View {
         : this.rules.map((r) =>
             h(
               'tr',
-              { 'data-rule-id': r.id },
+              { 'data-rule-id': r.id, 'data-server': r.server ?? '' },
               h('td', null, clock(r.createdAt)),
               h('td', { class: r.decision === 'deny' ? 'bad' : '' }, r.decision),
               h(
@@ -647,7 +716,14 @@ export class ApprovalsView implements View {
                   `${target(r)}${r.method ? ` ${r.method}` : ''}${r.pathPrefix ? ` ${r.pathPrefix}` : ''}`,
                 ),
               ),
-              h('td', null, h('code', null, r.workspace)),
+              h(
+                'td',
+                null,
+                this.ctx.store.fleet
+                  ? h('span', { 'data-field': 'server' }, `${this.ctx.store.serverName(r.server ?? '')}: `)
+                  : null,
+                h('code', null, r.workspace),
+              ),
               h('td', null, `${r.origin} (${r.createdBy.credential})`),
               h('td', { class: 'num' }, String(r.hits)),
               h('td', null, r.lastHitAt ? clock(r.lastHitAt) : '—'),
@@ -659,17 +735,17 @@ export class ApprovalsView implements View {
                   {
                     class: 'btn small ghost',
                     'data-action': 'toggle',
-                    onclick: () =>
-                      this.ctx.conn
-                        .request('approvals/ruleUpdate', { id: r.id, enabled: !r.enabled })
-                        .catch((e: Error) =>
-                          this.ctx.toast(`Could not change the rule: ${e.message}`, 'error'),
-                        ),
+                    onclick: () => void this.updateRule(r, { enabled: !r.enabled }),
                   },
                   r.enabled ? 'Disable' : 'Enable',
                 ),
-                h('button', { class: 'btn small ghost', onclick: () => this.revoke(r) }, 'Revoke'),
-                r.note ? h('div', { class: 'muted small' }, r.note) : null,
+                this.noteEditor(r),
+                h(
+                  'button',
+                  { class: 'btn small ghost', 'data-action': 'revoke', onclick: () => this.revoke(r) },
+                  'Revoke',
+                ),
+                r.note ? h('div', { class: 'muted small', 'data-field': 'note' }, r.note) : null,
                 r.contradiction
                   ? h('div', { class: 'bad small', 'data-field': 'contradiction' }, r.contradiction)
                   : null,

@@ -24,6 +24,15 @@ const refKey = (r: ProjectRef) => `${r.server}\u0000${r.workspace}`;
 /** The `server` member of a call about a joined server's workspace (none for this host's own). */
 const on = (server: string) => (server ? { server } : {});
 
+/**
+ * Runs `load` for this host ('') and each joined server that is ready, at once; one that fails (a server before the
+ * method) is skipped.
+ */
+export async function eachServer(ctx: AppContext, load: (server: string) => Promise<void>): Promise<void> {
+  const servers = ['', ...[...ctx.store.servers.values()].filter((s) => s.id && s.ready).map((s) => s.id)];
+  await Promise.all(servers.map((server) => load(server).catch(() => {})));
+}
+
 export class ProjectsCard {
   readonly el: HTMLElement;
   /** Over every view (first in the prompt stack) while any workspace is learning. */
@@ -94,20 +103,10 @@ export class ProjectsCard {
   /** After each (re)connection: the learning sessions, this host's and each joined server's that is ready. */
   async load(): Promise<void> {
     this.learning.clear();
-    const servers = [
-      '',
-      ...[...this.ctx.store.servers.values()].filter((s) => s.id && s.ready).map((s) => s.id),
-    ];
-    await Promise.all(
-      servers.map(async (server) => {
-        try {
-          const r = await this.ctx.conn.request('approvals/learning', server ? { server } : {});
-          this.learning.set(server, r.learning);
-        } catch {
-          // a server before learning mode
-        }
-      }),
-    );
+    await eachServer(this.ctx, async (server) => {
+      const r = await this.ctx.conn.request('approvals/learning', server ? { server } : {});
+      this.learning.set(server, r.learning);
+    });
     this.repo.clear();
   }
 

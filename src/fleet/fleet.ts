@@ -4,7 +4,8 @@
  * link to it (link.ts), subscribes to its monitor feed and approvals with the same protocol the panel uses, and
  * relays its rows into the host's own feed tagged with the server's id (mirror.ts). An action on such a row
  * (terminate, stdin, kill a session, read output, decide an approval, wait for its process's exit, learning mode and
- * the repository file of one of its workspaces) is forwarded to that server only, with that
+ * the repository file of one of its workspaces, list, toggle, note or revoke its project rules) is forwarded to that
+ * server only, with that
  * server's credential: one server's credential never acts on another, and nothing a server sends reaches the
  * host's own methods.
  */
@@ -16,6 +17,8 @@ import {
   ApprovalDecisionsNotification,
   ApprovalRequestedNotification,
   ApprovalResolvedNotification,
+  type ApprovalRule,
+  ApprovalRulesNotification,
   ApprovalsSubscribeResult,
   DecideResult,
   ExportResult,
@@ -25,6 +28,8 @@ import {
   LearnResult,
   RepoPolicyState,
   RevokeResult,
+  RulesResult,
+  RuleUpdateResult,
   WaitForExitResult,
 } from '../protocol/approvals.js';
 import { JsonBoundError } from '../protocol/boundedJson.js';
@@ -65,11 +70,17 @@ const NOTIFICATIONS = {
   'approvals/decisions': ApprovalDecisionsNotification,
   'approvals/audit': ApprovalAuditNotification,
   'approvals/learningChanged': LearningChangedNotification,
+  'approvals/rulesChanged': ApprovalRulesNotification,
 } as const;
 
 /** Learning sessions a joined server's notification or answer may list, and its size as relayed to the panels. */
 export const MAX_RELAYED_LEARNING = 64;
 export const MAX_RELAYED_LEARNING_BYTES = 1024 * 1024;
+/**
+ * The size of a joined server's project rules as relayed to the panels (their number is held to MAX_PROJECT_RULES by
+ * the schema, each string to its own bound): ~8 000 rules of ordinary length; past it the list is refused.
+ */
+export const MAX_RELAYED_RULES_BYTES = 4 * 1024 * 1024;
 
 /** What the monitor methods a fleet forwards must answer. */
 const FORWARDED = {
@@ -197,6 +208,7 @@ export class Fleet implements JoinedServers {
     this.joined.delete(id);
     for (const p of j.mirror.disconnected())
       this.toApprovalSubscribers('approvals/resolved', this.cancelled(j, p.id));
+    this.toApprovalSubscribers('approvals/rulesChanged', { server: j.id, rules: [] });
     this.monitor.relayServer({
       ...this.record(j),
       state: 'disconnected',
@@ -256,6 +268,7 @@ export class Fleet implements JoinedServers {
     for (const p of j.mirror.prompts.values())
       this.toApprovalSubscribers('approvals/requested', { prompt: p });
     this.toApprovalSubscribers('approvals/decisions', { server: j.id, decisions: j.mirror.decisions });
+    void this.relayRules(j);
     const prefix = `${j.id}\u0000`;
     for (const k of this.follows.keys()) {
       if (!k.startsWith(prefix)) continue;
@@ -264,6 +277,36 @@ export class Fleet implements JoinedServers {
         .request('monitor/follow', { sessionId, processId, follow: true }, FollowResult)
         .catch(() => {});
     }
+  }
+
+  /**
+   * After each (re)connection: the server's project rules to the host's panels (as an `approvals/rulesChanged` of
+   * that server), so a panel that subscribed before the server was ready lists them too. A server before project
+   * rules (an error answer) has none; an answer over the bounds is counted as refused.
+   */
+  private async relayRules(j: Joined): Promise<void> {
+    let r: RulesResult;
+    try {
+      r = await j.link.request('approvals/rules', {}, RulesResult);
+    } catch {
+      return; // not connected, no such method, or refused (the link counted it)
+    }
+    const rules = this.rulesOf(j, r.rules);
+    if (rules && this.joined.get(j.id) === j)
+      this.toApprovalSubscribers('approvals/rulesChanged', { server: j.id, rules });
+  }
+
+  /**
+   * A joined server's project rules, each tagged with its id (whatever server it named), if within the relay's
+   * bounds; else counted as refused, and null.
+   */
+  private rulesOf(j: Joined, rules: ApprovalRule[]): ApprovalRule[] | null {
+    const tagged = rules.map((r) => ({ ...r, server: j.id }));
+    if (JSON.stringify(tagged).length > MAX_RELAYED_RULES_BYTES) {
+      this.rejected(j, `project rules over ${MAX_RELAYED_RULES_BYTES} bytes`);
+      return null;
+    }
+    return tagged;
   }
 
   /** `params` if it has the shape of `method`'s notification; otherwise counted as refused. */
@@ -341,6 +384,11 @@ export class Fleet implements JoinedServers {
         const learning = this.learningOf(j, (v as LearningChangedNotification).learning);
         // Tagged with the server it came from, whatever `server` it named.
         if (learning) this.toApprovalSubscribers('approvals/learningChanged', { server: j.id, learning });
+        break;
+      }
+      case 'approvals/rulesChanged': {
+        const rules = this.rulesOf(j, (v as ApprovalRulesNotification).rules);
+        if (rules) this.toApprovalSubscribers('approvals/rulesChanged', { server: j.id, rules });
         break;
       }
     }
@@ -484,25 +532,44 @@ export class Fleet implements JoinedServers {
     });
     // Approvals v2 on a joined server's cards and workspaces (issue 36): forwarded to that server alone, with the
     // params as the host's table parsed them (less `server`), its answer held to the method's result shape.
-    const relay = <M extends MethodName>(name: M, schema: ZodType, check?: (r: unknown, j: Joined) => void) =>
+    // `shape` checks the answer further (throwing) and gives what the caller gets (its rows tagged with the server).
+    const relay = <M extends MethodName>(
+      name: M,
+      schema: ZodType,
+      shape: (r: never, j: Joined) => unknown = (r) => r,
+    ) =>
       extend(name, (orig) => async (p, call) => {
         const server = (p as { server?: string | null } | null | undefined)?.server;
         if (!server) return orig(p, call);
         const j = this.get(server);
         const { server: _, ...rest } = p as Record<string, unknown>;
-        const r = await this.call(j, name, rest, schema);
-        check?.(r, j);
-        return r as MethodResult<M>;
+        return shape((await this.call(j, name, rest, schema)) as never, j) as MethodResult<M>;
       });
     relay('approvals/waitForExit', WaitForExitResult);
     relay('approvals/repoPolicy', RepoPolicyState);
     relay('approvals/repoAccept', RepoPolicyState);
     relay('approvals/learn', LearnResult);
     relay('approvals/learnEnd', LearnEndResult);
-    relay('approvals/learning', LearningResult, (r, j) => {
-      if (this.learningOf(j, (r as { learning: unknown[] }).learning) === null)
+    relay('approvals/learning', LearningResult, (r: LearningResult, j) => {
+      if (this.learningOf(j, r.learning) === null)
         throw new RpcError(-32603, `${j.name}: its learning sessions are over the fleet's bounds`);
+      return r;
     });
+    // Its project rules: listed (each tagged with the server), toggled or noted; revoked below.
+    relay('approvals/rules', RulesResult, (r: RulesResult, j) => {
+      const rules = this.rulesOf(j, r.rules);
+      if (rules === null)
+        throw new RpcError(-32603, `${j.name}: its project rules are over the fleet's bounds`);
+      const decisions = r.decisions.slice(0, this.limits.prompts).map((d) => ({ ...d, server: j.id }));
+      if (JSON.stringify(decisions).length > MAX_RELAYED_RULES_BYTES) {
+        this.rejected(j, `remembered decisions over ${MAX_RELAYED_RULES_BYTES} bytes`);
+        throw new RpcError(-32603, `${j.name}: its remembered decisions are over the fleet's bounds`);
+      }
+      return { ...r, rules, decisions };
+    });
+    relay('approvals/ruleUpdate', RuleUpdateResult, (r: RuleUpdateResult, j) => ({
+      rule: { ...r.rule, server: j.id },
+    }));
     extend('approvals/revoke', (orig) => (p, call) => {
       if (!p.server) return orig(p, call);
       return this.call(this.get(p.server), 'approvals/revoke', { id: p.id }, RevokeResult);

@@ -125,9 +125,9 @@ export const ApprovalDecidedBy = z.object({
    * The credential's name (never its secret): `panel-token`, `ipc`, `remote:<environment>`, `jwt:<iss>/<sub>` (each
    * part percent-encoded, so `jwt:a%2Fb/c` is issuer `a/b`, subject `c`) …
    */
-  credential: z.string(),
+  credential: z.string().max(4096),
   /** The client's `clientName`. */
-  clientName: z.string().nullable(),
+  clientName: z.string().max(4096).nullable(),
 });
 export type ApprovalDecidedBy = z.infer<typeof ApprovalDecidedBy>;
 
@@ -238,6 +238,11 @@ export type ApprovalRuleOrigin = z.infer<typeof ApprovalRuleOrigin>;
 /** The `clientName` `corral approvals` initializes with: its decisions' rules say `origin: cli`. */
 export const APPROVALS_CLI_CLIENT_NAME = 'corral-approvals';
 
+/** Project rules kept, server-wide: past it a new rule is refused (said in the error), never an old one dropped. */
+export const MAX_PROJECT_RULES = 10_000;
+/** The longest note a project rule carries (`approvals/ruleUpdate`). */
+export const MAX_RULE_NOTE = 1000;
+
 /**
  * A project rule: stored (beside the audit database), kept across restarts, applied to every later process whose
  * workspace is `workspace`. It matches exactly `protocol`, `host`, `port` and, when set, `method` (plain HTTP). A deny
@@ -245,14 +250,14 @@ export const APPROVALS_CLI_CLIENT_NAME = 'corral-approvals';
  */
 export const ApprovalRule = z.object({
   server: ServerTag,
-  id: z.string(),
-  workspace: z.string(),
+  id: z.string().max(200),
+  workspace: z.string().max(4096),
   decision: z.enum(['allow', 'deny']),
   protocol: ApprovalProtocol,
-  host: z.string(),
+  host: z.string().max(255),
   port: z.number(),
   /** Set for plain HTTP (`GET`, `POST`, …): the rule matches that method only. */
-  method: z.string().nullable(),
+  method: z.string().max(32).nullable(),
   /**
    * Set for plain HTTP and `https`: the rule matches only a request whose normalised path is this prefix or below it, on segment
    * boundaries (`/api` matches `/api` and `/api/x`, never `/apix`); an allow never matches a path that cannot be read
@@ -265,10 +270,10 @@ export const ApprovalRule = z.object({
   /** Epoch ms. */
   createdAt: z.number(),
   /** The prompt it came from. */
-  promptId: z.string().nullable(),
+  promptId: z.string().max(200).nullable(),
   /** A disabled rule is kept but matches nothing. */
   enabled: z.boolean(),
-  note: z.string().nullable(),
+  note: z.string().max(MAX_RULE_NOTE).nullable(),
   /** Requests it answered. */
   hits: z.number(),
   /** Epoch ms of the last request it answered. */
@@ -277,7 +282,7 @@ export const ApprovalRule = z.object({
    * Set when a configured policy contradicts the rule: an allow whose host the managed network of a process of that
    * workspace denies (its deny list wins: the rule never applies there). Seen live, not stored.
    */
-  contradiction: z.string().nullish(),
+  contradiction: z.string().max(4096).nullish(),
 });
 export type ApprovalRule = z.infer<typeof ApprovalRule>;
 
@@ -290,13 +295,13 @@ export const RulesParams = z
   .nullish();
 export type RulesParams = z.infer<typeof RulesParams>;
 export const RulesResult = z.object({
-  /** Project rules, oldest first. */
-  rules: z.array(ApprovalRule),
+  /** Project rules, oldest first (at most `MAX_PROJECT_RULES`). */
+  rules: z.array(ApprovalRule).max(MAX_PROJECT_RULES),
   /** The remembered decisions of live processes and sessions (gone with them). */
   decisions: z.array(RememberedDecision),
   /** Where project rules are stored; null with `problem` when they cannot be (no audit directory, no SQLite). */
-  store: z.string().nullable(),
-  problem: z.string().nullable(),
+  store: z.string().max(8192).nullable(),
+  problem: z.string().max(8192).nullable(),
 });
 export type RulesResult = z.infer<typeof RulesResult>;
 
@@ -305,9 +310,10 @@ export const RuleUpdateParams = z.object({
   server: ServerRef,
   id: z.string().min(1).max(200),
   enabled: z.boolean().optional(),
-  note: z.string().max(1000).nullable().optional(),
+  note: z.string().max(MAX_RULE_NOTE).nullable().optional(),
 });
 export const RuleUpdateResult = z.object({ rule: ApprovalRule });
+export type RuleUpdateResult = z.infer<typeof RuleUpdateResult>;
 
 // ---- learning mode (issue 36, item 5) ------------------------------------------------------------------------------
 
@@ -366,6 +372,7 @@ export const LearnParams = z.object({
 export const LearnResult = z.object({ learning: LearningState });
 export const LearningParams = z.object({ server: ServerRef, workspace: WorkspaceParam.nullish() }).nullish();
 export const LearningResult = z.object({ learning: z.array(LearningState) });
+export type LearningResult = z.infer<typeof LearningResult>;
 /**
  * Ends a learning session: `accept` (possibly edited down) become allow rules of the workspace, each exactly an
  * endpoint of the proposal (anything it did not see is refused); absent or empty: discarded.
@@ -423,7 +430,10 @@ export const RepoAcceptance = z.object({
 export type RepoAcceptance = z.infer<typeof RepoAcceptance>;
 
 /** The whole list of project rules (of `server`, on a fleet host), after any change. */
-export const ApprovalRulesNotification = z.object({ server: ServerTag, rules: z.array(ApprovalRule) });
+export const ApprovalRulesNotification = z.object({
+  server: ServerTag,
+  rules: z.array(ApprovalRule).max(MAX_PROJECT_RULES),
+});
 export type ApprovalRulesNotification = z.infer<typeof ApprovalRulesNotification>;
 
 /** No params (null, absent or `{}`). */

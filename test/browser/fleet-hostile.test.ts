@@ -1,7 +1,8 @@
 // The fleet panel in Chromium joined to a hostile server (issue 19 item 1): what that server sends is shown as text
 // (markup in argv, client names, cwd, hosts and prompts never becomes elements or runs), a row larger than the host
 // keeps is refused and counted, and the host's own rows and page are untouched. Its prompt's card and its learning
-// sessions offer the approvals v2 actions, which the host forwards to it alone.
+// sessions offer the approvals v2 actions, which the host forwards to it alone; so do its project rules in the Rules
+// table (shown with the server's name; toggle, note and revoke sent to it).
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { type Host, startHost } from '../../src/app/host.js';
@@ -14,13 +15,40 @@ const waitUntil = (f: () => boolean) => until(f, 15_000, 'the hostile server got
 
 const HTML = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script><b>bold</b>';
 
+/** A project rule of the hostile server, with markup wherever it can put text (and naming another server). */
+const evilRule = {
+  server: 's9',
+  id: 'evil-rule',
+  workspace: `/w/${HTML}`,
+  decision: 'allow',
+  protocol: 'http',
+  host: 'h.test',
+  port: 80,
+  method: 'GET',
+  pathPrefix: `/${HTML}`,
+  origin: 'panel',
+  createdBy: { kind: 'panel', credential: HTML, clientName: HTML },
+  createdAt: 1,
+  promptId: null,
+  enabled: true,
+  note: HTML,
+  hits: 3,
+  lastHitAt: null,
+  contradiction: `its policy denies ${HTML}`,
+};
+
 describe('fleet panel and a hostile joined server', () => {
   let evil: HostileServer;
   let host: Host;
   let browser: Browser;
 
   before(async () => {
-    evil = await startHostileServer();
+    evil = await startHostileServer({
+      'approvals/ruleUpdate': (p) => ({
+        result: { rule: { ...evilRule, ...(p as object), contradiction: null } },
+      }),
+      'approvals/revoke': () => ({ result: { revoked: true } }),
+    });
     host = await startHost({
       servePanel: true,
       panelDir: ensureBuilt(),
@@ -144,6 +172,48 @@ describe('fleet panel and a hostile joined server', () => {
     assert.equal(await page.locator('img, b, main script').count(), 0);
     assert.equal(await page.evaluate(() => (window as unknown as { __pwned?: number }).__pwned), undefined);
     await browser.screenshot('fleet-hostile');
+  });
+
+  test('its project rules: listed with its name, markup as text; toggle, note and revoke go to it alone', async () => {
+    const page = browser.page;
+    // Its prompt of the test before, answered: the card stack no longer covers the view.
+    evil.send({
+      method: 'approvals/resolved',
+      params: { id: HTML, outcome: 'denyOnce', released: 0, resolvedAt: Date.now() },
+    });
+    await page.locator('[data-testid="approval-prompt"]').waitFor({ state: 'detached' });
+    evil.send({ method: 'approvals/rulesChanged', params: { server: 's9', rules: [evilRule] } });
+    await page.click('button[data-view="approvals"]');
+    const row = page.locator(
+      '[data-testid="approvals-rules"] tr[data-rule-id="evil-rule"][data-server="s1"]',
+    );
+    await row.waitFor();
+    const text = await visibleText(row);
+    assert.ok(text.includes(`evil ${HTML}: `), `the server's name shown: ${text}`);
+    assert.ok(text.includes(`/w/${HTML}`) && text.includes(`its policy denies ${HTML}`), 'markup as text');
+    assert.equal(await row.locator('[data-field="contradiction"]').count(), 1, 'its own flag, on its row');
+    const sent = (m: string) => evil.received.filter((r) => r.method === m).at(-1)?.params;
+    await row.locator('[data-action="toggle"]').click();
+    await waitUntil(() => sent('approvals/ruleUpdate') !== undefined);
+    assert.deepEqual(sent('approvals/ruleUpdate'), { id: 'evil-rule', enabled: false });
+    await row.locator('[data-action="note"]').click();
+    await row.locator('[data-field="note-input"]').fill('checked by hand');
+    await row.locator('[data-action="note-save"]').click();
+    await waitUntil(() => (sent('approvals/ruleUpdate') as { note?: string }).note !== undefined);
+    assert.deepEqual(sent('approvals/ruleUpdate'), { id: 'evil-rule', note: 'checked by hand' });
+    await row.locator('[data-action="revoke"]').click();
+    await waitUntil(() => sent('approvals/revoke') !== undefined);
+    assert.deepEqual(sent('approvals/revoke'), { id: 'evil-rule' });
+    // The rules of another size: a 1 MiB note is refused by the host (counted), never shown.
+    evil.send({
+      method: 'approvals/rulesChanged',
+      params: { rules: [{ ...evilRule, id: 'huge-note', note: 'n'.repeat(1 << 20) }] },
+    });
+    evil.send({ method: 'approvals/rulesChanged', params: { rules: [] } });
+    await row.waitFor({ state: 'detached' });
+    assert.equal(await page.locator('tr[data-rule-id="huge-note"]').count(), 0);
+    assert.equal(await page.locator('img, b, main script').count(), 0);
+    await page.click('button[data-view="processes"]');
   });
 
   test('a row larger than the host keeps is refused and counted; the host stays joined', async () => {

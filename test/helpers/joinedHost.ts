@@ -1,8 +1,10 @@
 // A fleet host run in a child process (helpers/fleetHostChild.ts) that joins one server: the hostile tests' host.
+import assert from 'node:assert/strict';
 import { after, before } from 'node:test';
 import type { MonitorServer } from '../../src/protocol/monitor.js';
-import { type Cli, startCli } from './cli.js';
-import { RpcClient } from './client.js';
+import { type Cli, startCli, tsEntry } from './cli.js';
+import { callError, RpcClient } from './client.js';
+import { stillServes } from './hostileJson.js';
 import { type HostileServer, startHostileServer } from './hostileServer.js';
 
 export interface JoinedHost {
@@ -15,9 +17,7 @@ export interface JoinedHost {
 export async function startHostJoining(evil: HostileServer): Promise<JoinedHost> {
   const host = await startCli(
     [
-      '--import',
-      'tsx',
-      'test/helpers/fleetHostChild.ts',
+      ...tsEntry('test/helpers/fleetHostChild.ts'),
       JSON.stringify({ join: [{ url: evil.url, token: 'evil-token-0123456789', name: 'evil' }] }),
     ],
     { script: true },
@@ -32,14 +32,23 @@ export async function joinedRecord(panel: RpcClient): Promise<MonitorServer> {
 
 /**
  * The suite's hostile server (answering `answers` too) and a host joining it, with one agent and one panel of that
- * host: started before the suite's tests, closed after them.
+ * host: started before the suite's tests, closed after them. `err` is the panel's call's error (code 0: answered);
+ * `holds` asserts the host is up and still runs a process for its own agent.
  */
 export function hostileFleetRig(answers: Parameters<typeof startHostileServer>[0] = {}) {
-  const rig = {} as {
+  const rig = {
+    err: (method: string, params: unknown) => callError(rig.panel, method, params),
+    async holds(word: string): Promise<void> {
+      assert.equal(rig.host.proc.exitCode, null, `the host exited: ${rig.host.stderr().slice(-3000)}`);
+      await stillServes(rig.agent, word);
+    },
+  } as {
     evil: HostileServer;
     host: Cli;
     agent: RpcClient & { sessionId: string };
     panel: RpcClient & { sessionId: string };
+    err(method: string, params: unknown): Promise<{ code: number; message: string }>;
+    holds(word: string): Promise<void>;
   };
   before(async () => {
     rig.evil = await startHostileServer(answers);

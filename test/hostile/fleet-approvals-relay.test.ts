@@ -7,7 +7,6 @@
 import assert from 'node:assert/strict';
 import { before, describe, test } from 'node:test';
 import type { LearningState } from '../../src/protocol/approvals.js';
-import { stillServes } from '../helpers/hostileJson.js';
 import { joinedSocket } from '../helpers/hostileServer.js';
 import { hostileFleetRig, joinedRecord } from '../helpers/joinedHost.js';
 import { until } from '../helpers/server.js';
@@ -57,15 +56,7 @@ describe('fleet host: the approvals v2 relay against a hostile joined server', {
 
   const server = () => joinedRecord(rig.panel);
   const joined = () => joinedSocket(rig.evil);
-  const err = async (method: string, params: unknown) =>
-    (await rig.panel.request(method, params).then(
-      () => ({ code: 0, message: 'answered' }),
-      (x) => x,
-    )) as { code: number; message: string };
-  const holds = async (word: string) => {
-    assert.equal(rig.host.proc.exitCode, null, `the host exited: ${rig.host.stderr().slice(-3000)}`);
-    await stillServes(rig.agent, word);
-  };
+  const { err, holds } = rig;
 
   test('forwarded: exactly the parsed params, less server; answers of the wrong shape or over the bounds refused', async () => {
     await joined();

@@ -9,7 +9,6 @@ import assert from 'node:assert/strict';
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { type Host, startHost } from '../../src/app/host.js';
 import type {
   ApprovalPrompt,
   ApprovalsState,
@@ -17,25 +16,17 @@ import type {
   LearningState,
   RepoPolicyState,
 } from '../../src/protocol/approvals.js';
-import type { MonitorServer } from '../../src/protocol/monitor.js';
 import { askingStart, curlCode } from '../helpers/approvalsCli.js';
-import { RpcClient } from '../helpers/client.js';
+import { callError } from '../helpers/client.js';
+import { type FleetPair, startFleetPair } from '../helpers/fleetPair.js';
 import { tempDir, until } from '../helpers/server.js';
-import { loopbackOnlyDialer, startOrigin, stubResolver } from './network-helpers.js';
 
-type Client = RpcClient & { sessionId: string };
 const skip = existsSync('/usr/bin/curl') ? false : 'curl is not installed';
 
 describe('fleet host: approvals v2 on a joined server', { skip, timeout: 60_000 }, () => {
   const tmp = tempDir('corral-fleet-approvals-v2-');
   const work = join(tmp.path, 'project');
-  const offMachine: string[] = [];
-  let origin: Awaited<ReturnType<typeof startOrigin>>;
-  let a: Host;
-  let b: Host;
-  let panelA: Client;
-  let panelB: Client;
-  let agentB: Client;
+  let f: FleetPair;
 
   before(async () => {
     mkdirSync(join(work, '.git'), { recursive: true });
@@ -44,83 +35,46 @@ describe('fleet host: approvals v2 on a joined server', { skip, timeout: 60_000 
       join(work, '.corral', 'network.json'),
       JSON.stringify({ endpoints: [{ host: '127.0.0.1' }] }),
     );
-    origin = await startOrigin();
-    b = await startHost({
-      server: {
-        launcher: { resolver: stubResolver, dialer: loopbackOnlyDialer(offMachine) },
-        approvals: { timeoutMs: 30_000 },
-      },
-      resumeGraceMs: 0,
-      approvalRules: join(tmp.path, 'b-rules', 'approval-rules.db'),
-    });
-    a = await startHost({
-      join: [{ url: b.listener.url, token: b.tokens.panel, name: 'server-b' }],
-      fleet: { backoffMs: [50, 400] },
-      approvalRules: join(tmp.path, 'a-rules', 'approval-rules.db'),
-    });
-    panelA = await RpcClient.open(
-      `${a.listener.url}/?token=${encodeURIComponent(a.tokens.panel)}`,
-      'panel-a',
-    );
-    panelB = await RpcClient.open(
-      `${b.listener.url}/?token=${encodeURIComponent(b.tokens.panel)}`,
-      'panel-b',
-    );
-    agentB = await RpcClient.open(b.execUrl, 'agent-b');
-    await until(
-      async () =>
-        ((await panelA.request('fleet/list', {})) as { servers: MonitorServer[] }).servers[0]?.ready === true,
-      15_000,
-      'B joined and ready',
-    );
-    await panelA.request('approvals/subscribe', {});
+    f = await startFleetPair(tmp.path);
   });
 
   after(async () => {
-    for (const c of [panelA, panelB, agentB]) c?.close();
-    await a?.shutdown();
-    await b?.shutdown();
-    await origin?.close();
+    await f?.close();
     tmp.cleanup();
-    assert.deepEqual(offMachine, []);
   });
 
-  const err = async (c: RpcClient, method: string, params: unknown) =>
-    (await c.request(method, params).then(
-      () => ({ code: 0, message: 'answered' }),
-      (x) => x,
-    )) as { code: number; message: string };
+  const err = callError;
 
   test("wait until the process exits, on a joined server's card: B's prompt waits, its exit denies it", async () => {
     await askingStart(
-      agentB,
+      f.agentB,
       'held',
-      `${curlCode('held', `http://127.0.0.1:${origin.port}/x`)}; sleep 30`,
+      `${curlCode('held', `http://127.0.0.1:${f.origin.port}/x`)}; sleep 30`,
       work,
     );
     await until(
       async () =>
-        (await panelA.request<ApprovalsState>('approvals/list', {})).pending.some(
+        (await f.panelA.request<ApprovalsState>('approvals/list', {})).pending.some(
           (p) => p.server === 's1' && p.processId === 'held',
         ),
       15_000,
       "B's prompt on A",
     );
-    const p = (await panelA.request<ApprovalsState>('approvals/list', {})).pending.find(
+    const p = (await f.panelA.request<ApprovalsState>('approvals/list', {})).pending.find(
       (x) => x.server === 's1',
     )!;
     // A's own broker does not know B's prompt: without `server` it is refused as unknown there.
-    assert.match((await err(panelA, 'approvals/waitForExit', { id: p.id })).message, /unknown or already/);
-    assert.deepEqual(await panelA.request('approvals/waitForExit', { server: 's1', id: p.id }), {
+    assert.match((await err(f.panelA, 'approvals/waitForExit', { id: p.id })).message, /unknown or already/);
+    assert.deepEqual(await f.panelA.request('approvals/waitForExit', { server: 's1', id: p.id }), {
       waiting: 1,
     });
-    const onB = (await panelB.request<ApprovalsState>('approvals/list', {})).pending.find(
+    const onB = (await f.panelB.request<ApprovalsState>('approvals/list', {})).pending.find(
       (x) => x.id === p.id,
     );
     assert.equal(onB?.waitingForExit, true, 'B holds it until the exit');
     await until(
       () =>
-        panelA.notifications.some(
+        f.panelA.notifications.some(
           (n) =>
             n.method === 'approvals/requested' &&
             (n.params.prompt as ApprovalPrompt).id === p.id &&
@@ -130,28 +84,28 @@ describe('fleet host: approvals v2 on a joined server', { skip, timeout: 60_000 
       'the change relayed to A',
     );
     // The exit (a terminate) denies the held requests: the prompt is resolved on B, and A's panel is told.
-    await agentB.request('process/terminate', { processId: 'held' });
+    await f.agentB.request('process/terminate', { processId: 'held' });
     await until(
       () =>
-        panelA.notifications.some(
+        f.panelA.notifications.some(
           (n) => n.method === 'approvals/resolved' && n.params.server === 's1' && n.params.id === p.id,
         ),
       15_000,
       'the end relayed to A',
     );
     assert.ok(
-      !(await panelB.request<ApprovalsState>('approvals/list', {})).pending.some((x) => x.id === p.id),
+      !(await f.panelB.request<ApprovalsState>('approvals/list', {})).pending.some((x) => x.id === p.id),
     );
-    await agentB.collect('held', 15_000);
-    assert.equal((await err(panelA, 'approvals/waitForExit', { server: 's9', id: p.id })).code, -32600);
+    await f.agentB.collect('held', 15_000);
+    assert.equal((await err(f.panelA, 'approvals/waitForExit', { server: 's9', id: p.id })).code, -32600);
     assert.match(
-      (await err(panelA, 'approvals/waitForExit', { server: 's9', id: p.id })).message,
+      (await err(f.panelA, 'approvals/waitForExit', { server: 's9', id: p.id })).message,
       /unknown server s9/,
     );
   });
 
   test("learning mode of a joined server's workspace: started, notified tagged with B, read and ended on B only", async () => {
-    const started = (await panelA.request('approvals/learn', {
+    const started = (await f.panelA.request('approvals/learn', {
       server: 's1',
       workspace: work,
       maxRequests: 5,
@@ -159,7 +113,7 @@ describe('fleet host: approvals v2 on a joined server', { skip, timeout: 60_000 
     assert.equal(started.learning.active, true);
     await until(
       () =>
-        panelA.notifications.some(
+        f.panelA.notifications.some(
           (n) =>
             n.method === 'approvals/learningChanged' &&
             n.params.server === 's1' &&
@@ -168,15 +122,15 @@ describe('fleet host: approvals v2 on a joined server', { skip, timeout: 60_000 
       10_000,
       "B's learningChanged relayed, tagged s1",
     );
-    const onB = (await panelB.request('approvals/learning', {})) as { learning: LearningState[] };
+    const onB = (await f.panelB.request('approvals/learning', {})) as { learning: LearningState[] };
     assert.equal(onB.learning.length, 1, 'B learns');
-    const ownA = (await panelA.request('approvals/learning', {})) as { learning: LearningState[] };
+    const ownA = (await f.panelA.request('approvals/learning', {})) as { learning: LearningState[] };
     assert.deepEqual(ownA.learning, [], "A's own workspaces do not");
-    const viaA = (await panelA.request('approvals/learning', { server: 's1' })) as {
+    const viaA = (await f.panelA.request('approvals/learning', { server: 's1' })) as {
       learning: LearningState[];
     };
     assert.equal(viaA.learning[0]!.workspace, onB.learning[0]!.workspace);
-    const ended = (await panelA.request('approvals/learnEnd', {
+    const ended = (await f.panelA.request('approvals/learnEnd', {
       server: 's1',
       workspace: work,
       accept: [],
@@ -185,54 +139,49 @@ describe('fleet host: approvals v2 on a joined server', { skip, timeout: 60_000 
     };
     assert.deepEqual(ended.rules, []);
     assert.deepEqual(
-      ((await panelB.request('approvals/learning', {})) as { learning: unknown[] }).learning,
+      ((await f.panelB.request('approvals/learning', {})) as { learning: unknown[] }).learning,
       [],
     );
     // What B received: the params A parsed, without `server`.
     assert.match(
-      (await err(panelA, 'approvals/learn', { server: 's1', workspace: work, maxRequests: 0 })).message,
+      (await err(f.panelA, 'approvals/learn', { server: 's1', workspace: work, maxRequests: 0 })).message,
       /maxRequests/,
     );
   });
 
   test("a joined server's repository file: read and accepted on B, A's own acceptance untouched", async () => {
-    const state = await panelA.request<RepoPolicyState>('approvals/repoPolicy', {
+    const state = await f.panelA.request<RepoPolicyState>('approvals/repoPolicy', {
       server: 's1',
       workspace: work,
     });
     assert.equal(state.status, 'read');
     assert.equal(state.acceptance, 'new');
-    const stale = await err(panelA, 'approvals/repoAccept', {
+    const stale = await err(f.panelA, 'approvals/repoAccept', {
       server: 's1',
       workspace: work,
       sha256: 'b'.repeat(64),
     });
     assert.equal(stale.code, -32600);
     assert.match(stale.message, /^server-b: sha256: b+ is not the file's hash now/);
-    const accepted = await panelA.request<RepoPolicyState>('approvals/repoAccept', {
+    const accepted = await f.panelA.request<RepoPolicyState>('approvals/repoAccept', {
       server: 's1',
       workspace: work,
       sha256: state.sha256!,
     });
     assert.equal(accepted.acceptance, 'accepted');
-    const onB = await panelB.request<RepoPolicyState>('approvals/repoPolicy', { workspace: work });
+    const onB = await f.panelB.request<RepoPolicyState>('approvals/repoPolicy', { workspace: work });
     assert.equal(onB.acceptance, 'accepted');
-    const ownA = await panelA.request<RepoPolicyState>('approvals/repoPolicy', { workspace: work });
+    const ownA = await f.panelA.request<RepoPolicyState>('approvals/repoPolicy', { workspace: work });
     assert.equal(ownA.acceptance, 'new', "A's own acceptance of the same directory is its own");
   });
 
   test('an agent of A reaches none of it', async () => {
-    const agentA = await RpcClient.open(a.execUrl, 'agent-a');
-    try {
-      for (const [m, params] of [
-        ['approvals/waitForExit', { server: 's1', id: 'x' }],
-        ['approvals/learn', { server: 's1', workspace: work }],
-        ['approvals/learnEnd', { server: 's1', workspace: work }],
-        ['approvals/repoAccept', { server: 's1', workspace: work, sha256: 'a'.repeat(64) }],
-      ] as const)
-        assert.equal((await err(agentA, m, params)).code, -32600, m);
-    } finally {
-      agentA.close();
-    }
+    for (const [m, params] of [
+      ['approvals/waitForExit', { server: 's1', id: 'x' }],
+      ['approvals/learn', { server: 's1', workspace: work }],
+      ['approvals/learnEnd', { server: 's1', workspace: work }],
+      ['approvals/repoAccept', { server: 's1', workspace: work, sha256: 'a'.repeat(64) }],
+    ] as const)
+      assert.equal((await err(f.agentA, m, params)).code, -32600, m);
   });
 });

@@ -9,11 +9,15 @@
  */
 import { lstatSync, realpathSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import type { ApprovalProtocol, ApprovalRule, RepoAcceptance } from '../../protocol/approvals.js';
+import {
+  type ApprovalProtocol,
+  type ApprovalRule,
+  MAX_PROJECT_RULES,
+  type RepoAcceptance,
+} from '../../protocol/approvals.js';
 import { pathWithin } from './endpointPath.js';
 
-/** Project rules kept, server-wide: past it a new rule is refused (said in the error), never an old one dropped. */
-export const MAX_PROJECT_RULES = 10_000;
+export { MAX_PROJECT_RULES };
 
 /** Where project rules are kept: durable, synchronous (each call has happened when it returns). */
 export interface ProjectRuleStore {

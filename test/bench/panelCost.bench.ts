@@ -31,6 +31,7 @@ import {
   Agent,
   flood,
   lags,
+  longestTaskRows,
   longTaskRow,
   longTasksIn,
   metrics,
@@ -40,6 +41,7 @@ import {
   spread,
   startServe,
   type Timing,
+  traceTasks,
   waitShown,
 } from './panelDriver.js';
 import type { BenchRow } from './types.js';
@@ -153,6 +155,7 @@ async function costPhase(
 ): Promise<BenchRow[]> {
   const { section } = phase;
   await takeInputLatency(page);
+  const stopTrace = await traceTasks(cdp, page);
   const m0 = await metrics(cdp);
   const p0 = await page.evaluate(() => performance.now());
   const t0 = performance.now();
@@ -175,6 +178,7 @@ async function costPhase(
   const m1 = await metrics(cdp);
   const p1 = await page.evaluate(() => performance.now());
   const t1 = performance.now();
+  const traced = await stopTrace();
   const shown = await pageTimes(page);
   const l = lags(run.timings, shown);
   const long = longTasksIn(shown.long, p0, p1);
@@ -225,6 +229,7 @@ async function costPhase(
     },
     { section, metric: 'processes never shown in their final state', corral: missing, unit: '', target: '0' },
     longTaskRow(section, long),
+    ...longestTaskRows(section, traced, shown.frames, p0, p1),
     {
       section,
       metric: `input → paint, a key in the search box (p50 / p99 / max of ${input.length})`,
@@ -261,6 +266,7 @@ async function eventPhase(
   await page.locator(`button.nav-item[data-view="${view}"]`).click();
   await page.locator(`#view-${view}`).waitFor();
   await takeInputLatency(page);
+  const stopTrace = await traceTasks(cdp, page);
   const m0 = await metrics(cdp);
   const p0 = await page.evaluate(() => performance.now());
   const t0 = performance.now();
@@ -281,7 +287,9 @@ async function eventPhase(
   const firstS = (tHalf - t0) / 1000;
   const secondS = (performance.now() - tHalf) / 1000;
   const p1 = await page.evaluate(() => performance.now());
-  const long = longTasksIn((await pageTimes(page)).long, p0, p1);
+  const traced = await stopTrace();
+  const shown = await pageTimes(page);
+  const long = longTasksIn(shown.long, p0, p1);
   const input = await takeInputLatency(page);
   // A page that does not take the click (the old panel under a burst of prompts) ends the phase all the same.
   await page
@@ -309,6 +317,7 @@ async function eventPhase(
       unit: 'ms/s',
     },
     longTaskRow(section, long),
+    ...longestTaskRows(section, traced, shown.frames, p0, p1),
     {
       section,
       metric: `input → paint, ${probeName} (p50 / p99 / max of ${input.length})`,

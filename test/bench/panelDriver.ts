@@ -9,7 +9,7 @@
  */
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import type { CDPSession, Page } from 'playwright-core';
@@ -196,12 +196,29 @@ export async function flood(
   return { timings, rate: opts.total / seconds, seconds };
 }
 
-/** Installed in the page before its scripts: long tasks, and when each process showed in the table, by state. */
+/**
+ * Installed in the page before its scripts: long tasks, long animation frames (Chromium's LoAF: what ran in a frame
+ * over 50 ms, script by script, and when rendering began), and when each process showed in the table, by state.
+ */
 export const PAGE_INSTRUMENTATION = `(() => {
-  const b = { long: [], first: new Map(), final: new Map(), probe: false };
+  const b = { long: [], frames: [], first: new Map(), final: new Map(), probe: false };
   window.__bench = b;
   new PerformanceObserver((l) => { for (const e of l.getEntries()) b.long.push([e.startTime, e.duration]); })
     .observe({ type: 'longtask', buffered: true });
+  if (PerformanceObserver.supportedEntryTypes.includes('long-animation-frame'))
+    new PerformanceObserver((l) => {
+      for (const e of l.getEntries()) {
+        const top = [...e.scripts].sort((x, y) => y.duration - x.duration)[0];
+        b.frames.push({
+          start: e.startTime,
+          duration: e.duration,
+          script: e.scripts.reduce((n, s) => n + s.duration, 0),
+          render: e.renderStart > 0 ? e.startTime + e.duration - e.renderStart : 0,
+          forced: e.scripts.reduce((n, s) => n + s.forcedStyleAndLayoutDuration, 0),
+          top: top ? top.invoker + (top.sourceFunctionName ? ' ' + top.sourceFunctionName : '') : '',
+        });
+      }
+    }).observe({ type: 'long-animation-frame', buffered: true });
   const see = (id, state, t) => {
     if (!b.first.has(id)) b.first.set(id, t);
     if (state === 'closed' && !b.final.has(id)) b.final.set(id, t);
@@ -233,22 +250,40 @@ export const PAGE_INSTRUMENTATION = `(() => {
   observer.observe(document, { childList: true, subtree: true });
 })();`;
 
+/** A long animation frame (LoAF) as PAGE_INSTRUMENTATION keeps it (ms, the page's clock). */
+export interface LongFrame {
+  start: number;
+  duration: number;
+  /** Time in scripts, in rendering (rAF callbacks, style, layout, paint), in layout forced by scripts. */
+  script: number;
+  render: number;
+  forced: number;
+  /** The script that took longest: its invoker (and function). */
+  top: string;
+}
+
 export interface PageTimes {
   first: Map<string, number>;
   final: Map<string, number>;
   long: [number, number][];
+  frames: LongFrame[];
 }
 
 export async function pageTimes(page: Page): Promise<PageTimes> {
   const r = await page.evaluate(() => {
     const b = (
       window as unknown as {
-        __bench: { first: Map<string, number>; final: Map<string, number>; long: [number, number][] };
+        __bench: {
+          first: Map<string, number>;
+          final: Map<string, number>;
+          long: [number, number][];
+          frames: LongFrame[];
+        };
       }
     ).__bench;
-    return { first: [...b.first], final: [...b.final], long: b.long };
+    return { first: [...b.first], final: [...b.final], long: b.long, frames: b.frames };
   });
-  return { first: new Map(r.first), final: new Map(r.final), long: r.long };
+  return { first: new Map(r.first), final: new Map(r.final), long: r.long, frames: r.frames };
 }
 
 /** Waits until the page has shown `n` processes (any state), or the timeout; returns how many it has. */
@@ -330,16 +365,26 @@ interface TraceEvent {
   ph: string;
   pid: number;
   tid: number;
+  ts: number;
   dur?: number;
   tdur?: number;
-  args?: { name?: string };
+  args?: { name?: string; src_func?: string };
 }
 
-/** A main-thread task of the page: its wall time and the CPU time its thread had in it (ms). */
+/**
+ * A main-thread task of the page: its wall time and the CPU time its thread had in it (ms), when it started (the
+ * page's clock, performance.now(), when traceTasks had the page; otherwise NaN) and what posted it (a rendering
+ * frame, a timer, a message, V8's incremental marking…: the task's `src_func` in the trace).
+ */
 export interface TracedTask {
   wall: number;
   cpu: number;
+  start: number;
+  source: string;
 }
+
+/** The mark traceTasks puts in the page to set the trace's clock against the page's. */
+const ALIGN_MARK = 'corral-bench-trace-align';
 
 /** The name of a task of a thread's run loop in the `toplevel` trace category. */
 const TASK = 'ThreadControllerImpl::RunTask';
@@ -351,17 +396,25 @@ const TASK = 'ThreadControllerImpl::RunTask';
  * DevTools' timeline category streamed ~76k events and 14 MB per second through CDP, which took enough CPU from the
  * page and the server to change what the run measured (achieved rate 842–1106 /s with it, 1066–1311 without).
  */
-export async function traceTasks(cdp: CDPSession): Promise<() => Promise<TracedTask[]>> {
+export async function traceTasks(cdp: CDPSession, page?: Page): Promise<() => Promise<TracedTask[]>> {
   const events: TraceEvent[] = [];
+  let mark: TraceEvent | null = null;
   const onData = (d: { value: object[] }) => {
-    for (const e of d.value as TraceEvent[])
+    for (const e of d.value as TraceEvent[]) {
       if ((e.name === TASK && e.ph === 'X') || e.name === 'thread_name') events.push(e);
+      else if (e.name === ALIGN_MARK) mark = e;
+    }
   };
   cdp.on('Tracing.dataCollected', onData);
   await cdp.send('Tracing.start', {
-    categories: 'toplevel',
+    // blink.user_timing: only the page's performance.mark()s (one here, to align the clocks).
+    categories: page ? 'toplevel,blink.user_timing' : 'toplevel',
     transferMode: 'ReportEvents',
   });
+  // The mark's time in the page's clock; its trace event's timestamp is the same instant in the trace's.
+  const markAt = page
+    ? await page.evaluate((name) => performance.mark(name).startTime, ALIGN_MARK).catch(() => Number.NaN)
+    : Number.NaN;
   return async () => {
     const complete = new Promise<void>((r) => cdp.once('Tracing.tracingComplete', () => r()));
     await cdp.send('Tracing.end');
@@ -372,13 +425,20 @@ export async function traceTasks(cdp: CDPSession): Promise<() => Promise<TracedT
         .filter((e) => e.name === 'thread_name' && e.args?.name === 'CrRendererMain')
         .map((e) => `${e.pid}:${e.tid}`),
     );
+    const m = mark as TraceEvent | null;
+    const offset = m ? m.ts / 1000 - markAt : Number.NaN;
     const byThread = new Map<string, TracedTask[]>();
     for (const e of events) {
       const k = `${e.pid}:${e.tid}`;
       if (e.name !== TASK || !mains.has(k)) continue;
       const list = byThread.get(k) ?? [];
       byThread.set(k, list);
-      list.push({ wall: (e.dur ?? 0) / 1000, cpu: (e.tdur ?? 0) / 1000 });
+      list.push({
+        wall: (e.dur ?? 0) / 1000,
+        cpu: (e.tdur ?? 0) / 1000,
+        start: e.ts / 1000 - offset,
+        source: e.args?.src_func ?? '',
+      });
     }
     const busiest = (l: TracedTask[]) => l.reduce((n, t) => n + t.cpu, 0);
     return [...byThread.values()].sort((a, b) => busiest(b) - busiest(a))[0] ?? [];
@@ -399,6 +459,77 @@ export function longTaskRow(section: string, long: number[]): BenchRow {
     unit: 'ms',
     target: 'max ≤ 100',
   };
+}
+
+/** What posted a task (its `src_func` in the trace), in words. */
+function taskKind(source: string): string {
+  // `void v8::internal::IncrementalMarkingJob::ScheduleTask()`: the last name before the arguments.
+  const name = source.replace(/\(.*$/, '').replace(/^.*::/, '').replace(/^.* /, '');
+  if (source.includes('BeginMainFrame')) return 'a rendering frame';
+  if (/IncrementalMarking|Heap|GC/.test(source)) return `V8's GC (${name})`;
+  return name || 'unknown';
+}
+
+/** A task in words: its wall time and CPU, what it was, and what ran in it by its long animation frame (if any). */
+export function describeTask(t: TracedTask | undefined, frames: readonly LongFrame[]): string {
+  if (!t) return 'none';
+  // The long animation frame the task spent most of its time in.
+  const overlap = (x: LongFrame) =>
+    Math.min(x.start + x.duration, t.start + t.wall) - Math.max(x.start, t.start);
+  const f = frames.reduce<LongFrame | undefined>(
+    (m, x) => (overlap(x) > 0 && (!m || overlap(x) > overlap(m)) ? x : m),
+    undefined,
+  );
+  const r = Math.round;
+  return (
+    `${r(t.wall)} / ${r(t.cpu)}, ${taskKind(t.source)}` +
+    (t.cpu < t.wall / 2 ? ' (waited for a core)' : '') +
+    (f
+      ? `; in a LoAF of ${r(f.duration)}: script ${r(f.script)}${f.top ? ` (${f.top.slice(0, 40)})` : ''}, rendering ${r(f.render)}` +
+        (f.forced > 0 ? `, forced layout ${r(f.forced)}` : '')
+      : '')
+  );
+}
+
+/**
+ * The longest task of a phase (wall clock, the goal's measure) and the one with the most CPU (the page's own work),
+ * each with what it was (trace, LoAF), and the machine's load: a task long by the wall clock with little CPU was
+ * CPU starvation (the machine is shared), not the page. `traced` from traceTasks(cdp, page); [from, to] the phase in
+ * the page's clock.
+ */
+export function longestTaskRows(
+  section: string,
+  traced: readonly TracedTask[],
+  frames: readonly LongFrame[],
+  from: number,
+  to: number,
+): BenchRow[] {
+  const tasks = traced.filter((t) => Number.isNaN(t.start) || (t.start >= from && t.start <= to));
+  const longest = tasks.reduce<TracedTask | undefined>((m, t) => (m && m.wall >= t.wall ? m : t), undefined);
+  const heaviest = tasks.reduce<TracedTask | undefined>((m, t) => (m && m.cpu >= t.cpu ? m : t), undefined);
+  const inPhase = frames.filter((f) => f.start >= from && f.start <= to);
+  return [
+    {
+      section,
+      metric: '  longest task: wall / CPU (trace), what it was',
+      corral: describeTask(longest, inPhase),
+      unit: 'ms',
+      target: 'wall ≤ 100',
+    },
+    {
+      section,
+      metric: '  the task with the most CPU (the page’s own work)',
+      corral: describeTask(heaviest, inPhase),
+      unit: 'ms',
+      target: 'CPU ≤ 100',
+    },
+    {
+      section,
+      metric: '  machine load at its end (1-min loadavg, 2 cores)',
+      corral: Math.round(loadavg()[0]! * 10) / 10,
+      unit: '',
+    },
+  ];
 }
 
 /** `p50 / p99 / max` of some times (ms). */

@@ -78,9 +78,10 @@ export const MAX_RELAYED_LEARNING = 64;
 export const MAX_RELAYED_LEARNING_BYTES = 1024 * 1024;
 /**
  * The size of a joined server's project rules as relayed to the panels (their number is held to MAX_PROJECT_RULES by
- * the schema, each string to its own bound): ~8 000 rules of ordinary length; past it the list is refused.
+ * the schema, each string to its own bound): MAX_PROJECT_RULES rules of ~800 bytes (an ordinary one is ~470 with a
+ * note); past it the list is refused.
  */
-export const MAX_RELAYED_RULES_BYTES = 4 * 1024 * 1024;
+export const MAX_RELAYED_RULES_BYTES = 8 * 1024 * 1024;
 
 /** What the monitor methods a fleet forwards must answer. */
 const FORWARDED = {

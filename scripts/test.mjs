@@ -1,11 +1,22 @@
 #!/usr/bin/env node
 // The test command, in two tiers:
 //
-//   npm test              the fast tier, run before every commit (goal ≤ 3 min; 324 s measured on the 2-core dev machine): type check
+//   npm test              the fast tier, run before every commit (goal ≤ 3 min on the 2-core dev machine): type check
 //                         (each layer with its own tsconfig), lint, the layer rules, the protocol reference being
-//                         current, then every test file except those in SLOW, with node's test runner (TypeScript
-//                         through tsx).
+//                         current, then every test file except those in SLOW, with node's test runner.
 //   npm run test:all      the same checks, then every test file (fast and slow tiers); CI runs this.
+//
+// The test files run bundled: esbuild turns the selected files into JavaScript under node_modules/.cache/corral-tests
+// (one bundle per file, shared chunks, ~1 s for all of them), and node runs that without a loader. Loading the server's
+// ~200 TypeScript modules through tsx's loader hooks cost each test process 1–1.5 CPU-s, about a third of the tests'
+// CPU on this 2-core machine where they are CPU-bound. A test file keeps its own `import.meta` (url, dirname,
+// filename are those of its .ts source, so fixtures and helper scripts resolve as before); the code under test sees
+// the bundle's place, as in the shipped bundle (dist/cli.js), and finds the audit worker and the panel beside it: the
+// run builds the application into the same directory, and the tests start the CLI from there (CORRAL_DIST). The
+// scripts under test/fixtures and test/helpers that tests start as processes are bundled too (tsEntry in
+// test/helpers/cli.ts). Stack traces name the .ts sources (source maps). `npm run test:all` tells the files it is
+// the whole suite (CORRAL_TEST_TIER=all): a file whose cases form a matrix crosses every axis there, and in the fast
+// tier pairs them (WHOLE_SUITE in test/helpers/cli.ts).
 //
 // `npm test -- unit sandbox` runs only the fast-tier files whose path contains one of the given words (skipping the
 // checks); `npm run test:all -- sandbox` does the same over both tiers. Options starting with `--test` go to node's
@@ -15,10 +26,12 @@
 // it took alone. Measure-heavy checks belong in `npm run bench` (test/bench), or here with the smallest N that still
 // fails on the bug it was written for. Every *.test.ts under test/ is in exactly one tier: SLOW names existing files
 // only (checked below), everything else is fast.
-import { spawnSync } from 'node:child_process';
-import { existsSync, readdirSync, statSync } from 'node:fs';
+import { spawn, spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { dirname, join, relative } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { build } from 'esbuild';
+import { buildApp } from './build.mjs';
 
 /** The slow tier: run by `npm run test:all` (and CI) only. Seconds are wall time alone on the dev machine. */
 const SLOW = {
@@ -57,6 +70,28 @@ const SLOW = {
     '`npm test` runs the check on docs/',
 };
 
+/**
+ * The fast tier's longest files, started first (seconds alone, 2-core dev machine, under load; only the order
+ * matters): a long file started last would run alone at the end while the other slots are empty.
+ */
+const HEAVY = {
+  'test/hostile/sandbox-escapes.test.ts': 26,
+  'test/integration/remote-auth.test.ts': 45,
+  'test/integration/approvals-project.test.ts': 34,
+  'test/integration/audit-cli.test.ts': 33,
+  'test/integration/landlock-fallback.test.ts': 25,
+  'test/integration/audit-store.test.ts': 23,
+  'test/integration/server-trust.test.ts': 21,
+  'test/hostile/proxy-input.test.ts': 19,
+  'test/integration/audit-planted.test.ts': 15,
+  'test/integration/audit-driver.test.ts': 14,
+  'test/hostile/approvals-cli.test.ts': 13,
+  'test/integration/kube-fleet.test.ts': 13,
+  'test/integration/approvals-learning-wait.test.ts': 12,
+  'test/browser/panel.test.ts': 11,
+  'test/integration/cli-openai-credentials.test.ts': 15,
+};
+
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const args = process.argv.slice(2);
 const all = args.includes('--all');
@@ -78,19 +113,26 @@ function run(cmd, args) {
   if (r.status !== 0) process.exit(r.status ?? 1);
 }
 
-const stale = Object.keys(SLOW).filter((f) => !existsSync(join(root, f)));
+const stale = [...Object.keys(SLOW), ...Object.keys(HEAVY)].filter((f) => !existsSync(join(root, f)));
 if (stale.length > 0) {
   console.error(
-    `scripts/test.mjs: SLOW names files that do not exist (moved? update the list): ${stale.join(', ')}`,
+    `scripts/test.mjs: SLOW or HEAVY names files that do not exist (moved? update the list): ${stale.join(', ')}`,
   );
   process.exit(1);
 }
 
 if (filters.length === 0) {
-  run('npx', ['tsc', '-b']);
-  run('npx', ['biome', 'check', '.']);
-  run(process.execPath, ['scripts/check-layers.mjs']);
-  run(process.execPath, ['--import', 'tsx', 'scripts/protocol-docs.ts', '--check']);
+  // The four checks at once (each prints when it ends): TypeScript 7 (the Go compiler, package alias typescript-go)
+  // makes the same check as TypeScript 5.9 in a third of the CPU (13 against 42 CPU-s cold here, multi-threaded);
+  // TypeScript 5.9 stays as `typescript` for the scripts that use its API.
+  const checks = await Promise.all([
+    check(process.execPath, ['node_modules/typescript-go/bin/tsc', '-b']),
+    check(process.execPath, ['node_modules/@biomejs/biome/bin/biome', 'check', '.']),
+    check(process.execPath, ['scripts/check-layers.mjs']),
+    check(process.execPath, ['--import', 'tsx', 'scripts/protocol-docs.ts', '--check']),
+  ]);
+  const failed = checks.find((c) => c !== 0);
+  if (failed !== undefined) process.exit(failed);
 }
 const matching = walk(join(root, 'test'))
   .filter((f) => filters.length === 0 || filters.some((w) => f.includes(w)))
@@ -111,14 +153,120 @@ if (filters.length === 0)
       ? `# all tiers: ${files.length} test files`
       : `# fast tier: ${files.length} test files (${leftOut.length} slow ones: npm run test:all)`,
   );
-// Three files at a time on two cores: most test files wait on processes, sockets and browsers more than they compute
-// (alone, their CPU time is about half their wall time), so a third file keeps both cores busy.
+process.env.CORRAL_TEST_TIER = all ? 'all' : 'fast';
+const bundles = await bundle(files, scripts());
+// Three files at a time on two cores: most test files wait on processes, sockets and browsers more than they compute,
+// so a third file keeps both cores busy. The longest files start first, so that none of them is the last one running.
+bundles.sort((a, b) => weight(b.source) - weight(a.source));
 run(process.execPath, [
-  '--import',
-  'tsx',
+  '--enable-source-maps',
   '--test',
   '--test-concurrency=3',
   '--test-timeout=300000',
   ...runnerFlags,
-  ...files,
+  ...bundles.map((b) => b.out),
 ]);
+
+/** Bundles the test files into node_modules/.cache/corral-tests, each file keeping its own `import.meta`. */
+async function bundle(sources, children) {
+  // A directory per run (two runs at once must not replace each other's files), removed when the run ends; one
+  // left by a run that was killed is removed by the next run.
+  const cache = join(root, 'node_modules', '.cache', 'corral-tests');
+  mkdirSync(cache, { recursive: true });
+  for (const name of readdirSync(cache)) {
+    if (!alive(Number(name))) rmSync(join(cache, name), { recursive: true, force: true });
+  }
+  const outdir = join(cache, String(process.pid));
+  process.on('exit', () => rmSync(outdir, { recursive: true, force: true }));
+  // The application as `npm run build` makes it (cli.js, audit/worker.js, renderer/), here rather than in dist/: a
+  // build started meanwhile (another run, an engineer) empties dist/, and this run's processes must not see that.
+  // The tests start the CLI from here (CORRAL_DIST; test/helpers/cli.ts), and the code under test, bundled beside
+  // it, finds the audit worker and the panel next to itself.
+  await buildApp(outdir);
+  process.env.CORRAL_DIST = outdir;
+  const ownImportMeta = {
+    name: 'own-import-meta',
+    setup(b) {
+      b.onLoad({ filter: new RegExp(`^${escapeRegExp(join(root, 'test'))}[\\\\/].*\\.ts$`) }, (args) => ({
+        loader: 'ts',
+        contents: readFileSync(args.path, 'utf8')
+          .replaceAll('import.meta.url', JSON.stringify(pathToFileURL(args.path).href))
+          .replaceAll('import.meta.dirname', JSON.stringify(dirname(args.path)))
+          .replaceAll('import.meta.filename', JSON.stringify(args.path)),
+      }));
+    },
+  };
+  await build({
+    absWorkingDir: root,
+    // Flat names (test/unit/x.test.ts → test.unit.x.test.mjs): every bundle sits beside the application build, so
+    // code under test that was bundled into an entry rather than a shared chunk also finds the worker and the panel.
+    entryPoints: Object.fromEntries([...sources, ...children].map((f) => [flatName(f), f])),
+    outdir,
+    outExtension: { '.js': '.mjs' },
+    bundle: true,
+    splitting: true,
+    format: 'esm',
+    platform: 'node',
+    target: 'node20',
+    packages: 'external',
+    sourcemap: 'linked',
+    plugins: [ownImportMeta],
+    logLevel: 'warning',
+  });
+  return sources.map((source) => ({ source, out: join(outdir, `${flatName(source)}.mjs`) }));
+}
+
+function escapeRegExp(s) {
+  return s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+}
+
+/** Every TypeScript file under test/fixtures and test/helpers: what a test may start as a process of its own. */
+function scripts() {
+  const all = [];
+  const under = (dir) => {
+    for (const name of readdirSync(dir)) {
+      const p = join(dir, name);
+      if (statSync(p).isDirectory()) under(p);
+      else if (name.endsWith('.ts') && !name.endsWith('.d.ts')) all.push(relative(root, p));
+    }
+  };
+  under(join(root, 'test', 'fixtures'));
+  under(join(root, 'test', 'helpers'));
+  return all.sort();
+}
+
+/** test/unit/x.test.ts → test.unit.x.test (the same in test/helpers/cli.ts's tsEntry) */
+function flatName(file) {
+  return file.replace(/\.ts$/, '').replaceAll('/', '.');
+}
+
+/** Whether a process with this pid exists (a run's directory is named after its pid). */
+function alive(pid) {
+  if (!Number.isInteger(pid) || pid <= 0) return false;
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return e.code === 'EPERM';
+  }
+}
+
+/** Seconds a file took alone (measured on the dev machine), for the files that take longest; the rest count 0. */
+function weight(file) {
+  return HEAVY[file] ?? 0;
+}
+
+/** Runs a check with its output held until it ends, so that checks running at once do not interleave. */
+function check(cmd, args) {
+  return new Promise((resolve) => {
+    const child = spawn(cmd, args, { cwd: root, stdio: ['ignore', 'pipe', 'pipe'] });
+    const out = [];
+    child.stdout.on('data', (d) => out.push(d));
+    child.stderr.on('data', (d) => out.push(d));
+    child.on('close', (code, signal) => {
+      process.stdout.write(Buffer.concat(out));
+      if (code !== 0) console.error(`check failed: ${[cmd, ...args].join(' ')} (${signal ?? code})`);
+      resolve(code ?? 1);
+    });
+  });
+}

@@ -11,7 +11,7 @@ import { type Host, startHost } from '../../src/app/host.js';
 import { localStatePath } from '../../src/app/localState.js';
 import type { ApprovalPrompt, ApprovalsState } from '../../src/protocol/approvals.js';
 import { loopbackOnlyDialer, startOrigin, stubResolver } from '../integration/network-helpers.js';
-import { ROOT } from './cli.js';
+import { CORRAL_BIN, ROOT } from './cli.js';
 import { RpcClient } from './client.js';
 import { shellStart } from './registry-contract.js';
 import { tempDir } from './server.js';
@@ -24,7 +24,7 @@ export interface CliRun {
 
 /** Runs `corral approvals ARGS` with `XDG_STATE_HOME=stateHome` (where it finds the local host's state file). */
 export function runApprovalsCli(args: string[], stateHome: string): Promise<CliRun> {
-  const proc = spawn(process.execPath, ['--import', 'tsx', 'src/cli.ts', 'approvals', ...args], {
+  const proc = spawn(process.execPath, [CORRAL_BIN, 'approvals', ...args], {
     cwd: ROOT,
     env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: stateHome, XDG_STATE_HOME: stateHome },
     stdio: ['ignore', 'pipe', 'pipe'],

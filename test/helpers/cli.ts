@@ -1,11 +1,43 @@
 import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { homedir } from 'node:os';
-import { join } from 'node:path';
+import { join, relative, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 
 export const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+
+/**
+ * The built application: the private build of this test run (scripts/test.mjs builds it and names it in CORRAL_DIST,
+ * so that a concurrent `npm run build` emptying dist/ cannot pull files from under a running test), else dist/.
+ */
+export const DIST = process.env.CORRAL_DIST ?? join(ROOT, 'dist');
+
+/**
+ * Whether this is the whole suite (`npm run test:all`, CI) rather than the fast tier run before each commit. A file
+ * whose cases form a matrix runs all of it here, and in the fast tier only enough of it that every value of every
+ * axis meets every attack (e.g. both request shapes and both tty modes, paired rather than crossed).
+ */
+export const WHOLE_SUITE = process.env.CORRAL_TEST_TIER === 'all';
+
+/**
+ * The `corral` command as users run it, from the bundle (what bin/corral.js loads). Starting it takes ~0.1 s to a
+ * listening server against ~0.5–0.9 s for src/cli.ts through tsx.
+ */
+export const CORRAL_BIN = join(DIST, 'cli.js');
+
+/**
+ * Node's arguments to run `script`, a TypeScript file under test/fixtures or test/helpers, as a process: its bundle
+ * from this test run (scripts/test.mjs makes one for each), or the source through tsx outside such a run. A
+ * bundle loads in ~0.3 CPU-s where tsx's loader takes 1–2 CPU-s for the server's modules.
+ */
+export function tsEntry(script: string): string[] {
+  const flat = relative(ROOT, resolve(ROOT, script)).replace(/\.ts$/, '').replaceAll('/', '.');
+  const bundle = process.env.CORRAL_DIST ? join(process.env.CORRAL_DIST, `${flat}.mjs`) : null;
+  return bundle && existsSync(bundle)
+    ? ['--enable-source-maps', bundle]
+    : ['--import', 'tsx', resolve(ROOT, script)];
+}
 
 export interface Cli {
   proc: ChildProcessWithoutNullStreams;
@@ -18,16 +50,15 @@ export interface Cli {
 }
 
 /**
- * Runs `corral <args>`: from source through tsx (default), or the built bundle (`built: true`, needed for `serve`,
- * which serves dist/renderer), or `script: true` a script of the repo (`args[0]`); `wrap` runs it through another
- * command. Resolves once the first stdout line is there (unless `stdio`).
+ * Runs `corral <args>` (the built bundle, CORRAL_BIN), or `script: true` a script of the repo (`args[0]`); `wrap` runs
+ * it through another command. Resolves once the first stdout line is there (unless `stdio`).
  */
 export async function startCli(
   args: string[],
-  opts: { env?: NodeJS.ProcessEnv; stdio?: boolean; built?: boolean; script?: boolean; wrap?: string[] } = {},
+  opts: { env?: NodeJS.ProcessEnv; stdio?: boolean; script?: boolean; wrap?: string[] } = {},
 ): Promise<Cli> {
   // script: args[0] is a script of the repo to run instead of the CLI (scripts/start.mjs).
-  const entry = opts.script ? [] : opts.built ? ['bin/corral.js'] : ['--import', 'tsx', 'src/cli.ts'];
+  const entry = opts.script ? [] : [CORRAL_BIN];
   // wrap: a command that runs it (prlimit, a shell that enters a cgroup first), which gets node and its arguments.
   const [cmd, ...rest] = [...(opts.wrap ?? []), process.execPath, ...entry, ...args] as [string, ...string[]];
   const proc = spawn(cmd, rest, {

@@ -16,9 +16,10 @@
 import { chmodSync, chownSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
+import { CORRAL_BIN } from './cli.js';
 import { RpcClient } from './client.js';
 import { type Exchange, exchange } from './fleet/http.js';
-import { corralContainer, MANIFEST_DIR, REPO, readYamlDocuments } from './fleet/manifests.js';
+import { corralContainer, MANIFEST_DIR, readYamlDocuments } from './fleet/manifests.js';
 import { NetnsDialer, type NetnsProcess, netnsAvailable, spawnInNetns } from './fleet/netns.js';
 import { makeNodesGroup, type NodesGroup } from './fleet/nodesGroup.js';
 import { type SandboxRouter, type SandboxRouterOptions, startSandboxRouter } from './fleet/sandboxRouter.js';
@@ -252,7 +253,7 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
       ],
       ...[
         process.execPath,
-        join(REPO, 'bin', 'corral.js'),
+        CORRAL_BIN,
         ...template.args.map((a) => mapPath(volumes, expand(a))),
         ...(panelToken
           ? [

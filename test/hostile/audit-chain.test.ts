@@ -23,7 +23,7 @@ import { verifyExport } from '../../src/audit/exportChain.js';
 import { openAuditStore } from '../../src/audit/openStore.js';
 import { sqliteProblem } from '../../src/audit/sqliteDriver.js';
 import { databaseSource } from '../../src/audit/verify.js';
-import { ROOT } from '../helpers/cli.js';
+import { CORRAL_BIN, ROOT } from '../helpers/cli.js';
 import { textSink as sink } from '../helpers/textSink.js';
 
 const skip = sqliteProblem() ?? false;
@@ -147,20 +147,16 @@ describe('audit verify: the hash chain', { skip }, () => {
     skip: !hasSqliteCli,
   }, () => {
     const db = makeDb(dir, 'cli');
-    const ok = spawnSync(process.execPath, ['--import', 'tsx', 'src/cli.ts', 'audit', 'verify', '--db', db], {
+    const ok = spawnSync(process.execPath, [CORRAL_BIN, 'audit', 'verify', '--db', db], {
       cwd: ROOT,
       encoding: 'utf8',
     });
     assert.equal(ok.status, 0, ok.stderr + ok.stdout);
     sql(db, "UPDATE network SET decision = 'allow' WHERE id = 3");
-    const bad = spawnSync(
-      process.execPath,
-      ['--import', 'tsx', 'src/cli.ts', 'audit', 'verify', '--db', db],
-      {
-        cwd: ROOT,
-        encoding: 'utf8',
-      },
-    );
+    const bad = spawnSync(process.execPath, [CORRAL_BIN, 'audit', 'verify', '--db', db], {
+      cwd: ROOT,
+      encoding: 'utf8',
+    });
     assert.equal(bad.status, 1, bad.stderr + bad.stdout);
     assert.match(bad.stdout, /BROKEN: event \d+, the network event \(network row 3\): its row was edited/);
   });

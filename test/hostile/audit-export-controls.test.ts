@@ -13,7 +13,7 @@ import { MAX_LIST_BYTES, MAX_TEXT_BYTES } from '../../src/audit/caps.js';
 import { openAuditStore } from '../../src/audit/openStore.js';
 import { MIGRATIONS, SCHEMA_VERSION } from '../../src/audit/schema.js';
 import { escapeTerminalLines, escapeTerminalText, terminalJson } from '../../src/protocol/terminalText.js';
-import { type Cli, ROOT, startCli } from '../helpers/cli.js';
+import { type Cli, CORRAL_BIN, ROOT, startCli } from '../helpers/cli.js';
 import { RpcClient } from '../helpers/client.js';
 import { tempDir } from '../helpers/server.js';
 
@@ -51,7 +51,7 @@ const where = (text: string) => {
 };
 
 function exportJsonl(db: string): string {
-  return execFileSync(process.execPath, ['--import', 'tsx', 'src/cli.ts', 'audit', 'export', '--db', db], {
+  return execFileSync(process.execPath, [CORRAL_BIN, 'audit', 'export', '--db', db], {
     cwd: ROOT,
     encoding: 'utf8',
     maxBuffer: 64 * 1024 * 1024,

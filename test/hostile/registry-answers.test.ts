@@ -22,7 +22,7 @@ import {
   RegistryError,
 } from '../../src/remote/registry.js';
 import { ExecServer } from '../../src/server/execServer.js';
-import { ROOT } from '../helpers/cli.js';
+import { CORRAL_BIN, ROOT } from '../helpers/cli.js';
 import { until } from '../helpers/server.js';
 
 const BEARER = 'registration-secret-7f3a9c0d1e2b';
@@ -111,7 +111,7 @@ async function registerError(
 async function runExecutor(base: string, extra: string[] = [], env = process.env) {
   const child = spawn(
     process.execPath,
-    ['--import', 'tsx', 'src/cli.ts', 'exec-server', '--remote', base, '--environment-id', ENV].concat([
+    [CORRAL_BIN, 'exec-server', '--remote', base, '--environment-id', ENV].concat([
       '--registration-bearer-stdin',
       '--no-audit',
       ...extra,

@@ -8,6 +8,7 @@ import { execFileSync, spawn } from 'node:child_process';
 import { chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { tsEntry } from '../helpers/cli.js';
 import { RpcClient } from '../helpers/client.js';
 import { serverUrl } from '../integration/sandbox-util.js';
 
@@ -102,9 +103,7 @@ export async function startServer(o: ServerOptions): Promise<HostileServer> {
   if (o.keyring) argv.push(PY, '-c', KEYRING_PY, o.keyring.description, o.keyring.secret);
   argv.push(
     process.execPath,
-    '--import',
-    'tsx',
-    SERVER,
+    ...tsEntry(SERVER),
     o.tmpdir,
     ...(o.sandbox ? [JSON.stringify(o.sandbox)] : []),
   );

@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { selftestPointer } from '../../src/selftest/lastResult.js';
 import { CASE_NAMES, runSelftest, selftestCommand } from '../../src/selftest/selftest.js';
-import { ROOT } from '../helpers/cli.js';
+import { CORRAL_BIN, ROOT } from '../helpers/cli.js';
 import { needsSandbox } from '../helpers/native.js';
 
 const scratches = () => readdirSync(tmpdir()).filter((n) => n.startsWith('corral-selftest-'));
@@ -84,7 +84,7 @@ describe('corral selftest', { skip: needsSandbox }, () => {
   test('corral selftest --json through the CLI: exit 0, one JSON report', () => {
     const state = mkdtempSync(join(tmpdir(), 'corral-selftest-state-'));
     try {
-      const r = spawnSync(process.execPath, ['--import', 'tsx', 'src/cli.ts', 'selftest', '--json'], {
+      const r = spawnSync(process.execPath, [CORRAL_BIN, 'selftest', '--json'], {
         cwd: ROOT,
         encoding: 'utf8',
         env: { ...process.env, XDG_STATE_HOME: state },

@@ -6,12 +6,13 @@ import { existsSync, mkdirSync, readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import Database from 'better-sqlite3';
+import { CORRAL_BIN } from '../helpers/cli.js';
 import { b64, RpcClient } from '../helpers/client.js';
 import { needsAddon } from '../helpers/native.js';
 import { tempDir, until } from '../helpers/server.js';
 
 const ROOT = join(import.meta.dirname, '..', '..');
-const CLI = join(ROOT, 'dist', 'cli.js');
+const CLI = CORRAL_BIN;
 /** What the issue allows to be lost: events younger than the flush interval (records go out every 100 ms). */
 const FLUSH_INTERVAL_MS = 250;
 

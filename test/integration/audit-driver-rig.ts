@@ -7,6 +7,7 @@
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { cpSync, mkdirSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { DIST } from '../helpers/cli.js';
 import { tempDir } from '../helpers/server.js';
 
 const ROOT = join(import.meta.dirname, '..', '..');
@@ -55,7 +56,7 @@ export interface BrokenInstall {
 
 export function brokenSqliteInstall(kind: BrokenDriver): BrokenInstall {
   const dir = tempDir('corral-nosqlite-');
-  cpSync(join(ROOT, 'dist'), join(dir.path, 'dist'), { recursive: true });
+  cpSync(DIST, join(dir.path, 'dist'), { recursive: true });
   cpSync(join(ROOT, 'package.json'), join(dir.path, 'package.json'));
   // The spawner's addon (src/process/spawner.ts finds it under the package root).
   symlinkSync(join(ROOT, 'build'), join(dir.path, 'build'));

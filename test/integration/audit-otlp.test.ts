@@ -6,11 +6,12 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { CORRAL_BIN } from '../helpers/cli.js';
 import { b64, RpcClient } from '../helpers/client.js';
 import { shellStart } from '../helpers/registry-contract.js';
 import { tempDir, until } from '../helpers/server.js';
 
-const CLI = join(import.meta.dirname, '..', '..', 'dist', 'cli.js');
+const CLI = CORRAL_BIN;
 
 interface OtlpValue {
   stringValue?: string;

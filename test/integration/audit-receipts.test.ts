@@ -11,6 +11,7 @@ import { openRuleStore } from '../../src/app/approvalRuleStore.js';
 import type { ApprovalPrompt } from '../../src/protocol/approvals.js';
 import type { AuditApprovalItem, AuditNetworkItem, AuditQueryResult } from '../../src/protocol/audit.js';
 import { silentLogger } from '../../src/server/core/log.js';
+import { CORRAL_BIN } from '../helpers/cli.js';
 import type { RpcClient } from '../helpers/client.js';
 import { tempDir } from '../helpers/server.js';
 import { type AuditedServer, asking, run, startAuditedServer } from './audit-helpers.js';
@@ -195,14 +196,10 @@ describe('decision receipts', { skip: !existsSync(CURL) && 'no curl' }, () => {
 
   test('the chain still verifies with the receipts in it (corral audit verify)', async () => {
     await as.audit.trail!.flush();
-    const r = spawnSync(
-      process.execPath,
-      ['--import', 'tsx', 'src/cli.ts', 'audit', 'verify', '--db', dbPath],
-      {
-        cwd: ROOT,
-        encoding: 'utf8',
-      },
-    );
+    const r = spawnSync(process.execPath, [CORRAL_BIN, 'audit', 'verify', '--db', dbPath], {
+      cwd: ROOT,
+      encoding: 'utf8',
+    });
     assert.equal(r.status, 0, r.stderr + r.stdout);
     assert.match(r.stdout, /the chain holds/);
   });

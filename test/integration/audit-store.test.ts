@@ -22,11 +22,12 @@ import { VACUUM_PAGES_PER_STEP } from '../../src/audit/retention.js';
 import { SCHEMA_VERSION } from '../../src/audit/schema.js';
 import { AuditTrail } from '../../src/audit/trail.js';
 import { type AuditProcessItem, AuditQueryParams } from '../../src/protocol/audit.js';
+import { CORRAL_BIN } from '../helpers/cli.js';
 import { tempDir, until } from '../helpers/server.js';
 import { openDb } from './audit-helpers.js';
 
 const ROOT = join(import.meta.dirname, '..', '..');
-const CLI = join(ROOT, 'dist', 'cli.js');
+const CLI = CORRAL_BIN;
 const DAY = 86_400_000;
 const sha = (p: string) => createHash('sha256').update(readFileSync(p)).digest('hex');
 

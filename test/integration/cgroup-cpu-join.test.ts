@@ -12,7 +12,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { promisify } from 'node:util';
-import { startCli } from '../helpers/cli.js';
+import { startCli, tsEntry } from '../helpers/cli.js';
 import { RpcClient } from '../helpers/client.js';
 import { until } from '../helpers/server.js';
 
@@ -20,7 +20,7 @@ type Seen = Record<string, string | boolean | null>;
 
 async function joinIn(env: NodeJS.ProcessEnv): Promise<Seen> {
   const script = join(import.meta.dirname, '..', 'fixtures', 'cgroup', 'join-cpu-group.ts');
-  const { stdout } = await promisify(execFile)(process.execPath, ['--import', 'tsx', script], { env });
+  const { stdout } = await promisify(execFile)(process.execPath, tsEntry(script), { env });
   return JSON.parse(stdout) as Seen;
 }
 

@@ -25,7 +25,7 @@ import { fileURLToPath } from 'node:url';
 import { cgroupHost, setupCgroups } from '../../src/process/cgroup.js';
 import { ownTag, processStartTime } from '../../src/process/serverTag.js';
 import { spawnerKind } from '../../src/process/spawner.js';
-import { type Cli, startCli } from '../helpers/cli.js';
+import { type Cli, CORRAL_BIN, startCli } from '../helpers/cli.js';
 import { RpcClient } from '../helpers/client.js';
 import { alive, until } from '../helpers/server.js';
 import { seed, special } from './sandbox-util.js';
@@ -276,7 +276,7 @@ describe('servers that die', () => {
       ['--memory-max', '12x', /--memory-max: expected a size of at least 1M \(e\.g\. 512M, 8G\), got 12x/],
       ['--memory-max', '1000', /--memory-max: expected a size of at least 1M/],
     ] as const) {
-      const r = spawnSync(process.execPath, ['--import', 'tsx', 'src/cli.ts', 'exec-server', flag, value], {
+      const r = spawnSync(process.execPath, [CORRAL_BIN, 'exec-server', flag, value], {
         cwd: ROOT,
         encoding: 'utf8',
       });

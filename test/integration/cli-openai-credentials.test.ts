@@ -29,7 +29,7 @@ import type { Writable } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
 import { UNSUPPORTED_OPENAI_CREDENTIAL } from '../../src/remote/credentials.js';
 import { CREDENTIAL_TEXT } from '../../src/remote/executorCredential.js';
-import { ROOT } from '../helpers/cli.js';
+import { CORRAL_BIN, ROOT } from '../helpers/cli.js';
 import { startFakeRegistry } from '../helpers/registry.js';
 import { FAKE_AWS } from '../helpers/registry-contract.js';
 
@@ -99,9 +99,9 @@ async function corral(
     process.execPath,
     // forward has no --log-file (it logs to stderr).
     [
-      // The bundle `npm test`'s pretest builds (what `npx corral` runs): through tsx, with the fresh TMPDIR this test
-      // gives each run, every start would transform the whole source again (~3 s of CPU).
-      'bin/corral.js',
+      // The bundle (what `npx corral` runs): through tsx, with the fresh TMPDIR this test gives each run, every start
+      // would transform the whole source again (~3 s of CPU).
+      CORRAL_BIN,
       'exec-server',
       ...args,
       '--log-level',

@@ -15,7 +15,7 @@ import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { CODEX_171_FEATURES } from '../../src/codexFeatures.js';
 import { codexBinary } from '../e2e/codex/rig.js';
-import { ROOT } from '../helpers/cli.js';
+import { CORRAL_BIN, ROOT } from '../helpers/cli.js';
 
 const FIXTURE = join(ROOT, 'test', 'fixtures', 'codex-0.171.0-flags.json');
 const SCRATCH = join(homedir(), '.cache', 'corral-codex-flags');
@@ -84,7 +84,7 @@ function run(argv: string[], env: Record<string, string> = {}) {
 }
 
 const corral = (args: string[], env?: Record<string, string>) =>
-  run([process.execPath, '--import', 'tsx', join(ROOT, 'src', 'cli.ts'), 'exec-server', ...args], env);
+  run([process.execPath, CORRAL_BIN, 'exec-server', ...args], env);
 
 interface Recording {
   recordedWith: string;

@@ -7,7 +7,7 @@ import { chmodSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import type { MonitorServer } from '../../src/protocol/monitor.js';
-import { ROOT, startCli } from '../helpers/cli.js';
+import { CORRAL_BIN, ROOT, startCli } from '../helpers/cli.js';
 import { RpcClient } from '../helpers/client.js';
 import { tempDir, until } from '../helpers/server.js';
 
@@ -23,7 +23,7 @@ const PANEL = 'panel-token-0123456789abcdef';
 
 /** Runs the CLI to its exit (for the refusals); one still running after 20 s is killed (code null). */
 function fails(args: string[]): { code: number | null; stderr: string } {
-  const r = spawnSync(process.execPath, ['--import', 'tsx', 'src/cli.ts', ...args], {
+  const r = spawnSync(process.execPath, [CORRAL_BIN, ...args], {
     cwd: ROOT,
     encoding: 'utf8',
     timeout: 20_000,
@@ -128,15 +128,12 @@ describe('fleet command line', () => {
       file('panel2', PANEL),
       '--no-audit',
     ]);
-    const host = await startCli(
-      [
-        'serve',
-        '--no-audit',
-        '--join',
-        `${remote.url}/#token-file=${file('panel3', PANEL)}&header=X-Extra:one&name=the-remote`,
-      ],
-      { built: true },
-    );
+    const host = await startCli([
+      'serve',
+      '--no-audit',
+      '--join',
+      `${remote.url}/#token-file=${file('panel3', PANEL)}&header=X-Extra:one&name=the-remote`,
+    ]);
     try {
       const panelLine = (await host.lines.next()).value as string;
       const token = /#token=(.+)$/.exec(panelLine)![1]!;

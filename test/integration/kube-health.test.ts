@@ -10,6 +10,7 @@ import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { defaultReadiness, Readiness } from '../../src/server/connection/health.js';
 import { tokenAuth } from '../../src/server/core/auth.js';
+import { CORRAL_BIN } from '../helpers/cli.js';
 import { RpcCallError, RpcClient } from '../helpers/client.js';
 import { dialUrl, type Exchange, exchange, header, UPGRADE_HEADERS } from '../helpers/fleet/http.js';
 import { startTestServer, type TestServer, tempDir } from '../helpers/server.js';
@@ -224,7 +225,7 @@ describe('readiness of the CLI in a pod without bubblewrap (root: a mount namesp
         script,
         blank,
         process.execPath,
-        'bin/corral.js',
+        CORRAL_BIN,
       ].concat(['exec-server', '--listen', 'ws://127.0.0.1:0', '--ws-token-file', tokenFile]),
       {
         cwd: REPO,

@@ -12,7 +12,7 @@ import net from 'node:net';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { DoctorReport } from '../../src/protocol/doctor.js';
-import { ROOT } from '../helpers/cli.js';
+import { CORRAL_BIN, ROOT } from '../helpers/cli.js';
 import type { RpcCallError } from '../helpers/client.js';
 import {
   BWRAP_FAILURE,
@@ -79,15 +79,11 @@ function doctor(
   args: string[],
 ): Promise<{ code: number | null; out: string }> {
   const pre = noNamespacesArgv(env, dir);
-  const child = spawn(
-    pre[0]!,
-    [...pre.slice(1), process.execPath, '--import', 'tsx', 'src/cli.ts', 'doctor', ...args],
-    {
-      cwd: ROOT,
-      env: { PATH: '/usr/local/bin:/usr/bin:/bin', HOME: '/root' },
-      stdio: ['ignore', 'pipe', 'inherit'],
-    },
-  );
+  const child = spawn(pre[0]!, [...pre.slice(1), process.execPath, CORRAL_BIN, 'doctor', ...args], {
+    cwd: ROOT,
+    env: { PATH: '/usr/local/bin:/usr/bin:/bin', HOME: '/root' },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
   let out = '';
   child.stdout.setEncoding('utf8').on('data', (d: string) => {
     out += d;

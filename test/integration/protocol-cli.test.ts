@@ -5,7 +5,7 @@ import { spawn } from 'node:child_process';
 import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { after, before, describe, it } from 'node:test';
 import { spawnerKind } from '../../src/process/spawner.js';
-import { ROOT, startCli } from '../helpers/cli.js';
+import { CORRAL_BIN, ROOT, startCli } from '../helpers/cli.js';
 import { RpcClient } from '../helpers/client.js';
 import { upgradeStatus } from '../helpers/http.js';
 import { alive, tempDir, until } from '../helpers/server.js';
@@ -242,13 +242,9 @@ describe('protocol CLI', () => {
   });
 
   it('bad options exit 2 with a message', async () => {
-    const proc = spawn(
-      process.execPath,
-      ['--import', 'tsx', 'src/cli.ts', 'exec-server', '--listen', 'ws://0.0.0.0:0'],
-      {
-        cwd: ROOT,
-      },
-    );
+    const proc = spawn(process.execPath, [CORRAL_BIN, 'exec-server', '--listen', 'ws://0.0.0.0:0'], {
+      cwd: ROOT,
+    });
     let err = '';
     proc.stderr.on('data', (d) => {
       err += d;

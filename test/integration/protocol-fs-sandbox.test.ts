@@ -22,6 +22,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import { CORRAL_BIN } from '../helpers/cli.js';
 import { b64, RpcClient } from '../helpers/client.js';
 import { needsConfinedFs } from '../helpers/native.js';
 import { startTestServer, type TestServer } from '../helpers/server.js';
@@ -352,7 +353,7 @@ describe('fs/* with a sandbox context', () => {
 
   test('without the addon (CORRAL_NATIVE=0) sandboxed fs/* is refused, saying why; unsandboxed fs/* works', async () => {
     const root = fileURLToPath(new URL('../..', import.meta.url));
-    const proc = spawn(process.execPath, ['--import', 'tsx', 'src/cli.ts', 'exec-server'], {
+    const proc = spawn(process.execPath, [CORRAL_BIN, 'exec-server'], {
       cwd: root,
       env: { ...process.env, CORRAL_NATIVE: '0' },
       stdio: ['ignore', 'pipe', 'inherit'],

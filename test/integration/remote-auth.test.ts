@@ -11,7 +11,7 @@ import { after, before, describe, it } from 'node:test';
 import { SignJWT } from 'jose';
 import { generateToken } from '../../src/server/core/auth.js';
 import type { LaunchPreparer } from '../../src/server/process/launcher.js';
-import { type Cli, startCli, startJwtServer } from '../helpers/cli.js';
+import { type Cli, CORRAL_BIN, startCli, startJwtServer } from '../helpers/cli.js';
 import { RpcClient } from '../helpers/client.js';
 import { shellStart } from '../helpers/registry-contract.js';
 import { startTestServer, until } from '../helpers/server.js';
@@ -51,7 +51,7 @@ function secretFile(dir: string, name: string, content: string): string {
 /** Runs the CLI expecting it to refuse its flags: its exit code and stderr's first line. */
 function refused(args: string[]): { code: number; first: string } {
   try {
-    execFileSync(process.execPath, ['--import', 'tsx', 'src/cli.ts', 'exec-server', ...args], {
+    execFileSync(process.execPath, [CORRAL_BIN, 'exec-server', ...args], {
       stdio: 'pipe',
       timeout: 20_000,
     });

@@ -4,6 +4,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import { tsEntry } from '../helpers/cli.js';
 import { b64, RpcCallError, RpcClient } from '../helpers/client.js';
 import { needsSandbox } from '../helpers/native.js';
 import {
@@ -220,7 +221,7 @@ describe('sandbox through the exec server', { skip: needsSandbox }, () => {
   test('sandboxed processes die with the server on SIGKILL', async () => {
     const here = dirname(fileURLToPath(import.meta.url));
     const script = join(here, '..', 'fixtures', 'sandbox', 'server-child.ts');
-    const child = spawn(process.execPath, ['--import', 'tsx', script, sb.f.T], {
+    const child = spawn(process.execPath, [...tsEntry(script), sb.f.T], {
       stdio: ['ignore', 'pipe', 'inherit'],
     });
     const exited = new Promise((r) => child.once('exit', r));

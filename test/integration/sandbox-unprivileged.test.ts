@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import { tsEntry } from '../helpers/cli.js';
 import { needsSandbox } from '../helpers/native.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
@@ -28,14 +29,10 @@ test('unprivileged: a sandbox with managed network reaches its endpoint through 
   skip: whySkip() || needsSandbox,
   timeout: 60_000,
 }, async (t) => {
-  const child = spawn(
-    'setpriv',
-    [...NOBODY, 'env', 'HOME=/tmp', process.execPath, '--import', 'tsx', FIXTURE],
-    {
-      cwd: ROOT,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    },
-  );
+  const child = spawn('setpriv', [...NOBODY, 'env', 'HOME=/tmp', process.execPath, ...tsEntry(FIXTURE)], {
+    cwd: ROOT,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   t.signal.addEventListener('abort', () => child.kill('SIGKILL'));
   let out = '';
   let err = '';

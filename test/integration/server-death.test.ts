@@ -16,6 +16,7 @@ import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { groupWatchdog, groupWatchdogAbsence } from '../../src/platform/watchdog.js';
 import { cgroupHost } from '../../src/process/cgroup.js';
+import { CORRAL_BIN } from '../helpers/cli.js';
 import { RpcClient } from '../helpers/client.js';
 import { until } from '../helpers/server.js';
 import { pidsMatching, seed, workspaceEntries } from './sandbox-util.js';
@@ -46,11 +47,11 @@ function cmdline(pid: number): string {
 const sleepsOf = (needle: string) => pidsMatching(needle).filter((p) => cmdline(p).startsWith(needle));
 
 async function startServer(env: NodeJS.ProcessEnv) {
-  const proc = spawn(
-    process.execPath,
-    ['--import', 'tsx', 'src/cli.ts', 'exec-server', '--listen', 'ws://127.0.0.1:0'],
-    { cwd: ROOT, env, stdio: 'pipe' },
-  );
+  const proc = spawn(process.execPath, [CORRAL_BIN, 'exec-server', '--listen', 'ws://127.0.0.1:0'], {
+    cwd: ROOT,
+    env,
+    stdio: 'pipe',
+  });
   servers.push(proc);
   let err = '';
   proc.stderr.on('data', (d) => {

@@ -83,7 +83,7 @@ class LeanClient {
 describe('retained output of finished processes is bounded', () => {
   let cli: Cli;
   before(async () => {
-    cli = await startCli(['exec-server', '--listen', 'ws://127.0.0.1:0'], { built: true });
+    cli = await startCli(['exec-server', '--listen', 'ws://127.0.0.1:0']);
   });
   after(() => cli?.stop());
 

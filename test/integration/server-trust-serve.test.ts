@@ -6,14 +6,13 @@ import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { type Cli, ROOT, startCli } from '../helpers/cli.js';
+import { type Cli, DIST, ROOT, startCli } from '../helpers/cli.js';
 import { b64, RpcClient } from '../helpers/client.js';
 import { httpFetch, upgradeStatus } from '../helpers/http.js';
 import { alive } from '../helpers/server.js';
 
 const PATH = '/usr/local/bin:/usr/bin:/bin';
-const built =
-  existsSync(join(ROOT, 'dist', 'cli.js')) && existsSync(join(ROOT, 'dist', 'renderer', 'index.html'));
+const built = existsSync(join(DIST, 'cli.js')) && existsSync(join(DIST, 'renderer', 'index.html'));
 
 interface Snapshot {
   processes: { sessionId: string; processId: string; pid: number; state: string }[];
@@ -28,7 +27,7 @@ describe('corral serve: the agent token is not the panel', {
   let panelUrl: string;
   let panelWs: string;
   before(async () => {
-    cli = await startCli(['serve', '--resume-grace-ms', '30000'], { built: true });
+    cli = await startCli(['serve', '--resume-grace-ms', '30000']);
     agentUrl = /^exec-server: (\S+)$/.exec(cli.url!)![1]!;
     panelUrl = /^panel: (\S+)$/.exec((await cli.lines.next()).value as string)![1]!;
     const panelToken = new URL(panelUrl).hash.replace('#token=', '');

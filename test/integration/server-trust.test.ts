@@ -244,7 +244,7 @@ describe('--ws-token-file and --ws-auth none', () => {
 
 describe('serve and npm start keep the tokens out of argv and environ', () => {
   it('no process of `npm start --serve` has a token in its /proc cmdline or environ', async () => {
-    const cli = await startCli(['scripts/start.mjs', '--serve'], { built: true, script: true });
+    const cli = await startCli(['scripts/start.mjs', '--serve'], { script: true });
     try {
       const exec = /^exec-server: (\S+)$/.exec(cli.url!)?.[1];
       const panelLine = (await cli.lines.next()).value as string;

@@ -225,7 +225,11 @@ describe('fleet panel and a hostile joined server', () => {
       },
     });
     await page.click('button[data-view="servers"]');
+    // The row may still show an earlier refusal (the rules cases before this one): wait for this one's.
     await page.locator('[data-testid="servers-table"] tr[data-server="s1"] td.bad').waitFor();
+    await page
+      .locator('[data-testid="servers-table"] tr[data-server="s1"]', { hasText: 'a process row over' })
+      .waitFor();
     assert.match(
       await visibleText(page.locator('[data-testid="servers-table"] tr[data-server="s1"]')),
       /connected[\s\S]*refused from the server: a process row over 65536 bytes/,

@@ -26,7 +26,6 @@ import { CORRAL_BIN } from '../helpers/cli.js';
 import { tempDir, until } from '../helpers/server.js';
 import { openDb } from './audit-helpers.js';
 
-const ROOT = join(import.meta.dirname, '..', '..');
 const CLI = CORRAL_BIN;
 const DAY = 86_400_000;
 const sha = (p: string) => createHash('sha256').update(readFileSync(p)).digest('hex');

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { type Cli, DIST, ROOT, startCli } from '../helpers/cli.js';
+import { type Cli, DIST, startCli } from '../helpers/cli.js';
 import { b64, RpcClient } from '../helpers/client.js';
 import { httpFetch, upgradeStatus } from '../helpers/http.js';
 import { alive } from '../helpers/server.js';

@@ -72,25 +72,26 @@ const SLOW = {
 };
 
 /**
- * The fast tier's longest files, started first (seconds alone, 2-core dev machine, under load; only the order
- * matters): a long file started last would run alone at the end while the other slots are empty.
+ * The fast tier's longest files, started first (seconds of their suites in a quiet run four at a time on the 2-core
+ * dev machine; only the order matters): a long file started last would run alone at the end while the other slots
+ * are empty.
  */
 const HEAVY = {
-  'test/hostile/sandbox-escapes.test.ts': 26,
-  'test/integration/remote-auth.test.ts': 45,
-  'test/integration/approvals-project.test.ts': 34,
-  'test/integration/audit-cli.test.ts': 33,
-  'test/integration/landlock-fallback.test.ts': 25,
-  'test/integration/audit-store.test.ts': 23,
-  'test/integration/server-trust.test.ts': 21,
-  'test/hostile/proxy-input.test.ts': 19,
-  'test/integration/audit-planted.test.ts': 15,
-  'test/integration/audit-driver.test.ts': 14,
-  'test/hostile/approvals-cli.test.ts': 13,
-  'test/integration/kube-fleet.test.ts': 13,
-  'test/integration/approvals-learning-wait.test.ts': 12,
-  'test/browser/panel.test.ts': 11,
-  'test/integration/cli-openai-credentials.test.ts': 15,
+  'test/hostile/sandbox-escapes.test.ts': 34,
+  'test/integration/audit-cli.test.ts': 26,
+  'test/hostile/inbound-fuzz.test.ts': 26,
+  'test/integration/cli-openai-credentials.test.ts': 22,
+  'test/integration/audit-store.test.ts': 19,
+  'test/browser/fleet.test.ts': 19,
+  'test/browser/panel.test.ts': 16,
+  'test/integration/remote-auth.test.ts': 16,
+  'test/integration/server-trust.test.ts': 13,
+  'test/hostile/audit-replay.test.ts': 13,
+  'test/integration/audit-driver.test.ts': 12,
+  'test/hostile/proxy-input.test.ts': 12,
+  'test/hostile/netnotify-transparent.test.ts': 11,
+  'test/integration/approvals-project.test.ts': 11,
+  'test/integration/landlock-fallback.test.ts': 10,
 };
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');

@@ -24,7 +24,7 @@
  * sends it as the bearer of the direct registration and of every link's handshake (remote/auth.ts).
  */
 import type { Readable } from 'node:stream';
-import type { Clock } from '../clock.js';
+import type { Clock, Timer } from '../clock.js';
 import type { RegistrationAuth } from './auth.js';
 import { RegistryError } from './registry.js';
 
@@ -143,7 +143,7 @@ export class ExecutorCredentialStream {
   private rejectFirst!: (e: Error) => void;
   private resolveEnded!: () => void;
   private rejectEnded!: (e: Error) => void;
-  private readonly timer: ReturnType<typeof setTimeout>;
+  private readonly timer: Timer;
 
   constructor(
     private readonly input: Readable,
@@ -160,11 +160,9 @@ export class ExecutorCredentialStream {
     // Whoever awaits only one of them must not see the other as an unhandled rejection.
     this.first.catch(() => {});
     this.ended.catch(() => {});
-    this.timer = setTimeout(
-      () => this.fail(CREDENTIAL_TEXT.timeout),
-      opts.initialTimeoutMs ?? INITIAL_FRAME_TIMEOUT_MS,
-    );
-    this.timer.unref?.();
+    this.timer = opts.clock
+      .setTimeout(() => this.fail(CREDENTIAL_TEXT.timeout), opts.initialTimeoutMs ?? INITIAL_FRAME_TIMEOUT_MS)
+      .unref();
     input.on('data', this.onData);
     input.once('end', this.onEnd);
     input.once('error', this.onError);
@@ -233,7 +231,7 @@ export class ExecutorCredentialStream {
       if (this.tokens.size > MAX_REMEMBERED_TOKENS) this.tokens.delete(this.tokens.values().next().value!);
       for (const fn of this.secretListeners) fn(r.token);
     }
-    clearTimeout(this.timer);
+    this.opts.clock.clearTimeout(this.timer);
     this.resolveFirst(r);
   }
 
@@ -251,7 +249,7 @@ export class ExecutorCredentialStream {
   private finish(error: Error | null): void {
     if (this.done) return;
     this.done = true;
-    clearTimeout(this.timer);
+    this.opts.clock.clearTimeout(this.timer);
     this.pending = [];
     this.pendingBytes = 0;
     this.input.off('data', this.onData);

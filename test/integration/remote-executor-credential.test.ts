@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { PassThrough } from 'node:stream';
 import { after, describe, it } from 'node:test';
-import { realClock } from '../../src/clock.js';
+import { type Clock, realClock } from '../../src/clock.js';
 import { type DirectExecutor, startDirectExecutor } from '../../src/remote/direct.js';
 import {
   CREDENTIAL_TEXT,
@@ -17,8 +17,10 @@ import {
 import { RegistryClient } from '../../src/remote/registry.js';
 import { ExecServer } from '../../src/server/execServer.js';
 import { RpcClient } from '../helpers/client.js';
+import { FakeClock } from '../helpers/clock.js';
 import { type FakeRegistry, startFakeRegistry } from '../helpers/registry.js';
 import { shellStart } from '../helpers/registry-contract.js';
+import { until } from '../helpers/server.js';
 
 const ENV = 'env-credential';
 const TOKEN_1 = `exec-cred-one-${'a'.repeat(24)}`;
@@ -37,11 +39,11 @@ interface Rig {
   close(): Promise<void>;
 }
 
-async function rig(server = new ExecServer({ resumeGraceMs: 5000 })): Promise<Rig> {
+async function rig(server = new ExecServer({ resumeGraceMs: 5000 }), clock: Clock = realClock): Promise<Rig> {
   const accepted = new Set([TOKEN_1]);
   const registry = await startFakeRegistry({ executorAuth: { kind: 'bearers', tokens: accepted } });
   const stdin = new PassThrough();
-  const stream = new ExecutorCredentialStream(stdin, { environmentId: ENV, clock: realClock });
+  const stream = new ExecutorCredentialStream(stdin, { environmentId: ENV, clock });
   stdin.write(frame(TOKEN_1));
   await stream.first;
   const auth = executorCredentialAuth(stream);
@@ -108,14 +110,16 @@ describe('--executor-credential-stdin: rotating credentials on the registry prot
   });
 
   it('a credential that expires while in use fails the next registration with Codex’s text (fatal)', async () => {
-    const r = await rig();
+    // The credential's time is a fake clock's: its expiry is reached by moving that clock, not by waiting.
+    const clock = new FakeClock();
+    const r = await rig(undefined, clock);
     open.push(r);
     await r.registry.waitForRequests('executor-handshake', 1);
     // A frame that expires in 1 s replaces the good one; after that, the next registration cannot be signed.
-    const soon = Math.floor(Date.now() / 1000) + 1;
+    const soon = Math.floor(clock.now() / 1000) + 1;
     r.stdin.write(frame(TOKEN_1, { expiresAt: soon }));
-    await new Promise<void>((resolve) => setImmediate(resolve));
-    while (Date.now() / 1000 <= soon) await new Promise((resolve) => setTimeout(resolve, 50));
+    await until(() => r.stream.credential().expiresAt === soon, 5000, 'the expiring frame to be read');
+    await clock.advance(2000);
     r.registry.expireRegistrations();
     r.registry.dropLinks();
     await assert.rejects(r.executor.done, new RegExp(CREDENTIAL_TEXT.expired));

@@ -7,6 +7,8 @@ import { dirname, join, normalize } from 'node:path';
 
 /** The lstat of each path asked within the current pass (inOnePass), or null outside one. */
 let pass: Map<string, { st: Stats | undefined } | { err: unknown }> | null = null;
+/** The real wall clock when the current pass began: every lstat of the pass was made after it. */
+let passStart = 0;
 
 /**
  * Runs `fn` with every lstat made through lstatInPass answered once per path: one start's planning and its checks
@@ -17,6 +19,7 @@ let pass: Map<string, { st: Stats | undefined } | { err: unknown }> | null = nul
 export function inOnePass<T>(fn: () => T): T {
   if (pass) return fn();
   pass = new Map();
+  passStart = Date.now();
   try {
     return fn();
   } finally {
@@ -38,6 +41,40 @@ export function lstatInPass(p: string): Stats | undefined {
   }
   if ('err' in got) throw got.err;
   return got.st;
+}
+
+/**
+ * Within a pass: the real wall clock when it began (every lstatInPass answer was made after it: a bound for
+ * comparisons with the filesystem's times, see dirListing.ts); outside one: now.
+ */
+export function lstatTime(): number {
+  return pass ? passStart : Date.now();
+}
+
+/**
+ * realpath(p), from the pass's lstats when it is in one: a normalised absolute path whose every component exists and
+ * is no symlink, every one but the last a directory, is its own realpath; the components' lstats are mostly asked in
+ * the pass anyway (the policy resolution traces the same paths), so this costs no system call where realpath(3) makes
+ * one readlink per component. Any other path (a link on the way, a missing component, `.`/`..`): realpath(3).
+ * Throws as realpathSync.native does.
+ */
+export function realpathInPass(p: string): string {
+  if (pass && p.startsWith('/') && (p === '/' || (normalize(p) === p && !p.endsWith('/')))) {
+    let plain = true;
+    for (let at = p === '/' ? -1 : p.indexOf('/', 1); plain; at = p.indexOf('/', at + 1)) {
+      const prefix = at < 0 ? p : p.slice(0, at);
+      let st: Stats | undefined;
+      try {
+        st = lstatInPass(prefix);
+      } catch {
+        st = undefined;
+      }
+      plain = st !== undefined && !st.isSymbolicLink() && (at < 0 || st.isDirectory());
+      if (at < 0) break;
+    }
+    if (plain) return p;
+  }
+  return realpathSync.native(p); // the kernel's own walk (the JS one lstats every component)
 }
 
 /** The filesystem facts resolution needs; injectable so resolution stays a pure function in tests. */
@@ -70,7 +107,7 @@ export const realFsProbe: FsProbe = {
   },
   realpath(p) {
     try {
-      return realpathSync.native(p); // the kernel's own walk: one syscall (the JS one lstats every component)
+      return realpathInPass(p);
     } catch {
       return null;
     }

@@ -11,7 +11,8 @@
  * sandbox cannot change a decomposed directory's entries (it lacks the rights to create, remove or rename there);
  * a host process that does so between the check and the child's exec is the same race as any path-based rule.
  */
-import { lstatSync, readdirSync } from 'node:fs';
+import { readdirSync } from 'node:fs';
+import { lstatInPass, lstatTime } from '../fsProbe.js';
 import type { ListedEntry } from './landlock.js';
 
 export interface Listing {
@@ -33,7 +34,7 @@ const listings = new Map<string, Listing>();
  * look equal; the racy window covers that as it covers the clock's tick.
  */
 function tokenOf(dir: string): { token: string; settledBefore: number } {
-  const st = lstatSync(dir, { throwIfNoEntry: false });
+  const st = lstatInPass(dir);
   if (!st) return { token: '-', settledBefore: 0 };
   return {
     token: `${st.dev}:${st.ino}:${st.ctimeMs}:${st.mtimeMs}`,
@@ -43,8 +44,9 @@ function tokenOf(dir: string): { token: string; settledBefore: number } {
 
 /** The directory's entries: the kept listing when the directory is unchanged since a stable read, else a new read. */
 export function listDirectory(dir: string): Listing {
-  // The real wall clock, not the server's: it is compared with the filesystem's own ctime/mtime.
-  const statAt = Date.now();
+  // The real wall clock, not the server's: it is compared with the filesystem's own ctime/mtime. Within a pass
+  // (fsProbe.ts) the lstat may be one the pass made earlier: its start bounds it.
+  const statAt = lstatTime();
   const { token, settledBefore } = tokenOf(dir);
   const kept = listings.get(dir);
   if (kept?.stable && kept.token === token) return kept;

@@ -1,5 +1,5 @@
 /** The Landlock backend's launch: its plan (linux/landlock.ts) from a resolved policy, and the ruleset it builds. */
-import { mkdtempSync, realpathSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { netNotifyAbsence, netNotifyChannel } from '../../platform/netNotify.js';
 import { hostControlMounts } from '../../process/cgroupFs.js';
@@ -7,7 +7,7 @@ import type { PreparedLaunch } from '../../process/launch.js';
 import { formatTag, ownTag, sweepStaleDirs } from '../../process/serverTag.js';
 import type { EffectiveSandbox } from '../effective.js';
 import { SandboxSetupError } from '../errors.js';
-import { inOnePass } from '../fsProbe.js';
+import { inOnePass, realpathInPass } from '../fsProbe.js';
 import {
   type HostFacts,
   type LaunchCommand,
@@ -26,7 +26,7 @@ function serverMasks(host: HostFacts): { path: string; what: string }[] {
   const out: { path: string; what: string }[] = [];
   const add = (given: string, what: string) => {
     try {
-      out.push({ path: realpathSync.native(given), what });
+      out.push({ path: realpathInPass(given), what });
     } catch {
       // not there: nothing to hide
     }
@@ -98,7 +98,7 @@ function planInPass(
   const proxyPorts = routes ? routes.endpoints.map((e) => e.port) : [];
   const canonical = (p: string | undefined) => {
     try {
-      return p ? realpathSync.native(p) : undefined;
+      return p ? realpathInPass(p) : undefined;
     } catch {
       return undefined;
     }

@@ -1,0 +1,78 @@
+/**
+ * realpathInPass (fsProbe.ts): within a pass it answers from the pass's lstats for a plain path (every component
+ * there, no symlink, directories on the way) and otherwise from realpath(3); either way it must answer exactly what
+ * realpath(3) answers (or throw as it does), in a pass and outside one, for every shape of path.
+ */
+import assert from 'node:assert/strict';
+import { mkdirSync, mkdtempSync, realpathSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { inOnePass, realpathInPass } from '../../src/sandbox/fsProbe.js';
+
+function answer(f: () => string): string {
+  try {
+    return f();
+  } catch (e) {
+    return `throws ${(e as NodeJS.ErrnoException).code}`;
+  }
+}
+
+test('realpathInPass answers as realpath(3) for plain, linked, missing and odd paths, in a pass and out', () => {
+  const root = realpathSync(mkdtempSync(join(tmpdir(), 'corral-realpath-')));
+  try {
+    mkdirSync(join(root, 'a', 'b'), { recursive: true });
+    writeFileSync(join(root, 'a', 'f'), 'x');
+    symlinkSync(join(root, 'a'), join(root, 'link')); // a directory link on the way
+    symlinkSync('b', join(root, 'a', 'rel')); // a relative link as the last component
+    symlinkSync(join(root, 'nowhere'), join(root, 'dangling'));
+    symlinkSync('loop', join(root, 'loop'));
+    const paths = [
+      '/',
+      root,
+      join(root, 'a'),
+      join(root, 'a', 'b'),
+      join(root, 'a', 'f'),
+      join(root, 'link'),
+      join(root, 'link', 'b'),
+      join(root, 'link', 'f'),
+      join(root, 'a', 'rel'),
+      join(root, 'dangling'),
+      join(root, 'loop'),
+      join(root, 'missing'),
+      join(root, 'missing', 'b'),
+      join(root, 'a', 'f', 'under-a-file'), // ENOTDIR
+      `${join(root, 'a', 'b')}/`,
+      `${root}/a/./b`,
+      `${root}/a/b/..`,
+      `${root}/link/..`, // .. after a link: the link's target's parent
+      `${root}//a`,
+      'relative/path',
+      '',
+    ];
+    for (const p of paths) {
+      const want = answer(() => realpathSync.native(p));
+      assert.equal(
+        answer(() => realpathInPass(p)),
+        want,
+        `outside a pass: ${JSON.stringify(p)}`,
+      );
+      // In a pass: alone, and after the pass has looked at other paths first (its lstats answer the walk).
+      assert.equal(
+        inOnePass(() => answer(() => realpathInPass(p))),
+        want,
+        `in a pass: ${JSON.stringify(p)}`,
+      );
+      assert.equal(
+        inOnePass(() => {
+          for (const q of paths) answer(() => realpathInPass(q));
+          return answer(() => realpathInPass(p));
+        }),
+        want,
+        `in a pass after the others: ${JSON.stringify(p)}`,
+      );
+    }
+  } finally {
+    rmSync(root, { recursive: true, force: true });
+  }
+});

@@ -55,6 +55,8 @@ import {
   executorCredentialAuth,
 } from './remote/executorCredential.js';
 import { parseConnectUrl, startForwarder } from './remote/forward.js';
+import { generateIdentity, publicKeyJson } from './remote/noiseChannel.js';
+import { startNoiseExecutor } from './remote/noiseExecutor.js';
 import { parseRelayHost, RegistryClient, type RelayHost } from './remote/registry.js';
 import { selftestCommand } from './selftest/selftest.js';
 import { serveStdio } from './server/connection/stdio.js';
@@ -71,11 +73,9 @@ function checkRegistration(values: {
   const id = EnvironmentId.safeParse(values['environment-id']);
   if (!id.success) fail(`--environment-id: ${id.error.issues[0]!.message}`);
   const transport = values['remote-transport'] ?? 'direct';
-  if (transport === 'noise')
-    fail(
-      '--remote-transport noise (Noise + ML-KEM through the relay) is not supported by Corral; use direct',
-    );
-  if (transport !== 'direct') fail(`--remote-transport: unknown transport ${transport} (direct)`);
+  if (transport !== 'direct' && transport !== 'noise')
+    fail(`--remote-transport: unknown transport ${transport} (noise, direct)`);
+  return transport;
 }
 
 /** The registry's options: `exec-server --remote` and `forward` register the same way (codex 0.171's spelling). */
@@ -141,6 +141,7 @@ async function execServerCommand(argv: string[]): Promise<void> {
   const limits = parseLimits(values);
   const concurrentRequests = positiveInt('concurrent-requests', values['concurrent-requests']);
   const remote = values.remote;
+  let transport: 'direct' | 'noise' = 'direct';
   if (remote === undefined) {
     for (const f of [
       'environment-id',
@@ -163,7 +164,7 @@ async function execServerCommand(argv: string[]): Promise<void> {
     const explicitAuth = argv.some((a) => /^--ws-(auth|token|shared|issuer|audience|max-clock)/.test(a));
     if (explicitAuth) fail('WebSocket listener auth cannot be used with --remote');
     if (!values['environment-id']) fail('--environment-id is required when --remote is set');
-    checkRegistration(values);
+    transport = checkRegistration(values);
     // Before anything is started (audit database, log, listener): a refused credential leaves nothing behind.
     await refuseOpenAiCredentials(values, remote);
   }
@@ -231,15 +232,24 @@ async function execServerCommand(argv: string[]): Promise<void> {
       remote,
       credential ? executorCredentialAuth(credential) : undefined,
     );
+    // Noise: one static hybrid identity for the life of the process (Codex's NoiseChannelIdentity).
+    const identity = transport === 'noise' ? generateIdentity() : null;
     let registry: RegistryClient;
     try {
-      registry = new RegistryClient(remote, values['environment-id']!, auth, { relayHosts });
+      registry = new RegistryClient(remote, values['environment-id']!, auth, {
+        relayHosts,
+        ...(identity
+          ? { noiseKey: publicKeyJson({ dh: identity.dh.publicKey, kem: identity.kem.publicKey }) }
+          : {}),
+      });
     } catch (e) {
       process.stderr.write(`corral: ${escapeTerminalLines((e as Error).message)}\n`);
       process.exit(2);
     }
     if (!credential) watchStdin();
-    const executor = startDirectExecutor(server, { registry, auth, log });
+    const executor = identity
+      ? startNoiseExecutor(server, { registry, auth, log, identity })
+      : startDirectExecutor(server, { registry, auth, log });
     closeListener = async () => executor.stop();
     if (credential) {
       // Codex's rule: the executor lives as long as the credential pipe; closed before it registered, an error.
@@ -262,7 +272,7 @@ async function execServerCommand(argv: string[]): Promise<void> {
         .finally(() => process.exit(1));
     };
     log.info(
-      `exec-server registering with ${registry.base.origin} as environment ${registry.environmentId}${values.name ? ` (${values.name})` : ''}, direct transport, ${AUTH_DESCRIPTION[auth.kind]}`,
+      `exec-server registering with ${registry.base.origin} as environment ${registry.environmentId}${values.name ? ` (${values.name})` : ''}, ${transport} transport, ${AUTH_DESCRIPTION[auth.kind]}`,
     );
     executor.done.then(
       () => {},
@@ -397,7 +407,10 @@ async function forwardCommand(argv: string[]): Promise<void> {
   if (!['error', 'warn', 'info', 'debug'].includes(level)) fail(`--log-level: unknown level ${level}`);
   const log = createLogger({ level, file: null });
   const remote = values.remote!;
-  checkRegistration(values);
+  if (checkRegistration(values) === 'noise')
+    fail(
+      'forward --remote-transport noise is not supported by Corral yet (the executor side of Noise is: exec-server --remote … --remote-transport noise); forward over direct',
+    );
   let connect: URL;
   let relayHosts: RelayHost[];
   try {

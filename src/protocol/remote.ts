@@ -40,3 +40,21 @@ export type DirectRegistrationResponse = z.infer<typeof DirectRegistrationRespon
 export const RegistryErrorBody = z.object({
   error: z.object({ code: z.string().nullish(), message: z.string().nullish() }).nullish(),
 });
+
+/** Codex's Noise transport (`--remote-transport noise`, docs/remote-noise.md): `POST {base}/cloud/environment/{id}/register`. */
+export const NOISE_SECURITY_PROFILE = 'noise_hybrid_ik_v1';
+
+/** The registry's answer to a Noise registration (Codex's `EnvironmentRegistryRegistrationResponse`). */
+export const NoiseRegistrationResponse = z.object({
+  environment_id: z.string().max(256, 'environment_id is longer than 256 characters'),
+  url: z.string().trim().min(1, 'url is empty').max(8192, 'url is longer than 8192 characters'),
+  security_profile: z.string().max(256, 'security_profile is longer than 256 characters'),
+  executor_registration_id: z
+    .string()
+    .min(1, 'executor_registration_id is empty')
+    .max(1024, 'executor_registration_id is longer than 1024 characters'),
+});
+export type NoiseRegistrationResponse = z.infer<typeof NoiseRegistrationResponse>;
+
+/** The registry's answer to `POST {base}/cloud/environment/{id}/validate` (harness-key validation). */
+export const HarnessKeyValidationResponse = z.object({ valid: z.boolean() });

@@ -107,7 +107,7 @@ export const UNSUPPORTED_OPENAI_CREDENTIAL: Record<
   string
 > = {
   'chatgpt-token-stdin':
-    '--chatgpt-token-stdin: the ChatGPT registry needs the noise transport, which Corral does not support; use --remote-transport direct with --aws-sigv4 or --registration-bearer-stdin',
+    '--chatgpt-token-stdin: the ChatGPT registry needs OpenAI’s account service (Codex loads the ChatGPT account policy from it), which Corral does not use; use --aws-sigv4 or --registration-bearer-stdin',
   'use-agent-identity-auth':
     '--use-agent-identity-auth: agent identity needs OpenAI’s identity service, which Corral does not use; use --aws-sigv4 or --registration-bearer-stdin',
 };

@@ -49,6 +49,10 @@ export interface DirectExecutorOptions {
   registry: RegistryClient;
   auth: RegistrationAuth;
   log: Logger;
+  /** Sign the link's handshake with the registration credential (direct: yes; Codex's Noise rendezvous: no). */
+  signLink?: boolean;
+  /** The link's WebSocket message limit (default the exec server's 16 MiB; the Noise relay's is 256 KiB). */
+  maxPayload?: number;
   /** Base of the retry schedule (ms); tests may shorten it. */
   initialRetryMs?: number;
   maxRetryMs?: number;
@@ -74,7 +78,7 @@ class HandshakeRefused extends Error {
  * Serves one open link: called inside ws's `open` event (the harness's first message may follow at once); returns
  * what to do when the link closes.
  */
-export type LinkServer = (ws: WebSocket, peer: string) => { closed(): void };
+export type LinkServer = (ws: WebSocket, peer: string, registration: Registration) => { closed(): void };
 
 /** Registers, then keeps one link open at a time until stopped, serving each on `server` (the exec server). */
 export function startDirectExecutor(server: ExecServer, o: DirectExecutorOptions): DirectExecutor {
@@ -127,11 +131,11 @@ export function startRegistryLinks(
   const link = (reg: Registration): Promise<void> =>
     new Promise((resolve, reject) => {
       const url = registry.checkRelayUrl(reg.url.href);
-      const headers = auth.sign({ method: 'GET', url, headers: {}, body: '' });
+      const headers = o.signLink === false ? {} : auth.sign({ method: 'GET', url, headers: {}, body: '' });
       const ws = new WebSocket(url, {
         headers,
         perMessageDeflate: false,
-        maxPayload: MAX_MESSAGE_BYTES,
+        maxPayload: o.maxPayload ?? MAX_MESSAGE_BYTES,
         // ws's own socket-level timer (not the clock): it bounds one real TCP/TLS handshake.
         handshakeTimeout: HANDSHAKE_TIMEOUT_MS,
         followRedirects: false,
@@ -150,7 +154,7 @@ export function startRegistryLinks(
       ws.once('open', () => {
         opened = true;
         const n = ++linksOpened;
-        const served = serve(ws, peer);
+        const served = serve(ws, peer, reg);
         ws.once('close', (code) => {
           log.info(`remote: link ${n} closed (${code})`);
           served.closed();

@@ -16,16 +16,21 @@
 import { request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { isIP } from 'node:net';
+import type { z } from 'zod';
 import { type Clock, realClock } from '../clock.js';
 import {
   DIRECT_TRANSPORT,
   DirectRegistrationRequest,
   DirectRegistrationResponse,
   EnvironmentId,
+  HarnessKeyValidationResponse,
+  NOISE_SECURITY_PROFILE,
+  NoiseRegistrationResponse,
   RegistryErrorBody,
 } from '../protocol/remote.js';
 import { escapeTerminalText } from '../protocol/terminalText.js';
 import type { RegistrationAuth } from './auth.js';
+import type { NoisePublicKeyJson } from './noiseChannel.js';
 
 export const REGISTRY_REQUEST_TIMEOUT_MS = 10_000;
 /** The largest registry answer read (a registration answer is a few hundred bytes). */
@@ -159,6 +164,8 @@ export interface Registration {
 export interface RegistryClientOptions {
   /** Hosts besides the registry's own that the executor link may be on (`--relay-host`). */
   relayHosts?: readonly RelayHost[];
+  /** Register for Codex's Noise transport with this executor key (`POST …/register`), not `direct`. */
+  noiseKey?: NoisePublicKeyJson;
   /** The deadline of one registration, redirects included (ms); tests may shorten it. */
   timeoutMs?: number;
   /** The time that deadline runs on (default: the real one). */
@@ -171,6 +178,7 @@ export class RegistryClient {
   readonly relayHosts: readonly RelayHost[];
   private readonly timeoutMs: number;
   private readonly clock: Clock;
+  readonly noiseKey: NoisePublicKeyJson | null;
 
   constructor(
     base: string,
@@ -179,6 +187,7 @@ export class RegistryClient {
     opts: RegistryClientOptions = {},
   ) {
     this.relayHosts = opts.relayHosts ?? [];
+    this.noiseKey = opts.noiseKey ?? null;
     this.timeoutMs = opts.timeoutMs ?? REGISTRY_REQUEST_TIMEOUT_MS;
     this.clock = opts.clock ?? realClock;
     const id = EnvironmentId.safeParse(environmentId);
@@ -196,20 +205,24 @@ export class RegistryClient {
     return checkRelayUrl(relay, this.base, this.relayHosts);
   }
 
-  /** The endpoint for this environment's registration. */
-  get registerUrl(): URL {
+  /** The endpoint `{base}/cloud/environment/{id}/{tail}`. */
+  private endpoint(tail: string): URL {
     const path = this.base.pathname.replace(/\/+$/, '');
     const u = new URL(this.base.href);
-    u.pathname = `${path}/cloud/environment/${this.environmentId}/direct/register`;
+    u.pathname = `${path}/cloud/environment/${this.environmentId}/${tail}`;
     u.search = '';
     return u;
   }
 
-  async register(): Promise<Registration> {
-    let url = this.registerUrl;
-    const body = JSON.stringify(DirectRegistrationRequest.parse({ transport: DIRECT_TRANSPORT }));
+  /** The endpoint for this environment's registration. */
+  get registerUrl(): URL {
+    return this.endpoint(this.noiseKey ? 'register' : 'direct/register');
+  }
+
+  /** One signed JSON POST to the registry, following only 307/308 within its origin; the answer within the deadline. */
+  private async postJson(first: URL, body: string): Promise<Answer> {
+    let url = first;
     const deadline = this.clock.now() + this.timeoutMs;
-    let answer: Answer;
     for (let hops = 0; ; hops++) {
       const headers = this.auth.sign({
         method: 'POST',
@@ -217,11 +230,19 @@ export class RegistryClient {
         headers: { 'content-type': 'application/json', accept: '*/*' },
         body,
       });
-      answer = await post(url, headers, body, deadline, this.timeoutMs, this.clock);
-      if (answer.status < 300 || answer.status > 399) break;
+      const answer = await post(url, headers, body, deadline, this.timeoutMs, this.clock);
+      if (answer.status < 300 || answer.status > 399) return answer;
       url = this.redirectTarget(url, answer, hops);
     }
-    const { status, text } = answer;
+  }
+
+  /** POSTs a registration and parses the answer field by field (a 2xx with JSON of `schema`'s shape, or an error). */
+  private async registerWith<T extends { environment_id: string }>(
+    body: string,
+    schema: z.ZodType<T>,
+    what: string,
+  ): Promise<{ status: number; r: T }> {
+    const { status, text } = await this.postJson(this.registerUrl, body);
     if (status < 200 || status > 299) throw registryHttpError(status, text);
     let json: unknown;
     try {
@@ -229,18 +250,24 @@ export class RegistryClient {
     } catch {
       throw new RegistryError('the environment registry answered with invalid JSON', status, false);
     }
-    const parsed = DirectRegistrationResponse.safeParse(json);
+    const parsed = schema.safeParse(json);
     if (!parsed.success) {
       const issue = parsed.error.issues[0]!;
       throw new RegistryError(
-        `the environment registry returned incomplete direct connection data (${issue.path.join('.') || 'body'}: ${issue.message})`,
+        `the environment registry returned incomplete ${what} connection data (${issue.path.join('.') || 'body'}: ${issue.message})`,
         status,
         false,
       );
     }
-    const r = parsed.data;
-    if (r.environment_id !== this.environmentId)
+    if (parsed.data.environment_id !== this.environmentId)
       throw new RegistryError('the environment registry returned a different environment id', status, false);
+    return { status, r: parsed.data };
+  }
+
+  async register(): Promise<Registration> {
+    if (this.noiseKey) return this.registerNoise(this.noiseKey);
+    const body = JSON.stringify(DirectRegistrationRequest.parse({ transport: DIRECT_TRANSPORT }));
+    const { status, r } = await this.registerWith(body, DirectRegistrationResponse, 'direct');
     if (r.transport !== DIRECT_TRANSPORT)
       throw new RegistryError(
         `the environment registry returned unsupported direct transport ${JSON.stringify(r.transport)}`,
@@ -252,6 +279,58 @@ export class RegistryClient {
       registrationId: r.registration_id,
       url: this.checkRelayUrl(r.url),
     };
+  }
+
+  /** Codex 0.171's Noise registration: `{security_profile:"noise_hybrid_ik_v1", executor_public_key}`. */
+  private async registerNoise(key: NoisePublicKeyJson): Promise<Registration> {
+    const body = JSON.stringify({ security_profile: NOISE_SECURITY_PROFILE, executor_public_key: key });
+    const { status, r } = await this.registerWith(body, NoiseRegistrationResponse, 'Noise');
+    if (r.security_profile !== NOISE_SECURITY_PROFILE)
+      throw new RegistryError(
+        `the environment registry returned unsupported security profile ${JSON.stringify(escapeTerminalText(r.security_profile.slice(0, MAX_QUOTED_CHARS)))}`,
+        status,
+        false,
+      );
+    return {
+      environmentId: r.environment_id,
+      registrationId: r.executor_registration_id,
+      url: this.checkRelayUrl(r.url),
+    };
+  }
+
+  /**
+   * Asks the registry whether a Noise-authenticated harness key may use this registration (`POST …/validate`
+   * `{executor_registration_id, harness_public_key, harness_key_authorization}`, signed like the registration).
+   * Resolves only on `{"valid":true}`; Codex's texts otherwise (they never quote the authorization).
+   */
+  async validateHarnessKey(
+    registrationId: string,
+    key: NoisePublicKeyJson,
+    authorization: string,
+  ): Promise<void> {
+    const body = JSON.stringify({
+      executor_registration_id: registrationId,
+      harness_public_key: key,
+      harness_key_authorization: authorization,
+    });
+    let answer: Answer;
+    try {
+      answer = await this.postJson(this.endpoint('validate'), body);
+    } catch {
+      throw new RegistryError('environment registry harness key validation failed', null, true);
+    }
+    if (answer.status < 200 || answer.status > 299)
+      throw new RegistryError(
+        `environment registry harness key validation failed (HTTP ${answer.status})`,
+        answer.status,
+        false,
+      );
+    let valid = false;
+    try {
+      valid = HarnessKeyValidationResponse.parse(JSON.parse(answer.text)).valid;
+    } catch {}
+    if (!valid)
+      throw new RegistryError('environment registry rejected Noise relay harness key', answer.status, false);
   }
 
   /** Where a 3xx answer may be followed: a 307/308 within the registry's origin; anything else fails. */

@@ -163,9 +163,12 @@ describe('exec-server: OpenAI-account credentials checked as codex 0.171 checks 
     const r = await corral([...base(), '--chatgpt-token-stdin', '--chatgpt-account-id', ACCOUNT], {
       stdin: `${TOKEN}\n`,
     });
-    assertRefused(r, 1, /^Error: --chatgpt-token-stdin: the ChatGPT registry needs the noise transport/m, [
-      TOKEN,
-    ]);
+    assertRefused(
+      r,
+      1,
+      /^Error: --chatgpt-token-stdin: the ChatGPT registry needs OpenAI’s account service/m,
+      [TOKEN],
+    );
     assert.equal(r.stderr, `Error: ${UNSUPPORTED_OPENAI_CREDENTIAL['chatgpt-token-stdin']}\n`);
     // Without --chatgpt-account-id: the token's own claim is the account; refused the same way.
     const claimOnly = await corral([...base(), '--chatgpt-token-stdin'], { stdin: `${TOKEN}\n` });

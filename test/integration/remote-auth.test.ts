@@ -259,8 +259,8 @@ describe('--ws-token-sha256, --exit-on-stdin-close, --concurrent-requests, and f
         ],
         [['--remote', 'http://127.0.0.1:1'], /--environment-id is required/],
         [
-          ['--remote', 'http://127.0.0.1:1', '--environment-id', 'e', '--remote-transport', 'noise'],
-          /noise .* not supported/,
+          ['--remote', 'http://127.0.0.1:1', '--environment-id', 'e', '--remote-transport', 'tls'],
+          /unknown transport tls \(noise, direct\)/,
         ],
         [
           ['--remote', 'http://127.0.0.1:1', '--environment-id', 'e', '--listen', 'stdio'],

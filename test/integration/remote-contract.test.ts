@@ -9,54 +9,20 @@
  * when the binary is cached, else with the fixture.
  */
 import assert from 'node:assert/strict';
-import { execFileSync, spawn } from 'node:child_process';
-import { once } from 'node:events';
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { before, describe, it } from 'node:test';
 import { codexBinary } from '../e2e/codex/rig.js';
 import { ROOT } from '../helpers/cli.js';
+import { runRigInNamespace } from '../helpers/netns.js';
 import { type ContractJob, type ContractTranscript, FAKE_AWS } from '../helpers/registry-contract.js';
 
 const FIXTURE = join(ROOT, 'test', 'fixtures', 'remote', 'codex-0.169.0-direct.json');
 const SCRATCH = join(homedir(), '.cache', 'corral-remote-contract');
 
-function netns(): string[] {
-  try {
-    execFileSync('unshare', ['-n', 'true'], { stdio: 'ignore' });
-    return ['unshare', '-n', 'sh', '-c', 'ip link set lo up && exec "$@"', 'sh'];
-  } catch {
-    return [];
-  }
-}
-
-async function runInNamespace<T>(name: string, job: unknown): Promise<T> {
-  mkdirSync(SCRATCH, { recursive: true });
-  const jobFile = join(SCRATCH, `${name}.job.json`);
-  const outFile = join(SCRATCH, `${name}.out.json`);
-  rmSync(outFile, { force: true });
-  writeFileSync(jobFile, JSON.stringify(job));
-  const argv = [
-    ...netns(),
-    process.execPath,
-    '--import',
-    'tsx',
-    join(ROOT, 'test', 'helpers', 'registry-contract.ts'),
-    jobFile,
-    outFile,
-  ];
-  const child = spawn(argv[0]!, argv.slice(1), { cwd: ROOT, stdio: ['ignore', 'ignore', 'pipe'] });
-  let err = '';
-  child.stderr!.on('data', (d) => {
-    err += d;
-  });
-  await once(child, 'exit');
-  try {
-    return JSON.parse(readFileSync(outFile, 'utf8')) as T;
-  } catch {
-    throw new Error(`the contract rig wrote no result:\n${err.slice(-4000)}`);
-  }
+function runInNamespace<T>(name: string, job: unknown): Promise<T> {
+  return runRigInNamespace<T>(join(ROOT, 'test', 'helpers', 'registry-contract.ts'), job, SCRATCH, name);
 }
 
 type Executor = 'codex' | 'corral';

@@ -1,0 +1,76 @@
+/**
+ * The Noise interop rig (test/integration/remote-noise.test.ts runs it in a network namespace with only loopback, so
+ * the real Codex binary cannot reach any other host): the stand-in registry/relay/harness of noiseRegistry.ts, one
+ * executor (the real `codex exec-server` or Corral's) registered with `--remote-transport noise`, then
+ *   1. a harness runs `initialize` + `process/start` of echo through the encrypted stream and reads its output;
+ *   2. a harness whose key the registry did not vouch for is reset before any stream opens.
+ * Writes what it saw as JSON to the file named by its second argument.
+ *
+ *   node --import tsx test/helpers/noise-rig.ts JOB.json OUT.json    (JOB: {argv, env, cwd, processCwd})
+ */
+import { spawn } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
+import { RpcClient } from './client.js';
+import { startNoiseRegistry } from './noiseRegistry.js';
+import { shellStart } from './registry-contract.js';
+
+interface Job {
+  argv: string[];
+  env: Record<string, string>;
+  cwd: string;
+  /** The cwd the harness gives process/start (Codex 0.171 takes a file: URI). */
+  processCwd: string;
+}
+
+const [jobFile, outFile] = process.argv.slice(2);
+const job = JSON.parse(await import('node:fs').then((fs) => fs.readFileSync(jobFile!, 'utf8'))) as Job;
+const BEARER = 'noise-rig-bearer';
+const ENV = 'env-noise';
+const reg = await startNoiseRegistry({ bearer: BEARER });
+const argv = job.argv.map((a) => a.replace('{base}', reg.url).replace('{id}', ENV));
+const child = spawn(argv[0]!, argv.slice(1), {
+  cwd: job.cwd,
+  env: job.env,
+  stdio: ['pipe', 'ignore', 'pipe'],
+});
+let stderr = '';
+child.stderr!.on('data', (d) => {
+  stderr += d;
+});
+child.stdin!.end(`${BEARER}\n`);
+const out: Record<string, unknown> = {};
+try {
+  await reg.waitForExecutor(ENV, 30_000);
+  const register = reg.requests.find((r) => r.kind === 'register')!;
+  const body = JSON.parse(register.body) as Record<string, Record<string, unknown>>;
+  out.registerPath = register.url;
+  out.registerKeys = Object.keys(body).sort();
+  out.securityProfile = body.security_profile;
+  out.keySuite = body.executor_public_key!.suite;
+  out.rendezvousAuthorization =
+    reg.requests.find((r) => r.kind === 'rendezvous')!.headers.authorization ?? null;
+  const c = await RpcClient.open(reg.harnessUrl(ENV), 'noise-rig');
+  await c.request('process/start', shellStart('p1', 'echo through-noise', job.processCwd));
+  await c.collect('p1', 20_000);
+  out.output = c.output('p1');
+  c.close();
+  const h = await reg.handshake({ unissued: true });
+  out.unvouched = { reset: h.reset, transport: h.transport !== null };
+  out.validations = reg.requests
+    .filter((r) => r.kind === 'validate')
+    .map((r) => ({
+      status: r.status,
+      authorization: r.headers.authorization ?? null,
+      keys: Object.keys(JSON.parse(r.body)).sort(),
+    }));
+  // Every frame the executor sent was protobuf; no plaintext JSON-RPC crossed the relay.
+  out.framesFromExecutor = reg.fromExecutor.length;
+  out.undecodable = reg.fromExecutor.filter((f) => f.frame === null).length;
+} catch (e) {
+  out.error = (e as Error).message;
+}
+child.kill('SIGKILL');
+await reg.close();
+out.stderrTail = stderr.slice(-2000);
+writeFileSync(outFile!, JSON.stringify(out, null, 2));
+process.exit(0);

@@ -1,0 +1,111 @@
+/**
+ * `--remote-transport noise` (Codex 0.171's default remote transport, docs/remote-noise.md): the stand-in
+ * registry/relay/harness (test/helpers/noiseRegistry.ts) is first proven against the REAL `codex exec-server` 0.171
+ * executor (skipped when it is not cached: scripts/install-codex.mjs 0.171.0), then the same rig drives Corral's.
+ * Both run in a network namespace with only loopback (test/helpers/noise-rig.ts), so the real binary cannot reach any
+ * other host. Each: registration with the hybrid key, an encrypted `initialize` + `process/start` of echo whose
+ * output comes back, and a harness key the registry did not vouch for reset before any stream opens.
+ */
+import assert from 'node:assert/strict';
+import { mkdirSync, rmSync } from 'node:fs';
+import { homedir } from 'node:os';
+import { join } from 'node:path';
+import { describe, it } from 'node:test';
+import { codexBinary } from '../e2e/codex/rig.js';
+import { ROOT } from '../helpers/cli.js';
+import { netnsPrefix, runRigInNamespace } from '../helpers/netns.js';
+
+const SCRATCH = join(homedir(), '.cache', 'corral-remote-noise');
+const codex171 = codexBinary('0.171.0');
+
+const ns = netnsPrefix();
+
+/** What noise-rig.ts writes. */
+interface RigResult {
+  error?: string;
+  stderrTail: string;
+  registerPath: string;
+  registerKeys: string[];
+  securityProfile: string;
+  keySuite: string;
+  rendezvousAuthorization: string | null;
+  output: string;
+  unvouched: { reset: string | null; transport: boolean };
+  validations: { status: number; authorization: string | null; keys: string[] }[];
+  framesFromExecutor: number;
+  undecodable: number;
+}
+
+function runRig(name: string, executorArgv: string[], processCwd: string): Promise<RigResult> {
+  const dir = join(SCRATCH, name);
+  rmSync(dir, { recursive: true, force: true });
+  mkdirSync(join(dir, 'home'), { recursive: true });
+  const env = { PATH: '/usr/bin:/bin', HOME: join(dir, 'home'), CODEX_HOME: join(dir, 'home') };
+  const job = { argv: executorArgv, env, cwd: dir, processCwd };
+  return runRigInNamespace<RigResult>(join(ROOT, 'test', 'helpers', 'noise-rig.ts'), job, dir, 'noise');
+}
+
+function checkExecutor(r: RigResult): void {
+  assert.equal(r.error, undefined, `${r.error}\n${r.stderrTail}`);
+  assert.equal(r.registerPath, '/cloud/environment/env-noise/register');
+  assert.deepEqual(r.registerKeys, ['executor_public_key', 'security_profile']);
+  assert.equal(r.securityProfile, 'noise_hybrid_ik_v1');
+  assert.equal(r.keySuite, 'Noise_hybridIK_X25519+MLKEM768_AESGCM_SHA256');
+  // The rendezvous link carries no credential; the registry calls do.
+  assert.equal(r.rendezvousAuthorization, null);
+  assert.equal(r.output, 'through-noise\n');
+  assert.deepEqual(r.unvouched, { reset: 'noise_relay_protocol_error', transport: false });
+  assert.equal(r.validations.length, 2);
+  for (const v of r.validations) {
+    assert.equal(v.authorization, 'Bearer noise-rig-bearer');
+    assert.deepEqual(v.keys, ['executor_registration_id', 'harness_key_authorization', 'harness_public_key']);
+  }
+  assert.ok(r.framesFromExecutor > 0);
+  assert.equal(r.undecodable, 0);
+}
+
+describe('--remote-transport noise: Codex 0.171’s hybrid IK relay', {
+  skip: ns ? false : 'needs unshare -n',
+}, () => {
+  it('the stand-in against the real codex exec-server 0.171 executor (skipped when not cached)', {
+    skip: !codex171,
+  }, async () => {
+    const r = await runRig(
+      'codex',
+      [
+        codex171!,
+        'exec-server',
+        '--remote',
+        '{base}',
+        '--environment-id',
+        '{id}',
+        '--registration-bearer-stdin',
+      ],
+      'file:///',
+    );
+    checkExecutor(r);
+  });
+
+  it('Corral’s executor against the same stand-in', async () => {
+    const tsx = import.meta.resolve('tsx');
+    const r = await runRig(
+      'corral',
+      [
+        process.execPath,
+        '--import',
+        tsx,
+        join(ROOT, 'src', 'cli.ts'),
+        'exec-server',
+        '--remote',
+        '{base}',
+        '--environment-id',
+        '{id}',
+        '--remote-transport',
+        'noise',
+        '--registration-bearer-stdin',
+      ],
+      '/',
+    );
+    checkExecutor(r);
+  });
+});

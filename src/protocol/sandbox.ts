@@ -216,13 +216,55 @@ export function parseSandboxParam(value: unknown): z.ZodSafeParseResult<ParsedSa
 }
 
 /**
+ * The last successful parses of `sandbox` params, by their JSON text (issue 32: an agent sends the same policy with
+ * every start, and parsing it cost ~70-90 µs of CPU in a server's first hundreds of starts, ~5x its text and a
+ * copy). A parse is a function of the value, and a value from the wire (JSON) of its text, so the kept result is the
+ * one a fresh parse gives; each caller gets a copy of its own. Bounded: MAX_PARSED texts of at most
+ * MAX_PARSED_TEXT characters (longer ones are parsed every time). Failed parses are not kept.
+ */
+const parsedByText = new Map<string, ParsedSandbox>();
+const MAX_PARSED = 8;
+const MAX_PARSED_TEXT = 64 * 1024;
+
+/** A deep copy of parsed data (plain objects, arrays and primitives: what a schema's output is made of). */
+function copyData<T>(v: T): T {
+  if (v === null || typeof v !== 'object') return v;
+  if (Array.isArray(v)) return v.map(copyData) as T;
+  const o: Record<string, unknown> = {};
+  for (const [k, x] of Object.entries(v)) o[k] = copyData(x);
+  return o as T;
+}
+
+function jsonText(value: unknown): string | undefined {
+  try {
+    return JSON.stringify(value);
+  } catch {
+    return undefined; // not JSON (a cycle, a bigint): parsed without the memo
+  }
+}
+
+/**
  * The `sandbox` member of process/start as the method table reads it (a zod transform): absent or null → null, else
  * the shape `parseSandboxParam` picks by key, its issues kept (the table puts them under `sandbox`).
  */
 export function toSandboxParam(value: unknown, ctx: z.RefinementCtx): ParsedSandbox | null {
   if (value === undefined || value === null) return null;
+  const text = jsonText(value);
+  const kept = text === undefined ? undefined : parsedByText.get(text);
+  if (kept) {
+    parsedByText.delete(text!);
+    parsedByText.set(text!, kept);
+    return copyData(kept);
+  }
   const r = parseSandboxParam(value);
-  if (r.success) return r.data ?? null;
+  if (r.success) {
+    const data = r.data ?? null;
+    if (data && text !== undefined && text.length <= MAX_PARSED_TEXT) {
+      parsedByText.set(text, copyData(data));
+      if (parsedByText.size > MAX_PARSED) parsedByText.delete(parsedByText.keys().next().value!);
+    }
+    return data;
+  }
   for (const issue of r.error.issues) ctx.addIssue({ ...issue });
   return z.NEVER;
 }

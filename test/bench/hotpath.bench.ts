@@ -25,9 +25,9 @@ import { join } from 'node:path';
 import { build } from 'esbuild';
 import { spawnerKind, spawnPipedWith } from '../../src/process/spawner.js';
 import { prepareLaunch, startSandbox } from '../../src/sandbox/index.js';
-import { seed, seedParam, special } from '../integration/sandbox-util.js';
+import { seed, seedParam } from '../integration/sandbox-util.js';
 import { BenchClient, cpuMs, pct, startServer, stopServer } from './exec.bench.js';
-import { breakdown } from './hotpathPhases.js';
+import { benchWorkspace, breakdown } from './hotpathPhases.js';
 import type { BenchRow } from './types.js';
 
 const root = join(import.meta.dirname, '..', '..');
@@ -282,13 +282,7 @@ async function measureSandboxes(
   corral: Target,
 ): Promise<{ bwrap: number[]; bare: number[]; landlock: number[]; plain: number[] }> {
   const dir = mkdtempSync(join(cache, 'sbx-'));
-  const ws = join(dir, 'ws');
-  mkdirSync(join(ws, '.git'), { recursive: true });
-  const entries = [
-    special('root', 'read'),
-    special('current_working_directory', 'write'),
-    special('slash_tmp', 'write'),
-  ];
+  const { ws, entries } = benchWorkspace(dir);
   const s = await startServer(corral.argv[0], corral.argv.slice(1), corral.env ?? process.env);
   try {
     const c = await BenchClient.open(s.url);
@@ -617,9 +611,9 @@ export async function run(): Promise<BenchRow[]> {
     if (phases instanceof Error) console.log(`\nbreakdown: ${phases.message}`);
     else
       table(
-        'breakdown of one `true` start (in-process server, every default on; medians of 200)',
-        ['phase', 'µs'],
-        phases.map((p) => [p.phase, f2(p.us)]),
+        'breakdown of one `true` start (in-process server, every default on; medians of 200 of each, taking turns)',
+        ['phase', 'unsandboxed µs', 'Landlock µs'],
+        phases.map((p) => [p.phase, f2(p.plain), f2(p.landlock)]),
       );
 
     const section = 'hotpath (issue 32)';

@@ -2,10 +2,10 @@
  * The breakdown of one start for hotpath.bench.ts: an in-process exec server with every default on (agent and panel
  * tokens, the audit trail in a scratch database, a cgroup per command, the monitor feed, the process in its commands'
  * CPU group as the CLI's), with timers hooked onto the prototypes of the classes a start goes through. The hooks are
- * the bench's: the server has no timers of its own. Each phase is the median over 200 `true` starts (after 50 of warm-up).
+ * the bench's: the server has no timers of its own. Each phase is the median over 200 `true` starts (after 50 of warm-up),
+ * unsandboxed and under Landlock taking turns.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { startAudit } from '../../src/audit/index.js';
 import { AuditTrail } from '../../src/audit/trail.js';
@@ -18,6 +18,7 @@ import { ExecServer } from '../../src/server/execServer.js';
 import { servePanel } from '../../src/server/monitor/panel.js';
 import { Launcher } from '../../src/server/process/launcher.js';
 import { startTestServer } from '../helpers/server.js';
+import { seedParam, special } from '../integration/sandbox-util.js';
 import { BenchClient, pct } from './exec.bench.js';
 
 type Mark =
@@ -59,10 +60,34 @@ function hook(
   };
 }
 
-export async function breakdown(): Promise<{ phase: string; us: number }[]> {
+/**
+ * The phases of a plain start and of a Landlock start (the policy of landlock-start.bench.ts: read everything, write
+ * the workspace and /tmp), taking turns in one server so that both see the same warmth of its code.
+ */
+/**
+ * The sandboxed benches' workspace in `dir` (ws, with a .git) and their policy's entries: read everything, write the
+ * workspace and /tmp.
+ */
+export function benchWorkspace(dir: string): { ws: string; entries: ReturnType<typeof special>[] } {
+  const ws = join(dir, 'ws');
+  mkdirSync(join(ws, '.git'), { recursive: true });
+  return {
+    ws,
+    entries: [
+      special('root', 'read'),
+      special('current_working_directory', 'write'),
+      special('slash_tmp', 'write'),
+    ],
+  };
+}
+
+export async function breakdown(): Promise<{ phase: string; plain: number; landlock: number }[]> {
   // As the headless CLI does (src/cli.ts): this process joins its commands' CPU group (left at exit).
   cgroupHost().joinCpuGroup();
-  const dir = mkdtempSync(join(tmpdir(), 'corral-hotpath-'));
+  // Not under /tmp: the Landlock policy makes /tmp writable, where no rule could hide the audit database.
+  const cache = join(import.meta.dirname, '..', '..', '.cache', 'hotpath');
+  mkdirSync(cache, { recursive: true });
+  const dir = mkdtempSync(join(cache, 'phases-'));
   const audit = await startAudit({ dbPath: join(dir, 'audit.db') }, silentLogger);
   const t = await startTestServer({
     tokens: true,
@@ -141,17 +166,21 @@ export async function breakdown(): Promise<{ phase: string; us: number }[]> {
     ['audit record() calls, all of one start', (c) => c.audit ?? 0],
     ['total: client send → client has process/closed', (_c, s, d) => d - s],
   ];
-  const samples = phases.map(() => [] as number[]);
+  const kinds = ['plain', 'landlock'] as const;
+  const samples = kinds.map(() => phases.map(() => [] as number[]));
+  const { ws, entries } = benchWorkspace(dir);
+  const params = [{}, { sandbox: seedParam({ cwd: ws, entries, useLegacyLandlock: true }) }];
   try {
     const token = t.tokens!.agent;
     const c = await BenchClient.open(`${t.url}/?token=${token}`);
-    for (let i = 0; i < 250; i++) {
+    for (let i = 0; i < 500; i++) {
+      const k = i % 2;
       cur = {};
       const sent = now();
-      await c.run(`ph-${i}`, ['/bin/true']);
+      await c.run(`ph-${i}`, ['/bin/true'], { cwd: ws, ...params[k] });
       const done = now();
-      if (i < 50) continue;
-      for (const [k, [, f]] of phases.entries()) samples[k]!.push(f(cur, sent, done) * 1000);
+      if (i < 100) continue;
+      for (const [j, [, f]] of phases.entries()) samples[k]![j]!.push(f(cur, sent, done) * 1000);
     }
     c.close();
   } finally {
@@ -160,11 +189,14 @@ export async function breakdown(): Promise<{ phase: string; us: number }[]> {
     await audit.stop();
     rmSync(dir, { recursive: true, force: true });
   }
-  return phases.map(([phase], k) => ({
-    phase,
-    us: pct(
-      samples[k]!.sort((a, b) => a - b),
+  const median = (v: number[]) =>
+    pct(
+      v.sort((a, b) => a - b),
       50,
-    ),
+    );
+  return phases.map(([phase], j) => ({
+    phase,
+    plain: median(samples[0]![j]!),
+    landlock: median(samples[1]![j]!),
   }));
 }

@@ -10,9 +10,10 @@
  */
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { seedParam, special } from '../integration/sandbox-util.js';
+import { seedParam } from '../integration/sandbox-util.js';
 import { BenchClient, cpuMs, pct, startServer, stopServer } from './exec.bench.js';
 import { buildCorral, corralArgsIn, type Target, variantTargets } from './hotpath.bench.js';
+import { benchWorkspace } from './hotpathPhases.js';
 import type { BenchRow } from './types.js';
 
 const root = join(import.meta.dirname, '..', '..');
@@ -47,13 +48,7 @@ export async function run(): Promise<BenchRow[]> {
       { name: 'Corral (this checkout)', argv: args(await buildCorral('landlock-now'), 'now') },
       ...(await variantTargets(args, process.env.LANDLOCK_VARIANTS ?? '')),
     ];
-    const ws = join(scratch, 'ws');
-    mkdirSync(join(ws, '.git'), { recursive: true });
-    const entries = [
-      special('root', 'read'),
-      special('current_working_directory', 'write'),
-      special('slash_tmp', 'write'),
-    ];
+    const { ws, entries } = benchWorkspace(scratch);
     const params: Record<Kind, Record<string, unknown>> = {
       landlock: { sandbox: seedParam({ cwd: ws, entries, useLegacyLandlock: true }) },
       plain: {},

@@ -54,8 +54,8 @@ import {
   ExecutorCredentialStream,
   executorCredentialAuth,
 } from './remote/executorCredential.js';
-import { parseConnectUrl, startForwarder } from './remote/forward.js';
-import { generateIdentity, publicKeyJson } from './remote/noiseChannel.js';
+import { parseConnectUrl, startForwarder, startNoiseForwarder } from './remote/forward.js';
+import { generateIdentity, type NoiseIdentity, publicKeyJson } from './remote/noiseChannel.js';
 import { startNoiseExecutor } from './remote/noiseExecutor.js';
 import { parseRelayHost, RegistryClient, type RelayHost } from './remote/registry.js';
 import { selftestCommand } from './selftest/selftest.js';
@@ -77,6 +77,10 @@ function checkRegistration(values: {
     fail(`--remote-transport: unknown transport ${transport} (noise, direct)`);
   return transport;
 }
+
+/** The public half of a Noise identity, as the registration sends it. */
+const noiseKeyOf = (identity: NoiseIdentity) =>
+  publicKeyJson({ dh: identity.dh.publicKey, kem: identity.kem.publicKey });
 
 /** The registry's options: `exec-server --remote` and `forward` register the same way (codex 0.171's spelling). */
 const REGISTRY_OPTIONS = {
@@ -238,9 +242,7 @@ async function execServerCommand(argv: string[]): Promise<void> {
     try {
       registry = new RegistryClient(remote, values['environment-id']!, auth, {
         relayHosts,
-        ...(identity
-          ? { noiseKey: publicKeyJson({ dh: identity.dh.publicKey, kem: identity.kem.publicKey }) }
-          : {}),
+        ...(identity ? { noiseKey: noiseKeyOf(identity) } : {}),
       });
     } catch (e) {
       process.stderr.write(`corral: ${escapeTerminalLines((e as Error).message)}\n`);
@@ -407,10 +409,7 @@ async function forwardCommand(argv: string[]): Promise<void> {
   if (!['error', 'warn', 'info', 'debug'].includes(level)) fail(`--log-level: unknown level ${level}`);
   const log = createLogger({ level, file: null });
   const remote = values.remote!;
-  if (checkRegistration(values) === 'noise')
-    fail(
-      'forward --remote-transport noise is not supported by Corral yet (the executor side of Noise is: exec-server --remote … --remote-transport noise); forward over direct',
-    );
+  const transport = checkRegistration(values);
   let connect: URL;
   let relayHosts: RelayHost[];
   try {
@@ -428,13 +427,19 @@ async function forwardCommand(argv: string[]): Promise<void> {
     remote,
     credential ? executorCredentialAuth(credential) : undefined,
   );
+  const identity = transport === 'noise' ? generateIdentity() : null;
   let registry: RegistryClient;
   try {
-    registry = new RegistryClient(remote, values['environment-id']!, auth, { relayHosts });
+    registry = new RegistryClient(remote, values['environment-id']!, auth, {
+      relayHosts,
+      ...(identity ? { noiseKey: noiseKeyOf(identity) } : {}),
+    });
   } catch (e) {
     fail((e as Error).message);
   }
-  const forwarder = startForwarder({ registry, auth, log, connect });
+  const forwarder = identity
+    ? startNoiseForwarder({ registry, auth, log, connect, identity })
+    : startForwarder({ registry, auth, log, connect });
   let stopping = false;
   const stop = (why: string) => {
     if (stopping) return;
@@ -457,7 +462,7 @@ async function forwardCommand(argv: string[]): Promise<void> {
     process.stdin.resume();
   }
   log.info(
-    `forward: registering with ${registry.base.origin} as environment ${registry.environmentId}, relaying to ${connect.origin}`,
+    `forward: registering with ${registry.base.origin} as environment ${registry.environmentId}, relaying to ${connect.origin} (${transport} transport)`,
   );
   forwarder.done.catch((e: Error) => {
     process.stderr.write(`corral: forward: ${escapeTerminalLines(e.message)}\n`);

@@ -18,6 +18,7 @@ import {
   HANDSHAKE_TIMEOUT_MS,
   startRegistryLinks,
 } from './direct.js';
+import { type NoiseExecutorOptions, startNoiseLinks } from './noiseExecutor.js';
 
 /** The harness's frames held while the destination's socket opens (past it the link is closed, 1009). */
 export const MAX_PENDING_BYTES = 2 * MAX_MESSAGE_BYTES;
@@ -112,4 +113,81 @@ function sendable(code: number): number {
     (code >= 3000 && code <= 4999)
     ? code
     : 1011;
+}
+
+export interface NoiseForwardOptions extends NoiseExecutorOptions {
+  connect: URL;
+  clock?: Clock;
+}
+
+/**
+ * `forward --remote-transport noise` (Codex 0.171's forward): registers with this process's Noise key like the
+ * executor (noiseExecutor.ts) and, for each stream the registry authorised, dials `connect` and relays the stream's
+ * decrypted JSON-RPC messages to it as text frames, and its frames back into the stream. The stream ending closes the
+ * destination's socket; the destination closing or failing resets the stream. Until the destination's socket opens
+ * at most MAX_PENDING_BYTES of the harness's messages are held (past that the stream is reset).
+ */
+export function startNoiseForwarder(o: NoiseForwardOptions): DirectExecutor {
+  const { log } = o;
+  return startNoiseLinks(o.clock ?? realClock, o, (stream) => {
+    const target = new WebSocket(o.connect, {
+      perMessageDeflate: false,
+      maxPayload: MAX_MESSAGE_BYTES,
+      handshakeTimeout: HANDSHAKE_TIMEOUT_MS,
+      followRedirects: false,
+    });
+    let pending: string[] = [];
+    let pendingBytes = 0;
+    let ended = false;
+    const end = () => {
+      if (ended) return;
+      ended = true;
+      stream.close(1011, 'destination closed');
+      if (target.readyState === target.OPEN || target.readyState === target.CONNECTING) target.close(1000);
+    };
+    target.on('open', () => {
+      for (const text of pending) target.send(text);
+      pending = [];
+      pendingBytes = 0;
+    });
+    target.on('message', (data, isBinary) => {
+      if (ended) return;
+      const text = isBinary ? Buffer.from(data as Buffer) : Buffer.from(data.toString(), 'utf8');
+      stream.write([text], () => {});
+    });
+    target.on('unexpected-response', (_req, res) => {
+      res.resume();
+      log.warn(`forward: ${o.connect.origin} refused the WebSocket handshake with HTTP ${res.statusCode}`);
+      target.terminate();
+      end();
+    });
+    target.on('error', (e) => {
+      log.warn(`forward: ${o.connect.origin}: ${e.message}`);
+      end();
+    });
+    target.on('close', end);
+    return {
+      receive(text) {
+        if (ended) return;
+        if (target.readyState === target.OPEN) {
+          target.send(text);
+          return;
+        }
+        pendingBytes += Buffer.byteLength(text);
+        if (pendingBytes > MAX_PENDING_BYTES) {
+          log.warn(
+            'forward: the harness sent more than the destination could take while connecting; resetting',
+          );
+          pending = [];
+          end();
+          return;
+        }
+        pending.push(text);
+      },
+      transportClosed() {
+        ended = true;
+        if (target.readyState === target.OPEN || target.readyState === target.CONNECTING) target.close(1000);
+      },
+    };
+  });
 }

@@ -19,7 +19,8 @@
  * one after the usual delay), a 30 s keepalive ping. Reset reasons from the relay are not trusted and not logged.
  */
 import type { WebSocket } from 'ws';
-import type { RpcConnection, Transport } from '../rpc/connection.js';
+import type { Clock } from '../clock.js';
+import type { Transport } from '../rpc/connection.js';
 import type { Logger } from '../server/core/log.js';
 import type { ExecServer } from '../server/execServer.js';
 import type { RegistrationAuth } from './auth.js';
@@ -74,34 +75,52 @@ export function startNoiseExecutor(server: ExecServer, o: NoiseExecutorOptions):
   server.protectSecrets(o.auth.secrets);
   o.auth.onSecret?.((secret) => server.protectSecrets([secret]));
   const principal = remotePrincipal(o.registry.environmentId);
+  return startNoiseLinks(server.clock, o, (transport) => server.connect(transport, principal));
+}
+
+/** The registration and link loop with Noise streams, each authorised stream handed to `open` (the executor's
+ * exec-server connection, or forward.ts's dial to `--connect`). */
+export function startNoiseLinks(
+  clock: Clock,
+  o: NoiseExecutorOptions,
+  open: (transport: Transport) => NoiseStreamSink,
+): DirectExecutor {
   const validate: HarnessKeyValidator = (reg, key, authz) => o.registry.validateHarnessKey(reg, key, authz);
   return startRegistryLinks(
-    server.clock,
+    clock,
     { ...o, signLink: false, maxPayload: MAX_RELAY_FRAME_BYTES },
     (ws, _peer, reg) =>
       serveNoiseLink(ws, reg, {
         identity: o.identity,
         validate,
         log: o.log,
-        open: (transport) => server.connect(transport, principal),
-        setTimeout: (f, ms) => server.clock.setTimeout(f, ms),
-        clearTimeout: (t) => server.clock.clearTimeout(t as ReturnType<typeof server.clock.setTimeout>),
+        open,
+        setTimeout: (f, ms) => clock.setTimeout(f, ms),
+        clearTimeout: (t) => clock.clearTimeout(t as ReturnType<typeof clock.setTimeout>),
       }),
   );
+}
+
+/** What an authorised stream's plaintext goes to: an exec-server connection, or forward's dial to `--connect`. */
+export interface NoiseStreamSink {
+  /** One JSON-RPC message's text from the harness. */
+  receive(text: string): void;
+  /** The stream ended (reset, link closed, or an error on it). */
+  transportClosed(): void;
 }
 
 export interface NoiseLinkOptions {
   identity: NoiseIdentity;
   validate: HarnessKeyValidator;
   log: Logger;
-  /** Opens the exec-server connection of an authorised stream. */
-  open(transport: Transport): RpcConnection;
+  /** Opens what serves an authorised stream: `transport` sends its messages, encrypted, to the harness. */
+  open(transport: Transport): NoiseStreamSink;
   setTimeout(f: () => void, ms: number): unknown;
   clearTimeout(t: unknown): void;
 }
 
 interface ActiveStream {
-  conn: RpcConnection;
+  conn: NoiseStreamSink;
   transport: NoiseTransport;
   ordered: OrderedCiphertextFrames;
   decoder: JsonRpcMessageDecoder;
@@ -144,7 +163,7 @@ export function serveNoiseLink(ws: WebSocket, reg: Registration, o: NoiseLinkOpt
   const activate = (streamId: string, transport: NoiseTransport) => {
     let seq = 0;
     const stream: ActiveStream = {
-      conn: null as unknown as RpcConnection,
+      conn: null as unknown as NoiseStreamSink,
       transport,
       ordered: new OrderedCiphertextFrames(),
       decoder: new JsonRpcMessageDecoder(),

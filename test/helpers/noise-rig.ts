@@ -4,18 +4,23 @@
  * executor (the real `codex exec-server` or Corral's) registered with `--remote-transport noise`, then
  *   1. a harness runs `initialize` + `process/start` of echo through the encrypted stream and reads its output;
  *   2. a harness whose key the registry did not vouch for is reset before any stream opens.
+ * With a `destination`, the executor is a forwarder (`exec-server forward … --connect {connect}`) relaying to it.
  * Writes what it saw as JSON to the file named by its second argument.
  *
  *   node --import tsx test/helpers/noise-rig.ts JOB.json OUT.json    (JOB: {argv, env, cwd, processCwd})
  */
 import { spawn } from 'node:child_process';
+import { once } from 'node:events';
 import { writeFileSync } from 'node:fs';
 import { RpcClient } from './client.js';
 import { startNoiseRegistry } from './noiseRegistry.js';
 import { shellStart } from './registry-contract.js';
 
 interface Job {
+  /** `{base}`, `{id}` and `{connect}` are replaced. */
   argv: string[];
+  /** A destination exec server started first (forward): it prints its ws:// URL as the first line of stdout. */
+  destination?: string[];
   env: Record<string, string>;
   cwd: string;
   /** The cwd the harness gives process/start (Codex 0.171 takes a file: URI). */
@@ -27,7 +32,20 @@ const job = JSON.parse(await import('node:fs').then((fs) => fs.readFileSync(jobF
 const BEARER = 'noise-rig-bearer';
 const ENV = 'env-noise';
 const reg = await startNoiseRegistry({ bearer: BEARER });
-const argv = job.argv.map((a) => a.replace('{base}', reg.url).replace('{id}', ENV));
+let connect = '';
+let destination: ReturnType<typeof spawn> | null = null;
+if (job.destination) {
+  destination = spawn(job.destination[0]!, job.destination.slice(1), {
+    cwd: job.cwd,
+    env: job.env,
+    stdio: ['pipe', 'pipe', 'ignore'],
+  });
+  const [line] = (await once(destination.stdout!, 'data')) as [Buffer];
+  connect = line.toString().trim().split('\n')[0]!;
+}
+const argv = job.argv.map((a) =>
+  a.replace('{base}', reg.url).replace('{id}', ENV).replace('{connect}', connect),
+);
 const child = spawn(argv[0]!, argv.slice(1), {
   cwd: job.cwd,
   env: job.env,
@@ -70,6 +88,7 @@ try {
   out.error = (e as Error).message;
 }
 child.kill('SIGKILL');
+destination?.kill('SIGKILL');
 await reg.close();
 out.stderrTail = stderr.slice(-2000);
 writeFileSync(outFile!, JSON.stringify(out, null, 2));

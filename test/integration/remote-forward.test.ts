@@ -16,7 +16,7 @@ import { WebSocket } from 'ws';
 import { parseConnectUrl } from '../../src/remote/forward.js';
 import { codexBinary } from '../e2e/codex/rig.js';
 import { RpcClient } from '../helpers/client.js';
-import { startForwardRig } from '../helpers/forwarder.js';
+import { startForwardRig, startNoiseForwardRig } from '../helpers/forwarder.js';
 import type { FakeRegistry } from '../helpers/registry.js';
 import { shellStart } from '../helpers/registry-contract.js';
 import { startTestServer, type TestServer } from '../helpers/server.js';
@@ -26,7 +26,11 @@ const codex171 = codexBinary('0.171.0');
 
 const forwarder = (connect: string) => startForwardRig(ENV, connect, 50);
 
-async function echoThrough(registry: FakeRegistry, id: string, cwd = '/'): Promise<string> {
+async function echoThrough(
+  registry: Pick<FakeRegistry, 'waitForExecutor' | 'harnessUrl'>,
+  id: string,
+  cwd = '/',
+): Promise<string> {
   await registry.waitForExecutor(ENV);
   const c = await RpcClient.open(registry.harnessUrl(ENV), 'harness');
   try {
@@ -40,6 +44,20 @@ async function echoThrough(registry: FakeRegistry, id: string, cwd = '/'): Promi
 
 describe('exec-server forward: the registry’s links relayed to an existing exec server', () => {
   const cleanups: (() => Promise<void>)[] = [];
+  /** The real `codex exec-server --listen` 0.171 on loopback (CODEX_HOME outside /tmp); its ws:// URL. */
+  const codexListener = async (): Promise<string> => {
+    const home = join(homedir(), '.cache', 'corral-forward', 'home');
+    mkdirSync(home, { recursive: true });
+    const child: ChildProcess = spawn(codex171!, ['exec-server', '--listen', 'ws://127.0.0.1:0'], {
+      env: { PATH: '/usr/bin:/bin', HOME: home, CODEX_HOME: home },
+      stdio: ['pipe', 'pipe', 'ignore'],
+    });
+    cleanups.push(async () => {
+      child.kill('SIGKILL');
+    });
+    const [line] = (await once(child.stdout!, 'data')) as [Buffer];
+    return line.toString().trim().split('\n')[0]!;
+  };
   after(async () => {
     for (const f of cleanups.reverse()) await f();
   });
@@ -61,17 +79,7 @@ describe('exec-server forward: the registry’s links relayed to an existing exe
   });
 
   it('to the real codex exec-server 0.171 (skipped when it is not cached)', { skip: !codex171 }, async () => {
-    const home = join(homedir(), '.cache', 'corral-forward', 'home');
-    mkdirSync(home, { recursive: true });
-    const child: ChildProcess = spawn(codex171!, ['exec-server', '--listen', 'ws://127.0.0.1:0'], {
-      env: { PATH: '/usr/bin:/bin', HOME: home, CODEX_HOME: home },
-      stdio: ['pipe', 'pipe', 'ignore'],
-    });
-    cleanups.push(async () => {
-      child.kill('SIGKILL');
-    });
-    const [line] = (await once(child.stdout!, 'data')) as [Buffer];
-    const url = line.toString().trim().split('\n')[0]!;
+    const url = await codexListener();
     assert.match(url, /^ws:\/\/127\.0\.0\.1:\d+/);
     const { registry, fwd } = await forwarder(url);
     cleanups.push(async () => {
@@ -81,6 +89,40 @@ describe('exec-server forward: the registry’s links relayed to an existing exe
     });
     // 0.171's process/start takes cwd as a file: URI.
     assert.equal(await echoThrough(registry, 'c', 'file:///'), 'forwarded-c\n');
+  });
+
+  it('--remote-transport noise: each authorised Noise stream relayed to a Corral server, twice', async () => {
+    const ts: TestServer = await startTestServer({ tokens: true });
+    const { registry, fwd } = await startNoiseForwardRig(ENV, `${ts.url}/?token=${ts.tokens!.agent}`, 50);
+    cleanups.push(async () => {
+      fwd.stop();
+      await fwd.done.catch(() => {});
+      await registry.close();
+      await ts.close();
+    });
+    assert.equal(await echoThrough(registry, 'n1'), 'forwarded-n1\n');
+    assert.equal(await echoThrough(registry, 'n2'), 'forwarded-n2\n');
+    // Registered with the hybrid key, each stream validated by the registry, only ciphertext on the relay.
+    const register = registry.requests.find((r) => r.kind === 'register')!;
+    assert.equal(JSON.parse(register.body).security_profile, 'noise_hybrid_ik_v1');
+    assert.equal(registry.requests.filter((r) => r.kind === 'validate').length, 2);
+    assert.ok(registry.fromExecutor.every((f) => f.frame !== null));
+    // An unvouched harness gets no stream (and no connection to the destination).
+    const h = await registry.handshake({ unissued: true });
+    assert.equal(h.reset, 'noise_relay_protocol_error');
+  });
+
+  it('--remote-transport noise to the real codex exec-server 0.171 (skipped when it is not cached)', {
+    skip: !codex171,
+  }, async () => {
+    const url = await codexListener();
+    const { registry, fwd } = await startNoiseForwardRig(ENV, url, 50);
+    cleanups.push(async () => {
+      fwd.stop();
+      await fwd.done.catch(() => {});
+      await registry.close();
+    });
+    assert.equal(await echoThrough(registry, 'n3', 'file:///'), 'forwarded-n3\n');
   });
 
   it('an unreachable destination closes the harness’s link (1011), and the forwarder keeps serving', async () => {

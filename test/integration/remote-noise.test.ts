@@ -4,7 +4,9 @@
  * executor (skipped when it is not cached: scripts/install-codex.mjs 0.171.0), then the same rig drives Corral's.
  * Both run in a network namespace with only loopback (test/helpers/noise-rig.ts), so the real binary cannot reach any
  * other host. Each: registration with the hybrid key, an encrypted `initialize` + `process/start` of echo whose
- * output comes back, and a harness key the registry did not vouch for reset before any stream opens.
+ * output comes back, and a harness key the registry did not vouch for reset before any stream opens. The real
+ * `codex exec-server forward` 0.171 (Noise is its only forward transport) is run the same way, relaying to a codex
+ * exec-server; Corral's `forward --remote-transport noise` is tested in remote-forward.test.ts.
  */
 import assert from 'node:assert/strict';
 import { mkdirSync, rmSync } from 'node:fs';
@@ -36,12 +38,17 @@ interface RigResult {
   undecodable: number;
 }
 
-function runRig(name: string, executorArgv: string[], processCwd: string): Promise<RigResult> {
+function runRig(
+  name: string,
+  executorArgv: string[],
+  processCwd: string,
+  destination?: string[],
+): Promise<RigResult> {
   const dir = join(SCRATCH, name);
   rmSync(dir, { recursive: true, force: true });
   mkdirSync(join(dir, 'home'), { recursive: true });
   const env = { PATH: '/usr/bin:/bin', HOME: join(dir, 'home'), CODEX_HOME: join(dir, 'home') };
-  const job = { argv: executorArgv, env, cwd: dir, processCwd };
+  const job = { argv: executorArgv, env, cwd: dir, processCwd, destination };
   return runRigInNamespace<RigResult>(join(ROOT, 'test', 'helpers', 'noise-rig.ts'), job, dir, 'noise');
 }
 
@@ -105,6 +112,29 @@ describe('--remote-transport noise: Codex 0.171’s hybrid IK relay', {
         '--registration-bearer-stdin',
       ],
       '/',
+    );
+    checkExecutor(r);
+  });
+
+  it('the stand-in against the real `codex exec-server forward` 0.171 (Noise, its default) relaying to a codex exec-server', {
+    skip: !codex171,
+  }, async () => {
+    const r = await runRig(
+      'codex-forward',
+      [
+        codex171!,
+        'exec-server',
+        'forward',
+        '--remote',
+        '{base}',
+        '--environment-id',
+        '{id}',
+        '--connect',
+        '{connect}',
+        '--registration-bearer-stdin',
+      ],
+      'file:///',
+      [codex171!, 'exec-server', '--listen', 'ws://127.0.0.1:0'],
     );
     checkExecutor(r);
   });

@@ -40,6 +40,30 @@ export function redact(value: unknown, depth = 0): unknown {
   return out;
 }
 
+function deepFreeze<T>(v: T): T {
+  if (v !== null && typeof v === 'object' && !Object.isFrozen(v)) {
+    Object.freeze(v);
+    for (const x of Object.values(v)) deepFreeze(x);
+  }
+  return v;
+}
+
+const redactedOnce = new WeakMap<object, Record<string, unknown>>();
+
+/**
+ * redact(value) of an object that no longer changes once its process started (its launch's policy summary, its
+ * metadata), made once and shared, frozen, by every reader: the audit trail and the monitor each made their own copy
+ * at every start (issue 32).
+ */
+export function redactFixed(value: object): Record<string, unknown> {
+  let r = redactedOnce.get(value);
+  if (r === undefined) {
+    r = deepFreeze(redact(value) as Record<string, unknown>);
+    redactedOnce.set(value, r);
+  }
+  return r;
+}
+
 export const ProcessStateWire = z.enum(['starting', 'running', 'exited', 'closed']);
 
 /**

@@ -5,7 +5,7 @@
  */
 import type { ManagedProcess } from '../../process/managedProcess.js';
 import type { MonitorProcess, MonitorSession } from '../../protocol/monitor.js';
-import { redact } from '../../protocol/monitor.js';
+import { redactFixed } from '../../protocol/monitor.js';
 import { isClientWrapped, readLauncherArgs } from '../../sandbox/codexWrapped.js';
 import type { Session } from '../core/session.js';
 
@@ -35,8 +35,8 @@ function fixedFields(p: ManagedProcess) {
     badge: sandboxBadge(p.sandboxType, p.info.argv),
     launcherFlags: isClientWrapped(p.info.argv) ? readLauncherArgs(p.info.argv).flags : null,
     ...(p.launch.guarantees ? { sandboxGuarantees: p.launch.guarantees } : {}),
-    policy: summary ? (redact(summary) as Record<string, unknown>) : null,
-    metadata: p.info.metadata ? (redact(p.info.metadata) as Record<string, unknown>) : null,
+    policy: summary ? redactFixed(summary) : null,
+    metadata: p.info.metadata ? redactFixed(p.info.metadata) : null,
     envKeys: Object.keys(p.launch.spec.env).sort(),
     startedAt: p.startedAt,
   };

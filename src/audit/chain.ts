@@ -159,25 +159,28 @@ export function setIn<K, V>(map: Map<K, Set<V>>, key: K): Set<V> {
   return s;
 }
 
-/** One value of a row in the canonical encoding: its type and its bytes, unambiguous (lengths, not separators). */
-function encode(h: ReturnType<typeof createHash>, v: unknown): void {
-  if (v === null || v === undefined) h.update('n;');
-  else if (typeof v === 'number' || typeof v === 'bigint') h.update(`i${String(v)};`);
-  else if (typeof v === 'string') {
-    const b = Buffer.from(v, 'utf8');
-    h.update(`s${b.length}:`);
-    h.update(b);
-  } else if (v instanceof Uint8Array) {
-    h.update(`b${v.byteLength}:`);
-    h.update(v);
-  } else h.update(`?${JSON.stringify(v)};`);
-}
-
-/** The digest of a row's covered values (as the `raw()` statement of COVERS returns them). */
+/**
+ * The digest of a row's covered values (as the `raw()` statement of COVERS returns them). Each value in the canonical
+ * encoding: its type and its bytes, unambiguous (lengths, not separators): `n;` (null), `i<n>;` (a number), `s<bytes>:`
+ * and its UTF-8 (a string), `b<bytes>:` and the bytes (a blob), `?<json>;` (anything else). The text between blobs goes
+ * to the hash in one update (issue 32: an update per piece was most of the audit worker's hashing): the same bytes,
+ * as UTF-8 encodes a string piece by piece as it encodes it whole (every string is between ASCII pieces, so no
+ * surrogate of one piece pairs with one of the next).
+ */
 export function rowDigest(kind: ChainKind, values: readonly unknown[]): string {
   const h = createHash('sha256');
-  h.update(`corral-audit-event\0${kind}\0`);
-  for (const v of values) encode(h, v);
+  let text = `corral-audit-event\0${kind}\0`;
+  for (const v of values) {
+    if (v === null || v === undefined) text += 'n;';
+    else if (typeof v === 'number' || typeof v === 'bigint') text += `i${String(v)};`;
+    else if (typeof v === 'string') text += `s${Buffer.byteLength(v, 'utf8')}:${v}`;
+    else if (v instanceof Uint8Array) {
+      h.update(`${text}b${v.byteLength}:`);
+      h.update(v);
+      text = '';
+    } else text += `?${JSON.stringify(v)};`;
+  }
+  h.update(text);
   return h.digest('hex');
 }
 

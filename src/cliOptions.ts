@@ -22,7 +22,7 @@ export const USAGE = `usage: corral exec-server --listen ws://127.0.0.1:0 [optio
        corral doctor [--json] [sandbox options]
                                what this machine can sandbox, and what to change
 
-       corral exec-server --remote URL --environment-id ID --remote-transport direct [--aws-sigv4 …] [options]
+       corral exec-server --remote URL --environment-id ID --remote-transport direct|noise [--aws-sigv4 …] [options]
        corral exec-server forward --remote URL --environment-id ID --connect URL [remote options]
                                register an existing exec-server (Corral or Codex, ws://) as a remote environment
                                and relay each harness link to it

@@ -15,8 +15,8 @@
  *
  * Codex's limits: 128 active streams, 32 validations pending, 4096-byte UTF-8 authorization, a stream id in use or
  * pending is reset, data before the handshake completes is reset, any error on a stream resets it
- * (`noise_relay_protocol_error`, the reason Codex sends), 8 failed handshakes close the link (the loop dials a new
- * one after the usual delay), a 30 s keepalive ping. Reset reasons from the relay are not trusted and not logged.
+ * (`noise_relay_protocol_error`, the reason Codex sends), after 8 failed handshakes new ones are reset for 10 s (the
+ * link and its streams stay; the budget starts again), a 30 s keepalive ping. Reset reasons from the relay are not trusted and not logged.
  */
 import type { WebSocket } from 'ws';
 import type { Clock } from '../clock.js';
@@ -47,6 +47,9 @@ import {
 
 export const MAX_ACTIVE_NOISE_RELAY_STREAMS = 128;
 export const MAX_FAILED_NOISE_HANDSHAKES = 8;
+/** After MAX_FAILED_NOISE_HANDSHAKES on a link, new handshakes are reset for this long (recorded from 0.171: the link
+ * stays open, a good handshake is accepted again ~10 s later, and the failure budget starts again). */
+export const NOISE_HANDSHAKE_PAUSE_MS = 10_000;
 export const MAX_HARNESS_KEY_AUTHORIZATION_BYTES = 4096;
 export const MAX_PENDING_HANDSHAKE_VALIDATIONS = 32;
 export const HARNESS_KEY_VALIDATION_TIMEOUT_MS = 10_000;
@@ -97,6 +100,7 @@ export function startNoiseLinks(
         open,
         setTimeout: (f, ms) => clock.setTimeout(f, ms),
         clearTimeout: (t) => clock.clearTimeout(t as ReturnType<typeof clock.setTimeout>),
+        now: () => clock.now(),
       }),
   );
 }
@@ -117,6 +121,7 @@ export interface NoiseLinkOptions {
   open(transport: Transport): NoiseStreamSink;
   setTimeout(f: () => void, ms: number): unknown;
   clearTimeout(t: unknown): void;
+  now(): number;
 }
 
 interface ActiveStream {
@@ -133,6 +138,7 @@ export function serveNoiseLink(ws: WebSocket, reg: Registration, o: NoiseLinkOpt
   const streams = new Map<string, ActiveStream>();
   const pending = new Map<string, { id: number; handshake: PendingResponderHandshake }>();
   let failed = 0;
+  let pausedUntil = 0;
   let nextValidation = 0;
   let linkClosed = false;
 
@@ -142,9 +148,10 @@ export function serveNoiseLink(ws: WebSocket, reg: Registration, o: NoiseLinkOpt
   const reset = (streamId: string) => send(relayReset(streamId, NOISE_RELAY_RESET_REASON));
   const failure = () => {
     failed++;
-    if (failed >= MAX_FAILED_NOISE_HANDSHAKES && !linkClosed) {
-      log.warn('remote: closing Noise relay after repeated handshake failures');
-      ws.close(1008, 'repeated Noise handshake failures');
+    if (failed >= MAX_FAILED_NOISE_HANDSHAKES) {
+      log.warn('remote: pausing Noise relay handshakes after repeated failures');
+      failed = 0;
+      pausedUntil = o.now() + NOISE_HANDSHAKE_PAUSE_MS;
     }
   };
   const dropStream = (streamId: string, s: ActiveStream, sendReset: boolean) => {
@@ -198,6 +205,8 @@ export function serveNoiseLink(ws: WebSocket, reg: Registration, o: NoiseLinkOpt
 
   const onHandshake = (streamId: string, request: Uint8Array) => {
     if (streams.has(streamId) || pending.has(streamId)) return reset(streamId);
+    // Paused after repeated failures: no hybrid handshake, no registry request until the pause is over.
+    if (o.now() < pausedUntil) return reset(streamId);
     if (streams.size >= MAX_ACTIVE_NOISE_RELAY_STREAMS) {
       log.warn('remote: Noise relay has too many active streams');
       return reset(streamId);

@@ -25,6 +25,8 @@ interface Job {
   cwd: string;
   /** The cwd the harness gives process/start (Codex 0.171 takes a file: URI). */
   processCwd: string;
+  /** Also probe the pause after 8 failed handshakes (~10 s of waiting). */
+  pauseProbe?: boolean;
 }
 
 const [jobFile, outFile] = process.argv.slice(2);
@@ -81,6 +83,33 @@ try {
       authorization: r.headers.authorization ?? null,
       keys: Object.keys(JSON.parse(r.body)).sort(),
     }));
+  if (job.pauseProbe) {
+    const flip = (r: Uint8Array) => {
+      const b = Uint8Array.from(r);
+      b[2000]! ^= 1;
+      return b;
+    };
+    const links = () => reg.requests.filter((r) => r.kind === 'rendezvous').length;
+    for (let i = 0; i < 8; i++) await reg.handshake({ tamper: flip });
+    const failedAt = Date.now();
+    const right = await reg.handshake({});
+    let acceptedAfterMs: number | null = null;
+    while (Date.now() - failedAt < 20_000) {
+      await new Promise((r) => setTimeout(r, 250));
+      if ((await reg.handshake({})).transport) {
+        acceptedAfterMs = Date.now() - failedAt;
+        break;
+      }
+    }
+    await reg.handshake({ tamper: flip });
+    const oneMore = await reg.handshake({});
+    out.pause = {
+      rightAfter: right.transport ? 'accepted' : right.reset,
+      acceptedAfterMs,
+      afterOneMoreFailure: oneMore.transport ? 'accepted' : oneMore.reset,
+      links: links(),
+    };
+  }
   // Every frame the executor sent was protobuf; no plaintext JSON-RPC crossed the relay.
   out.framesFromExecutor = reg.fromExecutor.length;
   out.undecodable = reg.fromExecutor.filter((f) => f.frame === null).length;

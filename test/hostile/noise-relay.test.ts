@@ -279,6 +279,7 @@ describe('the executor link (serveNoiseLink) under a hostile relay and harness',
   } as unknown as Parameters<typeof serveNoiseLink>[2]['log'];
   const reg = { environmentId: 'env', registrationId: 'reg-1', url: new URL('ws://127.0.0.1:1/') };
 
+  const clock = { now: 1_000_000 };
   function link(validate: (key: unknown, authz: string) => Promise<void>) {
     const l = fakeLink();
     const received: string[] = [];
@@ -293,6 +294,7 @@ describe('the executor link (serveNoiseLink) under a hostile relay and harness',
       },
       setTimeout: (f, ms) => setTimeout(f, ms),
       clearTimeout: (t) => clearTimeout(t as NodeJS.Timeout),
+      now: () => clock.now,
     });
     return { ...l, received, opened: () => opened, served };
   }
@@ -331,7 +333,7 @@ describe('the executor link (serveNoiseLink) under a hostile relay and harness',
     l.served.closed();
   });
 
-  it('a vouched harness: replayed, reordered and forged data; a duplicate handshake; eight failures close the link', async () => {
+  it('a vouched harness: replayed, reordered and forged data; a duplicate handshake; eight failures pause handshakes 10 s', async () => {
     const l = link(async () => {});
     const p = noiseChannelPrologue('env', 'reg-1', 's');
     const { handshake, request } = InitiatorHandshake.start(
@@ -364,9 +366,29 @@ describe('the executor link (serveNoiseLink) under a hostile relay and harness',
     l.deliver(encodeRelayFrame(relayData('s', 2, randomBytes(64))));
     const kinds = frames(l.sent).map((f) => f.body?.kind);
     assert.equal(kinds.filter((k) => k === 'reset').length, 2);
-    // Replaying msg 1 on eight new stream ids (prologue mismatch): the link is closed.
+    // Replaying msg 1 on eight new stream ids (prologue mismatch): handshakes pause (Codex 0.171), the link stays.
     for (let i = 0; i < 8; i++) l.deliver(encodeRelayFrame(relayHandshake(`r${i}`, request)));
-    assert.equal(l.ws.readyState, 3);
+    assert.equal(l.ws.readyState, 1);
+    const good = (id: string) =>
+      InitiatorHandshake.start(
+        harness,
+        executorKey,
+        noiseChannelPrologue('env', 'reg-1', id),
+        Buffer.from('authz-token-secret'),
+      ).request;
+    const before = l.sent.length;
+    l.deliver(encodeRelayFrame(relayHandshake('g1', good('g1'))));
+    await settle();
+    await settle();
+    assert.deepEqual(
+      frames(l.sent.slice(before)).map((f) => [f.streamId, f.body?.kind]),
+      [['g1', 'reset']],
+    );
+    clock.now += 10_001; // the pause is over: a good handshake is answered
+    l.deliver(encodeRelayFrame(relayHandshake('g2', good('g2'))));
+    await settle();
+    await settle();
+    assert.ok(frames(l.sent).some((f) => f.streamId === 'g2' && f.body?.kind === 'handshake'));
     l.served.closed();
   });
 });

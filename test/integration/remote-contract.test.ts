@@ -15,7 +15,13 @@ import { join } from 'node:path';
 import { before, describe, it } from 'node:test';
 import { codexBinary } from '../e2e/codex/rig.js';
 import { ROOT } from '../helpers/cli.js';
-import { runRigInNamespace } from '../helpers/netns.js';
+import { netnsPrefix, runRigInNamespace } from '../helpers/netns.js';
+import {
+  codexNoiseExecutor,
+  corralNoiseExecutor,
+  type RigResult,
+  runNoiseRig,
+} from '../helpers/noiseRigRun.js';
 import { type ContractJob, type ContractTranscript, FAKE_AWS } from '../helpers/registry-contract.js';
 
 const FIXTURE = join(ROOT, 'test', 'fixtures', 'remote', 'codex-0.169.0-direct.json');
@@ -187,5 +193,34 @@ describe('remote executor contract (direct transport), recorded from codex 0.169
       assert.match(r[1]!.stderr, /requires https(:\/\/)? for non-loopback/, who);
       assert.deepEqual(r[1]!.requests, [], who);
     }
+  });
+});
+
+describe('Noise transport: the pause after 8 failed handshakes, recorded from codex 0.171 and held against Corral', {
+  skip: netnsPrefix() ? false : 'needs unshare -n',
+}, () => {
+  // ~10 s of waiting each (the pause itself): why this lives in the slow tier. Corral's logic is also unit-tested
+  // with a fake clock in test/hostile/noise-relay.test.ts.
+  const expectPause = (r: RigResult) => {
+    assert.equal(r.error, undefined, `${r.error}\n${r.stderrTail}`);
+    const p = r.pause!;
+    assert.equal(
+      p.rightAfter,
+      'noise_relay_protocol_error',
+      'a good handshake right after the 8th failure is reset',
+    );
+    assert.ok(
+      p.acceptedAfterMs !== null && p.acceptedAfterMs >= 9_000 && p.acceptedAfterMs <= 13_000,
+      `${p.acceptedAfterMs}`,
+    );
+    assert.equal(p.afterOneMoreFailure, 'accepted', 'the budget starts again after the pause');
+    assert.equal(p.links, 1, 'the link stays open');
+  };
+  it('codex exec-server 0.171 (skipped when not cached)', { skip: !codexBinary('0.171.0') }, async () => {
+    const codex = codexBinary('0.171.0')!;
+    expectPause(await runNoiseRig('codex-pause', codexNoiseExecutor(codex), 'file:///', undefined, true));
+  });
+  it('Corral', async () => {
+    expectPause(await runNoiseRig('corral-pause', corralNoiseExecutor(), '/', undefined, true));
   });
 });

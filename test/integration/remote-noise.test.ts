@@ -9,48 +9,18 @@
  * exec-server; Corral's `forward --remote-transport noise` is tested in remote-forward.test.ts.
  */
 import assert from 'node:assert/strict';
-import { mkdirSync, rmSync } from 'node:fs';
-import { homedir } from 'node:os';
-import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { codexBinary } from '../e2e/codex/rig.js';
-import { ROOT } from '../helpers/cli.js';
-import { netnsPrefix, runRigInNamespace } from '../helpers/netns.js';
+import { netnsPrefix } from '../helpers/netns.js';
+import {
+  codexNoiseExecutor,
+  corralNoiseExecutor,
+  type RigResult,
+  runNoiseRig as runRig,
+} from '../helpers/noiseRigRun.js';
 
-const SCRATCH = join(homedir(), '.cache', 'corral-remote-noise');
 const codex171 = codexBinary('0.171.0');
-
 const ns = netnsPrefix();
-
-/** What noise-rig.ts writes. */
-interface RigResult {
-  error?: string;
-  stderrTail: string;
-  registerPath: string;
-  registerKeys: string[];
-  securityProfile: string;
-  keySuite: string;
-  rendezvousAuthorization: string | null;
-  output: string;
-  unvouched: { reset: string | null; transport: boolean };
-  validations: { status: number; authorization: string | null; keys: string[] }[];
-  framesFromExecutor: number;
-  undecodable: number;
-}
-
-function runRig(
-  name: string,
-  executorArgv: string[],
-  processCwd: string,
-  destination?: string[],
-): Promise<RigResult> {
-  const dir = join(SCRATCH, name);
-  rmSync(dir, { recursive: true, force: true });
-  mkdirSync(join(dir, 'home'), { recursive: true });
-  const env = { PATH: '/usr/bin:/bin', HOME: join(dir, 'home'), CODEX_HOME: join(dir, 'home') };
-  const job = { argv: executorArgv, env, cwd: dir, processCwd, destination };
-  return runRigInNamespace<RigResult>(join(ROOT, 'test', 'helpers', 'noise-rig.ts'), job, dir, 'noise');
-}
 
 function checkExecutor(r: RigResult): void {
   assert.equal(r.error, undefined, `${r.error}\n${r.stderrTail}`);
@@ -77,43 +47,12 @@ describe('--remote-transport noise: Codex 0.171’s hybrid IK relay', {
   it('the stand-in against the real codex exec-server 0.171 executor (skipped when not cached)', {
     skip: !codex171,
   }, async () => {
-    const r = await runRig(
-      'codex',
-      [
-        codex171!,
-        'exec-server',
-        '--remote',
-        '{base}',
-        '--environment-id',
-        '{id}',
-        '--registration-bearer-stdin',
-      ],
-      'file:///',
-    );
+    const r = await runRig('codex', codexNoiseExecutor(codex171!), 'file:///');
     checkExecutor(r);
   });
 
   it('Corral’s executor against the same stand-in', async () => {
-    const tsx = import.meta.resolve('tsx');
-    const r = await runRig(
-      'corral',
-      [
-        process.execPath,
-        '--import',
-        tsx,
-        join(ROOT, 'src', 'cli.ts'),
-        'exec-server',
-        '--remote',
-        '{base}',
-        '--environment-id',
-        '{id}',
-        '--remote-transport',
-        'noise',
-        '--registration-bearer-stdin',
-      ],
-      '/',
-    );
-    checkExecutor(r);
+    checkExecutor(await runRig('corral', corralNoiseExecutor(), '/'));
   });
 
   it('the stand-in against the real `codex exec-server forward` 0.171 (Noise, its default) relaying to a codex exec-server', {

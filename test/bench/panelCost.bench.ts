@@ -29,6 +29,7 @@ import { privateBuild } from '../browser/panelBuild.js';
 import { type FeedPod, realRow, startFeedPod } from './feedPods.js';
 import {
   Agent,
+  detailRows,
   flood,
   lags,
   longestTaskRows,
@@ -230,6 +231,7 @@ async function costPhase(
     { section, metric: 'processes never shown in their final state', corral: missing, unit: '', target: '0' },
     longTaskRow(section, long),
     ...longestTaskRows(section, traced, shown.frames, p0, p1),
+    ...detailRows(section, traced.detail, (t1 - t0) / 1000),
     {
       section,
       metric: `input → paint, a key in the search box (p50 / p99 / max of ${input.length})`,
@@ -318,6 +320,7 @@ async function eventPhase(
     },
     longTaskRow(section, long),
     ...longestTaskRows(section, traced, shown.frames, p0, p1),
+    ...detailRows(section, traced.detail, (p1 - p0) / 1000),
     {
       section,
       metric: `input → paint, ${probeName} (p50 / p99 / max of ${input.length})`,
@@ -471,7 +474,9 @@ async function standInPod(cli: string): Promise<BenchRow[]> {
 
 /**
  * CORRAL_PANEL_COST=250 (or 50, 2000, network, approvals, bridge, a comma-separated list) runs only those phases: one
- * lever at a time.
+ * lever at a time. CORRAL_PANEL_PROFILE=1 adds where each phase's main-thread CPU went (self time by trace event:
+ * style, layout, paint, script…) and its layouts' sizes (panelDriver.ts `detailRows`): a profile (its trace costs the
+ * page and the server CPU of its own), not figures to compare with a run without it.
  */
 const only = process.env.CORRAL_PANEL_COST?.split(',') ?? null;
 const wanted = (phase: string) => only === null || only.includes(phase);

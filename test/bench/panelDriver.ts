@@ -368,7 +368,11 @@ interface TraceEvent {
   ts: number;
   dur?: number;
   tdur?: number;
-  args?: { name?: string; src_func?: string };
+  args?: {
+    name?: string;
+    src_func?: string;
+    beginData?: { dirtyObjects?: number; totalObjects?: number; partialLayout?: boolean };
+  };
 }
 
 /**
@@ -396,26 +400,53 @@ const TASK = 'ThreadControllerImpl::RunTask';
  * DevTools' timeline category streamed ~76k events and 14 MB per second through CDP, which took enough CPU from the
  * page and the server to change what the run measured (achieved rate 842–1106 /s with it, 1066–1311 without).
  */
-export async function traceTasks(cdp: CDPSession, page?: Page): Promise<() => Promise<TracedTask[]>> {
+export async function traceTasks(
+  cdp: CDPSession,
+  page?: Page,
+): Promise<() => Promise<TracedTask[] & { detail?: TraceDetail }>> {
   const events: TraceEvent[] = [];
+  const inner: TraceEvent[] = [];
+  const invalidations = new Map<string, number>();
   let mark: TraceEvent | null = null;
   const onData = (d: { value: object[] }) => {
     for (const e of d.value as TraceEvent[]) {
       if ((e.name === TASK && e.ph === 'X') || e.name === 'thread_name') events.push(e);
       else if (e.name === ALIGN_MARK) mark = e;
+      else if (PROFILE && e.ph === 'X' && e.tdur !== undefined) inner.push(e);
+      else if (PROFILE && e.name === 'LayoutInvalidationTracking') {
+        const d = (e.args as { data?: { nodeName?: string; reason?: string } } | undefined)?.data;
+        const k = `${d?.nodeName ?? '?'} (${d?.reason ?? '?'})`;
+        invalidations.set(k, (invalidations.get(k) ?? 0) + 1);
+      }
     }
   };
   cdp.on('Tracing.dataCollected', onData);
   await cdp.send('Tracing.start', {
     // blink.user_timing: only the page's performance.mark()s (one here, to align the clocks).
-    categories: page ? 'toplevel,blink.user_timing' : 'toplevel',
+    categories: [
+      'toplevel',
+      ...(page ? ['blink.user_timing'] : []),
+      ...(PROFILE
+        ? [
+            'devtools.timeline',
+            'disabled-by-default-devtools.timeline',
+            'disabled-by-default-devtools.timeline.invalidationTracking',
+          ]
+        : []),
+    ].join(','),
     transferMode: 'ReportEvents',
   });
+  if (PROFILE) {
+    await cdp.send('Profiler.enable');
+    await cdp.send('Profiler.setSamplingInterval', { interval: 250 });
+    await cdp.send('Profiler.start');
+  }
   // The mark's time in the page's clock; its trace event's timestamp is the same instant in the trace's.
   const markAt = page
     ? await page.evaluate((name) => performance.mark(name).startTime, ALIGN_MARK).catch(() => Number.NaN)
     : Number.NaN;
   return async () => {
+    const profile = PROFILE ? (await cdp.send('Profiler.stop')).profile : null;
     const complete = new Promise<void>((r) => cdp.once('Tracing.tracingComplete', () => r()));
     await cdp.send('Tracing.end');
     await complete;
@@ -441,8 +472,144 @@ export async function traceTasks(cdp: CDPSession, page?: Page): Promise<() => Pr
       });
     }
     const busiest = (l: TracedTask[]) => l.reduce((n, t) => n + t.cpu, 0);
-    return [...byThread.values()].sort((a, b) => busiest(b) - busiest(a))[0] ?? [];
+    const main = [...byThread.entries()].sort((a, b) => busiest(b[1]) - busiest(a[1]))[0];
+    const tasks: TracedTask[] & { detail?: TraceDetail } = main?.[1] ?? [];
+    if (PROFILE && main) {
+      const [pid, tid] = main[0].split(':').map(Number);
+      tasks.detail = breakdown(
+        events.filter((e) => e.pid === pid && e.tid === tid && e.name === TASK),
+        inner.filter((e) => e.pid === pid && e.tid === tid),
+      );
+      if (profile) tasks.detail.script = scriptSelf(profile);
+      tasks.detail.invalidations = [...invalidations.entries()].sort((a, b) => b[1] - a[1]);
+    }
+    return tasks;
   };
+}
+
+/**
+ * CORRAL_PANEL_PROFILE=1: traceTasks also records DevTools' timeline categories and says where the main thread's CPU
+ * went (its self time per kind of work: style, layout, paint, script…) and how big the layouts were. That trace
+ * streams ~14 MB/s through CDP and takes CPU from everything measured: a profile, not a figure to compare.
+ */
+const PROFILE = process.env.CORRAL_PANEL_PROFILE === '1';
+
+/** Where a traced phase's main-thread CPU went. */
+export interface TraceDetail {
+  /** Self thread time (ms) per trace event name, the tasks' own time under `(task)`. */
+  self: Map<string, number>;
+  /** Layout passes: how many, their objects (dirty / total, mean and max) and how many started at the root. */
+  layouts: { n: number; dirty: number; total: number; maxTotal: number; full: number };
+  /** The page's script by function (self time, ms, from V8's sampling profiler), heaviest first. */
+  script?: [string, number][];
+  /** What marked layout dirty: node and reason, with how many times (the trace's invalidation tracking). */
+  invalidations?: [string, number][];
+}
+
+/** Self time per function of a V8 CPU profile (ms), heaviest first. */
+function scriptSelf(p: {
+  nodes: { id: number; callFrame: { functionName: string; url: string; lineNumber: number } }[];
+  samples?: number[];
+  timeDeltas?: number[];
+}): [string, number][] {
+  const byId = new Map(p.nodes.map((n) => [n.id, n]));
+  // A built-in (no script of its own) is named with its caller's name: which `remove` took the time.
+  const parent = new Map<number, (typeof p.nodes)[number]>();
+  for (const n of p.nodes as { id: number; children?: number[] }[])
+    for (const c of n.children ?? []) parent.set(c, byId.get(n.id)!);
+  const self = new Map<string, number>();
+  const samples = p.samples ?? [];
+  const deltas = p.timeDeltas ?? [];
+  for (let i = 0; i < samples.length; i++) {
+    const n = byId.get(samples[i]!);
+    if (!n) continue;
+    const f = n.callFrame;
+    const caller = f.url ? undefined : parent.get(n.id)?.callFrame;
+    const name =
+      `${f.functionName || '(anonymous)'}${f.url ? `@${f.url.replace(/^.*\//, '')}:${f.lineNumber + 1}` : ''}` +
+      (caller?.url ? ` (from ${caller.functionName || '(anonymous)'}:${caller.lineNumber + 1})` : '');
+    self.set(name, (self.get(name) ?? 0) + (deltas[i + 1] ?? 0) / 1000);
+  }
+  return [...self.entries()].sort((a, b) => b[1] - a[1]);
+}
+
+function breakdown(tasks: TraceEvent[], inner: TraceEvent[]): TraceDetail {
+  const self = new Map<string, number>();
+  const add = (name: string, ms: number) => self.set(name, (self.get(name) ?? 0) + ms);
+  const all = [...tasks, ...inner].sort((a, b) => a.ts - b.ts || (b.dur ?? 0) - (a.dur ?? 0));
+  // Self time: each event's thread time less its children's (events nest on one thread).
+  const stack: { e: TraceEvent; end: number; children: number }[] = [];
+  const pop = () => {
+    const top = stack.pop()!;
+    add(top.e.name === TASK ? '(task)' : top.e.name, Math.max(0, ((top.e.tdur ?? 0) - top.children) / 1000));
+    const parent = stack.at(-1);
+    if (parent) parent.children += top.e.tdur ?? 0;
+  };
+  for (const e of all) {
+    while (stack.length > 0 && stack.at(-1)!.end <= e.ts) pop();
+    stack.push({ e, end: e.ts + (e.dur ?? 0), children: 0 });
+  }
+  while (stack.length > 0) pop();
+  const layouts = { n: 0, dirty: 0, total: 0, maxTotal: 0, full: 0 };
+  for (const e of inner) {
+    if (e.name !== 'Layout') continue;
+    const b = e.args?.beginData ?? {};
+    layouts.n++;
+    layouts.dirty += b.dirtyObjects ?? 0;
+    layouts.total += b.totalObjects ?? 0;
+    layouts.maxTotal = Math.max(layouts.maxTotal, b.totalObjects ?? 0);
+    if (b.partialLayout === false) layouts.full++;
+  }
+  return { self, layouts };
+}
+
+/** The rows of a TraceDetail (CORRAL_PANEL_PROFILE=1): main-thread self CPU per second by kind, the layouts. */
+export function detailRows(section: string, detail: TraceDetail | undefined, seconds: number): BenchRow[] {
+  if (!detail) return [];
+  const top = [...detail.self.entries()].sort((a, b) => b[1] - a[1]).slice(0, 12);
+  const l = detail.layouts;
+  const r1 = (v: number) => Math.round(v * 10) / 10;
+  return [
+    {
+      section,
+      metric: '  profile: main-thread self CPU per second, by trace event',
+      corral: top.map(([k, v]) => `${k} ${r1(v / seconds)}`).join(', '),
+      unit: 'ms/s',
+    },
+    {
+      section,
+      metric: '  profile: layouts per second; objects dirty / total (mean), max total; from the root',
+      corral: `${r1(l.n / seconds)}; ${Math.round(l.dirty / Math.max(1, l.n))} / ${Math.round(l.total / Math.max(1, l.n))}, ${l.maxTotal}; ${l.full}`,
+      unit: '',
+    },
+    ...(detail.invalidations
+      ? [
+          {
+            section,
+            metric: '  profile: layout invalidations per second, by node (reason)',
+            corral: detail.invalidations
+              .slice(0, 40)
+              .map(([k, v]) => `${k} ${r1(v / seconds)}`)
+              .join(', '),
+            unit: '/s',
+          },
+        ]
+      : []),
+    ...(detail.script
+      ? [
+          {
+            section,
+            metric: '  profile: script self time per second, by function (sampled)',
+            corral: detail.script
+              .filter(([k]) => k !== '(idle)' && k !== '(program)')
+              .slice(0, 12)
+              .map(([k, v]) => `${k} ${r1(v / seconds)}`)
+              .join(', '),
+            unit: 'ms/s',
+          },
+        ]
+      : []),
+  ];
 }
 
 /** Long tasks (ms) that started within [from, to] of the page's clock (performance.now()). */

@@ -28,7 +28,11 @@ export interface ProcessStartRecord {
   tty: boolean;
   envNames: string[];
   sandboxType: string;
-  policy: Record<string, unknown> | null;
+  /**
+   * The launch's policy summary, redacted: as its JSON text (what the trail's observer sends: made once per summary
+   * and shared with the monitor, redactedJson) or as an object.
+   */
+  policy: Record<string, unknown> | string | null;
   network: Record<string, unknown> | null;
   metadata: Record<string, unknown> | null;
   pid: number;

@@ -14,7 +14,7 @@ import type { ManagedProcess } from '../process/managedProcess.js';
 import type { ApprovalAuditEvent } from '../protocol/approvals.js';
 import type { FsOperation } from '../protocol/audit.js';
 import type { OutputStream } from '../protocol/exec.js';
-import { redact, redactFixed } from '../protocol/monitor.js';
+import { redact, redactedJson, redactFixed } from '../protocol/monitor.js';
 import { auditMetadataOf, type NetworkAuditEvent } from '../protocol/network.js';
 import type { FsCallEvent } from '../server/core/events.js';
 import type { Session } from '../server/core/session.js';
@@ -233,7 +233,7 @@ export function observeServer(source: AuditSource, sink: AuditSink): AuditObserv
         tty: p.info.tty,
         envNames: capList(Object.keys(p.launch.spec.env).sort(), 'envNames', cut),
         sandboxType: p.sandboxType,
-        policy: summary ? redactFixed(summary) : null,
+        policy: summary ? redactedJson(summary) : null,
         network: networkSummary(source.networkOf(sessionId, processId)),
         metadata: p.info.metadata ? redactFixed(p.info.metadata) : null,
         pid: p.pid,

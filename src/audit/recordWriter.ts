@@ -26,7 +26,11 @@ const json = (v: unknown) => (v === null || v === undefined ? null : JSON.string
  * MAX_LIST_BYTES, the cut marked in `cut` (JSON cannot be cut and stay JSON).
  */
 function cappedJson(v: unknown, field: string, cut: Record<string, Truncation>): string | null {
-  const text = json(v);
+  return cappedText(json(v), field, cut);
+}
+
+/** cappedJson of a value given as its JSON text. */
+function cappedText(text: string | null, field: string, cut: Record<string, Truncation>): string | null {
   if (text === null || text.length * 3 <= MAX_LIST_BYTES) return text;
   const n = Buffer.byteLength(text);
   if (n <= MAX_LIST_BYTES) return text;
@@ -169,7 +173,9 @@ export class RecordWriter {
       info.lastInsertRowid,
       JSON.stringify(r.argv),
       JSON.stringify(r.envNames),
-      cappedJson(r.policy, 'policy', cut),
+      typeof r.policy === 'string'
+        ? cappedText(r.policy, 'policy', cut)
+        : cappedJson(r.policy, 'policy', cut),
       json(r.network),
       cappedJson(r.metadata, 'metadata', cut),
       json(truncations(cut)),

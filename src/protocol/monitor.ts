@@ -64,6 +64,18 @@ export function redactFixed(value: object): Record<string, unknown> {
   return r;
 }
 
+const redactedTexts = new WeakMap<object, string>();
+
+/** JSON.stringify(redactFixed(value)), made once per object: the monitor's feed and the audit trail store the same text. */
+export function redactedJson(value: object): string {
+  let t = redactedTexts.get(value);
+  if (t === undefined) {
+    t = JSON.stringify(redactFixed(value));
+    redactedTexts.set(value, t);
+  }
+  return t;
+}
+
 export const ProcessStateWire = z.enum(['starting', 'running', 'exited', 'closed']);
 
 /**

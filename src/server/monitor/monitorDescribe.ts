@@ -5,7 +5,7 @@
  */
 import type { ManagedProcess } from '../../process/managedProcess.js';
 import type { MonitorProcess, MonitorSession } from '../../protocol/monitor.js';
-import { redactFixed } from '../../protocol/monitor.js';
+import { redactedJson, redactFixed } from '../../protocol/monitor.js';
 import { isClientWrapped, readLauncherArgs } from '../../sandbox/codexWrapped.js';
 import type { Session } from '../core/session.js';
 
@@ -65,7 +65,10 @@ const fixedParts = new WeakMap<ManagedProcess, string>();
 export function processJson(p: ManagedProcess): string {
   let fixed = fixedParts.get(p);
   if (fixed === undefined) {
-    fixed = JSON.stringify(fixedFields(p)).slice(0, -1);
+    // The policy's text is the one the audit trail stores (redactedJson: made once per launch summary).
+    const { policy: _, ...rest } = fixedFields(p);
+    const summary = p.launch.summary;
+    fixed = `${JSON.stringify(rest).slice(0, -1)},"policy":${summary ? redactedJson(summary) : 'null'}`;
     fixedParts.set(p, fixed);
   }
   return (

@@ -302,7 +302,13 @@ function boot(): void {
     connectBox,
     statusBox,
   );
-  const side = h('aside', { class: 'sidebar' }, nav, h('div', { class: 'side-foot muted', id: 'side-foot' }));
+  // The sidebar's content in a box of the sidebar's fixed size (styles.css .sidebar-in): a counter that changes lays
+  // out that box alone, not the document.
+  const side = h(
+    'aside',
+    { class: 'sidebar' },
+    h('div', { class: 'sidebar-in' }, nav, h('div', { class: 'side-foot muted', id: 'side-foot' })),
+  );
   document.body.appendChild(
     h('div', { class: 'shell' }, header, side, main, (views.approvals as ApprovalsView).prompts, toastBox),
   );

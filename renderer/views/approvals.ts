@@ -12,11 +12,18 @@ import type {
 } from '../../src/protocol/approvals.js';
 import { MAX_RULE_NOTE } from '../../src/protocol/approvals.js';
 import type { TypedRequests } from '../../src/protocol/client.js';
-import { h, type Paced, paced, reconcile, replace, shellJoin } from '../dom.js';
+import { h, type Paced, paced, reconcile, replace, setText, shellJoin } from '../dom.js';
 import type { AppContext, View } from '../view.js';
 import { eachServer, ProjectsCard } from './approvalsProjects.js';
 
 const MAX_AUDIT = 500;
+/**
+ * Cards the prompt stack shows at once, the oldest (first to time out) first; the others wait behind a line that
+ * counts them and opens the Approvals view, which lists every pending prompt. The stack holds about two cards on
+ * screen: a burst of prompts made a card for each (~40 elements) a few times a second, most of them out of sight,
+ * and their layout and paint were most of what the page spent (issue 38).
+ */
+const MAX_CARDS = 3;
 
 const pkey = (server: string | undefined, id: string) => `${server ?? ''}\u0000${id}`;
 /** The `server` member of a call about a row of that server (none for this host's own). */
@@ -78,15 +85,45 @@ function target(p: { host: string; port: number; protocol: string }): string {
 }
 
 /**
- * A desktop notification for a new prompt while the window is not focused (the browser's Notification API: the
- * served panel, and Electron's renderer, which shows it natively). Nothing without the person's permission.
+ * Whether the page may show desktop notifications, as last learnt. Asking `Notification.permission` is a synchronous
+ * round trip to the browser process (~0.4 ms of the page's main thread here): a burst of 100 prompts a second asked it
+ * once each, a third of the page's time (issue 38). It is read once, then kept current by the permission's change
+ * event and by the answer to the one request this page makes.
  */
-function notifyUnfocused(p: ApprovalPrompt): void {
-  if (typeof Notification === 'undefined' || Notification.permission !== 'granted' || document.hasFocus())
-    return;
+let permission: NotificationPermission | 'unsupported' =
+  typeof Notification === 'undefined' ? 'unsupported' : Notification.permission;
+if (permission !== 'unsupported')
+  navigator.permissions
+    ?.query({ name: 'notifications' })
+    .then((s) => {
+      s.onchange = () => {
+        permission = Notification.permission;
+      };
+    })
+    .catch(() => {});
+
+/** Asks once (the Approvals view opened: the person's own gesture) whether prompts may notify. */
+function askPermission(): void {
+  if (permission !== 'default') return;
+  void Notification.requestPermission()
+    .then((p) => {
+      permission = p;
+    })
+    .catch(() => {});
+}
+
+/**
+ * A desktop notification for the prompts that came since the last render while the window is not focused (the
+ * browser's Notification API: the served panel, and Electron's renderer, which shows it natively): one for a burst,
+ * not one per prompt. Nothing without the person's permission.
+ */
+function notifyUnfocused(fresh: readonly ApprovalPrompt[]): void {
+  const p = fresh[0];
+  if (!p || permission !== 'granted' || document.hasFocus()) return;
   try {
+    const more = fresh.length > 1 ? ` (and ${fresh.length - 1} more)` : '';
     const n = new Notification('Corral: allow network access?', {
-      body: `${p.processId} (${p.clientName}) → ${target(p)}${p.method ? ` ${p.method}` : ''}`,
+      body: `${p.processId} (${p.clientName}) → ${target(p)}${p.method ? ` ${p.method}` : ''}${more}`,
       tag: `corral-approval-${p.id}`,
     });
     n.onclick = () => window.focus();
@@ -129,6 +166,8 @@ export class ApprovalsView implements View {
   private lastExport: ExportResult | null = null;
   private readonly ticker: ReturnType<typeof setInterval>;
   private visible = false;
+  /** Keys of the prompts asked since the last render (a desktop notification for them, if the window is away). */
+  private readonly fresh: string[] = [];
   /** The prompt cards shown, by prompt key: a card is made once (a click on it is never lost to a redraw). */
   private readonly cards = new Map<string, { card: HTMLElement; prompt: ApprovalPrompt; fleet: boolean }>();
   /** The audit rows made, by event (an event never changes once received). */
@@ -264,8 +303,7 @@ export class ApprovalsView implements View {
   show(): void {
     this.visible = true;
     // Opening this view is the person's own gesture: ask once whether prompts may notify while the window is away.
-    if (typeof Notification !== 'undefined' && Notification.permission === 'default')
-      void Notification.requestPermission().catch(() => {});
+    askPermission();
     this.render();
     this.refreshExport();
   }
@@ -302,7 +340,7 @@ export class ApprovalsView implements View {
       case 'approvals/requested': {
         const prompt = p.prompt as ApprovalPrompt;
         const k = pkey(prompt.server, prompt.id);
-        if (!this.pending.has(k)) notifyUnfocused(prompt);
+        if (!this.pending.has(k)) this.fresh.push(k);
         this.pending.set(k, prompt);
         break;
       }
@@ -489,6 +527,9 @@ export class ApprovalsView implements View {
     this.schedule.ran();
     const list = [...this.pending.values()].sort((a, b) => a.requestedAt - b.requestedAt);
     this.onCount(list.length);
+    // The prompts new since the last render that are still waiting: one desktop notification for them.
+    notifyUnfocused(this.fresh.flatMap((k) => this.pending.get(k) ?? []));
+    this.fresh.length = 0;
     this.renderPrompts(list);
     if (this.visible) this.renderTables(list);
     this.tick();
@@ -507,7 +548,7 @@ export class ApprovalsView implements View {
     const fleet = this.ctx.store.fleet;
     const connected = this.ctx.conn.state === 'connected';
     const keep = new Set<string>();
-    const cards = list.map((p) => {
+    const cards = list.slice(0, MAX_CARDS).map((p) => {
       const k = pkey(p.server, p.id);
       keep.add(k);
       let c = this.cards.get(k);
@@ -531,8 +572,19 @@ export class ApprovalsView implements View {
     });
     for (const k of this.cards.keys()) if (!keep.has(k)) this.cards.delete(k);
     const banner = this.projects.renderBanner();
-    reconcile(this.prompts, banner ? [banner, ...cards] : cards);
+    const more = list.length - cards.length;
+    if (more > 0) setText(this.moreCount, `${more} more request${more === 1 ? '' : 's'} waiting`);
+    reconcile(this.prompts, [...(banner ? [banner] : []), ...cards, ...(more > 0 ? [this.more] : [])]);
   }
+
+  /** The line under the cards shown: how many more prompts wait, and the way to all of them. */
+  private readonly moreCount = h('span', { 'data-testid': 'approval-more-count' });
+  private readonly more = h(
+    'div',
+    { class: 'approval-more', 'data-testid': 'approval-more' },
+    this.moreCount,
+    h('button', { class: 'btn small', onclick: () => this.ctx.go('approvals') }, 'Show all'),
+  );
 
   private card(p: ApprovalPrompt): HTMLElement {
     const card = h('div', {

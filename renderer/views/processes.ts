@@ -34,7 +34,7 @@ export class ProcessesView implements View {
   private readonly colgroup = h('colgroup');
   private readonly thead = h('thead');
   private readonly tbody = h('tbody');
-  private readonly scroller = h('div', { class: 'table-wrap proc-scroll' });
+  private readonly scroller = h('div', { class: 'proc-scroll' });
   private readonly empty = h('div', { class: 'empty' });
   private readonly counts = h('div', { class: 'proc-counts muted small', 'data-testid': 'process-counts' });
   private readonly serverSel = h('select', {
@@ -107,20 +107,25 @@ export class ProcessesView implements View {
     this.search.addEventListener('input', refilterInFrame);
     this.table.append(this.colgroup, this.thead, this.tbody);
     this.scroller.append(this.table, this.empty);
-    this.split.append(this.scroller);
+    // The scroller and the toolbar each sit in a box of a size that never depends on what they hold (styles.css
+    // .proc-frame, .toolbar-box): rows, counts and keys typed in the search box lay out that box alone (issue 38).
+    this.split.append(h('div', { class: 'table-wrap proc-frame' }, this.scroller));
     this.el.append(
       h(
         'div',
-        { class: 'toolbar' },
-        h('h2', null, 'Processes'),
-        this.counts,
-        h('div', { class: 'grow' }),
-        this.droppedNote,
-        this.search,
-        this.serverSel,
-        this.clientSel,
-        this.stateSel,
-        this.sortBtn,
+        { class: 'toolbar-box' },
+        h(
+          'div',
+          { class: 'toolbar' },
+          h('h2', null, 'Processes'),
+          h('div', { class: 'proc-counts-box' }, this.counts),
+          this.droppedNote,
+          this.search,
+          this.serverSel,
+          this.clientSel,
+          this.stateSel,
+          this.sortBtn,
+        ),
       ),
       this.sessionsStrip,
       this.split,

@@ -59,6 +59,8 @@ export interface NoiseRecordedRequest {
 export interface NoiseRegistryOptions {
   /** Registration (and validation) must carry `Authorization: Bearer <token>`; null: no check. */
   bearer?: string | null;
+  /** Instead: any of these bearers, as the set holds them at the time (rotating executor credentials). */
+  bearers?: Set<string>;
   /** Extra say on a harness key the registry issued an authorization for (default: yes). */
   vouch?: (key: NoisePublicKeyJson, authorization: string) => boolean;
   /** Replace the registration answer (hostile registry). */
@@ -144,8 +146,11 @@ export async function startNoiseRegistry(opts: NoiseRegistryOptions = {}): Promi
     res.end(body);
   };
 
-  const bearerOk = (req: IncomingMessage) =>
-    opts.bearer == null || req.headers.authorization === `Bearer ${opts.bearer}`;
+  const bearerOk = (req: IncomingMessage) => {
+    const got = req.headers.authorization;
+    if (opts.bearers) return got?.startsWith('Bearer ') === true && opts.bearers.has(got.slice(7));
+    return opts.bearer == null || got === `Bearer ${opts.bearer}`;
+  };
 
   const server: Server = createServer(async (req, res) => {
     const body = await readBody(req).catch(() => '');

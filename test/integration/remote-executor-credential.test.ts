@@ -14,10 +14,13 @@ import {
   ExecutorCredentialStream,
   executorCredentialAuth,
 } from '../../src/remote/executorCredential.js';
+import { generateIdentity, publicKeyJson } from '../../src/remote/noiseChannel.js';
+import { startNoiseExecutor } from '../../src/remote/noiseExecutor.js';
 import { RegistryClient } from '../../src/remote/registry.js';
 import { ExecServer } from '../../src/server/execServer.js';
 import { RpcClient } from '../helpers/client.js';
 import { FakeClock } from '../helpers/clock.js';
+import { startNoiseRegistry } from '../helpers/noiseRegistry.js';
 import { type FakeRegistry, startFakeRegistry } from '../helpers/registry.js';
 import { shellStart } from '../helpers/registry-contract.js';
 import { until } from '../helpers/server.js';
@@ -107,6 +110,68 @@ describe('--executor-credential-stdin: rotating credentials on the registry prot
     assert.match(out, /^PATH=/m);
     assert.ok(!out.includes(TOKEN_1) && !out.includes(TOKEN_2), `a token reached the child: ${out}`);
     c.close();
+  });
+
+  it('--remote-transport noise: the token is the bearer of the registration and of each harness-key validation (never on the rendezvous link); a new frame is used from the next request on', async () => {
+    const accepted = new Set([TOKEN_1]);
+    const registry = await startNoiseRegistry({ bearers: accepted });
+    const stdin = new PassThrough();
+    const stream = new ExecutorCredentialStream(stdin, { environmentId: ENV, clock: realClock });
+    stdin.write(frame(TOKEN_1));
+    await stream.first;
+    const auth = executorCredentialAuth(stream);
+    const server = new ExecServer({ resumeGraceMs: 5000, baseEnv: { PATH: '/usr/bin:/bin' } });
+    const identity = generateIdentity();
+    const executor = startNoiseExecutor(server, {
+      registry: new RegistryClient(registry.url, ENV, auth, {
+        noiseKey: publicKeyJson({ dh: identity.dh.publicKey, kem: identity.kem.publicKey }),
+      }),
+      auth,
+      log: server.log,
+      identity,
+      initialRetryMs: 50,
+    });
+    try {
+      await registry.waitForExecutor(ENV);
+      const auths = (kind: string) =>
+        registry.requests.filter((x) => x.kind === kind).map((x) => x.headers.authorization);
+      const echo = async (id: string) => {
+        const c = await RpcClient.open(registry.harnessUrl(ENV), 'harness');
+        await c.request('process/start', {
+          ...shellStart(id, 'env', '/tmp'),
+          env: { T1: TOKEN_1, T2: TOKEN_2, PATH: '/usr/bin:/bin' },
+        });
+        await c.collect(id);
+        const out = c.output(id);
+        c.close();
+        return out;
+      };
+      const first = await echo('n1');
+      assert.match(first, /^PATH=/m);
+      assert.deepEqual(auths('register'), [`Bearer ${TOKEN_1}`]);
+      assert.deepEqual(auths('validate'), [`Bearer ${TOKEN_1}`]);
+      assert.deepEqual(auths('rendezvous'), [undefined]);
+      // Rotation: the registry now knows only the new token; the next stream's validation carries it.
+      stdin.write(frame(TOKEN_2));
+      await new Promise<void>((resolve) => setImmediate(resolve));
+      accepted.clear();
+      accepted.add(TOKEN_2);
+      const second = await echo('n2');
+      assert.equal(auths('validate').at(-1), `Bearer ${TOKEN_2}`);
+      // No token the executor was given reaches a child, not even through an env the harness sets itself (TOKEN_2
+      // is only a string to Corral before its frame is read).
+      assert.ok(!first.includes(TOKEN_1), `a token reached the child: ${first}`);
+      assert.ok(
+        !second.includes(TOKEN_1) && !second.includes(TOKEN_2),
+        `a token reached the child: ${second}`,
+      );
+    } finally {
+      stream.close();
+      executor.stop();
+      await executor.done.catch(() => {});
+      await server.shutdown();
+      await registry.close();
+    }
   });
 
   it('a credential that expires while in use fails the next registration with Codex’s text (fatal)', async () => {

@@ -2,12 +2,12 @@
  * What planning a launch works with and produces (types shared by the backends: prepare.ts, linux/bwrapLaunch.ts,
  * linux/landlockLaunch.ts), and the helpers every backend's plan uses. Pure: creates no file, fd or process.
  */
-import { lstatSync, realpathSync } from 'node:fs';
 import type { ProxyRoute } from '../network/proxy.js';
 import type { LaunchSpec, SandboxType } from '../process/launch.js';
 import type { SandboxGuarantees, WeakerGuarantee } from '../protocol/exec.js';
 import type { EffectiveSandbox } from './effective.js';
 import { SandboxSetupError } from './errors.js';
+import { lstatInPass, realpathInPass } from './fsProbe.js';
 import type { LandlockPlan } from './linux/landlock.js';
 import type { LandlockSupport } from './linux/landlockNative.js';
 import type { PlanBasis } from './linux/landlockReuse.js';
@@ -183,8 +183,12 @@ export function hideServerPaths(r: ResolvedPolicy, paths: readonly string[]): vo
     let path: string;
     let dir: boolean;
     try {
-      path = realpathSync(given); // canonical, as every mount target (a log file may appear later: then it counts)
-      dir = lstatSync(path).isDirectory();
+      // Canonical, as every mount target (a log file may appear later: then it counts). In a pass (fsProbe.ts), from
+      // its lstats.
+      path = realpathInPass(given);
+      const st = lstatInPass(path);
+      if (!st) continue;
+      dir = st.isDirectory();
     } catch {
       continue; // nothing there to read
     }

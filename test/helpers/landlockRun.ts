@@ -7,12 +7,14 @@ import { outputAndExit } from './spawned.js';
 
 /**
  * Runs `script` under the seed policy of `entries` with the policy's cwd `cwd` and the Landlock backend: its output
- * (stdout and stderr, then `exit N`) and the launch's summary.
+ * (stdout and stderr, then `exit N`) and the launch's summary. `backend` bwrap: the bubblewrap backend instead.
  */
 export async function runLandlocked(
   cwd: string,
   entries: unknown[],
   script: string,
+  /** bwrap: the same policy under the bubblewrap backend. */
+  backend: 'landlock' | 'bwrap' = 'landlock',
 ): Promise<{ out: string; summary: Record<string, unknown> | undefined }> {
   const spec: LaunchSpec = {
     file: '/bin/sh',
@@ -20,7 +22,7 @@ export async function runLandlocked(
     env: { PATH: '/usr/bin:/bin' },
     cwd,
   };
-  const sandbox = startSandbox(seed({ cwd, entries, useLegacyLandlock: true }), false, cwd);
+  const sandbox = startSandbox(seed({ cwd, entries, useLegacyLandlock: backend === 'landlock' }), false, cwd);
   const p = await prepareLaunch(sandbox, { spec, tty: false });
   try {
     const c = spawnPiped(p.spec, { stdin: 'null' });

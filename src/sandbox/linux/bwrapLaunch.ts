@@ -7,6 +7,7 @@ import { wrapArgv } from '../../process/cgroup.js';
 import type { LaunchSpec, PreparedLaunch } from '../../process/launch.js';
 import type { EffectiveSandbox } from '../effective.js';
 import { SandboxSetupError } from '../errors.js';
+import { inOnePass } from '../fsProbe.js';
 import {
   type FdSlot,
   type HostFacts,
@@ -17,6 +18,7 @@ import {
   seccompFilter,
 } from '../launchPlan.js';
 import { isUnder, type ResolvedPolicy } from '../resolve.js';
+import { resolvePolicyKept } from '../resolveCache.js';
 import { bwrapArgs } from './bwrapArgs.js';
 import {
   closeQuietly,
@@ -50,11 +52,23 @@ function protectCgroupFs(r: ResolvedPolicy, mounts: string[]): void {
 /** The bubblewrap launch: namespaces, mounts, the seccomp program on a pipe, the managed network's listeners. */
 export function planBwrapLaunch(eff: EffectiveSandbox, cmd: LaunchCommand, host: HostFacts): LaunchPlan {
   const summary: Record<string, unknown> = { sandbox: 'linux-seccomp' };
-  const start = linuxStart(eff, cmd, host, summary);
+  // The policy's resolution is the kept one while every question it asked gets the same answer (resolveCache.ts, as
+  // for Landlock), its checks and the server's masks looked at in one pass of lstats (fsProbe.ts). The kept resolution
+  // is frozen and shared: this plan adds the masks and the cgroup mounts to a copy of its own.
+  let reused = false;
+  const start = inOnePass(() => {
+    const s = linuxStart(eff, cmd, host, summary, (e, o) => {
+      const k = resolvePolicyKept(e, o);
+      reused = k.reused;
+      return structuredClone(k.r);
+    });
+    if (!('mechanism' in s) && host.hiddenPaths) hideServerPaths(s.r, host.hiddenPaths);
+    return s;
+  });
   if ('mechanism' in start) return start;
+  summary.policyResolution = reused ? 'reused' : 'resolved';
   const { arch, r, env } = start;
   const managed = eff.enforceManagedNetwork;
-  if (host.hiddenPaths) hideServerPaths(r, host.hiddenPaths);
   protectCgroupFs(r, host.cgroupMounts?.() ?? []);
   // Every sandbox has a filter: the network-enabled one denies only what no coding agent needs (seccomp.ts).
   const mode: SeccompMode = managed

@@ -99,6 +99,7 @@ export function startNoiseLinks(
         log: o.log,
         open,
         setTimeout: (f, ms) => clock.setTimeout(f, ms),
+        setInterval: (f, ms) => clock.setInterval(f, ms).unref(),
         clearTimeout: (t) => clock.clearTimeout(t as ReturnType<typeof clock.setTimeout>),
         now: () => clock.now(),
       }),
@@ -120,6 +121,7 @@ export interface NoiseLinkOptions {
   /** Opens what serves an authorised stream: `transport` sends its messages, encrypted, to the harness. */
   open(transport: Transport): NoiseStreamSink;
   setTimeout(f: () => void, ms: number): unknown;
+  setInterval(f: () => void, ms: number): unknown;
   clearTimeout(t: unknown): void;
   now(): number;
 }
@@ -162,10 +164,9 @@ export function serveNoiseLink(ws: WebSocket, reg: Registration, o: NoiseLinkOpt
     s.conn.transportClosed();
   };
 
-  const keepalive = setInterval(() => {
+  const keepalive = o.setInterval(() => {
     if (ws.readyState === ws.OPEN) ws.ping();
   }, NOISE_RELAY_KEEPALIVE_MS);
-  keepalive.unref();
 
   const activate = (streamId: string, transport: NoiseTransport) => {
     let seq = 0;
@@ -334,7 +335,7 @@ export function serveNoiseLink(ws: WebSocket, reg: Registration, o: NoiseLinkOpt
   return {
     closed() {
       linkClosed = true;
-      clearInterval(keepalive);
+      o.clearTimeout(keepalive);
       pending.clear();
       for (const [id, s] of [...streams]) dropStream(id, s, false);
     },

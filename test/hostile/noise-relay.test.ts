@@ -293,6 +293,7 @@ describe('the executor link (serveNoiseLink) under a hostile relay and harness',
         return { receive: (t: string) => received.push(t), transportClosed() {} } as never;
       },
       setTimeout: (f, ms) => setTimeout(f, ms),
+      setInterval: (f, ms) => setInterval(f, ms).unref(),
       clearTimeout: (t) => clearTimeout(t as NodeJS.Timeout),
       now: () => clock.now,
     });

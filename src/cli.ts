@@ -67,6 +67,7 @@ import { createLogger, type Logger, type LogLevel } from './server/core/log.js';
 function checkRegistration(values: {
   'environment-id'?: string | undefined;
   'remote-transport'?: string | undefined;
+  'aws-sigv4'?: boolean | undefined;
 }) {
   // Before anything starts, as Codex's parser refuses it.
   requireSigv4ForAwsFlags(values);
@@ -74,7 +75,12 @@ function checkRegistration(values: {
   if (!id.success) fail(`--environment-id: ${id.error.issues[0]!.message}`);
   const transport = values['remote-transport'] ?? 'direct';
   if (transport !== 'direct' && transport !== 'noise')
-    fail(`--remote-transport: unknown transport ${transport} (noise, direct)`);
+    clapFail(
+      `invalid value '${transport}' for '--remote-transport <REMOTE_TRANSPORT>'\n  [possible values: noise, direct]`,
+    );
+  // Codex 0.171's text and exit status (its default transport is noise, so it says this without the flag too).
+  if (transport === 'noise' && values['aws-sigv4'])
+    configFail('--aws-sigv4 requires --remote-transport direct');
   return transport;
 }
 

@@ -260,7 +260,19 @@ describe('--ws-token-sha256, --exit-on-stdin-close, --concurrent-requests, and f
         [['--remote', 'http://127.0.0.1:1'], /--environment-id is required/],
         [
           ['--remote', 'http://127.0.0.1:1', '--environment-id', 'e', '--remote-transport', 'tls'],
-          /unknown transport tls \(noise, direct\)/,
+          /^error: invalid value 'tls' for '--remote-transport <REMOTE_TRANSPORT>'/,
+        ],
+        [
+          [
+            '--remote',
+            'http://127.0.0.1:1',
+            '--environment-id',
+            'e',
+            '--remote-transport',
+            'noise',
+            '--aws-sigv4',
+          ],
+          /^Error: --aws-sigv4 requires --remote-transport direct$/,
         ],
         [
           ['--remote', 'http://127.0.0.1:1', '--environment-id', 'e', '--listen', 'stdio'],

@@ -32,7 +32,7 @@ import { availableParallelism } from 'node:os';
 import { dirname, join, relative } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { build } from 'esbuild';
-import { buildApp } from './build.mjs';
+import { buildApp, nodeBundle } from './build.mjs';
 
 /** The slow tier: run by `npm run test:all` (and CI) only. Seconds are wall time alone on the dev machine. */
 const SLOW = {
@@ -214,9 +214,11 @@ async function bundle(sources, children) {
     format: 'esm',
     platform: 'node',
     target: 'node20',
-    packages: 'external',
+    // The pure-JavaScript packages inlined, as in the application build (scripts/build.mjs): each test process
+    // loads them from its bundle instead of resolving and compiling them from node_modules.
+    ...nodeBundle,
     sourcemap: 'linked',
-    plugins: [ownImportMeta],
+    plugins: [ownImportMeta, ...nodeBundle.plugins],
     logLevel: 'warning',
   });
   return sources.map((source) => ({ source, out: join(outdir, `${flatName(source)}.mjs`) }));

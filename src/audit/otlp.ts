@@ -9,11 +9,9 @@
  * added where they exist (`process.pid`, `process.command_args`, `process.exit.code`, `session.id`, `file.path`);
  * everything Corral adds is under `corral.*`. Output is never exported (byte counts only); env values never exist.
  */
-import type { AnyValueMap } from '@opentelemetry/api-logs';
+import type { AnyValueMap, Logger } from '@opentelemetry/api-logs';
 import { SeverityNumber } from '@opentelemetry/api-logs';
-import { OTLPLogExporter } from '@opentelemetry/exporter-logs-otlp-http';
-import { resourceFromAttributes } from '@opentelemetry/resources';
-import { BatchLogRecordProcessor, LoggerProvider } from '@opentelemetry/sdk-logs';
+import type { LoggerProvider } from '@opentelemetry/sdk-logs';
 import type { AuditRecord } from './events.js';
 
 export interface OtlpOptions {
@@ -207,24 +205,37 @@ function codexIds(meta: Record<string, unknown>): AnyValueMap {
   return out;
 }
 
-export class OtlpExporter {
-  private readonly provider: LoggerProvider;
-  private readonly logger;
+/**
+ * Starts the exporter. The SDK (exporter, logs SDK, resources: ~100 ms of module loading on the audit worker, which
+ * every server start waited for) is loaded here, only when an endpoint is configured.
+ */
+export async function startOtlpExporter(opts: OtlpOptions): Promise<OtlpExporter> {
+  const [{ OTLPLogExporter }, { resourceFromAttributes }, { BatchLogRecordProcessor, LoggerProvider }] =
+    await Promise.all([
+      import('@opentelemetry/exporter-logs-otlp-http'),
+      import('@opentelemetry/resources'),
+      import('@opentelemetry/sdk-logs'),
+    ]);
+  const exporter = new OTLPLogExporter({ url: logsUrl(opts.endpoint), timeoutMillis: 10_000 });
+  const provider = new LoggerProvider({
+    resource: resourceFromAttributes({ 'service.name': 'corral', 'service.version': opts.serviceVersion }),
+    processors: [
+      new BatchLogRecordProcessor({
+        exporter,
+        scheduledDelayMillis: opts.scheduledDelayMillis ?? 1000,
+        maxQueueSize: 8192,
+        maxExportBatchSize: 512,
+      }),
+    ],
+  });
+  return new OtlpExporter(provider);
+}
 
-  constructor(readonly opts: OtlpOptions) {
-    const exporter = new OTLPLogExporter({ url: logsUrl(opts.endpoint), timeoutMillis: 10_000 });
-    this.provider = new LoggerProvider({
-      resource: resourceFromAttributes({ 'service.name': 'corral', 'service.version': opts.serviceVersion }),
-      processors: [
-        new BatchLogRecordProcessor({
-          exporter,
-          scheduledDelayMillis: opts.scheduledDelayMillis ?? 1000,
-          maxQueueSize: 8192,
-          maxExportBatchSize: 512,
-        }),
-      ],
-    });
-    this.logger = this.provider.getLogger('corral.audit');
+export class OtlpExporter {
+  private readonly logger: Logger;
+
+  constructor(private readonly provider: LoggerProvider) {
+    this.logger = provider.getLogger('corral.audit');
   }
 
   emit(records: readonly AuditRecord[]): void {

@@ -9,7 +9,7 @@ import type { AuditInfoResult, AuditQuery } from '../protocol/audit.js';
 import { moveAside } from './dbFile.js';
 import type { AuditRecord } from './events.js';
 import { isCorruption, openAuditStore } from './openStore.js';
-import { OtlpExporter } from './otlp.js';
+import { type OtlpExporter, startOtlpExporter } from './otlp.js';
 import type { RetentionOptions } from './retention.js';
 import { SqliteUnavailableError } from './sqliteDriver.js';
 import type { AuditStore } from './store.js';
@@ -283,7 +283,7 @@ port.on('message', (m: WorkerRequest) => {
 
 try {
   open();
-  if (config.otlp) otlp = new OtlpExporter(config.otlp);
+  if (config.otlp) otlp = await startOtlpExporter(config.otlp);
   const opened = store as AuditStore | null;
   port.postMessage({
     type: 'ready',

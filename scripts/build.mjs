@@ -71,16 +71,9 @@ function builds(out) {
   return [
     build({
       ...common,
-      // The audit worker thread is a script of its own next to the CLI (src/audit/trail.ts finds it).
-      entryPoints: { cli: 'src/cli.ts', 'audit/worker': 'src/audit/worker.ts' },
-      outdir: out,
-      platform: 'node',
-      format: 'esm',
-      ...nodeBundle,
-    }),
-    build({
-      ...common,
-      entryPoints: { 'main/main': 'main/main.ts' },
+      // The audit worker thread is a script of its own next to the CLI (src/audit/trail.ts finds it); the Electron
+      // main process is the third Node entry (electron itself stays external, as every package not inlined).
+      entryPoints: { cli: 'src/cli.ts', 'audit/worker': 'src/audit/worker.ts', 'main/main': 'main/main.ts' },
       outdir: out,
       platform: 'node',
       format: 'esm',

@@ -12,6 +12,8 @@
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { RpcClient } from './client.js';
 import { startNoiseRegistry } from './noiseRegistry.js';
 import { shellStart } from './registry-contract.js';
@@ -73,6 +75,20 @@ try {
   await c.request('process/start', shellStart('p1', 'echo through-noise', job.processCwd));
   await c.collect('p1', 20_000);
   out.output = c.output('p1');
+  // Messages larger than one 60 KiB record, both ways: a 100 000-byte argument in, a 150 000-byte file out.
+  const big = 'x'.repeat(100_000);
+  await c.request('process/start', {
+    ...shellStart('p2', 'printf %s "$1" | wc -c', job.processCwd),
+    argv: ['/bin/sh', '-c', 'printf %s "$1" | wc -c', 'sh', big],
+  });
+  await c.collect('p2', 20_000);
+  out.bigArgBytes = c.output('p2').trim();
+  const file = join(job.cwd, 'big.bin');
+  writeFileSync(file, Buffer.alloc(150_000, 7));
+  // Codex 0.171 takes paths as file: URIs (as it takes the cwd).
+  const path = job.processCwd.startsWith('file:') ? pathToFileURL(file).href : file;
+  const read = (await c.request('fs/readFile', { path })) as { dataBase64: string };
+  out.bigFileBytes = Buffer.from(read.dataBase64, 'base64').length;
   c.close();
   const h = await reg.handshake({ unissued: true });
   out.unvouched = { reset: h.reset, transport: h.transport !== null };

@@ -20,6 +20,8 @@ export interface RigResult {
   keySuite: string;
   rendezvousAuthorization: string | null;
   output: string;
+  bigArgBytes: string;
+  bigFileBytes: number;
   unvouched: { reset: string | null; transport: boolean };
   validations: { status: number; authorization: string | null; keys: string[] }[];
   framesFromExecutor: number;

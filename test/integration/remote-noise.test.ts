@@ -31,6 +31,9 @@ function checkExecutor(r: RigResult): void {
   // The rendezvous link carries no credential; the registry calls do.
   assert.equal(r.rendezvousAuthorization, null);
   assert.equal(r.output, 'through-noise\n');
+  // Both directions carry messages of several records (split at 60 KiB, reassembled).
+  assert.equal(r.bigArgBytes, '100000');
+  assert.equal(r.bigFileBytes, 150_000);
   assert.deepEqual(r.unvouched, { reset: 'noise_relay_protocol_error', transport: false });
   assert.equal(r.validations.length, 2);
   for (const v of r.validations) {

@@ -125,7 +125,8 @@ export interface NoiseForwardOptions extends NoiseExecutorOptions {
  * executor (noiseExecutor.ts) and, for each stream the registry authorised, dials `connect` and relays the stream's
  * decrypted JSON-RPC messages to it as text frames, and its frames back into the stream. The stream ending closes the
  * destination's socket; the destination closing or failing resets the stream. Until the destination's socket opens
- * at most MAX_PENDING_BYTES of the harness's messages are held (past that the stream is reset).
+ * at most MAX_PENDING_BYTES of the harness's messages are held, and once open at most that much unsent to it (past
+ * that the stream is reset); the destination is not read while HIGH_WATER_BYTES of its messages wait for the link.
  */
 export function startNoiseForwarder(o: NoiseForwardOptions): DirectExecutor {
   const { log } = o;
@@ -150,10 +151,18 @@ export function startNoiseForwarder(o: NoiseForwardOptions): DirectExecutor {
       pending = [];
       pendingBytes = 0;
     });
+    // Destination → harness: stop reading the destination while more than HIGH_WATER_BYTES of what it sent is not
+    // yet written to the relay link (the link is shared by every stream, so it is never paused for one).
+    let unsent = 0;
     target.on('message', (data, isBinary) => {
       if (ended) return;
       const text = isBinary ? Buffer.from(data as Buffer) : Buffer.from(data.toString(), 'utf8');
-      stream.write([text], () => {});
+      unsent += text.length;
+      if (unsent >= HIGH_WATER_BYTES) target.pause();
+      stream.write([text], () => {
+        unsent -= text.length;
+        if (unsent < HIGH_WATER_BYTES && target.isPaused) target.resume();
+      });
     });
     target.on('unexpected-response', (_req, res) => {
       res.resume();
@@ -170,6 +179,13 @@ export function startNoiseForwarder(o: NoiseForwardOptions): DirectExecutor {
       receive(text) {
         if (ended) return;
         if (target.readyState === target.OPEN) {
+          // Harness → destination: a destination that does not read gets the stream reset rather than an unbounded
+          // queue (the relay link cannot be paused for one stream).
+          if (target.bufferedAmount > MAX_PENDING_BYTES) {
+            log.warn('forward: the destination is not reading what the harness sends; resetting the stream');
+            end();
+            return;
+          }
           target.send(text);
           return;
         }

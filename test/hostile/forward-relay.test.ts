@@ -2,7 +2,8 @@
  * The forward relay (src/remote/forward.ts, issue 35) fed hostile traffic from the harness side of the registry
  * stand-in: malformed and binary frames pass through unchanged and in order (the relay parses nothing); 5000 frames
  * arrive in order; a destination that never completes its handshake gets nothing while the harness's held frames stay
- * bounded (past MAX_PENDING_BYTES the link is closed) and the forwarder serves the next link. Loopback only.
+ * bounded (past MAX_PENDING_BYTES the link is closed) and the forwarder serves the next link; over Noise the same
+ * bound resets the stream and the link serves the next one. Loopback only.
  */
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
@@ -11,7 +12,7 @@ import type net from 'node:net';
 import { after, describe, it } from 'node:test';
 import { type RawData, WebSocket, WebSocketServer } from 'ws';
 import { MAX_PENDING_BYTES } from '../../src/remote/forward.js';
-import { startForwardRig } from '../helpers/forwarder.js';
+import { startForwardRig, startNoiseForwardRig } from '../helpers/forwarder.js';
 import { until } from '../helpers/server.js';
 
 const ENV = 'env-hostile-forward';
@@ -97,5 +98,44 @@ describe('forward relay under hostile frames', () => {
     await closed;
     // The forwarder dials a new link and serves it: the registry sees an idle executor again.
     await r.registry.waitForExecutor(ENV);
+  });
+
+  it('noise: a destination that never answers: the held messages are bounded (the stream reset), the link serves the next stream', async () => {
+    const stuck = new Set<net.Socket>();
+    const server = http.createServer();
+    server.on('upgrade', (_req, socket: net.Socket) => {
+      stuck.add(socket); // never answered
+    });
+    server.listen(0, '127.0.0.1');
+    await once(server, 'listening');
+    const { registry, fwd } = await startNoiseForwardRig(
+      ENV,
+      `ws://127.0.0.1:${(server.address() as net.AddressInfo).port}/`,
+      20,
+    );
+    cleanups.push(async () => {
+      fwd.stop();
+      await fwd.done.catch(() => {});
+      await registry.close();
+      for (const s of stuck) s.destroy();
+      server.close();
+    });
+    await registry.waitForExecutor(ENV);
+    const h = new WebSocket(registry.harnessUrl(ENV));
+    await once(h, 'open');
+    const closed = once(h, 'close');
+    // The stand-in harness takes messages of at most 256 KiB; each is one JSON-RPC message inside the stream.
+    const chunk = JSON.stringify({ method: 'x', params: 'y'.repeat(200 * 1024) });
+    for (let sent = 0; sent <= MAX_PENDING_BYTES + chunk.length; sent += chunk.length) {
+      if (h.readyState !== h.OPEN) break;
+      h.send(chunk);
+    }
+    const [code] = (await closed) as [number];
+    assert.equal(code, 1011); // the stand-in closes the harness's socket when the executor resets its stream
+    assert.ok(registry.resets.some((r) => r.reason === 'noise_relay_protocol_error'));
+    // The same link serves the next stream (a new handshake is answered).
+    const next = await registry.handshake({});
+    assert.ok(next.transport, `the next stream was not served: ${next.reset}`);
+    assert.equal(registry.requests.filter((r) => r.kind === 'rendezvous').length, 1);
   });
 });

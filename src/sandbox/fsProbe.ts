@@ -93,12 +93,13 @@ export const realFsProbe: FsProbe = {
   kind(p) {
     try {
       // No exception for the common missing path (.codex, .agents, …): building one costs more than the lstat.
+      const at = lstatTime();
       const st = lstatInPass(p);
       if (!st) return null;
       if (st.isSymbolicLink()) return 'symlink';
       // An empty directory of mode 0500 is the placeholder of a missing protected path (linux/mountTargets.ts),
       // maybe another server's: missing, so that this launch takes its share of it rather than bind it as it is.
-      if (st.isDirectory()) return (st.mode & 0o7777) === 0o500 && isEmptyDir(p) ? null : 'dir';
+      if (st.isDirectory()) return (st.mode & 0o7777) === 0o500 && isEmptyDir(p, st, at) ? null : 'dir';
       if (st.isFile()) return 'file';
       return 'other';
     } catch {
@@ -128,12 +129,33 @@ export const realFsProbe: FsProbe = {
   },
 };
 
-function isEmptyDir(p: string): boolean {
+/**
+ * Placeholders seen empty (a path → the directory's `dev:ino:ctime:mtime` then): every start of a policy asks again
+ * about each of its protected names, and a bwrap sandbox leaves a placeholder for each missing one (issue 32: a
+ * readdir is four system calls). Adding or removing an entry changes the directory's ctime and mtime, so while they
+ * hold it is still empty; as in dirListing.ts, only times older than RACY_MS at the lstat count (a coarse clock may
+ * leave them equal across a change in the same tick), and a younger directory is read again.
+ */
+const emptyDirs = new Map<string, string>();
+const RACY_MS = 50;
+const MAX_EMPTY_DIRS = 64;
+
+/** Whether the directory `p` (lstat `st`, taken at or after `at`) has no entries. */
+function isEmptyDir(p: string, st: Stats, at: number): boolean {
+  const token = `${st.dev}:${st.ino}:${st.ctimeMs}:${st.mtimeMs}`;
+  if (emptyDirs.get(p) === token) return true;
+  let empty: boolean;
   try {
-    return readdirSync(p).length === 0;
+    empty = readdirSync(p).length === 0;
   } catch {
-    return false;
+    empty = false;
   }
+  emptyDirs.delete(p);
+  if (empty && Math.max(st.ctimeMs, st.mtimeMs) < at - RACY_MS) {
+    emptyDirs.set(p, token);
+    if (emptyDirs.size > MAX_EMPTY_DIRS) emptyDirs.delete(emptyDirs.keys().next().value!);
+  }
+  return empty;
 }
 
 /** `probe` with every answer kept (for the span of one resolution). */

@@ -1,14 +1,25 @@
 /**
- * realpathInPass (fsProbe.ts): within a pass it answers from the pass's lstats for a plain path (every component
+ * fsProbe.ts. realpathInPass: within a pass it answers from the pass's lstats for a plain path (every component
  * there, no symlink, directories on the way) and otherwise from realpath(3); either way it must answer exactly what
- * realpath(3) answers (or throw as it does), in a pass and outside one, for every shape of path.
+ * realpath(3) answers (or throw as it does), in a pass and outside one, for every shape of path. kind(): a placeholder
+ * kept as empty is missing only until an entry appears in it.
  */
 import assert from 'node:assert/strict';
-import { mkdirSync, mkdtempSync, realpathSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  lstatSync,
+  mkdirSync,
+  mkdtempSync,
+  realpathSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { inOnePass, realpathInPass } from '../../src/sandbox/fsProbe.js';
+import { inOnePass, realFsProbe, realpathInPass } from '../../src/sandbox/fsProbe.js';
+import { until } from '../helpers/server.js';
 
 function answer(f: () => string): string {
   try {
@@ -72,6 +83,42 @@ test('realpathInPass answers as realpath(3) for plain, linked, missing and odd p
         `in a pass after the others: ${JSON.stringify(p)}`,
       );
     }
+  } finally {
+    rmSync(root, { recursive: true, force: true });
+  }
+});
+
+test('a placeholder (an empty directory of mode 0500) is missing to kind() only while it is empty', async () => {
+  const root = realpathSync(mkdtempSync(join(tmpdir(), 'corral-placeholder-')));
+  try {
+    const d = join(root, '.codex');
+    mkdirSync(d, { mode: 0o500 });
+    chmodSync(d, 0o500);
+    assert.equal(realFsProbe.kind(d), null, 'a fresh placeholder');
+    // Settled (its times older than the racy window): kept as empty from here on, while its times hold.
+    const settled = () => Date.now() > Math.max(lstatSync(d).ctimeMs, lstatSync(d).mtimeMs) + 60;
+    await until(settled, 5000, 'settled times');
+    assert.equal(realFsProbe.kind(d), null);
+    assert.equal(
+      inOnePass(() => realFsProbe.kind(d)),
+      null,
+    );
+    writeFileSync(join(d, 'planted'), 'x'); // root writes into a 0500 directory
+    assert.equal(realFsProbe.kind(d), 'dir', 'an entry added to a kept empty placeholder');
+    assert.equal(
+      inOnePass(() => realFsProbe.kind(d)),
+      'dir',
+    );
+    rmSync(join(d, 'planted'));
+    assert.equal(realFsProbe.kind(d), null, 'empty again');
+    await until(settled, 5000, 'settled times');
+    assert.equal(realFsProbe.kind(d), null);
+    mkdirSync(join(d, 'sub'));
+    assert.equal(
+      inOnePass(() => realFsProbe.kind(d)),
+      'dir',
+      'a directory added',
+    );
   } finally {
     rmSync(root, { recursive: true, force: true });
   }

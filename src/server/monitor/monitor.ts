@@ -35,7 +35,7 @@ import type { Session } from '../core/session.js';
 import type { SessionTable } from '../core/sessions.js';
 import { type JoinedServers, remoteServer } from './joinedServers.js';
 import { describeProcess, describeSession, processJson, processKey } from './monitorDescribe.js';
-import { Feed, type FeedSource, type FeedSubscriber, SNAPSHOT_PAGE } from './monitorFeed.js';
+import { Feed, type FeedSource, type FeedSubscriber } from './monitorFeed.js';
 import { AUDIT_RING, BLOCKED_RING, NetworkLog } from './monitorNetwork.js';
 import { outputTail, TAIL_BYTES } from './panelActions.js';
 
@@ -54,6 +54,8 @@ export interface MonitorOptions {
   batchMs?: number;
   /** Dirty processes a stuck subscriber may accumulate before it is dropped to a resync (default 20 000). */
   maxDirty?: number;
+  /** Processes per snapshot page (default 2000; a test pages with fewer). */
+  snapshotPage?: number;
   /** The host's own name in the server list of a fleet host. */
   serverName?: string;
 }
@@ -103,6 +105,7 @@ export class Monitor {
     this.feed = new Feed(this.source(), {
       ...(opts.batchMs !== undefined ? { batchMs: opts.batchMs } : {}),
       ...(opts.maxDirty !== undefined ? { maxDirty: opts.maxDirty } : {}),
+      ...(opts.snapshotPage !== undefined ? { page: opts.snapshotPage } : {}),
       highWaterBytes: this.highWater,
       lowWaterBytes: Math.min(SUBSCRIBER_LOW_WATER, Math.floor(this.highWater / 4)),
       clock: this.clock,
@@ -258,8 +261,8 @@ export class Monitor {
     const joined = this.joined;
     if (joined) for (const p of joined.processes()) all.push(p);
     all.sort((a, b) => b.startedAt - a.startedAt);
-    const first = all.slice(0, SNAPSHOT_PAGE);
-    const rest = all.slice(SNAPSHOT_PAGE);
+    const first = all.slice(0, this.feed.page);
+    const rest = all.slice(this.feed.page);
     const sessions = [...this.server.sessions.values()].map((s) =>
       describeSession(s, self as Session | null, this.opts.resumeGraceMs),
     );

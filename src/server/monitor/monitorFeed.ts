@@ -113,6 +113,8 @@ export interface FeedOptions<P, S> {
   highWaterBytes: number;
   lowWaterBytes: number;
   maxDirty?: number;
+  /** Processes per page of a snapshot and per batch (default SNAPSHOT_PAGE). */
+  page?: number;
   /** Global counters that every `dropped` report carries. */
   counters(): { evicted: number; forgottenProcesses: number };
   /** A subscriber left (unsubscribed, closed, or replaced by a new subscription of its connection). */
@@ -123,6 +125,7 @@ export class Feed<P, S> {
   readonly subscribers = new Set<FeedSubscriber<P, S>>();
   readonly batchMs: number;
   private readonly maxDirty: number;
+  readonly page: number;
   private timer: Timer | null = null;
   private readonly clock: Clock;
   private immediate: NodeJS.Immediate | null = null;
@@ -134,6 +137,7 @@ export class Feed<P, S> {
     this.batchMs = opts.batchMs ?? BATCH_MS;
     this.clock = opts.clock ?? realClock;
     this.maxDirty = opts.maxDirty ?? MAX_DIRTY;
+    this.page = opts.page ?? SNAPSHOT_PAGE;
   }
 
   /** A new subscriber; returns it with the snapshot to answer (pages of the rest follow once it is live). */
@@ -348,14 +352,14 @@ export class Feed<P, S> {
     // Changed processes first (their state now), then a page of the snapshot being paged in.
     let n = 0;
     for (const [key, item] of sub.dirty) {
-      if (n >= SNAPSHOT_PAGE) break;
+      if (n >= this.page) break;
       procs.push(this.source.processJson(item));
       sub.dirty.delete(key);
       n++;
     }
     const q = sub.snapshotQueue;
     const paging = sub.snapshotPos < q.length;
-    while (sub.snapshotPos < q.length && n < SNAPSHOT_PAGE) {
+    while (sub.snapshotPos < q.length && n < this.page) {
       procs.push(this.source.processJson(q[sub.snapshotPos++]!));
       n++;
     }

@@ -2,8 +2,10 @@
 // a few batches, wide (long hosts, 60 metadata keys), deep (nested metadata) and carrying markup, and a burst of
 // approval prompts. The Network view keeps only the rows in view in the DOM (the old view held every event it kept,
 // 500 + 300 rows rebuilt on every frame: a second-long task per frame under a flood), shows every value as text, keeps
-// every event reachable by scrolling, and its filter stays exact; the prompt stack keeps a card per prompt and no
-// more, and a card stays the same element while its prompt is re-sent (a click on it is never lost to a redraw). No page error, no script run from a value.
+// every event reachable by scrolling, and its filter stays exact; the prompt stack shows the three oldest prompts as
+// cards and counts the rest (a newer prompt never pushes an older one out; the Approvals view lists them all), and a
+// card stays the same element while its prompt is re-sent (a click on it is never lost to a redraw). No page error,
+// no script run from a value.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { type Host, startHost } from '../../src/app/host.js';
@@ -151,7 +153,7 @@ describe('the panel against a flood of network events and prompts from a joined 
     assert.deepEqual(browser.errors, []);
   });
 
-  test('a burst of prompts: a card per pending prompt, kept while the burst goes on, gone once resolved', async () => {
+  test('a burst of prompts: the three oldest as cards, kept while the burst goes on, the rest counted; gone once resolved', async () => {
     const page = browser.page;
     await page.locator('button.nav-item[data-view="processes"]').click();
     const prompt = (n: number) =>
@@ -168,7 +170,14 @@ describe('the panel against a flood of network events and prompts from a joined 
     evil.send({ method: 'approvals/requested', params: { prompt: first } });
     for (let n = 1; n < 5; n++) evil.send({ method: 'approvals/requested', params: { prompt: prompt(n) } });
     const cards = page.locator('[data-testid="approval-prompt"]');
-    await until(async () => (await cards.count()) === 5, 10_000);
+    const more = page.locator('[data-testid="approval-more-count"]');
+    // Five pending: the three oldest are cards, the two others counted under them.
+    await more.filter({ hasText: /^2 more requests waiting$/ }).waitFor();
+    assert.deepEqual(await cards.evaluateAll((cs) => cs.map((c) => c.getAttribute('data-id'))), [
+      'prompt-0',
+      'prompt-1',
+      'prompt-2',
+    ]);
     // The first card is the same element while 200 more prompts come and go behind it.
     await page.evaluate(() => {
       (window as unknown as { __first: Element }).__first = document.querySelector(
@@ -185,11 +194,11 @@ describe('the panel against a flood of network events and prompts from a joined 
     // The first prompt again and again, more requests held on it each time: its card changes in place.
     for (let waiting = 2; waiting <= 100; waiting++)
       evil.send({ method: 'approvals/requested', params: { prompt: { ...first, waiting } } });
+    // A newer prompt does not push an older one out of the stack: it is counted.
     evil.send({ method: 'approvals/requested', params: { prompt: prompt(999) } });
-    await until(
-      async () => (await cards.count()) === 6 && (await page.locator('[data-id="prompt-999"]').count()) === 1,
-      10_000,
-    );
+    await more.filter({ hasText: /^3 more requests waiting$/ }).waitFor({ timeout: 10_000 });
+    assert.equal(await cards.count(), 3);
+    assert.equal(await page.locator('[data-testid="approval-prompt"][data-id="prompt-999"]').count(), 0);
     assert.equal(
       await page.evaluate(
         () =>
@@ -200,12 +209,22 @@ describe('the panel against a flood of network events and prompts from a joined 
       'the card under the pointer was not remade',
     );
     assert.match((await cards.first().textContent()) ?? '', /Held100 requests/);
+    // "Show all": the Approvals view lists every pending prompt, the counted ones too.
+    await page.locator('[data-testid="approval-more"] button').click();
+    await page
+      .locator('[data-testid="approvals-pending"] tbody tr', { hasText: 'p-999' })
+      .waitFor({ timeout: 10_000 });
+    assert.equal(await page.locator('[data-testid="approvals-pending"] tbody tr').count(), 6);
+    await page.locator('button.nav-item[data-view="processes"]').click();
     assert.equal(await page.evaluate(() => (window as unknown as { __pwned?: number }).__pwned), undefined);
     for (let n = 0; n < 5; n++)
       evil.send({
         method: 'approvals/resolved',
         params: { id: `prompt-${n}`, outcome: 'deny', released: 1, resolvedAt: Date.now() },
       });
+    // The counted one is a card once the older ones are answered.
+    await page.locator('[data-testid="approval-prompt"][data-id="prompt-999"]').waitFor({ timeout: 10_000 });
+    await more.waitFor({ state: 'detached' });
     evil.send({
       method: 'approvals/resolved',
       params: { id: 'prompt-999', outcome: 'deny', released: 1, resolvedAt: Date.now() },

@@ -168,6 +168,7 @@ async function costPhase(
   await new Promise((r) => setTimeout(r, (FLOOD_S / 2) * 1000));
   const mHalf = await metrics(cdp);
   const tHalf = performance.now();
+  const pHalf = await page.evaluate(() => performance.now());
   const typing = typeWhile(page, () => !producing);
   const run = await running;
   await typing;
@@ -179,7 +180,7 @@ async function costPhase(
   const m1 = await metrics(cdp);
   const p1 = await page.evaluate(() => performance.now());
   const t1 = performance.now();
-  const traced = await stopTrace();
+  const traced = await stopTrace(pHalf);
   const shown = await pageTimes(page);
   const l = lags(run.timings, shown);
   const long = longTasksIn(shown.long, p0, p1);
@@ -231,7 +232,7 @@ async function costPhase(
     { section, metric: 'processes never shown in their final state', corral: missing, unit: '', target: '0' },
     longTaskRow(section, long),
     ...longestTaskRows(section, traced, shown.frames, p0, p1),
-    ...detailRows(section, traced.detail, (t1 - t0) / 1000),
+    ...detailRows(section, traced.detail, firstS, typedS),
     {
       section,
       metric: `input → paint, a key in the search box (p50 / p99 / max of ${input.length})`,
@@ -280,6 +281,7 @@ async function eventPhase(
   await new Promise((r) => setTimeout(r, (FLOOD_S / 2) * 1000));
   const mHalf = await metrics(cdp);
   const tHalf = performance.now();
+  const pHalf = await page.evaluate(() => performance.now());
   const probing = probe(() => !producing);
   await running;
   await probing;
@@ -289,7 +291,7 @@ async function eventPhase(
   const firstS = (tHalf - t0) / 1000;
   const secondS = (performance.now() - tHalf) / 1000;
   const p1 = await page.evaluate(() => performance.now());
-  const traced = await stopTrace();
+  const traced = await stopTrace(pHalf);
   const shown = await pageTimes(page);
   const long = longTasksIn(shown.long, p0, p1);
   const input = await takeInputLatency(page);
@@ -320,7 +322,7 @@ async function eventPhase(
     },
     longTaskRow(section, long),
     ...longestTaskRows(section, traced, shown.frames, p0, p1),
-    ...detailRows(section, traced.detail, (p1 - p0) / 1000),
+    ...detailRows(section, traced.detail, firstS, secondS),
     {
       section,
       metric: `input → paint, ${probeName} (p50 / p99 / max of ${input.length})`,
@@ -476,7 +478,8 @@ async function standInPod(cli: string): Promise<BenchRow[]> {
  * CORRAL_PANEL_COST=250 (or 50, 2000, network, approvals, bridge, a comma-separated list) runs only those phases: one
  * lever at a time. CORRAL_PANEL_PROFILE=1 adds where each phase's main-thread CPU went (self time by trace event:
  * style, layout, paint, script…) and its layouts' sizes (panelDriver.ts `detailRows`): a profile (its trace costs the
- * page and the server CPU of its own), not figures to compare with a run without it.
+ * page and the server CPU of its own), not figures to compare with a run without it. CORRAL_PANEL_PROFILE=invalidations
+ * adds what invalidated layout (node, reason), at the price of a stack trace per invalidation (script figures inflated).
  */
 const only = process.env.CORRAL_PANEL_COST?.split(',') ?? null;
 const wanted = (phase: string) => only === null || only.includes(phase);

@@ -403,7 +403,7 @@ const TASK = 'ThreadControllerImpl::RunTask';
 export async function traceTasks(
   cdp: CDPSession,
   page?: Page,
-): Promise<() => Promise<TracedTask[] & { detail?: TraceDetail }>> {
+): Promise<(splitAt?: number) => Promise<TracedTask[] & { detail?: TraceDetail }>> {
   const events: TraceEvent[] = [];
   const inner: TraceEvent[] = [];
   const invalidations = new Map<string, number>();
@@ -430,7 +430,8 @@ export async function traceTasks(
         ? [
             'devtools.timeline',
             'disabled-by-default-devtools.timeline',
-            'disabled-by-default-devtools.timeline.invalidationTracking',
+            // What marked layout dirty: a stack trace per invalidation, which inflates the page's script many times.
+            ...(INVALIDATIONS ? ['disabled-by-default-devtools.timeline.invalidationTracking'] : []),
           ]
         : []),
     ].join(','),
@@ -445,7 +446,7 @@ export async function traceTasks(
   const markAt = page
     ? await page.evaluate((name) => performance.mark(name).startTime, ALIGN_MARK).catch(() => Number.NaN)
     : Number.NaN;
-  return async () => {
+  return async (splitAt?: number) => {
     const profile = PROFILE ? (await cdp.send('Profiler.stop')).profile : null;
     const complete = new Promise<void>((r) => cdp.once('Tracing.tracingComplete', () => r()));
     await cdp.send('Tracing.end');
@@ -479,9 +480,11 @@ export async function traceTasks(
       tasks.detail = breakdown(
         events.filter((e) => e.pid === pid && e.tid === tid && e.name === TASK),
         inner.filter((e) => e.pid === pid && e.tid === tid),
+        splitAt === undefined ? Number.POSITIVE_INFINITY : (splitAt + offset) * 1000,
       );
       if (profile) tasks.detail.script = scriptSelf(profile);
-      tasks.detail.invalidations = [...invalidations.entries()].sort((a, b) => b[1] - a[1]);
+      if (INVALIDATIONS)
+        tasks.detail.invalidations = [...invalidations.entries()].sort((a, b) => b[1] - a[1]);
     }
     return tasks;
   };
@@ -492,12 +495,16 @@ export async function traceTasks(
  * went (its self time per kind of work: style, layout, paint, script…) and how big the layouts were. That trace
  * streams ~14 MB/s through CDP and takes CPU from everything measured: a profile, not a figure to compare.
  */
-const PROFILE = process.env.CORRAL_PANEL_PROFILE === '1';
+const PROFILE =
+  process.env.CORRAL_PANEL_PROFILE === '1' || process.env.CORRAL_PANEL_PROFILE === 'invalidations';
+/** CORRAL_PANEL_PROFILE=invalidations: also what invalidated layout (its script figures are then not the page's). */
+const INVALIDATIONS = process.env.CORRAL_PANEL_PROFILE === 'invalidations';
 
 /** Where a traced phase's main-thread CPU went. */
 export interface TraceDetail {
-  /** Self thread time (ms) per trace event name, the tasks' own time under `(task)`. */
+  /** Self thread time (ms) per trace event name, the tasks' own time under `(task)`; before and after the split. */
   self: Map<string, number>;
+  after: Map<string, number>;
   /** Layout passes: how many, their objects (dirty / total, mean and max) and how many started at the root. */
   layouts: { n: number; dirty: number; total: number; maxTotal: number; full: number };
   /** The page's script by function (self time, ms, from V8's sampling profiler), heaviest first. */
@@ -533,15 +540,23 @@ function scriptSelf(p: {
   return [...self.entries()].sort((a, b) => b[1] - a[1]);
 }
 
-function breakdown(tasks: TraceEvent[], inner: TraceEvent[]): TraceDetail {
+function breakdown(tasks: TraceEvent[], inner: TraceEvent[], split: number): TraceDetail {
   const self = new Map<string, number>();
-  const add = (name: string, ms: number) => self.set(name, (self.get(name) ?? 0) + ms);
+  const after = new Map<string, number>();
+  const add = (name: string, ms: number, ts: number) => {
+    const m = ts < split ? self : after;
+    m.set(name, (m.get(name) ?? 0) + ms);
+  };
   const all = [...tasks, ...inner].sort((a, b) => a.ts - b.ts || (b.dur ?? 0) - (a.dur ?? 0));
   // Self time: each event's thread time less its children's (events nest on one thread).
   const stack: { e: TraceEvent; end: number; children: number }[] = [];
   const pop = () => {
     const top = stack.pop()!;
-    add(top.e.name === TASK ? '(task)' : top.e.name, Math.max(0, ((top.e.tdur ?? 0) - top.children) / 1000));
+    add(
+      top.e.name === TASK ? '(task)' : top.e.name,
+      Math.max(0, ((top.e.tdur ?? 0) - top.children) / 1000),
+      top.e.ts,
+    );
     const parent = stack.at(-1);
     if (parent) parent.children += top.e.tdur ?? 0;
   };
@@ -560,22 +575,44 @@ function breakdown(tasks: TraceEvent[], inner: TraceEvent[]): TraceDetail {
     layouts.maxTotal = Math.max(layouts.maxTotal, b.totalObjects ?? 0);
     if (b.partialLayout === false) layouts.full++;
   }
-  return { self, layouts };
+  return { self, after, layouts };
 }
 
 /** The rows of a TraceDetail (CORRAL_PANEL_PROFILE=1): main-thread self CPU per second by kind, the layouts. */
-export function detailRows(section: string, detail: TraceDetail | undefined, seconds: number): BenchRow[] {
+export function detailRows(
+  section: string,
+  detail: TraceDetail | undefined,
+  seconds: number,
+  secondsAfter = 0,
+): BenchRow[] {
   if (!detail) return [];
-  const top = [...detail.self.entries()].sort((a, b) => b[1] - a[1]).slice(0, 12);
-  const l = detail.layouts;
   const r1 = (v: number) => Math.round(v * 10) / 10;
+  const perS = (m: Map<string, number>, s: number) =>
+    [...m.entries()]
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, 12)
+      .map(([k, v]) => `${k} ${r1(v / s)}`)
+      .join(', ');
+  const halves =
+    detail.after.size > 0
+      ? [
+          {
+            section,
+            metric: '  profile: main-thread self CPU per second, by trace event, second half (keys)',
+            corral: perS(detail.after, secondsAfter),
+            unit: 'ms/s',
+          },
+        ]
+      : [];
+  const l = detail.layouts;
   return [
     {
       section,
-      metric: '  profile: main-thread self CPU per second, by trace event',
-      corral: top.map(([k, v]) => `${k} ${r1(v / seconds)}`).join(', '),
+      metric: `  profile: main-thread self CPU per second, by trace event${halves.length > 0 ? ', first half' : ''}`,
+      corral: perS(detail.self, seconds),
       unit: 'ms/s',
     },
+    ...halves,
     {
       section,
       metric: '  profile: layouts per second; objects dirty / total (mean), max total; from the root',
@@ -603,7 +640,7 @@ export function detailRows(section: string, detail: TraceDetail | undefined, sec
             corral: detail.script
               .filter(([k]) => k !== '(idle)' && k !== '(program)')
               .slice(0, 12)
-              .map(([k, v]) => `${k} ${r1(v / seconds)}`)
+              .map(([k, v]) => `${k} ${r1(v / (seconds + secondsAfter))}`)
               .join(', '),
             unit: 'ms/s',
           },

@@ -45,8 +45,9 @@ const SLOW = {
     'the panel under a flood in Chromium: 3001 processes and 100 MB of output (15 s alone, ~110 s in a loaded run); ' +
     'its speed is `npm run bench -- panel`, the virtual table is unit-tested in renderer-processTable',
   'test/browser/panel-cost.test.ts':
-    "what the open panel costs at 250 processes/s (issue 38): 8 s of a paced flood, measured by the page's own " +
-    'TaskDuration (~29 s alone, three cases); the figures per rate are `npm run bench -- panelCost`',
+    "what the open panel costs at 250 processes/s and under 100 approval prompts/s (issue 38): 8 s floods, " +
+    "measured by the page's own TaskDuration and thread time (~40 s alone, four cases); the figures per rate are " +
+    '`npm run bench -- panelCost`',
   'test/integration/codex-flags-contract.test.ts':
     "codex 0.171's recorded command-line contract: 25 command lines, each a real `corral exec-server` started and " +
     'read to its exit (~45 s); the flag parsers themselves are hostile-tested in the fast tier (codex-flag-parsers)',

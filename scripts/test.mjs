@@ -40,13 +40,13 @@ const SLOW = {
     'interop matrix: five released Codex clients, each a real codex process against Corral (~90 s)',
   'test/integration/remote-contract.test.ts':
     "the released Codex 0.169 executor and Corral, each through the registry's real retry schedule " +
-    '(0.5 + 1 + 2 + 4 s of backoff, measured against the recording), and the Noise relay\'s 10 s pause after 8 ' +
-    'failed handshakes probed on the real 0.171 executor and on Corral\'s (~57 s)',
+    "(0.5 + 1 + 2 + 4 s of backoff, measured against the recording), and the Noise relay's 10 s pause after 8 " +
+    "failed handshakes probed on the real 0.171 executor and on Corral's (~57 s)",
   'test/browser/panel-scale.test.ts':
     'the panel under a flood in Chromium: 3001 processes and 100 MB of output (15 s alone, ~110 s in a loaded run); ' +
     'its speed is `npm run bench -- panel`, the virtual table is unit-tested in renderer-processTable',
   'test/browser/panel-cost.test.ts':
-    "what the open panel costs at 250 processes/s and under 100 approval prompts/s (issue 38): 8 s floods, " +
+    'what the open panel costs at 250 processes/s and under 100 approval prompts/s (issue 38): 8 s floods, ' +
     "measured by the page's own TaskDuration and thread time (~40 s alone, four cases); the figures per rate are " +
     '`npm run bench -- panelCost`',
   'test/integration/codex-flags-contract.test.ts':

@@ -117,6 +117,9 @@ function needsBwrap(eff: EffectiveSandbox | null, platform: NodeJS.Platform): bo
 
 const DEFAULT_FEATURES: BwrapFeatures = { argv0: false, perms: true };
 
+/** uname's machine (it never changes while the server runs): asked once, not at every start. */
+let hostMachine: string | undefined;
+
 function hostFacts(
   opts: PrepareOptions | undefined,
   bwrap: BwrapHost,
@@ -135,7 +138,7 @@ function hostFacts(
     ...(opts?.transparentTcp ? { transparentTcp: true } : {}),
     platform: opts?.platform ?? process.platform,
     arch: opts?.arch ?? os.arch(),
-    machine: opts?.machine ?? os.machine(),
+    machine: opts?.machine ?? (hostMachine ??= os.machine()),
     tmpdir: serverTmpdir(opts),
     bwrap,
     execShim: sandboxLauncher,

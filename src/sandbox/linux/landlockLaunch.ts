@@ -120,7 +120,7 @@ function planInPass(
     // Read-only in every plan (landlock.ts): a part of the inputs, so a new mount makes a new plan.
     controlMounts: hostControlMounts(),
   };
-  const inputs = `${jsonOf(r)}|${JSON.stringify({ ...given, accept: [...given.accept].sort() })}`;
+  const inputs = [jsonOf(r), JSON.stringify({ ...given, accept: [...given.accept].sort() })];
   const { plan, basis } = reusablePlan(inputs, (looks) => planLandlock(r, { ...given, ...looks }));
   const filter = seccompFilter(arch, plan.seccompMode, plan.seccompExtras);
   summary.seccomp = plan.seccompMode;
@@ -214,7 +214,10 @@ export function materializeLandlock(plan: LaunchPlan): PreparedLaunch {
         rules,
         connectPorts: ll.connectPorts,
       },
-      `${ll.basis?.rulesKey ?? JSON.stringify(ll.rules)}|${ll.handledFs}|${ll.handledNet}|${ll.scoped}|${ll.connectPorts}|${tmp ?? ''}`,
+      [
+        ll.basis?.rulesKey ?? JSON.stringify(ll.rules),
+        `${ll.handledFs}|${ll.handledNet}|${ll.scoped}|${ll.connectPorts}|${tmp ?? ''}`,
+      ],
       ll.basis?.listings ?? new Map(),
     );
   } catch (e) {

@@ -40,8 +40,17 @@ function typeOf(p: string): boolean | null {
   return st ? st.isDirectory() : null;
 }
 
+/**
+ * Whether two keys (a list of parts) are equal. A part is often the very string of the last start (a kept
+ * resolution's JSON, a kept plan's rules key: kilobytes), which `===` answers by identity without reading it; a key
+ * joined into one new string had to be flattened and compared whole at every start.
+ */
+function sameParts(a: readonly string[], b: readonly string[]): boolean {
+  return a.length === b.length && a.every((x, i) => x === b[i]);
+}
+
 interface KeptPlan {
-  inputs: string;
+  inputs: readonly string[];
   plan: LandlockPlan;
   basis: PlanBasis;
   /** Every listing was stable: the plan may be reused. */
@@ -67,14 +76,14 @@ function stillHolds(b: PlanBasis): boolean {
 }
 
 /**
- * The plan for `inputs` (everything planLandlock is given but the filesystem, as one string): the kept one while
- * its basis holds, else `make` with recording looks.
+ * The plan for `inputs` (everything planLandlock is given but the filesystem, as strings): the kept one while its
+ * basis holds, else `make` with recording looks.
  */
 export function reusablePlan(
-  inputs: string,
+  inputs: readonly string[],
   make: (looks: FsLooks) => LandlockPlan,
 ): { plan: LandlockPlan; basis: PlanBasis } {
-  const kept = plans.find((k) => k.inputs === inputs);
+  const kept = plans.find((k) => sameParts(k.inputs, inputs));
   if (kept?.reusable && stillHolds(kept.basis)) return kept;
   const listings = new Map<string, string>();
   const types = new Map<string, boolean | null>();
@@ -114,7 +123,7 @@ export function reusablePlan(
 }
 
 export interface KeptRuleset {
-  key: string;
+  key: readonly string[];
   fd: number;
   /** `dev:ino` of each rule's path (`-` where missing) when the ruleset was built. */
   inodes: string[];
@@ -167,16 +176,16 @@ export function releaseRuleset(c: KeptRuleset): void {
 }
 
 /**
- * The ruleset for `spec` (`key`: equal for equal specs): the kept one when every rule's path names the inode it
+ * The ruleset for `spec` (`key`: equal parts for equal specs): the kept one when every rule's path names the inode it
  * named, else a new one. Held until releaseRuleset.
  */
 export function acquireRuleset(
   spec: RulesetSpec,
-  key: string,
+  key: readonly string[],
   listings: Map<string, string>,
 ): { ruleset: KeptRuleset; cached: boolean } {
   const paths = spec.rules.map((r) => r.path);
-  const hit = rulesets.find((c) => c.key === key);
+  const hit = rulesets.find((c) => sameParts(c.key, key));
   if (hit) {
     if (stillNamesItsInodes(hit, paths, listings)) {
       hit.users++;

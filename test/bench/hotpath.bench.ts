@@ -14,8 +14,9 @@
  * 10 measured); the server's CPU (all its threads, not its children) from /proc/<pid>/task/<tid>/schedstat.
  * Then the sandbox rows (Corral only): a bwrap-sandboxed start through the server against the very bwrap argv (and
  * descriptors) prepareLaunch makes for it, spawned here without a server; a Landlock start against an unsandboxed
- * one, both through the server. Last, the breakdown of one start in an in-process server with every default on
- * (phase timers hooked onto its classes' prototypes; nothing of the kind is in the server itself).
+ * one, both through the server. Last, the breakdown of one start (unsandboxed and Landlock, taking turns) in an
+ * in-process server with every default on (phase timers hooked onto its classes' prototypes; nothing of the kind is
+ * in the server itself).
  *
  * Printed first: the issue's ratios with pass/fail; then the figures; then the breakdown.
  */

@@ -119,6 +119,10 @@ const DEFAULT_FEATURES: BwrapFeatures = { argv0: false, perms: true };
 
 /** uname's machine (it never changes while the server runs): asked once, not at every start. */
 let hostMachine: string | undefined;
+function hostMachineName(): string {
+  hostMachine ??= os.machine();
+  return hostMachine;
+}
 
 function hostFacts(
   opts: PrepareOptions | undefined,
@@ -138,7 +142,7 @@ function hostFacts(
     ...(opts?.transparentTcp ? { transparentTcp: true } : {}),
     platform: opts?.platform ?? process.platform,
     arch: opts?.arch ?? os.arch(),
-    machine: opts?.machine ?? (hostMachine ??= os.machine()),
+    machine: opts?.machine ?? hostMachineName(),
     tmpdir: serverTmpdir(opts),
     bwrap,
     execShim: sandboxLauncher,

@@ -17,6 +17,24 @@ import { until } from '../helpers/server.js';
 
 const ENV = 'env-hostile-forward';
 
+/** A WebSocket destination that takes upgrades and never answers them. */
+async function silentDestination(): Promise<{ url: string; close(): void }> {
+  const stuck = new Set<net.Socket>();
+  const server = http.createServer();
+  server.on('upgrade', (_req, socket: net.Socket) => {
+    stuck.add(socket); // never answered
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  return {
+    url: `ws://127.0.0.1:${(server.address() as net.AddressInfo).port}/`,
+    close() {
+      for (const sock of stuck) sock.destroy();
+      server.close();
+    },
+  };
+}
+
 async function rig(connect: string) {
   const { registry, fwd } = await startForwardRig(ENV, connect, 20);
   return {
@@ -75,18 +93,11 @@ describe('forward relay under hostile frames', () => {
   });
 
   it('a destination that never answers its handshake: held frames are bounded, the link closed, the next one served', async () => {
-    const stuck = new Set<net.Socket>();
-    const server = http.createServer();
-    server.on('upgrade', (_req, socket: net.Socket) => {
-      stuck.add(socket); // never answered
-    });
-    server.listen(0, '127.0.0.1');
-    await once(server, 'listening');
-    const r = await rig(`ws://127.0.0.1:${(server.address() as net.AddressInfo).port}/`);
+    const dest = await silentDestination();
+    const r = await rig(dest.url);
     cleanups.push(async () => {
       await r.close();
-      for (const s of stuck) s.destroy();
-      server.close();
+      dest.close();
     });
     const h = await r.harness();
     const closed = once(h, 'close');
@@ -101,24 +112,13 @@ describe('forward relay under hostile frames', () => {
   });
 
   it('noise: a destination that never answers: the held messages are bounded (the stream reset), the link serves the next stream', async () => {
-    const stuck = new Set<net.Socket>();
-    const server = http.createServer();
-    server.on('upgrade', (_req, socket: net.Socket) => {
-      stuck.add(socket); // never answered
-    });
-    server.listen(0, '127.0.0.1');
-    await once(server, 'listening');
-    const { registry, fwd } = await startNoiseForwardRig(
-      ENV,
-      `ws://127.0.0.1:${(server.address() as net.AddressInfo).port}/`,
-      20,
-    );
+    const dest = await silentDestination();
+    const { registry, fwd } = await startNoiseForwardRig(ENV, dest.url, 20);
     cleanups.push(async () => {
       fwd.stop();
       await fwd.done.catch(() => {});
       await registry.close();
-      for (const s of stuck) s.destroy();
-      server.close();
+      dest.close();
     });
     await registry.waitForExecutor(ENV);
     const h = new WebSocket(registry.harnessUrl(ENV));

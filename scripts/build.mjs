@@ -36,7 +36,9 @@ export const nodeBundle = {
         b.onResolve({ filter: /^[^./]/ }, (args) => {
           const parts = args.path.split('/');
           const name = args.path.startsWith('@') ? parts.slice(0, 2).join('/') : parts[0];
-          return INLINE.includes(name) ? undefined : { external: true };
+          // electron-log's main-process entry finds its renderer preload beside itself (__dirname): it stays in
+          // node_modules, for the Electron main only.
+          return INLINE.includes(name) && args.path !== 'electron-log/main' ? undefined : { external: true };
         });
       },
     },

@@ -30,6 +30,36 @@ const TIME = new Intl.DateTimeFormat(undefined, {
   hour12: false,
 });
 
+/** A cell as a row draws it: what it shows (one string) and how to make it. */
+type Cell = [shows: string, make: () => HTMLTableCellElement];
+
+/** What each row element's cells show now (kept on the JS side: reading the DOM back costs more). */
+const drawn = new WeakMap<HTMLTableRowElement, string[]>();
+
+/**
+ * Makes a row element show `cells`, remaking only the cells whose text differs: an event row is re-bound to another
+ * event each time events stream in above it, and most of its cells (the reason, the method, the process) often show
+ * what they showed (issue 38). The same number of cells as before means the same columns.
+ */
+function patchRow(tr: HTMLTableRowElement, cells: (Cell | null)[]): void {
+  const list = cells.filter((c): c is Cell => c !== null);
+  const shows = drawn.get(tr);
+  if (!shows || shows.length !== list.length) {
+    tr.replaceChildren(...list.map(([, make]) => make()));
+    drawn.set(
+      tr,
+      list.map(([s]) => s),
+    );
+    return;
+  }
+  for (let i = 0; i < list.length; i++) {
+    const [s, make] = list[i]!;
+    if (shows[i] === s) continue;
+    shows[i] = s;
+    tr.replaceChild(make(), tr.children[i]!);
+  }
+}
+
 function time(ts: number | string): string {
   const d = typeof ts === 'number' ? new Date(ts * 1000) : new Date(ts);
   return Number.isNaN(d.getTime()) ? String(ts) : TIME.format(d);
@@ -271,95 +301,114 @@ export class NetworkView implements View {
     this.ctx.go('processes', a.dataset.proc!);
   }
 
-  private serverCell(server: string | undefined): HTMLElement | null {
-    return this.fleet ? h('td', { class: 'small srv' }, this.ctx.store.serverName(server ?? '')) : null;
+  private serverCell(server: string | undefined): Cell | null {
+    if (!this.fleet) return null;
+    const name = this.ctx.store.serverName(server ?? '');
+    return [name, () => h('td', { class: 'small srv' }, name)];
   }
 
-  private processCell(server: string | undefined, processId: string, sessionId: string | null): HTMLElement {
+  private processCell(server: string | undefined, processId: string, sessionId: string | null): Cell {
     const p = this.ctx.store.processFor(server ?? '', processId, sessionId);
-    if (!p) return h('td', { class: 'mono small' }, processId);
-    return h(
-      'td',
-      { class: 'proc-link' },
-      h(
-        'a',
-        { href: '#', 'data-proc': procKey(p) },
-        h('span', { class: 'mono small' }, commandOf(p).slice(0, 60)),
-      ),
-      h('div', { class: 'muted small' }, `${p.clientName} · ${p.processId}`),
-    );
+    if (!p) return [`\u0000${processId}`, () => h('td', { class: 'mono small' }, processId)];
+    const key = procKey(p);
+    const command = commandOf(p).slice(0, 60);
+    const who = `${p.clientName} · ${p.processId}`;
+    return [
+      `${key}\u0000${command}\u0000${who}`,
+      () =>
+        h(
+          'td',
+          { class: 'proc-link' },
+          h('a', { href: '#', 'data-proc': key }, h('span', { class: 'mono small' }, command)),
+          h('div', { class: 'muted small' }, who),
+        ),
+    ];
   }
 
   private bindBlocked(tr: HTMLTableRowElement, b: MonitorBlocked): void {
     tr.dataset.host = b.host;
     tr.dataset.reason = b.reason;
     tr.dataset.server = b.server ?? '';
-    tr.replaceChildren(
-      ...[
-        this.serverCell(b.server),
-        h('td', { class: 'small' }, time(b.timestamp)),
-        h('td', { class: 'mono' }, b.port ? `${b.host}:${b.port}` : b.host),
-        h(
-          'td',
-          null,
-          h('span', { class: `reason reason-${b.reason}`, title: REASON_TEXT[b.reason] ?? '' }, b.reason),
-          h('div', { class: 'muted small' }, REASON_TEXT[b.reason] ?? ''),
-        ),
-        h('td', { class: 'small' }, b.method ?? b.protocol, b.mode ? ` · ${b.mode}` : ''),
-        this.processCell(b.server, b.processId, b.sessionId),
-      ].filter((x) => x !== null),
-    );
+    const at = time(b.timestamp);
+    const target = b.port ? `${b.host}:${b.port}` : b.host;
+    const how = `${b.method ?? b.protocol}${b.mode ? ` · ${b.mode}` : ''}`;
+    patchRow(tr, [
+      this.serverCell(b.server),
+      [at, () => h('td', { class: 'small' }, at)],
+      [target, () => h('td', { class: 'mono' }, target)],
+      [
+        b.reason,
+        () =>
+          h(
+            'td',
+            null,
+            h('span', { class: `reason reason-${b.reason}`, title: REASON_TEXT[b.reason] ?? '' }, b.reason),
+            h('div', { class: 'muted small' }, REASON_TEXT[b.reason] ?? ''),
+          ),
+      ],
+      [how, () => h('td', { class: 'small' }, how)],
+      this.processCell(b.server, b.processId, b.sessionId),
+    ]);
   }
 
   private bindAudit(tr: HTMLTableRowElement, a: MonitorAudit): void {
     tr.dataset.server = a.server ?? '';
-    tr.replaceChildren(
-      ...[
-        this.serverCell(a.server),
-        h('td', { class: 'small' }, time(a.timestamp)),
-        h(
-          'td',
-          null,
-          h('span', { class: `decision decision-${a.decision}` }, a.decision),
-          a.decision !== 'allow' ? h('div', { class: 'muted small' }, a.reason) : null,
-        ),
-        h('td', { class: 'mono' }, `${a.host}:${a.port}`),
-        h(
-          'td',
-          { class: 'small' },
-          a.method,
-          a.path !== undefined ? h('span', { class: 'mono', title: a.path }, ` ${a.path}`) : null,
+    const at = time(a.timestamp);
+    const target = `${a.host}:${a.port}`;
+    const meta = Object.entries(a.metadata)
+      .map(([k, v]) => `${k}=${String(v)}`)
+      .join(' ');
+    patchRow(tr, [
+      this.serverCell(a.server),
+      [at, () => h('td', { class: 'small' }, at)],
+      [
+        `${a.decision}\u0000${a.decision !== 'allow' ? a.reason : ''}`,
+        () =>
           h(
-            'div',
-            { class: 'muted small' },
-            a.protocol,
-            a.intercepted
-              ? h('span', { class: 'badge', 'data-testid': 'intercepted' }, ' intercepted')
-              : null,
-            a.credential !== undefined
-              ? h('span', { class: 'badge', 'data-testid': 'credential' }, ` credential: ${a.credential}`)
-              : null,
-            a.transport === 'transparent'
-              ? h(
-                  'span',
-                  {
-                    class: 'badge',
-                    'data-testid': 'transparent',
-                    title: 'a plain TCP connect the sandbox’s connect supervisor asked the proxy for',
-                  },
-                  ' transparent',
-                )
-              : null,
+            'td',
+            null,
+            h('span', { class: `decision decision-${a.decision}` }, a.decision),
+            a.decision !== 'allow' ? h('div', { class: 'muted small' }, a.reason) : null,
           ),
+      ],
+      [target, () => h('td', { class: 'mono' }, target)],
+      [
+        [a.method, a.path ?? '\u0001', a.protocol, a.intercepted, a.credential ?? '\u0001', a.transport].join(
+          '\u0000',
         ),
-        this.processCell(a.server, a.processId, a.sessionId),
-        ((text: string) => h('td', { class: 'small mono', title: text }, text || '–'))(
-          Object.entries(a.metadata)
-            .map(([k, v]) => `${k}=${String(v)}`)
-            .join(' '),
-        ),
-      ].filter((x) => x !== null),
-    );
+        () =>
+          h(
+            'td',
+            { class: 'small' },
+            a.method,
+            a.path !== undefined ? h('span', { class: 'mono', title: a.path }, ` ${a.path}`) : null,
+            h(
+              'div',
+              { class: 'muted small' },
+              a.protocol,
+              a.intercepted
+                ? h('span', { class: 'badge', 'data-testid': 'intercepted' }, ' intercepted')
+                : null,
+              a.credential !== undefined
+                ? h('span', { class: 'badge', 'data-testid': 'credential' }, ` credential: ${a.credential}`)
+                : null,
+              a.transport === 'transparent'
+                ? h(
+                    'span',
+                    {
+                      class: 'badge',
+                      'data-testid': 'transparent',
+                      title: 'a plain TCP connect the sandbox’s connect supervisor asked the proxy for',
+                    },
+                    ' transparent',
+                  )
+                : null,
+            ),
+          ),
+      ],
+      this.processCell(a.server, a.processId, a.sessionId),
+      [meta, () => h('td', { class: 'small mono', title: meta }, meta || '–')],
+    ]);
   }
 
   private render(): void {

@@ -41,6 +41,13 @@ import { EnvironmentId } from './protocol/remote.js';
 import { escapeTerminalLines } from './protocol/terminalText.js';
 import type { RegistrationAuth } from './remote/auth.js';
 import {
+  chatgptAuth,
+  DEFAULT_CHATGPT_BASE_URL,
+  loadChatgptAccountPolicy,
+  PolicyError,
+  policyUrl,
+} from './remote/chatgptPolicy.js';
+import {
   chatgptAccount,
   chatgptRegistryProblem,
   credentialConflict,
@@ -152,6 +159,7 @@ async function execServerCommand(argv: string[]): Promise<void> {
   const concurrentRequests = positiveInt('concurrent-requests', values['concurrent-requests']);
   const remote = values.remote;
   let transport: 'direct' | 'noise' = 'direct';
+  let chatgpt: RegistrationAuth | undefined;
   if (remote === undefined) {
     for (const f of [
       'environment-id',
@@ -176,7 +184,7 @@ async function execServerCommand(argv: string[]): Promise<void> {
     if (!values['environment-id']) fail('--environment-id is required when --remote is set');
     transport = checkRegistration(values);
     // Before anything is started (audit database, log, listener): a refused credential leaves nothing behind.
-    await refuseOpenAiCredentials(values, remote);
+    chatgpt = await openAiCredential(values, remote, codex.config.chatgptBaseUrl);
   }
   // The first executor credential frame, read and checked before anything is started.
   const credential =
@@ -240,7 +248,7 @@ async function execServerCommand(argv: string[]): Promise<void> {
     const auth = await registrationAuth(
       values,
       remote,
-      credential ? executorCredentialAuth(credential) : undefined,
+      credential ? executorCredentialAuth(credential) : chatgpt,
     );
     // Noise: one static hybrid identity for the life of the process (Codex's NoiseChannelIdentity).
     const identity = transport === 'noise' ? generateIdentity() : null;
@@ -337,13 +345,19 @@ async function execServerCommand(argv: string[]): Promise<void> {
 }
 
 /**
- * Codex 0.171's OpenAI-account credentials (remote/credentials.ts): checked as Codex checks them, then refused with
- * the reason (each needs an OpenAI service). Returns when none was asked for.
+ * Codex 0.171's OpenAI-account credentials (remote/credentials.ts), checked as Codex checks them and before anything
+ * is started. `--chatgpt-token-stdin`: the token read and checked, the ChatGPT account policy loaded from
+ * `chatgpt_base_url` (remote/chatgptPolicy.ts), then the registry credential (the token and its account) returned.
+ * `--use-agent-identity-auth` is refused (it needs OpenAI's identity service). Returns undefined when none was asked.
  */
-async function refuseOpenAiCredentials(values: OpenAiCredentialFlags, remote: string): Promise<void> {
+async function openAiCredential(
+  values: OpenAiCredentialFlags,
+  remote: string,
+  chatgptBaseUrl: string | undefined,
+): Promise<RegistrationAuth | undefined> {
   const conflict = credentialConflict(values);
   if (conflict) 'clap' in conflict ? clapFail(conflict.clap) : configFail(conflict.error);
-  if (!wantsOpenAiCredential(values)) return;
+  if (!wantsOpenAiCredential(values)) return undefined;
   if (values['chatgpt-token-stdin']) {
     const problem = chatgptRegistryProblem(remote);
     if (problem) configFail(problem);
@@ -351,13 +365,22 @@ async function refuseOpenAiCredentials(values: OpenAiCredentialFlags, remote: st
     if ('error' in read) configFail(read.error);
     const checked = chatgptAccount(read.line, values['chatgpt-account-id']);
     if ('error' in checked) configFail(checked.error);
-    configFail(UNSUPPORTED_OPENAI_CREDENTIAL['chatgpt-token-stdin']);
+    const endpoint = policyUrl(chatgptBaseUrl ?? DEFAULT_CHATGPT_BASE_URL);
+    if ('error' in endpoint) configFail(endpoint.error);
+    try {
+      await loadChatgptAccountPolicy(endpoint.url, read.line, checked.account);
+    } catch (e) {
+      if (e instanceof PolicyError) process.stderr.write(`corral: account policy: ${e.detail}\n`);
+      configFail((e as Error).message);
+    }
+    return chatgptAuth(read.line, checked.account);
   }
   if (values['use-agent-identity-auth']) {
     if (!process.env.CODEX_ACCESS_TOKEN)
       configFail('CODEX_ACCESS_TOKEN is required when --use-agent-identity-auth is set');
     configFail(UNSUPPORTED_OPENAI_CREDENTIAL['use-agent-identity-auth']);
   }
+  return undefined;
 }
 
 const AUTH_DESCRIPTION: Record<RegistrationAuth['kind'], string> = {
@@ -424,7 +447,7 @@ async function forwardCommand(argv: string[]): Promise<void> {
   } catch (e) {
     fail((e as Error).message);
   }
-  await refuseOpenAiCredentials({ ...values, 'chatgpt-token-stdin': false }, remote);
+  await openAiCredential({ ...values, 'chatgpt-token-stdin': false }, remote, undefined);
   const credential = values['executor-credential-stdin']
     ? await firstExecutorCredential(values['environment-id']!)
     : null;

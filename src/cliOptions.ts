@@ -73,10 +73,12 @@ remote executor (README "Remote executor"; instead of --listen):
   --executor-credential-stdin  instead: rotating credentials, one JSON frame a line on stdin
                           ({"version":1,"environment_id":ID,"token":T,"expires_at":UNIX_S}, ≤ 16 KiB); each token is
                           the Bearer from then on; exits when stdin closes (README "Remote executor")
-  --chatgpt-token-stdin, --chatgpt-account-id ID, --use-agent-identity-auth
-                          Codex's OpenAI-account credentials: checked as Codex checks them (an https:// registry, a
-                          ChatGPT JWT whose account matches, CODEX_ACCESS_TOKEN set), then refused: they need OpenAI
-                          services Corral does not use (README "Remote executor")
+  --chatgpt-token-stdin [--chatgpt-account-id ID]  instead: a ChatGPT access token (JWT) on one stdin line, as
+                          Codex: an https:// registry; the account policy loaded from -c chatgpt_base_url=URL
+                          [https://chatgpt.com/backend-api/] first; then the token is the Bearer and the account
+                          the ChatGPT-Account-Id of every registry request
+  --use-agent-identity-auth  checked as Codex checks it (CODEX_ACCESS_TOKEN set), then refused: it needs OpenAI's
+                          identity service (README "Remote executor")
 
 limits (exec-server and serve):
   --max-processes N            live processes allowed per session  [1024]

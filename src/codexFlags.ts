@@ -249,6 +249,8 @@ export interface ConfigOverrides {
   readonly features: ReadonlyMap<string, boolean>;
   /** Overrides Corral does not honour (without --strict-config), to be logged once. */
   readonly ignored: readonly string[];
+  /** `-c chatgpt_base_url=…`: where `--chatgpt-token-stdin` loads the account policy (remote/chatgptPolicy.ts). */
+  readonly chatgptBaseUrl?: string;
 }
 
 /**
@@ -263,6 +265,7 @@ export function configOverrides(v: {
 }): ConfigOverrides {
   const features = new Map<string, boolean>();
   const ignored: string[] = [];
+  let chatgptBaseUrl: string | undefined;
   // Codex's text, also for keys Codex knows and Corral does not honour (--help lists what Corral honours).
   const unknown = (key: string) => `unknown configuration field \`${key}\` in -c/--config override`;
   const feature = (name: string, value: TomlValue, raw: string) => {
@@ -291,6 +294,8 @@ export function configOverrides(v: {
       feature(key.slice('features.'.length), value, raw);
     } else if (key === 'features' && value.type === 'map' && value.entries !== null) {
       for (const [name, entry] of value.entries) feature(name, entry, raw);
+    } else if (key === 'chatgpt_base_url' && value.type === 'string') {
+      chatgptBaseUrl = value.value;
     } else {
       if (v.strict) configFail(unknown(key));
       ignored.push(raw);
@@ -305,7 +310,7 @@ export function configOverrides(v: {
       features.set(name, on);
     }
   }
-  return { features, ignored };
+  return { features, ignored, ...(chatgptBaseUrl !== undefined ? { chatgptBaseUrl } : {}) };
 }
 
 /** What the 0.171 options of `corral exec-server` amount to. */

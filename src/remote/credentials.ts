@@ -2,10 +2,10 @@
  * Codex 0.171's OpenAI-account credentials for `--remote` (`--chatgpt-token-stdin` + `--chatgpt-account-id`,
  * `--use-agent-identity-auth`, `--executor-credential-stdin`), checked as Codex checks them (its texts, recorded in
  * test/fixtures/codex-0.171.0-flags.txt and from its binary). `--executor-credential-stdin` needs only the registry
- * protocol and is implemented (remote/executorCredential.ts). The other two need an OpenAI service before the
- * registry is asked anything (Codex loads the ChatGPT account policy from chatgpt.com after reading the token; agent
- * identity needs OpenAI's identity service), so a command line that passes their checks is refused with a message
- * saying so: nothing is half-registered.
+ * protocol and is implemented (remote/executorCredential.ts). `--chatgpt-token-stdin` is implemented with the account
+ * policy fetch Codex makes first (remote/chatgptPolicy.ts, its base URL `-c chatgpt_base_url=…`). Agent identity
+ * needs OpenAI's identity service (0.171 answers "Agent Identity authentication is unavailable" without it, before
+ * any request), so a command line that passes its checks is refused with a message saying so.
  */
 
 export interface OpenAiCredentialFlags {
@@ -102,12 +102,7 @@ export function chatgptAccount(
 }
 
 /** Why Corral cannot go on once the credential checks pass (the OpenAI service each credential needs). */
-export const UNSUPPORTED_OPENAI_CREDENTIAL: Record<
-  'chatgpt-token-stdin' | 'use-agent-identity-auth',
-  string
-> = {
-  'chatgpt-token-stdin':
-    '--chatgpt-token-stdin: the ChatGPT registry needs OpenAI’s account service (Codex loads the ChatGPT account policy from it), which Corral does not use; use --aws-sigv4 or --registration-bearer-stdin',
+export const UNSUPPORTED_OPENAI_CREDENTIAL: Record<'use-agent-identity-auth', string> = {
   'use-agent-identity-auth':
     '--use-agent-identity-auth: agent identity needs OpenAI’s identity service, which Corral does not use; use --aws-sigv4 or --registration-bearer-stdin',
 };

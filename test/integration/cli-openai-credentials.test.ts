@@ -1,7 +1,9 @@
 /**
  * codex 0.171's OpenAI-account credentials on Corral's command line (issue 35, item 5; src/remote/credentials.ts):
- * `--chatgpt-token-stdin` / `--chatgpt-account-id` / `--use-agent-identity-auth` are checked as Codex checks them
- * (its texts and exit codes) and then refused, naming the flag and the OpenAI service it needs. `--executor-credential-
+ * `--chatgpt-token-stdin` / `--chatgpt-account-id` are checked as Codex checks them (its texts and exit codes), then
+ * the account policy is loaded and the registry asked as codex 0.171 does (a loopback HTTPS stand-in for both; the
+ * old code refused the flag and asked neither); `--use-agent-identity-auth` is checked and refused, naming the
+ * OpenAI service it needs. `--executor-credential-
  * stdin` is implemented (src/remote/executorCredential.ts): its first frame is checked before anything starts (Codex's
  * texts, exit 1), then the executor registers with the token and lives as long as the pipe (exit 0 when it closes).
  * For every refusal: the exit code, a message naming the flag and why, no secret on stdout or stderr, and the secret
@@ -22,16 +24,17 @@ import {
   statSync,
   writeFileSync,
 } from 'node:fs';
+import https from 'node:https';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Writable } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
-import { UNSUPPORTED_OPENAI_CREDENTIAL } from '../../src/remote/credentials.js';
 import { CREDENTIAL_TEXT } from '../../src/remote/executorCredential.js';
 import { CORRAL_BIN, ROOT } from '../helpers/cli.js';
 import { startFakeRegistry } from '../helpers/registry.js';
 import { FAKE_AWS } from '../helpers/registry-contract.js';
+import { makeOriginCerts } from '../helpers/tlsOrigin.js';
 
 const SECRET_SIG = `corralSecretSignature${'Z'.repeat(40)}`;
 const jwt = (claims: Record<string, unknown>) =>
@@ -158,21 +161,116 @@ function assertRefused(r: Run, code: number, message: RegExp, secrets: string[])
 
 const base = () => ['--remote', remote, '--environment-id', 'env-1'];
 
-describe('exec-server: OpenAI-account credentials checked as codex 0.171 checks them, then refused', () => {
-  test('--chatgpt-token-stdin with a valid token: refused naming the flag and the service it needs', async () => {
-    const r = await corral([...base(), '--chatgpt-token-stdin', '--chatgpt-account-id', ACCOUNT], {
-      stdin: `${TOKEN}\n`,
-    });
-    assertRefused(
-      r,
-      1,
-      /^Error: --chatgpt-token-stdin: the ChatGPT registry needs OpenAI’s account service/m,
-      [TOKEN],
+describe('exec-server: OpenAI-account credentials checked and used as codex 0.171 checks and uses them', () => {
+  test('--chatgpt-token-stdin: the account policy loaded from chatgpt_base_url, then the registry asked with the token and the account (as codex 0.171)', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'corral-chatgpt-standin-'));
+    const certs = makeOriginCerts(dir);
+    const seen: { method: string; url: string; headers: Record<string, unknown> }[] = [];
+    let policyStatus = 200;
+    let policyBody = '{}';
+    // One HTTPS stand-in for both OpenAI services the flag talks to: the account policy and the registry (which
+    // refuses the registration, so the command ends with the registry's error after asking it once).
+    const standin = https.createServer(
+      { key: readFileSync(certs.keyPath), cert: readFileSync(certs.certPath) },
+      (req, res) => {
+        seen.push({ method: req.method!, url: req.url!, headers: { ...req.headers } });
+        req.resume();
+        if (req.url!.startsWith('/backend-api/')) {
+          res.writeHead(policyStatus, { 'content-type': 'application/json' });
+          res.end(policyBody);
+        } else {
+          res.writeHead(401, { 'content-type': 'application/json' });
+          res.end('{"error":{"code":"unauthorized","message":"stand-in"}}');
+        }
+      },
     );
-    assert.equal(r.stderr, `Error: ${UNSUPPORTED_OPENAI_CREDENTIAL['chatgpt-token-stdin']}\n`);
-    // Without --chatgpt-account-id: the token's own claim is the account; refused the same way.
-    const claimOnly = await corral([...base(), '--chatgpt-token-stdin'], { stdin: `${TOKEN}\n` });
-    assertRefused(claimOnly, 1, /^Error: --chatgpt-token-stdin: /m, [TOKEN]);
+    await new Promise<void>((r) => standin.listen(0, '127.0.0.1', r));
+    const port = (standin.address() as net.AddressInfo).port;
+    const env = { NODE_EXTRA_CA_CERTS: certs.caPath };
+    const args = (base: string) => [
+      '-c',
+      `chatgpt_base_url=${base}`,
+      '--remote',
+      `https://127.0.0.1:${port}/reg`,
+      '--environment-id',
+      'env-1',
+      '--chatgpt-token-stdin',
+    ];
+    try {
+      const r = await corral(args(`https://127.0.0.1:${port}/backend-api/`), { stdin: `${TOKEN}\n`, env });
+      assert.deepEqual(
+        seen.map((q) => `${q.method} ${q.url}`),
+        ['GET /backend-api/wham/config/bundle', 'POST /reg/cloud/environment/env-1/direct/register'].slice(
+          0,
+          seen.length,
+        ),
+        'the policy first, then the registry',
+      );
+      assert.ok(seen.length >= 2, `the registry was asked after the policy (stderr: ${r.stderr})`);
+      for (const q of seen) {
+        assert.equal(q.headers.authorization, `Bearer ${TOKEN}`);
+        assert.equal(q.headers['chatgpt-account-id'], ACCOUNT);
+      }
+      assert.equal(r.code, 1, r.stderr);
+      assert.match(r.stderr, /environment registry authentication failed \(HTTP 401\)/);
+      for (const [path, bytes] of r.files)
+        assert.ok(!bytes.includes(SECRET_SIG), `the token was written to ${path}`);
+      assert.ok(!r.stderr.includes(SECRET_SIG) && !r.stdout.includes(SECRET_SIG), 'the token is not echoed');
+      // Over Noise (codex 0.171's default transport): the same two requests codex 0.171 makes
+      // (test/fixtures/remote/codex-0.171.0-chatgpt.json), with the same headers.
+      seen.length = 0;
+      const noise = await corral(
+        [...args(`https://127.0.0.1:${port}/backend-api/`), '--remote-transport', 'noise'],
+        {
+          stdin: `${TOKEN}\n`,
+          env,
+        },
+      );
+      assert.equal(noise.code, 1, noise.stderr);
+      assert.deepEqual(
+        seen.map(
+          (q) =>
+            `${q.method} ${q.url} ${q.headers.authorization === `Bearer ${TOKEN}`} ${q.headers['chatgpt-account-id']}`,
+        ),
+        [
+          `GET /backend-api/wham/config/bundle true ${ACCOUNT}`,
+          `POST /reg/cloud/environment/env-1/register true ${ACCOUNT}`,
+        ],
+      );
+
+      // The policy service refusing (HTTP 500) or answering what is not a JSON object: Codex's text, exit 1, and
+      // the registry never asked.
+      for (const [status, body] of [
+        [500, '{}'],
+        [200, 'not json'],
+        [200, '[]'],
+      ] as const) {
+        seen.length = 0;
+        policyStatus = status;
+        policyBody = body;
+        const bad = await corral(args(`https://127.0.0.1:${port}/backend-api`), { stdin: `${TOKEN}\n`, env });
+        assertRefused(bad, 1, /^Error: could not load ChatGPT account policy$/m, [TOKEN]);
+        assert.deepEqual(
+          seen.map((q) => q.url),
+          ['/backend-api/wham/config/bundle'],
+        );
+      }
+      // A policy URL that is not HTTPS (or has userinfo): Codex's text, nothing asked.
+      seen.length = 0;
+      for (const base of [`http://127.0.0.1:${port}/backend-api/`, `https://u:p@127.0.0.1:${port}/`]) {
+        const plain = await corral(args(base), { stdin: `${TOKEN}\n`, env });
+        assertRefused(
+          plain,
+          1,
+          /^Error: ChatGPT policy endpoint URLs must use HTTPS without userinfo or fragments$/m,
+          [TOKEN],
+        );
+      }
+      assert.equal(seen.length, 0);
+    } finally {
+      standin.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   test("--chatgpt-token-stdin: Codex's checks of the URL, the token and the account, in its words", async () => {

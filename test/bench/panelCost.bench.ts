@@ -145,6 +145,35 @@ async function idlePhase(cdp: CDPSession, section: string): Promise<BenchRow[]> 
 }
 
 /**
+ * Runs `produce` with the page traced and measured: the metrics at the start, at half the flood (FLOOD_S / 2), then
+ * `second` (a person's inputs) until `produce` ends. Returns what `produce` returned and the marks of each half.
+ */
+async function halves<T>(
+  page: Page,
+  cdp: CDPSession,
+  produce: () => Promise<T>,
+  second: (done: () => boolean) => Promise<void>,
+) {
+  await takeInputLatency(page);
+  const stopTrace = await traceTasks(cdp, page);
+  const m0 = await metrics(cdp);
+  const p0 = await page.evaluate(() => performance.now());
+  const t0 = performance.now();
+  let producing = true;
+  const running = produce().finally(() => {
+    producing = false;
+  });
+  await new Promise((r) => setTimeout(r, (FLOOD_S / 2) * 1000));
+  const mHalf = await metrics(cdp);
+  const tHalf = performance.now();
+  const pHalf = await page.evaluate(() => performance.now());
+  const inputs = second(() => !producing);
+  const run = await running;
+  await inputs;
+  return { run, stopTrace, m0, mHalf, p0, pHalf, t0, tHalf };
+}
+
+/**
  * A flood with the panel open: `produce` makes the processes; the page's main-thread time over the whole window
  * (first start to the last final state shown), lags, long tasks, input latency (keys typed during the flood).
  */
@@ -155,23 +184,10 @@ async function costPhase(
   produce: () => Promise<{ timings: Timing[]; rate: number }>,
 ): Promise<BenchRow[]> {
   const { section } = phase;
-  await takeInputLatency(page);
-  const stopTrace = await traceTasks(cdp, page);
-  const m0 = await metrics(cdp);
-  const p0 = await page.evaluate(() => performance.now());
-  const t0 = performance.now();
-  let producing = true;
-  const running = produce().finally(() => {
-    producing = false;
-  });
   // The first half of the flood is the feed alone; in the second, a person types in the search box.
-  await new Promise((r) => setTimeout(r, (FLOOD_S / 2) * 1000));
-  const mHalf = await metrics(cdp);
-  const tHalf = performance.now();
-  const pHalf = await page.evaluate(() => performance.now());
-  const typing = typeWhile(page, () => !producing);
-  const run = await running;
-  await typing;
+  const { run, stopTrace, m0, mHalf, p0, pHalf, t0, tHalf } = await halves(page, cdp, produce, (done) =>
+    typeWhile(page, done),
+  );
   const missing = await waitShown(
     page,
     run.timings.map((t) => t.processId),
@@ -268,23 +284,8 @@ async function eventPhase(
 ): Promise<BenchRow[]> {
   await page.locator(`button.nav-item[data-view="${view}"]`).click();
   await page.locator(`#view-${view}`).waitFor();
-  await takeInputLatency(page);
-  const stopTrace = await traceTasks(cdp, page);
-  const m0 = await metrics(cdp);
-  const p0 = await page.evaluate(() => performance.now());
-  const t0 = performance.now();
-  let producing = true;
-  const running = produce().finally(() => {
-    producing = false;
-  });
   // The first half is the flood alone; in the second, the probe's inputs too.
-  await new Promise((r) => setTimeout(r, (FLOOD_S / 2) * 1000));
-  const mHalf = await metrics(cdp);
-  const tHalf = performance.now();
-  const pHalf = await page.evaluate(() => performance.now());
-  const probing = probe(() => !producing);
-  await running;
-  await probing;
+  const { stopTrace, m0, mHalf, p0, pHalf, t0, tHalf } = await halves(page, cdp, produce, probe);
   // What the last batch changed is drawn (a paced frame at most PACE_MS later, and the frame after it).
   await page.evaluate(() => new Promise((r) => setTimeout(() => requestAnimationFrame(() => r(null)), 300)));
   const m1 = await metrics(cdp);

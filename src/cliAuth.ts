@@ -7,6 +7,7 @@ import { closeSync, constants, fstatSync, openSync, readFileSync, realpathSync }
 import { fail } from './cliOptions.js';
 import { clapFail, configFail } from './codexFlags.js';
 import { bearerAuth, NO_AWS_REGION, noAuth, type RegistrationAuth, sigv4Auth } from './remote/auth.js';
+import { apiKeyRegistryProblem } from './remote/credentials.js';
 import {
   type Authenticator,
   asyncCredentialAuth,
@@ -279,6 +280,18 @@ export async function registrationAuth(
       return bearerAuth(line);
     } catch (e) {
       fail(`--registration-bearer-stdin: ${(e as Error).message}`);
+    }
+  }
+  // CODEX_API_KEY, after the explicit credentials (as codex 0.171: a stdin bearer or a ChatGPT token wins), only to
+  // a registry Codex allows it for.
+  const apiKey = process.env.CODEX_API_KEY;
+  if (apiKey) {
+    const problem = apiKeyRegistryProblem(base, isLoopback);
+    if (problem) configFail(problem);
+    try {
+      return bearerAuth(apiKey);
+    } catch (e) {
+      fail(`CODEX_API_KEY: ${(e as Error).message}`);
     }
   }
   let host = '';

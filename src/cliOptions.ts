@@ -77,6 +77,8 @@ remote executor (README "Remote executor"; instead of --listen):
                           Codex: an https:// registry; the account policy loaded from -c chatgpt_base_url=URL
                           [https://chatgpt.com/backend-api/] first; then the token is the Bearer and the account
                           the ChatGPT-Account-Id of every registry request
+                          (CODEX_API_KEY: the Bearer when no credential flag is given; loopback or HTTPS
+                          openai.com/openai.org registries only, as Codex)
   --use-agent-identity-auth  checked as Codex checks it (CODEX_ACCESS_TOKEN set), then refused: it needs OpenAI's
                           identity service (README "Remote executor")
 

@@ -101,6 +101,27 @@ export function chatgptAccount(
   return { account: accountId };
 }
 
+/** Codex 0.171's text when CODEX_API_KEY would go to a registry it does not allow. */
+export const API_KEY_REGISTRY_PROBLEM =
+  'remote exec-server API-key authentication is restricted to HTTPS openai.com and openai.org hosts and subdomains or loopback hosts';
+
+/**
+ * Codex 0.171's rule for the registry CODEX_API_KEY may be sent to (recorded from its binary): a loopback host (any
+ * scheme), or HTTPS to openai.com, openai.org or a subdomain of either. Null when allowed.
+ */
+export function apiKeyRegistryProblem(remote: string, isLoopback: (host: string) => boolean): string | null {
+  let u: URL;
+  try {
+    u = new URL(remote);
+  } catch {
+    return API_KEY_REGISTRY_PROBLEM;
+  }
+  const host = u.hostname.replace(/^\[|\]$/g, '').toLowerCase();
+  if (isLoopback(host)) return null;
+  const openai = ['openai.com', 'openai.org'].some((d) => host === d || host.endsWith(`.${d}`));
+  return u.protocol === 'https:' && openai ? null : API_KEY_REGISTRY_PROBLEM;
+}
+
 /** Why Corral cannot go on once the credential checks pass (the OpenAI service each credential needs). */
 export const UNSUPPORTED_OPENAI_CREDENTIAL: Record<'use-agent-identity-auth', string> = {
   'use-agent-identity-auth':

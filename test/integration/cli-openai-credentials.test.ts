@@ -30,6 +30,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Writable } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
+import { isLoopback } from '../../src/cliAuth.js';
+import { API_KEY_REGISTRY_PROBLEM, apiKeyRegistryProblem } from '../../src/remote/credentials.js';
 import { CREDENTIAL_TEXT } from '../../src/remote/executorCredential.js';
 import { CORRAL_BIN, ROOT } from '../helpers/cli.js';
 import { startFakeRegistry } from '../helpers/registry.js';
@@ -416,6 +418,69 @@ describe('exec-server: OpenAI-account credentials checked and used as codex 0.17
         await registry.close();
       }
     }
+  });
+
+  test('CODEX_API_KEY: the registry bearer when no other credential is given (as codex 0.171), only where Codex allows it', async () => {
+    const key = `sk-${SECRET_SIG}`;
+    const registry = await startFakeRegistry({ executorAuth: { kind: 'bearer', token: key } });
+    try {
+      const r = await corral(
+        ['--remote', registry.url, '--environment-id', 'env-1', '--exit-on-stdin-close'],
+        {
+          env: { CODEX_API_KEY: key },
+          feed: async (stdin) => {
+            await registry.waitForRequests('register', 1, 30_000);
+            stdin.end();
+          },
+        },
+      );
+      assert.equal(r.code, 0, `exit code (stderr: ${r.stderr})`);
+      const register = registry.requests.find((x) => x.kind === 'register')!;
+      assert.equal(register.headers.authorization, `Bearer ${key}`);
+      assert.ok(!r.stdout.includes(SECRET_SIG) && !r.stderr.includes(SECRET_SIG), 'the key was printed');
+      for (const [path, bytes] of r.files)
+        assert.ok(!bytes.includes(SECRET_SIG), `the key was written to ${path}`);
+      // A stdin bearer wins over the variable (as in codex 0.171).
+      const stdinBearer = await corral(
+        [
+          '--remote',
+          registry.url,
+          '--environment-id',
+          'env-2',
+          '--registration-bearer-stdin',
+          '--exit-on-stdin-close',
+        ],
+        {
+          env: { CODEX_API_KEY: key },
+          feed: async (stdin) => {
+            stdin.write('bearer-from-stdin\n');
+            await registry.waitForRequests('register', 2, 30_000);
+            stdin.end();
+          },
+        },
+      );
+      assert.equal(stdinBearer.code, 0, `exit code (stderr: ${stdinBearer.stderr})`);
+      const second = registry.requests.filter((x) => x.kind === 'register')[1]!;
+      assert.equal(second.headers.authorization, 'Bearer bearer-from-stdin');
+    } finally {
+      await registry.close();
+    }
+    // Codex's host rule (a pure check: no address is dialled).
+    for (const ok of [
+      'http://127.0.0.1:9/',
+      'https://localhost/',
+      'https://[::1]/',
+      'https://openai.com/',
+      'https://x.openai.org/r',
+    ])
+      assert.equal(apiKeyRegistryProblem(ok, isLoopback), null, ok);
+    for (const bad of [
+      'http://openai.com/',
+      'https://openai.com.example.test/',
+      'https://notopenai.com/',
+      'bad',
+    ])
+      assert.equal(apiKeyRegistryProblem(bad, isLoopback), API_KEY_REGISTRY_PROBLEM, bad);
   });
 
   test('--aws-region and --aws-service reach the SigV4 scope; without --aws-sigv4 or a region: Codex’s texts', async () => {

@@ -38,6 +38,7 @@ import {
   metrics,
   PAGE_INSTRUMENTATION,
   pageTimes,
+  rateRow,
   type Serve,
   spread,
   startServe,
@@ -208,13 +209,7 @@ async function costPhase(
   const typedTaskPerS = ((m1.taskSeconds - mHalf.taskSeconds) * 1000) / typedS;
   const typedCpuPerS = ((m1.cpuSeconds - mHalf.cpuSeconds) * 1000) / typedS;
   return [
-    {
-      section,
-      metric: `achieved rate${phase.what ? `, ${phase.what}` : ''}`,
-      corral: Math.round(run.rate),
-      unit: 'proc/s',
-      target: `${phase.rate}`,
-    },
+    rateRow(section, phase, run.rate),
     {
       section,
       metric: 'main-thread time per second, the feed alone (TaskDuration)',

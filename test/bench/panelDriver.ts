@@ -333,6 +333,17 @@ export async function metrics(cdp: CDPSession, gc = false): Promise<Metrics> {
   };
 }
 
+/** The row of a flood's achieved rate against the phase's. */
+export function rateRow(section: string, phase: { rate: number; what?: string }, achieved: number): BenchRow {
+  return {
+    section,
+    metric: `achieved rate${phase.what ? `, ${phase.what}` : ''}`,
+    corral: Math.round(achieved),
+    unit: 'proc/s',
+    target: `${phase.rate}`,
+  };
+}
+
 export function pct(values: number[], p: number): number {
   if (values.length === 0) return Number.NaN;
   const s = [...values].sort((a, b) => a - b);
@@ -791,13 +802,7 @@ export async function measurePhase(
   const total = run.timings.length;
   const perProcess = (seconds: number) => Math.round((seconds * 1e5) / total) / 100;
   return [
-    {
-      section,
-      metric: `achieved rate${phase.what ? `, ${phase.what}` : ''}`,
-      corral: Math.round(run.rate),
-      unit: 'proc/s',
-      target: `${phase.rate}`,
-    },
+    rateRow(section, phase, run.rate),
     {
       section,
       metric: 'lag, first shown after start (p50 / p99 / max)',

@@ -48,6 +48,7 @@ import {
   policyUrl,
 } from './remote/chatgptPolicy.js';
 import {
+  AGENT_IDENTITY_UNAVAILABLE,
   chatgptAccount,
   chatgptRegistryProblem,
   credentialConflict,
@@ -378,7 +379,8 @@ async function openAiCredential(
   if (values['use-agent-identity-auth']) {
     if (!process.env.CODEX_ACCESS_TOKEN)
       configFail('CODEX_ACCESS_TOKEN is required when --use-agent-identity-auth is set');
-    configFail(UNSUPPORTED_OPENAI_CREDENTIAL['use-agent-identity-auth']);
+    process.stderr.write(`corral: ${UNSUPPORTED_OPENAI_CREDENTIAL['use-agent-identity-auth']}\n`);
+    configFail(AGENT_IDENTITY_UNAVAILABLE);
   }
   return undefined;
 }

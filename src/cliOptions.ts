@@ -79,8 +79,8 @@ remote executor (README "Remote executor"; instead of --listen):
                           the ChatGPT-Account-Id of every registry request
                           (CODEX_API_KEY: the Bearer when no credential flag is given; loopback or HTTPS
                           openai.com/openai.org registries only, as Codex)
-  --use-agent-identity-auth  checked as Codex checks it (CODEX_ACCESS_TOKEN set), then refused: it needs OpenAI's
-                          identity service (README "Remote executor")
+  --use-agent-identity-auth  checked as Codex checks it (CODEX_ACCESS_TOKEN set), then refused as 0.171 refuses it
+                          ("Agent Identity authentication is unavailable"): it needs OpenAI's identity service
 
 limits (exec-server and serve):
   --max-processes N            live processes allowed per session  [1024]

@@ -125,5 +125,8 @@ export function apiKeyRegistryProblem(remote: string, isLoopback: (host: string)
 /** Why Corral cannot go on once the credential checks pass (the OpenAI service each credential needs). */
 export const UNSUPPORTED_OPENAI_CREDENTIAL: Record<'use-agent-identity-auth', string> = {
   'use-agent-identity-auth':
-    '--use-agent-identity-auth: agent identity needs OpenAI’s identity service, which Corral does not use; use --aws-sigv4 or --registration-bearer-stdin',
+    '--use-agent-identity-auth: agent identity needs OpenAI’s identity service (codex 0.171 itself refuses it, before any request, even with its JWKS and task registration stood in); use --chatgpt-token-stdin, --registration-bearer-stdin or --aws-sigv4',
 };
+
+/** Codex 0.171's text for `--use-agent-identity-auth` once CODEX_ACCESS_TOKEN is set (recorded from its binary). */
+export const AGENT_IDENTITY_UNAVAILABLE = 'Agent Identity authentication is unavailable';

@@ -330,7 +330,7 @@ describe('exec-server: OpenAI-account credentials checked and used as codex 0.17
     );
   });
 
-  test('--use-agent-identity-auth: CODEX_ACCESS_TOKEN required, then refused naming the identity service', async () => {
+  test('--use-agent-identity-auth: CODEX_ACCESS_TOKEN required, then refused in codex 0.171’s words, saying why', async () => {
     const none = await corral([...base(), '--use-agent-identity-auth']);
     assertRefused(
       none,
@@ -341,11 +341,10 @@ describe('exec-server: OpenAI-account credentials checked and used as codex 0.17
     const r = await corral([...base(), '--use-agent-identity-auth'], {
       env: { CODEX_ACCESS_TOKEN: IDENTITY },
     });
-    assertRefused(
-      r,
-      1,
-      /^Error: --use-agent-identity-auth: agent identity needs OpenAI’s identity service/m,
-      [IDENTITY],
+    assertRefused(r, 1, /^Error: Agent Identity authentication is unavailable$/m, [IDENTITY]);
+    assert.match(
+      r.stderr,
+      /^corral: --use-agent-identity-auth: agent identity needs OpenAI’s identity service/m,
     );
     const sig = await corral([...base(), '--use-agent-identity-auth', '--aws-sigv4']);
     assertRefused(sig, 2, /the argument '--use-agent-identity-auth' cannot be used with '--aws-sigv4'/, []);
@@ -532,7 +531,7 @@ describe('exec-server: OpenAI-account credentials checked and used as codex 0.17
     const r = await corral([...fwd, '--executor-credential-stdin'], { stdin: `${SECRET_SIG}\n` });
     assertRefused(r, 1, new RegExp(`^Error: ${CREDENTIAL_TEXT.invalid}$`, 'm'), []);
     const id = await corral([...fwd, '--use-agent-identity-auth'], { env: { CODEX_ACCESS_TOKEN: IDENTITY } });
-    assertRefused(id, 1, /^Error: --use-agent-identity-auth: /m, [IDENTITY]);
+    assertRefused(id, 1, /^Error: Agent Identity authentication is unavailable$/m, [IDENTITY]);
   });
 
   test('without --remote: each is a usage error (exit 2) naming --remote', async () => {

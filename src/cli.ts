@@ -289,7 +289,7 @@ async function execServerCommand(argv: string[]): Promise<void> {
         .finally(() => process.exit(1));
     };
     log.info(
-      `exec-server registering with ${registry.base.origin} as environment ${registry.environmentId}${values.name ? ` (${values.name})` : ''}, ${transport} transport, ${AUTH_DESCRIPTION[auth.kind]}`,
+      `exec-server registering with ${registry.base.origin} as environment ${registry.environmentId}${values.name ? ` (${values.name})` : ''}, ${transport} transport, ${chatgpt ? 'ChatGPT token from stdin' : auth.kind === 'bearer' && !values['registration-bearer-stdin'] ? 'CODEX_API_KEY' : AUTH_DESCRIPTION[auth.kind]}`,
     );
     executor.done.then(
       () => {},

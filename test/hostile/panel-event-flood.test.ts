@@ -232,4 +232,41 @@ describe('the panel against a flood of network events and prompts from a joined 
     await until(async () => (await cards.count()) === 0, 10_000);
     assert.deepEqual(browser.errors, []);
   });
+
+  test('a connection that came through the transparent TCP path is marked so; any other transport value is refused', async () => {
+    const page = browser.page;
+    await page.locator('button.nav-item[data-view="network"]').click();
+    const event = (host: string, transport: unknown) => ({
+      id: Date.now() + Math.floor(Math.random() * 1e6),
+      processId: 'p-t',
+      sessionId: 'hostile-session',
+      host,
+      port: 5432,
+      decision: 'allow',
+      reason: 'allowed',
+      source: 'baseline_policy',
+      protocol: 'socks5_tcp',
+      method: 'CONNECT',
+      scope: 'domain',
+      override: false,
+      timestamp: new Date().toISOString(),
+      metadata: {},
+      ...(transport !== undefined ? { transport } : {}),
+    });
+    evil.send({ method: 'monitor/batch', params: { audit: [event('raw.invalid', 'transparent')] } });
+    evil.send({ method: 'monitor/batch', params: { audit: [event('proxied.invalid', undefined)] } });
+    // A joined server's other value for the field: the message is refused (not shown, not a badge).
+    evil.send({
+      method: 'monitor/batch',
+      params: { audit: [event('forged.invalid', `${MARKUP} transparent`)] },
+    });
+    const row = (host: string) => page.locator('[data-testid="audit-table"] tbody tr', { hasText: host });
+    await row('raw.invalid').first().waitFor({ timeout: 10_000 });
+    await row('proxied.invalid').first().waitFor({ timeout: 10_000 });
+    assert.equal(await row('raw.invalid').first().locator('[data-testid="transparent"]').count(), 1);
+    assert.equal(await row('proxied.invalid').first().locator('[data-testid="transparent"]').count(), 0);
+    assert.equal(await row('forged.invalid').count(), 0);
+    assert.equal(await page.locator('#view-network img').count(), 0);
+    assert.deepEqual(browser.errors, []);
+  });
 });

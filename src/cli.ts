@@ -92,9 +92,27 @@ function checkRegistration(values: {
   return transport;
 }
 
-/** The public half of a Noise identity, as the registration sends it. */
-const noiseKeyOf = (identity: NoiseIdentity) =>
-  publicKeyJson({ dh: identity.dh.publicKey, kem: identity.kem.publicKey });
+/**
+ * The registry client of `exec-server --remote` and `forward`; on Noise with the process's one static hybrid identity
+ * (Codex's NoiseChannelIdentity), whose public half the registration sends. Throws on a bad registry URL.
+ */
+function openRegistry(
+  remote: string,
+  environmentId: string,
+  auth: RegistrationAuth,
+  relayHosts: RelayHost[],
+  transport: 'direct' | 'noise',
+): { registry: RegistryClient; identity: NoiseIdentity | null } {
+  const identity = transport === 'noise' ? generateIdentity() : null;
+  const noiseKey = identity
+    ? publicKeyJson({ dh: identity.dh.publicKey, kem: identity.kem.publicKey })
+    : null;
+  const registry = new RegistryClient(remote, environmentId, auth, {
+    relayHosts,
+    ...(noiseKey ? { noiseKey } : {}),
+  });
+  return { registry, identity };
+}
 
 /** The registry's options: `exec-server --remote` and `forward` register the same way (codex 0.171's spelling). */
 const REGISTRY_OPTIONS = {
@@ -251,14 +269,10 @@ async function execServerCommand(argv: string[]): Promise<void> {
       remote,
       credential ? executorCredentialAuth(credential) : chatgpt,
     );
-    // Noise: one static hybrid identity for the life of the process (Codex's NoiseChannelIdentity).
-    const identity = transport === 'noise' ? generateIdentity() : null;
     let registry: RegistryClient;
+    let identity: NoiseIdentity | null;
     try {
-      registry = new RegistryClient(remote, values['environment-id']!, auth, {
-        relayHosts,
-        ...(identity ? { noiseKey: noiseKeyOf(identity) } : {}),
-      });
+      ({ registry, identity } = openRegistry(remote, values['environment-id']!, auth, relayHosts, transport));
     } catch (e) {
       process.stderr.write(`corral: ${escapeTerminalLines((e as Error).message)}\n`);
       process.exit(2);
@@ -458,13 +472,10 @@ async function forwardCommand(argv: string[]): Promise<void> {
     remote,
     credential ? executorCredentialAuth(credential) : undefined,
   );
-  const identity = transport === 'noise' ? generateIdentity() : null;
   let registry: RegistryClient;
+  let identity: NoiseIdentity | null;
   try {
-    registry = new RegistryClient(remote, values['environment-id']!, auth, {
-      relayHosts,
-      ...(identity ? { noiseKey: noiseKeyOf(identity) } : {}),
-    });
+    ({ registry, identity } = openRegistry(remote, values['environment-id']!, auth, relayHosts, transport));
   } catch (e) {
     fail((e as Error).message);
   }

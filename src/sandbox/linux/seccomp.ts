@@ -390,7 +390,10 @@ export function hostSeccompArch(nodeArch: string, machine: string): SeccompArch 
   return nodeArch as SeccompArch;
 }
 
-/** A filter's instructions as columns, decoded once per filter (a test evaluates one filter a million times). */
+/**
+ * A filter's instructions as columns, decoded once per filter (a test evaluates one filter a million times): a
+ * filter's bytes are not to change once it has been evaluated.
+ */
 interface DecodedFilter {
   code: Uint16Array;
   jt: Uint8Array;

@@ -72,21 +72,27 @@ import { listenWebSocket } from './server/connection/wsListener.js';
 import { createLogger, type Logger, type LogLevel } from './server/core/log.js';
 
 /** The environment id and the transport of a registration (exec-server --remote, forward), in codex 0.171's words. */
-function checkRegistration(values: {
-  'environment-id'?: string | undefined;
-  'remote-transport'?: string | undefined;
-  'aws-sigv4'?: boolean | undefined;
-}) {
-  // Before anything starts, as Codex's parser refuses it.
+function checkRegistration(
+  values: {
+    'environment-id'?: string | undefined;
+    'remote-transport'?: string | undefined;
+    'aws-sigv4'?: boolean | undefined;
+  },
+  credentials: OpenAiCredentialFlags,
+) {
+  // Before anything starts, as Codex's parser refuses it: its argument errors (exit 2) before the checks below.
   requireSigv4ForAwsFlags(values);
+  const conflict = credentialConflict(credentials);
+  if (conflict && 'clap' in conflict) clapFail(conflict.clap);
   const id = EnvironmentId.safeParse(values['environment-id']);
   if (!id.success) fail(`--environment-id: ${id.error.issues[0]!.message}`);
-  const transport = values['remote-transport'] ?? 'direct';
+  // Codex 0.171's default: a command line that names no transport registers where codex's would.
+  const transport = values['remote-transport'] ?? 'noise';
   if (transport !== 'direct' && transport !== 'noise')
     clapFail(
       `invalid value '${transport}' for '--remote-transport <REMOTE_TRANSPORT>'\n  [possible values: noise, direct]`,
     );
-  // Codex 0.171's text and exit status (its default transport is noise, so it says this without the flag too).
+  // Codex 0.171's text and exit status (noise is the default, so this is said without the flag too).
   if (transport === 'noise' && values['aws-sigv4'])
     configFail('--aws-sigv4 requires --remote-transport direct');
   return transport;
@@ -201,7 +207,7 @@ async function execServerCommand(argv: string[]): Promise<void> {
     const explicitAuth = argv.some((a) => /^--ws-(auth|token|shared|issuer|audience|max-clock)/.test(a));
     if (explicitAuth) fail('WebSocket listener auth cannot be used with --remote');
     if (!values['environment-id']) fail('--environment-id is required when --remote is set');
-    transport = checkRegistration(values);
+    transport = checkRegistration(values, values);
     // Before anything is started (audit database, log, listener): a refused credential leaves nothing behind.
     chatgpt = await openAiCredential(values, remote, codex.config.chatgptBaseUrl);
   }
@@ -454,7 +460,7 @@ async function forwardCommand(argv: string[]): Promise<void> {
   if (!['error', 'warn', 'info', 'debug'].includes(level)) fail(`--log-level: unknown level ${level}`);
   const log = createLogger({ level, file: null });
   const remote = values.remote!;
-  const transport = checkRegistration(values);
+  const transport = checkRegistration(values, { ...values, 'chatgpt-token-stdin': false });
   let connect: URL;
   let relayHosts: RelayHost[];
   try {

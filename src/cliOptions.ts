@@ -60,8 +60,8 @@ remote executor (README "Remote executor"; instead of --listen):
   --remote URL            register with the environment registry at URL (https://, or http:// on loopback) and
                           serve the harness over the WebSocket link it hands back (wss://, or ws:// on loopback)
   --environment-id ID     the environment to register as (letters, digits, - and _)
-  --remote-transport T    direct, or noise (Codex 0.171's default: hybrid Noise IK through the relay,
-                          docs/remote-noise.md; Corral keeps direct as its default)  [direct]
+  --remote-transport T    noise (hybrid Noise IK through the relay, docs/remote-noise.md) or direct (a WebSocket
+                          link per harness; --aws-sigv4 needs it), as codex 0.171  [noise]
   --name NAME             a human-readable name for the logs
   --aws-sigv4             sign the registration and each handshake with AWS SigV4 (as codex 0.169 requires for
                           direct); credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or the shared file

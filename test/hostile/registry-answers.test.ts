@@ -111,11 +111,16 @@ async function registerError(
 async function runExecutor(base: string, extra: string[] = [], env = process.env) {
   const child = spawn(
     process.execPath,
-    [CORRAL_BIN, 'exec-server', '--remote', base, '--environment-id', ENV].concat([
-      '--registration-bearer-stdin',
-      '--no-audit',
-      ...extra,
-    ]),
+    [
+      CORRAL_BIN,
+      'exec-server',
+      '--remote',
+      base,
+      '--environment-id',
+      ENV,
+      '--remote-transport',
+      'direct',
+    ].concat(['--registration-bearer-stdin', '--no-audit', ...extra]),
     { cwd: ROOT, stdio: ['pipe', 'ignore', 'pipe'], env },
   );
   child.stdin.end(`${BEARER}\n`);

@@ -199,7 +199,13 @@ describe('exec-server: OpenAI-account credentials checked and used as codex 0.17
       '--chatgpt-token-stdin',
     ];
     try {
-      const r = await corral(args(`https://127.0.0.1:${port}/backend-api/`), { stdin: `${TOKEN}\n`, env });
+      const r = await corral(
+        [...args(`https://127.0.0.1:${port}/backend-api/`), '--remote-transport', 'direct'],
+        {
+          stdin: `${TOKEN}\n`,
+          env,
+        },
+      );
       assert.deepEqual(
         seen.map((q) => `${q.method} ${q.url}`),
         ['GET /backend-api/wham/config/bundle', 'POST /reg/cloud/environment/env-1/direct/register'].slice(
@@ -218,16 +224,13 @@ describe('exec-server: OpenAI-account credentials checked and used as codex 0.17
       for (const [path, bytes] of r.files)
         assert.ok(!bytes.includes(SECRET_SIG), `the token was written to ${path}`);
       assert.ok(!r.stderr.includes(SECRET_SIG) && !r.stdout.includes(SECRET_SIG), 'the token is not echoed');
-      // Over Noise (codex 0.171's default transport): the same two requests codex 0.171 makes
+      // Over Noise (the default, as codex 0.171's: no transport named): the same two requests codex 0.171 makes
       // (test/fixtures/remote/codex-0.171.0-chatgpt.json), with the same headers.
       seen.length = 0;
-      const noise = await corral(
-        [...args(`https://127.0.0.1:${port}/backend-api/`), '--remote-transport', 'noise'],
-        {
-          stdin: `${TOKEN}\n`,
-          env,
-        },
-      );
+      const noise = await corral(args(`https://127.0.0.1:${port}/backend-api/`), {
+        stdin: `${TOKEN}\n`,
+        env,
+      });
       assert.equal(noise.code, 1, noise.stderr);
       assert.deepEqual(
         seen.map(
@@ -386,7 +389,16 @@ describe('exec-server: OpenAI-account credentials checked and used as codex 0.17
       const registry = await startFakeRegistry({ executorAuth: { kind: 'bearers', tokens: accepted } });
       try {
         const r = await corral(
-          [...command, '--remote', registry.url, '--environment-id', 'env-1', '--executor-credential-stdin'],
+          [
+            ...command,
+            '--remote',
+            registry.url,
+            '--environment-id',
+            'env-1',
+            '--remote-transport',
+            'direct',
+            '--executor-credential-stdin',
+          ],
           {
             feed: async (stdin) => {
               stdin.write(frame(tokens[0]!));
@@ -424,7 +436,15 @@ describe('exec-server: OpenAI-account credentials checked and used as codex 0.17
     const registry = await startFakeRegistry({ executorAuth: { kind: 'bearer', token: key } });
     try {
       const r = await corral(
-        ['--remote', registry.url, '--environment-id', 'env-1', '--exit-on-stdin-close'],
+        [
+          '--remote',
+          registry.url,
+          '--environment-id',
+          'env-1',
+          '--remote-transport',
+          'direct',
+          '--exit-on-stdin-close',
+        ],
         {
           env: { CODEX_API_KEY: key },
           feed: async (stdin) => {
@@ -446,6 +466,8 @@ describe('exec-server: OpenAI-account credentials checked and used as codex 0.17
           registry.url,
           '--environment-id',
           'env-2',
+          '--remote-transport',
+          'direct',
           '--registration-bearer-stdin',
           '--exit-on-stdin-close',
         ],
@@ -487,7 +509,15 @@ describe('exec-server: OpenAI-account credentials checked and used as codex 0.17
     const registry = await startFakeRegistry({ executorAuth: { kind: 'sigv4', ...aws } });
     const env = { AWS_ACCESS_KEY_ID: aws.accessKeyId, AWS_SECRET_ACCESS_KEY: aws.secretAccessKey };
     try {
-      const args = ['--remote', registry.url, '--environment-id', 'env-1', '--aws-sigv4'];
+      const args = [
+        '--remote',
+        registry.url,
+        '--environment-id',
+        'env-1',
+        '--remote-transport',
+        'direct',
+        '--aws-sigv4',
+      ];
       const r = await corral(
         [...args, '--aws-region', aws.region, '--aws-service', aws.service, '--exit-on-stdin-close'],
         {

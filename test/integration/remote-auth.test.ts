@@ -274,6 +274,11 @@ describe('--ws-token-sha256, --exit-on-stdin-close, --concurrent-requests, and f
           ],
           /^Error: --aws-sigv4 requires --remote-transport direct$/,
         ],
+        // No transport named: Codex 0.171's default, noise, and so the same refusal.
+        [
+          ['--remote', 'http://127.0.0.1:1', '--environment-id', 'e', '--aws-sigv4'],
+          /^Error: --aws-sigv4 requires --remote-transport direct$/,
+        ],
         [
           ['--remote', 'http://127.0.0.1:1', '--environment-id', 'e', '--listen', 'stdio'],
           /exclude each other/,

@@ -162,6 +162,15 @@ function assertRefused(r: Run, code: number, message: RegExp, secrets: string[])
 }
 
 const base = () => ['--remote', remote, '--environment-id', 'env-1'];
+/** Registration at `url` over the direct link (the fake registry of test/helpers/registry.ts speaks it). */
+const directAt = (url: string, env = 'env-1') => [
+  '--remote',
+  url,
+  '--environment-id',
+  env,
+  '--remote-transport',
+  'direct',
+];
 
 describe('exec-server: OpenAI-account credentials checked and used as codex 0.171 checks and uses them', () => {
   test('--chatgpt-token-stdin: the account policy loaded from chatgpt_base_url, then the registry asked with the token and the account (as codex 0.171)', async () => {
@@ -388,30 +397,18 @@ describe('exec-server: OpenAI-account credentials checked and used as codex 0.17
     for (const command of [[], ['forward', '--connect', 'ws://127.0.0.1:9/']]) {
       const registry = await startFakeRegistry({ executorAuth: { kind: 'bearers', tokens: accepted } });
       try {
-        const r = await corral(
-          [
-            ...command,
-            '--remote',
-            registry.url,
-            '--environment-id',
-            'env-1',
-            '--remote-transport',
-            'direct',
-            '--executor-credential-stdin',
-          ],
-          {
-            feed: async (stdin) => {
-              stdin.write(frame(tokens[0]!));
-              await registry.waitForRequests('register', 1, 30_000);
-              stdin.write(frame(tokens[1]!));
-              // The next registration (the registry forgot this one) carries the newest token.
-              registry.expireRegistrations();
-              registry.dropLinks();
-              await registry.waitForRequests('register', 2, 30_000);
-              stdin.end();
-            },
+        const r = await corral([...command, ...directAt(registry.url), '--executor-credential-stdin'], {
+          feed: async (stdin) => {
+            stdin.write(frame(tokens[0]!));
+            await registry.waitForRequests('register', 1, 30_000);
+            stdin.write(frame(tokens[1]!));
+            // The next registration (the registry forgot this one) carries the newest token.
+            registry.expireRegistrations();
+            registry.dropLinks();
+            await registry.waitForRequests('register', 2, 30_000);
+            stdin.end();
           },
-        );
+        });
         assert.equal(r.code, 0, `exit code (stderr: ${r.stderr})`);
         const auth = registry.requests
           .filter((x) => x.kind === 'register')
@@ -435,24 +432,13 @@ describe('exec-server: OpenAI-account credentials checked and used as codex 0.17
     const key = `sk-${SECRET_SIG}`;
     const registry = await startFakeRegistry({ executorAuth: { kind: 'bearer', token: key } });
     try {
-      const r = await corral(
-        [
-          '--remote',
-          registry.url,
-          '--environment-id',
-          'env-1',
-          '--remote-transport',
-          'direct',
-          '--exit-on-stdin-close',
-        ],
-        {
-          env: { CODEX_API_KEY: key },
-          feed: async (stdin) => {
-            await registry.waitForRequests('register', 1, 30_000);
-            stdin.end();
-          },
+      const r = await corral([...directAt(registry.url), '--exit-on-stdin-close'], {
+        env: { CODEX_API_KEY: key },
+        feed: async (stdin) => {
+          await registry.waitForRequests('register', 1, 30_000);
+          stdin.end();
         },
-      );
+      });
       assert.equal(r.code, 0, `exit code (stderr: ${r.stderr})`);
       const register = registry.requests.find((x) => x.kind === 'register')!;
       assert.equal(register.headers.authorization, `Bearer ${key}`);
@@ -461,16 +447,7 @@ describe('exec-server: OpenAI-account credentials checked and used as codex 0.17
         assert.ok(!bytes.includes(SECRET_SIG), `the key was written to ${path}`);
       // A stdin bearer wins over the variable (as in codex 0.171).
       const stdinBearer = await corral(
-        [
-          '--remote',
-          registry.url,
-          '--environment-id',
-          'env-2',
-          '--remote-transport',
-          'direct',
-          '--registration-bearer-stdin',
-          '--exit-on-stdin-close',
-        ],
+        [...directAt(registry.url, 'env-2'), '--registration-bearer-stdin', '--exit-on-stdin-close'],
         {
           env: { CODEX_API_KEY: key },
           feed: async (stdin) => {
@@ -509,15 +486,7 @@ describe('exec-server: OpenAI-account credentials checked and used as codex 0.17
     const registry = await startFakeRegistry({ executorAuth: { kind: 'sigv4', ...aws } });
     const env = { AWS_ACCESS_KEY_ID: aws.accessKeyId, AWS_SECRET_ACCESS_KEY: aws.secretAccessKey };
     try {
-      const args = [
-        '--remote',
-        registry.url,
-        '--environment-id',
-        'env-1',
-        '--remote-transport',
-        'direct',
-        '--aws-sigv4',
-      ];
+      const args = [...directAt(registry.url), '--aws-sigv4'];
       const r = await corral(
         [...args, '--aws-region', aws.region, '--aws-service', aws.service, '--exit-on-stdin-close'],
         {

@@ -38,6 +38,8 @@ export interface MethodSpec<P extends z.ZodType = z.ZodType, R extends z.ZodType
   readonly summary: string;
   /** The -32602 text for a bad top-level member, by its name (shapes picked by key answer their own parser's text). */
   readonly fieldErrors?: FieldErrorMap;
+  /** The params of the common shape read without the schema, with its output; undefined: the schema decides. */
+  readonly fastParams?: (params: unknown) => z.output<P> | undefined;
 }
 
 /** Per top-level param member: the -32602 text for its (bad) value. */
@@ -55,10 +57,12 @@ function method<P extends z.ZodType, R extends z.ZodType>(
   result: R,
   summary: string,
   fieldErrors?: FieldErrorMap,
+  fastParams?: (params: unknown) => z.output<P> | undefined,
 ): MethodSpec<P, R> {
-  return fieldErrors
+  const spec: MethodSpec<P, R> = fieldErrors
     ? { caller, params, paramsName, result, summary, fieldErrors }
     : { caller, params, paramsName, result, summary };
+  return fastParams ? { ...spec, fastParams } : spec;
 }
 
 export const METHODS = {
@@ -76,6 +80,7 @@ export const METHODS = {
     exec.StartResult,
     'Starts a process (sandboxed and behind a managed proxy as asked); its events follow as notifications.',
     exec.EXEC_PARAMS_FIELD_ERRORS,
+    exec.execParamsFast,
   ),
   'process/read': method(
     'agent',

@@ -220,7 +220,13 @@ const expected: Record<string, [number, string]> = {
 async function answer(extra: object): Promise<{ code?: number; message: string } | { ok: string }> {
   const spec = METHODS['process/start'];
   try {
-    const p = parseParams(spec.params, { ...base, ...extra }, spec.paramsName, spec.fieldErrors);
+    const p = parseParams(
+      spec.params,
+      { ...base, ...extra },
+      spec.paramsName,
+      spec.fieldErrors,
+      spec.fastParams,
+    );
     const spec0 = { file: '/bin/true', argv: ['/bin/true'], env: {}, cwd: '/tmp' };
     const launch = await launcher.prepare(p, spec0, { sessionId: 's' });
     launch.cleanup();

@@ -130,10 +130,13 @@ export class MethodDispatch implements MethodRegistry {
     const state = conn.state as ConnState;
     gate(method, spec.caller, state);
     const run = () =>
-      registered.handler(parseParams(spec.params, params, spec.paramsName, spec.fieldErrors), {
-        conn,
-        state,
-      });
+      registered.handler(
+        parseParams(spec.params, params, spec.paramsName, spec.fieldErrors, spec.fastParams),
+        {
+          conn,
+          state,
+        },
+      );
     if (registered.lane === 'fs') return new Deferred(state.fsLane.run(async () => run()));
     return run();
   }

@@ -58,13 +58,19 @@ export function badges(p: MonitorProcess, compact = false): HTMLElement[] {
   return out;
 }
 
-export function statePill(p: MonitorProcess): HTMLElement {
+/** A process's state as its pill shows it: the pill's colour (`state-<cls>`) and its words. */
+export function stateText(p: MonitorProcess): { cls: string; text: string } {
   const cls =
     p.state === 'running' ? 'running' : p.exitCode === 0 ? 'ok' : p.exitCode === null ? 'unknown' : 'failed';
   const text =
     p.state === 'running'
       ? 'running'
       : `${p.state === 'closed' ? 'exited' : 'exiting'} ${p.exitCode ?? ''}`.trim();
+  return { cls, text };
+}
+
+export function statePill(p: MonitorProcess): HTMLElement {
+  const { cls, text } = stateText(p);
   return h('span', { class: `state state-${cls}`, 'data-state': p.state }, text);
 }
 

@@ -3,7 +3,7 @@
 import { fmtAgo, fmtBytes, h, replace } from '../dom.js';
 import { commandOf, type Row } from '../processTable.js';
 import { type Store, sessionKey } from '../store.js';
-import { badges, statePill } from './badges.js';
+import { badges, statePill, stateText } from './badges.js';
 
 export type Col = 'server' | 'state' | 'command' | 'client' | 'sandbox' | 'pid' | 'started' | 'output';
 
@@ -70,13 +70,23 @@ export function bindRow(tr: HTMLTableRowElement, r: Row, o: RowContext): void {
       case 'server':
         sig = store.serverName(r.server);
         if (sig !== cells[i]) {
-          td.textContent = sig;
+          setCellText(td, sig);
           td.title = sig;
         }
         break;
       case 'state':
         sig = `${r.state}|${r.exitCode}|${stale}`;
-        if (sig !== cells[i])
+        if (sig === cells[i]) break;
+        // A process moving on (running → exiting → exited) changes the pill it has; a pill is made only when the
+        // cell had none or the stale badge comes or goes.
+        if (!stale && td.childNodes.length === 1 && cells[i]!.endsWith('|false')) {
+          const pill = td.firstChild as HTMLElement;
+          const { cls, text } = stateText(r);
+          const want = `state state-${cls}`;
+          if (pill.className !== want) pill.className = want;
+          pill.dataset.state = r.state;
+          setCellText(pill, text);
+        } else
           replace(
             td,
             statePill(r),
@@ -86,7 +96,7 @@ export function bindRow(tr: HTMLTableRowElement, r: Row, o: RowContext): void {
       case 'command':
         sig = commandOf(r);
         if (sig !== cells[i]) {
-          td.textContent = sig;
+          setCellText(td, sig);
           td.title = sig;
         }
         break;
@@ -105,20 +115,33 @@ export function bindRow(tr: HTMLTableRowElement, r: Row, o: RowContext): void {
       }
       case 'pid':
         sig = r.pid ? String(r.pid) : '–';
-        if (sig !== cells[i]) td.textContent = sig;
+        if (sig !== cells[i]) setCellText(td, sig);
         break;
       case 'started':
         sig = fmtAgo(r.startedAt, now);
         if (sig !== cells[i]) {
-          td.textContent = sig;
+          setCellText(td, sig);
           td.title = new Date(r.startedAt).toLocaleString();
         }
         break;
       case 'output':
         sig = fmtBytes(r.bytesOut);
-        if (sig !== cells[i]) td.textContent = sig;
+        if (sig !== cells[i]) setCellText(td, sig);
         break;
     }
     cells[i] = sig;
   }
 }
+
+/**
+ * Sets a cell's text. A cell that holds one text node keeps it and only its characters change: the browser then
+ * re-measures the text, where `textContent =` removes the node and adds a new one, whose layout object is made anew
+ * (every visible row is re-bound in each frame of a flood; issue 38).
+ */
+export function setCellText(el: HTMLElement, text: string): void {
+  const t = el.firstChild;
+  if (t !== null && t === el.lastChild && t.nodeType === Node.TEXT_NODE) {
+    if ((t as Text).data !== text) (t as Text).data = text;
+  } else el.textContent = text;
+}
+

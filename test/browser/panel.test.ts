@@ -120,6 +120,35 @@ describe('panel in a browser against the headless host', () => {
     await browser.screenshot('process-detail-client-wrapped');
   });
 
+  test('a row changes in place as its process moves on: the same element, the same state pill, the same text nodes', async () => {
+    const page = browser.page;
+    await agent.request('process/start', {
+      ...shellStart('in-place', 'read line; echo "$line"; exit 3', dir.path),
+      pipeStdin: true,
+    });
+    const row = page.locator('tr[data-process-id="in-place"]');
+    await row.locator('[data-state="running"]').waitFor();
+    // What the row is made of while its process runs: the element, its state pill, every text node in it.
+    await row.evaluate((tr) => {
+      const nodes: Node[] = [];
+      const walk = document.createTreeWalker(tr, NodeFilter.SHOW_TEXT);
+      for (let n = walk.nextNode(); n; n = walk.nextNode()) nodes.push(n);
+      (window as unknown as { __row: unknown }).__row = { tr, pill: tr.querySelector('[data-state]'), nodes };
+    });
+    await agent.request('process/write', { processId: 'in-place', chunk: text('a-line\n') });
+    await row.locator('[data-state="closed"]', { hasText: 'exited 3' }).waitFor();
+    const kept = await row.evaluate((tr) => {
+      const was = (window as unknown as { __row: { tr: Element; pill: Element; nodes: Node[] } }).__row;
+      const madeAnew: (string | null)[] = [];
+      const walk = document.createTreeWalker(tr, NodeFilter.SHOW_TEXT);
+      for (let n = walk.nextNode(); n; n = walk.nextNode())
+        if (!was.nodes.includes(n)) madeAnew.push(n.textContent);
+      return { sameRow: tr === was.tr, samePill: tr.querySelector('[data-state]') === was.pill, madeAnew };
+    });
+    // A flood re-binds every visible row each frame: a text node or pill made anew is a box the browser makes anew.
+    assert.deepEqual(kept, { sameRow: true, samePill: true, madeAnew: [] });
+  });
+
   test('PTY output streams into xterm live; the stdin box writes; Terminate kills it', async () => {
     const page = browser.page;
     await agent.request('process/start', {

@@ -67,6 +67,8 @@ export interface Addon {
     nprocMax: number,
     /** Async mode: run the command under a subreaper supervisor (spawn.c supervisor_main); the pid is the command's. */
     supervise: boolean,
+    /** file and cwd were just checked by checkPath's rules: async mode does not check them again (absent: false). */
+    checked?: boolean,
   ): [number, number, number, number, number];
   /** rusage: [user µs, system µs, max RSS KiB, blocks in, blocks out] from waitid, absent when the kernel gave none. */
   setExitHandler(fn: (pid: number, status: number, signo: number, rusage?: number[]) => void): void;

@@ -48,6 +48,12 @@ export interface NativeSpawnArgs {
    * cgroup. The returned pid is the command's; onExit is called once everything it started is gone.
    */
   supervise?: boolean;
+  /**
+   * `file` and `cwd` were checked by checkPath's rules just now, in this turn of the loop (resolveProgram, checkCwd):
+   * async mode does not check them again before the clone. Otherwise (absent) it does, to report what execve and chdir
+   * would fail with synchronously.
+   */
+  checked?: boolean;
   /** Called once, on the loop, with the wait status (signo 0 for a normal exit) and what the child used. */
   onExit(status: number, signo: number, rusage: ChildRusage | null): void;
 }
@@ -124,6 +130,7 @@ function nativeSpawner(a: Addon): NativeSpawner {
         s.confine,
         s.nprocMax ?? 0,
         s.supervise === true,
+        s.checked === true,
       );
       exits.set(pid, s.onExit);
       return { pid, stdinFd, stdoutFd, stderrFd, releaseGroup: watchdogSlotRelease(slot) };

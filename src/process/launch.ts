@@ -37,6 +37,13 @@ export interface LaunchSpec {
     /** Managed network under Landlock: the command's end of the connect supervisor's channel (platform/netNotify.ts). */
     netNotifyFd?: number;
   };
+  /**
+   * The `file` and `cwd` that resolveProgram and checkCwd found usable (a program to execute, a directory to enter) in
+   * this turn of the event loop, set by whoever checked them right before the spawn: the native spawner does not check
+   * the same two paths again (issue 32: four system calls per start). A spec derived from this one (a sandbox's
+   * wrapper, another cwd) names other paths and is checked as always.
+   */
+  checked?: { file: string; cwd: string };
 }
 
 /** Which isolation actually applies to a started process, as reported in `process/start` and to the panel. */

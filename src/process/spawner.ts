@@ -298,6 +298,7 @@ function spawnNative(
       // that left its process group (setsid). The supervisor is a child subreaper that kills all of it when the
       // command ends, is terminated, or the server dies (spawn.c supervisor_main).
       supervise: supervise && async,
+      checked: spec.checked !== undefined && spec.checked.file === spec.file && spec.checked.cwd === spec.cwd,
       onExit: (status, signo, rusage) => {
         if (signo !== 0) latch.fire(128 + signo, SIGNAL_NAMES.get(signo) ?? null, rusage);
         else latch.fire(status, null, rusage);

@@ -517,6 +517,38 @@ for (const kind of ['native', 'vfork', 'node'] as const) {
       );
     });
 
+    it('a spec whose very file and cwd were just checked (spec.checked) is not checked again: async mode leaves it to execve', async () => {
+      const missing = join(dir, 'checked-then-gone');
+      const gone: LaunchSpec = {
+        file: missing,
+        argv: ['x'],
+        env: {},
+        cwd: '/',
+        checked: { file: missing, cwd: '/' },
+      };
+      const refused = (spec: LaunchSpec) => {
+        try {
+          spawnWith(kind, spec, { stdin: 'null' });
+        } catch (e) {
+          return e instanceof SpawnError ? e.errno : String(e);
+        }
+        return null;
+      };
+      // No synchronous check in async mode (the caller vouched for both paths): the child's execve reports it. vfork
+      // reports execve's own error and child_process checks in JS: synchronous either way.
+      if (kind !== 'native') assert.equal(refused(gone), 'ENOENT');
+      else {
+        const r = await run(kind, gone);
+        assert.equal(r.code, 127);
+        assert.equal(r.stderr, `corral: cannot execute ${missing}: No such file or directory\n`);
+      }
+      // A spec derived from a checked one (other file, other cwd) is checked as always, in every mode.
+      const otherFile = { ...gone, checked: { file: '/bin/true', cwd: '/' } };
+      const otherCwd = { ...otherFile, file: '/bin/true', cwd: join(dir, 'no-such-dir') };
+      assert.equal(refused(otherFile), 'ENOENT');
+      assert.equal(refused(otherCwd), 'ENOENT');
+    });
+
     it('exec failures only execve can see: SpawnError (vfork), or (async: native, child_process) exit 127 with the error on stderr', async () => {
       const script = join(dir, `bad-interpreter-${kind}`);
       writeFileSync(script, '#!/no/such/interpreter\necho never\n');

@@ -257,13 +257,13 @@ static __thread char *vfork_stack;
 
 
 napi_value js_spawn(napi_env env, napi_callback_info info) {
-  size_t argc = 13;
-  napi_value args[13];
+  size_t argc = 14;
+  napi_value args[14];
   struct addon_state *st;
   if (napi_get_cb_info(env, info, &argc, args, NULL, NULL) != napi_ok || argc < 5) {
     napi_throw_type_error(env, NULL,
                           "spawn(file, argv, env, cwd, fds, waitExec, newPidNs, freshKeyring, cgroupFds, cgroupDirFd, "
-                          "confine, nprocMax, supervise) expects 5 to 13 arguments");
+                          "confine, nprocMax, supervise, checked) expects 5 to 14 arguments");
     return NULL;
   }
   napi_get_instance_data(env, (void **)&st);
@@ -275,6 +275,10 @@ napi_value js_spawn(napi_env env, napi_callback_info info) {
   if (argc >= 8) napi_get_value_bool(env, args[7], &fresh_keyring);
   bool supervise = false;
   if (argc >= 13) napi_get_value_bool(env, args[12], &supervise);
+  // The caller checked file and cwd by precheck's rules just now (checkPath, in this turn of its loop): no second
+  // round of the same four system calls. Absent (a caller of 13 arguments): checked here.
+  bool checked = false;
+  if (argc >= 14) napi_get_value_bool(env, args[13], &checked);
 #ifndef HAVE_RAW_SYSCALL
   wait_exec = true;
 #endif
@@ -348,7 +352,7 @@ napi_value js_spawn(napi_env env, napi_callback_info info) {
     }
     a->nproc_max = (uint64_t)nproc;
   }
-  if (!wait_exec && (err = precheck(pe->file, pe->cwd)) != 0) goto fail;
+  if (!wait_exec && !checked && (err = precheck(pe->file, pe->cwd)) != 0) goto fail;
 
   a->nfds = (int)nfds;
   for (uint32_t i = 0; i < nfds; i++) {

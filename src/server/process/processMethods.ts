@@ -123,6 +123,8 @@ class ProcessMethods {
         },
       );
     }
+    // Nothing wrapped it and no time has passed since the checks above: the spawner need not make them again.
+    if (prepared.spec === spec) spec.checked = { file, cwd: p.cwd };
     return this.spawn(p, session, prepared, limits);
   }
 

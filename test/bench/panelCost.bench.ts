@@ -51,6 +51,8 @@ import type { BenchRow } from './types.js';
 /** Seconds each flood lasts. */
 const FLOOD_S = 10;
 const IDLE_S = 5;
+/** Key pairs (a key and the key that takes it back) the keys phase types, a second apart. */
+const KEY_PAIRS = 8;
 /** Main-thread time the page may take: 10% of one core. */
 const BUDGET_MS_PER_S = 100;
 
@@ -141,6 +143,59 @@ async function idlePhase(cdp: CDPSession, section: string): Promise<BenchRow[]> 
       metric: 'idle: main-thread time per second (TaskDuration)',
       corral: r2(((m1.taskSeconds - m0.taskSeconds) * 1000) / s),
       unit: 'ms/s',
+    },
+  ];
+}
+
+/**
+ * What one key typed in the search box and taken back costs the page with no feed (issue 38: the keys phases): page
+ * CPU (ThreadTime) per pair of keys over KEY_PAIRS pairs a second apart, less the page's CPU over as long with the box
+ * focused and no key (the caret); then the same keys in a copy of the box that no listener hears (the browser's own
+ * cost of a key: the rest is the view's refilter and the frames that show it). Low noise: a lever's A/B figure.
+ */
+async function keysPhase(page: Page, cdp: CDPSession, section: string): Promise<BenchRow[]> {
+  const box = page.locator('#view-processes input[type="search"]');
+  const cpuOver = async (keys: boolean): Promise<number> => {
+    const m0 = await metrics(cdp);
+    for (let i = 0; i < KEY_PAIRS; i++) {
+      const t = performance.now();
+      if (keys) {
+        await page.keyboard.press('z');
+        await page.keyboard.press('Backspace');
+      }
+      await new Promise((r) => setTimeout(r, Math.max(0, 1000 - (performance.now() - t))));
+    }
+    return ((await metrics(cdp)).cpuSeconds - m0.cpuSeconds) * 1000;
+  };
+  await box.focus();
+  await new Promise((r) => setTimeout(r, 1000));
+  const caret = await cpuOver(false);
+  const view = (await cpuOver(true)) - caret;
+  // The same keys where nothing listens: a copy of the box in its place, then the box back.
+  await page.evaluate(() => {
+    const b = document.querySelector<HTMLInputElement>('#view-processes input[type="search"]')!;
+    const copy = b.cloneNode(true) as HTMLInputElement;
+    (window as unknown as { __box: HTMLInputElement }).__box = b;
+    b.replaceWith(copy);
+    copy.focus();
+  });
+  const bare = (await cpuOver(true)) - caret;
+  await page.evaluate(() => {
+    const b = (window as unknown as { __box: HTMLInputElement }).__box;
+    document.querySelector('#view-processes input[type="search"]')!.replaceWith(b);
+  });
+  return [
+    {
+      section,
+      metric: `a key typed in the search box and taken back, no feed: page CPU per pair (${KEY_PAIRS} pairs, less the focused box's)`,
+      corral: r2(view / KEY_PAIRS),
+      unit: 'ms',
+    },
+    {
+      section,
+      metric: '  the same keys in a box nothing listens to (the browser\u2019s own)',
+      corral: r2(bare / KEY_PAIRS),
+      unit: 'ms',
     },
   ];
 }
@@ -383,15 +438,21 @@ async function realAgents(cli: string): Promise<BenchRow[]> {
     const { page, cdp } = await openPanel(browser, serve.panelUrl);
     await waitShown(page, [warm.timings.at(-1)!.processId], 120_000);
     rows.push(...(await idlePhase(cdp, section('real agents, 2000 listed'))));
+    if (wanted('keys')) rows.push(...(await keysPhase(page, cdp, section('real agents, 2000 listed'))));
+    let listed = 2000;
     for (const rate of [50, 250].filter((r) => wanted(String(r)))) {
+      listed += rate * FLOOD_S;
       rows.push(
         ...(await costPhase(page, cdp, { section: section(`${rate}/s, real agents`), rate }, () =>
           flood(agents, { total: rate * FLOOD_S, rate, inflight: 4, prefix: `r${rate}-` }),
         )),
       );
     }
-    if (wanted('bridge')) rows.push(...(await bridgePhase(page, agents, section('250/s, desktop stand-in'))));
-    rows.push(...(await idlePhase(cdp, section(`real agents, ${2000 + 300 * FLOOD_S} listed`))));
+    if (wanted('bridge')) {
+      listed += 250 * FLOOD_S;
+      rows.push(...(await bridgePhase(page, agents, section('250/s, desktop stand-in'))));
+    }
+    rows.push(...(await idlePhase(cdp, section(`real agents, ${listed} listed`))));
     return rows;
   } catch (e) {
     return [...rows, errorRow(section('real agents'), e)];
@@ -471,7 +532,7 @@ async function standInPod(cli: string): Promise<BenchRow[]> {
 }
 
 /**
- * CORRAL_PANEL_COST=250 (or 50, 2000, network, approvals, bridge, a comma-separated list) runs only those phases: one
+ * CORRAL_PANEL_COST=250 (or 50, 2000, keys, network, approvals, bridge, a comma-separated list) runs only those phases: one
  * lever at a time. CORRAL_PANEL_PROFILE=1 adds where each phase's main-thread CPU went (self time by trace event:
  * style, layout, paint, script…) and its layouts' sizes (panelDriver.ts `detailRows`): a profile (its trace costs the
  * page and the server CPU of its own), not figures to compare with a run without it. CORRAL_PANEL_PROFILE=invalidations
@@ -484,7 +545,7 @@ export async function run(): Promise<BenchRow[]> {
   const build = await privateBuild({ cli: true });
   const cli = join(build, 'cli.js');
   return [
-    ...(wanted('50') || wanted('250') || wanted('bridge') ? await realAgents(cli) : []),
+    ...(wanted('50') || wanted('250') || wanted('bridge') || wanted('keys') ? await realAgents(cli) : []),
     ...(wanted('2000') || wanted('network') || wanted('approvals') ? await standInPod(cli) : []),
   ];
 }

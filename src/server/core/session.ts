@@ -16,8 +16,16 @@ interface Entry {
   held: boolean;
   /** seq of the last event delivered to an attached connection. */
   deliveredSeq: number;
-  /** The start every process/output notification of the process shares (src/rpc/output.ts). */
-  outputHead: OutputHead;
+  /**
+   * The start every process/output notification of the process shares (src/rpc/output.ts): made at its first output
+   * (most short commands have none).
+   */
+  outputHead: OutputHead | null;
+}
+
+function headOf(e: Entry): OutputHead {
+  e.outputHead ??= outputHead('process/output', { processId: e.proc.info.processId });
+  return e.outputHead;
 }
 
 /** What a session tells the server's observers (the monitor feed, approvals): ServerEvents (events.ts). */
@@ -103,7 +111,7 @@ export class Session implements ProcessEventSink {
       proc,
       held: true,
       deliveredSeq: 0,
-      outputHead: outputHead('process/output', { processId: id }),
+      outputHead: null,
     });
     if (this.backpressured) proc.setPaused(true);
   }
@@ -164,7 +172,7 @@ export class Session implements ProcessEventSink {
     const e = this.entries.get(p.info.processId);
     if (!e || e.held || !this.conn) return;
     e.deliveredSeq = firstSeq + Math.ceil(data.length / MAX_CHUNK) - 1;
-    this.conn.notifyOutputs(e.outputHead, firstSeq, stream, data, MAX_CHUNK);
+    this.conn.notifyOutputs(headOf(e), firstSeq, stream, data, MAX_CHUNK);
   }
 
   exited(p: ManagedProcess, seq: number, exitCode: number): void {
@@ -208,7 +216,7 @@ export class Session implements ProcessEventSink {
 
   private sendOutput(e: Entry, seq: number, stream: OutputStream, data: Buffer): void {
     e.deliveredSeq = seq;
-    this.conn!.notifyOutput(e.outputHead, seq, stream, data);
+    this.conn!.notifyOutput(headOf(e), seq, stream, data);
   }
 
   private sendExited(e: Entry, seq: number, exitCode: number): void {

@@ -144,4 +144,3 @@ export function setCellText(el: HTMLElement, text: string): void {
     if ((t as Text).data !== text) (t as Text).data = text;
   } else el.textContent = text;
 }
-

@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // The test command, in two tiers:
 //
-//   npm test              the fast tier, run before every commit (goal ≤ 3 min; ~2.6 min on the 2-core dev machine): type check
+//   npm test              the fast tier, run before every commit (goal ≤ 3 min; 2.6–3.8 min on the 2-core dev machine, as fast as it runs that day): type check
 //                         (each layer with its own tsconfig), lint, the layer rules, the protocol reference being
 //                         current, then every test file except those in SLOW, with node's test runner.
 //   npm run test:all      the same checks, then every test file (fast and slow tiers); CI runs this.

@@ -66,10 +66,12 @@ elif what == 'one':
 elif what == 'race':
     import ctypes
     libc = ctypes.CDLL(None, use_errno=True)
-    buf = ctypes.create_string_buffer(16)
     def sin(port, host):
         return socket.AF_INET.to_bytes(2, 'little') + port.to_bytes(2, 'big') + socket.inet_aton(host) + bytes(8)
     good, bad = sin(ALLOWED, '127.0.0.1'), sin(DENIED, DENIED_HOST)
+    # Holding an address from the start: zeros (family 0, before the flipping thread first ran) are no inet
+    # destination at all, which the supervisor refuses with EACCES.
+    buf = ctypes.create_string_buffer(good, 16)
     stop = False
     def flip():
         while not stop:

@@ -2,10 +2,20 @@
 // two spacer rows that stand for the rest, so a 100 000-row table has about 60 <tr>s. Rows have one fixed height.
 // Rendering patches: a row element is re-bound only when the item in its slot or that item's version changed.
 // While the user is scrolled away from the top, the rows in view stay in view when rows are added above them.
+// When the view shrinks (a key that empties the table), the rows it no longer needs stay in the table, hidden
+// (visibility, not display: nothing is laid out again) and still bound, without the data-* attributes that name
+// their items to a query (put back when shown), and a box around the table (`clip`) is
+// held to the height the rows in view need, so they add no scroll area; the key that undoes it shows them again
+// as they were (issue 38: a key and its undo cost a third less than taking the rows out and putting them back).
 
 export interface VirtualRowsOptions<T> {
   /** The scrolling element (overflow: auto) that holds the table. */
   scroller: HTMLElement;
+  /**
+   * The box around the table, inside the scroller (styles.css .vclip: overflow: clip, which keeps the header
+   * sticky to the scroller): its height is set to what the shown rows need, so hidden rows take no scroll area.
+   */
+  clip: HTMLElement;
   tbody: HTMLTableSectionElement;
   rowHeight: number;
   /** Columns of a row (the spacers span them). */
@@ -25,6 +35,25 @@ interface Slot<T> {
   item: T | null;
   version: number;
   stamp: number;
+  /** A hidden row's data-* attributes (what names its item to a query), put back when it is shown. */
+  saved: [string, string][] | null;
+}
+
+/** Hides a row: still laid out and bound, but no query for its item's data-* attributes finds it. */
+function hideRow(slot: { tr: HTMLTableRowElement; saved: [string, string][] | null }): void {
+  const tr = slot.tr;
+  tr.classList.add('vhidden');
+  const saved: [string, string][] = [];
+  for (const a of tr.attributes) if (a.name.startsWith('data-')) saved.push([a.name, a.value]);
+  for (const [name] of saved) tr.removeAttribute(name);
+  slot.saved = saved;
+}
+
+function showRow(slot: { tr: HTMLTableRowElement; saved: [string, string][] | null }): void {
+  const tr = slot.tr;
+  tr.classList.remove('vhidden');
+  if (slot.saved) for (const [name, value] of slot.saved) tr.setAttribute(name, value);
+  slot.saved = null;
 }
 
 export class VirtualRows<T> {
@@ -32,9 +61,9 @@ export class VirtualRows<T> {
   private readonly bottom: HTMLTableRowElement;
   private readonly topCell: HTMLTableCellElement;
   private readonly bottomCell: HTMLTableCellElement;
+  /** Every row element in the table, in order: the first `shown` are in view, the rest hidden (the view shrank). */
   private slots: Slot<T>[] = [];
-  /** Row elements out of the table (the view shrank), reused before any new one is made. */
-  private readonly spare: Slot<T>[] = [];
+  private shown = 0;
   private anchor: { item: T; offset: number } | null = null;
   /** Bumped to re-bind every row (a column appeared, the selection moved). */
   private stamp = 0;
@@ -121,7 +150,7 @@ export class VirtualRows<T> {
     if (this.anchorStale) {
       this.anchorStale = false;
       const idx = Math.floor(Math.max(0, raw - header) / rh);
-      const slot = this.slots[idx - this.slotFirst];
+      const slot = idx - this.slotFirst < this.shown ? this.slots[idx - this.slotFirst] : undefined;
       this.anchor = raw - header > rh / 2 && slot?.item ? { item: slot.item, offset: raw - idx * rh } : null;
     }
     // Keep what the user is looking at in place when rows arrive above it.
@@ -151,27 +180,23 @@ export class VirtualRows<T> {
     const topPx = `${first * rh}px`;
     if (this.topCell.style.height !== topPx) this.topCell.style.height = topPx;
     this.top.hidden = first === 0;
-    const bottomPx = `${(count - last) * rh}px`;
+    // Rows kept hidden below the shown ones stand for that many rows of the bottom spacer; the clip box cuts off
+    // what they reach past the last row.
+    const hidden = Math.max(0, this.slots.length - n);
+    const bottomPx = `${Math.max(0, count - last - hidden) * rh}px`;
     if (this.bottomCell.style.height !== bottomPx) this.bottomCell.style.height = bottomPx;
-    this.bottom.hidden = last >= count;
-    // Grow or shrink the rows in the table to the rows in view. Rows taken out are kept, cells and all, and put
-    // back first: a filter that empties the table and the key that undoes it make no element.
+    this.bottom.hidden = last + hidden >= count;
+    const clipPx = hidden > count - last ? `${header + count * rh + 1}px` : '';
+    if (o.clip.style.height !== clipPx) o.clip.style.height = clipPx;
+    // Show or hide rows to the rows in view, making rows only when there are not enough.
     while (this.slots.length < n) {
-      const slot = this.spare.pop() ?? {
-        tr: document.createElement('tr'),
-        item: null,
-        version: -1,
-        stamp: -1,
-      };
+      const slot = { tr: document.createElement('tr'), item: null, version: -1, stamp: -1, saved: null };
       this.o.tbody.insertBefore(slot.tr, this.bottom);
       this.slots.push(slot);
     }
-    while (this.slots.length > n) {
-      const slot = this.slots.pop()!;
-      slot.tr.remove();
-      slot.item = null;
-      this.spare.push(slot);
-    }
+    for (let i = this.shown; i < n; i++) showRow(this.slots[i]!);
+    for (let i = n; i < this.shown; i++) hideRow(this.slots[i]!);
+    this.shown = n;
     for (let i = 0; i < n; i++) {
       const slot = this.slots[i]!;
       const item = o.at(first + i)!;

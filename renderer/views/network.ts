@@ -88,9 +88,11 @@ class EventTable<E extends NetEvent> {
     table.classList.add('net-table');
     table.append(this.tbody);
     this.empty = h('div', { class: 'muted small net-empty' }, emptyText);
-    this.scroller.append(table, this.empty);
+    const clip = h('div', { class: 'vclip' }, table);
+    this.scroller.append(clip, this.empty);
     this.rows = new VirtualRows<E>({
       scroller: this.scroller,
+      clip,
       tbody: this.tbody,
       rowHeight: NET_ROW,
       columns,

@@ -35,6 +35,7 @@ export class ProcessesView implements View {
   private readonly thead = h('thead');
   private readonly tbody = h('tbody');
   private readonly scroller = h('div', { class: 'proc-scroll' });
+  private readonly clip = h('div', { class: 'vclip' });
   private readonly empty = h('div', { class: 'empty' });
   private readonly counts = h('div', { class: 'proc-counts muted small', 'data-testid': 'process-counts' });
   private readonly serverSel = h('select', {
@@ -106,7 +107,8 @@ export class ProcessesView implements View {
       el.addEventListener('change', refilterInFrame);
     this.search.addEventListener('input', refilterInFrame);
     this.table.append(this.colgroup, this.thead, this.tbody);
-    this.scroller.append(this.table, this.empty);
+    this.clip.append(this.table);
+    this.scroller.append(this.clip, this.empty);
     // The scroller and the toolbar each sit in a box of a size that never depends on what they hold (styles.css
     // .proc-frame, .toolbar-box): rows, counts and keys typed in the search box lay out that box alone (issue 38).
     this.split.append(h('div', { class: 'table-wrap proc-frame' }, this.scroller));
@@ -132,6 +134,7 @@ export class ProcessesView implements View {
     );
     this.rows = new VirtualRows<Row>({
       scroller: this.scroller,
+      clip: this.clip,
       tbody: this.tbody,
       rowHeight: ROW_HEIGHT,
       columns: () => this.cols.length,

@@ -108,12 +108,42 @@ describe('panel under a flood of processes', () => {
       assert.match(id ?? '', /^b\d*[49]$/, `a failed row of b, every 5th: ${id}`);
     await page.selectOption('[data-testid="filter-client"]', '');
     await page.selectOption('[data-testid="filter-state"]', '');
+    // The row elements a search hides stay in the table for the key that undoes it (virtualRows.ts): hidden, no
+    // query finds them, they make no scroll area, and the empty table's message shows under the header.
+    const rowElements = () =>
+      page.evaluate(() => {
+        const rows = [...document.querySelectorAll('[data-testid="process-table"] tbody tr:not(.vspacer)')];
+        return rows.map((r) => {
+          const tagged = r as HTMLElement & { __tag?: number };
+          tagged.__tag ??= Math.random();
+          return tagged.__tag;
+        });
+      });
+    const before = await rowElements();
     await page.fill('input[type="search"]', 'a1234');
     await counts.filter({ hasText: /· showing 1$/ }).waitFor();
     assert.equal(await failedRows.count(), 1);
     assert.equal(await failedRows.first().getAttribute('data-process-id'), 'a1234');
+    const shown = await page.evaluate(() => {
+      const sc = document.querySelector('.proc-scroll') as HTMLElement;
+      return {
+        overflow: sc.scrollHeight - sc.clientHeight,
+        rows: sc.querySelectorAll('tbody tr:not(.vspacer)').length,
+      };
+    });
+    assert.ok(shown.overflow <= 0, `one row shown, no scroll area (${shown.overflow} px past the view)`);
+    assert.ok(shown.rows > 1, 'the rows the search hid are still in the table');
+    await page.fill('input[type="search"]', 'nothing-matches-this');
+    await counts.filter({ hasText: /· showing 0$/ }).waitFor();
+    const empty = await page.evaluate(() => {
+      const sc = document.querySelector('.proc-scroll')!.getBoundingClientRect();
+      const m = document.querySelector('.proc-scroll .empty')!.getBoundingClientRect();
+      return { inView: m.height > 0 && m.top >= sc.top && m.bottom <= sc.bottom };
+    });
+    assert.ok(empty.inView, "the empty table's message shows in the view, not under the hidden rows");
     await page.fill('input[type="search"]', '');
     await counts.filter({ hasText: /failed$/ }).waitFor();
+    assert.deepEqual(await rowElements(), before, 'the search undone shows the same row elements again');
 
     // Scrolled to the middle, the rows there are rendered (and only those).
     await page.evaluate(() => {

@@ -20,10 +20,13 @@ export const ARTIFACTS = join(ROOT, 'test-artifacts');
 export const CHROMIUM = '/usr/bin/chromium';
 
 /**
- * Builds the panel bundle if it is missing (npm test's pretest builds it anyway) and returns a private copy of it,
- * so a concurrent rebuild of dist/ (the working tree is shared) cannot pull the files from under a running test.
+ * The panel this test run built from the working tree (scripts/test.mjs builds the application into its own
+ * directory and names it in CORRAL_DIST: nothing else writes there). Run outside scripts/test.mjs: builds dist/ if it
+ * is missing and returns a private copy of it, so a concurrent rebuild of dist/ (the working tree is shared) cannot
+ * pull the files from under a running test.
  */
 export function ensureBuilt(): string {
+  if (process.env.CORRAL_DIST) return join(process.env.CORRAL_DIST, 'renderer');
   const dir = join(ROOT, 'dist', 'renderer');
   for (let attempt = 0; ; attempt++) {
     if (

@@ -27,6 +27,7 @@ import {
   traceTasks,
   waitShown,
 } from '../bench/panelDriver.js';
+import { needsAddon } from '../helpers/native.js';
 import { until } from '../helpers/server.js';
 import { type Browser, openBrowser } from './harness.js';
 import { privateBuild } from './panelBuild.js';
@@ -100,7 +101,12 @@ describe('the panel open during a flood of 250 processes a second', () => {
     await host?.shutdown();
   });
 
-  test('main-thread time within budget; every process shown in its final state; selection and counts exact', async () => {
+  // Without the addon (CI's CORRAL_NATIVE=0 pass) the child_process spawner starts 68–100 processes a second here, alone:
+  // too few for the flood this case measures the panel under (the panel is the same code in both passes).
+  const flood250 = needsAddon('a flood of 250 starts a second on this 2-core machine');
+  test('main-thread time within budget; every process shown in its final state; selection and counts exact', {
+    skip: flood250,
+  }, async () => {
     const page = browser.page;
     const cdp = await page.context().newCDPSession(page);
     await cdp.send('Performance.enable');
@@ -157,8 +163,7 @@ describe('the panel open during a flood of 250 processes a second', () => {
     console.log(what);
     assert.equal(missing, 0, `every process shows in its final state (${what})`);
     // The budget holds at any rate; the agents only have to come near enough to 250/s for a regression to show
-    // (cca01b7's panel took 187 ms/s at 50/s and 262 at 250/s). A loaded machine, or the child_process spawner of a
-    // build without the addon (CORRAL_NATIVE=0), gives ~100/s here.
+    // (cca01b7's panel took 187 ms/s at 50/s and 262 at 250/s). A loaded machine gives ~100/s here.
     assert.ok(run.rate > RATE * 0.4, `the agents reached at least 100/s (${what})`);
     assertWithinBudget(cost, what);
     assert.ok(pct(l.final, 99) <= 500, `shown ≤ 500 ms after closing: ${what}`);

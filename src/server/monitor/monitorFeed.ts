@@ -2,8 +2,9 @@
  * Delivery of the monitor feed to its subscribers, coalesced and bounded.
  *
  * The exec path only marks things dirty: a process event is one Map.set per subscriber, nothing is described or
- * serialised there. At most once per `batchMs` (25 ms), and only while something is pending, a tick sends each
- * subscriber one `monitor/batch` with the latest state of every process, session and server that changed (a process
+ * serialised there. `batchMs` (25 ms) after a change that follows a quiet spell, then, while changes keep coming, once
+ * per `paceMs` (100 ms: a person reads no faster, and each batch costs a panel a message, a parse and a frame
+ * whatever it carries), and only while something is pending, a tick sends each subscriber one `monitor/batch` with the latest state of every process, session and server that changed (a process
  * that started and closed within one batch is sent once), the network events in order, and the live output of the
  * processes it follows, joined per stream and capped (the newest bytes are kept; what was skipped is counted on the
  * chunk that follows, for `monitor/read`).
@@ -22,6 +23,8 @@ import type { RpcConnection } from '../../rpc/connection.js';
 import { encodeOutput, type OutputHead } from '../../rpc/output.js';
 
 export const BATCH_MS = 25;
+/** While changes keep coming, one batch per this many batchMs. Live output and a backlog go at batchMs. */
+export const PACE_BATCHES = 4;
 /** Processes per page of a snapshot (and the most a batch carries). */
 export const SNAPSHOT_PAGE = 2000;
 /** Dirty processes a subscriber that is not draining may accumulate before it is dropped to a resync. */
@@ -108,6 +111,8 @@ export class FeedSubscriber<P, S> {
 
 export interface FeedOptions<P, S> {
   batchMs?: number;
+  /** The least time between two batches while changes keep coming (default PACE_BATCHES × batchMs). */
+  paceMs?: number;
   /** The server's clock (its batch timer). */
   clock?: Clock;
   highWaterBytes: number;
@@ -124,9 +129,14 @@ export interface FeedOptions<P, S> {
 export class Feed<P, S> {
   readonly subscribers = new Set<FeedSubscriber<P, S>>();
   readonly batchMs: number;
+  readonly paceMs: number;
   private readonly maxDirty: number;
   readonly page: number;
   private timer: Timer | null = null;
+  /** When the pending timer fires (the clock's time). */
+  private timerAt = 0;
+  /** When the last tick ran. */
+  private lastTick = Number.NEGATIVE_INFINITY;
   private readonly clock: Clock;
   private immediate: NodeJS.Immediate | null = null;
 
@@ -135,6 +145,7 @@ export class Feed<P, S> {
     private readonly opts: FeedOptions<P, S>,
   ) {
     this.batchMs = opts.batchMs ?? BATCH_MS;
+    this.paceMs = opts.paceMs ?? PACE_BATCHES * this.batchMs;
     this.clock = opts.clock ?? realClock;
     this.maxDirty = opts.maxDirty ?? MAX_DIRTY;
     this.page = opts.page ?? SNAPSHOT_PAGE;
@@ -252,7 +263,7 @@ export class Feed<P, S> {
       sub.outputBytes += copy.length;
       while (pend.bytes > PROCESS_BYTES_PER_BATCH && pend.parts.length > 1) skipOldest(sub, pend);
     }
-    this.schedule();
+    this.schedule(true);
   }
 
   /** Makes room for `need` more bytes of output in this batch: the oldest queued parts go, counted as skipped. */
@@ -265,13 +276,24 @@ export class Feed<P, S> {
 
   // ---- delivery ----------------------------------------------------------------------------------------------
 
-  private schedule(): void {
-    if (this.timer || this.immediate) return;
+  /**
+   * The next tick: `batchMs` from now after a quiet spell, else `paceMs` after the last one. `soon`: `batchMs` from now
+   * whatever came before (live output — a terminal's echo — and the rest of a batch that could not carry it all).
+   */
+  private schedule(soon = false): void {
+    if (this.immediate) return;
+    const now = this.clock.now();
+    const at = soon ? now + this.batchMs : Math.max(now + this.batchMs, this.lastTick + this.paceMs);
+    if (this.timer) {
+      if (this.timerAt <= at) return;
+      this.clock.clearTimeout(this.timer);
+    }
+    this.timerAt = at;
     this.timer = this.clock
       .setTimeout(() => {
         this.timer = null;
         this.tick();
-      }, this.batchMs)
+      }, at - now)
       .unref();
   }
 
@@ -306,6 +328,7 @@ export class Feed<P, S> {
 
   /** One batch to every subscriber that has something and can take it. */
   tick(): void {
+    this.lastTick = this.clock.now();
     let again = false;
     for (const sub of this.subscribers) {
       if (sub.conn.closed) {
@@ -323,7 +346,7 @@ export class Feed<P, S> {
       this.sendBatch(sub);
       if (sub.pending) again = true;
     }
-    if (again) this.schedule();
+    if (again) this.schedule(true);
   }
 
   private send(sub: FeedSubscriber<P, S>, text: string | Buffer): void {

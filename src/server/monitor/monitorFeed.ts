@@ -2,12 +2,13 @@
  * Delivery of the monitor feed to its subscribers, coalesced and bounded.
  *
  * The exec path only marks things dirty: a process event is one Map.set per subscriber, nothing is described or
- * serialised there. `batchMs` (25 ms) after a change that follows a quiet spell, then, while changes keep coming, once
- * per `paceMs` (100 ms: a person reads no faster, and each batch costs a panel a message, a parse and a frame
- * whatever it carries), and only while something is pending, a tick sends each subscriber one `monitor/batch` with the latest state of every process, session and server that changed (a process
- * that started and closed within one batch is sent once), the network events in order, and the live output of the
- * processes it follows, joined per stream and capped (the newest bytes are kept; what was skipped is counted on the
- * chunk that follows, for `monitor/read`).
+ * serialised there. `batchMs` (25 ms) after a change that follows a quiet spell, then, while changes keep coming,
+ * once per `paceMs` (100 ms: a person reads no faster, and each batch costs a panel a message, a parse and a frame
+ * whatever it carries), and only while something is pending, a tick sends each subscriber one `monitor/batch` with
+ * the latest state of every process, session and server that changed (a process that started and closed within one
+ * batch is sent once), the network events in order, and the live output of the processes it follows, joined per
+ * stream and capped (the newest bytes are kept; what was skipped is counted on the chunk that follows, for
+ * `monitor/read`).
  *
  * Each subscriber's memory is bounded: what is dirty is at most one entry per process (a key, not a copy), network
  * events and output have caps, and while the transport holds more than `highWater` bytes nothing is sent to it. A
@@ -281,7 +282,8 @@ export class Feed<P, S> {
    * whatever came before (live output — a terminal's echo — and the rest of a batch that could not carry it all).
    */
   private schedule(soon = false): void {
-    if (this.immediate) return;
+    // A pending tick is never later than a paced one would be (this runs on the exec path: no clock read then).
+    if (this.immediate || (this.timer && !soon)) return;
     const now = this.clock.now();
     const at = soon ? now + this.batchMs : Math.max(now + this.batchMs, this.lastTick + this.paceMs);
     if (this.timer) {

@@ -284,8 +284,12 @@ describe('the panel open during a flood of 250 processes a second', () => {
 // (CORRAL_PANEL_FROM=3027f18 builds it).
 const PROMPT_RATE = 100;
 const PROMPT_SECONDS = 8;
-/** CPU the page may take per second under the burst: the budget, with a margin narrower than the old panel's cost. */
-const PROMPTS_CPU = BUDGET * 1.15;
+/**
+ * CPU the page may take per second under the burst: the budget with the other cases' margin. Alone, in CI, the same
+ * code measured 87.9 to 123.3 ms/s across runs (a ×1.15 margin failed one of them); the old panel's prompt per card
+ * fails on the cards at once below, whatever its CPU.
+ */
+const PROMPTS_CPU = BUDGET * CPU_MARGIN;
 
 describe('the prompt stack during a burst of 100 approval prompts a second', () => {
   let pod: FeedPod;

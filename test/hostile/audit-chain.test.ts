@@ -273,6 +273,46 @@ describe('audit verify: the hash chain', { skip }, () => {
     }
   });
 
+  test('a process whose exit and close come in later batches is chained by its row; one retention deleted meanwhile is not', () => {
+    const path = join(dir, 'split', 'audit.db');
+    const store = openAuditStore(path, { sign: true });
+    const old = records(2);
+    const recent = records(2, T0 + 10 * 86_400_000).map((r) =>
+      'sessionId' in r ? { ...r, sessionId: `r-${r.sessionId}` } : r,
+    );
+    const starts = (rs: AuditRecord[]) =>
+      rs.filter((r) => r.kind !== 'processExit' && r.kind !== 'processClose');
+    const ends = (rs: AuditRecord[]) =>
+      rs.filter((r) => r.kind === 'processExit' || r.kind === 'processClose');
+    store.write([...starts(old), ...starts(recent)]);
+    // The old processes' rows go (started more than 5 days before `now`) while they still run.
+    while (store.retentionStep({ maxAgeMs: 5 * 86_400_000, maxBytes: 1e12 }, T0 + 12 * 86_400_000)) {}
+    store.write([...ends(old), ...ends(recent)]);
+    store.checkpoint();
+    store.close();
+    const r = verify(path);
+    assert.equal(r.code, 0, r.text);
+    const h = openAuditStore(path, { readonly: true });
+    const entries = h.db
+      .prepare(
+        "SELECT c.kind, p.process_id AS pid FROM chain c JOIN processes p ON p.id = c.row WHERE c.tbl = 'processes' ORDER BY c.seq",
+      )
+      .all() as { kind: string; pid: string }[];
+    assert.deepEqual(
+      entries.map((e) => `${e.kind} ${e.pid}`),
+      [
+        'process-start p0',
+        'process-start p1',
+        'process-exit p0',
+        'process-close p0',
+        'process-exit p1',
+        'process-close p1',
+      ],
+    );
+    assert.equal(h.db.prepare('SELECT count(*) FROM processes').pluck(true).get(), 2);
+    h.close();
+  });
+
   test('an export verifies elsewhere with the public key alone; an edited line is named', async () => {
     const db = makeDb(dir, 'export');
     const exported = sink();

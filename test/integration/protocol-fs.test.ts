@@ -27,6 +27,29 @@ describe('protocol fs methods (§6)', () => {
       assert.deepEqual(await s.c.request('fs/readFile', { path: P(empty) }), { dataBase64: '' });
     });
 
+    it(`24 (${form}): writeFile over a longer file leaves exactly the new bytes; into a missing directory, ENOENT`, async () => {
+      const file = `${s.dir.path}/${form}-overwrite.txt`;
+      writeFileSync(file, 'a much longer original content\n'.repeat(100));
+      await s.c.request('fs/writeFile', { path: P(file), dataBase64: b64('short') });
+      assert.equal(readFileSync(file, 'utf8'), 'short');
+      // The same through a symlink (followed): the target is emptied and rewritten, the link stays.
+      const link = `${s.dir.path}/${form}-overwrite-link`;
+      symlinkSync(file, link);
+      await s.c.request('fs/writeFile', { path: P(link), dataBase64: b64('via link') });
+      assert.equal(readFileSync(file, 'utf8'), 'via link');
+      await assert.rejects(
+        s.c.request('fs/writeFile', { path: P(`${s.dir.path}/${form}-no-such-dir/f`), dataBase64: b64('x') }),
+        (e: Error) => e.message.includes(NOT_FOUND),
+      );
+      assert.equal(existsSync(`${s.dir.path}/${form}-no-such-dir`), false);
+      // A file where a directory is expected: ENOTDIR, the file untouched.
+      await assert.rejects(
+        s.c.request('fs/writeFile', { path: P(`${file}/f`), dataBase64: b64('x') }),
+        (e: Error) => e.message.includes('Not a directory (os error 20)'),
+      );
+      assert.equal(readFileSync(file, 'utf8'), 'via link');
+    });
+
     it(`24 (${form}): getMetadata returns all six fields for a file, a directory and a symlink`, async () => {
       const file = `${s.dir.path}/${form}-meta.txt`;
       writeFileSync(file, 'hello');

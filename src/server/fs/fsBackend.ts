@@ -26,6 +26,8 @@ export interface Located<D> {
 export interface OpenedFile {
   fd: number;
   info: FsNodeInfo;
+  /** The open itself emptied it (openWrite's `truncate`, where the backend can do it in the same call). */
+  truncated?: boolean;
 }
 
 /**
@@ -48,8 +50,13 @@ export interface FsBackend<D> {
   list(dir: D, dirPath: string, max: number): Promise<{ name: string; kind: NodeKind }[]>;
   /** Opens a located regular file for reading (non-blocking; anything but a regular file is refused). */
   openRead(at: Located<D>, method: string): Promise<OpenedFile>;
-  /** Opens (creating with `mode` when missing) a located regular file for writing; not truncated. */
-  openWrite(at: Located<D>, method: string, mode: number): Promise<OpenedFile>;
+  /**
+   * Opens (creating with `mode` when missing) a located regular file for writing. With `truncate` the backend may
+   * empty it in the same call (O_TRUNC: a FIFO or a device ignores it, a directory refuses the open) and says so in
+   * `truncated`; otherwise it is not truncated (fs/copy empties its destination only once it knows it is not the
+   * source).
+   */
+  openWrite(at: Located<D>, method: string, mode: number, truncate?: boolean): Promise<OpenedFile>;
   mkdir(at: Located<D>, mode: number): Promise<void>;
   /** Removes a located non-directory, or an empty directory. */
   unlink(at: Located<D>): Promise<void>;

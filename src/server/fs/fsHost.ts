@@ -22,13 +22,15 @@ function infoOf(st: Stats): FsNodeInfo {
   return nodeInfo(st, `${st.dev}:${st.ino}`);
 }
 
-async function statOrNull(path: string, follow: boolean): Promise<Stats | null> {
-  try {
-    return await (follow ? fsp.stat(path) : fsp.lstat(path));
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return null;
-    throw e;
-  }
+/** stat or lstat; null for ENOENT. The callback API: ~10 µs less per call than fs/promises' (every request makes one). */
+function statOrNull(path: string, follow: boolean): Promise<Stats | null> {
+  return new Promise((resolve, reject) =>
+    (follow ? fs.stat : fs.lstat)(path, (e, st) => {
+      if (!e) resolve(st);
+      else if (e.code === 'ENOENT') resolve(null);
+      else reject(e);
+    }),
+  );
 }
 
 function joinPath(dir: string, name: string): string {
@@ -52,13 +54,14 @@ const DIRENT_KIND = (d: import('node:fs').Dirent): NodeKind =>
                 ? 'block'
                 : 'unknown';
 
-async function located(path: string, follow: boolean, parentKnown: boolean): Promise<HostLocated> {
+/**
+ * What is at `path` (info null: nothing). A missing path is not followed by a look at its directory: the stat said
+ * ENOENT, so every directory above it that exists is a directory (else ENOTDIR), and the call that acts on it (open
+ * with O_CREAT, mkdir, symlink) answers ENOENT or ENOTDIR as the kernel decides then; one round trip to the thread
+ * pool less for every file a request creates (issue 32).
+ */
+async function located(path: string, follow: boolean): Promise<HostLocated> {
   const st = await statOrNull(path, follow);
-  if (!st && !parentKnown && path !== '/') {
-    // Missing: its directory must exist (ENOENT, ENOTDIR otherwise), as for open(O_CREAT).
-    const parent = await fsp.stat(dirname(path));
-    if (!parent.isDirectory()) throw errnoError(20, 'open');
-  }
   const name = path === '/' ? '' : path.slice(path.lastIndexOf('/') + 1);
   return {
     path,
@@ -71,11 +74,11 @@ async function located(path: string, follow: boolean, parentKnown: boolean): Pro
 
 export class HostFs implements FsBackend<string> {
   locate(path: string, follow: boolean): Promise<HostLocated> {
-    return located(path, follow, false);
+    return located(path, follow);
   }
 
   lookup(_dir: string, dirPath: string, name: string): Promise<HostLocated> {
-    return located(joinPath(dirPath, name), false, true);
+    return located(joinPath(dirPath, name), false);
   }
 
   async enter(at: Located<string>): Promise<string> {
@@ -114,9 +117,9 @@ export class HostFs implements FsBackend<string> {
     }
     let info: FsNodeInfo;
     try {
-      info = infoOf(
-        await new Promise<Stats>((resolve, reject) => fs.fstat(fd, (e, st) => (e ? reject(e) : resolve(st)))),
-      );
+      // On the loop, as the confined backend's fstat: the descriptor is open, so this reads its inode (no path walk),
+      // and it saves a round trip to the thread pool per file (~0.1 ms on this machine; issue 32).
+      info = infoOf(fs.fstatSync(fd));
     } catch (e) {
       closeFd(fd);
       throw e;
@@ -134,8 +137,15 @@ export class HostFs implements FsBackend<string> {
     return this.open(at as HostLocated, method, fsc.O_RDONLY);
   }
 
-  openWrite(at: Located<string>, method: string, mode: number): Promise<OpenedFile> {
-    return this.open(at as HostLocated, method, fsc.O_WRONLY | fsc.O_CREAT, mode);
+  async openWrite(at: Located<string>, method: string, mode: number, truncate = false): Promise<OpenedFile> {
+    // O_TRUNC in the open: one round trip to the thread pool less than an ftruncate after it (issue 32).
+    const f = await this.open(
+      at as HostLocated,
+      method,
+      fsc.O_WRONLY | fsc.O_CREAT | (truncate ? fsc.O_TRUNC : 0),
+      mode,
+    );
+    return truncate ? { ...f, truncated: true } : f;
   }
 
   async mkdir(at: Located<string>, mode: number): Promise<void> {

@@ -66,9 +66,9 @@ export async function readFile<D>(r: FsRun<D>, path: string): Promise<Buffer> {
 
 export async function writeFile<D>(r: FsRun<D>, path: string, data: Buffer): Promise<void> {
   await using(r, await r.b.locate(path, true), async (at) => {
-    const f = await r.b.openWrite(at, 'fs/writeFile', 0o666);
+    const f = await r.b.openWrite(at, 'fs/writeFile', 0o666, true);
     try {
-      await ftruncate(f.fd, 0);
+      if (!f.truncated) await ftruncate(f.fd, 0);
       await writeAll(f.fd, data, r.d);
     } finally {
       closeFd(f.fd);

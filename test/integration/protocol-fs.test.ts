@@ -50,6 +50,14 @@ describe('protocol fs methods (§6)', () => {
       assert.equal(readFileSync(file, 'utf8'), 'via link');
     });
 
+    it(`24 (${form}): readFile of a /proc file (size 0, read a page at a time) gives all of it`, async () => {
+      // /proc/crypto: many pages, the same for every reader.
+      const want = readFileSync('/proc/crypto');
+      assert.ok(want.length > 8192, `a file of several pages: ${want.length}`);
+      const r = await s.c.request<{ dataBase64: string }>('fs/readFile', { path: P('/proc/crypto') });
+      assert.equal(Buffer.from(r.dataBase64, 'base64').toString(), want.toString());
+    });
+
     it(`24 (${form}): getMetadata returns all six fields for a file, a directory and a symlink`, async () => {
       const file = `${s.dir.path}/${form}-meta.txt`;
       writeFileSync(file, 'hello');

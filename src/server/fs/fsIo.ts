@@ -167,9 +167,15 @@ export async function readCapped(
       buf.copy(bigger, 0, 0, n);
       buf = bigger;
     }
-    const got = await read(fd, buf, n, buf.length - n, n);
+    const asked = buf.length - n;
+    const got = await read(fd, buf, n, asked, n);
     if (got === 0) break;
     n += got;
+    // A short read once the size fstat gave is in is the end of the file (a regular file reads short only there): no
+    // second read just to be told so, one round trip to the thread pool less per small file (issue 32). A file that
+    // grew meanwhile is read as far as it was at the open, as one that grows after the last read is. /proc files say
+    // size 0 and read a page at a time: they are read to the zero.
+    if (size > 0 && got < asked && n >= size) break;
   }
   if (n > cap) throw tooLarge(path, null, cap);
   return buf.subarray(0, n);

@@ -299,6 +299,11 @@ export class ConfinedFs implements FsBackend<ConfinedDir> {
     return this.reopen(a, method, fsc.O_RDONLY | fsc.O_NONBLOCK);
   }
 
+  /**
+   * Never truncates in the open (openWrite's `truncate` is not taken): the reopen by name is checked against the
+   * located inode only after it, and a file swapped in meanwhile (a hard link to one the context may not write) must
+   * be left as it was.
+   */
   async openWrite(at: Located<ConfinedDir>, method: string, mode: number): Promise<OpenedFile> {
     const a = at as ConfinedLocated;
     this.deny(a.requested, a.step, 'write');

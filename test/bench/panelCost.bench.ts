@@ -174,6 +174,13 @@ async function keysPhase(page: Page, cdp: CDPSession, section: string): Promise<
   );
   const caret = await cpuOver(false);
   const view = (await cpuOver(true)) - caret;
+  // CORRAL_PANEL_PROFILE: the same keys once more, traced (where a key's CPU goes; not a figure to compare).
+  let profiled: BenchRow[] = [];
+  if (process.env.CORRAL_PANEL_PROFILE) {
+    const stopTrace = await traceTasks(cdp, page);
+    await cpuOver(true);
+    profiled = detailRows(section, (await stopTrace()).detail, KEY_PAIRS);
+  }
   // The same keys where nothing listens: a copy of the box in its place, then the box back.
   await page.evaluate(() => {
     const b = document.querySelector<HTMLInputElement>('#view-processes input[type="search"]')!;
@@ -183,6 +190,13 @@ async function keysPhase(page: Page, cdp: CDPSession, section: string): Promise<
     copy.focus();
   });
   const bare = (await cpuOver(true)) - caret;
+  if (process.env.CORRAL_PANEL_PROFILE) {
+    const stopTrace = await traceTasks(cdp, page);
+    await cpuOver(true);
+    profiled.push(
+      ...detailRows(`${section}, the box nothing listens to`, (await stopTrace()).detail, KEY_PAIRS),
+    );
+  }
   await page.evaluate(() => {
     const b = (window as unknown as { __box: HTMLInputElement }).__box;
     document.querySelector('#view-processes input[type="search"]')!.replaceWith(b);
@@ -200,6 +214,7 @@ async function keysPhase(page: Page, cdp: CDPSession, section: string): Promise<
       corral: r2(bare / KEY_PAIRS),
       unit: 'ms',
     },
+    ...profiled,
   ];
 }
 
@@ -540,6 +555,7 @@ async function standInPod(cli: string): Promise<BenchRow[]> {
  * style, layout, paint, script…) and its layouts' sizes (panelDriver.ts `detailRows`): a profile (its trace costs the
  * page and the server CPU of its own), not figures to compare with a run without it. CORRAL_PANEL_PROFILE=invalidations
  * adds what invalidated layout (node, reason), at the price of a stack trace per invalidation (script figures inflated).
+ * In the keys phase the profile is of one more pass of the keys, in the view's box and in the box nothing listens to.
  */
 const only = process.env.CORRAL_PANEL_COST?.split(',') ?? null;
 const wanted = (phase: string) => only === null || only.includes(phase);

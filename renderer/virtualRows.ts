@@ -2,11 +2,15 @@
 // two spacer rows that stand for the rest, so a 100 000-row table has about 60 <tr>s. Rows have one fixed height.
 // Rendering patches: a row element is re-bound only when the item in its slot or that item's version changed.
 // While the user is scrolled away from the top, the rows in view stay in view when rows are added above them.
-// When the view shrinks (a key that empties the table), the rows it no longer needs stay in the table, hidden
-// (visibility, not display: nothing is laid out again) and still bound, without the data-* attributes that name
-// their items to a query (put back when shown), and a box around the table (`clip`) is
-// held to the height the rows in view need, so they add no scroll area; the key that undoes it shows them again
-// as they were (issue 38: a key and its undo cost a third less than taking the rows out and putting them back).
+// When the view shrinks (a key that empties the table), the rows it no longer needs stay in the table, hidden and
+// still bound (nothing is laid out again), without the data-* attributes that name their items to a query (put back
+// when shown) and out of the accessibility tree (aria-hidden), and a box around the table (`clip`) is held to the
+// height the rows in view need, so they add no scroll area; the key that undoes it shows them again as they were
+// (issue 38: a key and its undo cost a third less than taking the rows out and putting them back). Rows the clip box
+// cuts off need nothing more; rows that stand where items of the list still are (the bottom spacer's place, below the
+// overscan) are also made invisible (visibility), so that a fast scroll never shows an item that is not there.
+// Visibility restyles the row and every cell in it: applied to every hidden row it was most of what the view added to
+// a key (style recalc and prepaint ~8 of ~10 ms a key pair).
 
 export interface VirtualRowsOptions<T> {
   /** The scrolling element (overflow: auto) that holds the table. */
@@ -37,23 +41,33 @@ interface Slot<T> {
   stamp: number;
   /** A hidden row's data-* attributes (what names its item to a query), put back when it is shown. */
   saved: [string, string][] | null;
+  /** Whether it has `vhidden` (visibility: hidden): a hidden row the clip box does not cut off. */
+  veiled: boolean;
 }
 
 /** Hides a row: still laid out and bound, but no query for its item's data-* attributes finds it. */
-function hideRow(slot: { tr: HTMLTableRowElement; saved: [string, string][] | null }): void {
+function hideRow(slot: Slot<unknown>): void {
   const tr = slot.tr;
-  tr.classList.add('vhidden');
+  tr.setAttribute('aria-hidden', 'true');
   const saved: [string, string][] = [];
   for (const a of tr.attributes) if (a.name.startsWith('data-')) saved.push([a.name, a.value]);
   for (const [name] of saved) tr.removeAttribute(name);
   slot.saved = saved;
 }
 
-function showRow(slot: { tr: HTMLTableRowElement; saved: [string, string][] | null }): void {
+function showRow(slot: Slot<unknown>): void {
   const tr = slot.tr;
-  tr.classList.remove('vhidden');
+  tr.removeAttribute('aria-hidden');
+  veil(slot, false);
   if (slot.saved) for (const [name, value] of slot.saved) tr.setAttribute(name, value);
   slot.saved = null;
+}
+
+/** Makes a hidden row invisible (visibility) or not; only when that changes (it restyles the row and its cells). */
+function veil(slot: Slot<unknown>, on: boolean): void {
+  if (slot.veiled === on) return;
+  slot.veiled = on;
+  slot.tr.classList.toggle('vhidden', on);
 }
 
 export class VirtualRows<T> {
@@ -190,12 +204,22 @@ export class VirtualRows<T> {
     if (o.clip.style.height !== clipPx) o.clip.style.height = clipPx;
     // Show or hide rows to the rows in view, making rows only when there are not enough.
     while (this.slots.length < n) {
-      const slot = { tr: document.createElement('tr'), item: null, version: -1, stamp: -1, saved: null };
+      const slot = {
+        tr: document.createElement('tr'),
+        item: null,
+        version: -1,
+        stamp: -1,
+        saved: null,
+        veiled: false,
+      };
       this.o.tbody.insertBefore(slot.tr, this.bottom);
       this.slots.push(slot);
     }
     for (let i = this.shown; i < n; i++) showRow(this.slots[i]!);
     for (let i = n; i < this.shown; i++) hideRow(this.slots[i]!);
+    // A hidden row in slot i sits where item first + i would: those up to the end of the list (and the first past
+    // it, which the clip box's extra pixel reaches) are made invisible; the rest are cut off by the clip box.
+    for (let i = n; i < this.slots.length; i++) veil(this.slots[i]!, first + i <= count);
     this.shown = n;
     for (let i = 0; i < n; i++) {
       const slot = this.slots[i]!;

@@ -133,6 +133,28 @@ describe('panel under a flood of processes', () => {
     });
     assert.ok(shown.overflow <= 0, `one row shown, no scroll area (${shown.overflow} px past the view)`);
     assert.ok(shown.rows > 1, 'the rows the search hid are still in the table');
+    // Past the end of the list the clip box cuts the hidden rows off: out of the accessibility tree, no item's
+    // data-* left, and none of them restyled (no visibility) but the one row the box's extra pixel reaches.
+    const cutOff = await page.evaluate(() => {
+      const clip = document.querySelector('.proc-scroll .vclip')!.getBoundingClientRect();
+      const rows = [...document.querySelectorAll('.proc-scroll tbody tr:not(.vspacer)')].slice(1);
+      return rows.map((r) => ({
+        ariaHidden: r.getAttribute('aria-hidden'),
+        data: [...r.attributes].filter((a) => a.name.startsWith('data-')).length,
+        veiled: getComputedStyle(r).visibility === 'hidden',
+        top: r.getBoundingClientRect().top,
+        clipBottom: clip.bottom,
+      }));
+    });
+    assert.ok(cutOff.length > 1);
+    for (const [i, r] of cutOff.entries()) {
+      const what = `hidden row ${i}: ${JSON.stringify(r)}`;
+      assert.equal(r.ariaHidden, 'true', what);
+      assert.equal(r.data, 0, what);
+      // The first reaches into the box's last pixels (so it is made invisible); the others are wholly below it.
+      if (i === 0) assert.ok(r.veiled && r.top >= r.clipBottom - 2, what);
+      else assert.ok(!r.veiled && r.top >= r.clipBottom, what);
+    }
     await page.fill('input[type="search"]', 'nothing-matches-this');
     await counts.filter({ hasText: /· showing 0$/ }).waitFor();
     const empty = await page.evaluate(() => {
@@ -144,6 +166,12 @@ describe('panel under a flood of processes', () => {
     await page.fill('input[type="search"]', '');
     await counts.filter({ hasText: /failed$/ }).waitFor();
     assert.deepEqual(await rowElements(), before, 'the search undone shows the same row elements again');
+    const unveiled = await page.evaluate(() =>
+      [...document.querySelectorAll('.proc-scroll tbody tr:not(.vspacer)')].filter(
+        (r) => r.hasAttribute('aria-hidden') || getComputedStyle(r).visibility === 'hidden',
+      ),
+    );
+    assert.equal(unveiled.length, 0, 'shown again: no row hidden from view or from the accessibility tree');
 
     // Scrolled to the middle, the rows there are rendered (and only those).
     await page.evaluate(() => {
@@ -158,6 +186,19 @@ describe('panel under a flood of processes', () => {
     await page.evaluate(() => {
       (document.querySelector('.proc-scroll') as HTMLElement).scrollTop = 0;
     });
+    // Back at the top fewer rows are needed (no overscan above): the extra ones stand where items of the list still
+    // are (the bottom spacer's place), so they are invisible as well as hidden.
+    const extra = page.locator('.proc-scroll tbody tr[aria-hidden="true"]:not(.vspacer)');
+    await extra.first().waitFor({ state: 'attached' });
+    const spacerRows = await extra.evaluateAll((rs) =>
+      rs.map((r) => ({
+        veiled: getComputedStyle(r).visibility === 'hidden',
+        data: r.getAttribute('data-key'),
+      })),
+    );
+    assert.ok(spacerRows.length > 0);
+    for (const r of spacerRows)
+      assert.deepEqual(r, { veiled: true, data: null }, "a row in the spacer's place");
   });
 
   test('the selected process stays selected and right while rows stream in', async () => {

@@ -3,7 +3,7 @@
 // pool for every client, and the server then ignored SIGTERM. The server runs as the real CLI in a child process here,
 // so that a hang is a failed assertion and not a hung test run.
 import assert from 'node:assert/strict';
-import { type ChildProcess, execFileSync } from 'node:child_process';
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import {
   existsSync,
   mkdirSync,
@@ -140,6 +140,57 @@ describe('fs/* is bounded whatever it meets', () => {
         for (const sandbox of [undefined, sandboxContext(f)])
           refusal(await within(5000, c.request('fs/readFile', { path: p, sandbox })), p, `${cap}-byte limit`);
     } finally {
+      await ts.close();
+    }
+  });
+
+  test('fs/readFile of a file whose size lies: growing while read, sysfs (says 4096, holds less), /proc (says 0)', async () => {
+    // The read stops at a short read only once fstat's size is in (fsIo.readCapped): a file another process keeps
+    // growing is read as a prefix of what it becomes, within the cap; files that say a size they do not hold are read
+    // whole.
+    const ts = await startTestServer();
+    const grower = spawn(
+      '/bin/sh',
+      ['-c', `while :; do printf 'abcdefgh%.0s' $(seq 512) >> "$1"; done`, 'sh', join(f.W, 'growing.txt')],
+      {
+        stdio: 'ignore',
+      },
+    );
+    try {
+      const c = await ts.client();
+      const path = join(f.W, 'growing.txt');
+      while (!existsSync(path)) await new Promise((r) => setImmediate(r));
+      let last = 0;
+      for (let i = 0; i < 50; i++) {
+        const outcome = await within(5000, c.request<{ dataBase64: string }>('fs/readFile', { path }));
+        if (outcome instanceof RpcCallError) {
+          // Grown past the cap between two reads: refused, naming it; the file is then too big to read.
+          refusal(outcome, path, `${DEFAULT_FS_LIMITS.maxReadBytes}-byte limit`);
+          break;
+        }
+        assert.notEqual(outcome, 'no answer', 'a growing file is answered');
+        const got = Buffer.from((outcome as { dataBase64: string }).dataBase64, 'base64').toString();
+        assert.ok(
+          got.length >= last,
+          `read ${i} is no shorter than the one before (${got.length} < ${last})`,
+        );
+        assert.ok('abcdefgh'.repeat(got.length / 8 + 1).startsWith(got), `read ${i}: a prefix`);
+        last = got.length;
+      }
+      assert.ok(last > 0);
+      for (const lying of ['/sys/kernel/mm/transparent_hugepage/enabled', '/proc/self/mountinfo']) {
+        if (!existsSync(lying)) continue;
+        const r = await c.request<{ dataBase64: string }>('fs/readFile', { path: lying });
+        const got = Buffer.from(r.dataBase64, 'base64').toString();
+        if (lying.startsWith('/sys')) assert.equal(got, readFileSync(lying, 'utf8'), lying);
+        else
+          assert.ok(
+            got.endsWith('\n') && got.split('\n').length > 3,
+            `${lying}: whole lines (${got.length} bytes)`,
+          );
+      }
+    } finally {
+      grower.kill('SIGKILL');
       await ts.close();
     }
   });

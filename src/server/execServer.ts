@@ -2,7 +2,13 @@ import { type Clock, realClock } from '../clock.js';
 import type { NetworkEvents } from '../network/events.js';
 import type { ManagedNetworkSpec } from '../network/managedNetwork.js';
 import { nativeSpawnAbsence } from '../platform/spawn.js';
-import { type CgroupHost, cgroupHost, defaultLimits, type ResourceLimits } from '../process/cgroup.js';
+import {
+  type CgroupHost,
+  cgroupHost,
+  defaultLimits,
+  PREPARED_CGROUPS,
+  type ResourceLimits,
+} from '../process/cgroup.js';
 import { buildChildEnv, sanitizedServerEnv } from '../process/env.js';
 import type { ManagedProcess } from '../process/managedProcess.js';
 import { SecretScrub } from '../process/secretScrub.js';
@@ -116,6 +122,7 @@ export class ExecServer implements Dispatcher, MethodRegistry, ProcessHost {
       cgroups: opts.cgroups ?? cgroupHost(),
       limits: { ...defaultLimits(), ...opts.limits },
     };
+    this.commandResources.cgroups.prepare(this.commandResources.limits, PREPARED_CGROUPS);
     this.logResourceLimits();
     this.concurrentRequests = opts.concurrentRequests ?? 1;
     this.handle('initialize', (p, call) => {

@@ -6,7 +6,7 @@ import {
   toManagedNetworkParam,
 } from './network.js';
 import { AbsolutePath, decodePathOrFileUri } from './paths.js';
-import { sandboxParamMessage, toSandboxParam } from './sandbox.js';
+import { keptSandboxParam, sandboxParamMessage, toSandboxParam } from './sandbox.js';
 
 // ---- handshake -------------------------------------------------------------------------------------------------
 
@@ -140,8 +140,8 @@ export const ExecParams = z.object({
 });
 export type ExecParams = z.infer<typeof ExecParams>;
 
-/** The members whose every value but null goes to the schema (execParamsFast). */
-const NULL_ONLY = new Set(['envPolicy', 'metadata', 'limits', 'sandbox', 'networkProxy', 'managedNetwork']);
+/** The members whose every value but null goes to the schema (execParamsFast; `sandbox` has a case of its own). */
+const NULL_ONLY = new Set(['envPolicy', 'metadata', 'limits', 'networkProxy', 'managedNetwork']);
 const EXEC_KEYS = Object.keys(ExecParams.shape);
 const EXEC_KEY_SET = new Set(EXEC_KEYS);
 
@@ -178,6 +178,9 @@ function fastValue(key: string, v: unknown): unknown {
     case 'pipeStdin':
     case 'enforceManagedNetwork':
       return v === null || typeof v === 'boolean' ? v : undefined;
+    case 'sandbox':
+      // The policy an agent sends with every start: its kept parse, when its text was parsed lately.
+      return v === null ? null : keptSandboxParam(v);
     default:
       return NULL_ONLY.has(key) && v === null ? null : undefined;
   }
@@ -185,7 +188,8 @@ function fastValue(key: string, v: unknown): unknown {
 
 /**
  * process/start's params in the shape agents send at every start (the required members, `arg0`, `pipeStdin` and
- * `enforceManagedNetwork` of their types, every other member null or absent, nothing else), read without zod: the
+ * `enforceManagedNetwork` of their types, a `sandbox` whose text the schema parsed lately (keptSandboxParam), every
+ * other member null or absent, nothing else), read without zod: the
  * same output as `ExecParams.parse` (members in the table's order, fresh arrays and records), for a fraction of its
  * cost on the hot path (issue 32: ~30 µs of the server's main thread per start). Anything else is undefined: the
  * schema decides, with its errors.

@@ -244,18 +244,31 @@ function jsonText(value: unknown): string | undefined {
 }
 
 /**
+ * The kept parse of a `sandbox` param (a copy of its own), or undefined when this text was not parsed successfully
+ * lately: what `toSandboxParam` gives for it, without the schema (execParamsFast, the hot path of process/start).
+ */
+export function keptSandboxParam(value: unknown): ParsedSandbox | undefined {
+  return value !== null && typeof value === 'object' ? keptByText(jsonText(value)) : undefined;
+}
+
+/** A copy of the kept parse of this text (now the most recently used), or undefined. */
+function keptByText(text: string | undefined): ParsedSandbox | undefined {
+  const kept = text === undefined ? undefined : parsedByText.get(text);
+  if (!kept) return undefined;
+  parsedByText.delete(text!);
+  parsedByText.set(text!, kept);
+  return copyData(kept);
+}
+
+/**
  * The `sandbox` member of process/start as the method table reads it (a zod transform): absent or null → null, else
  * the shape `parseSandboxParam` picks by key, its issues kept (the table puts them under `sandbox`).
  */
 export function toSandboxParam(value: unknown, ctx: z.RefinementCtx): ParsedSandbox | null {
   if (value === undefined || value === null) return null;
   const text = jsonText(value);
-  const kept = text === undefined ? undefined : parsedByText.get(text);
-  if (kept) {
-    parsedByText.delete(text!);
-    parsedByText.set(text!, kept);
-    return copyData(kept);
-  }
+  const kept = keptByText(text);
+  if (kept) return kept;
   const r = parseSandboxParam(value);
   if (r.success) {
     const data = r.data ?? null;

@@ -1,6 +1,7 @@
 // process/start parameters the tests build again and again: the seed's sandbox object, a 0.169 networkProxy, a plain
 // start; and the check that a refused start left nothing behind.
 import assert from 'node:assert/strict';
+import { specialEntry } from '../../src/protocol/sandbox.js';
 import { RpcCallError, type RpcClient } from './client.js';
 
 /** A process/start body for `argv` in /tmp with only PATH, pipes, and `extra` on top. */
@@ -29,6 +30,18 @@ export const seedSandbox = (over: Record<string, unknown> = {}): Record<string, 
 });
 
 /** The seed's `sandbox` object without a sandbox (`sandbox: "none"`, full access) for `cwd`. */
+/** The seed's `sandbox` object of an agent's everyday start: read everything, write the cwd, Landlock, `over` on top. */
+export const workspaceWriteSandbox = (over: Record<string, unknown> = {}) =>
+  seedSandbox({
+    policy: { type: 'workspace-write', writable_roots: [], network_access: false },
+    fileSystemPolicy: {
+      kind: 'restricted',
+      entries: [specialEntry('root', 'read'), specialEntry('current_working_directory', 'write')],
+    },
+    useLegacyLandlock: true,
+    ...over,
+  });
+
 export const noSandboxParam = (cwd: string) =>
   seedSandbox({
     sandbox: 'none',

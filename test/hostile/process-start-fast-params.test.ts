@@ -6,8 +6,10 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { ExecParams, execParamsFast } from '../../src/protocol/exec.js';
+import { specialEntry } from '../../src/protocol/sandbox.js';
 import { stillServes } from '../helpers/hostileJson.js';
 import { serverSuite } from '../helpers/server.js';
+import { workspaceWriteSandbox } from '../helpers/startParams.js';
 
 const base = {
   processId: 'p',
@@ -103,6 +105,39 @@ describe('execParamsFast against hostile process/start params', () => {
       ['null', 'null'],
     ];
     for (const [name, text] of cases) agrees(wire(text), name);
+  });
+
+  test('a kept sandbox policy: the fast path takes only its exact text; deep, wide, huge and malformed policies around it go to the schema', () => {
+    const policy = workspaceWriteSandbox();
+    /** The base start with this text as its sandbox member. */
+    const start = (text: string) => wire(`${json(base).slice(0, -1)},"sandbox":${text}}`);
+    const kept = json(policy);
+    // The schema parses it once; from then on the fast path gives the schema's output for exactly that text.
+    assert.equal(agrees(start(kept), 'kept policy, first'), false);
+    assert.equal(agrees(start(kept), 'kept policy, again'), true);
+    const wide = Array.from({ length: 50_000 }, () => specialEntry('root', 'read'));
+    const near: [string, string][] = [
+      ['a member more', json({ ...policy, extra: 1 })],
+      ['a member less', json({ ...policy, sandbox: undefined })],
+      ['members reordered', json(Object.fromEntries(Object.entries(policy).reverse()))],
+      ['another value', json({ ...policy, useLegacyLandlock: 'yes' })],
+      [
+        'deep entries',
+        json({ ...policy, fileSystemPolicy: '__DEEP__' }).replace('"__DEEP__"', deepObject(5000)),
+      ],
+      ['wide entries', json({ ...policy, fileSystemPolicy: { kind: 'restricted', entries: wide } })],
+      ['a huge cwd', json({ ...policy, sandboxPolicyCwd: `/${'x'.repeat(MIB)}` })],
+      ['__proto__', `${kept.slice(0, -1)},"__proto__":{"sandbox":"none"}}`],
+      ['not an object', `[${kept}]`],
+      ['the kept text twice over', `${kept.slice(0, -1)},"again":${kept}}`],
+    ];
+    for (const [name, text] of near) {
+      const input = start(text);
+      // Never the kept parse for another text: whatever it takes is the schema's output for this one.
+      agrees(input, name);
+    }
+    // None of them disturbed the kept parse.
+    assert.equal(agrees(start(kept), 'kept policy, after'), true);
   });
 
   describe('over a real server', () => {

@@ -6,6 +6,7 @@ import { test } from 'node:test';
 import { ExecParams, execParamsFast } from '../../src/protocol/exec.js';
 import { METHODS } from '../../src/protocol/methods.js';
 import { parseParams } from '../../src/server/core/params.js';
+import { workspaceWriteSandbox } from '../helpers/startParams.js';
 
 const spec = METHODS['process/start'];
 /** What a client's JSON becomes on the server. */
@@ -73,6 +74,31 @@ test('the shapes agents send take the fast path, with the schema output', () => 
     sameAsSchema(input, name);
   }
   assert.equal(execParamsFast(wire({ ...common, cwd: 'file:///tmp/a%20b' }))?.cwd, '/tmp/a b');
+});
+
+test('a sandbox policy takes the fast path once the schema has parsed its text: the schema output, a copy of its own each time', () => {
+  const policy = workspaceWriteSandbox();
+  const input = () => wire({ ...common, sandbox: policy });
+  // Not yet parsed (a text of its own): the schema decides.
+  const unseen = wire({ ...common, sandbox: { ...policy, sandboxPolicyCwd: `/tmp/fast-${process.pid}` } });
+  assert.equal(execParamsFast(unseen), undefined, 'a policy text never parsed goes to the schema');
+  const r = ExecParams.safeParse(input());
+  assert.ok(r.success, JSON.stringify(!r.success && r.error.issues));
+  const a = execParamsFast(input());
+  assert.notEqual(a, undefined, 'the same text again takes the fast path');
+  sameAsSchema(input(), 'sandbox');
+  const b = execParamsFast(input())!;
+  assert.notEqual(a!.sandbox, b.sandbox, 'a copy of its own');
+  (a!.sandbox as { sandboxPolicyCwd: string }).sandboxPolicyCwd = '/changed';
+  assert.deepStrictEqual(
+    execParamsFast(input())!.sandbox,
+    r.data.sandbox,
+    'a change to one copy reaches no other',
+  );
+  // A refused policy is never kept: the schema answers it every time.
+  const bad = wire({ ...common, sandbox: { ...policy, sandbox: 'no-such-sandbox' } });
+  assert.equal(ExecParams.safeParse(bad).success, false);
+  assert.equal(execParamsFast(bad), undefined);
 });
 
 test('any other value of any member: the schema decides (its output or its error, never the fast path on a refusal)', () => {

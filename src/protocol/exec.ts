@@ -140,8 +140,8 @@ export const ExecParams = z.object({
 });
 export type ExecParams = z.infer<typeof ExecParams>;
 
-/** The members whose every value but null goes to the schema (execParamsFast; `sandbox` has a case of its own). */
-const NULL_ONLY = new Set(['envPolicy', 'metadata', 'limits', 'networkProxy', 'managedNetwork']);
+/** The members whose every value but null goes to the schema (execParamsFast). */
+const NULL_ONLY = new Set(['limits', 'networkProxy', 'managedNetwork']);
 const EXEC_KEYS = Object.keys(ExecParams.shape);
 const EXEC_KEY_SET = new Set(EXEC_KEYS);
 
@@ -149,28 +149,61 @@ function isRecord(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && Object.getPrototypeOf(v) === Object.prototype;
 }
 
+const isString = (x: unknown): x is string => typeof x === 'string';
+
+/**
+ * A fresh copy of a record whose every value passes `ok` (the schema's z.record, members in its order), or undefined.
+ * `__proto__` (an own member of parsed JSON) is one the schema's record drops: the schema decides.
+ */
+function copyRecord(v: unknown, ok: (x: unknown) => boolean): Record<string, unknown> | undefined {
+  if (!isRecord(v) || Object.hasOwn(v, '__proto__')) return undefined;
+  const out: Record<string, unknown> = {};
+  for (const k of Object.keys(v)) {
+    const value = v[k];
+    if (!ok(value)) return undefined;
+    out[k] = value;
+  }
+  return out;
+}
+
+/** A fresh copy of a string array, or undefined. */
+function copyStrings(v: unknown): string[] | undefined {
+  if (!Array.isArray(v)) return undefined;
+  for (const a of v) if (typeof a !== 'string') return undefined;
+  return v.slice();
+}
+
+const ENV_POLICY_KEYS = ['inherit', 'ignoreDefaultExcludes', 'exclude', 'set', 'includeOnly'];
+
+/**
+ * envPolicy as 0.125+ send it, every member given and of its type, nothing else: the schema's output (members in its
+ * order, fresh arrays and record). A member left to its default, or one the schema strips: the schema decides.
+ */
+function fastEnvPolicy(v: unknown): EnvPolicy | undefined {
+  if (!isRecord(v)) return undefined;
+  const keys = Object.keys(v);
+  if (keys.length !== ENV_POLICY_KEYS.length || !ENV_POLICY_KEYS.every((k) => Object.hasOwn(v, k)))
+    return undefined;
+  const { inherit, ignoreDefaultExcludes } = v;
+  if (inherit !== 'all' && inherit !== 'core' && inherit !== 'none') return undefined;
+  if (typeof ignoreDefaultExcludes !== 'boolean') return undefined;
+  const exclude = copyStrings(v.exclude);
+  const set = copyRecord(v.set, isString) as Record<string, string> | undefined;
+  const includeOnly = copyStrings(v.includeOnly);
+  if (!exclude || !set || !includeOnly) return undefined;
+  return { inherit, ignoreDefaultExcludes, exclude, set, includeOnly };
+}
+
 function fastValue(key: string, v: unknown): unknown {
   switch (key) {
     case 'processId':
       return typeof v === 'string' ? v : undefined;
-    case 'argv': {
-      if (!Array.isArray(v)) return undefined;
-      for (const a of v) if (typeof a !== 'string') return undefined;
-      return v.slice();
-    }
+    case 'argv':
+      return copyStrings(v);
     case 'cwd':
       return typeof v === 'string' ? (decodePathOrFileUri(v) ?? undefined) : undefined;
-    case 'env': {
-      // `__proto__` (an own member of parsed JSON) is one the schema's record drops: the schema decides.
-      if (!isRecord(v) || Object.hasOwn(v, '__proto__')) return undefined;
-      const env: Record<string, string> = {};
-      for (const k of Object.keys(v)) {
-        const value = v[k];
-        if (typeof value !== 'string') return undefined;
-        env[k] = value;
-      }
-      return env;
-    }
+    case 'env':
+      return copyRecord(v, isString);
     case 'tty':
       return typeof v === 'boolean' ? v : undefined;
     case 'arg0':
@@ -181,15 +214,20 @@ function fastValue(key: string, v: unknown): unknown {
     case 'sandbox':
       // The policy an agent sends with every start: its kept parse, when its text was parsed lately.
       return v === null ? null : keptSandboxParam(v);
+    case 'metadata':
+      // 0.169 sends {threadId, toolCallId}: a fresh record, the values as they are (the schema's z.unknown()).
+      return v === null ? null : (copyRecord(v, () => true) ?? undefined);
+    case 'envPolicy':
+      return v === null ? null : fastEnvPolicy(v);
     default:
       return NULL_ONLY.has(key) && v === null ? null : undefined;
   }
 }
 
 /**
- * process/start's params in the shape agents send at every start (the required members, `arg0`, `pipeStdin` and
- * `enforceManagedNetwork` of their types, a `sandbox` whose text the schema parsed lately (keptSandboxParam), every
- * other member null or absent, nothing else), read without zod: the
+ * process/start's params in the shape agents send at every start (the required members, `arg0`, `pipeStdin`,
+ * `enforceManagedNetwork`, `metadata` and a whole `envPolicy` of their types, a `sandbox` whose text the schema parsed
+ * lately (keptSandboxParam), every other member null or absent, nothing else), read without zod: the
  * same output as `ExecParams.parse` (members in the table's order, fresh arrays and records), for a fraction of its
  * cost on the hot path (issue 32: ~30 µs of the server's main thread per start). Anything else is undefined: the
  * schema decides, with its errors.

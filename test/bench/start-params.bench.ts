@@ -7,6 +7,7 @@
  */
 import { METHODS } from '../../src/protocol/methods.js';
 import { parseParams } from '../../src/server/core/params.js';
+import { codex169Start } from '../helpers/startParams.js';
 import type { BenchRow } from './types.js';
 
 const N = 100_000;
@@ -16,26 +17,7 @@ const sp = (kind: string, access: string, subpath?: string) => ({
   path: { type: 'special', value: subpath ? { kind, subpath } : { kind } },
   access,
 });
-const body = {
-  processId: '26780-e1cd5f23-1807-43de-b77f-059f4caa3f90',
-  metadata: { threadId: '01a227d7-707a-7393-9aff-6ea575798ae8', toolCallId: 'call_fake_1' },
-  argv: ['/bin/bash', '-lc', 'echo hello > out.txt && cat out.txt'],
-  cwd: 'file:///home/alice/src/app',
-  envPolicy: {
-    inherit: 'all',
-    ignoreDefaultExcludes: true,
-    exclude: ['CODEX_PERMISSION_PROFILE', 'CODEX_VERSION'],
-    set: {},
-    includeOnly: [],
-  },
-  env: { CODEX_VERSION: '0.169.0', CODEX_CI: '1', NO_COLOR: '1', PAGER: 'cat', LC_ALL: 'C.UTF-8' },
-  tty: false,
-  pipeStdin: false,
-  arg0: null,
-  sandbox: null as unknown,
-  enforceManagedNetwork: false,
-  managedNetwork: null as unknown,
-};
+const body = codex169Start({ cwd: 'file:///home/alice/src/app' });
 const sandboxed = {
   ...body,
   sandbox: {

@@ -14,6 +14,34 @@ export const startParams = (processId: string, argv: string[], extra: Record<str
   ...extra,
 });
 
+/** A process/start as Codex 0.169 sends it (codex-clients.md §5), `over` on top. */
+export const codex169Start = (over: Record<string, unknown> = {}) => ({
+  processId: '26780-e1cd5f23-1807-43de-b77f-059f4caa3f90',
+  metadata: { threadId: '01a227d7-707a-7393-9aff-6ea575798ae8', toolCallId: 'call_fake_1' },
+  argv: ['/bin/bash', '-lc', 'echo hello > out.txt && cat out.txt'],
+  cwd: 'file:///tmp',
+  envPolicy: {
+    inherit: 'all',
+    ignoreDefaultExcludes: true,
+    exclude: [
+      'CODEX_PERMISSION_PROFILE',
+      'CODEX_VERSION',
+      'CODEX_APPLY_PATCH_PRESERVE_LINE_ENDINGS',
+      'CODEX_PLUGIN_METRICS_OUTPUT',
+    ],
+    set: {},
+    includeOnly: [],
+  },
+  env: { CODEX_VERSION: '0.169.0', CODEX_CI: '1', NO_COLOR: '1', PAGER: 'cat', LC_ALL: 'C.UTF-8' },
+  tty: false,
+  pipeStdin: false,
+  arg0: null,
+  sandbox: null,
+  enforceManagedNetwork: false,
+  managedNetwork: null,
+  ...over,
+});
+
 /** The seed's `sandbox` object (linux-seccomp, read-only, nothing readable, restricted network), `over` on top. */
 export const seedSandbox = (over: Record<string, unknown> = {}): Record<string, unknown> => ({
   sandbox: 'linux-seccomp',

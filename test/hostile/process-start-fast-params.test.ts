@@ -47,9 +47,34 @@ describe('execParamsFast against hostile process/start params', () => {
     /** The base start with `member`'s value (or one inside it) replaced by `deep`. */
     const with_ = (extra: Record<string, unknown>, deep: string) =>
       wire(json({ ...base, ...extra }).replace('"__DEEP__"', deep));
-    for (const member of ['processId', 'argv', 'cwd', 'env', 'tty', 'arg0', 'pipeStdin', 'sandbox'])
+    for (const member of [
+      'processId',
+      'argv',
+      'cwd',
+      'env',
+      'tty',
+      'arg0',
+      'pipeStdin',
+      'sandbox',
+      'envPolicy',
+    ])
       for (const deep of [deepArray(5000), deepObject(5000)])
         assert.equal(agrees(with_({ [member]: '__DEEP__' }, deep), `${member} deep`), false);
+    const policy = { inherit: 'all', ignoreDefaultExcludes: true, exclude: [], set: {}, includeOnly: [] };
+    for (const inner of ['exclude', 'set', 'includeOnly'])
+      assert.equal(
+        agrees(
+          with_({ envPolicy: { ...policy, [inner]: '__DEEP__' } }, deepObject(5000)),
+          `envPolicy.${inner} deep`,
+        ),
+        false,
+      );
+    // metadata is any JSON (the schema's record of unknown): a deep value is the schema's too, taken as it is.
+    assert.equal(
+      agrees(with_({ metadata: { a: '__DEEP__' } }, deepObject(5000)), 'metadata value deep'),
+      true,
+    );
+    assert.equal(agrees(with_({ metadata: '__DEEP__' }, deepArray(5000)), 'metadata deep array'), false);
     assert.equal(agrees(with_({ argv: ['a', '__DEEP__'] }, deepArray(5000)), 'argv element deep'), false);
     assert.equal(agrees(with_({ env: { A: '__DEEP__' } }, deepObject(5000)), 'env value deep'), false);
   });
@@ -60,6 +85,24 @@ describe('execParamsFast against hostile process/start params', () => {
     assert.equal(agrees(wire(json({ ...base, argv, env })), 'wide'), true);
     assert.equal(agrees(wire(json({ ...base, argv: [...argv, 1] })), 'wide argv, bad last'), false);
     assert.equal(agrees(wire(json({ ...base, env: { ...env, LAST: 1 } })), 'wide env, bad last'), false);
+    const policy = {
+      inherit: 'all',
+      ignoreDefaultExcludes: true,
+      exclude: argv,
+      set: env,
+      includeOnly: argv,
+    };
+    assert.equal(
+      agrees(wire(json({ ...base, envPolicy: policy, metadata: env })), 'wide envPolicy and metadata'),
+      true,
+    );
+    assert.equal(
+      agrees(
+        wire(json({ ...base, envPolicy: { ...policy, set: { ...env, LAST: 1 } } })),
+        'wide set, bad last',
+      ),
+      false,
+    );
     // 100k members the table does not know: the schema decides (and strips them).
     const unknown = Object.fromEntries(Array.from({ length: 100_000 }, (_, i) => [`u${i}`, i]));
     assert.equal(agrees(wire(json({ ...base, ...unknown })), 'wide unknown members'), false);
@@ -75,6 +118,19 @@ describe('execParamsFast against hostile process/start params', () => {
       ['cwd', { cwd: `/${big}` }],
       ['cwd URI', { cwd: `file:///${'%41'.repeat(MIB / 3)}` }],
       ['arg0', { arg0: big }],
+      ['metadata', { metadata: { [big]: big } }],
+      [
+        'envPolicy',
+        {
+          envPolicy: {
+            inherit: 'all',
+            ignoreDefaultExcludes: true,
+            exclude: [big],
+            set: { [big]: big },
+            includeOnly: [big],
+          },
+        },
+      ],
     ] as const)
       agrees(wire(json({ ...base, ...extra })), `huge ${name}`);
   });

@@ -5,6 +5,7 @@ import { after, before, describe, it } from 'node:test';
 import { b64, type Notification, RpcClient } from '../helpers/client.js';
 import { FakeClock } from '../helpers/clock.js';
 import { startTestServer, type TestServer, tempDir } from '../helpers/server.js';
+import { codex169Start } from '../helpers/startParams.js';
 
 const PATH = '/usr/local/bin:/usr/bin:/bin';
 let counter = 0;
@@ -560,31 +561,11 @@ describe('request shapes of released clients (codex-clients.md §4, §5)', () =>
   it('0.169: the exact process/start body (URI cwd, metadata, envPolicy, sandbox null) → {processId, sandboxType}', async () => {
     const c = await ts.client();
     const id = '26780-e1cd5f23-1807-43de-b77f-059f4caa3f90';
-    const body = {
+    const body = codex169Start({
       processId: id,
-      metadata: { threadId: '01a227d7-707a-7393-9aff-6ea575798ae8', toolCallId: 'call_fake_1' },
       argv: ['/bin/bash', '-lc', 'echo hello > out.txt && cat out.txt && echo "$CODEX_VERSION $CODEX_CI"'],
       cwd: `file://${dir.path}`,
-      envPolicy: {
-        inherit: 'all',
-        ignoreDefaultExcludes: true,
-        exclude: [
-          'CODEX_PERMISSION_PROFILE',
-          'CODEX_VERSION',
-          'CODEX_APPLY_PATCH_PRESERVE_LINE_ENDINGS',
-          'CODEX_PLUGIN_METRICS_OUTPUT',
-        ],
-        set: {},
-        includeOnly: [],
-      },
-      env: { CODEX_VERSION: '0.169.0', CODEX_CI: '1', NO_COLOR: '1', PAGER: 'cat', LC_ALL: 'C.UTF-8' },
-      tty: false,
-      pipeStdin: false,
-      arg0: null,
-      sandbox: null,
-      enforceManagedNetwork: false,
-      managedNetwork: null,
-    };
+    });
     const n = c.frames.length;
     c.ws.send(JSON.stringify({ id: 18, method: 'process/start', params: body }));
     await c.waitFor((m) => m.method === 'process/closed' && m.params.processId === id);

@@ -6,7 +6,7 @@ import { test } from 'node:test';
 import { ExecParams, execParamsFast } from '../../src/protocol/exec.js';
 import { METHODS } from '../../src/protocol/methods.js';
 import { parseParams } from '../../src/server/core/params.js';
-import { workspaceWriteSandbox } from '../helpers/startParams.js';
+import { codex169Start, workspaceWriteSandbox } from '../helpers/startParams.js';
 
 const spec = METHODS['process/start'];
 /** What a client's JSON becomes on the server. */
@@ -35,9 +35,36 @@ function sameAsSchema(input: unknown, name: string): void {
   assert.deepStrictEqual(fast, r.data, name);
   assert.deepEqual(Object.keys(fast), Object.keys(r.data), `${name}: members in the schema's order`);
   assert.deepEqual(Object.keys(fast.env), Object.keys(r.data.env), `${name}: env in the schema's order`);
-  const raw = input as { argv: unknown; env: unknown };
+  const raw = input as {
+    argv: unknown;
+    env: unknown;
+    metadata?: unknown;
+    envPolicy?: Record<string, unknown>;
+  };
   assert.notEqual(fast.argv, raw.argv, `${name}: a fresh argv, as the schema's`);
   assert.notEqual(fast.env, raw.env, `${name}: a fresh env, as the schema's`);
+  if (fast.metadata) {
+    assert.notEqual(fast.metadata, raw.metadata, `${name}: a fresh metadata record, as the schema's`);
+    assert.deepEqual(Object.keys(fast.metadata), Object.keys(r.data.metadata!), `${name}: metadata in order`);
+  }
+  if (fast.envPolicy) {
+    for (const k of ['exclude', 'set', 'includeOnly'] as const)
+      assert.notEqual(
+        fast.envPolicy[k],
+        raw.envPolicy?.[k],
+        `${name}: a fresh envPolicy.${k}, as the schema's`,
+      );
+    assert.deepEqual(
+      Object.keys(fast.envPolicy),
+      Object.keys(r.data.envPolicy!),
+      `${name}: envPolicy in order`,
+    );
+    assert.deepEqual(
+      Object.keys(fast.envPolicy.set),
+      Object.keys(r.data.envPolicy!.set),
+      `${name}: set in order`,
+    );
+  }
 }
 
 test('the shapes agents send take the fast path, with the schema output', () => {
@@ -56,6 +83,16 @@ test('the shapes agents send take the fast path, with the schema output', () => 
     uri: { ...common, cwd: 'file:///tmp/a%20b' },
     localhost: { ...common, cwd: 'file://localhost/tmp' },
     flags: { ...common, pipeStdin: true, enforceManagedNetwork: false },
+    // codex-clients.md §5: 0.125/0.130 and 0.169 as they send it.
+    codex125: {
+      ...common,
+      envPolicy: { inherit: 'all', ignoreDefaultExcludes: true, exclude: [], set: {}, includeOnly: [] },
+      pipeStdin: false,
+    },
+    codex169: codex169Start(),
+    codex169set: codex169Start({
+      envPolicy: { ...codex169Start().envPolicy, set: { B: 'b', 2: 'two', A: 'a' } },
+    }),
     nulls: {
       ...common,
       pipeStdin: null,
@@ -99,6 +136,58 @@ test('a sandbox policy takes the fast path once the schema has parsed its text: 
   const bad = wire({ ...common, sandbox: { ...policy, sandbox: 'no-such-sandbox' } });
   assert.equal(ExecParams.safeParse(bad).success, false);
   assert.equal(execParamsFast(bad), undefined);
+});
+
+test("envPolicy and metadata: every shape near the clients' gives the schema output or goes to the schema", () => {
+  const policy = {
+    inherit: 'all',
+    ignoreDefaultExcludes: true,
+    exclude: ['A*'],
+    set: { X: 'x' },
+    includeOnly: [],
+  };
+  const policies: unknown[] = [
+    policy,
+    { ...policy, inherit: 'core' },
+    { ...policy, inherit: 'none' },
+    { ...policy, inherit: 'some' },
+    { ...policy, ignoreDefaultExcludes: 'yes' },
+    { ...policy, exclude: ['a', 1] },
+    { ...policy, exclude: 'A*' },
+    { ...policy, set: { X: 1 } },
+    { ...policy, set: [] },
+    { ...policy, includeOnly: null },
+    { ...policy, extra: true },
+    { inherit: 'all' },
+    {},
+  ];
+  let fast = 0;
+  for (const [i, envPolicy] of policies.entries()) {
+    const input = wire({ ...common, envPolicy });
+    if (execParamsFast(input) !== undefined) fast++;
+    sameAsSchema(input, `envPolicy ${i}: ${JSON.stringify(envPolicy)}`);
+  }
+  sameAsSchema(
+    JSON.parse(
+      `{"processId":"p","argv":[],"cwd":"/","env":{},"tty":false,"envPolicy":{"inherit":"all","ignoreDefaultExcludes":false,"exclude":[],"set":{"__proto__":"x"},"includeOnly":[]}}`,
+    ),
+    'set __proto__',
+  );
+  const metadata: unknown[] = [{}, { threadId: 't', n: 1, deep: { a: [1, { b: null }] } }, [], 'x', 1];
+  for (const [i, m] of metadata.entries()) {
+    const input = wire({ ...common, metadata: m });
+    if (execParamsFast(input) !== undefined) fast++;
+    sameAsSchema(input, `metadata ${i}: ${JSON.stringify(m)}`);
+  }
+  sameAsSchema(
+    JSON.parse(`{"processId":"p","argv":[],"cwd":"/","env":{},"tty":false,"metadata":{"__proto__":{"a":1}}}`),
+    'metadata __proto__',
+  );
+  assert.equal(
+    fast,
+    5,
+    'the three inherit values of a whole policy and two records of metadata take the fast path',
+  );
 });
 
 test('any other value of any member: the schema decides (its output or its error, never the fast path on a refusal)', () => {

@@ -658,9 +658,9 @@ export async function run(): Promise<BenchRow[]> {
     if (phases instanceof Error) console.log(`\nbreakdown: ${phases.message}`);
     else
       table(
-        "breakdown of one `true` start (in-process server, every default on; medians of 200 of each, taking turns; the slowest 2%: each phase's median over the unsandboxed starts slowest in total)",
-        ['phase', 'unsandboxed µs', 'its slowest 2% µs', 'Landlock µs'],
-        phases.map((p) => [p.phase, f2(p.plain), f2(p.plainTail), f2(p.landlock)]),
+        "breakdown of one `true` start (in-process server, every default on; medians of 200 of each kind, taking turns; the slowest 2%: each phase's median over the unsandboxed starts slowest in total)",
+        ['phase', 'unsandboxed µs', 'its slowest 2% µs', 'Landlock µs', 'bwrap µs'],
+        phases.map((p) => [p.phase, f2(p.plain), f2(p.plainTail), f2(p.landlock), f2(p.bwrap)]),
       );
 
     const section = 'hotpath (issue 32)';

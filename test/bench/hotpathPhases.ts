@@ -61,8 +61,8 @@ function hook(
 }
 
 /**
- * The phases of a plain start and of a Landlock start (the policy of landlock-start.bench.ts: read everything, write
- * the workspace and /tmp), taking turns in one server so that both see the same warmth of its code.
+ * The phases of a plain start, a Landlock start and a bwrap start (the policy of landlock-start.bench.ts: read
+ * everything, write the workspace and /tmp), taking turns in one server so that all see the same warmth of its code.
  */
 /**
  * The sandboxed benches' workspace in `dir` (ws, with a .git) and their policy's entries: read everything, write the
@@ -82,7 +82,7 @@ export function benchWorkspace(dir: string): { ws: string; entries: ReturnType<t
 }
 
 export async function breakdown(): Promise<
-  { phase: string; plain: number; plainTail: number; landlock: number }[]
+  { phase: string; plain: number; plainTail: number; landlock: number; bwrap: number }[]
 > {
   // As the headless CLI does (src/cli.ts): this process joins its commands' CPU group (left at exit).
   cgroupHost().joinCpuGroup();
@@ -168,20 +168,24 @@ export async function breakdown(): Promise<
     ['audit record() calls, all of one start', (c) => c.audit ?? 0],
     ['total: client send → client has process/closed', (_c, s, d) => d - s],
   ];
-  const kinds = ['plain', 'landlock'] as const;
+  const kinds = ['plain', 'landlock', 'bwrap'] as const;
   const samples = kinds.map(() => phases.map(() => [] as number[]));
   const { ws, entries } = benchWorkspace(dir);
-  const params = [{}, { sandbox: seedParam({ cwd: ws, entries, useLegacyLandlock: true }) }];
+  const params = [
+    {},
+    { sandbox: seedParam({ cwd: ws, entries, useLegacyLandlock: true }) },
+    { sandbox: seedParam({ cwd: ws, entries }) },
+  ];
   try {
     const token = t.tokens!.agent;
     const c = await BenchClient.open(`${t.url}/?token=${token}`);
-    for (let i = 0; i < 500; i++) {
-      const k = i % 2;
+    for (let i = 0; i < 750; i++) {
+      const k = i % 3;
       cur = {};
       const sent = now();
       await c.run(`ph-${i}`, ['/bin/true'], { cwd: ws, ...params[k] });
       const done = now();
-      if (i < 100) continue;
+      if (i < 150) continue;
       for (const [j, [, f]] of phases.entries()) samples[k]![j]!.push(f(cur, sent, done) * 1000);
     }
     c.close();
@@ -210,5 +214,6 @@ export async function breakdown(): Promise<
     plain: median([...plain[j]!]),
     plainTail: tail[j]!,
     landlock: median(samples[1]![j]!),
+    bwrap: median(samples[2]![j]!),
   }));
 }

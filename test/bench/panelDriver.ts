@@ -517,7 +517,14 @@ export interface TraceDetail {
   self: Map<string, number>;
   after: Map<string, number>;
   /** Layout passes: how many, their objects (dirty / total, mean and max) and how many started at the root. */
-  layouts: { n: number; dirty: number; total: number; maxTotal: number; full: number };
+  layouts: {
+    n: number;
+    dirty: number;
+    total: number;
+    maxTotal: number;
+    full: number;
+    parents: Map<string, number>;
+  };
   /** The page's script by function (self time, ms, from V8's sampling profiler), heaviest first. */
   script?: [string, number][];
   /** What marked layout dirty: node and reason, with how many times (the trace's invalidation tracking). */
@@ -571,12 +578,19 @@ function breakdown(tasks: TraceEvent[], inner: TraceEvent[], split: number): Tra
     const parent = stack.at(-1);
     if (parent) parent.children += top.e.tdur ?? 0;
   };
+  /** What each layout ran inside: the nearest enclosing event that is not the task (a script's forced layout, a frame). */
+  const layoutParents = new Map<string, number>();
   for (const e of all) {
     while (stack.length > 0 && stack.at(-1)!.end <= e.ts) pop();
+    if (e.name === 'Layout') {
+      const parent = [...stack].reverse().find((f) => f.e.name !== TASK && f.e.name !== 'Layout');
+      const k = parent ? parent.e.name : '(task)';
+      layoutParents.set(k, (layoutParents.get(k) ?? 0) + 1);
+    }
     stack.push({ e, end: e.ts + (e.dur ?? 0), children: 0 });
   }
   while (stack.length > 0) pop();
-  const layouts = { n: 0, dirty: 0, total: 0, maxTotal: 0, full: 0 };
+  const layouts = { n: 0, dirty: 0, total: 0, maxTotal: 0, full: 0, parents: layoutParents };
   for (const e of inner) {
     if (e.name !== 'Layout') continue;
     const b = e.args?.beginData ?? {};
@@ -629,6 +643,12 @@ export function detailRows(
       metric: '  profile: layouts per second; objects dirty / total (mean), max total; from the root',
       corral: `${r1(l.n / seconds)}; ${Math.round(l.dirty / Math.max(1, l.n))} / ${Math.round(l.total / Math.max(1, l.n))}, ${l.maxTotal}; ${l.full}`,
       unit: '',
+    },
+    {
+      section,
+      metric: '  profile: layouts per second by what they ran in (a script: forced; a frame: its own)',
+      corral: perS(l.parents, seconds + secondsAfter),
+      unit: '/s',
     },
     ...(detail.invalidations
       ? [

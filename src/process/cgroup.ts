@@ -100,6 +100,26 @@ export const DEFAULT_MEMORY_FRACTION = 0.5;
 
 /** How many commands' cgroups are kept for reuse after they closed (mkdir and rmdir cost ~0.1 ms each on v1). */
 const POOL_MAX = 64;
+/** Open files a command's cgroup holds, at most (entry files, events, populated, usage: ~7-10 on v1 or v2). */
+const FDS_PER_CGROUP = 12;
+/**
+ * Pooled cgroups hold their files open: together at most this share of the server's open-files limit (a server run
+ * with `--nofile=400` keeps 2, one with 20 000 the whole POOL_MAX), so that its cache never costs it a request's fds.
+ */
+const POOL_FD_SHARE = 16;
+
+/** How many cgroups may be pooled with this soft limit of open files (null: unknown, the whole POOL_MAX). */
+export function poolBound(openFiles: number | null): number {
+  if (openFiles === null) return POOL_MAX;
+  return Math.max(0, Math.min(POOL_MAX, Math.floor(openFiles / POOL_FD_SHARE / FDS_PER_CGROUP)));
+}
+
+/** This process's soft limit of open files (/proc/self/limits), or null when it cannot be read or is unlimited. */
+function openFilesLimit(): number | null {
+  const soft = /^Max open files\s+(\S+)/m.exec(readText('/proc/self/limits') ?? '')?.[1];
+  const n = soft === undefined || soft === 'unlimited' ? Number.NaN : Number(soft);
+  return Number.isFinite(n) ? n : null;
+}
 /** Cgroups a server makes ahead of its first commands (CgroupHost.prepare): its first few starts find one pooled. */
 export const PREPARED_CGROUPS = 8;
 /** How often cgroups left populated after their command closed are retried for removal. */
@@ -125,6 +145,8 @@ export class CgroupHost implements CgroupOwner {
   private disposed = false;
   /** prepare() is making cgroups. */
   private preparing = false;
+  /** How many cgroups the pool keeps (poolBound of the open-files limit when the host was set up). */
+  private readonly poolMax = poolBound(openFilesLimit());
   private watched = false;
   /** v1: the cpu cgroup this process left for its commands' CPU group (joinCpuGroup), to go back to at exit. */
   private cpuHome: string | null = null;
@@ -209,7 +231,7 @@ export class CgroupHost implements CgroupOwner {
    */
   prepare(limits: ResourceLimits, count: number): void {
     if (!this.usable || this.preparing) return;
-    const want = Math.min(count, POOL_MAX);
+    const want = Math.min(count, this.poolMax);
     this.preparing = true;
     const step = () => {
       if (this.disposed || this.pool.length >= want) {
@@ -232,7 +254,7 @@ export class CgroupHost implements CgroupOwner {
   released(cg: ProcessCgroup): boolean {
     this.live.delete(cg);
     if (cg.emptyNow()) {
-      if (!this.disposed && this.pool.length < POOL_MAX && cg.recycle()) {
+      if (!this.disposed && this.pool.length < this.poolMax && cg.recycle()) {
         this.pool.push(cg);
         return false;
       }

@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import { existsSync, readdirSync, readFileSync, rmdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { cgroupHost, PREPARED_CGROUPS } from '../../src/process/cgroup.js';
+import { cgroupHost, PREPARED_CGROUPS, poolBound } from '../../src/process/cgroup.js';
 import { startCli } from '../helpers/cli.js';
 import { RpcClient } from '../helpers/client.js';
 import { needsSandbox } from '../helpers/native.js';
@@ -276,52 +276,57 @@ describe('per-command cgroups', { skip }, () => {
     await until(() => !dirs.some(existsSync), 5000, 'the emptied cgroup to be removed');
   });
 
-  test("a server makes its first commands' cgroups ahead: they are there before any start, and the first start takes one", async () => {
-    // A server of its own (a process of its own: cgroupHost() is one per process), found by its base directory.
-    const parents = host.status.dirs.map(dirname);
-    const ours = new Set(parents.flatMap((d) => readdirSync(d).filter((e) => e.startsWith('corral-'))));
-    const cli = await startCli(['exec-server', '--listen', 'ws://127.0.0.1:0', '--no-audit']);
-    let base = '';
-    try {
-      const prepared = () => {
-        const fresh = parents[0]!;
-        const bases = readdirSync(fresh).filter((e) => e.startsWith('corral-') && !ours.has(e));
-        const names = bases.flatMap((b) => readdirSync(`${fresh}/${b}`).filter((e) => /^p-\d+$/.test(e)));
-        return { bases, names: names.sort() };
-      };
-      await until(() => prepared().names.length === PREPARED_CGROUPS, 10_000, 'the prepared cgroups');
-      const before = prepared();
-      assert.equal(before.bases.length, 1, before.bases.join(' '));
-      base = before.bases[0]!;
-      const c = await RpcClient.open(cli.url!, 'prepared');
+  for (const nofile of [null, 400])
+    test(`a server makes its first commands' cgroups ahead${nofile ? ` (as many as ${nofile} open files allow)` : ''}: they are there before any start, and the first start takes one`, async () => {
+      // A server of its own (a process of its own: cgroupHost() is one per process), found by its base directory.
+      const parents = host.status.dirs.map(dirname);
+      const ours = new Set(parents.flatMap((d) => readdirSync(d).filter((e) => e.startsWith('corral-'))));
+      const cli = await startCli(['exec-server', '--listen', 'ws://127.0.0.1:0', '--no-audit'], {
+        ...(nofile ? { wrap: ['prlimit', `--nofile=${nofile}`, '--'] } : {}),
+      });
+      const want = nofile ? poolBound(nofile) : PREPARED_CGROUPS;
+      if (nofile) assert.equal(want, 2, 'pooled cgroups hold at most a 16th of 400 open files');
+      let base = '';
       try {
-        await c.request('process/start', {
-          processId: 'first',
-          argv: ['/bin/cat', '/proc/self/cgroup'],
-          cwd: '/tmp',
-          env: { PATH },
-          tty: false,
-        });
-        await c.collect('first');
-        const inside = new RegExp(`/${before.bases[0]!.replaceAll('.', '\\.')}/(p-\\d+)$`, 'm').exec(
-          c.output('first'),
-        );
-        assert.ok(inside, `the first command is in a cgroup of the server's: ${c.output('first')}`);
-        assert.ok(before.names.includes(inside[1]!), `${inside[1]} is one of ${before.names.join(' ')}`);
-        assert.deepEqual(prepared().names, before.names, 'no cgroup made for it');
+        const prepared = () => {
+          const fresh = parents[0]!;
+          const bases = readdirSync(fresh).filter((e) => e.startsWith('corral-') && !ours.has(e));
+          const names = bases.flatMap((b) => readdirSync(`${fresh}/${b}`).filter((e) => /^p-\d+$/.test(e)));
+          return { bases, names: names.sort() };
+        };
+        await until(() => prepared().names.length === want, 10_000, 'the prepared cgroups');
+        const before = prepared();
+        assert.equal(before.bases.length, 1, before.bases.join(' '));
+        base = before.bases[0]!;
+        const c = await RpcClient.open(cli.url!, 'prepared');
+        try {
+          await c.request('process/start', {
+            processId: 'first',
+            argv: ['/bin/cat', '/proc/self/cgroup'],
+            cwd: '/tmp',
+            env: { PATH },
+            tty: false,
+          });
+          await c.collect('first');
+          const inside = new RegExp(`/${before.bases[0]!.replaceAll('.', '\\.')}/(p-\\d+)$`, 'm').exec(
+            c.output('first'),
+          );
+          assert.ok(inside, `the first command is in a cgroup of the server's: ${c.output('first')}`);
+          assert.ok(before.names.includes(inside[1]!), `${inside[1]} is one of ${before.names.join(' ')}`);
+          assert.deepEqual(prepared().names, before.names, 'no cgroup made for it');
+        } finally {
+          c.close();
+        }
       } finally {
-        c.close();
+        await cli.stop();
       }
-    } finally {
-      await cli.stop();
-    }
-    // Its exit removes them with its base.
-    await until(
-      () => !existsSync(`${parents[0]}/${base}`),
-      10_000,
-      "the server's cgroups removed at its exit",
-    );
-  });
+      // Its exit removes them with its base.
+      await until(
+        () => !existsSync(`${parents[0]}/${base}`),
+        10_000,
+        "the server's cgroups removed at its exit",
+      );
+    });
 
   test('per-start limits: lower than the server is fine, higher or malformed is -32602 naming the field', async () => {
     const start = (processId: string, limits: unknown) =>

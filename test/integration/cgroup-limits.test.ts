@@ -277,7 +277,7 @@ describe('per-command cgroups', { skip }, () => {
   });
 
   for (const nofile of [null, 400])
-    test(`a server makes its first commands' cgroups ahead${nofile ? ` (as many as ${nofile} open files allow)` : ''}: they are there before any start, and the first start takes one`, async () => {
+    test(`a server makes its first commands' cgroups ahead${nofile ? ` (as many as ${nofile} open files allow)` : ''}: they are there once it listens, and the first start takes one`, async () => {
       // A server of its own (a process of its own: cgroupHost() is one per process), found by its base directory.
       const parents = host.status.dirs.map(dirname);
       const ours = new Set(parents.flatMap((d) => readdirSync(d).filter((e) => e.startsWith('corral-'))));
@@ -294,8 +294,9 @@ describe('per-command cgroups', { skip }, () => {
           const names = bases.flatMap((b) => readdirSync(`${fresh}/${b}`).filter((e) => /^p-\d+$/.test(e)));
           return { bases, names: names.sort() };
         };
-        await until(() => prepared().names.length === want, 10_000, 'the prepared cgroups');
+        // Made before it listens: there as soon as it has printed its URL.
         const before = prepared();
+        assert.equal(before.names.length, want, `prepared: ${before.names.join(' ')}`);
         assert.equal(before.bases.length, 1, before.bases.join(' '));
         base = before.bases[0]!;
         const c = await RpcClient.open(cli.url!, 'prepared');

@@ -571,7 +571,7 @@ function breakdown(tasks: TraceEvent[], inner: TraceEvent[], split: number): Tra
   const pop = () => {
     const top = stack.pop()!;
     add(
-      top.e.name === TASK ? '(task)' : top.e.name,
+      top.e.name === TASK ? '(task)' : eventKind(top.e),
       Math.max(0, ((top.e.tdur ?? 0) - top.children) / 1000),
       top.e.ts,
     );
@@ -601,6 +601,15 @@ function breakdown(tasks: TraceEvent[], inner: TraceEvent[], split: number): Tra
     if (b.partialLayout === false) layouts.full++;
   }
   return { self, after, layouts };
+}
+
+/** A trace event's kind for the profile: its name, and for an IPC message the interface it was for. */
+function eventKind(e: TraceEvent): string {
+  if (e.name !== 'Receive mojo message') return e.name;
+  const info = (e.args as { chrome_mojo_event_info?: Record<string, unknown> } | undefined)
+    ?.chrome_mojo_event_info;
+  const tag = info?.mojo_interface_tag ?? info?.watcher_notify_interface_tag ?? info?.ipc_hash;
+  return tag === undefined ? e.name : `${e.name} (${String(tag)})`;
 }
 
 /** The rows of a TraceDetail (CORRAL_PANEL_PROFILE=1): main-thread self CPU per second by kind, the layouts. */

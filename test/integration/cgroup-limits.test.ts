@@ -11,6 +11,7 @@ import { existsSync, readdirSync, readFileSync, rmdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { cgroupHost, PREPARED_CGROUPS, poolBound } from '../../src/process/cgroup.js';
+import { parseTag } from '../../src/process/serverTag.js';
 import { startCli } from '../helpers/cli.js';
 import { RpcClient } from '../helpers/client.js';
 import { needsSandbox } from '../helpers/native.js';
@@ -278,9 +279,10 @@ describe('per-command cgroups', { skip }, () => {
 
   for (const nofile of [null, 400])
     test(`a server makes its first commands' cgroups ahead${nofile ? ` (as many as ${nofile} open files allow)` : ''}: they are there once it listens, and the first start takes one`, async () => {
-      // A server of its own (a process of its own: cgroupHost() is one per process), found by its base directory.
+      // A server of its own (a process of its own: cgroupHost() is one per process), found by its base directory,
+      // whose name carries its pid (serverTag.ts; prlimit execs it, keeping the pid): other test files' servers run
+      // meanwhile.
       const parents = host.status.dirs.map(dirname);
-      const ours = new Set(parents.flatMap((d) => readdirSync(d).filter((e) => e.startsWith('corral-'))));
       const cli = await startCli(['exec-server', '--listen', 'ws://127.0.0.1:0', '--no-audit'], {
         ...(nofile ? { wrap: ['prlimit', `--nofile=${nofile}`, '--'] } : {}),
       });
@@ -290,7 +292,9 @@ describe('per-command cgroups', { skip }, () => {
       try {
         const prepared = () => {
           const fresh = parents[0]!;
-          const bases = readdirSync(fresh).filter((e) => e.startsWith('corral-') && !ours.has(e));
+          const bases = readdirSync(fresh).filter(
+            (e) => parseTag(e.slice('corral-'.length))?.pid === cli.proc.pid,
+          );
           const names = bases.flatMap((b) => readdirSync(`${fresh}/${b}`).filter((e) => /^p-\d+$/.test(e)));
           return { bases, names: names.sort() };
         };

@@ -216,7 +216,7 @@ function fastValue(key: string, v: unknown): unknown {
       return v === null ? null : keptSandboxParam(v);
     case 'metadata':
       // 0.169 sends {threadId, toolCallId}: a fresh record, the values as they are (the schema's z.unknown()).
-      return v === null ? null : (copyRecord(v, () => true) ?? undefined);
+      return v === null ? null : copyRecord(v, () => true);
     case 'envPolicy':
       return v === null ? null : fastEnvPolicy(v);
     default:

@@ -114,9 +114,13 @@ export function poolBound(openFiles: number | null): number {
   return Math.max(0, Math.min(POOL_MAX, Math.floor(openFiles / POOL_FD_SHARE / FDS_PER_CGROUP)));
 }
 
-/** This process's soft limit of open files (/proc/self/limits), or null when it cannot be read or is unlimited. */
-function openFilesLimit(): number | null {
-  const soft = /^Max open files\s+(\S+)/m.exec(readText('/proc/self/limits') ?? '')?.[1];
+/**
+ * This process's soft limit `name` (a row of /proc/self/limits: `Max processes`, `Max open files`; the kernel's text,
+ * nothing a command or a client writes), or null when it cannot be read or is unlimited.
+ */
+function softLimit(name: string): number | null {
+  const row = (readText('/proc/self/limits') ?? '').split('\n').find((l) => l.startsWith(name));
+  const soft = row?.slice(name.length).trim().split(/\s+/)[0];
   const n = soft === undefined || soft === 'unlimited' ? Number.NaN : Number(soft);
   return Number.isFinite(n) ? n : null;
 }
@@ -144,7 +148,7 @@ export class CgroupHost implements CgroupOwner {
   private killTimer: NodeJS.Timeout | null = null;
   private disposed = false;
   /** How many cgroups the pool keeps (poolBound of the open-files limit when the host was set up). */
-  private readonly poolMax = poolBound(openFilesLimit());
+  private readonly poolMax = poolBound(softLimit('Max open files'));
   private watched = false;
   /** v1: the cpu cgroup this process left for its commands' CPU group (joinCpuGroup), to go back to at exit. */
   private cpuHome: string | null = null;
@@ -526,8 +530,7 @@ export function pidsBudget(): PidsBudget {
   const ruid = Number(/^Uid:\s+(\d+)/m.exec(status)?.[1] ?? process.getuid?.() ?? 0);
   const capEff = BigInt(`0x${/^CapEff:\s+([0-9a-f]+)/m.exec(status)?.[1] ?? '0'}`);
   const exempt = ruid === 0 || (capEff & ((1n << 21n) | (1n << 24n))) !== 0n; // CAP_SYS_ADMIN, CAP_SYS_RESOURCE
-  const soft = /^Max processes\s+(\S+)/m.exec(readText('/proc/self/limits') ?? '')?.[1];
-  const nproc = !exempt && soft !== undefined && soft !== 'unlimited' ? Number(soft) : null;
+  const nproc = exempt ? null : softLimit('Max processes');
   const kernelMax = Math.min(
     Number(readText('/proc/sys/kernel/pid_max') ?? '') || 4_194_304,
     Number(readText('/proc/sys/kernel/threads-max') ?? '') || 4_194_304,
@@ -538,7 +541,7 @@ export function pidsBudget(): PidsBudget {
   let headroom = 0;
   let uidTasks = 0;
   let childNproc: number | null = null;
-  if (nproc !== null && Number.isFinite(nproc)) {
+  if (nproc !== null) {
     uidTasks = tasksOfUid(ruid);
     headroom = Math.max(32, Math.ceil(nproc / 10));
     total = Math.min(total, nproc - uidTasks - headroom);

@@ -16,6 +16,7 @@ import { startCli } from '../helpers/cli.js';
 import { RpcClient } from '../helpers/client.js';
 import { needsSandbox } from '../helpers/native.js';
 import { alive, startTestServer, type TestServer, until } from '../helpers/server.js';
+import { startParams } from '../helpers/startParams.js';
 import { seed, special } from './sandbox-util.js';
 
 const PATH = '/usr/local/bin:/usr/bin:/bin';
@@ -305,17 +306,9 @@ describe('per-command cgroups', { skip }, () => {
         base = before.bases[0]!;
         const c = await RpcClient.open(cli.url!, 'prepared');
         try {
-          await c.request('process/start', {
-            processId: 'first',
-            argv: ['/bin/cat', '/proc/self/cgroup'],
-            cwd: '/tmp',
-            env: { PATH },
-            tty: false,
-          });
+          await c.request('process/start', startParams('first', ['/bin/cat', '/proc/self/cgroup']));
           await c.collect('first');
-          const inside = new RegExp(`/${before.bases[0]!.replaceAll('.', '\\.')}/(p-\\d+)$`, 'm').exec(
-            c.output('first'),
-          );
+          const inside = new RegExp(`/${base.replaceAll('.', '\\.')}/(p-\\d+)$`, 'm').exec(c.output('first'));
           assert.ok(inside, `the first command is in a cgroup of the server's: ${c.output('first')}`);
           assert.ok(before.names.includes(inside[1]!), `${inside[1]} is one of ${before.names.join(' ')}`);
           assert.deepEqual(prepared().names, before.names, 'no cgroup made for it');

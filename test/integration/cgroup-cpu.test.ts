@@ -19,6 +19,13 @@ const PATH = '/usr/local/bin:/usr/bin:/bin';
 const status = cgroupHost().status;
 const noCpu = status.cpuGroup ? false : `no CPU group here: ${status.cpuProblem}`;
 const BUSY = 6;
+/**
+ * The outsider's CPU against the busy commands' that tells the two weighings apart. Ungrouped, it is one of 7 equal
+ * entities on 2 cores: ~1/6 of the commands'. Grouped, it weighs as the whole group, but the group's weight is split
+ * between the cores its loops run on, so on the outsider's core the group has about half of it: ~1/2 on 2 cores, up to
+ * 1 as the balancer moves the loops (measured 0.50–0.68 here). 1/3 lies between them with room on both sides.
+ */
+const SPLIT = 1 / 3;
 
 const clis: Cli[] = [];
 const outsiders: ChildProcess[] = [];
@@ -113,7 +120,7 @@ describe('the CPU group of a server’s commands', { skip: noCpu, timeout: 120_0
     const ratio = r.outside / r.inside;
     t.diagnostic(`outsider ${r.outside} ticks, commands ${r.inside}: ${ratio.toFixed(2)}`);
     assert.ok(
-      ratio > 0.5,
+      ratio > SPLIT,
       `the outsider had ${r.outside} ticks while the commands had ${r.inside} (${ratio.toFixed(2)})`,
     );
     // The base is gone once the server is.
@@ -128,7 +135,7 @@ describe('the CPU group of a server’s commands', { skip: noCpu, timeout: 120_0
     const ratio = r.outside / r.inside;
     t.diagnostic(`outsider ${r.outside} ticks, the loops ${r.inside}: ${ratio.toFixed(2)}`);
     assert.ok(
-      ratio > 0.5,
+      ratio > SPLIT,
       `the outsider had ${r.outside} ticks while the loops had ${r.inside} (${ratio.toFixed(2)})`,
     );
   });
@@ -139,7 +146,7 @@ describe('the CPU group of a server’s commands', { skip: noCpu, timeout: 120_0
     const ratio = r.outside / r.inside;
     t.diagnostic(`outsider ${r.outside} ticks, commands ${r.inside}: ${ratio.toFixed(2)}`);
     assert.ok(
-      ratio < 0.5,
+      ratio < SPLIT,
       `the outsider had ${r.outside} ticks while the commands had ${r.inside} (${ratio.toFixed(2)})`,
     );
   });

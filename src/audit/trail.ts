@@ -104,18 +104,22 @@ function workerScript(): string {
   return found;
 }
 
+/** The worker thread's name: Node's for the Worker, the kernel's for the thread (`top -H`, the hot-path bench). */
+export const AUDIT_THREAD_NAME = 'corral-audit';
+
 /**
  * Starts the worker thread. From sources (tests, benches under tsx) the .ts script is loaded through tsx's loader,
  * which a worker does not inherit from the main thread. The loader is resolved here, from this module's own place:
  * the worker's eval code would resolve `tsx` from the process's working directory, wherever the CLI was started.
  */
 function startWorker(script: string, workerData: WorkerConfig): Worker {
-  if (!script.endsWith('.ts')) return new Worker(script, { workerData, name: 'corral-audit' });
+  const name = workerData.threadName;
+  if (!script.endsWith('.ts')) return new Worker(script, { workerData, name });
   const tsxApi = import.meta.resolve('tsx/esm/api');
   const boot =
     `import(${JSON.stringify(tsxApi)}).then((m) => { m.register(); ` +
     `return import(${JSON.stringify(pathToFileURL(script).href)}); }).catch((e) => { throw e; });`;
-  return new Worker(boot, { eval: true, workerData, name: 'corral-audit' });
+  return new Worker(boot, { eval: true, workerData, name });
 }
 
 /** The directory that holds the database, as the sandboxes must hide it (canonical, even before it exists). */
@@ -203,6 +207,7 @@ export class AuditTrail implements AuditSink {
         );
     }
     const config: WorkerConfig = {
+      threadName: AUDIT_THREAD_NAME,
       dbPath: options.dbPath,
       ownDirectory: options.dbPath !== null && options.dbPath === defaultAuditPath(),
       retention: { maxAgeMs: options.retentionDays * 86_400_000, maxBytes: options.maxBytes },

@@ -5,6 +5,7 @@
  * answered in order with the writes: a flush answered means every record posted before it is committed.
  */
 import { parentPort, workerData } from 'node:worker_threads';
+import { nameThisThread } from '../platform/threadName.js';
 import type { AuditInfoResult, AuditQuery } from '../protocol/audit.js';
 import { moveAside } from './dbFile.js';
 import type { AuditRecord } from './events.js';
@@ -15,6 +16,8 @@ import { SqliteUnavailableError } from './sqliteDriver.js';
 import type { AuditStore } from './store.js';
 
 export interface WorkerConfig {
+  /** This thread's name, for the kernel too (trail.ts AUDIT_THREAD_NAME). */
+  threadName: string;
   dbPath: string | null;
   ownDirectory: boolean;
   retention: RetentionOptions;
@@ -49,6 +52,7 @@ const MAX_PENDING = 200_000;
 
 const port = parentPort!;
 const config = workerData as WorkerConfig;
+nameThisThread(config.threadName);
 const notices: string[] = [];
 const notice = (text: string) => {
   notices.push(text);

@@ -11,7 +11,8 @@
  * Each server is started fresh in every round (HOTPATH_ROUNDS, default 5) and the servers take turns, so load drifts
  * hit them alike; figures are medians over the rounds. Per server and round: `true` start→closed (20 warm-up, 200
  * measured), 64 MiB of stdout (2 warm-up, 3 measured, median), batches of 64 concurrent `true` (10 warm-up batches,
- * 10 measured); the server's CPU (all its threads, not its children) from /proc/<pid>/task/<tid>/schedstat.
+ * 10 measured); the server's CPU (all its threads, not its children) from /proc/<pid>/task/<tid>/schedstat, and for
+ * the sequential starts split by thread (the event loop, the audit worker, V8's and libuv's helpers).
  * Then the sandbox rows (Corral only): a bwrap-sandboxed start through the server against the very bwrap argv (and
  * descriptors) prepareLaunch makes for it, spawned here without a server; a Landlock start against an unsandboxed
  * one, both through the server. Last, the breakdown of one start (unsandboxed and Landlock, taking turns) in an
@@ -21,9 +22,10 @@
  * Printed first: the issue's ratios with pass/fail; then the figures; then the breakdown.
  */
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { build } from 'esbuild';
+import { AUDIT_THREAD_NAME } from '../../src/audit/trail.js';
 import { spawnerKind, spawnPipedWith } from '../../src/process/spawner.js';
 import { prepareLaunch, startSandbox } from '../../src/sandbox/index.js';
 import { seed, seedParam } from '../integration/sandbox-util.js';
@@ -152,6 +154,9 @@ interface Round {
   lat: number[];
   /** start→closed again after WARM more starts on the same server (empty when HOTPATH_WARM=0). */
   latWarm: number[];
+  /** Server CPU per start by thread over the fresh starts, and over the warm ones (null without them). */
+  threadsFresh: ThreadSplit;
+  threadsWarm: ThreadSplit | null;
   mibPerSec: number;
   cpuPer64: number;
   concRate: number;
@@ -193,12 +198,50 @@ export async function trueBatches(
 }
 
 /** One round against a fresh server: start→closed, 64 MiB of stdout, batches of 64. */
+/** A server's threads: the CPU each has used (ns, /proc/<pid>/task/<tid>/schedstat) and its name (comm). */
+function threadTimes(pid: number): Map<number, { ns: number; comm: string }> {
+  const out = new Map<number, { ns: number; comm: string }>();
+  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      const ns = Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').split(' ')[0]);
+      out.set(Number(tid), { ns, comm: readFileSync(`/proc/${pid}/task/${tid}/comm`, 'utf8').trim() });
+    } catch {
+      // the thread ended meanwhile
+    }
+  }
+  return out;
+}
+
+/**
+ * CPU per start by thread (µs): the main thread (the event loop), the audit worker (the thread named
+ * AUDIT_THREAD_NAME: builds before it was named count it with the others) and every other thread (V8's optimizing
+ * compiler and GC helpers, libuv's pool: what a fresh server spends compiling its hot path shows here).
+ */
+export interface ThreadSplit {
+  main: number;
+  audit: number;
+  other: number;
+}
+
+async function perThread<T>(pid: number, starts: number, run: () => Promise<T>): Promise<[T, ThreadSplit]> {
+  const before = threadTimes(pid);
+  const value = await run();
+  const split: ThreadSplit = { main: 0, audit: 0, other: 0 };
+  for (const [tid, { ns, comm }] of threadTimes(pid)) {
+    const us = (ns - (before.get(tid)?.ns ?? 0)) / 1000 / starts;
+    if (tid === pid) split.main += us;
+    else if (comm === AUDIT_THREAD_NAME) split.audit += us;
+    else split.other += us;
+  }
+  return [value, split];
+}
+
 async function measureServer(t: Target, tag: string): Promise<Round> {
   const s = await startServer(t.argv[0], t.argv.slice(1), t.env ?? process.env);
   const pid = s.proc.pid!;
   try {
     const c = await BenchClient.open(s.url);
-    const lat = await trueStarts(c, tag, t.extra);
+    const [lat, threadsFresh] = await perThread(pid, STARTS + 20, () => trueStarts(c, tag, t.extra));
     const rates: number[] = [];
     const cpus: number[] = [];
     for (let i = 0; i < 5; i++) {
@@ -218,13 +261,24 @@ async function measureServer(t: Target, tag: string): Promise<Round> {
     c.lean = false;
     const conc = await trueBatches(c, pid, tag, 10, t.extra);
     let latWarm: number[] = [];
+    let threadsWarm: ThreadSplit | null = null;
     // Codex's servers are left out (4000 starts at 50-60 ms each would take minutes a round).
     if (WARM > 0 && !t.name.startsWith('codex')) {
       for (let i = 0; i < WARM; i++) await c.run(`${tag}-warm${i}`, TRUE, t.extra);
-      latWarm = await trueStarts(c, `${tag}-warmed`, t.extra);
+      [latWarm, threadsWarm] = await perThread(pid, STARTS + 20, () =>
+        trueStarts(c, `${tag}-warmed`, t.extra),
+      );
     }
     c.close();
-    return { lat, latWarm, mibPerSec: median(rates), cpuPer64: median(cpus), ...conc };
+    return {
+      lat,
+      latWarm,
+      threadsFresh,
+      threadsWarm,
+      mibPerSec: median(rates),
+      cpuPer64: median(cpus),
+      ...conc,
+    };
   } finally {
     await stopServer(s);
   }
@@ -258,10 +312,21 @@ interface Summary {
   /** NaN without warm figures. */
   warmP50: number;
   warmP99: number;
+  threadsFresh: ThreadSplit;
+  /** null without warm figures. */
+  threadsWarm: ThreadSplit | null;
   mibPerSec: number;
   cpuPer64: number;
   concRate: number;
   cpuPerProc: number;
+}
+
+function medianSplit(splits: ThreadSplit[]): ThreadSplit {
+  return {
+    main: median(splits.map((x) => x.main)),
+    audit: median(splits.map((x) => x.audit)),
+    other: median(splits.map((x) => x.other)),
+  };
 }
 
 function summarise(rounds: Round[]): Summary {
@@ -270,6 +335,8 @@ function summarise(rounds: Round[]): Summary {
     p99: median(rounds.map((r) => pct(r.lat, 99))),
     warmP50: rounds[0]!.latWarm.length > 0 ? median(rounds.map((r) => pct(r.latWarm, 50))) : Number.NaN,
     warmP99: rounds[0]!.latWarm.length > 0 ? median(rounds.map((r) => pct(r.latWarm, 99))) : Number.NaN,
+    threadsFresh: medianSplit(rounds.map((r) => r.threadsFresh)),
+    threadsWarm: rounds[0]!.threadsWarm ? medianSplit(rounds.map((r) => r.threadsWarm!)) : null,
     mibPerSec: median(rounds.map((r) => r.mibPerSec)),
     cpuPer64: median(rounds.map((r) => r.cpuPer64)),
     concRate: median(rounds.map((r) => r.concRate)),
@@ -634,6 +701,23 @@ export async function run(): Promise<BenchRow[]> {
       figRows,
     );
     for (const s of skipped) console.log(`skipped: ${s}`);
+    table(
+      `server CPU per sequential \`true\` start, by thread, µs (fresh: the 220 starts of a fresh server above; warm: the 220 after its ${WARM} more; medians over the rounds). main: the event loop; audit: its worker thread; other: V8's compiler and GC helpers, libuv's pool`,
+      ['', 'fresh main', 'audit', 'other', 'warm main', 'audit', 'other'],
+      targets.map((t) => {
+        const s = sums.get(t.name)!;
+        const w = s.threadsWarm;
+        return [
+          t.name,
+          f2(s.threadsFresh.main),
+          f2(s.threadsFresh.audit),
+          f2(s.threadsFresh.other),
+          w ? f2(w.main) : '',
+          w ? f2(w.audit) : '',
+          w ? f2(w.other) : '',
+        ];
+      }),
+    );
     table(
       'audit durability: SIGKILL the moment the client has the last process/closed (100 one at a time + 3 batches of 64), 5 kills',
       ['', 'closed processes without their audit close row, per kill', 'worst'],

@@ -1,9 +1,10 @@
 // The audit trail of a running server (issue 15): real processes, fs/* calls, proxies and approvals go through the
 // real server, and what ends up in the database file is read back with audit/query, audit/process and SQL.
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { AUDIT_THREAD_NAME } from '../../src/audit/trail.js';
 import type { Dialer } from '../../src/network/dial.js';
 import { defaultDialer } from '../../src/network/proxy.js';
 import type { ApprovalPrompt } from '../../src/protocol/approvals.js';
@@ -64,6 +65,18 @@ describe('audit trail of a running server', () => {
     panel.request<AuditProcessResult>('audit/process', { sessionId, processId });
   /** Waits until the worker has committed everything so far (audit/info goes through the same queue). */
   const committed = () => as.audit.trail!.flush();
+
+  test('its worker is a thread the kernel names corral-audit (top -H, the hot-path bench), one per trail', () => {
+    const names = readdirSync('/proc/self/task').map((tid) => {
+      try {
+        return readFileSync(`/proc/self/task/${tid}/comm`, 'utf8').trim();
+      } catch {
+        return ''; // the thread ended meanwhile
+      }
+    });
+    assert.equal(names.filter((n) => n === AUDIT_THREAD_NAME).length, 1);
+    assert.equal(AUDIT_THREAD_NAME, 'corral-audit');
+  });
 
   test('a process: argv, cwd, env names (never values), sandbox type, pid, times, exit code, output head and tail', async () => {
     const agent = await as.agent('codex');

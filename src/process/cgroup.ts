@@ -115,14 +115,19 @@ export function poolBound(openFiles: number | null): number {
 }
 
 /**
- * This process's soft limit `name` (a row of /proc/self/limits: `Max processes`, `Max open files`; the kernel's text,
- * nothing a command or a client writes), or null when it cannot be read or is unlimited.
+ * The soft limit `name` (`Max processes`, `Max open files`) in `limits`, the text of /proc/<pid>/limits (the kernel's:
+ * nothing a command or a client writes), or null when it has no such row, says unlimited, or is not a number.
  */
+export function softLimitIn(limits: string, name: string): number | null {
+  const row = limits.split('\n').find((l) => l.startsWith(`${name} `));
+  const soft = row?.slice(name.length).trim().split(/\s+/, 1)[0];
+  const n = soft === undefined || soft === 'unlimited' || soft === '' ? Number.NaN : Number(soft);
+  return Number.isFinite(n) && n >= 0 ? n : null;
+}
+
+/** This process's soft limit `name` (softLimitIn of /proc/self/limits), or null when it cannot be read. */
 function softLimit(name: string): number | null {
-  const row = (readText('/proc/self/limits') ?? '').split('\n').find((l) => l.startsWith(name));
-  const soft = row?.slice(name.length).trim().split(/\s+/)[0];
-  const n = soft === undefined || soft === 'unlimited' ? Number.NaN : Number(soft);
-  return Number.isFinite(n) ? n : null;
+  return softLimitIn(readText('/proc/self/limits') ?? '', name);
 }
 /** Cgroups a server makes as it starts, ahead of its first commands (CgroupHost.prepare): they find one pooled. */
 export const PREPARED_CGROUPS = 8;

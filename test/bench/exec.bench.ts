@@ -78,6 +78,8 @@ export class BenchClient {
   /** Output notifications are read with scanOutput instead of JSON.parse (see there). */
   lean = false;
   private lastSeq = new Map<string, number>();
+  /** The stdout of the processes output() runs, by processId. */
+  private collected = new Map<string, Buffer[]>();
 
   constructor(private ws: WebSocket) {
     ws.on('message', (data: Buffer) => {
@@ -100,6 +102,7 @@ export class BenchClient {
         this.checkSeq(p.processId as string, p.seq as number);
         const c = p.chunk as string;
         this.bytes += (c.length / 4) * 3 - (c.endsWith('==') ? 2 : c.endsWith('=') ? 1 : 0);
+        if (p.stream === 'stdout') this.collected.get(p.processId as string)?.push(Buffer.from(c, 'base64'));
       } else if (m.method === 'process/closed') {
         const id = p.processId as string;
         this.closedWaiters.get(id)?.();
@@ -151,6 +154,18 @@ export class BenchClient {
       ...extra,
     });
     return Promise.all([started, closed]).then(() => undefined);
+  }
+
+  /** Like run, and resolves with the process's stdout (not with `lean`, which skips parsing output). */
+  async output(processId: string, argv: string[], extra: Record<string, unknown> = {}): Promise<string> {
+    const chunks: Buffer[] = [];
+    this.collected.set(processId, chunks);
+    try {
+      await this.run(processId, argv, extra);
+    } finally {
+      this.collected.delete(processId);
+    }
+    return Buffer.concat(chunks).toString();
   }
 
   close(): void {

@@ -25,7 +25,7 @@ import { execFileSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { build } from 'esbuild';
-import { AUDIT_THREAD_NAME } from '../../src/audit/trail.js';
+import { AUDIT_THREAD_NAME, auditDirectory } from '../../src/audit/trail.js';
 import { spawnerKind, spawnPipedWith } from '../../src/process/spawner.js';
 import { prepareLaunch, startSandbox } from '../../src/sandbox/index.js';
 import { seed, seedParam } from '../integration/sandbox-util.js';
@@ -344,29 +344,69 @@ function summarise(rounds: Round[]): Summary {
   };
 }
 
-/** Runs the prepared launch's spec (the bwrap argv and its descriptors) once, to its exit and both pipes' close. */
+/**
+ * Runs the prepared launch's spec (the bwrap argv and its descriptors) once, to its exit and both pipes' close;
+ * resolves with its stdout.
+ */
 function runSpec(spec: Parameters<typeof spawnPipedWith>[1], afterSpawn?: (pid: number) => Promise<void>) {
-  return new Promise<void>((resolve, reject) => {
+  return new Promise<string>((resolve, reject) => {
     const c = spawnPipedWith(spawnerKind, spec, { stdin: 'null' });
     let open = 3;
+    let out = '';
     const done = () => {
-      if (--open === 0) resolve();
+      if (--open === 0) resolve(out);
     };
-    for (const st of [c.stdout, c.stderr]) {
-      st.resume();
-      st.on('close', done);
-    }
+    c.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    c.stderr.resume();
+    for (const st of [c.stdout, c.stderr]) st.on('close', done);
     c.onExit((code) => (code === 0 ? done() : reject(new Error(`bwrap exited ${code}`))));
     afterSpawn?.(c.pid).catch(reject);
   });
 }
 
+const MOUNTINFO = ['/bin/cat', '/proc/self/mountinfo'];
+
+/** What `corral exec-server` with these arguments hides from every sandbox (src/app/compose.ts): here, one mount each. */
+function serverHiddenPaths(argv: readonly string[]): string[] {
+  const after = (flag: string) => {
+    const i = argv.indexOf(flag);
+    return i < 0 ? undefined : argv[i + 1];
+  };
+  const token = after('--panel-token-file');
+  const db = after('--audit-db');
+  return [...(token ? [token] : []), ...(db ? [auditDirectory(db)] : [])];
+}
+
+/** Throws unless two /proc/self/mountinfo texts list the same mounts (where, what filesystem, which options). */
+export function sameMounts(viaServer: string, bare: string): void {
+  const mounts = (text: string) =>
+    text
+      .split('\n')
+      .filter(Boolean)
+      .map((line) => {
+        const [left, right = ''] = line.split(' - ');
+        const f = left!.split(' ');
+        const r = right.split(' ');
+        // mount point, its options, filesystem type, superblock options (ids, device numbers and sources differ)
+        return [f[4], f[5], r[0], r[2]].join(' ');
+      });
+  const a = mounts(viaServer);
+  const b = mounts(bare);
+  if (a.length === 0 || a.join('\n') !== b.join('\n'))
+    throw new Error(
+      `the bare bwrap's sandbox is not the server's: ${a.length} mounts through the server, ${b.length} bare; ` +
+        `first difference: ${JSON.stringify(a.find((m, i) => m !== b[i]) ?? b[a.length])}`,
+    );
+}
+
 /**
  * Sandboxed starts (Corral only, one fresh server): through the server with bwrap, the same bwrap argv spawned here
  * (prepared per run, timed from the spawn), through the server with Landlock, and unsandboxed through the server;
- * the four take turns, 60 measured runs each after 5 of warm-up.
+ * the four take turns, 60 measured runs each after 5 of warm-up. "The same argv" includes what the server hides from
+ * every sandbox (its panel token, its audit database's directory: one mount each); that the two sandboxes are the same
+ * is checked first, by comparing the mount tables a command sees in each.
  */
-async function measureSandboxes(
+export async function measureSandboxes(
   corral: Target,
 ): Promise<{ bwrap: number[]; bare: number[]; landlock: number[]; plain: number[] }> {
   const dir = mkdtempSync(join(cache, 'sbx-'));
@@ -378,14 +418,24 @@ async function measureSandboxes(
     const bwrapParam = seedParam({ cwd: ws, entries });
     const landlockParam = seedParam({ cwd: ws, entries, useLegacyLandlock: true });
     const sb = startSandbox(seed({ cwd: ws, entries }), false, ws);
+    const hidden = { hiddenPaths: serverHiddenPaths(corral.argv) };
+    const bareLaunch = (argv: string[]) =>
+      prepareLaunch(sb, { spec: { file: argv[0]!, argv, env, cwd: ws }, tty: false }, hidden);
+    await sameMounts(
+      await c.output('sb-mounts', MOUNTINFO, { cwd: ws, env, sandbox: bwrapParam }),
+      await bareLaunch(MOUNTINFO).then(async (p) => {
+        try {
+          return await runSpec(p.spec, p.afterSpawn?.bind(p));
+        } finally {
+          p.cleanup();
+        }
+      }),
+    );
     let n = 0;
     const variants: (() => Promise<number>)[] = [
       async () => timed(() => c.run(`sb-${n++}`, TRUE, { cwd: ws, env, sandbox: bwrapParam })),
       async () => {
-        const p = await prepareLaunch(sb, {
-          spec: { file: '/bin/true', argv: ['true'], env, cwd: ws },
-          tty: false,
-        });
+        const p = await bareLaunch(TRUE);
         try {
           return await timed(() => runSpec(p.spec, p.afterSpawn?.bind(p)));
         } finally {

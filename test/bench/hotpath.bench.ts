@@ -25,12 +25,13 @@ import { execFileSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { build } from 'esbuild';
-import { AUDIT_THREAD_NAME, auditDirectory } from '../../src/audit/trail.js';
+import { AUDIT_THREAD_NAME } from '../../src/audit/trail.js';
 import { spawnerKind, spawnPipedWith } from '../../src/process/spawner.js';
 import { prepareLaunch, startSandbox } from '../../src/sandbox/index.js';
 import { seed, seedParam } from '../integration/sandbox-util.js';
 import { BenchClient, cpuMs, pct, startServer, stopServer } from './exec.bench.js';
 import { benchWorkspace, breakdown } from './hotpathPhases.js';
+import { MOUNTINFO, sameMounts, serverHiddenPaths } from './sameSandbox.js';
 import type { BenchRow } from './types.js';
 
 const root = join(import.meta.dirname, '..', '..');
@@ -362,41 +363,6 @@ function runSpec(spec: Parameters<typeof spawnPipedWith>[1], afterSpawn?: (pid: 
     c.onExit((code) => (code === 0 ? done() : reject(new Error(`bwrap exited ${code}`))));
     afterSpawn?.(c.pid).catch(reject);
   });
-}
-
-const MOUNTINFO = ['/bin/cat', '/proc/self/mountinfo'];
-
-/** What `corral exec-server` with these arguments hides from every sandbox (src/app/compose.ts): here, one mount each. */
-function serverHiddenPaths(argv: readonly string[]): string[] {
-  const after = (flag: string) => {
-    const i = argv.indexOf(flag);
-    return i < 0 ? undefined : argv[i + 1];
-  };
-  const token = after('--panel-token-file');
-  const db = after('--audit-db');
-  return [...(token ? [token] : []), ...(db ? [auditDirectory(db)] : [])];
-}
-
-/** Throws unless two /proc/self/mountinfo texts list the same mounts (where, what filesystem, which options). */
-export function sameMounts(viaServer: string, bare: string): void {
-  const mounts = (text: string) =>
-    text
-      .split('\n')
-      .filter(Boolean)
-      .map((line) => {
-        const [left, right = ''] = line.split(' - ');
-        const f = left!.split(' ');
-        const r = right.split(' ');
-        // mount point, its options, filesystem type, superblock options (ids, device numbers and sources differ)
-        return [f[4], f[5], r[0], r[2]].join(' ');
-      });
-  const a = mounts(viaServer);
-  const b = mounts(bare);
-  if (a.length === 0 || a.join('\n') !== b.join('\n'))
-    throw new Error(
-      `the bare bwrap's sandbox is not the server's: ${a.length} mounts through the server, ${b.length} bare; ` +
-        `first difference: ${JSON.stringify(a.find((m, i) => m !== b[i]) ?? b[a.length])}`,
-    );
 }
 
 /**

@@ -231,7 +231,7 @@ export function observeServer(source: AuditSource, sink: AuditSink): AuditObserv
         argv: capList(p.info.argv, 'argv', cut),
         cwd: p.info.cwd,
         tty: p.info.tty,
-        envNames: capList(Object.keys(p.launch.spec.env).sort(), 'envNames', cut),
+        envNames: capList(p.envNames, 'envNames', cut),
         sandboxType: p.sandboxType,
         policy: summary ? redactedJson(summary) : null,
         network: networkSummary(source.networkOf(sessionId, processId)),

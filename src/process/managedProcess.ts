@@ -55,6 +55,14 @@ export interface ProcessResources {
   limits: ResourceLimits;
 }
 
+/**
+ * What a process keeps of its launch once it has closed, for as long as its session keeps it (the panel's and the
+ * audit trail's description): the launch spec (argv, the whole environment), its descriptors and its cleanup go.
+ */
+export type LaunchRecord = Pick<PreparedLaunch, 'sandboxType' | 'summary' | 'guarantees'>;
+
+const NOTHING = () => {};
+
 /** Decides `sandboxDenied` from the exit code and the retained stderr/pty text (sandbox.md §11.6). */
 export type DenialClassifier = (sandboxType: SandboxType, exitCode: number, output: string) => boolean;
 
@@ -99,7 +107,16 @@ export class ManagedProcess {
   private headParts: Buffer[] = [];
   private headBytes = 0;
   /** Ends the server-death protection of the child's process group (see SpawnedChild.releaseGroup). */
-  private releaseGroup: () => void = () => {};
+  private releaseGroup: () => void = NOTHING;
+  /**
+   * The launch, until the process has closed; then only its record (`launch`). A session keeps every process it
+   * started until it ends (protocol.md §5.3: an id is never removed), so whatever a closed process still references
+   * is kept that long and, while young, copied by every scavenge: the environment's values, the pipes and their
+   * callbacks were ~2 KB a process here (issue 32: a fresh server's scavenges took 4 ms every ~300 starts).
+   */
+  private prepared: PreparedLaunch | null;
+  private record: LaunchRecord | null = null;
+  private envNamesKept: readonly string[] | null = null;
   /**
    * The process's cgroup, while it is ours to kill: until the process has closed, and after that while the cgroup
    * still holds processes it left behind (it is then never handed to another process).
@@ -108,14 +125,15 @@ export class ManagedProcess {
 
   constructor(
     readonly info: ProcessInfo,
-    readonly launch: PreparedLaunch,
+    launch: PreparedLaunch,
     private readonly sink: ProcessEventSink,
     private readonly classify: DenialClassifier,
     /** The time of its timestamps and of `waitForEvent` (the server's). */
     private readonly clock: Clock = realClock,
     /** null: no cgroup (none usable, or turned off). */
-    private readonly resources: ProcessResources | null = null,
+    private resources: ProcessResources | null = null,
   ) {
+    this.prepared = launch;
     this.startedAt = clock.now();
     if (sink.retainedResized) this.buffer.onResize = (delta) => sink.retainedResized!(this, delta);
   }
@@ -126,8 +144,19 @@ export class ManagedProcess {
     return this.buffer.release();
   }
 
+  /** The launch's sandbox type, summary and guarantees (the whole launch until the process has closed). */
+  get launch(): LaunchRecord {
+    return this.prepared ?? this.record!;
+  }
+
   get sandboxType(): SandboxType {
     return this.launch.sandboxType;
+  }
+
+  /** The names of the command's environment variables, sorted (their values are not kept past its close). */
+  get envNames(): readonly string[] {
+    if (this.envNamesKept === null) this.envNamesKept = Object.keys(this.prepared!.spec.env).sort();
+    return this.envNamesKept;
   }
 
   get running(): boolean {
@@ -150,7 +179,7 @@ export class ManagedProcess {
   }
 
   private spawn(): void {
-    const spec = this.launch.spec;
+    const spec = this.prepared!.spec;
     const cgroupEntry = this.cgroup?.entryFiles ?? [];
     if (this.info.tty) {
       // node-pty always sets TERM (to "xterm" when absent): take it out again unless the client asked for it.
@@ -304,14 +333,32 @@ export class ManagedProcess {
     this.stdin?.destroy();
     this.term = null;
     this.releaseGroup();
+    this.releaseGroup = NOTHING;
     if (this.cgroup && !this.cgroup.release()) this.cgroup = null;
     try {
-      this.launch.cleanup();
+      this.prepared?.cleanup();
     } catch {
       // cleanup must not throw; never let it break the event sequence
     }
+    this.forgetLaunch();
     this.sink.closed(this, this.closeSeq);
     this.wake();
+  }
+
+  /** Keeps of the closed process only what it is described and read by (see `prepared`). */
+  private forgetLaunch(): void {
+    const l = this.prepared;
+    if (!l) return;
+    void this.envNames;
+    this.record = {
+      sandboxType: l.sandboxType,
+      ...(l.summary ? { summary: l.summary } : {}),
+      ...(l.guarantees ? { guarantees: l.guarantees } : {}),
+    };
+    this.prepared = null;
+    this.streams = [];
+    this.stdin = null;
+    this.resources = null;
   }
 
   /** Writes to the child's stdin (PTY or pipe). */

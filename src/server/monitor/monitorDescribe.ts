@@ -37,7 +37,7 @@ function fixedFields(p: ManagedProcess) {
     ...(p.launch.guarantees ? { sandboxGuarantees: p.launch.guarantees } : {}),
     policy: summary ? redactFixed(summary) : null,
     metadata: p.info.metadata ? redactFixed(p.info.metadata) : null,
-    envKeys: Object.keys(p.launch.spec.env).sort(),
+    envKeys: [...p.envNames],
     startedAt: p.startedAt,
   };
 }

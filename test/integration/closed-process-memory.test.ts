@@ -1,0 +1,81 @@
+/**
+ * What a closed process keeps (src/process/managedProcess.ts, forgetLaunch): a session keeps every process it started
+ * (protocol.md §5.3), so a closed one must hold only what it is read and described by — its retained output, exit,
+ * usage, argv, the names of its environment variables and its launch's sandbox type, summary and guarantees — not the
+ * launch spec (the environment's values), its pipes or its cleanup (issue 32: ~2 KB a process, copied by scavenges).
+ */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import v8 from 'node:v8';
+import vm from 'node:vm';
+import type { PreparedLaunch } from '../../src/process/launch.js';
+import { ManagedProcess, type ProcessEventSink } from '../../src/process/managedProcess.js';
+import { describeProcess } from '../../src/server/monitor/monitorDescribe.js';
+
+v8.setFlagsFromString('--expose-gc');
+const gc = vm.runInNewContext('gc') as () => void;
+
+const BIG = 'v'.repeat(64 * 1024);
+
+/** Starts `argv` with a launch whose env holds BIG; resolves at close with the process and weak refs to the launch. */
+function runToClose(tty: boolean) {
+  let cleanups = 0;
+  const refs: { launch?: WeakRef<object>; env?: WeakRef<object> } = {};
+  const closed = new Promise<ManagedProcess>((resolve) => {
+    const sink: ProcessEventSink = { output: () => {}, exited: () => {}, closed: (p) => resolve(p) };
+    const env = { PATH: '/usr/bin:/bin', CORRAL_BIG_VALUE: BIG, A_NAME: '1' };
+    const launch: PreparedLaunch = {
+      spec: { file: '/bin/sh', argv: ['sh', '-c', 'echo out; echo err >&2'], env, cwd: '/tmp' },
+      sandboxType: 'linuxSeccomp',
+      summary: { sandbox: 'test', writableRoots: ['/tmp'] },
+      guarantees: { backend: 'landlock', reason: 'fallback', landlockAbi: 4, weaker: [] },
+      cleanup: () => void cleanups++,
+    };
+    refs.launch = new WeakRef(launch);
+    refs.env = new WeakRef(env);
+    const info = {
+      processId: 'p',
+      sessionId: 's',
+      clientName: 'test',
+      argv: launch.spec.argv,
+      cwd: '/tmp',
+      tty,
+      pipeStdin: !tty,
+    };
+    new ManagedProcess(info, launch, sink, () => false).start();
+  });
+  return { closed, refs, cleanups: () => cleanups };
+}
+
+for (const tty of [false, true]) {
+  test(`a closed ${tty ? 'terminal' : 'pipe'} process lets its launch spec and environment go, and is still read and described`, {
+    skip: process.platform === 'win32' && 'POSIX shell',
+  }, async () => {
+    const r = runToClose(tty);
+    const p = await r.closed;
+    assert.equal(p.state, 'closed');
+    assert.equal(r.cleanups(), 1, 'the launch is cleaned up once');
+    // Read and described as before.
+    const text = Buffer.concat(p.read(0, null).map((c) => c.data)).toString();
+    assert.match(text, /out/);
+    assert.deepEqual(p.envNames, ['A_NAME', 'CORRAL_BIG_VALUE', 'PATH']);
+    const d = describeProcess(p);
+    assert.deepEqual(d.envKeys, ['A_NAME', 'CORRAL_BIG_VALUE', 'PATH']);
+    assert.equal(d.sandboxType, 'linuxSeccomp');
+    assert.deepEqual(d.sandboxGuarantees, {
+      backend: 'landlock',
+      reason: 'fallback',
+      landlockAbi: 4,
+      weaker: [],
+    });
+    assert.equal(p.launch.summary?.sandbox, 'test');
+    assert.equal(p.write(Buffer.from('x')), tty ? 'accepted' : 'stdinClosed');
+    // The process is alive (held here); what it no longer needs is collectable.
+    await new Promise((resolve) => setImmediate(resolve));
+    gc();
+    gc();
+    assert.equal(r.refs.env!.deref(), undefined, 'the environment (its values) is not kept');
+    assert.equal(r.refs.launch!.deref(), undefined, 'the launch (spec, descriptors, cleanup) is not kept');
+    assert.equal(p.exitCode, 0);
+  });
+}

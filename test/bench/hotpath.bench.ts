@@ -368,11 +368,12 @@ function runSpec(spec: Parameters<typeof spawnPipedWith>[1], afterSpawn?: (pid: 
 /**
  * Sandboxed starts (Corral only, one fresh server): through the server with bwrap, the same bwrap argv spawned here
  * (prepared per run, timed from the spawn), through the server with Landlock, and unsandboxed through the server;
- * each pair takes turns (Landlock with unsandboxed, then bwrap with bare bwrap), 60 measured runs each after 5 of warm-up. "The same argv" includes what the server hides from
- * every sandbox (its panel token, its audit database's directory: one mount each); that the two sandboxes are the same
- * is checked first, by comparing the mount tables a command sees in each.
+ * each pair takes turns (Landlock with unsandboxed, then bwrap with bare bwrap), 60 measured runs each after 5 of
+ * warm-up. "The same argv" includes what the server hides from every sandbox (its panel token, its audit database's
+ * directory: one mount each); that the two sandboxes are the same is checked first, by comparing the mount tables a
+ * command sees in each.
  */
-export async function measureSandboxes(
+async function measureSandboxes(
   corral: Target,
 ): Promise<{ bwrap: number[]; bare: number[]; landlock: number[]; plain: number[] }> {
   const dir = mkdtempSync(join(cache, 'sbx-'));
@@ -387,7 +388,7 @@ export async function measureSandboxes(
     const hidden = { hiddenPaths: serverHiddenPaths(corral.argv) };
     const bareLaunch = (argv: string[]) =>
       prepareLaunch(sb, { spec: { file: argv[0]!, argv, env, cwd: ws }, tty: false }, hidden);
-    await sameMounts(
+    sameMounts(
       await c.output('sb-mounts', MOUNTINFO, { cwd: ws, env, sandbox: bwrapParam }),
       await bareLaunch(MOUNTINFO).then(async (p) => {
         try {

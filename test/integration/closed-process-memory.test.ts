@@ -10,7 +10,7 @@ import v8 from 'node:v8';
 import vm from 'node:vm';
 import type { PreparedLaunch } from '../../src/process/launch.js';
 import { ManagedProcess, type ProcessEventSink } from '../../src/process/managedProcess.js';
-import { describeProcess } from '../../src/server/monitor/monitorDescribe.js';
+import { describeProcess, processJson } from '../../src/server/monitor/monitorDescribe.js';
 
 v8.setFlagsFromString('--expose-gc');
 const gc = vm.runInNewContext('gc') as () => void;
@@ -21,8 +21,16 @@ const BIG = 'v'.repeat(64 * 1024);
 function runToClose(tty: boolean) {
   let cleanups = 0;
   const refs: { launch?: WeakRef<object>; env?: WeakRef<object> } = {};
+  let jsonWhileOpen = '';
   const closed = new Promise<ManagedProcess>((resolve) => {
-    const sink: ProcessEventSink = { output: () => {}, exited: () => {}, closed: (p) => resolve(p) };
+    const sink: ProcessEventSink = {
+      output: () => {},
+      // The panel's feed serialises it while it is open (its fixed part is kept until the close).
+      exited: (p) => {
+        jsonWhileOpen = processJson(p);
+      },
+      closed: (p) => resolve(p),
+    };
     const env = { PATH: '/usr/bin:/bin', CORRAL_BIG_VALUE: BIG, A_NAME: '1' };
     const launch: PreparedLaunch = {
       spec: { file: '/bin/sh', argv: ['sh', '-c', 'echo out; echo err >&2'], env, cwd: '/tmp' },
@@ -44,7 +52,7 @@ function runToClose(tty: boolean) {
     };
     new ManagedProcess(info, launch, sink, () => false).start();
   });
-  return { closed, refs, cleanups: () => cleanups };
+  return { closed, refs, cleanups: () => cleanups, jsonWhileOpen: () => jsonWhileOpen };
 }
 
 for (const tty of [false, true]) {
@@ -69,6 +77,12 @@ for (const tty of [false, true]) {
       weaker: [],
     });
     assert.equal(p.launch.summary?.sandbox, 'test');
+    // The feed's JSON of the closed process: what describeProcess says, the fixed members as they were while open.
+    const json = JSON.parse(processJson(p));
+    assert.deepEqual(json, JSON.parse(JSON.stringify(d)));
+    const { state: _s, closedAt: _c, lastSeq: _l, ...fixedThen } = JSON.parse(r.jsonWhileOpen());
+    for (const [k, v] of Object.entries(fixedThen)) assert.deepEqual(json[k], v, k);
+    assert.deepEqual(JSON.parse(processJson(p)), json, 'the same text again once its fixed part is not kept');
     assert.equal(p.write(Buffer.from('x')), tty ? 'accepted' : 'stdinClosed');
     // The process is alive (held here); what it no longer needs is collectable.
     await new Promise((resolve) => setImmediate(resolve));

@@ -61,7 +61,11 @@ export function describeProcess(p: ManagedProcess): MonitorProcess {
 
 const fixedParts = new WeakMap<ManagedProcess, string>();
 
-/** describeProcess(p) as JSON, with the fixed members serialised once per process. */
+/**
+ * describeProcess(p) as JSON, with the fixed members serialised once per process while it runs. A closed process
+ * changes no more (the feed sends it once more, then only in a new panel's snapshot): its text is not kept, which a
+ * session would otherwise hold for every process it ever ran (its argv, policy and variable names: 0.5–3 KB each).
+ */
 export function processJson(p: ManagedProcess): string {
   let fixed = fixedParts.get(p);
   if (fixed === undefined) {
@@ -69,8 +73,8 @@ export function processJson(p: ManagedProcess): string {
     const { policy: _, ...rest } = fixedFields(p);
     const summary = p.launch.summary;
     fixed = `${JSON.stringify(rest).slice(0, -1)},"policy":${summary ? redactedJson(summary) : 'null'}`;
-    fixedParts.set(p, fixed);
-  }
+    if (p.state !== 'closed') fixedParts.set(p, fixed);
+  } else if (p.state === 'closed') fixedParts.delete(p);
   return (
     `${fixed},"pid":${p.pid},"state":"${p.state}","exitCode":${p.exitCode},` +
     `"sandboxDenied":${p.sandboxDenied},${p.limitHit ? `"limitHit":"${p.limitHit}",` : ''}${p.usage ? `"usage":${JSON.stringify(p.usage)},` : ''}"exitedAt":${p.exitedAt},"closedAt":${p.closedAt},` +

@@ -349,7 +349,7 @@ export class ManagedProcess {
   private forgetLaunch(): void {
     const l = this.prepared;
     if (!l) return;
-    void this.envNames;
+    this.envNamesKept = this.envNames;
     this.record = {
       sandboxType: l.sandboxType,
       ...(l.summary ? { summary: l.summary } : {}),

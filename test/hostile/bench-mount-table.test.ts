@@ -1,4 +1,8 @@
-/** The hot-path bench's sandbox check (test/bench/sameSandbox.ts): a bare bwrap compared with the server's must differ in nothing but ids. */
+/**
+ * The hot-path bench's sandbox check (test/bench/sameSandbox.ts), fed equal, renumbered, different, empty, malformed,
+ * wide and huge mount tables: a bare bwrap compared with the server's must differ in nothing but ids. No principal
+ * reaches it at run time (bench code reading what `cat /proc/self/mountinfo` printed in the bench's own sandboxes).
+ */
 import assert from 'node:assert/strict';
 import { mkdtempSync, readFileSync, realpathSync } from 'node:fs';
 import { tmpdir } from 'node:os';

@@ -88,12 +88,17 @@ describe('History replays a stored session', () => {
         input.dispatchEvent(new Event('input'));
       }, to);
     const handle = await replay.elementHandle();
-    const settledAt = (n: number) =>
-      page.waitForFunction(
+    // Settled is parsed; xterm paints what it parsed at its next animation frame: wait for that one to have run too.
+    const settledAt = async (n: number) => {
+      await page.waitForFunction(
         ([el, n]) =>
           (el as HTMLElement).dataset.shown === String(n) && (el as HTMLElement).dataset.settled === 'true',
         [handle, n] as const,
       );
+      await page.evaluate(
+        () => new Promise((painted) => requestAnimationFrame(() => requestAnimationFrame(painted))),
+      );
+    };
     const term = replay.locator('.xterm-rows');
 
     await seek('end');

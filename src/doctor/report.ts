@@ -145,12 +145,17 @@ export async function doctorReport(opts: PrepareOptions = {}): Promise<DoctorRep
     checks.push(cgroupCheck(), cgroupSandboxCheck(), pidsBudgetCheck(), ...addonCheck());
     const base = process.env.XDG_RUNTIME_DIR?.startsWith('/') ? process.env.XDG_RUNTIME_DIR : os.tmpdir();
     const dir = mkdtempSync(join(base, 'corral-doctor-'));
+    // A host stopped while the report is made (SIGTERM: it kills its children and exits) leaves before the finally
+    // below: the scratch workspace goes at the exit then.
+    const remove = () => rmSync(dir, { recursive: true, force: true });
+    process.once('exit', remove);
     const ws = join(dir, 'ws');
-    mkdirSync(join(ws, '.git'), { recursive: true });
     try {
+      mkdirSync(join(ws, '.git'), { recursive: true });
       for (const p of policies(ws)) outcomes.push(await tryPolicy(p.name, p.sandbox, ws, p.env ?? {}, opts));
     } finally {
-      rmSync(dir, { recursive: true, force: true });
+      process.off('exit', remove);
+      remove();
     }
   }
   checks.push(panelCheck());

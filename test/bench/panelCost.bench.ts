@@ -20,7 +20,7 @@
  * second half, where a key is typed in the search box (a real input event) and taken back once a second; the lag of
  * each process's final state behind its close, long tasks, and input → paint of those keys.
  */
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { CDPSession, Page } from 'playwright-core';
@@ -487,6 +487,7 @@ async function standInPod(cli: string): Promise<BenchRow[]> {
   let serve: Serve | null = null;
   let browser: Browser | null = null;
   let pod: FeedPod | null = null;
+  let tokenDir: string | null = null;
   try {
     const template = await (async () => {
       const s = await startServe([], cli);
@@ -497,7 +498,8 @@ async function standInPod(cli: string): Promise<BenchRow[]> {
       }
     })();
     pod = await startFeedPod({ ...template, clientName: 'agent-pod-1' }, 'session-pod-1');
-    const tokenFile = join(mkdtempSync(join(tmpdir(), 'corral-bench-cost-')), 'panel-token');
+    tokenDir = mkdtempSync(join(tmpdir(), 'corral-bench-cost-'));
+    const tokenFile = join(tokenDir, 'panel-token');
     writeFileSync(tokenFile, 'stand-in-pods-take-any-token', { mode: 0o600 });
     serve = await startServe(
       ['--join', `${pod.url}#token-file=${encodeURIComponent(tokenFile)}&name=pod-1`],
@@ -546,6 +548,7 @@ async function standInPod(cli: string): Promise<BenchRow[]> {
     await browser?.close();
     await serve?.stop();
     await pod?.close();
+    if (tokenDir) rmSync(tokenDir, { recursive: true, force: true });
   }
 }
 

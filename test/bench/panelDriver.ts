@@ -8,7 +8,7 @@
  * otherwise every `tr[data-process-id]` added to the document is read (a table that renders every row).
  */
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -26,13 +26,17 @@ export interface Serve {
   stop(): Promise<void>;
 }
 
-/** Where the audit trail goes, if this build has one: a scratch database, never the user's. */
-function auditArgs(cli: string): string[] {
+/**
+ * Where the audit trail goes, if this build has one: a scratch database, never the user's, in a directory of its own
+ * (`dir`: removed when the server has stopped).
+ */
+function auditArgs(cli: string): { args: string[]; dir?: string } {
   const help = spawnSync(process.execPath, [cli, '--help'], {
     encoding: 'utf8',
   }).stdout;
-  if (!help.includes('--audit-db')) return [];
-  return ['--audit-db', join(mkdtempSync(join(tmpdir(), 'corral-bench-audit-')), 'audit.db')];
+  if (!help.includes('--audit-db')) return { args: [] };
+  const dir = mkdtempSync(join(tmpdir(), 'corral-bench-audit-'));
+  return { args: ['--audit-db', join(dir, 'audit.db')], dir };
 }
 
 /**
@@ -40,11 +44,16 @@ function auditArgs(cli: string): string[] {
  * a private build, test/browser/panelBuild.ts, serves the panel next to it).
  */
 export async function startServe(extra: string[] = [], cli = join(ROOT, 'dist', 'cli.js')): Promise<Serve> {
+  const audit = auditArgs(cli);
   const proc = spawn(
     process.execPath,
-    [cli, 'serve', '--log-level', 'warn', '--resume-grace-ms', '600000', ...auditArgs(cli), ...extra],
+    [cli, 'serve', '--log-level', 'warn', '--resume-grace-ms', '600000', ...audit.args, ...extra],
     { stdio: ['ignore', 'pipe', 'inherit'] },
   );
+  // However the server ends (stopped, or failed to start), its scratch database goes with it.
+  proc.once('exit', () => {
+    if (audit.dir) rmSync(audit.dir, { recursive: true, force: true });
+  });
   const rl = createInterface({ input: proc.stdout! });
   const urls: Record<string, string> = {};
   await new Promise<void>((resolve, reject) => {

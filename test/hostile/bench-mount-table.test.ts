@@ -4,7 +4,7 @@
  * reaches it at run time (bench code reading what `cat /proc/self/mountinfo` printed in the bench's own sandboxes).
  */
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync, realpathSync } from 'node:fs';
+import { mkdtempSync, readFileSync, realpathSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
@@ -68,8 +68,9 @@ test("this process's own mount table equals itself", { skip: !linux && 'Linux on
   sameMounts(own, own);
 });
 
-test("the hidden paths are the panel token and the audit database's directory, as the server hides them", () => {
+test("the hidden paths are the panel token and the audit database's directory, as the server hides them", (t) => {
   const dir = realpathSync(mkdtempSync(join(tmpdir(), 'corral-same-sandbox-')));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
   const argv = [
     'node',
     'cli.js',

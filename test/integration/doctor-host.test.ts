@@ -4,9 +4,13 @@
  * environments are in landlock-fallback.test.ts (the CLI there); this one is the host as it runs here.
  */
 import assert from 'node:assert/strict';
+import { mkdtempSync, readdirSync, rmSync, watch } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { type Host, startHost } from '../../src/app/host.js';
 import { DoctorReport } from '../../src/protocol/doctor.js';
+import { startCli } from '../helpers/cli.js';
 import { RpcClient } from '../helpers/client.js';
 import { needsSandbox } from '../helpers/native.js';
 
@@ -58,5 +62,52 @@ test('host/doctor is the doctor report, made with the server sandbox options, fo
     }
   } finally {
     panel.close();
+  }
+});
+
+test('a host stopped while it makes the doctor report leaves no scratch directory behind', {
+  skip: needsSandbox,
+}, async () => {
+  // The report runs sandboxed starts in a scratch workspace under TMPDIR; a host stopped (SIGTERM) in the middle
+  // exits before the report's own cleanup runs, and left `corral-doctor-*` there (the dev machine's /tmp had five).
+  const tmp = mkdtempSync(join(tmpdir(), 'corral-doctor-exit-'));
+  try {
+    const env: NodeJS.ProcessEnv = { ...process.env, TMPDIR: tmp };
+    delete env.XDG_RUNTIME_DIR;
+    const cli = await startCli(['serve', '--no-audit'], { env });
+    try {
+      const panelUrl = (await cli.lines.next()).value as string;
+      const execUrl = /^exec-server: (\S+)/.exec(cli.url!)?.[1];
+      const panelToken = /#token=(\S+)$/.exec(panelUrl)?.[1];
+      assert.ok(execUrl && panelToken, `${cli.url}\n${panelUrl}`);
+      const made = new Promise<void>((resolve) => {
+        const w = watch(tmp, (_e, name) => {
+          if (String(name).startsWith('corral-doctor-')) {
+            w.close();
+            resolve();
+          }
+        });
+      });
+      const panel = await RpcClient.open(
+        execUrl.replace(/\?token=.*/, `?token=${panelToken}`),
+        'corral-panel',
+      );
+      const answer = panel.request('host/doctor', {}).then(
+        () => 'answered before the stop',
+        (e: Error) => `failed: ${e.message}`,
+      );
+      // The report's directory exists: stop the host now (or say why the report never began).
+      const first = await Promise.race([made.then(() => null), answer]);
+      assert.equal(first, null);
+      cli.proc.kill('SIGTERM');
+      const { code } = await cli.exited;
+      panel.close();
+      assert.equal(code, 0, cli.stderr());
+      assert.deepEqual(readdirSync(tmp), []);
+    } finally {
+      await cli.stop();
+    }
+  } finally {
+    rmSync(tmp, { recursive: true, force: true });
   }
 });

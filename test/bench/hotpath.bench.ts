@@ -15,7 +15,8 @@
  * the sequential starts split by thread (the event loop, the audit worker, V8's and libuv's helpers).
  * Then the sandbox rows (Corral only): a bwrap-sandboxed start through the server against the very bwrap argv (and
  * descriptors) prepareLaunch makes for it, spawned here without a server; a Landlock start against an unsandboxed
- * one, both through the server. Last, the breakdown of one start (unsandboxed and Landlock, taking turns) in an
+ * one, both through the server; each in a fresh server, then again once the same server has run SANDBOX_WARM more
+ * (the Landlock start's planning is JavaScript that a fresh server runs cold, like the plain start's). Last, the breakdown of one start (unsandboxed and Landlock, taking turns) in an
  * in-process server with every default on (phase timers hooked onto its classes' prototypes; nothing of the kind is
  * in the server itself).
  *
@@ -48,6 +49,12 @@ const MIB64 = 64 * 1024 * 1024;
  * session see, the warm ones what a server that has run a while gives. 0 leaves the warm figures out.
  */
 const WARM = Number(process.env.HOTPATH_WARM ?? 4000);
+/**
+ * The sandboxed starts again in the same server after this many more of each pair (Landlock with unsandboxed, bwrap
+ * with bare bwrap; ~3 s and ~4 s here): a fresh server runs the sandbox's planning in V8's first tiers, as it runs
+ * the plain start's. HOTPATH_WARM=0 leaves them out too.
+ */
+const SANDBOX_WARM: readonly [number, number] = WARM > 0 ? [1000, 200] : [0, 0];
 const WIDTH = 64;
 const TRUE = ['/bin/true'];
 
@@ -365,6 +372,14 @@ function runSpec(spec: Parameters<typeof spawnPipedWith>[1], afterSpawn?: (pid: 
   });
 }
 
+/** Start→closed of each sandbox row's variant (ms, sorted). */
+interface SandboxStarts {
+  bwrap: number[];
+  bare: number[];
+  landlock: number[];
+  plain: number[];
+}
+
 /**
  * Sandboxed starts (Corral only, one fresh server): through the server with bwrap, the same bwrap argv spawned here
  * (prepared per run, timed from the spawn), through the server with Landlock, and unsandboxed through the server;
@@ -375,7 +390,7 @@ function runSpec(spec: Parameters<typeof spawnPipedWith>[1], afterSpawn?: (pid: 
  */
 async function measureSandboxes(
   corral: Target,
-): Promise<{ bwrap: number[]; bare: number[]; landlock: number[]; plain: number[]; landlockRules: number }> {
+): Promise<SandboxStarts & { warm: SandboxStarts | null; landlockRules: number }> {
   const dir = mkdtempSync(join(cache, 'sbx-'));
   const { ws, entries } = benchWorkspace(dir);
   const s = await startServer(corral.argv[0], corral.argv.slice(1), corral.env ?? process.env);
@@ -421,22 +436,29 @@ async function measureSandboxes(
       async () => timed(() => c.run(`ll-${n++}`, TRUE, { cwd: ws, env, sandbox: landlockParam })),
       async () => timed(() => c.run(`pl-${n++}`, TRUE, { cwd: ws, env })),
     ];
-    const out = variants.map(() => [] as number[]);
     // Each compared pair takes turns by itself: Landlock with unsandboxed, then bwrap with bare bwrap. (In one rotation
     // of all four, the Landlock start came right after two bwrap runs, whose namespaces the kernel tears down after
     // they exit, on a kernel worker: that cost landed on the Landlock starts, ~0.3 ms each here, not on the plain ones.)
-    for (const pair of [
-      [2, 3],
-      [0, 1],
-    ])
-      for (let i = 0; i < 65; i++)
-        for (const k of pair) {
-          const ms = await variants[k]!();
-          if (i >= 5) out[k]!.push(ms);
-        }
+    // Each pair runs `warmUp` of its own first (Landlock's, bwrap's), then 60 measured: 5 in the fresh server, then
+    // (warm) SANDBOX_WARM more.
+    const measure = async (warmUp: readonly [number, number]) => {
+      const out = variants.map(() => [] as number[]);
+      for (const [pair, w] of [
+        [[2, 3], warmUp[0]],
+        [[0, 1], warmUp[1]],
+      ] as const)
+        for (let i = 0; i < w + 60; i++)
+          for (const k of pair) {
+            const ms = await variants[k]!();
+            if (i >= w) out[k]!.push(ms);
+          }
+      const [bwrap, bare, landlock, plain] = out.map((v) => v.sort((a, b) => a - b));
+      return { bwrap: bwrap!, bare: bare!, landlock: landlock!, plain: plain! };
+    };
+    const fresh = await measure([5, 5]);
+    const warm = SANDBOX_WARM[0] > 0 ? await measure(SANDBOX_WARM) : null;
     c.close();
-    const [bwrap, bare, landlock, plain] = out.map((v) => v.sort((a, b) => a - b));
-    return { bwrap: bwrap!, bare: bare!, landlock: landlock!, plain: plain!, landlockRules };
+    return { ...fresh, warm, landlockRules };
   } finally {
     await stopServer(s);
     rmSync(dir, { recursive: true, force: true });
@@ -692,6 +714,26 @@ export async function run(): Promise<BenchRow[]> {
               'ms',
               '1.2 × unsandboxed',
             ),
+            ...(sbx.warm
+              ? [
+                  check(
+                    `  warm (after ${SANDBOX_WARM[1]} more) bwrap p50`,
+                    pct(sbx.warm.bwrap, 50),
+                    1.2 * pct(sbx.warm.bare, 50),
+                    true,
+                    'ms',
+                    '1.2 × bare bwrap, same argv',
+                  ),
+                  check(
+                    `  warm (after ${SANDBOX_WARM[0]} more) Landlock p50`,
+                    pct(sbx.warm.landlock, 50),
+                    1.2 * pct(sbx.warm.plain, 50),
+                    true,
+                    'ms',
+                    '1.2 × unsandboxed',
+                  ),
+                ]
+              : []),
           ]),
     ];
     table(
@@ -763,18 +805,22 @@ export async function run(): Promise<BenchRow[]> {
     if (sbx instanceof Error) console.log(`\nsandboxed starts: ${sbx.message}`);
     else
       table(
-        'sandboxed starts (one Corral server; runs taking turns, 60 each)',
-        ['', 'p50 ms', 'p90 ms'],
-        [
-          ['through Corral, bwrap', f2(pct(sbx.bwrap, 50)), f2(pct(sbx.bwrap, 90))],
-          ['bare bwrap, the same argv and descriptors', f2(pct(sbx.bare, 50)), f2(pct(sbx.bare, 90))],
+        `sandboxed starts (one Corral server; runs taking turns, 60 each: fresh, and warm after ${SANDBOX_WARM.join(' and ')} more)`,
+        ['', 'p50 ms', 'p90 ms', 'warm p50', 'warm p90'],
+        (
           [
-            `through Corral, Landlock (${sbx.landlockRules} rules)`,
-            f2(pct(sbx.landlock, 50)),
-            f2(pct(sbx.landlock, 90)),
-          ],
-          ['through Corral, unsandboxed', f2(pct(sbx.plain, 50)), f2(pct(sbx.plain, 90))],
-        ],
+            ['through Corral, bwrap', 'bwrap'],
+            ['bare bwrap, the same argv and descriptors', 'bare'],
+            [`through Corral, Landlock (${sbx.landlockRules} rules)`, 'landlock'],
+            ['through Corral, unsandboxed', 'plain'],
+          ] as const
+        ).map(([label, k]) => [
+          label,
+          f2(pct(sbx[k], 50)),
+          f2(pct(sbx[k], 90)),
+          sbx.warm ? f2(pct(sbx.warm[k], 50)) : '',
+          sbx.warm ? f2(pct(sbx.warm[k], 90)) : '',
+        ]),
       );
     if (phases instanceof Error) console.log(`\nbreakdown: ${phases.message}`);
     else

@@ -1,9 +1,11 @@
 /**
  * Who trusts what under TLS interception (issue 34, items 1 and 2), once per server process:
  * - The child trusts one bundle: the system roots, the certificate blocks of the CA files the server itself started
- *   with (`SSL_CERT_FILE`, `NODE_EXTRA_CA_CERTS`), and the Corral CA. It is written content-addressed (`<sha256>.pem`,
- *   0644) in a directory of the server's own (0755, owned by it, checked), next to the CA certificate alone. The CA's
- *   key is never written.
+ *   with (`SSL_CERT_FILE`, `NODE_EXTRA_CA_CERTS`), and the Corral CA. It is written content-addressed under the
+ *   server's tag (`<tag>.<sha256>.pem`, 0644: src/process/serverTag.ts) in a directory of the server's user (0755,
+ *   owned by it, checked), next to the CA certificate alone. The CA's key is never written. Each server has a CA of
+ *   its own, so its two files (~220 KiB) are its alone: removed when it exits, and those of a server that died
+ *   without exiting (killed) by the next one that makes its trust there.
  * - The proxy verifies upstream servers against the system roots and those startup CA files, never the Corral CA.
  *
  * "Started with" is read on first use: the first interception-enabled proxy of the process (a test sets the
@@ -17,14 +19,17 @@ import {
   lstatSync,
   mkdirSync,
   openSync,
+  readdirSync,
   readFileSync,
   readSync,
   renameSync,
+  unlinkSync,
   writeFileSync,
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import tls from 'node:tls';
+import { formatTag, isDeadServer, ownTag, parseTag } from '../../process/serverTag.js';
 import { MitmCa } from './ca.js';
 
 /** Where distributions keep the system roots, first found wins; Node's own bundled roots otherwise. */
@@ -85,12 +90,13 @@ function trustDir(): string {
 }
 
 /**
- * Writes `content` as `<dir>/<sha256>.pem`, 0644, unless that file already holds exactly it (content-addressed; a
- * file is written whole under a temporary name, then renamed, so no reader ever sees half of one).
+ * Writes `content` as `<dir>/<tag>.<sha256>.pem` (this server's tag), 0644, unless that file already holds exactly it
+ * (content-addressed; a file is written whole under a temporary name, then renamed, so no reader ever sees half of
+ * one).
  */
 function writeAddressed(dir: string, content: string): string {
   const body = Buffer.from(content, 'latin1');
-  const path = join(dir, `${createHash('sha256').update(body).digest('hex')}.pem`);
+  const path = join(dir, `${formatTag(ownTag())}.${createHash('sha256').update(body).digest('hex')}.pem`);
   const st = lstatSync(path, { throwIfNoEntry: false });
   if (st?.isFile() && st.size === body.length && (st.mode & 0o777) === 0o644 && sameContent(path, body))
     return path;
@@ -109,6 +115,36 @@ function sameContent(path: string, body: Buffer): boolean {
   }
 }
 
+/** A trust file's name: `<tag>.<sha256>.pem`. */
+const TRUST_FILE = /^\d+\.\d+\.\d+\.[0-9a-f]{64}\.pem$/;
+
+/**
+ * Removes the trust files in `dir` of servers that are certainly gone (serverTag.ts isDeadServer: a killed server
+ * never removed its own). Only names of the trust files' form, only files and symbolic links (unlinked, never
+ * followed); anything else, and every live or unknown server's file, stays.
+ */
+export function sweepDeadTrustFiles(dir: string): void {
+  let names: string[];
+  try {
+    names = readdirSync(dir);
+  } catch {
+    return;
+  }
+  for (const name of names) {
+    if (!TRUST_FILE.test(name)) continue;
+    const tag = parseTag(name);
+    if (!tag || !isDeadServer(tag)) continue;
+    const p = join(dir, name);
+    const st = lstatSync(p, { throwIfNoEntry: false });
+    if (!st || !(st.isFile() || st.isSymbolicLink())) continue;
+    try {
+      unlinkSync(p);
+    } catch {
+      // gone already, or not ours to remove: left
+    }
+  }
+}
+
 /** The interception trust of one server process. */
 export interface MitmTrust {
   readonly ca: MitmCa;
@@ -118,6 +154,8 @@ export interface MitmTrust {
   readonly caPath: string;
   /** What upstream TLS is verified with: the system roots and the startup CA files, never the Corral CA. */
   readonly upstream: tls.SecureContext;
+  /** Removes the files it wrote (the server is exiting: nothing it started runs any more). */
+  remove(): void;
 }
 
 /** Builds the trust from an environment (the server's own) and a directory; `mitmTrust()` is the process's one. */
@@ -125,6 +163,7 @@ export function createMitmTrust(
   env: Record<string, string | undefined> = process.env,
   dir: string = trustDir(),
 ): MitmTrust {
+  sweepDeadTrustFiles(dir);
   const ca = new MitmCa();
   const startup: string[] = [];
   for (const k of STARTUP_CA_ENV_KEYS) {
@@ -150,13 +189,26 @@ export function createMitmTrust(
       }
       return path;
     },
+    remove() {
+      for (const p of [caPath, path]) {
+        try {
+          unlinkSync(p);
+        } catch {
+          // already gone
+        }
+      }
+    },
   };
 }
 
 let processTrust: MitmTrust | undefined;
 
-/** The server process's interception trust, made on first use. */
+/** The server process's interception trust, made on first use; its files go when the process exits. */
 export function mitmTrust(): MitmTrust {
-  processTrust ??= createMitmTrust();
+  if (!processTrust) {
+    const trust = createMitmTrust();
+    process.once('exit', () => trust.remove());
+    processTrust = trust;
+  }
   return processTrust;
 }

@@ -142,7 +142,7 @@ describe('TLS interception inside a bwrap sandbox (limited mode, mitm: true)', {
       { NODE_CLIENT, PY_CLIENT },
     );
     const out = r.stdout;
-    assert.match(out, /ca=\/.*corral-ca-\d+\/[0-9a-f]{64}\.pem/, r.stderr);
+    assert.match(out, /ca=\/.*corral-ca-\d+\/\d+\.\d+\.\d+\.[0-9a-f]{64}\.pem/, r.stderr);
     assert.match(out, /^ok GET \/curl$/m, r.stderr);
     assert.match(out, /^curl-post=403$/m);
     assert.match(out, /^node-get HTTP\/1\.1 200 OK \| ok GET \/node$/m, r.stderr);

@@ -631,6 +631,14 @@ async function main(): Promise<void> {
         strict: true,
       });
       const run = command === 'doctor' ? doctorCommand : selftestCommand;
+      // Interrupted (Ctrl-C, a kill), a probe exits through process.exit, as a shell's 128 + the signal: its 'exit'
+      // listeners remove its scratch workspace, and its sandboxed commands die with it (their parent-death signal).
+      for (const [signal, n] of [
+        ['SIGINT', 2],
+        ['SIGTERM', 15],
+        ['SIGHUP', 1],
+      ] as const)
+        process.once(signal, () => process.exit(128 + n));
       process.exitCode = await run({ json: values.json, sandbox: sandboxOptions(values) });
       break;
     }

@@ -547,6 +547,10 @@ export async function runSelftest(
   opts: { sandbox?: PrepareOptions; hole?: string | null; only?: readonly string[] } = {},
 ): Promise<SelftestReport> {
   const scratch = mkdtempSync(join(tmpdir(), 'corral-selftest-'));
+  // Interrupted (`corral selftest` exits on SIGINT/SIGTERM), the process leaves before the finally below: the scratch
+  // goes at the exit then.
+  const remove = () => rmSync(scratch, { recursive: true, force: true });
+  process.once('exit', remove);
   const server = new ExecServer({ resumeGraceMs: 0, launcher: { sandbox: opts.sandbox ?? {} } });
   const client = new LocalClient(server);
   const cases: CaseResult[] = [];
@@ -579,7 +583,8 @@ export async function runSelftest(
   } finally {
     client.close();
     await server.shutdown().catch(() => {});
-    rmSync(scratch, { recursive: true, force: true });
+    process.off('exit', remove);
+    remove();
   }
   return { time: new Date().toISOString(), ok: !cases.some((c) => c.status === 'broken'), cases };
 }

@@ -5,8 +5,8 @@
  * The old code (cca01b7) had no selftest: every test here fails there.
  */
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { spawn, spawnSync } from 'node:child_process';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, watch } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
@@ -99,6 +99,47 @@ describe('corral selftest', { skip: needsSandbox }, () => {
       rmSync(state, { recursive: true, force: true });
     }
   });
+});
+
+test('corral selftest and corral doctor interrupted in the middle (SIGINT, SIGTERM): 128 + the signal, no scratch left', {
+  skip: needsSandbox,
+}, async () => {
+  for (const [command, signal, code] of [
+    ['selftest', 'SIGINT', 130],
+    ['doctor', 'SIGTERM', 143],
+  ] as const) {
+    const tmp = mkdtempSync(join(tmpdir(), 'corral-probe-interrupted-'));
+    try {
+      const env: NodeJS.ProcessEnv = { ...process.env, TMPDIR: tmp, XDG_STATE_HOME: join(tmp, 'state') };
+      delete env.XDG_RUNTIME_DIR;
+      const made = new Promise<void>((resolve) => {
+        const w = watch(tmp, (_e, name) => {
+          if (String(name).startsWith(`corral-${command}-`)) {
+            w.close();
+            resolve();
+          }
+        });
+      });
+      const child = spawn(process.execPath, [CORRAL_BIN, command, '--json'], {
+        cwd: ROOT,
+        env,
+        stdio: 'ignore',
+      });
+      const exited = new Promise<number | null>((resolve) => child.once('exit', (c) => resolve(c)));
+      // The probe's scratch exists: interrupt it now (or the probe ended first, which the code below reports).
+      const first = await Promise.race([made.then(() => 'made'), exited.then((c) => `exited ${c} first`)]);
+      assert.equal(first, 'made', command);
+      child.kill(signal);
+      assert.equal(await exited, code, `${command} on ${signal}`);
+      assert.deepEqual(
+        readdirSync(tmp).filter((n) => n.startsWith('corral-')),
+        [],
+        `${command}: its scratch is left`,
+      );
+    } finally {
+      rmSync(tmp, { recursive: true, force: true });
+    }
+  }
 });
 
 test('corral doctor points at the last self-test result, or says it never ran', () => {

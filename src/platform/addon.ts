@@ -25,7 +25,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 /** The interface version this JavaScript was written against (CORRAL_NATIVE_ABI in src/platform/native/common.h). */
-export const NATIVE_ABI = 8;
+export const NATIVE_ABI = 9;
 
 declare const handleBrand: unique symbol;
 /** An opaque handle the addon hands out (a pipe reader, a relay). */
@@ -119,7 +119,7 @@ export interface Addon {
     paths: string[],
     rights: number[],
     ports: number[],
-  ): number;
+  ): number[];
   // netnotify.c (see src/platform/netNotify.ts)
   netNotifyProbe(): string | null;
   netNotifyPair(): [number, number];

@@ -4,12 +4,15 @@
 //   landlockAbi() -> [abi, errata, errno]
 //                        the kernel's Landlock ABI version (0 when there is none: errno says why, ENOSYS when the
 //                        kernel lacks it, EOPNOTSUPP when it was not enabled at boot) and its errata bitmask.
-//   landlockRuleset(handledFs, handledNet, scoped, paths: string[], rights: number[], ports: number[]) -> fd
+//   landlockRuleset(handledFs, handledNet, scoped, paths: string[], rights: number[], ports: number[])
+//                     -> [fd, dev0, ino0, dev1, ino1, ...]
 //                        a new ruleset (O_CLOEXEC) handling those access rights and scopes, with one path_beneath
 //                        rule per path (rights[i] on paths[i], opened O_PATH | O_NOFOLLOW: a path that is now a
 //                        symlink, or gone, or not reachable by this user gets no rule, which only takes access
 //                        away; directory-only rights are dropped for anything but a directory) and one TCP connect
-//                        rule per port. Throws Error { errno, message naming the path } on anything else.
+//                        rule per port; after the fd, the device and inode each path opened as (what its rule is
+//                        bound to; a symlink's own), -1 -1 where it opened as nothing. Throws Error { errno,
+//                        message naming the path } on anything else.
 //
 // spawn(...)'s confine argument (the eleventh), { rulesetFd, seccomp: Buffer, flags, netNotifyFd? }, is read by corral_confinement_from_js: the
 // child applies it right before execve (confine.c).
@@ -93,8 +96,10 @@ static bool get_array(napi_env env, napi_value v, uint32_t *n, uint32_t max) {
   return napi_is_array(env, v, &is) == napi_ok && is && napi_get_array_length(env, v, n) == napi_ok && *n <= max;
 }
 
-// One path_beneath rule; 0 when added or deliberately skipped, else an errno value.
-static int add_path_rule(int ruleset, const char *path, uint64_t rights) {
+// One path_beneath rule; 0 when added or deliberately skipped, else an errno value. *dev and *ino: what the path
+// opened as (-1 when it opened as nothing).
+static int add_path_rule(int ruleset, const char *path, uint64_t rights, double *dev, double *ino) {
+  *dev = *ino = -1;
   // The plan's paths are canonical: a symlink on the way was put there since (by a sandbox, in a writable root) and
   // would move the rule elsewhere. RESOLVE_NO_SYMLINKS fails with ELOOP then; a trailing symlink opens as itself.
   struct {
@@ -107,7 +112,12 @@ static int add_path_rule(int ruleset, const char *path, uint64_t rights) {
   struct stat st;
   int err = 0;
   if (fstat(fd, &st) < 0) err = errno;
-  else if (!S_ISLNK(st.st_mode)) {
+  else {
+    // As doubles, the way Node's lstat gives them (src/sandbox/linux/landlockReuse.ts compares the two).
+    *dev = (double)st.st_dev;
+    *ino = (double)st.st_ino;
+  }
+  if (err == 0 && !S_ISLNK(st.st_mode)) {
     if (!S_ISDIR(st.st_mode)) rights &= LL_FILE_RIGHTS;
     struct ll_path_beneath_attr pb = {.allowed_access = rights, .parent_fd = fd};
     if (rights != 0 && syscall(SYS_landlock_add_rule, ruleset, LL_RULE_PATH_BENEATH, &pb, 0) < 0) err = errno;
@@ -136,6 +146,11 @@ static napi_value js_landlock_ruleset(napi_env env, napi_callback_info info) {
   int ruleset = (int)syscall(SYS_landlock_create_ruleset, &attr, size, 0);
   if (ruleset < 0) return corral_throw_errno(env, errno, "landlock_create_ruleset");
   char path[PATH_MAX];
+  napi_value out;
+  if (napi_create_array_with_length(env, 1 + 2 * (size_t)npaths, &out) != napi_ok) {
+    close(ruleset);
+    return corral_throw_errno(env, ENOMEM, "landlockRuleset");
+  }
   for (uint32_t i = 0; i < npaths; i++) {
     napi_value p, r;
     size_t len = 0;
@@ -147,13 +162,19 @@ static napi_value js_landlock_ruleset(napi_env env, napi_callback_info info) {
       napi_throw_type_error(env, NULL, usage);
       return NULL;
     }
-    int err = add_path_rule(ruleset, path, rights);
+    double dev, ino;
+    int err = add_path_rule(ruleset, path, rights, &dev, &ino);
     if (err != 0) {
       char what[200];
       snprintf(what, sizeof what, "landlock rule for %.160s", path);
       close(ruleset);
       return corral_throw_errno(env, err, what);
     }
+    napi_value d, n;
+    napi_create_double(env, dev, &d);
+    napi_create_double(env, ino, &n);
+    napi_set_element(env, out, 1 + 2 * i, d);
+    napi_set_element(env, out, 2 + 2 * i, n);
   }
   for (uint32_t i = 0; i < nports; i++) {
     napi_value p;
@@ -170,8 +191,9 @@ static napi_value js_landlock_ruleset(napi_env env, napi_callback_info info) {
       return corral_throw_errno(env, e, "landlock_add_rule (TCP port)");
     }
   }
-  napi_value out;
-  napi_create_int32(env, ruleset, &out);
+  napi_value fdv;
+  napi_create_int32(env, ruleset, &fdv);
+  napi_set_element(env, out, 0, fdv);
   return out;
 }
 

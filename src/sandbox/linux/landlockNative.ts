@@ -55,10 +55,14 @@ export interface RulesetSpec {
   connectPorts: number[];
 }
 
-/** A new ruleset fd (close-on-exec; the caller closes it once the child has it). Throws an Error with `errno`. */
-export function buildRuleset(spec: RulesetSpec): number {
+/**
+ * A new ruleset fd (close-on-exec; the caller closes it once the child has it), and what each rule's path was when
+ * its rule was made: `dev:ino` of what it opened as (a symlink's own), `-` where it opened as nothing (gone: no
+ * rule) — as `${st.dev}:${st.ino}` of an lstat of the path reads while it is unchanged. Throws an Error with `errno`.
+ */
+export function buildBoundRuleset(spec: RulesetSpec): { fd: number; inodes: string[] } {
   if (!calls) throw new Error(landlockSupport().missing ?? 'no Landlock');
-  return calls.landlockRuleset(
+  const out = calls.landlockRuleset(
     spec.handledFs,
     spec.handledNet,
     spec.scoped,
@@ -66,6 +70,17 @@ export function buildRuleset(spec: RulesetSpec): number {
     spec.rules.map((r) => r.rights),
     spec.connectPorts,
   );
+  const inodes = spec.rules.map((_, i) => {
+    const dev = out[1 + 2 * i]!;
+    const ino = out[2 + 2 * i]!;
+    return dev < 0 ? '-' : `${dev}:${ino}`;
+  });
+  return { fd: out[0]!, inodes };
+}
+
+/** A new ruleset fd (buildBoundRuleset without the inodes). */
+export function buildRuleset(spec: RulesetSpec): number {
+  return buildBoundRuleset(spec).fd;
 }
 
 export function closeRuleset(fd: number): void {

@@ -15,7 +15,7 @@ import { dirname } from 'node:path';
 import { lstatInPass } from '../fsProbe.js';
 import { listDirectory } from './dirListing.js';
 import type { LandlockPlan, ListedEntry } from './landlock.js';
-import { buildRuleset, closeRuleset, type RulesetSpec } from './landlockNative.js';
+import { buildBoundRuleset, closeRuleset, type RulesetSpec } from './landlockNative.js';
 
 /** What a plan was made from on the filesystem, and the key of its rules. */
 export interface PlanBasis {
@@ -138,9 +138,14 @@ export interface KeptRuleset {
 const rulesets: KeptRuleset[] = [];
 const MAX_RULESETS = 4;
 
+/** `dev:ino` of the path itself, `-` where there is nothing to look at (missing, or unreachable: as the build's). */
 function inodeOf(p: string): string {
-  const st = lstatInPass(p);
-  return st ? `${st.dev}:${st.ino}` : '-';
+  try {
+    const st = lstatInPass(p);
+    return st ? `${st.dev}:${st.ino}` : '-';
+  } catch {
+    return '-';
+  }
 }
 
 /** Whether every rule's path still names the inode it named at the build (`listings`: the stable ones of now). */
@@ -193,12 +198,13 @@ export function acquireRuleset(
     }
     evict(hit);
   }
-  // Inodes first: a change between them and the build shows at the next start.
-  const inodes = paths.map(inodeOf);
+  // Each rule's inode is the one its rule was bound to (the build opens each path once, and says what it opened): a
+  // path changed since shows at the next start.
+  const built = buildBoundRuleset(spec);
   const ruleset: KeptRuleset = {
     key,
-    fd: buildRuleset(spec),
-    inodes,
+    fd: built.fd,
+    inodes: built.inodes,
     verified: listings,
     users: 1,
     evicted: false,

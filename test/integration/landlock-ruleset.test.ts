@@ -3,7 +3,16 @@
  * the path the plan named, never on what a symlink put on the way since planning points at.
  */
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, mkdtempSync, realpathSync, rmSync, symlinkSync } from 'node:fs';
+import {
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  mkdtempSync,
+  realpathSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
@@ -11,7 +20,12 @@ import type { LaunchSpec } from '../../src/process/launch.js';
 import { spawnPiped } from '../../src/process/spawner.js';
 import { buildSeccompFilter } from '../../src/sandbox/index.js';
 import { handledFs, READ, WRITE } from '../../src/sandbox/linux/landlock.js';
-import { buildRuleset, closeRuleset, landlockSupport } from '../../src/sandbox/linux/landlockNative.js';
+import {
+  buildBoundRuleset,
+  buildRuleset,
+  closeRuleset,
+  landlockSupport,
+} from '../../src/sandbox/linux/landlockNative.js';
 import { hostSeccompArch } from '../../src/sandbox/linux/seccomp.js';
 import { outputAndExit } from '../helpers/spawned.js';
 
@@ -73,4 +87,35 @@ test('a rule whose path goes through a symlink is not placed (no write reaches t
   );
   assert.ok(!existsSync(join(real, 'sub', 'b')), `the rule followed the symlink: ${out}`);
   assert.doesNotMatch(out, /WROTE/);
+});
+
+test('the build says what each rule is bound to: the inode it opened, a symlink as itself, "-" for nothing', {
+  skip: support.abi === 0 ? `no Landlock here: ${support.missing}` : false,
+}, () => {
+  const dir = join(root, 'bound');
+  mkdirSync(join(dir, 'd'), { recursive: true });
+  writeFileSync(join(dir, 'f'), 'x');
+  symlinkSync(join(dir, 'd'), join(dir, 'link'));
+  symlinkSync(dir, join(root, 'via'));
+  const paths = [
+    join(dir, 'd'),
+    join(dir, 'f'),
+    join(dir, 'link'), // a trailing symlink: itself (and no rule)
+    join(dir, 'missing'),
+    join(root, 'via', 'd'), // a symlink on the way: nothing opened
+    join(dir, 'f', 'below-a-file'),
+  ];
+  const { fd, inodes } = buildBoundRuleset({
+    handledFs: handledFs(support.abi),
+    handledNet: 0,
+    scoped: 0,
+    rules: paths.map((path) => ({ path, rights: READ })),
+    connectPorts: [],
+  });
+  closeRuleset(fd);
+  const own = (p: string) => {
+    const st = lstatSync(p);
+    return `${st.dev}:${st.ino}`;
+  };
+  assert.deepEqual(inodes, [own(paths[0]!), own(paths[1]!), own(paths[2]!), '-', '-', '-']);
 });

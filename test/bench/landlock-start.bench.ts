@@ -6,9 +6,13 @@
  * every default on (hotpath.bench.ts's corralServerArgv). Per row: start→closed p50/p90 and the server's CPU per start
  * (every thread, from /proc/<pid>/task/<tid>/schedstat, over blocks of LANDLOCK_BLOCK sequential starts of one kind:
  * the audit worker's batch of a block lands mostly in it). LANDLOCK_BLOCKS blocks of each kind per server (default
- * 12). The policy: read everything, write the workspace (with a .git) and /tmp, as hotpath's sandbox rows.
+ * 12). The policy: read everything, write the workspace (with a .git) and /tmp, as hotpath's sandbox rows. The
+ * `landlock, /tmp changing` row is the same Landlock start with a file of the bench's made in /tmp and the one before
+ * removed ahead of each start, as compilers and editors do all the time: /tmp is a frozen root under this policy (one
+ * rule per entry), so each such start plans anew and builds a new ruleset.
  */
-import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { seedParam } from '../integration/sandbox-util.js';
 import { BenchClient, cpuMs, pct, startServer, stopServer } from './exec.bench.js';
@@ -22,8 +26,8 @@ const BLOCK = Number(process.env.LANDLOCK_BLOCK ?? 20);
 const BLOCKS = Number(process.env.LANDLOCK_BLOCKS ?? 12);
 const TRUE = ['/bin/true'];
 
-type Kind = 'landlock' | 'plain' | 'bwrap';
-const KINDS: Kind[] = ['landlock', 'plain', 'bwrap'];
+type Kind = 'landlock' | 'plain' | 'bwrap' | 'landlock, /tmp changing';
+const KINDS: Kind[] = ['landlock', 'plain', 'bwrap', 'landlock, /tmp changing'];
 /** Per kind of start: start→closed times (ms) and the server's CPU (µs) per start, one figure per block. */
 type Figures = Record<Kind, { lat: number[]; cpu: number[] }>;
 
@@ -53,6 +57,16 @@ export async function run(): Promise<BenchRow[]> {
       landlock: { sandbox: seedParam({ cwd: ws, entries, useLegacyLandlock: true }) },
       plain: {},
       bwrap: { sandbox: seedParam({ cwd: ws, entries }) },
+      'landlock, /tmp changing': { sandbox: seedParam({ cwd: ws, entries, useLegacyLandlock: true }) },
+    };
+    let n = 0;
+    // The file of the `/tmp changing` row: a new one before each of its starts, the one before removed.
+    let churned: string | null = null;
+    const churn = () => {
+      const next = join(tmpdir(), `corral-bench-churn-${process.pid}-${n}`);
+      writeFileSync(next, '');
+      if (churned) rmSync(churned, { force: true });
+      churned = next;
     };
     const env = { PATH: '/usr/bin:/bin' };
     const servers = await Promise.all(
@@ -63,13 +77,13 @@ export async function run(): Promise<BenchRow[]> {
     );
     try {
       const clients = await Promise.all(servers.map((s) => BenchClient.open(s.url)));
-      let n = 0;
       const block = async (i: number, kind: Kind, keep: boolean) => {
         const c = clients[i]!;
         const pid = servers[i]!.proc.pid!;
         const lat: number[] = [];
         const cpu0 = cpuMs(pid);
         for (let k = 0; k < BLOCK; k++) {
+          if (kind === 'landlock, /tmp changing') churn();
           const t0 = performance.now();
           await c.run(`s-${n++}`, TRUE, { cwd: ws, env, ...params[kind] });
           lat.push(performance.now() - t0);
@@ -85,6 +99,7 @@ export async function run(): Promise<BenchRow[]> {
       for (const c of clients) c.close();
     } finally {
       await Promise.all(servers.map((s) => stopServer(s)));
+      if (churned) rmSync(churned, { force: true });
     }
     const rows: BenchRow[] = [];
     console.log(

@@ -6,7 +6,7 @@
  */
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, watch } from 'node:fs';
+import { type FSWatcher, mkdtempSync, readdirSync, readFileSync, rmSync, watch } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
@@ -109,16 +109,16 @@ test('corral selftest and corral doctor interrupted in the middle (SIGINT, SIGTE
     ['doctor', 'SIGTERM', 143],
   ] as const) {
     const tmp = mkdtempSync(join(tmpdir(), 'corral-probe-interrupted-'));
+    let watcher: FSWatcher | undefined;
     try {
       const env: NodeJS.ProcessEnv = { ...process.env, TMPDIR: tmp, XDG_STATE_HOME: join(tmp, 'state') };
       delete env.XDG_RUNTIME_DIR;
+      let seen = (): void => {};
       const made = new Promise<void>((resolve) => {
-        const w = watch(tmp, (_e, name) => {
-          if (String(name).startsWith(`corral-${command}-`)) {
-            w.close();
-            resolve();
-          }
-        });
+        seen = resolve;
+      });
+      watcher = watch(tmp, (_e, name) => {
+        if (String(name).startsWith(`corral-${command}-`)) seen();
       });
       const child = spawn(process.execPath, [CORRAL_BIN, command, '--json'], {
         cwd: ROOT,
@@ -137,6 +137,7 @@ test('corral selftest and corral doctor interrupted in the middle (SIGINT, SIGTE
         `${command}: its scratch is left`,
       );
     } finally {
+      watcher?.close(); // however the test ends
       rmSync(tmp, { recursive: true, force: true });
     }
   }

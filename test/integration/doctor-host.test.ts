@@ -4,7 +4,7 @@
  * environments are in landlock-fallback.test.ts (the CLI there); this one is the host as it runs here.
  */
 import assert from 'node:assert/strict';
-import { mkdtempSync, readdirSync, rmSync, watch } from 'node:fs';
+import { type FSWatcher, mkdtempSync, readdirSync, rmSync, watch } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
@@ -71,6 +71,7 @@ test('a host stopped while it makes the doctor report leaves no scratch director
   // The report runs sandboxed starts in a scratch workspace under TMPDIR; a host stopped (SIGTERM) in the middle
   // exits before the report's own cleanup runs, and left `corral-doctor-*` there (the dev machine's /tmp had five).
   const tmp = mkdtempSync(join(tmpdir(), 'corral-doctor-exit-'));
+  let watcher: FSWatcher | undefined;
   try {
     const env: NodeJS.ProcessEnv = { ...process.env, TMPDIR: tmp };
     delete env.XDG_RUNTIME_DIR;
@@ -80,13 +81,12 @@ test('a host stopped while it makes the doctor report leaves no scratch director
       const execUrl = /^exec-server: (\S+)/.exec(cli.url!)?.[1];
       const panelToken = /#token=(\S+)$/.exec(panelUrl)?.[1];
       assert.ok(execUrl && panelToken, `${cli.url}\n${panelUrl}`);
+      let seen = (): void => {};
       const made = new Promise<void>((resolve) => {
-        const w = watch(tmp, (_e, name) => {
-          if (String(name).startsWith('corral-doctor-')) {
-            w.close();
-            resolve();
-          }
-        });
+        seen = resolve;
+      });
+      watcher = watch(tmp, (_e, name) => {
+        if (String(name).startsWith('corral-doctor-')) seen();
       });
       const panel = await RpcClient.open(
         execUrl.replace(/\?token=.*/, `?token=${panelToken}`),
@@ -108,6 +108,7 @@ test('a host stopped while it makes the doctor report leaves no scratch director
       await cli.stop();
     }
   } finally {
+    watcher?.close(); // however the test ends
     rmSync(tmp, { recursive: true, force: true });
   }
 });

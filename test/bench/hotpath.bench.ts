@@ -16,9 +16,9 @@
  * Then the sandbox rows (Corral only): a bwrap-sandboxed start through the server against the very bwrap argv (and
  * descriptors) prepareLaunch makes for it, spawned here without a server; a Landlock start against an unsandboxed
  * one, both through the server; each in a fresh server, then again once the same server has run SANDBOX_WARM more
- * (the Landlock start's planning is JavaScript that a fresh server runs cold, like the plain start's). Last, the breakdown of one start (unsandboxed and Landlock, taking turns) in an
- * in-process server with every default on (phase timers hooked onto its classes' prototypes; nothing of the kind is
- * in the server itself).
+ * (the Landlock start's planning is JavaScript that a fresh server runs cold, like the plain start's). Last, the
+ * breakdown of one start (unsandboxed and Landlock, taking turns) in an in-process server with every default on
+ * (phase timers hooked onto its classes' prototypes; nothing of the kind is in the server itself).
  *
  * Printed first: the issue's ratios with pass/fail; then the figures; then the breakdown.
  */

@@ -19,7 +19,6 @@ import {
   lstatSync,
   mkdirSync,
   openSync,
-  readdirSync,
   readFileSync,
   readSync,
   renameSync,
@@ -29,7 +28,7 @@ import {
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import tls from 'node:tls';
-import { formatTag, isDeadServer, ownTag, parseTag } from '../../process/serverTag.js';
+import { deadServerEntries, formatTag, ownTag } from '../../process/serverTag.js';
 import { MitmCa } from './ca.js';
 
 /** Where distributions keep the system roots, first found wins; Node's own bundled roots otherwise. */
@@ -124,16 +123,8 @@ const TRUST_FILE = /^\d+\.\d+\.\d+\.[0-9a-f]{64}\.pem$/;
  * followed); anything else, and every live or unknown server's file, stays.
  */
 export function sweepDeadTrustFiles(dir: string): void {
-  let names: string[];
-  try {
-    names = readdirSync(dir);
-  } catch {
-    return;
-  }
-  for (const name of names) {
+  for (const name of deadServerEntries(dir, '')) {
     if (!TRUST_FILE.test(name)) continue;
-    const tag = parseTag(name);
-    if (!tag || !isDeadServer(tag)) continue;
     const p = join(dir, name);
     const st = lstatSync(p, { throwIfNoEntry: false });
     if (!st || !(st.isFile() || st.isSymbolicLink())) continue;

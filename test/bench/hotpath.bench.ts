@@ -669,6 +669,11 @@ export async function run(): Promise<BenchRow[]> {
         ok ? 'PASS' : 'FAIL',
       ];
     };
+    /** The two sandbox bounds of one measurement: bwrap against bare bwrap, Landlock against unsandboxed. */
+    const sandboxChecks = (x: SandboxStarts, [bwrapName, landlockName]: [string, string]) => [
+      check(bwrapName, pct(x.bwrap, 50), 1.2 * pct(x.bare, 50), true, 'ms', '1.2 × bare bwrap, same argv'),
+      check(landlockName, pct(x.landlock, 50), 1.2 * pct(x.plain, 50), true, 'ms', '1.2 × unsandboxed'),
+    ];
     const ratioRows = [
       check(
         'start→closed p50',
@@ -698,41 +703,12 @@ export async function run(): Promise<BenchRow[]> {
       ...(sbx instanceof Error
         ? [['sandboxed starts', sbx.message.slice(0, 60), '', '', 'ERROR']]
         : [
-            check(
-              'bwrap start p50',
-              pct(sbx.bwrap, 50),
-              1.2 * pct(sbx.bare, 50),
-              true,
-              'ms',
-              '1.2 × bare bwrap, same argv',
-            ),
-            check(
-              'Landlock start p50',
-              pct(sbx.landlock, 50),
-              1.2 * pct(sbx.plain, 50),
-              true,
-              'ms',
-              '1.2 × unsandboxed',
-            ),
+            ...sandboxChecks(sbx, ['bwrap start p50', 'Landlock start p50']),
             ...(sbx.warm
-              ? [
-                  check(
-                    `  warm (after ${SANDBOX_WARM[1]} more) bwrap p50`,
-                    pct(sbx.warm.bwrap, 50),
-                    1.2 * pct(sbx.warm.bare, 50),
-                    true,
-                    'ms',
-                    '1.2 × bare bwrap, same argv',
-                  ),
-                  check(
-                    `  warm (after ${SANDBOX_WARM[0]} more) Landlock p50`,
-                    pct(sbx.warm.landlock, 50),
-                    1.2 * pct(sbx.warm.plain, 50),
-                    true,
-                    'ms',
-                    '1.2 × unsandboxed',
-                  ),
-                ]
+              ? sandboxChecks(sbx.warm, [
+                  `  warm (after ${SANDBOX_WARM[1]} more) bwrap p50`,
+                  `  warm (after ${SANDBOX_WARM[0]} more) Landlock p50`,
+                ])
               : []),
           ]),
     ];

@@ -8,7 +8,7 @@
       'target_name': 'corral_spawn',
       'conditions': [
         ['OS=="linux"', {
-          'sources': ['src/platform/native/spawn.c', 'src/platform/native/spawn_addon.c', 'src/platform/native/spawn_child.c', 'src/platform/native/spawn_supervisor.c', 'src/platform/native/pipes.c', 'src/platform/native/reactor.c', 'src/platform/native/watchdog.c', 'src/platform/native/relay.c', 'src/platform/native/netns.c', 'src/platform/native/fsat.c', 'src/platform/native/sandbox.c', 'src/platform/native/landlock.c', 'src/platform/native/confine.c', 'src/platform/native/netnotify.c'],
+          'sources': ['src/platform/native/spawn.c', 'src/platform/native/spawn_addon.c', 'src/platform/native/spawn_child.c', 'src/platform/native/spawn_supervisor.c', 'src/platform/native/pipes.c', 'src/platform/native/reactor.c', 'src/platform/native/watchdog.c', 'src/platform/native/relay.c', 'src/platform/native/netns.c', 'src/platform/native/fsat.c', 'src/platform/native/sandbox.c', 'src/platform/native/landlock.c', 'src/platform/native/confine.c', 'src/platform/native/netnotify.c', 'src/platform/native/fswatch.c'],
           # Hidden by default: the files share functions (spawn_state.h, spawn_child.h), and none of them may be bound to
           # a same-named symbol another library of the process exports; N-API's registration stays visible.
           'cflags': ['-O2', '-Wall', '-Wextra', '-Wno-unused-parameter', '-Wno-missing-field-initializers', '-fvisibility=hidden'],

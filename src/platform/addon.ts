@@ -25,7 +25,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 /** The interface version this JavaScript was written against (CORRAL_NATIVE_ABI in src/platform/native/common.h). */
-export const NATIVE_ABI = 9;
+export const NATIVE_ABI = 10;
 
 declare const handleBrand: unique symbol;
 /** An opaque handle the addon hands out (a pipe reader, a relay). */
@@ -126,6 +126,10 @@ export interface Addon {
   netNotifyWatch(serverFd: number, ports: number[], socksPort?: number, passPorts?: number[]): void;
   netNotifyCounts(): [number, number, number];
   netNotifyTransparent?(localPort: number, socksPort: number): boolean;
+  // fswatch.c (see src/platform/fsWatch.ts)
+  fsWatchOpen(): number;
+  fsWatchAdd(fd: number, dir: string): number;
+  fsWatchDrain(fd: number, max: number): null | -1 | (number | string | null)[];
   // fsat.c (see src/platform/confinedFs.ts)
   fsProbe(): number;
   fsOpenRoot(): number;

@@ -4,6 +4,7 @@
  */
 import { lstatSync, readdirSync, readFileSync, readlinkSync, realpathSync, type Stats } from 'node:fs';
 import { dirname, join, normalize } from 'node:path';
+import { quietFs } from './fsQuiet.js';
 
 /** The lstat of each path asked within the current pass (inOnePass), or null outside one. */
 let pass: Map<string, { st: Stats | undefined } | { err: unknown }> | null = null;
@@ -20,10 +21,12 @@ export function inOnePass<T>(fn: () => T): T {
   if (pass) return fn();
   pass = new Map();
   passStart = Date.now();
+  quietFs.beginPass(); // what changed since the last pass (fsQuiet.ts): answers kept across passes drop with it
   try {
     return fn();
   } finally {
     pass = null;
+    quietFs.endPass();
   }
 }
 
@@ -33,7 +36,7 @@ export function lstatInPass(p: string): Stats | undefined {
   let got = pass.get(p);
   if (!got) {
     try {
-      got = { st: lstatSync(p, { throwIfNoEntry: false }) };
+      got = { st: quietFs.lstat(p) }; // kept from an earlier pass while nothing it depends on changed
     } catch (err) {
       got = { err };
     }
@@ -74,6 +77,7 @@ export function realpathInPass(p: string): string {
     }
     if (plain) return p;
   }
+  if (pass) quietFs.lookUnwatched(); // through symlinks or missing components: no watch vouches for the walk
   return realpathSync.native(p); // the kernel's own walk (the JS one lstats every component)
 }
 
@@ -114,6 +118,8 @@ export const realFsProbe: FsProbe = {
     }
   },
   readText(p) {
+    // A file's content: no watch vouches for it (writes are no event here, and a shared mapping writes without one).
+    quietFs.lookUnwatched();
     try {
       return readFileSync(p, 'utf8').slice(0, 4096);
     } catch {
@@ -121,6 +127,7 @@ export const realFsProbe: FsProbe = {
     }
   },
   readlink(p) {
+    quietFs.watchEntry(p); // a symlink's target never changes; replacing the link is an event of its directory
     try {
       return readlinkSync(p);
     } catch {
@@ -141,7 +148,17 @@ const RACY_MS = 50;
 const MAX_EMPTY_DIRS = 64;
 
 /** Whether the directory `p` (lstat `st`, taken at or after `at`) has no entries. */
-function isEmptyDir(p: string, st: Stats, at: number): boolean {
+function isEmptyDir(p: string, given: Stats, at: number): boolean {
+  // Its entries and times are what counts: watched from here on (fsQuiet.ts), and its times asked now when the given
+  // answer was kept from before its watch began.
+  let st = given;
+  if (!quietFs.watchEntries(p)) {
+    try {
+      st = lstatSync(p);
+    } catch {
+      return false;
+    }
+  }
   const token = `${st.dev}:${st.ino}:${st.ctimeMs}:${st.mtimeMs}`;
   if (emptyDirs.get(p) === token) return true;
   let empty: boolean;

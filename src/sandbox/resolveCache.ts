@@ -15,6 +15,7 @@
  * A kept resolution is deeply frozen: callers share it and must not change it.
  */
 import { type FsProbe, realFsProbe } from './fsProbe.js';
+import { quietFs } from './fsQuiet.js';
 import { type ResolvedPolicy, type ResolveOptions, resolvePolicy } from './resolve.js';
 
 type Method = 'kind' | 'realpath' | 'readText' | 'readlink';
@@ -25,6 +26,11 @@ interface Kept {
   key: string;
   r: ResolvedPolicy;
   asked: Asked[];
+  /**
+   * The watch's generation at which every question was last asked with an answer the watch vouches for
+   * (fsQuiet.ts): while it stays, asking them again would get the same answers.
+   */
+  quiet?: number | undefined;
 }
 
 const kept: Kept[] = [];
@@ -79,16 +85,25 @@ export function resolvePolicyKept(
   const key = JSON.stringify([eff.fs, eff.cwd ?? null, eff.projectRoots, opts.tmpdir ?? null]);
   const i = kept.findIndex((k) => k.key === key);
   const hit = i >= 0 ? kept[i]! : undefined;
+  // Only the real filesystem's answers are watched (a probe given by a test answers as it likes).
+  const watched = probe === realFsProbe;
   if (hit) {
     kept.splice(i, 1);
+    if (watched && quietFs.stillQuiet(hit.quiet)) {
+      kept.unshift(hit);
+      return { r: hit.r, reused: true };
+    }
+    const scope = quietFs.scope();
     if (stillAnswers(hit.asked, probe)) {
+      hit.quiet = watched ? scope.end() : undefined;
       kept.unshift(hit);
       return { r: hit.r, reused: true };
     }
   }
   const asked: Asked[] = [];
+  const scope = quietFs.scope();
   const r = deepFreeze(resolvePolicy(eff, { ...opts, probe: recording(probe, asked) }));
-  kept.unshift({ key, r, asked });
+  kept.unshift({ key, r, asked, quiet: watched ? scope.end() : undefined });
   if (kept.length > MAX_KEPT) kept.pop();
   return { r, reused: false };
 }

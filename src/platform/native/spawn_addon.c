@@ -26,6 +26,7 @@
 #include "fsat.h"
 #include "landlock.h"
 #include "netnotify.h"
+#include "fswatch.h"
 #include "netns.h"
 #include "pipes.h"
 #include "relay.h"
@@ -434,5 +435,6 @@ NAPI_MODULE_INIT(/* napi_env env, napi_value exports */) {
   if (corral_sandbox_init(env, exports) != napi_ok) return NULL;
   if (corral_landlock_init(env, exports) != napi_ok) return NULL;
   if (corral_netnotify_init(env, exports) != napi_ok) return NULL;
+  if (corral_fswatch_init(env, exports) != napi_ok) return NULL;
   return exports;
 }

@@ -11,8 +11,9 @@
  * sandbox cannot change a decomposed directory's entries (it lacks the rights to create, remove or rename there);
  * a host process that does so between the check and the child's exec is the same race as any path-based rule.
  */
-import { readdirSync } from 'node:fs';
+import { lstatSync, readdirSync, type Stats } from 'node:fs';
 import { lstatInPass, lstatTime } from '../fsProbe.js';
+import { quietFs } from '../fsQuiet.js';
 import type { ListedEntry } from './landlock.js';
 
 export interface Listing {
@@ -33,8 +34,17 @@ const listings = new Map<string, Listing>();
  * bigint Stats makes four Date objects, most of this check's cost). Two times a fraction of a microsecond apart may
  * look equal; the racy window covers that as it covers the clock's tick.
  */
-function tokenOf(dir: string): { token: string; settledBefore: number } {
-  const st = lstatInPass(dir);
+function tokenOf(dir: string, fresh: boolean): { token: string; settledBefore: number } {
+  let st: Stats | undefined;
+  if (fresh) {
+    try {
+      st = lstatSync(dir, { throwIfNoEntry: false });
+    } catch {
+      st = undefined;
+    }
+  } else {
+    st = lstatInPass(dir);
+  }
   if (!st) return { token: '-', settledBefore: 0 };
   return {
     token: `${st.dev}:${st.ino}:${st.ctimeMs}:${st.mtimeMs}`,
@@ -47,7 +57,9 @@ export function listDirectory(dir: string): Listing {
   // The real wall clock, not the server's: it is compared with the filesystem's own ctime/mtime. Within a pass
   // (fsProbe.ts) the lstat may be one the pass made earlier: its start bounds it.
   const statAt = lstatTime();
-  const { token, settledBefore } = tokenOf(dir);
+  // Its entries and times are what counts: watched first (fsQuiet.ts), so that a change from here on is an event.
+  const watchedBefore = quietFs.watchEntries(dir);
+  const { token, settledBefore } = tokenOf(dir, !watchedBefore);
   const kept = listings.get(dir);
   if (kept?.stable && kept.token === token) return kept;
   let entries: ListedEntry[] | null;

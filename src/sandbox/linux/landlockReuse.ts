@@ -13,6 +13,7 @@
  */
 import { dirname } from 'node:path';
 import { lstatInPass } from '../fsProbe.js';
+import { quietFs } from '../fsQuiet.js';
 import { listDirectory } from './dirListing.js';
 import type { LandlockPlan, ListedEntry } from './landlock.js';
 import { buildBoundRuleset, closeRuleset, type RulesetSpec } from './landlockNative.js';
@@ -55,6 +56,8 @@ interface KeptPlan {
   basis: PlanBasis;
   /** Every listing was stable: the plan may be reused. */
   reusable: boolean;
+  /** The watch's generation at which its basis last held with every look vouched for (fsQuiet.ts). */
+  quiet?: number | undefined;
 }
 const plans: KeptPlan[] = [];
 const MAX_PLANS = 4;
@@ -84,7 +87,15 @@ export function reusablePlan(
   make: (looks: FsLooks) => LandlockPlan,
 ): { plan: LandlockPlan; basis: PlanBasis } {
   const kept = plans.find((k) => sameParts(k.inputs, inputs));
-  if (kept?.reusable && stillHolds(kept.basis)) return kept;
+  if (kept?.reusable) {
+    if (quietFs.stillQuiet(kept.quiet)) return kept;
+    const scope = quietFs.scope();
+    if (stillHolds(kept.basis)) {
+      kept.quiet = scope.end();
+      return kept;
+    }
+  }
+  const scope = quietFs.scope();
   const listings = new Map<string, string>();
   const types = new Map<string, boolean | null>();
   // The directory of every path whose type is looked at, listed first (a stable listing's token taken before the
@@ -117,7 +128,7 @@ export function reusablePlan(
   }
   const basis: PlanBasis = { listings, types, rulesKey: JSON.stringify(plan.rules) };
   if (kept) plans.splice(plans.indexOf(kept), 1);
-  plans.unshift({ inputs, plan, basis, reusable });
+  plans.unshift({ inputs, plan, basis, reusable, quiet: scope.end() });
   if (plans.length > MAX_PLANS) plans.pop();
   return { plan, basis };
 }

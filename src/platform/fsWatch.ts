@@ -1,0 +1,46 @@
+/**
+ * A watch of directories for changes of their entries and attributes (src/platform/native/fswatch.c: inotify), read
+ * without blocking: what lets sandbox planning keep what it learned of the filesystem between starts
+ * (src/sandbox/fsQuiet.ts). Node's fs.watch delivers events on the event loop, later than the start that must see
+ * them; this is read at the start itself. Without the addon, or with CORRAL_FS_WATCH=0 in the server's environment (an
+ * operator who does not trust inotify on a filesystem), there is no watch (`fsWatchAbsence` says why) and planning
+ * asks the filesystem again at every start.
+ */
+import { openSync } from 'node:fs';
+import { addon, addonAbsence } from './addon.js';
+import { mountsChanged } from './sandbox.js';
+
+export interface FsWatchCalls {
+  /** A new watch instance (an fd, close-on-exec, non-blocking). */
+  open(): number;
+  /** A watch on the directory `dir` names, never through a symlink at its end: its number, or -errno (fswatch.c). */
+  add(fd: number, dir: string): number;
+  /** Pending events as [wd, mask, name | null, ...], null when none, -1 when more than `max` or lost (fswatch.c). */
+  drain(fd: number, max: number): null | -1 | (number | string | null)[];
+  /** An fd on this process's mount table, and whether it changed since the last ask (sandbox.c mountsChanged). */
+  openMounts(): number;
+  mountsChanged(fd: number): boolean;
+}
+
+/** Why there is no watch here (null: there is). */
+export const fsWatchAbsence: string | null =
+  process.platform !== 'linux'
+    ? 'inotify is Linux only'
+    : process.env.CORRAL_FS_WATCH === '0'
+      ? 'turned off (CORRAL_FS_WATCH=0)'
+      : !addon
+        ? `the native addon is not loaded (${addonAbsence ?? 'unknown'})`
+        : !mountsChanged
+          ? 'the native addon is an older build'
+          : null;
+
+export const fsWatchCalls: FsWatchCalls | null =
+  addon && fsWatchAbsence === null && mountsChanged
+    ? {
+        open: addon.fsWatchOpen.bind(addon),
+        add: addon.fsWatchAdd.bind(addon),
+        drain: addon.fsWatchDrain.bind(addon),
+        openMounts: () => openSync('/proc/self/mountinfo', 'r'),
+        mountsChanged,
+      }
+    : null;

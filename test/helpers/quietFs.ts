@@ -1,0 +1,63 @@
+/** What the tests of the planning watch (src/sandbox/fsQuiet.ts) share: scratch directories, answers as text, passes. */
+import { lstatSync, mkdirSync, mkdtempSync, realpathSync, rmSync, type Stats } from 'node:fs';
+import os from 'node:os';
+import { join } from 'node:path';
+import { after } from 'node:test';
+import type { QuietFs } from '../../src/sandbox/fsQuiet.js';
+
+/** A new empty directory per call, all under one scratch directory removed after the file's tests. */
+export function scratchDirs(prefix: string): () => string {
+  const top = realpathSync(mkdtempSync(join(os.tmpdir(), prefix)));
+  after(() => rmSync(top, { recursive: true, force: true }));
+  let n = 0;
+  return () => {
+    const d = join(top, `c${n++}`);
+    mkdirSync(d);
+    return d;
+  };
+}
+
+/** What a kept answer vouches for (fsQuiet.ts): identity, type, mode, owner. */
+export function facts(st: Stats | undefined): string {
+  return st ? `${st.dev}:${st.ino}:${st.mode}:${st.uid}:${st.gid}` : 'missing';
+}
+
+/** lstatSync's answer as facts, or the error's code. */
+export function real(p: string): string {
+  try {
+    return facts(lstatSync(p, { throwIfNoEntry: false }));
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code ?? 'error';
+  }
+}
+
+/** `q`'s answer as facts, or the error's code (within a pass: see inPass). */
+export function answer(q: QuietFs, p: string): string {
+  try {
+    return facts(q.lstat(p));
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code ?? 'error';
+  }
+}
+
+/** Runs `fn` as one planning pass of `q`. */
+export function inPass<T>(q: QuietFs, fn: () => T): T {
+  q.beginPass();
+  try {
+    return fn();
+  } finally {
+    q.endPass();
+  }
+}
+
+/** `q`'s answer about `p` in a pass of its own. */
+export const kept = (q: QuietFs, p: string): string => inPass(q, () => answer(q, p));
+
+/** A check over `paths` as planning makes one: its stamp, when the watch vouches for every look. */
+export function stamp(q: QuietFs, paths: string[]): number | undefined {
+  return inPass(q, () => {
+    const s = q.scope();
+    for (const p of paths) q.lstat(p);
+    return s.end();
+  });
+}

@@ -17,7 +17,9 @@
  *  - CORRAL_NO_BATCH (set, any value): the spawner never switches to SCHED_BATCH (spawn.c batch_begin), read at load;
  *  - CORRAL_NO_SIMD (set, any value): the addon's base64 without SSSE3 (pipes.c), read at load;
  *  - CORRAL_PROXY_SPLICE=0: the proxy's tunnels through Node streams even with the addon (relay.ts), read per tunnel
- *    (a measurement switch that tests and benchmarks flip in a running process).
+ *    (a measurement switch that tests and benchmarks flip in a running process);
+ *  - CORRAL_FS_WATCH=0: no filesystem watch for sandbox planning (fsWatch.ts: every start asks the filesystem again),
+ *    read at load (an operator who does not trust inotify on a filesystem; the A/B of its benefit).
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -206,10 +208,12 @@ if (typeof loaded.addon?.setSwitches === 'function')
     process.env.CORRAL_NO_SIMD === undefined,
   );
 
-/** The switches read when a capability is used rather than at load (see the module comment). */
+/** The switches the capability files ask (see the module comment: each says when it is read). */
 export const nativeSwitches = {
   /** false: tunnels are piped through Node streams even where the splice relay could carry them. */
   proxySplice: (): boolean => process.env.CORRAL_PROXY_SPLICE !== '0',
+  /** false: sandbox planning keeps no answers between starts (fsWatch.ts). */
+  fsWatch: process.env.CORRAL_FS_WATCH !== '0',
 };
 
 /** The addon, or null (see addonAbsence). */

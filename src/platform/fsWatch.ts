@@ -7,7 +7,7 @@
  * asks the filesystem again at every start.
  */
 import { openSync } from 'node:fs';
-import { addon, addonAbsence } from './addon.js';
+import { addon, addonAbsence, nativeSwitches } from './addon.js';
 import { mountsChanged } from './sandbox.js';
 
 export interface FsWatchCalls {
@@ -26,7 +26,7 @@ export interface FsWatchCalls {
 export const fsWatchAbsence: string | null =
   process.platform !== 'linux'
     ? 'inotify is Linux only'
-    : process.env.CORRAL_FS_WATCH === '0'
+    : !nativeSwitches.fsWatch
       ? 'turned off (CORRAL_FS_WATCH=0)'
       : !addon
         ? `the native addon is not loaded (${addonAbsence ?? 'unknown'})`

@@ -6,6 +6,7 @@ import { execFile } from 'node:child_process';
 import { accessSync, constants, existsSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
+import { fsWatchAbsence } from '../platform/fsWatch.js';
 import { netNotifyAbsence } from '../platform/netNotify.js';
 import { sandboxLauncher } from '../platform/sandbox.js';
 import { cgroupHostIfSetUp, cgroupMountPoints, pidsBudget } from '../process/cgroup.js';
@@ -335,6 +336,24 @@ export function addonCheck(): DoctorCheck[] {
           detail:
             "build/Release/corral-sandbox-exec is missing: Landlock terminals and the addon's bwrap launches are refused",
           fix: 'npm ci   (or npx node-gyp rebuild)',
+        },
+  );
+  // Sandbox planning's kept answers (src/sandbox/fsQuiet.ts): without them every sandboxed start asks the filesystem
+  // again (a slower start, no weaker sandbox), so this is information, never a failure.
+  out.push(
+    fsWatchAbsence === null
+      ? {
+          id: 'planning-watch',
+          title: 'planning watch',
+          status: 'ok',
+          detail:
+            'inotify: a sandboxed start keeps what the one before it learned of the filesystem while nothing it looked at changed (on local filesystems)',
+        }
+      : {
+          id: 'planning-watch',
+          title: 'planning watch',
+          status: 'info',
+          detail: `none (${fsWatchAbsence}): every sandboxed start asks the filesystem again`,
         },
   );
   return out;

@@ -31,7 +31,16 @@ test('host/doctor is the doctor report, made with the server sandbox options, fo
     const d = DoctorReport.parse(await panel.request('host/doctor', {}));
     assert.deepEqual(d.options, { fallback: 'landlock', acceptWeaker: ['proxy-port'] });
     const ids = d.checks.map((c) => c.id);
-    for (const id of ['bwrap', 'landlock', 'seccomp', 'cgroup', 'addon', 'launcher', 'panel'])
+    for (const id of [
+      'bwrap',
+      'landlock',
+      'seccomp',
+      'cgroup',
+      'addon',
+      'launcher',
+      'planning-watch',
+      'panel',
+    ])
       assert.ok(ids.includes(id), ids.join(' '));
     // Issue 30: the cgroup mounts every sandbox sees read-only, and the pids budget this host enforces.
     assert.match(

@@ -48,32 +48,62 @@ function deepFreeze<T>(v: T): T {
   return v;
 }
 
-const redactedOnce = new WeakMap<object, Record<string, unknown>>();
+/** What redact gave for an object (frozen), and its JSON text once asked for. */
+interface Redacted {
+  value: Record<string, unknown>;
+  text?: string;
+}
+
+const redactedOnce = new WeakMap<object, Redacted>();
+/**
+ * The last redactions by their input's JSON text: a server starts command after command under one policy, and each
+ * start's launch summary is an object of its own with the same content (redacting and serialising it again cost
+ * ~15 µs of a sandboxed start). A redaction is a function of the input's data, which its JSON text spells whole for
+ * the JSON data a summary is made of, so the kept one is what a fresh redaction gives; it is frozen and shared.
+ * Bounded: MAX_BY_TEXT inputs of at most MAX_KEY_TEXT characters (longer ones are redacted every time).
+ */
+const redactedByText = new Map<string, Redacted>();
+const MAX_BY_TEXT = 16;
+const MAX_KEY_TEXT = 16 * 1024;
+
+function redactedOf(value: object): Redacted {
+  let r = redactedOnce.get(value);
+  if (r !== undefined) return r;
+  let key: string | undefined;
+  try {
+    key = JSON.stringify(value);
+  } catch {
+    key = undefined; // not JSON data (a cycle, a bigint): redacted without the memo
+  }
+  r = key !== undefined ? redactedByText.get(key) : undefined;
+  if (r !== undefined) {
+    redactedByText.delete(key!);
+    redactedByText.set(key!, r);
+  } else {
+    r = { value: deepFreeze(redact(value) as Record<string, unknown>) };
+    if (key !== undefined && key.length <= MAX_KEY_TEXT) {
+      redactedByText.set(key, r);
+      if (redactedByText.size > MAX_BY_TEXT) redactedByText.delete(redactedByText.keys().next().value!);
+    }
+  }
+  redactedOnce.set(value, r);
+  return r;
+}
 
 /**
  * redact(value) of an object that no longer changes once its process started (its launch's policy summary, its
  * metadata), made once and shared, frozen, by every reader: the audit trail and the monitor each made their own copy
- * at every start (issue 32).
+ * at every start (issue 32); and shared by the objects of the same content (see redactedByText).
  */
 export function redactFixed(value: object): Record<string, unknown> {
-  let r = redactedOnce.get(value);
-  if (r === undefined) {
-    r = deepFreeze(redact(value) as Record<string, unknown>);
-    redactedOnce.set(value, r);
-  }
-  return r;
+  return redactedOf(value).value;
 }
 
-const redactedTexts = new WeakMap<object, string>();
-
-/** JSON.stringify(redactFixed(value)), made once per object: the monitor's feed and the audit trail store the same text. */
+/** JSON.stringify(redactFixed(value)), made once: the monitor's feed and the audit trail store the same text. */
 export function redactedJson(value: object): string {
-  let t = redactedTexts.get(value);
-  if (t === undefined) {
-    t = JSON.stringify(redactFixed(value));
-    redactedTexts.set(value, t);
-  }
-  return t;
+  const r = redactedOf(value);
+  r.text ??= JSON.stringify(r.value);
+  return r.text;
 }
 
 export const ProcessStateWire = z.enum(['starting', 'running', 'exited', 'closed']);

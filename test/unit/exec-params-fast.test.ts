@@ -113,7 +113,7 @@ test('the shapes agents send take the fast path, with the schema output', () => 
   assert.equal(execParamsFast(wire({ ...common, cwd: 'file:///tmp/a%20b' }))?.cwd, '/tmp/a b');
 });
 
-test('a sandbox policy takes the fast path once the schema has parsed its text: the schema output, a copy of its own each time', () => {
+test('a sandbox policy takes the fast path once the schema has parsed its text: the schema output, frozen and shared', () => {
   const policy = workspaceWriteSandbox();
   const input = () => wire({ ...common, sandbox: policy });
   // Not yet parsed (a text of its own): the schema decides.
@@ -125,13 +125,15 @@ test('a sandbox policy takes the fast path once the schema has parsed its text: 
   assert.notEqual(a, undefined, 'the same text again takes the fast path');
   sameAsSchema(input(), 'sandbox');
   const b = execParamsFast(input())!;
-  assert.notEqual(a!.sandbox, b.sandbox, 'a copy of its own');
-  (a!.sandbox as { sandboxPolicyCwd: string }).sandboxPolicyCwd = '/changed';
-  assert.deepStrictEqual(
-    execParamsFast(input())!.sandbox,
-    r.data.sandbox,
-    'a change to one copy reaches no other',
+  assert.equal(a!.sandbox, b.sandbox, 'one parse, shared');
+  assert.throws(
+    () => {
+      (a!.sandbox as { sandboxPolicyCwd: string }).sandboxPolicyCwd = '/changed';
+    },
+    TypeError,
+    'frozen: a reader that tries to change it throws',
   );
+  assert.deepStrictEqual(execParamsFast(input())!.sandbox, r.data.sandbox, 'unchanged for the next start');
   // A refused policy is never kept: the schema answers it every time.
   const bad = wire({ ...common, sandbox: { ...policy, sandbox: 'no-such-sandbox' } });
   assert.equal(ExecParams.safeParse(bad).success, false);

@@ -49,18 +49,26 @@ const ctx169 = managed('/tmp/w', [
   ['/tmp/w', 'write'],
 ]);
 
-test('a kept parse is what a fresh one gives, and each start gets its own copy', () => {
+test('a kept parse is what a fresh one gives, deeply frozen and shared by the starts that sent its text', () => {
   for (const v of [seed, ctx169, { ...seed, useLegacyLandlock: true }]) {
     const want = fresh(v);
     const a = start(JSON.parse(JSON.stringify(v))).sandbox;
     const b = start(JSON.parse(JSON.stringify(v))).sandbox; // the kept one
     assert.deepEqual(a, want);
     assert.deepEqual(b, want);
-    assert.notEqual(a, b);
-    // A change to one start's parse (a caller's) never reaches the next start.
-    (b as Record<string, unknown>).useLegacyLandlock = 'changed';
+    assert.equal(a, b, 'the first start already got the object that is kept');
+    // No start can change what the next one gets: every level is frozen, and a write throws (strict mode).
+    assert.throws(() => {
+      (b as Record<string, unknown>).useLegacyLandlock = 'changed';
+    }, TypeError);
     const inner = (b as { fileSystemPolicy?: { entries: unknown[] } }).fileSystemPolicy;
-    inner?.entries.push('changed');
+    if (inner) {
+      assert.throws(() => inner.entries.push('changed'), TypeError);
+      const entry = inner.entries[0] as { access: string };
+      assert.throws(() => {
+        entry.access = 'write';
+      }, TypeError);
+    }
     const c = start(JSON.parse(JSON.stringify(v))).sandbox;
     assert.deepEqual(c, want);
   }

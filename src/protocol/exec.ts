@@ -228,7 +228,8 @@ function fastValue(key: string, v: unknown): unknown {
  * process/start's params in the shape agents send at every start (the required members, `arg0`, `pipeStdin`,
  * `enforceManagedNetwork`, `metadata` and a whole `envPolicy` of their types, a `sandbox` whose text the schema parsed
  * lately (keptSandboxParam), every other member null or absent, nothing else), read without zod: the
- * same output as `ExecParams.parse` (members in the table's order, fresh arrays and records), for a fraction of its
+ * same output as `ExecParams.parse` (members in the table's order, fresh arrays and records; the `sandbox` is the kept
+ * parse, frozen and shared, as the schema's transform gives it too), for a fraction of its
  * cost on the hot path (issue 32: ~30 µs of the server's main thread per start). Anything else is undefined: the
  * schema decides, with its errors.
  */

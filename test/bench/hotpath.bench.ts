@@ -79,6 +79,11 @@ function buildFloor(): string {
  * whatever dist/ holds. `src` is another tree of sources (a revision, see variantTargets); `entry` replaces
  * src/cli.ts (a variant's entry that imports it).
  */
+/** Removes what buildCorral made in this process (every bench that builds calls it when it is done). */
+export function removeBuilds(): void {
+  rmSync(join(cache, `corral-${process.pid}`), { recursive: true, force: true });
+}
+
 export async function buildCorral(name: string, src = root, entry = 'src/cli.ts'): Promise<string> {
   const out = join(cache, `corral-${process.pid}`, name);
   await build({
@@ -819,6 +824,6 @@ export async function run(): Promise<BenchRow[]> {
     ];
   } finally {
     rmSync(scratch, { recursive: true, force: true });
-    rmSync(join(cache, `corral-${process.pid}`), { recursive: true, force: true });
+    removeBuilds();
   }
 }

@@ -16,7 +16,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { seedParam } from '../integration/sandbox-util.js';
 import { BenchClient, cpuMs, pct, startServer, stopServer } from './exec.bench.js';
-import { buildCorral, corralArgsIn, type Target, variantTargets } from './hotpath.bench.js';
+import { buildCorral, corralArgsIn, removeBuilds, type Target, variantTargets } from './hotpath.bench.js';
 import { benchWorkspace } from './hotpathPhases.js';
 import type { BenchRow } from './types.js';
 
@@ -136,5 +136,6 @@ export async function run(): Promise<BenchRow[]> {
     return rows;
   } finally {
     rmSync(scratch, { recursive: true, force: true });
+    removeBuilds();
   }
 }

@@ -4,6 +4,7 @@
  * `policy/preview` and `policy/checkUrl`. Pure: no Node imports, so the renderer imports these too.
  */
 import { z } from 'zod';
+import { deepFreeze } from './deepFreeze.js';
 import {
   LimitHit,
   OutputChunk,
@@ -38,14 +39,6 @@ export function redact(value: unknown, depth = 0): unknown {
     } else out[k] = redact(v, depth + 1);
   }
   return out;
-}
-
-function deepFreeze<T>(v: T): T {
-  if (v !== null && typeof v === 'object' && !Object.isFrozen(v)) {
-    Object.freeze(v);
-    for (const x of Object.values(v)) deepFreeze(x);
-  }
-  return v;
 }
 
 /** What redact gave for an object (frozen), and its JSON text once asked for. */

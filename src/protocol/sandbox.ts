@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { deepFreeze } from './deepFreeze.js';
 import { AbsolutePath } from './paths.js';
 import { serdeMessage } from './serde.js';
 
@@ -226,13 +227,6 @@ export function parseSandboxParam(value: unknown): z.ZodSafeParseResult<ParsedSa
 const parsedByText = new Map<string, ParsedSandbox>();
 const MAX_PARSED = 8;
 const MAX_PARSED_TEXT = 64 * 1024;
-
-/** `v`, every object and array in it frozen (parsed data: plain objects, arrays and primitives). */
-function deepFreeze<T>(v: T): T {
-  if (v === null || typeof v !== 'object' || Object.isFrozen(v)) return v;
-  for (const x of Object.values(v)) deepFreeze(x);
-  return Object.freeze(v);
-}
 
 function jsonText(value: unknown): string | undefined {
   try {

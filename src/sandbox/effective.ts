@@ -1,3 +1,4 @@
+import { deepFreeze } from '../protocol/deepFreeze.js';
 import type {
   FileSystemEntry,
   FileSystemSandboxContext,
@@ -264,11 +265,27 @@ export function startSandbox(
   cwd: string,
 ): EffectiveSandbox | null {
   if (sandbox === null || sandbox === undefined) return enforceManagedNetwork ? enforcementOnly(cwd) : null;
-  const eff = effectiveSandbox(sandbox, enforceManagedNetwork);
+  // A kept parse (frozen, shared by the starts that sent its text: protocol/sandbox.ts) makes one effective sandbox
+  // per flag, frozen too: the starts under one policy share it, and what is kept by it (the Landlock launch plan)
+  // knows it by identity.
+  const shared = Object.isFrozen(sandbox);
+  const kept = shared ? effectiveOfKept.get(sandbox) : undefined;
+  const slot = enforceManagedNetwork ? 1 : 0;
+  const known = kept?.[slot];
+  if (known) return known;
+  let eff = effectiveSandbox(sandbox, enforceManagedNetwork);
   if (eff.requested === 'none' && eff.enforceManagedNetwork && eff.fs.kind !== 'external-sandbox')
-    return { ...eff, requested: 'native' };
-  return eff;
+    eff = { ...eff, requested: 'native' };
+  if (!shared) return eff;
+  const frozen = deepFreeze(eff);
+  const both = kept ?? [undefined, undefined];
+  both[slot] = frozen;
+  effectiveOfKept.set(sandbox, both);
+  return frozen;
 }
+
+/** The effective sandboxes of kept parses, by parse: [without, with enforceManagedNetwork]. */
+const effectiveOfKept = new WeakMap<object, [EffectiveSandbox | undefined, EffectiveSandbox | undefined]>();
 
 /** A legacy SandboxPolicy alone (0.120's `sandboxPolicy` context on fs/* requests), as an effective sandbox. */
 export function effectiveFromLegacy(policy: SandboxPolicy, cwd?: string): EffectiveSandbox {

@@ -197,6 +197,13 @@ export function hideServerPaths(r: ResolvedPolicy, paths: readonly string[]): vo
   }
 }
 
+/** The command's environment under a Linux sandbox: its own, with CODEX_SANDBOX_NETWORK_DISABLED=1 without network. */
+export function sandboxEnv(eff: EffectiveSandbox, env: Record<string, string>): Record<string, string> {
+  const out = { ...env };
+  if (eff.network === 'restricted') out.CODEX_SANDBOX_NETWORK_DISABLED = '1';
+  return out;
+}
+
 /**
  * What both Linux backends start from: the architecture, the resolved policy, the env; or nothing to enforce.
  * `resolve`: how the policy is resolved (the Landlock backend reuses a kept resolution, resolveCache.ts).
@@ -216,8 +223,7 @@ export function linuxStart(
   }
   const r = resolve(eff, { tmpdir: host.tmpdir });
   Object.assign(summary, policySummary(eff, r));
-  const env = { ...cmd.spec.env };
-  if (eff.network === 'restricted') env.CODEX_SANDBOX_NETWORK_DISABLED = '1';
+  const env = sandboxEnv(eff, cmd.spec.env);
   if (r.fullWrite && eff.network === 'enabled' && !eff.enforceManagedNetwork) {
     return {
       sandboxType: 'linuxSeccomp',

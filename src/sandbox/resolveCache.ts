@@ -14,6 +14,7 @@
  *
  * A kept resolution is deeply frozen: callers share it and must not change it.
  */
+import { deepFreeze } from '../protocol/deepFreeze.js';
 import { type FsProbe, realFsProbe } from './fsProbe.js';
 import { quietFs } from './fsQuiet.js';
 import { type ResolvedPolicy, type ResolveOptions, resolvePolicy } from './resolve.js';
@@ -35,14 +36,6 @@ interface Kept {
 
 const kept: Kept[] = [];
 const MAX_KEPT = 8;
-
-function deepFreeze<T>(o: T): T {
-  if (o && typeof o === 'object' && !Object.isFrozen(o)) {
-    Object.freeze(o);
-    for (const v of Object.values(o)) deepFreeze(v);
-  }
-  return o;
-}
 
 /** `probe`, recording every question asked of it (each once: resolvePolicy asks through a memo). */
 function recording(probe: FsProbe, asked: Asked[]): FsProbe {

@@ -2,12 +2,14 @@
 import type { LaunchSpec } from '../../src/process/launch.js';
 import { spawnPiped } from '../../src/process/spawner.js';
 import { prepareLaunch, startSandbox } from '../../src/sandbox/index.js';
-import { seed } from '../integration/sandbox-util.js';
+import { keptSeed } from '../integration/sandbox-util.js';
 import { outputAndExit } from './spawned.js';
 
 /**
  * Runs `script` under the seed policy of `entries` with the policy's cwd `cwd` and the Landlock backend: its output
- * (stdout and stderr, then `exit N`) and the launch's summary. `backend` bwrap: the bubblewrap backend instead.
+ * (stdout and stderr, then `exit N`) and the launch's summary. `backend` bwrap: the bubblewrap backend instead. The
+ * policy is parsed as a server parses it (keptSeed): the same policy again is the same kept parse, so every plan a
+ * server keeps between its starts is kept between these runs too.
  */
 export async function runLandlocked(
   cwd: string,
@@ -22,7 +24,11 @@ export async function runLandlocked(
     env: { PATH: '/usr/bin:/bin' },
     cwd,
   };
-  const sandbox = startSandbox(seed({ cwd, entries, useLegacyLandlock: backend === 'landlock' }), false, cwd);
+  const sandbox = startSandbox(
+    keptSeed({ cwd, entries, useLegacyLandlock: backend === 'landlock' }),
+    false,
+    cwd,
+  );
   const p = await prepareLaunch(sandbox, { spec, tty: false });
   try {
     const c = spawnPiped(p.spec, { stdin: 'null' });

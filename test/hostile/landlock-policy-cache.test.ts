@@ -211,6 +211,47 @@ for (const backend of ['landlock', 'bwrap'] as const)
       assert.match(back.out, /WROTE sub\/z/);
       assert.equal(readFileSync(join(W, 'sub', 'z'), 'utf8'), 'x\n');
     });
+    test('a whole launch plan kept between quiet starts is made anew after a change under it', {
+      skip: backend === 'bwrap' ? 'the Landlock launch plan (landlockLaunch.ts KeptLaunch)' : false,
+    }, async () => {
+      const W = join(root, 'kept-launch');
+      mkdirSync(join(W, 'sub'), { recursive: true });
+      const quiet = async () => (await runLandlocked(W, WORKSPACE, 'true', backend)).summary;
+      // Starts that change nothing, until two in a row share one summary: the whole plan is kept (the path under test).
+      const keptSummary = async () => {
+        let last = await quiet();
+        await until(
+          async () => {
+            const next = await quiet();
+            const same = next === last;
+            last = next;
+            return same;
+          },
+          10_000,
+          'two quiet starts sharing one kept plan',
+        );
+        return last;
+      };
+      const kept = await keptSummary();
+      assert.equal(kept?.policyResolution, 'reused');
+      assert.ok(Object.isFrozen(kept), 'a kept plan is shared frozen');
+      // The host makes a protected name: the kept plan did not know it, the next start's must.
+      mkdirSync(join(W, '.git'));
+      const made = await runLandlocked(W, WORKSPACE, write('.git/a') + write('sub/a'), backend);
+      assert.notEqual(made.summary, kept, 'planned anew after the change');
+      assert.doesNotMatch(made.out, /WROTE \.git/, `the new .git must be read-only\n${made.out}`);
+      assert.ok(!existsSync(join(W, '.git', 'a')));
+      assert.match(made.out, /WROTE sub\/a/, made.out);
+      // Kept again, then .git swapped for a link to sub: sub is the git directory now, read-only.
+      const again = await keptSummary();
+      rmSync(join(W, '.git'), { recursive: true });
+      symlinkSync('sub', join(W, '.git'));
+      const linked = await runLandlocked(W, WORKSPACE, write('sub/b'), backend);
+      assert.notEqual(linked.summary, again);
+      assert.doesNotMatch(linked.out, /WROTE/, `the target of .git must be read-only\n${linked.out}`);
+      assert.ok(!existsSync(join(W, 'sub', 'b')));
+    });
+
     test('a control filesystem (proc) mounted inside the workspace between two starts is read-only in the second', {
       skip: backend === 'bwrap' ? 'the Landlock plan and ruleset reuse' : canMount(),
     }, async () => {

@@ -14,10 +14,11 @@ import net from 'node:net';
 import os from 'node:os';
 import { join } from 'node:path';
 import { after, before } from 'node:test';
+import { z } from 'zod';
 import type { LaunchSpec, PreparedLaunch } from '../../src/process/launch.js';
 import { spawnPty } from '../../src/process/pty.js';
 import { throughLauncher } from '../../src/process/spawner.js';
-import { parseSandboxParam } from '../../src/protocol/sandbox.js';
+import { parseSandboxParam, toSandboxParam } from '../../src/protocol/sandbox.js';
 import type { ParsedSandbox } from '../../src/sandbox/index.js';
 import { type PrepareOptions, prepareLaunch, startSandbox } from '../../src/sandbox/index.js';
 import { LINGER_MS } from '../../src/sandbox/linux/mountTargets.js';
@@ -116,6 +117,20 @@ export function seed(o: SeedOptions): ParsedSandbox {
   const r = parseSandboxParam(raw);
   if (!r.success) throw r.error;
   return r.data!;
+}
+
+/**
+ * The seed policy of `o` parsed as a server parses a start's `sandbox` (protocol/sandbox.ts toSandboxParam, the
+ * method table's transform): the same text gives the same kept parse, deeply frozen, so what a server keeps by it
+ * (the effective sandbox, the Landlock launch plan) is kept here too.
+ */
+export function keptSeed(o: SeedOptions): ParsedSandbox {
+  const parsed = z
+    .unknown()
+    .transform(toSandboxParam)
+    .parse(JSON.parse(JSON.stringify(seedParam(o))));
+  if (!parsed) throw new Error('no sandbox');
+  return parsed;
 }
 
 export interface RunResult {

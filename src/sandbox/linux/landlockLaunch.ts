@@ -5,14 +5,17 @@ import { netNotifyAbsence, netNotifyChannel } from '../../platform/netNotify.js'
 import { hostControlMounts } from '../../process/cgroupFs.js';
 import type { PreparedLaunch } from '../../process/launch.js';
 import { formatTag, ownTag, sweepStaleDirs } from '../../process/serverTag.js';
+import { deepFreeze } from '../../protocol/deepFreeze.js';
 import type { EffectiveSandbox } from '../effective.js';
 import { SandboxSetupError } from '../errors.js';
 import { inOnePass, realpathInPass } from '../fsProbe.js';
+import { quietFs } from '../fsQuiet.js';
 import {
   type HostFacts,
   type LaunchCommand,
   type LaunchPlan,
   linuxStart,
+  sandboxEnv,
   seccompFilter,
 } from '../launchPlan.js';
 import type { ResolvedPolicy } from '../resolve.js';
@@ -48,9 +51,54 @@ function jsonOf(r: ResolvedPolicy): string {
 }
 
 /**
+ * Whole Landlock launch plans kept between starts (issue 32): an agent's commands come one after another under one
+ * policy, and planning again what the kept resolution and the kept plan already say still cost ~30-40 µs of each
+ * start (their keys, the server's masks, the summary), and a new summary object each time (redacted again).
+ *
+ * A plan is a function of the effective sandbox, the host facts and the TMPDIR it reads (`launchKey`) and of the
+ * filesystem's answers. It is kept only when its every look was vouched for by the planning watch (fsQuiet.ts
+ * scope) and its Landlock plan was itself a reuse (every listing it rests on stable), and reused only while the watch
+ * has seen nothing since (any event, mount change or lost event moves its generation): then planning again would ask
+ * the same questions, get the same answers and make the same plan. Only the command's own part is made anew (its
+ * spec and environment). The effective sandbox is matched by identity: a kept parse's (startSandbox, frozen), so
+ * nothing can change it while kept. Not for managed network (its routes and ports are each command's own).
+ */
+interface KeptLaunch {
+  eff: EffectiveSandbox;
+  key: string;
+  /** The watch's generation at which the plan was made or last confirmed. */
+  quiet: number;
+  /** Its spec is the one of the start that made it: a hit makes its own. */
+  plan: LaunchPlan;
+}
+const keptLaunches: KeptLaunch[] = [];
+const MAX_KEPT_LAUNCHES = 4;
+
+/** Everything but the effective sandbox and the filesystem a Landlock plan depends on; undefined: not to be kept. */
+function launchKey(
+  eff: EffectiveSandbox,
+  cmd: LaunchCommand,
+  host: HostFacts,
+  reason: 'useLegacyLandlock' | 'fallback',
+): string | undefined {
+  if (eff.enforceManagedNetwork || !Object.isFrozen(eff)) return undefined;
+  return JSON.stringify([
+    reason,
+    host.landlock.abi,
+    [...host.acceptWeaker].sort(),
+    host.masks,
+    host.hiddenPaths ?? null,
+    host.tmpdir ?? null,
+    host.arch,
+    host.machine,
+    cmd.spec.env.TMPDIR ?? null,
+  ]);
+}
+
+/**
  * The Landlock backend (linux/landlock.ts): no namespaces; the child confines itself right before exec. Its look at
  * the filesystem is one pass (fsProbe.ts inOnePass): the policy resolution, the plan and their checks ask about
- * each path once.
+ * each path once; a start under the same policy while nothing changed reuses the whole plan (KeptLaunch).
  */
 export function planLandlockLaunch(
   eff: EffectiveSandbox,
@@ -58,7 +106,29 @@ export function planLandlockLaunch(
   host: HostFacts,
   reason: 'useLegacyLandlock' | 'fallback',
 ): LaunchPlan {
-  return inOnePass(() => planInPass(eff, cmd, host, reason));
+  return inOnePass(() => {
+    const key = launchKey(eff, cmd, host, reason);
+    if (key !== undefined) {
+      const k = keptLaunches.find((x) => x.eff === eff && x.key === key);
+      if (k && quietFs.stillQuiet(k.quiet))
+        return {
+          ...k.plan,
+          spec: { ...cmd.spec, env: sandboxEnv(eff, cmd.spec.env), freshSessionKeyring: true },
+        };
+    }
+    const scope = quietFs.scope();
+    const facts: { reused?: boolean } = {};
+    const plan = planInPass(eff, cmd, host, reason, facts);
+    const quiet = scope.end();
+    if (key !== undefined && quiet !== undefined && facts.reused && plan.mechanism === 'landlock') {
+      const i = keptLaunches.findIndex((x) => x.eff === eff && x.key === key);
+      if (i >= 0) keptLaunches.splice(i, 1);
+      keptLaunches.unshift({ eff, key, quiet, plan: { ...plan, summary: deepFreeze(plan.summary) } });
+      if (keptLaunches.length > MAX_KEPT_LAUNCHES) keptLaunches.pop();
+      return keptLaunches[0]!.plan;
+    }
+    return plan;
+  });
 }
 
 function planInPass(
@@ -66,6 +136,7 @@ function planInPass(
   cmd: LaunchCommand,
   host: HostFacts,
   reason: 'useLegacyLandlock' | 'fallback',
+  facts: { reused?: boolean },
 ): LaunchPlan {
   if (host.landlock.abi === 0) {
     throw new SandboxSetupError(
@@ -121,7 +192,13 @@ function planInPass(
     controlMounts: hostControlMounts(),
   };
   const inputs = [jsonOf(r), JSON.stringify({ ...given, accept: [...given.accept].sort() })];
-  const { plan, basis } = reusablePlan(inputs, (looks) => planLandlock(r, { ...given, ...looks }));
+  const {
+    plan,
+    basis,
+    reused: planReused,
+  } = reusablePlan(inputs, (looks) => planLandlock(r, { ...given, ...looks }));
+  // A plan resting on a listing too recent to vouch for its entries (dirListing.ts) is made anew: not to be kept.
+  facts.reused = reused && planReused === true;
   const filter = seccompFilter(arch, plan.seccompMode, plan.seccompExtras);
   summary.seccomp = plan.seccompMode;
   summary.landlockRules = plan.rules.length;
@@ -182,6 +259,33 @@ function privateTmpIn(root: string): string {
 }
 
 /**
+ * The launch's summary of a kept plan (its summary frozen, see KeptLaunch), per ruleset reuse and private TMPDIR:
+ * one object while they stay, so that what is made once per summary (its redaction for the audit trail and the panel,
+ * protocol/monitor.ts) is made once for all the starts under that plan.
+ */
+const launchSummaries = new WeakMap<
+  object,
+  { cached: boolean; tmp: string | undefined; summary: Record<string, unknown> }
+>();
+
+function launchSummary(
+  planSummary: Record<string, unknown>,
+  cached: boolean,
+  tmp: string | undefined,
+): Record<string, unknown> {
+  const kept = Object.isFrozen(planSummary) ? launchSummaries.get(planSummary) : undefined;
+  if (kept && kept.cached === cached && kept.tmp === tmp) return kept.summary;
+  const summary = {
+    ...planSummary,
+    landlockRuleset: cached ? 'reused' : 'built',
+    ...(tmp ? { tmpdir: tmp } : {}),
+  };
+  if (!Object.isFrozen(planSummary)) return summary;
+  launchSummaries.set(planSummary, { cached, tmp, summary: Object.freeze(summary) });
+  return summary;
+}
+
+/**
  * The Landlock launch: the ruleset (built, or the last one for the same rules) goes to the child, which applies it
  * before exec; with a private TMPDIR when the temp root's top level is frozen (see landlock.ts).
  */
@@ -225,11 +329,7 @@ export function materializeLandlock(plan: LaunchPlan): PreparedLaunch {
     throw new SandboxSetupError(`landlock sandbox: cannot build the ruleset: ${(e as Error).message}`);
   }
   held = got.ruleset;
-  const summary = {
-    ...plan.summary,
-    landlockRuleset: got.cached ? 'reused' : 'built',
-    ...(tmp ? { tmpdir: tmp } : {}),
-  };
+  const summary = launchSummary(plan.summary, got.cached, tmp);
   return {
     spec: {
       ...plan.spec,

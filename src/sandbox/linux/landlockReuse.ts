@@ -80,19 +80,19 @@ function stillHolds(b: PlanBasis): boolean {
 
 /**
  * The plan for `inputs` (everything planLandlock is given but the filesystem, as strings): the kept one while its
- * basis holds, else `make` with recording looks.
+ * basis holds (`reused`), else `make` with recording looks.
  */
 export function reusablePlan(
   inputs: readonly string[],
   make: (looks: FsLooks) => LandlockPlan,
-): { plan: LandlockPlan; basis: PlanBasis } {
+): { plan: LandlockPlan; basis: PlanBasis; reused?: true } {
   const kept = plans.find((k) => sameParts(k.inputs, inputs));
   if (kept?.reusable) {
-    if (quietFs.stillQuiet(kept.quiet)) return kept;
+    if (quietFs.stillQuiet(kept.quiet)) return { plan: kept.plan, basis: kept.basis, reused: true };
     const scope = quietFs.scope();
     if (stillHolds(kept.basis)) {
       kept.quiet = scope.end();
-      return kept;
+      return { plan: kept.plan, basis: kept.basis, reused: true };
     }
   }
   const scope = quietFs.scope();

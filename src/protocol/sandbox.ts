@@ -225,6 +225,16 @@ export function parseSandboxParam(value: unknown): z.ZodSafeParseResult<ParsedSa
  * most MAX_PARSED_TEXT characters (longer ones are parsed every time). Failed parses are not kept.
  */
 const parsedByText = new Map<string, ParsedSandbox>();
+/** Every parse ever kept (deeply frozen): what may be known by its identity (isKeptSandboxParam). */
+const keptParses = new WeakSet<object>();
+
+/**
+ * Whether `v` is a kept parse: deeply frozen by this module, so its identity stands for its content for as long as
+ * it lives (effective.ts keeps what it makes of one by identity).
+ */
+export function isKeptSandboxParam(v: unknown): boolean {
+  return typeof v === 'object' && v !== null && keptParses.has(v);
+}
 const MAX_PARSED = 8;
 const MAX_PARSED_TEXT = 64 * 1024;
 
@@ -268,6 +278,7 @@ export function toSandboxParam(value: unknown, ctx: z.RefinementCtx): ParsedSand
     if (data && text !== undefined && text.length <= MAX_PARSED_TEXT) {
       // The first start gets the object it kept too: frozen, as every later start gets it.
       parsedByText.set(text, deepFreeze(data));
+      keptParses.add(data);
       if (parsedByText.size > MAX_PARSED) parsedByText.delete(parsedByText.keys().next().value!);
     }
     return data;

@@ -10,7 +10,7 @@ import type {
   SandboxPolicy,
   SandboxTypeWire,
 } from '../protocol/sandbox.js';
-import { isSeedSandbox } from '../protocol/sandbox.js';
+import { isKeptSandboxParam, isSeedSandbox } from '../protocol/sandbox.js';
 
 /** One normalised policy entry: `deny` is folded into `none`, paths are absolute. */
 export type EntryPath = { type: 'path'; path: string } | { type: 'special'; value: FileSystemSpecial };
@@ -268,7 +268,7 @@ export function startSandbox(
   // A kept parse (frozen, shared by the starts that sent its text: protocol/sandbox.ts) makes one effective sandbox
   // per flag, frozen too: the starts under one policy share it, and what is kept by it (the Landlock launch plan)
   // knows it by identity.
-  const shared = Object.isFrozen(sandbox);
+  const shared = isKeptSandboxParam(sandbox);
   const kept = shared ? effectiveOfKept.get(sandbox) : undefined;
   const slot = enforceManagedNetwork ? 1 : 0;
   const known = kept?.[slot];
@@ -278,6 +278,7 @@ export function startSandbox(
     eff = { ...eff, requested: 'native' };
   if (!shared) return eff;
   const frozen = deepFreeze(eff);
+  keptEffective.add(frozen);
   const both = kept ?? [undefined, undefined];
   both[slot] = frozen;
   effectiveOfKept.set(sandbox, both);
@@ -286,6 +287,15 @@ export function startSandbox(
 
 /** The effective sandboxes of kept parses, by parse: [without, with enforceManagedNetwork]. */
 const effectiveOfKept = new WeakMap<object, [EffectiveSandbox | undefined, EffectiveSandbox | undefined]>();
+const keptEffective = new WeakSet<EffectiveSandbox>();
+
+/**
+ * Whether `eff` is the effective sandbox of a kept parse (startSandbox): deeply frozen, the same object for every
+ * start under that policy, so what is made of it may be kept by its identity (the Landlock launch plan).
+ */
+export function isKeptEffective(eff: EffectiveSandbox): boolean {
+  return keptEffective.has(eff);
+}
 
 /** A legacy SandboxPolicy alone (0.120's `sandboxPolicy` context on fs/* requests), as an effective sandbox. */
 export function effectiveFromLegacy(policy: SandboxPolicy, cwd?: string): EffectiveSandbox {

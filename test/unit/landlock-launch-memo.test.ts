@@ -101,6 +101,9 @@ describe('a Landlock launch plan kept between quiet starts', { skip }, () => {
     // A policy that is not a kept parse (a client-wrapped command's): planned every time.
     const fresh = () => startSandbox(seed(policy), false, W);
     assert.notEqual(fresh(), fresh());
+    // Frozen by someone else is not kept: only a parse the protocol module froze whole is known by its identity.
+    const frozenElsewhere = Object.freeze(seed(policy));
+    assert.notEqual(startSandbox(frozenElsewhere, false, W), startSandbox(frozenElsewhere, false, W));
     const f1 = await prep(undefined, undefined, fresh());
     const f2 = await prep(undefined, undefined, fresh());
     assert.notEqual(f1.summary, f2.summary);

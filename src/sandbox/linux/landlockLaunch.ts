@@ -6,7 +6,7 @@ import { hostControlMounts } from '../../process/cgroupFs.js';
 import type { PreparedLaunch } from '../../process/launch.js';
 import { formatTag, ownTag, sweepStaleDirs } from '../../process/serverTag.js';
 import { deepFreeze } from '../../protocol/deepFreeze.js';
-import type { EffectiveSandbox } from '../effective.js';
+import { type EffectiveSandbox, isKeptEffective } from '../effective.js';
 import { SandboxSetupError } from '../errors.js';
 import { inOnePass, realpathInPass } from '../fsProbe.js';
 import { quietFs } from '../fsQuiet.js';
@@ -60,8 +60,8 @@ function jsonOf(r: ResolvedPolicy): string {
  * scope) and its Landlock plan was itself a reuse (every listing it rests on stable), and reused only while the watch
  * has seen nothing since (any event, mount change or lost event moves its generation): then planning again would ask
  * the same questions, get the same answers and make the same plan. Only the command's own part is made anew (its
- * spec and environment). The effective sandbox is matched by identity: a kept parse's (startSandbox, frozen), so
- * nothing can change it while kept. Not for managed network (its routes and ports are each command's own).
+ * spec and environment). The effective sandbox is matched by identity: a kept parse's (startSandbox, deeply frozen:
+ * isKeptEffective), so nothing can change it while kept. Not for managed network (its routes and ports are each command's own).
  */
 interface KeptLaunch {
   eff: EffectiveSandbox;
@@ -73,6 +73,8 @@ interface KeptLaunch {
 }
 const keptLaunches: KeptLaunch[] = [];
 const MAX_KEPT_LAUNCHES = 4;
+/** The summaries of kept plans (deeply frozen): what launchSummary keeps its summary by. */
+const keptSummaries = new WeakSet<object>();
 
 /** Everything but the effective sandbox and the filesystem a Landlock plan depends on; undefined: not to be kept. */
 function launchKey(
@@ -81,7 +83,7 @@ function launchKey(
   host: HostFacts,
   reason: 'useLegacyLandlock' | 'fallback',
 ): string | undefined {
-  if (eff.enforceManagedNetwork || !Object.isFrozen(eff)) return undefined;
+  if (eff.enforceManagedNetwork || !isKeptEffective(eff)) return undefined;
   return JSON.stringify([
     reason,
     host.landlock.abi,
@@ -123,7 +125,8 @@ export function planLandlockLaunch(
     if (key !== undefined && quiet !== undefined && facts.reused && plan.mechanism === 'landlock') {
       const i = keptLaunches.findIndex((x) => x.eff === eff && x.key === key);
       if (i >= 0) keptLaunches.splice(i, 1);
-      keptLaunches.unshift({ eff, key, quiet, plan: { ...plan, summary: deepFreeze(plan.summary) } });
+      keptSummaries.add(deepFreeze(plan.summary));
+      keptLaunches.unshift({ eff, key, quiet, plan });
       if (keptLaunches.length > MAX_KEPT_LAUNCHES) keptLaunches.pop();
       return keptLaunches[0]!.plan;
     }
@@ -273,14 +276,14 @@ function launchSummary(
   cached: boolean,
   tmp: string | undefined,
 ): Record<string, unknown> {
-  const kept = Object.isFrozen(planSummary) ? launchSummaries.get(planSummary) : undefined;
+  const kept = keptSummaries.has(planSummary) ? launchSummaries.get(planSummary) : undefined;
   if (kept && kept.cached === cached && kept.tmp === tmp) return kept.summary;
   const summary = {
     ...planSummary,
     landlockRuleset: cached ? 'reused' : 'built',
     ...(tmp ? { tmpdir: tmp } : {}),
   };
-  if (!Object.isFrozen(planSummary)) return summary;
+  if (!keptSummaries.has(planSummary)) return summary;
   launchSummaries.set(planSummary, { cached, tmp, summary: Object.freeze(summary) });
   return summary;
 }

@@ -149,6 +149,62 @@ function hostFacts(
   };
 }
 
+/** What the last host facts were made of, and them (keptHostFacts). */
+let lastFacts:
+  | {
+      opts: PrepareOptions | undefined;
+      platform: NodeJS.Platform;
+      bwrap: BwrapHost;
+      backend: string;
+      masks: string;
+      facts: HostFacts;
+    }
+  | undefined;
+
+/**
+ * hostFacts, the same (frozen) object while what it is made of stays (issue 32: made at every sandboxed start, ~8 µs
+ * of the server's main thread: a Set, the euid system call, the environment's TMPDIR). The server's options are fixed
+ * for its life (`opts` by identity), as are its euid and its environment (no code of the server changes them); a bwrap
+ * probe is one object per binary (locate.ts, defaultBwrap), and the masked directory is the one fact that appears
+ * later (maskedDirs, compared by value).
+ */
+function keptHostFacts(
+  opts: PrepareOptions | undefined,
+  platform: NodeJS.Platform,
+  bwrap: BwrapHost,
+  backend: LinuxBackend,
+): HostFacts {
+  const masks = maskedDirs().join('\0');
+  const b = backend.kind === 'landlock' ? `landlock:${backend.reason}` : backend.kind;
+  const l = lastFacts;
+  if (
+    l &&
+    l.opts === opts &&
+    l.platform === platform &&
+    l.bwrap === bwrap &&
+    l.backend === b &&
+    l.masks === masks
+  )
+    return l.facts;
+  const facts = hostFacts({ ...opts, platform }, bwrap, backend);
+  Object.freeze(facts.masks);
+  Object.freeze(facts);
+  lastFacts = { opts, platform, bwrap, backend: b, masks, facts };
+  return facts;
+}
+
+/** The bwrap a start names when it needs none probed (no bwrap start): one object per path. */
+const defaultBwraps = new Map<string, BwrapHost>();
+function defaultBwrap(path: string): BwrapHost {
+  let b = defaultBwraps.get(path);
+  if (!b) {
+    b = { path, features: DEFAULT_FEATURES, proc: true };
+    defaultBwraps.set(path, b);
+    if (defaultBwraps.size > 16) defaultBwraps.delete(defaultBwraps.keys().next().value!);
+  }
+  return b;
+}
+
 export interface LaunchPreview {
   sandboxType: SandboxType;
   mechanism: LaunchPlan['mechanism'];
@@ -257,7 +313,7 @@ export async function prepareLaunch(
   opts?: PrepareOptions,
 ): Promise<PreparedLaunch> {
   const platform = opts?.platform ?? process.platform;
-  let bwrap: BwrapHost = { path: opts?.bwrapPath ?? SYSTEM_BWRAP, features: DEFAULT_FEATURES, proc: true };
+  let bwrap: BwrapHost = defaultBwrap(opts?.bwrapPath ?? SYSTEM_BWRAP);
   let backend: LinuxBackend = { kind: 'bwrap' };
   if (needsBwrap(eff, platform)) {
     const fallback = opts?.fallback === 'landlock';
@@ -268,7 +324,7 @@ export async function prepareLaunch(
     } else if (fallback) backend = { kind: 'landlock', reason: 'fallback' };
     else throw new SandboxSetupError(`${r.why}; ${SANDBOX_ADVICE}`);
   }
-  const plan = planLaunch(eff, cmd, hostFacts({ ...opts, platform }, bwrap, backend));
+  const plan = planLaunch(eff, cmd, keptHostFacts(opts, platform, bwrap, backend));
   if (plan.mechanism === 'landlock') return materializeLandlock(plan);
   if (plan.mechanism !== 'bwrap') {
     return { spec: plan.spec, sandboxType: plan.sandboxType, summary: plan.summary, cleanup() {} };

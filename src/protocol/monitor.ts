@@ -30,15 +30,19 @@ export function redact(value: unknown, depth = 0): unknown {
   if (depth > 8) return REDACTED;
   if (Array.isArray(value)) return value.map((v) => redact(v, depth + 1));
   if (value === null || typeof value !== 'object') return value;
-  const out: Record<string, unknown> = {};
-  for (const [k, v] of Object.entries(value as Record<string, unknown>)) {
-    if (/^(env|environment|envVars)$/i.test(k) && v !== null && typeof v === 'object' && !Array.isArray(v)) {
-      out[k] = Object.fromEntries(Object.keys(v as object).map((name) => [name, REDACTED]));
-    } else if (SECRET_KEY.test(k) && v !== null && typeof v !== 'boolean' && typeof v !== 'number') {
-      out[k] = REDACTED;
-    } else out[k] = redact(v, depth + 1);
-  }
-  return out;
+  // Own members made as data properties (fromEntries): a `__proto__` member (JSON.parse makes one) stays a member of
+  // the copy, redacted like any other, instead of an assignment that would set the copy's prototype. An undefined
+  // member is dropped, as JSON drops it: the redaction is a function of the input's JSON text (redactedByText).
+  return Object.fromEntries(
+    Object.entries(value as Record<string, unknown>).flatMap(([k, v]): [string, unknown][] => {
+      if (v === undefined) return [];
+      if (/^(env|environment|envVars)$/i.test(k) && v !== null && typeof v === 'object' && !Array.isArray(v))
+        return [[k, Object.fromEntries(Object.keys(v as object).map((name) => [name, REDACTED]))]];
+      if (SECRET_KEY.test(k) && v !== null && typeof v !== 'boolean' && typeof v !== 'number')
+        return [[k, REDACTED]];
+      return [[k, redact(v, depth + 1)]];
+    }),
+  );
 }
 
 /** What redact gave for an object (frozen), and its JSON text once asked for. */
@@ -51,8 +55,10 @@ const redactedOnce = new WeakMap<object, Redacted>();
 /**
  * The last redactions by their input's JSON text: a server starts command after command under one policy, and each
  * start's launch summary is an object of its own with the same content (redacting and serialising it again cost
- * ~15 µs of a sandboxed start). A redaction is a function of the input's data, which its JSON text spells whole for
- * the JSON data a summary is made of, so the kept one is what a fresh redaction gives; it is frozen and shared.
+ * ~15 µs of a sandboxed start). A redaction is a function of the input's JSON text (redact drops an undefined member
+ * as JSON does), so for JSON data (what the wire gives, what summaries are made of) the kept one is what a fresh
+ * redaction gives; for the values JSON spells alike (NaN and null, -0 and 0, an undefined array element and null)
+ * the kept one has the same text. It is frozen and shared.
  * Bounded: MAX_BY_TEXT inputs of at most MAX_KEY_TEXT characters (longer ones are redacted every time).
  */
 const redactedByText = new Map<string, Redacted>();

@@ -161,6 +161,9 @@ if (filters.length === 0)
   );
 process.env.CORRAL_TEST_TIER = all ? 'all' : 'fast';
 const bundles = await bundle(files, scripts());
+const failuresFile = join(dirname(bundles[0].out), 'failures.jsonl');
+/** What each runTests call's failures file held. */
+const failures = [];
 // Files at a time: CORRAL_TEST_CONCURRENCY, else two more than the cores (test files wait on processes, sockets and
 // browsers part of the time; on the 2-core dev machine, quiet, the fast tier's test phase took 228 s at 3, 209 s at 4,
 // 210 s at 5: past 4 the cores are the limit); one more than the cores for the whole suite, whose slow tier measures
@@ -177,9 +180,22 @@ const status = [
   alone.length > 0 ? runTests(1, alone) : 0,
 ];
 process.exitCode = status.find((s) => s !== 0) ?? 0;
+printFailures(bundles);
 
-/** node's test runner over these bundles, so many files at a time; its exit status. */
+/**
+ * node's test runner over these bundles, so many files at a time; its exit status. Beside the usual report (or the
+ * one asked for with --test-reporter), every failed or cancelled test is written to `failuresFile`, printed at the end.
+ */
 function runTests(filesAtOnce, list) {
+  const ownReporter = runnerFlags.some((f) => f.startsWith('--test-reporter'));
+  const reporters = ownReporter
+    ? []
+    : [
+        `--test-reporter=${process.stdout.isTTY ? 'spec' : 'tap'}`,
+        '--test-reporter-destination=stdout',
+        `--test-reporter=${join(root, 'scripts', 'test-failures-reporter.mjs')}`,
+        `--test-reporter-destination=${failuresFile}`,
+      ];
   const r = spawnSync(
     process.execPath,
     [
@@ -187,12 +203,27 @@ function runTests(filesAtOnce, list) {
       '--test',
       `--test-concurrency=${filesAtOnce}`,
       '--test-timeout=300000',
+      ...reporters,
       ...runnerFlags,
       ...list.map((b) => b.out),
     ],
     { cwd: root, stdio: 'inherit' },
   );
+  // The destination file is written anew by each run: keep what this one found.
+  if (existsSync(failuresFile)) failures.push(readFileSync(failuresFile, 'utf8'));
   return r.status ?? 1;
+}
+
+/** The failed and cancelled tests of the whole run, last, named by their .ts source (a long log is often cut). */
+function printFailures(list) {
+  const lines = failures.join('').split('\n').filter(Boolean);
+  if (lines.length === 0) return;
+  const sourceOf = new Map(list.map((b) => [relative(root, b.out), b.source]));
+  console.log(`\n# ${lines.length} test(s) failed or were cancelled:`);
+  for (const line of lines) {
+    const f = JSON.parse(line);
+    console.log(`#   ${f.what}: ${sourceOf.get(f.file) ?? f.file} › ${f.test}\n#     ${f.message}`);
+  }
 }
 
 /** Bundles the test files into node_modules/.cache/corral-tests, each file keeping its own `import.meta`. */

@@ -28,9 +28,15 @@
  * or times: writes are no event here (IN_MODIFY is not asked for, so a busy log beside a workspace does not wake the
  * watch), and nothing that keeps answers reads them.
  *
- * On top of the answers, a `generation`: it moves on every drain that had events, and whenever everything is
- * forgotten. A check whose looks were all kept answers or watched listings (`scope`) and that passed at generation g
- * still passes while the generation is g: resolveCache.ts and landlockReuse.ts then skip the check itself.
+ * On top of the answers, a `generation`: it moves when a drain's events dropped something kept (an answer, the state
+ * of a directory on the way, an entry whose link was read) or changed the entries of a directory whose listing was
+ * asked for (`watchEntries`), and whenever everything is forgotten. A check whose looks were all kept answers or
+ * watched listings (`scope`) and that passed at generation g still passes while the generation is g: resolveCache.ts,
+ * landlockReuse.ts and landlockLaunch.ts then skip the check itself. An event about an entry nobody looked at (a
+ * file made in /tmp, on the way to a workspace below it) moves nothing: every look a check made is one of those
+ * records until the generation moves, so no event that leaves them all in place can change what the check found. The
+ * directory's own answer goes with any event of its entries (its times changed) without moving the generation: an
+ * answer vouches for a directory's times only to a reader that asked for its listing, which is such a record.
  *
  * What a watch costs: the kernel makes an event of every change in a watched directory (a few hundred bytes of queue,
  * bounded by fs.inotify.max_queued_events; beyond, one overflow event), and a drain reads them. A process that floods
@@ -80,6 +86,10 @@ export class QuietFs {
   private readonly watched = new Map<number, string>();
   /** Path → its lstat (undefined: missing), taken after its directories were watched. */
   private readonly answers = new Map<string, Stats | undefined>();
+  /** Entries whose link was read (watchEntry) without an lstat answer: a change of them must move the generation. */
+  private readonly entries = new Set<string>();
+  /** Directories whose listing or times were asked for (watchEntries): any change of their entries counts. */
+  private readonly listed = new Set<string>();
   private inPass = false;
   /** Looks in this pass that no watch vouches for (see scope). */
   private uncovered = 0;
@@ -116,9 +126,11 @@ export class QuietFs {
         this.forget();
         return;
       }
-      this.generation++;
+      let changed = false;
       for (let i = 0; i + 2 < events.length; i += 3)
-        this.onEvent(events[i] as number, events[i + 1] as number, events[i + 2] as string | null);
+        if (this.onEvent(events[i] as number, events[i + 1] as number, events[i + 2] as string | null))
+          changed = true;
+      if (changed) this.generation++;
     } catch {
       // the watch failed (fd limit, no /proc): nothing is kept
       this.close();
@@ -129,32 +141,59 @@ export class QuietFs {
     this.inPass = false;
   }
 
-  private onEvent(wd: number, mask: number, name: string | null): void {
+  /** Takes one event into account; whether it dropped or changed something a check may have looked at. */
+  private onEvent(wd: number, mask: number, name: string | null): boolean {
     if (mask & (IN_Q_OVERFLOW | IN_UNMOUNT)) {
       this.forget();
-      return;
+      return true;
     }
     const dir = this.watched.get(wd);
-    if (dir === undefined) return; // a watch of before the last forget: nothing kept depends on it
+    if (dir === undefined) return false; // a watch of before the last forget: nothing kept depends on it
     if (mask & IN_IGNORED) this.watched.delete(wd);
-    if (name === null || name.includes('/') || mask & IN_IGNORED) {
-      this.drop(dir);
-      return;
-    }
-    this.answers.delete(dir); // its entries changed, and with them its times
-    this.drop(dir === '/' ? `/${name}` : `${dir}/${name}`);
+    if (name === null || name.includes('/') || mask & IN_IGNORED) return this.drop(dir);
+    this.answers.delete(dir); // its entries changed, and with them its times (see the module comment)
+    const dropped = this.drop(dir === '/' ? `/${name}` : `${dir}/${name}`);
+    return dropped || this.listed.has(dir);
   }
 
-  /** Drops every answer and directory state at or below `prefix`. */
-  private drop(prefix: string): void {
-    for (const p of this.answers.keys()) if (under(p, prefix)) this.answers.delete(p);
-    for (const d of this.dirs.keys()) if (under(d, prefix)) this.dirs.delete(d);
+  /** Drops every answer, directory state and record at or below `prefix`; whether there was any. */
+  private drop(prefix: string): boolean {
+    // Every directory above a record has a state (covers walks up to `/` before a record is made, and a state goes
+    // only with everything below it): with neither a record nor a state at `prefix`, nothing is below it either. So
+    // a flood of names nobody looked at costs a few lookups each, not a walk over everything kept.
+    if (
+      !this.dirs.has(prefix) &&
+      !this.answers.has(prefix) &&
+      !this.entries.has(prefix) &&
+      !this.listed.has(prefix)
+    )
+      return false;
+    let any = false;
+    for (const p of this.answers.keys())
+      if (under(p, prefix)) {
+        this.answers.delete(p);
+        any = true;
+      }
+    for (const d of this.dirs.keys())
+      if (under(d, prefix)) {
+        this.dirs.delete(d);
+        any = true;
+      }
+    for (const set of [this.entries, this.listed])
+      for (const p of set)
+        if (under(p, prefix)) {
+          set.delete(p);
+          any = true;
+        }
+    return any;
   }
 
-  /** Forgets every answer and directory state (the watches stay, and are found again by their directories). */
+  /** Forgets every answer, directory state and record (the watches stay, and are found again by their directories). */
   private forget(): void {
     this.answers.clear();
     this.dirs.clear();
+    this.entries.clear();
+    this.listed.clear();
     this.generation++;
     if (this.watched.size > MAX_WATCHES) this.close();
   }
@@ -172,6 +211,8 @@ export class QuietFs {
     this.watched.clear();
     this.answers.clear();
     this.dirs.clear();
+    this.entries.clear();
+    this.listed.clear();
     this.generation++;
   }
 
@@ -260,12 +301,33 @@ export class QuietFs {
       this.uncovered++;
       return false;
     }
+    this.listed.add(dir);
+    this.bound();
     return before !== undefined && before > 0 && this.dirs.get(dir) === before;
+  }
+
+  /**
+   * Whether a look at the path `p` in this pass is one the watch vouches for (adding the watches on the way, as the
+   * lstat would): then its kept answer goes with any change of `p` itself, and a reader needs no listing of its
+   * directory to notice one.
+   */
+  vouchesFor(p: string): boolean {
+    return this.inPass && this.fd >= 0 && plainAbsolute(p) && this.covers(dirname(p));
   }
 
   /** Before reading what the entry `p` is (a symlink's target): whether a watch vouches for it. */
   watchEntry(p: string): void {
-    if (!(this.inPass && this.fd >= 0 && plainAbsolute(p) && this.covers(dirname(p)))) this.uncovered++;
+    if (!(this.inPass && this.fd >= 0 && plainAbsolute(p) && this.covers(dirname(p)))) {
+      this.uncovered++;
+      return;
+    }
+    this.entries.add(p);
+    this.bound();
+  }
+
+  /** More records than MAX_ANSWERS: everything is forgotten (the generation moves). */
+  private bound(): void {
+    if (this.entries.size + this.listed.size > MAX_ANSWERS) this.forget();
   }
 
   /** A look no watch vouches for (a file's content, the kernel's own path walk through symlinks). */
@@ -293,7 +355,11 @@ export class QuietFs {
 
   /** Counts for tests and the doctor: answers kept, directories watched. */
   counts(): { answers: number; watches: number; generation: number } {
-    return { answers: this.answers.size, watches: this.watched.size, generation: this.generation };
+    return {
+      answers: this.answers.size + this.entries.size + this.listed.size,
+      watches: this.watched.size,
+      generation: this.generation,
+    };
   }
 }
 

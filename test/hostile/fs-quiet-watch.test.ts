@@ -48,6 +48,35 @@ describe('the planning watch under hostile input', { skip: fsWatchAbsence ?? fal
     assert.equal(kept(q, p), 'missing');
   });
 
+  test('a stream of names nobody looked at beside many kept answers: the check stays quiet, the answers kept', () => {
+    const q = new QuietFs(fsWatchCalls);
+    const d = fresh();
+    // 3000 answers kept below one directory, and the name a check looks at beside it.
+    mkdirSync(join(d, 'kept'));
+    const many = Array.from({ length: 3000 }, (_, i) => join(d, 'kept', `n${i}`));
+    const p = join(d, 'target');
+    const s = stamp(q, [p, ...many]);
+    assert.notEqual(s, undefined);
+    const before = q.counts().answers;
+    // What a busy /tmp does beside a workspace: names made and removed, in bursts under the drain's bound (256).
+    for (let burst = 0; burst < 8; burst++) {
+      for (let i = 0; i < 100; i++) {
+        writeFileSync(join(d, `busy${i}`), '');
+        rmSync(join(d, `busy${i}`));
+      }
+      assert.ok(
+        inPass(q, () => q.stillQuiet(s)),
+        `burst ${burst}: nothing looked at changed`,
+      );
+    }
+    assert.equal(q.counts().answers, before, 'no answer dropped');
+    // The looked-at name, made among the stream: seen.
+    writeFileSync(join(d, 'busy0'), '');
+    mkdirSync(p);
+    assert.ok(!inPass(q, () => q.stillQuiet(s)));
+    assert.equal(kept(q, p), real(p));
+  });
+
   test('deep: a path 400 directories down, a directory half way renamed', () => {
     const q = new QuietFs(fsWatchCalls);
     const d = fresh();

@@ -22,20 +22,20 @@ import {
   symlinkSync,
   writeFileSync,
 } from 'node:fs';
-import os from 'node:os';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { listDirectory } from '../../src/sandbox/linux/dirListing.js';
 import { landlockSupport } from '../../src/sandbox/linux/landlockNative.js';
 import { runLandlocked } from '../helpers/landlockRun.js';
 import { needsSandbox } from '../helpers/native.js';
+import { quietTop } from '../helpers/quietFs.js';
 import { until } from '../helpers/server.js';
 import { special } from '../integration/sandbox-util.js';
 
 const support = landlockSupport();
 /** Read everything, write the workspace. */
 const WORKSPACE = [special('root', 'read'), special('current_working_directory', 'write')];
-const top = realpathSync(mkdtempSync(join(os.tmpdir(), 'corral-ll-policy-cache-')));
+const top = realpathSync(mkdtempSync(join(quietTop, 'corral-ll-policy-cache-')));
 after(() => rmSync(top, { recursive: true, force: true }));
 
 type Backend = 'landlock' | 'bwrap';

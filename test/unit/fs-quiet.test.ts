@@ -221,6 +221,59 @@ describe('kept lstat answers (fsQuiet.ts)', { skip: fsWatchAbsence ?? false }, (
     assert.equal(q.stillQuiet(q.generation), false);
   });
 
+  test('an event about a name no check looked at leaves a check quiet; one about a name it looked at does not', () => {
+    const q = new QuietFs(fsWatchCalls);
+    const d = fresh();
+    mkdirSync(join(d, 'ws/src'), { recursive: true });
+    mkdirSync(join(d, 'listed'));
+    symlinkSync('ws', join(d, 'link'));
+    const check = () =>
+      pass(q, () => {
+        const s = q.scope();
+        q.lstat(join(d, 'ws'));
+        q.lstat(join(d, 'ws/.git')); // missing: kept as missing
+        q.watchEntry(join(d, 'link')); // a link read, no lstat of it
+        q.watchEntries(join(d, 'listed'));
+        return s.end();
+      });
+    let stamp = check();
+    assert.notEqual(stamp, undefined);
+    const quiet = () => pass(q, () => q.stillQuiet(stamp));
+    // Busy neighbours: names nobody looked at in directories on the way (a file made in /tmp beside a workspace).
+    for (const name of ['other', 'ws2', '.git']) {
+      writeFileSync(join(d, name), '');
+      rmSync(join(d, name));
+    }
+    writeFileSync(join(d, 'ws/notes'), '');
+    renameSync(join(d, 'ws/notes'), join(d, 'ws/notes2'));
+    assert.ok(quiet(), 'changes of names nobody looked at keep the check');
+    assert.equal(
+      pass(q, () => answer(q, join(d, 'ws'))),
+      real(join(d, 'ws')),
+    );
+    // Each looked-at thing changed in turn: the check is not quiet after any of them.
+    const changes: [string, () => void][] = [
+      ['a missing name looked at appears', () => mkdirSync(join(d, 'ws/.git'))],
+      [
+        'a link read is replaced',
+        () => {
+          unlinkSync(join(d, 'link'));
+          symlinkSync('listed', join(d, 'link'));
+        },
+      ],
+      ['a listed directory gets an entry', () => writeFileSync(join(d, 'listed/x'), '')],
+      ['a listed directory loses one', () => unlinkSync(join(d, 'listed/x'))],
+      ['a directory on the way changes mode', () => chmodSync(join(d, 'ws'), 0o700)],
+      ['a directory on the way is renamed', () => renameSync(join(d, 'ws'), join(d, 'ws-old'))],
+    ];
+    for (const [what, change] of changes) {
+      stamp = check();
+      assert.ok(quiet(), `quiet before: ${what}`);
+      change();
+      assert.ok(!quiet(), what);
+    }
+  });
+
   test('a mount over a watched path forgets everything', (t) => {
     if (process.getuid?.() !== 0) return t.skip('not root');
     const q = new QuietFs(fsWatchCalls);

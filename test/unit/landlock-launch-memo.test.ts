@@ -13,13 +13,13 @@ import type { PreparedLaunch } from '../../src/process/launch.js';
 import { quietFs } from '../../src/sandbox/fsQuiet.js';
 import { type PrepareOptions, prepareLaunch, startSandbox } from '../../src/sandbox/index.js';
 import { landlockSupport } from '../../src/sandbox/linux/landlockNative.js';
-import { scratchDirs } from '../helpers/quietFs.js';
+import { quietTop, scratchDirs } from '../helpers/quietFs.js';
 import { until } from '../helpers/server.js';
 import { keptSeed, seed, special } from '../integration/sandbox-util.js';
 
 const support = landlockSupport();
 const WORKSPACE = [special('root', 'read'), special('current_working_directory', 'write')];
-const dir = scratchDirs('corral-ll-launch-memo-');
+const dir = scratchDirs('corral-ll-launch-memo-', quietTop);
 
 const skip =
   support.abi === 0

@@ -100,6 +100,8 @@ export function reusablePlan(
   const types = new Map<string, boolean | null>();
   // The directory of every path whose type is looked at, listed first (a stable listing's token taken before the
   // look vouches for it at the next start, see stillHolds; /dev's one token for its devices); unstable ones: not.
+  // Not where the planning watch vouches for the look itself (fsQuiet.ts): its kept answer is the cheaper check, and
+  // a listing would make every change in the directory (a file made in /tmp) a change of the plan's basis.
   const parents = new Map<string, string | null>();
   let reusable = true;
   const plan = make({
@@ -111,7 +113,7 @@ export function reusablePlan(
     },
     isDir(p) {
       const d = dirname(p);
-      if (p !== '/' && !listings.has(d) && !parents.has(d)) {
+      if (p !== '/' && !listings.has(d) && !parents.has(d) && !quietFs.vouchesFor(p)) {
         const l = listDirectory(d);
         parents.set(d, l.stable ? l.token : null);
       }

@@ -17,9 +17,13 @@ export interface FsWatchCalls {
   add(fd: number, dir: string): number;
   /** Pending events as [wd, mask, name | null, ...], null when none, -1 when more than `max` or lost (fswatch.c). */
   drain(fd: number, max: number): null | -1 | (number | string | null)[];
-  /** An fd on this process's mount table, and whether it changed since the last ask (sandbox.c mountsChanged). */
+  /** An fd on this process's mount table (for `pending`). */
   openMounts(): number;
-  mountsChanged(fd: number): boolean;
+  /**
+   * Without waiting: bit 1 when the watch `fd` has events to drain, bit 2 when the mount table behind `mountsFd`
+   * changed (consumed as mountsChanged consumes it); both on an error (fswatch.c fsWatchPending: one system call).
+   */
+  pending(fd: number, mountsFd: number): number;
 }
 
 /** Why there is no watch here (null: there is). */
@@ -41,6 +45,6 @@ export const fsWatchCalls: FsWatchCalls | null =
         add: addon.fsWatchAdd.bind(addon),
         drain: addon.fsWatchDrain.bind(addon),
         openMounts: () => openSync('/proc/self/mountinfo', 'r'),
-        mountsChanged,
+        pending: addon.fsWatchPending.bind(addon),
       }
     : null;

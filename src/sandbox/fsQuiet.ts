@@ -19,7 +19,7 @@
  *   `D/n` and everything below it, and `D`'s own (its times changed); an event of `D` itself (attributes, removed,
  *   renamed, its watch gone) drops everything at and below `D`; a name inotify cannot give exactly (not UTF-8) counts
  *   as the whole directory;
- * - a change of the mount table (sandbox.c mountsChanged), a lost event (queue overflow), more events than a drain
+ * - a change of the mount table (fswatch.c fsWatchPending), a lost event (queue overflow), more events than a drain
  *   takes (MAX_EVENTS), or more answers or watches than the bounds below: everything is forgotten.
  *
  * Kept answers vouch for what lstat says of a path's identity, type, mode and owner. A directory's times only once it
@@ -115,11 +115,14 @@ export class QuietFs {
         this.forget();
         return;
       }
-      if (c.mountsChanged(this.mountsFd)) {
+      // One system call when nothing changed (the usual start): whether there are events, or the mounts changed.
+      const pending = c.pending(this.fd, this.mountsFd);
+      if (pending & 2) {
         this.forget();
         c.drain(this.fd, MAX_EVENTS); // whatever it says, it is forgotten
         return;
       }
+      if ((pending & 1) === 0) return;
       const events = c.drain(this.fd, MAX_EVENTS);
       if (events === null) return;
       if (events === -1) {

@@ -9,6 +9,7 @@ import { cgroupMountPoints } from '../process/cgroup.js';
 import type { LaunchSpec, PreparedLaunch, SandboxType } from '../process/launch.js';
 import type { EffectiveSandbox } from './effective.js';
 import { SandboxSetupError } from './errors.js';
+import { inOnePass } from './fsProbe.js';
 import {
   type FdSlot,
   type HostFacts,
@@ -324,8 +325,19 @@ export async function prepareLaunch(
     } else if (fallback) backend = { kind: 'landlock', reason: 'fallback' };
     else throw new SandboxSetupError(`${r.why}; ${SANDBOX_ADVICE}`);
   }
-  const plan = planLaunch(eff, cmd, keptHostFacts(opts, platform, bwrap, backend));
-  if (plan.mechanism === 'landlock') return materializeLandlock(plan);
+  const host = keptHostFacts(opts, platform, bwrap, backend);
+  // A Linux sandbox's planning looks at the filesystem in one pass (fsProbe.ts); a Landlock launch's ruleset check
+  // (each rule's path still names its inode) belongs to the same pass: one drain of the planning watch and its kept
+  // answers serve both, and while the watch saw nothing the check itself is skipped (landlockReuse.ts).
+  const planned =
+    eff !== null && platform === 'linux'
+      ? inOnePass(() => {
+          const plan = planLaunch(eff, cmd, host);
+          return plan.mechanism === 'landlock' ? materializeLandlock(plan) : plan;
+        })
+      : planLaunch(eff, cmd, host);
+  if ('cleanup' in planned) return planned;
+  const plan = planned;
   if (plan.mechanism !== 'bwrap') {
     return { spec: plan.spec, sandboxType: plan.sandboxType, summary: plan.summary, cleanup() {} };
   }

@@ -19,12 +19,18 @@
 //                                         caller must take as a change of the whole directory); -1 when there were
 //                                         more, or the kernel's queue overflowed (IN_Q_OVERFLOW): the caller forgets
 //                                         everything then. The queue is drained either way.
+//   fsWatchPending(fd, mountsFd) -> bits  one poll() on the watch and on an open /proc/self/mountinfo, waiting for
+//                                         nothing: 1 when the watch has events to drain, 2 when the mount table changed
+//                                         (consumed, as sandbox.c mountsChanged does), both on any error (the caller
+//                                         then drains and takes the mounts as changed). A start at which nothing
+//                                         changed learns that with this one system call.
 
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <node_api.h>
+#include <poll.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -208,11 +214,37 @@ static napi_value js_fswatch_drain(napi_env env, napi_callback_info info) {
   return result;
 }
 
+static napi_value js_fswatch_pending(napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value args[2];
+  int32_t fd = -1, mounts = -1;
+  if (napi_get_cb_info(env, info, &argc, args, NULL, NULL) != napi_ok || argc < 2 ||
+      napi_get_value_int32(env, args[0], &fd) != napi_ok || fd < 0 ||
+      napi_get_value_int32(env, args[1], &mounts) != napi_ok || mounts < 0) {
+    napi_throw_type_error(env, NULL, "fsWatchPending(fd, mountsFd)");
+    return NULL;
+  }
+  struct pollfd p[2] = {{.fd = fd, .events = POLLIN, .revents = 0}, {.fd = mounts, .events = POLLPRI, .revents = 0}};
+  int r;
+  do r = poll(p, 2, 0);
+  while (r < 0 && errno == EINTR);
+  int32_t bits = 3;
+  if (r >= 0) {
+    bits = 0;
+    if (p[0].revents) bits |= 1; // readable, or an error the drain reports
+    if (p[1].revents & (POLLPRI | POLLERR | POLLNVAL)) bits |= 2;
+  }
+  napi_value out;
+  napi_create_int32(env, bits, &out);
+  return out;
+}
+
 napi_status corral_fswatch_init(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
       {"fsWatchOpen", NULL, js_fswatch_open, NULL, NULL, NULL, napi_default, NULL},
       {"fsWatchAdd", NULL, js_fswatch_add, NULL, NULL, NULL, napi_default, NULL},
       {"fsWatchDrain", NULL, js_fswatch_drain, NULL, NULL, NULL, napi_default, NULL},
+      {"fsWatchPending", NULL, js_fswatch_pending, NULL, NULL, NULL, napi_default, NULL},
   };
   return napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
 }

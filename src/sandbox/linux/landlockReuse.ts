@@ -8,6 +8,8 @@
  * - the built ruleset, while every rule's path names the inode it named at the build: Landlock binds a rule to that
  *   inode, and the ruleset holds it, so its number cannot be reused. A rule's path in a directory whose stable
  *   listing is the one its inodes were last checked under needs no look: the directory's entries have not changed.
+ *   With the planning watch (fsQuiet.ts), a check whose every look the watch vouched for is not made again while the
+ *   watch's generation stands (the ruleset's `quiet`).
  *
  * Anything else (a path of another inode, one that appeared or went, an unstable listing) plans or builds anew.
  */
@@ -144,6 +146,13 @@ export interface KeptRuleset {
   verified: Map<string, string>;
   /** The rules (indices) no listing of `verified` vouches for: looked at on every start. */
   looked?: number[];
+  /** The directories of the other rules, whose listings of `verified` vouch for them. */
+  listedDirs?: string[];
+  /**
+   * The planning watch's generation at which the last check of every rule's inode was vouched for by the watch
+   * (fsQuiet.ts scope): while it stands, the next start under the same key needs no check.
+   */
+  quiet?: number | undefined;
   /** Launches that may still pass the fd to a child. */
   users: number;
   evicted: boolean;
@@ -161,23 +170,33 @@ function inodeOf(p: string): string {
   }
 }
 
-/** Whether every rule's path still names the inode it named at the build (`listings`: the stable ones of now). */
+/**
+ * Whether every rule's path still names the inode it named at the build (`listings`: the stable ones of now). A path
+ * vouched for by its directory's listing rests on that directory's entries: within a pass of the planning watch that
+ * is a look at them (watchEntries), so a check that skipped paths this way is vouched for only where the watch covers
+ * those directories (see acquireRuleset).
+ */
 function stillNamesItsInodes(c: KeptRuleset, paths: string[], listings: Map<string, string>): boolean {
-  if (c.verified === listings && c.looked) {
+  if (c.verified === listings && c.looked && c.listedDirs) {
     // The same plan again, its listings unchanged (reusablePlan checked them): only the unvouched paths.
     for (const i of c.looked) if (inodeOf(paths[i]!) !== c.inodes[i]) return false;
+    for (const d of c.listedDirs) quietFs.watchEntries(d);
     return true;
   }
   const looked: number[] = [];
+  const listedDirs = new Set<string>();
   for (const [i, p] of paths.entries()) {
     const dir = dirname(p);
     const token = listings.get(dir);
+    if (token !== undefined) listedDirs.add(dir);
     if (token !== undefined && c.verified.get(dir) === token) continue;
     if (inodeOf(p) !== c.inodes[i]) return false;
-    if (listings.get(dir) === undefined) looked.push(i);
+    if (token === undefined) looked.push(i);
   }
+  for (const d of listedDirs) quietFs.watchEntries(d);
   c.verified = listings; // each path was looked at (or vouched for) after these listings' tokens were taken
   c.looked = looked;
+  c.listedDirs = [...listedDirs];
   return true;
 }
 
@@ -205,7 +224,15 @@ export function acquireRuleset(
   const paths = spec.rules.map((r) => r.path);
   const hit = rulesets.find((c) => sameParts(c.key, key));
   if (hit) {
+    // Checked at a generation of the watch that still stands: nothing any rule's path or its directory's listing
+    // depends on changed since (fsQuiet.ts); the check itself is skipped.
+    if (quietFs.stillQuiet(hit.quiet)) {
+      hit.users++;
+      return { ruleset: hit, cached: true };
+    }
+    const scope = quietFs.scope();
     if (stillNamesItsInodes(hit, paths, listings)) {
+      hit.quiet = scope.end();
       hit.users++;
       return { ruleset: hit, cached: true };
     }

@@ -317,7 +317,7 @@ describe('kept lstat answers (fsQuiet.ts)', { skip: fsWatchAbsence ?? false }, (
       let seed = start;
       const rnd = (k: number) => {
         seed = (seed * 1103515245 + 12345) & 0x7fffffff;
-        return seed % k;
+        return Math.floor((seed / 0x80000000) * k); // the high bits: an LCG's low bits repeat with a short period
       };
       const pick = () => paths[rnd(paths.length)]!;
       const ops: (() => void)[] = [

@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { netNotifyAbsence, netNotifyChannel } from '../../platform/netNotify.js';
 import { hostControlMounts } from '../../process/cgroupFs.js';
-import type { PreparedLaunch } from '../../process/launch.js';
+import type { LaunchSpec, PreparedLaunch } from '../../process/launch.js';
 import { formatTag, ownTag, sweepStaleDirs } from '../../process/serverTag.js';
 import { deepFreeze } from '../../protocol/deepFreeze.js';
 import { type EffectiveSandbox, isKeptEffective } from '../effective.js';
@@ -21,6 +21,7 @@ import {
 import type { ResolvedPolicy } from '../resolve.js';
 import { resolvePolicyKept } from '../resolveCache.js';
 import { planLandlock, WRITE } from './landlock.js';
+import type { RulesetSpec } from './landlockNative.js';
 import { acquireRuleset, type KeptRuleset, releaseRuleset, reusablePlan } from './landlockReuse.js';
 import { planManagedRoutes } from './managedNet.js';
 
@@ -288,6 +289,40 @@ function launchSummary(
   return summary;
 }
 
+/** What a launch asks of acquireRuleset: the same for every start of a kept plan (made once per plan and TMPDIR). */
+interface RulesetRequest {
+  tmp: string | undefined;
+  spec: RulesetSpec;
+  key: readonly string[];
+  listings: Map<string, string>;
+}
+type LandlockLaunch = NonNullable<LaunchPlan['landlock']>;
+const rulesetRequests = new WeakMap<LandlockLaunch, RulesetRequest>();
+
+/** The ruleset request of `ll`: its rules (and the private TMPDIR's, made here when it needs one) and their key. */
+function rulesetRequest(ll: LandlockLaunch): RulesetRequest {
+  const tmp = ll.privateTmpIn ? privateTmpIn(ll.privateTmpIn) : undefined;
+  const known = rulesetRequests.get(ll);
+  if (known && known.tmp === tmp) return known;
+  const req: RulesetRequest = {
+    tmp,
+    spec: {
+      handledFs: ll.handledFs,
+      handledNet: ll.handledNet,
+      scoped: ll.scoped,
+      rules: tmp ? [...ll.rules, { path: tmp, rights: WRITE }] : ll.rules,
+      connectPorts: ll.connectPorts,
+    },
+    key: [
+      ll.basis?.rulesKey ?? JSON.stringify(ll.rules),
+      `${ll.handledFs}|${ll.handledNet}|${ll.scoped}|${ll.connectPorts}|${tmp ?? ''}`,
+    ],
+    listings: ll.basis?.listings ?? new Map(),
+  };
+  rulesetRequests.set(ll, req);
+  return req;
+}
+
 /**
  * The Landlock launch: the ruleset (built, or the last one for the same rules) goes to the child, which applies it
  * before exec; with a private TMPDIR when the temp root's top level is frozen (see landlock.ts).
@@ -303,47 +338,26 @@ export function materializeLandlock(plan: LaunchPlan): PreparedLaunch {
     held = undefined;
     chan?.close();
   };
-  let env = plan.spec.env;
   let tmp: string | undefined;
   let got: { ruleset: KeptRuleset; cached: boolean };
   try {
-    const rules = [...ll.rules];
-    if (ll.privateTmpIn) {
-      tmp = privateTmpIn(ll.privateTmpIn);
-      rules.push({ path: tmp, rights: WRITE });
-      env = { ...env, TMPDIR: tmp };
-    }
-    got = acquireRuleset(
-      {
-        handledFs: ll.handledFs,
-        handledNet: ll.handledNet,
-        scoped: ll.scoped,
-        rules,
-        connectPorts: ll.connectPorts,
-      },
-      [
-        ll.basis?.rulesKey ?? JSON.stringify(ll.rules),
-        `${ll.handledFs}|${ll.handledNet}|${ll.scoped}|${ll.connectPorts}|${tmp ?? ''}`,
-      ],
-      ll.basis?.listings ?? new Map(),
-    );
+    const req = rulesetRequest(ll);
+    tmp = req.tmp;
+    got = acquireRuleset(req.spec, req.key, req.listings);
   } catch (e) {
     chan?.close();
     throw new SandboxSetupError(`landlock sandbox: cannot build the ruleset: ${(e as Error).message}`);
   }
   held = got.ruleset;
   const summary = launchSummary(plan.summary, got.cached, tmp);
+  const confine: NonNullable<LaunchSpec['confine']> = {
+    rulesetFd: got.ruleset.fd,
+    seccomp: plan.seccomp!.filter,
+  };
+  if (ll.restrictFlags) confine.flags = ll.restrictFlags;
+  if (chan) confine.netNotifyFd = chan.childFd;
   return {
-    spec: {
-      ...plan.spec,
-      env,
-      confine: {
-        rulesetFd: got.ruleset.fd,
-        seccomp: plan.seccomp!.filter,
-        ...(ll.restrictFlags ? { flags: ll.restrictFlags } : {}),
-        ...(chan ? { netNotifyFd: chan.childFd } : {}),
-      },
-    },
+    spec: { ...plan.spec, env: tmp ? { ...plan.spec.env, TMPDIR: tmp } : plan.spec.env, confine },
     sandboxType: plan.sandboxType,
     summary,
     ...(plan.guarantees ? { guarantees: plan.guarantees } : {}),

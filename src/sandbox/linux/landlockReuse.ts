@@ -176,16 +176,21 @@ function inodeOf(p: string): string {
  * is a look at them (watchEntries), so a check that skipped paths this way is vouched for only where the watch covers
  * those directories (see acquireRuleset).
  */
-function stillNamesItsInodes(c: KeptRuleset, paths: string[], listings: Map<string, string>): boolean {
+function stillNamesItsInodes(
+  c: KeptRuleset,
+  rules: readonly { path: string }[],
+  listings: Map<string, string>,
+): boolean {
   if (c.verified === listings && c.looked && c.listedDirs) {
     // The same plan again, its listings unchanged (reusablePlan checked them): only the unvouched paths.
-    for (const i of c.looked) if (inodeOf(paths[i]!) !== c.inodes[i]) return false;
+    for (const i of c.looked) if (inodeOf(rules[i]!.path) !== c.inodes[i]) return false;
     for (const d of c.listedDirs) quietFs.watchEntries(d);
     return true;
   }
   const looked: number[] = [];
   const listedDirs = new Set<string>();
-  for (const [i, p] of paths.entries()) {
+  for (let i = 0; i < rules.length; i++) {
+    const p = rules[i]!.path;
     const dir = dirname(p);
     const token = listings.get(dir);
     if (token !== undefined) listedDirs.add(dir);
@@ -221,7 +226,6 @@ export function acquireRuleset(
   key: readonly string[],
   listings: Map<string, string>,
 ): { ruleset: KeptRuleset; cached: boolean } {
-  const paths = spec.rules.map((r) => r.path);
   const hit = rulesets.find((c) => sameParts(c.key, key));
   if (hit) {
     // Checked at a generation of the watch that still stands: nothing any rule's path or its directory's listing
@@ -231,7 +235,7 @@ export function acquireRuleset(
       return { ruleset: hit, cached: true };
     }
     const scope = quietFs.scope();
-    if (stillNamesItsInodes(hit, paths, listings)) {
+    if (stillNamesItsInodes(hit, spec.rules, listings)) {
       hit.quiet = scope.end();
       hit.users++;
       return { ruleset: hit, cached: true };

@@ -102,8 +102,9 @@ export const realFsProbe: FsProbe = {
       if (!st) return null;
       if (st.isSymbolicLink()) return 'symlink';
       // An empty directory of mode 0500 is the placeholder of a missing protected path (linux/mountTargets.ts),
-      // maybe another server's: missing, so that this launch takes its share of it rather than bind it as it is.
-      if (st.isDirectory()) return (st.mode & 0o7777) === 0o500 && isEmptyDir(p, st, at) ? null : 'dir';
+      // maybe another server's: missing, so that this launch takes its share of it rather than bind it as it is (its
+      // owner removes it when its last sandbox ends, and bwrap then finds a bind's source gone).
+      if (st.isDirectory()) return (st.mode & 0o7777) === 0o500 && isPlaceholder(p, st, at) ? null : 'dir';
       if (st.isFile()) return 'file';
       return 'other';
     } catch {
@@ -147,16 +148,21 @@ const emptyDirs = new Map<string, string>();
 const RACY_MS = 50;
 const MAX_EMPTY_DIRS = 64;
 
-/** Whether the directory `p` (lstat `st`, taken at or after `at`) has no entries. */
-function isEmptyDir(p: string, given: Stats, at: number): boolean {
+/**
+ * Whether the directory `p` of mode 0500 (lstat `given`, taken at or after `at`) is a placeholder: it has no entries,
+ * or it is gone since the lstat (its last user removed it: missing either way), or this user cannot list it (another
+ * user's placeholder, e.g. a root server's seen by a server of uid 65534: mode 0500 lets only its owner read it, and
+ * whatever it holds, no process of this user, the sandboxed command included, can see or reach it).
+ */
+function isPlaceholder(p: string, given: Stats, at: number): boolean {
   // Its entries and times are what counts: watched from here on (fsQuiet.ts), and its times asked now when the given
   // answer was kept from before its watch began.
   let st = given;
   if (!quietFs.watchEntries(p)) {
     try {
       st = lstatSync(p);
-    } catch {
-      return false;
+    } catch (e) {
+      return (e as NodeJS.ErrnoException).code === 'ENOENT';
     }
   }
   const token = `${st.dev}:${st.ino}:${st.ctimeMs}:${st.mtimeMs}`;
@@ -164,8 +170,10 @@ function isEmptyDir(p: string, given: Stats, at: number): boolean {
   let empty: boolean;
   try {
     empty = readdirSync(p).length === 0;
-  } catch {
-    empty = false;
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    emptyDirs.delete(p);
+    return code === 'ENOENT' || code === 'EACCES';
   }
   emptyDirs.delete(p);
   if (empty && Math.max(st.ctimeMs, st.mtimeMs) < at - RACY_MS) {

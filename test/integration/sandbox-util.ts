@@ -151,6 +151,8 @@ export async function run(
     env?: Record<string, string>;
     enforceManagedNetwork?: boolean;
     opts?: PrepareOptions;
+    /** After the launch is prepared (its placeholders held), before it is spawned. */
+    beforeSpawn?: (prepared: PreparedLaunch) => Promise<void>;
     onSpawn?: (pid: number) => void;
   },
 ): Promise<RunResult> {
@@ -165,6 +167,12 @@ export async function run(
     { spec, tty: false },
     o.opts,
   );
+  try {
+    await o.beforeSpawn?.(prepared);
+  } catch (e) {
+    prepared.cleanup();
+    throw e;
+  }
   let s = prepared.spec;
   let fds = s.extraFds ?? [];
   if (s.confine) {

@@ -11,6 +11,7 @@ import {
   mkdirSync,
   mkdtempSync,
   realpathSync,
+  rmdirSync,
   rmSync,
   symlinkSync,
   writeFileSync,
@@ -119,6 +120,24 @@ test('a placeholder (an empty directory of mode 0500) is missing to kind() only 
       'dir',
       'a directory added',
     );
+  } finally {
+    rmSync(root, { recursive: true, force: true });
+  }
+});
+
+test('a placeholder removed between its lstat and its listing is missing, not a directory to bind', () => {
+  const root = realpathSync(mkdtempSync(join(tmpdir(), 'corral-placeholder-')));
+  try {
+    const d = join(root, '.agents');
+    mkdirSync(d, { mode: 0o500 });
+    chmodSync(d, 0o500);
+    // The pass's lstat of it (taken on the way) says a directory of mode 0500; then its last user removes it.
+    const kind = inOnePass(() => {
+      realpathInPass(d);
+      rmdirSync(d);
+      return realFsProbe.kind(d);
+    });
+    assert.equal(kind, null);
   } finally {
     rmSync(root, { recursive: true, force: true });
   }

@@ -54,8 +54,12 @@ export function fakeFs(tree: Record<string, Node>): FsProbe {
   };
 }
 
-/** The bwrap words for a missing protected path: an empty tmpfs of mode 0555 holds the name (a synthetic target). */
-const synth = (...paths: string[]) => paths.flatMap((p) => ['--perms', '555', '--tmpfs', p]);
+/**
+ * The bwrap words for a missing protected path: its placeholder made again if it went meanwhile, then an empty tmpfs
+ * of mode 0555 that holds the name (a synthetic target).
+ */
+const synth = (...paths: string[]) =>
+  paths.flatMap((p) => ['--perms', '500', '--dir', p, '--perms', '555', '--tmpfs', p]);
 const NAMES = ['.agents', '.aws', '.codex', '.git'];
 const names = (root: string, except: string[] = []) =>
   NAMES.filter((n) => !except.includes(n)).map((n) => posix.join(root, n));

@@ -310,7 +310,10 @@ static napi_value js_release_mount_target(napi_env env, napi_callback_info info)
   // remove), or be the last one and remove it (then the lock file is a new one).
   if (flock(fd, LOCK_EX | LOCK_NB) == 0 && same_file(fd, lock)) {
     struct stat st;
-    if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode) && (st.st_mode & 07777) == PLACEHOLDER_MODE)
+    // Only a placeholder of this user: the shares are per user, so another user's (shared by this user's sandboxes
+    // too, see fsProbe.ts) may still be mounted in that user's sandboxes.
+    if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode) && (st.st_mode & 07777) == PLACEHOLDER_MODE &&
+        st.st_uid == geteuid())
       rmdir(path);  // ENOTEMPTY: someone put something there on the host; it is theirs then
     unlink(lock);
   }

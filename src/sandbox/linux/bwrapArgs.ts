@@ -57,7 +57,10 @@ function protectArgs(p: ProtectedPath, features: BwrapFeatures, synthetic: Set<s
     // The mount point holds the name: it cannot be created, replaced or renamed (EEXIST/EBUSY). A fresh tmpfs of
     // mode 0555 refuses writes (EACCES); if the sandbox chmods it first, it writes to its own private tmpfs, never to
     // the host. No --remount-ro: bwrap rereads mountinfo for each bind or remount (~0.15 ms), a plain tmpfs is cheap.
-    if (features.perms) return ['--perms', '555', '--tmpfs', t];
+    // The --dir first: the placeholder may be another user's (mountTargets.ts: shares are per user), removed by its
+    // owner before bwrap gets here; bwrap then makes it again as a placeholder of this user's (mode 0500, under the
+    // share this launch holds, removed with it), not as the plain 0755 mount point --tmpfs would leave behind.
+    if (features.perms) return ['--perms', '500', '--dir', t, '--perms', '555', '--tmpfs', t];
     return ['--tmpfs', t, '--remount-ro', t];
   }
   // A dangling symlink: mounting over it would create its target on the host; it cannot be pinned.

@@ -97,7 +97,8 @@ const holder: {
       release(_fd, _lock, target) {
         try {
           const st = lstatSync(target);
-          if (st.isDirectory() && (st.mode & 0o7777) === PLACEHOLDER_MODE) rmdirSync(target);
+          if (st.isDirectory() && (st.mode & 0o7777) === PLACEHOLDER_MODE && st.uid === process.geteuid?.())
+            rmdirSync(target);
         } catch {
           // ENOTEMPTY: someone put something there on the host; it is theirs then
         }

@@ -7,7 +7,7 @@ import { dirname, join, normalize } from 'node:path';
 import { quietFs } from './fsQuiet.js';
 
 /** The lstat of each path asked within the current pass (inOnePass), or null outside one. */
-let pass: Map<string, { st: Stats | undefined } | { err: unknown }> | null = null;
+let pass: Map<string, ({ st: Stats | undefined } | { err: unknown }) & { unwatched?: true }> | null = null;
 /** The real wall clock when the current pass began: every lstat of the pass was made after it. */
 let passStart = 0;
 
@@ -30,18 +30,25 @@ export function inOnePass<T>(fn: () => T): T {
   }
 }
 
-/** lstat(p) (undefined when it does not exist), once per path within a pass (inOnePass); errors as lstatSync's. */
+/**
+ * lstat(p) (undefined when it does not exist), once per path within a pass (inOnePass); errors as lstatSync's. A path
+ * asked again in the pass is a look again for the planning watch too: one the watch did not vouch for the first time
+ * is counted as unwatched again, so that a check (fsQuiet.ts scope) that only meets it in the pass's answers is not
+ * vouched for either.
+ */
 export function lstatInPass(p: string): Stats | undefined {
   if (!pass) return lstatSync(p, { throwIfNoEntry: false });
   let got = pass.get(p);
   if (!got) {
+    const before = quietFs.unwatchedLooks;
     try {
       got = { st: quietFs.lstat(p) }; // kept from an earlier pass while nothing it depends on changed
     } catch (err) {
       got = { err };
     }
+    if (quietFs.unwatchedLooks !== before) got.unwatched = true;
     pass.set(p, got);
-  }
+  } else if (got.unwatched) quietFs.lookUnwatched();
   if ('err' in got) throw got.err;
   return got.st;
 }

@@ -333,6 +333,11 @@ export class QuietFs {
     if (this.entries.size + this.listed.size > MAX_ANSWERS) this.forget();
   }
 
+  /** How many looks no watch vouched for, so far (a caller that keeps answers itself compares it around a look). */
+  get unwatchedLooks(): number {
+    return this.uncovered;
+  }
+
   /** A look no watch vouches for (a file's content, the kernel's own path walk through symlinks). */
   lookUnwatched(): void {
     this.uncovered++;

@@ -19,7 +19,9 @@ import {
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { inOnePass, realFsProbe, realpathInPass } from '../../src/sandbox/fsProbe.js';
+import { fsWatchAbsence } from '../../src/platform/fsWatch.js';
+import { inOnePass, lstatInPass, realFsProbe, realpathInPass } from '../../src/sandbox/fsProbe.js';
+import { quietFs } from '../../src/sandbox/fsQuiet.js';
 import { until } from '../helpers/server.js';
 
 function answer(f: () => string): string {
@@ -140,5 +142,26 @@ test('a placeholder removed between its lstat and its listing is missing, not a 
     assert.equal(kind, null);
   } finally {
     rmSync(root, { recursive: true, force: true });
+  }
+});
+
+test('a path the pass asked before a check began is a look of that check too: unwatched stays unwatched', () => {
+  // The pass keeps each answer, and a check that begins later in it (the kept ruleset's, after the planning's) meets
+  // the path only there: a look the watch did not vouch for (proc: no inotify there) must still count against it.
+  const stampOf = (p: string) =>
+    inOnePass(() => {
+      lstatInPass(p);
+      const s = quietFs.scope();
+      lstatInPass(p);
+      return s.end();
+    });
+  assert.equal(stampOf('/proc/self/status'), undefined);
+  if (fsWatchAbsence === null) {
+    const dir = realpathSync(mkdtempSync(join(tmpdir(), 'corral-pass-look-')));
+    try {
+      assert.notEqual(stampOf(dir), undefined, 'a watched path: vouched for (the control)');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   }
 });

@@ -253,6 +253,8 @@ function jsonText(value: unknown): string | undefined {
  * a policy of ~700 characters) answers those starts without making their text and looking it up (~4-9 µs).
  */
 let lastKept: { value: unknown; text: string; parse: ParsedSandbox } | undefined;
+/** Each kept parse's value (JSON.parse of its text, frozen), for lastKept. */
+const keptValues = new WeakMap<ParsedSandbox, unknown>();
 
 /**
  * The kept parse of a `sandbox` param (frozen, shared), or undefined when this text was not parsed successfully
@@ -280,7 +282,15 @@ function keptByText(text: string | undefined): ParsedSandbox | undefined {
   if (!kept) return undefined;
   parsedByText.delete(text!);
   parsedByText.set(text!, kept);
-  if (lastKept?.parse !== kept) lastKept = { value: deepFreeze(JSON.parse(text!)), text: text!, parse: kept };
+  if (lastKept?.parse !== kept) {
+    // Made once per kept parse: a client alternating between policies pays a lookup, not a parse, per switch.
+    let value = keptValues.get(kept);
+    if (value === undefined) {
+      value = deepFreeze(JSON.parse(text!));
+      keptValues.set(kept, value);
+    }
+    lastKept = { value, text: text!, parse: kept };
+  }
   return kept;
 }
 

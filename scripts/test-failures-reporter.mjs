@@ -3,7 +3,10 @@
 // prints at the end of the run. A CI log that is cut to its last lines then still says which test failed and why.
 import { relative } from 'node:path';
 
-/** @param {AsyncIterable<{type: string, data: any}>} source */
+/**
+ * @param {AsyncIterable<{type: string, data: {name: string, nesting: number, file?: string,
+ *   details?: {error?: {failureType?: string, cause?: {message?: string}, message?: string}}}}>} source
+ */
 export default async function* failures(source) {
   /** The names of the suites and tests open at each nesting level, by file. */
   const open = new Map();

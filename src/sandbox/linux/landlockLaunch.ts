@@ -85,7 +85,18 @@ function launchKey(
   reason: 'useLegacyLandlock' | 'fallback',
 ): string | undefined {
   if (eff.enforceManagedNetwork || !isKeptEffective(eff)) return undefined;
-  return JSON.stringify([
+  // The host facts are one frozen object while they stay (prepare.ts keptHostFacts): their key is made once per
+  // such object, reason and TMPDIR (at most MAX_KEYS of those per object: a client's every TMPDIR is its own).
+  const tmp = cmd.spec.env.TMPDIR;
+  const part = `${reason}\0${tmp === undefined ? '\u0001' : tmp}`;
+  let keys = Object.isFrozen(host) ? launchKeys.get(host) : undefined;
+  const known = keys?.get(part);
+  if (known !== undefined) return known;
+  if (Object.isFrozen(host) && (!keys || keys.size >= MAX_KEYS)) {
+    keys = new Map();
+    launchKeys.set(host, keys);
+  }
+  const key = JSON.stringify([
     reason,
     host.landlock.abi,
     [...host.acceptWeaker].sort(),
@@ -94,9 +105,13 @@ function launchKey(
     host.tmpdir ?? null,
     host.arch,
     host.machine,
-    cmd.spec.env.TMPDIR ?? null,
+    tmp ?? null,
   ]);
+  keys?.set(part, key);
+  return key;
 }
+const launchKeys = new WeakMap<HostFacts, Map<string, string>>();
+const MAX_KEYS = 16;
 
 /**
  * The Landlock backend (linux/landlock.ts): no namespaces; the child confines itself right before exec. Its look at

@@ -93,11 +93,19 @@ export function prepareDirectory(path: string, ownDirectory: boolean): void {
   if (ownDirectory) chmodSync(dir, 0o700);
 }
 
-/** Creates the file 0600, or tightens an existing one to 0600 (throws EPERM when it is someone else's). */
+/**
+ * Creates the file 0600, or tightens an existing one to 0600 (throws EPERM when it is someone else's). `exists` is
+ * what the caller saw a moment ago: another server sharing the database may have created the file since, and then
+ * it is tightened like any existing one.
+ */
 export function prepareFile(path: string, exists: boolean, notice?: (text: string) => void): void {
   if (!exists) {
-    closeSync(openSync(path, 'wx', 0o600));
-    return;
+    try {
+      closeSync(openSync(path, 'wx', 0o600));
+      return;
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
+    }
   }
   const mode = statSync(path).mode & 0o777;
   if (mode !== 0o600) {

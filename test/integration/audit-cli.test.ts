@@ -113,15 +113,27 @@ describe('corral exec-server and its audit database', () => {
 
   test('several servers may create and share one database at once', async () => {
     const path = join(fresh(), 'shared', 'audit.db');
-    const servers = await Promise.all(Array.from({ length: 4 }, () => startServer(['--audit-db', path])));
-    await Promise.all(
-      servers.map(async (s, i) => {
-        const c = await RpcClient.open(s.url, `sharer-${i}`);
-        await runTrue(c);
-        c.close();
-      }),
+    // Every server that did start is stopped also when another did not (or the file waits out its timeout).
+    const started = await Promise.allSettled(
+      Array.from({ length: 4 }, () => startServer(['--audit-db', path])),
     );
-    await Promise.all(servers.map(stop));
+    const servers = started.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
+    const failed = started.find((r) => r.status === 'rejected');
+    if (failed) {
+      await Promise.all(servers.map(stop));
+      throw failed.reason;
+    }
+    try {
+      await Promise.all(
+        servers.map(async (s, i) => {
+          const c = await RpcClient.open(s.url, `sharer-${i}`);
+          await runTrue(c);
+          c.close();
+        }),
+      );
+    } finally {
+      await Promise.all(servers.map(stop));
+    }
     for (const s of servers) assert.doesNotMatch(s.stderr(), /corrupt|moved it|cannot open/, s.stderr());
     const db = new Database(path, { readonly: true });
     const clients = (

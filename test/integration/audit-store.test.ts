@@ -16,6 +16,7 @@ import {
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import Database from 'better-sqlite3';
+import { prepareFile } from '../../src/audit/dbFile.js';
 import type { AuditRecord } from '../../src/audit/events.js';
 import { openAuditStore } from '../../src/audit/openStore.js';
 import { VACUUM_PAGES_PER_STEP } from '../../src/audit/retention.js';
@@ -127,6 +128,19 @@ describe('audit database file', () => {
     await trail.close();
     assert.equal(statSync(path).mode & 0o777, 0o600);
     assert.match(trail.startupNotices.join('\n'), new RegExp(`${path} had mode 644: set to 600`));
+  });
+
+  test('a file another server created after this one looked is opened and tightened, not an error (CI: EEXIST)', () => {
+    // Servers sharing one database all see it absent; all but the first then find it there when they create it.
+    const path = join(fresh(), 'audit.db');
+    writeFileSync(path, '', { mode: 0o640 });
+    chmodSync(path, 0o640);
+    const notices: string[] = [];
+    prepareFile(path, false, (t) => notices.push(t));
+    assert.equal(statSync(path).mode & 0o777, 0o600);
+    assert.deepEqual(notices, [`audit database ${path} had mode 640: set to 600`]);
+    // What is not a lost race still throws.
+    assert.throws(() => prepareFile(join(path, 'below-a-file.db'), false), { code: 'ENOTDIR' });
   });
 
   test('a database of a newer schema version is refused, and left exactly as it was', async () => {

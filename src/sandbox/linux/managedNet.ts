@@ -256,7 +256,14 @@ export function readChildPid(fd: number, timeoutMs: number): { promise: Promise<
 
 /** Writes the release byte to bwrap's `--block-fd` (the write end of its pipe, held by us). */
 export function release(blockFd: number): void {
-  writeSync(blockFd, Buffer.from('1'));
+  try {
+    writeSync(blockFd, Buffer.from('1'));
+  } catch (e) {
+    // EPIPE: bwrap is gone (nothing reads its block pipe any more).
+    if ((e as NodeJS.ErrnoException).code === 'EPIPE')
+      throw new SandboxSetupError('sandbox setup: the process exited during setup');
+    throw e;
+  }
 }
 
 export function closeQuietly(fd: number | undefined): void {

@@ -3,7 +3,7 @@
  * validate, build the child's launch (its environment, its program), hand it to the launch pipeline (sandbox,
  * managed proxy), spawn it, and answer from its retained output and state.
  */
-import type { Clock } from '../../clock.js';
+import { type Clock, realClock } from '../../clock.js';
 import { CgroupError, type CgroupHost, type ResourceLimits } from '../../process/cgroup.js';
 import type { LaunchSpec, PreparedLaunch } from '../../process/launch.js';
 import { ManagedProcess } from '../../process/managedProcess.js';
@@ -156,11 +156,12 @@ class ProcessMethods {
     try {
       await afterSpawn(proc.pid);
     } catch (e) {
-      this.host.log.error(
-        `process ${proc.info.processId}: post-spawn setup failed, killing it: ${(e as Error).message}`,
-      );
       proc.kill('SIGKILL');
-      throw e;
+      // Why the sandbox failed is most often in what its setup wrote (bwrap: "Can't find source path …").
+      const said = await setupOutput(proc);
+      const message = said ? `${(e as Error).message} (it wrote: ${said})` : (e as Error).message;
+      this.host.log.error(`process ${proc.info.processId}: post-spawn setup failed, killed it: ${message}`);
+      throw new Error(message);
     }
   }
 
@@ -283,4 +284,25 @@ export function readResult(proc: ManagedProcess, afterSeq: number, maxBytes: num
     // Additive (ours): the cgroup limit the process ran into.
     ...(proc.limitHit ? { limitHit: proc.limitHit } : {}),
   };
+}
+
+/** How long a failed setup's process is waited for to close, for what it wrote (real time: no policy in it). */
+const SETUP_OUTPUT_WAIT_MS = 1000;
+/** At most this many characters of it go into the error (its end: bwrap's message is its last line). */
+const SETUP_OUTPUT_CHARS = 500;
+
+/**
+ * What a killed process wrote to stderr (or its terminal) before it closed, on one line: control characters made
+ * spaces, its last SETUP_OUTPUT_CHARS characters; '' when it wrote nothing or did not close in time.
+ */
+async function setupOutput(proc: ManagedProcess): Promise<string> {
+  const deadline = Date.now() + SETUP_OUTPUT_WAIT_MS;
+  while (proc.state !== 'closed' && Date.now() < deadline)
+    await proc.waitForEvent(deadline - Date.now(), realClock);
+  const text = proc.buffer
+    .text(['stderr', 'pty'])
+    // Control characters (a terminal's escapes and line ends among them) become spaces.
+    .replace(/[\u0000-\u001f\u007f-\u009f\u2028\u2029]+/g, ' ')
+    .trim();
+  return text.length > SETUP_OUTPUT_CHARS ? `…${text.slice(-SETUP_OUTPUT_CHARS)}` : text;
 }

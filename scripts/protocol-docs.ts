@@ -326,7 +326,8 @@ function reference(): string {
     add(`| ${code} | ${key} | ${cell(errorDocs.get(key) ?? '')} |`);
   add(
     '',
-    'Spawn and setup failures of `process/start` (program not found, sandbox or proxy setup) are -32603 with the OS text (`No such file or directory (os error 2)`); an fs target that does not exist is -32004.',
+    'Spawn and setup failures of `process/start` (program not found, sandbox or proxy setup) are -32603 with the OS text (`No such file or directory (os error 2)`); an fs target that does not exist is -32004. ' +
+      "A sandbox whose setup fails after the spawn (bwrap waiting on its block fd while the server pins links or sets up the managed network) is killed, and the error ends with what its setup wrote, on one line and at most its last 500 characters: `sandbox setup failed: sandbox setup: the sandbox exited during setup (it wrote: bwrap: Can't find source path /w/extra: No such file or directory)`.",
     '',
   );
   add('## Beyond the seed', '', '| where | member | since | |', '|---|---|---|---|');

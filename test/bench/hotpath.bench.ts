@@ -24,6 +24,7 @@
  */
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { availableParallelism, loadavg } from 'node:os';
 import { join } from 'node:path';
 import { build } from 'esbuild';
 import { AUDIT_THREAD_NAME } from '../../src/audit/trail.js';
@@ -628,6 +629,7 @@ export async function run(): Promise<BenchRow[]> {
     await measureServer(targets[0]!, 'client-warm');
 
     const rounds = new Map<string, Round[]>(targets.map((t) => [t.name, []]));
+    const loadBefore = loadavg()[0]!;
     const floorRounds: { lat: number[]; concRate: number }[] = [];
     for (let r = 0; r < ROUNDS; r++) {
       floorRounds.push(measureFloor(floor));
@@ -721,6 +723,12 @@ export async function run(): Promise<BenchRow[]> {
       `hot path (issue 32): Corral with every default on, ${ROUNDS} rounds, medians`,
       ['goal', 'Corral', 'bound', 'rule', ''],
       ratioRows,
+    );
+    // How far to trust the rows above: other work on the machine moves the p99 rows (and the p50 ones by 5-30 %).
+    console.log(
+      `machine: ${availableParallelism()} cores, 1-min load average ${loadBefore.toFixed(1)} at the start of the rounds and ` +
+        `${loadavg()[0]!.toFixed(1)} at the end; spread within the run: floor p99/p50 ${(fl.p99 / fl.p50).toFixed(1)}, ` +
+        `stand-in p99/p50 ${(standin.p99 / standin.p50).toFixed(1)}`,
     );
 
     // ---- the figures ------------------------------------------------------------------------------------------

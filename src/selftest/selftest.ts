@@ -216,15 +216,20 @@ t.join(10)
 /**
  * The fs/* race (issue 12): a command in the sandbox swaps a directory of the workspace and a symlink to a folder the
  * fs/* requests' sandbox context makes unreadable (renameat2 RENAME_EXCHANGE, in a loop), while fs/readFile and
- * fs/writeFile go through the directory's path. Bounded: RACE_ATTEMPTS of each.
+ * fs/writeFile go through the directory's path. Bounded: RACE_ATTEMPTS of each per round, at most RACE_ROUNDS rounds,
+ * until a request met the swapped path (refused, or outside). The racer swaps an odd number of times between its
+ * looks for `stop`, so the path is swapped about half the time also while the racer waits for a CPU (a loaded machine:
+ * with even batches every request fell between two batches, met the path as it was, and a re-introduced hole went
+ * unseen). Rounds where no request met the swap prove nothing and are not counted as held.
  */
 const RACE_ATTEMPTS = 150;
+const RACE_ROUNDS = 8;
 const RACER_CODE = `import ctypes, os
 libc = ctypes.CDLL(None, use_errno=True)
 n = 0
 print('ready', flush=True)
 while not os.path.exists('stop') and n < 5000000:
-  for _ in range(256):
+  for _ in range(255):
     if libc.renameat2(-100, b'd', -100, b'l', 2) != 0: raise SystemExit('renameat2: ' + os.strerror(ctypes.get_errno()))
     n += 1
 print('swaps', n, flush=True)
@@ -330,49 +335,59 @@ const EXTRA_CASES = {
     }
     let escaped = 0;
     let refused = 0;
+    let rounds = 0;
     let swaps = '';
     try {
       // The hole: fs/* without the sandbox context (the host's view).
       const sandbox = ctx.hole === 'fs-races' ? undefined : fsContext(ctx.ws, ctx.outside);
       const d = join(ctx.ws, 'd');
-      const attempts: Promise<void>[] = [];
-      for (let i = 0; i < RACE_ATTEMPTS; i++) {
-        attempts.push(
-          ctx.client.request('fs/readFile', { path: join(d, 'secret'), sandbox }).then(
-            (res) => {
-              const got = Buffer.from((res as { dataBase64: string }).dataBase64, 'base64').toString();
-              if (got !== INSIDE) escaped++;
-            },
-            () => {
-              refused++;
-            },
-          ),
-          ctx.client
-            .request('fs/writeFile', {
-              path: join(d, `w${i}`),
-              dataBase64: Buffer.from('written').toString('base64'),
-              sandbox,
-            })
-            .then(
-              () => {},
+      while (rounds < RACE_ROUNDS && escaped + refused === 0) {
+        const round = rounds++;
+        const attempts: Promise<void>[] = [];
+        for (let i = 0; i < RACE_ATTEMPTS; i++) {
+          attempts.push(
+            ctx.client.request('fs/readFile', { path: join(d, 'secret'), sandbox }).then(
+              (res) => {
+                const got = Buffer.from((res as { dataBase64: string }).dataBase64, 'base64').toString();
+                if (got !== INSIDE) escaped++;
+              },
               () => {
                 refused++;
               },
             ),
-        );
+            ctx.client
+              .request('fs/writeFile', {
+                path: join(d, `w${round}-${i}`),
+                dataBase64: Buffer.from('written').toString('base64'),
+                sandbox,
+              })
+              .then(
+                () => {},
+                () => {
+                  refused++;
+                },
+              ),
+          );
+        }
+        await Promise.all(attempts);
+        for (let i = 0; i < RACE_ATTEMPTS; i++)
+          if (existsSync(join(ctx.outside, `w${round}-${i}`))) escaped++;
       }
-      await Promise.all(attempts);
-      for (let i = 0; i < RACE_ATTEMPTS; i++) if (existsSync(join(ctx.outside, `w${i}`))) escaped++;
     } finally {
       writeFileSync(join(ctx.ws, 'stop'), '');
       swaps = (await ctx.client.outputAndExit(racer, 20_000)).output.trim();
     }
     if (!/swaps [1-9]\d*/.test(swaps))
       return na(`the racer did not swap in the sandbox: ${escapeTerminalLines(swaps)}`);
+    const racerSaid = swaps.split('\n').pop();
+    if (escaped + refused === 0)
+      return na(
+        `no fs/* request met the swapped path in ${rounds} rounds of ${2 * RACE_ATTEMPTS} (racer: ${racerSaid}): the race never overlapped, nothing is proved`,
+      );
     return verdict(
       escaped > 0,
-      `${RACE_ATTEMPTS} reads and ${RACE_ATTEMPTS} writes through a raced path stayed inside (${refused} refused; racer: ${swaps.split('\n').pop()})`,
-      `${escaped} of ${2 * RACE_ATTEMPTS} fs/* requests read or wrote outside through the raced path`,
+      `${rounds * RACE_ATTEMPTS} reads and ${rounds * RACE_ATTEMPTS} writes through a raced path stayed inside (${refused} met the swapped path and were refused; racer: ${racerSaid})`,
+      `${escaped} of ${2 * rounds * RACE_ATTEMPTS} fs/* requests read or wrote outside through the raced path`,
     );
   },
 } satisfies Record<string, CaseFn>;

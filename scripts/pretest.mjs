@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // Brings what a fresh Debian machine lacks for the tests: bubblewrap (sandbox tests), Chromium (panel tests) and
-// iproute2 (`ip link set lo up` in the network namespaces of the Codex and Kubernetes rigs).
+// iproute2 (`ip link set lo up` in the network namespaces of the Codex and Kubernetes rigs) and bindfs (a FUSE mount:
+// the hostile tests' workspace on a filesystem inotify does not see).
 // As root it installs them with apt-get; otherwise it names the exact command and fails.
 import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -13,6 +14,7 @@ const needed = [
   { path: '/usr/bin/chromium', pkg: 'chromium' },
   { path: '/usr/bin/nsenter', pkg: 'util-linux' },
   { path: '/usr/sbin/ip', pkg: 'iproute2' },
+  { path: '/usr/bin/bindfs', pkg: 'bindfs' },
 ];
 const missing = needed.filter((n) => !existsSync(n.path)).map((n) => n.pkg);
 if (missing.length > 0) {

@@ -27,7 +27,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 /** The interface version this JavaScript was written against (CORRAL_NATIVE_ABI in src/platform/native/common.h). */
-export const NATIVE_ABI = 11;
+export const NATIVE_ABI = 12;
 
 declare const handleBrand: unique symbol;
 /** An opaque handle the addon hands out (a pipe reader, a relay). */
@@ -133,6 +133,7 @@ export interface Addon {
   fsWatchAdd(fd: number, dir: string): number;
   fsWatchDrain(fd: number, max: number): null | -1 | (number | string | null)[];
   fsWatchPending(fd: number, mountsFd: number): number;
+  fsRevalidate(path: string): number;
   // fsat.c (see src/platform/confinedFs.ts)
   fsProbe(): number;
   fsOpenRoot(): number;

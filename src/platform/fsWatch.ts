@@ -48,3 +48,19 @@ export const fsWatchCalls: FsWatchCalls | null =
         pending: addon.fsWatchPending.bind(addon),
       }
     : null;
+
+/**
+ * Makes the next lstat of `path` tell what is there now, on a filesystem that answers from a cache of what its server
+ * said (FUSE for its attribute timeout, a second by default; NFS): statx with AT_STATX_FORCE_SYNC (fswatch.c
+ * fsRevalidate). Planning calls it before every look the watch does not vouch for, where a stale answer ("a
+ * directory", of a name a local process turned into a symlink behind the mount a moment ago) would plan the wrong
+ * rules. Its own answer is not used (EIO: FUSE dropped an inode whose type changed; the lookup after it is fresh).
+ * Without the addon there is no way to ask this from Node: the lstat that follows answers from the cache then
+ * (docs/security.md).
+ */
+export const revalidatePath: (path: string) => void =
+  addon && typeof addon.fsRevalidate === 'function'
+    ? (path) => {
+        addon!.fsRevalidate(path);
+      }
+    : () => {};

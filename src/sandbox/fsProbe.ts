@@ -2,9 +2,9 @@
  * The filesystem as sandbox resolution sees it (resolve.ts, fsAccess.ts): an injectable probe of what a path is, and
  * path canonicalisation through it (following links the way the kernel does, reporting the links it went through).
  */
-import { lstatSync, readdirSync, readFileSync, readlinkSync, realpathSync, type Stats } from 'node:fs';
+import { readdirSync, readFileSync, readlinkSync, realpathSync, type Stats } from 'node:fs';
 import { dirname, join, normalize } from 'node:path';
-import { quietFs } from './fsQuiet.js';
+import { freshLstat, quietFs } from './fsQuiet.js';
 
 /** The lstat of each path asked within the current pass (inOnePass), or null outside one. */
 let pass: Map<string, ({ st: Stats | undefined } | { err: unknown }) & { unwatched?: true }> | null = null;
@@ -37,7 +37,7 @@ export function inOnePass<T>(fn: () => T): T {
  * vouched for either.
  */
 export function lstatInPass(p: string): Stats | undefined {
-  if (!pass) return lstatSync(p, { throwIfNoEntry: false });
+  if (!pass) return freshLstat(p);
   let got = pass.get(p);
   if (!got) {
     const before = quietFs.unwatchedLooks;
@@ -167,9 +167,11 @@ function isPlaceholder(p: string, given: Stats, at: number): boolean {
   let st = given;
   if (!quietFs.watchEntries(p)) {
     try {
-      st = lstatSync(p);
-    } catch (e) {
-      return (e as NodeJS.ErrnoException).code === 'ENOENT';
+      const now = freshLstat(p);
+      if (!now) return true; // gone since the lstat: missing
+      st = now;
+    } catch {
+      return false;
     }
   }
   const token = `${st.dev}:${st.ino}:${st.ctimeMs}:${st.mtimeMs}`;

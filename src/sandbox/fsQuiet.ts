@@ -44,7 +44,7 @@
  */
 import { closeSync, lstatSync, type Stats } from 'node:fs';
 import { dirname, normalize } from 'node:path';
-import { type FsWatchCalls, fsWatchCalls } from '../platform/fsWatch.js';
+import { type FsWatchCalls, fsWatchCalls, revalidatePath } from '../platform/fsWatch.js';
 
 const IN_UNMOUNT = 0x2000;
 const IN_Q_OVERFLOW = 0x4000;
@@ -286,7 +286,7 @@ export class QuietFs {
       }
     }
     this.uncovered++;
-    return lstatSync(p, { throwIfNoEntry: false });
+    return freshLstat(p);
   }
 
   /**
@@ -373,3 +373,13 @@ export class QuietFs {
 
 /** The process's one instance (the planning passes of every start share it). */
 export const quietFs = new QuietFs(fsWatchCalls);
+
+/**
+ * lstat(p) as the filesystem says it now (undefined when missing; errors as lstatSync's), for a look the watch does
+ * not vouch for: a FUSE or NFS mount is made to ask its server again first (revalidatePath), instead of answering from
+ * what it cached up to a second ago.
+ */
+export function freshLstat(p: string): Stats | undefined {
+  revalidatePath(p);
+  return lstatSync(p, { throwIfNoEntry: false });
+}

@@ -18,6 +18,7 @@ import {
   writeFileSync,
   writeSync,
 } from 'node:fs';
+import os from 'node:os';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { addon } from '../../src/platform/addon.js';
@@ -179,6 +180,17 @@ describe('the planning watch under hostile input', { skip: fsWatchAbsence ?? fal
       assert.throws(() => native.fsWatchPending(-1, fd), TypeError);
       assert.throws(() => native.fsWatchPending(fd, -1), TypeError);
       assert.throws(() => (native.fsWatchPending as (fd: number) => number)(fd), TypeError);
+      // fsRevalidate: a path only (no NUL inside, none longer than PATH_MAX, not empty); what it cannot stat is an errno.
+      for (const bad of ['', `/tmp\u0000/x`, `/${'a'.repeat(5000)}`, 7, null])
+        assert.throws(
+          () => native.fsRevalidate(bad as string),
+          TypeError,
+          JSON.stringify(String(bad).slice(0, 20)),
+        );
+      assert.throws(() => (native.fsRevalidate as () => number)(), TypeError);
+      assert.equal(native.fsRevalidate('/'), 0);
+      assert.equal(native.fsRevalidate('/nonexistent-corral-path/x'), os.constants.errno.ENOENT);
+      assert.equal(native.fsRevalidate(`/${'a/'.repeat(2000)}`), os.constants.errno.ENOENT);
       // Nothing pending on a fresh watch; descriptors that are not open: both bits (the caller forgets everything).
       const mounts = openSync('/proc/self/mountinfo', 'r');
       try {

@@ -15,7 +15,7 @@
 // The interface version of the addon's exports (the `abi` property). src/platform/addon.ts loads the addon only when
 // it equals the number it was written against: bump both together whenever a function is added, removed or changes
 // its arguments or results.
-#define CORRAL_NATIVE_ABI 11
+#define CORRAL_NATIVE_ABI 12
 
 #ifndef CLONE_PIDFD
 #define CLONE_PIDFD 0x00001000

@@ -24,6 +24,11 @@
 //                                         (consumed, as sandbox.c mountsChanged does), both on any error (the caller
 //                                         then drains and takes the mounts as changed). A start at which nothing
 //                                         changed learns that with this one system call.
+//   fsRevalidate(path) -> errno            statx(path, AT_SYMLINK_NOFOLLOW | AT_STATX_FORCE_SYNC): a filesystem that caches
+//                                         what its server says (FUSE for its attribute timeout, NFS) asks it again, so
+//                                         that the lstat after this one tells what is there now; 0, or the errno (EIO:
+//                                         FUSE found the inode's type changed and dropped it, and the next lookup is
+//                                         fresh). On a local filesystem a plain statx.
 
 #define _GNU_SOURCE
 #include <errno.h>
@@ -35,6 +40,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/inotify.h>
+#include <sys/stat.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
@@ -239,12 +245,30 @@ static napi_value js_fswatch_pending(napi_env env, napi_callback_info info) {
   return out;
 }
 
+static napi_value js_fs_revalidate(napi_env env, napi_callback_info info) {
+  size_t argc = 1, len = 0;
+  napi_value args[1];
+  char path[PATH_MAX];
+  if (napi_get_cb_info(env, info, &argc, args, NULL, NULL) != napi_ok || argc < 1 ||
+      napi_get_value_string_utf8(env, args[0], path, sizeof path, &len) != napi_ok || len == 0 ||
+      len >= sizeof path - 1 || strlen(path) != len) {
+    napi_throw_type_error(env, NULL, "fsRevalidate(path)");
+    return NULL;
+  }
+  struct statx sx;
+  int32_t err = statx(AT_FDCWD, path, AT_SYMLINK_NOFOLLOW | AT_STATX_FORCE_SYNC, STATX_TYPE, &sx) == 0 ? 0 : errno;
+  napi_value out;
+  napi_create_int32(env, err, &out);
+  return out;
+}
+
 napi_status corral_fswatch_init(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
       {"fsWatchOpen", NULL, js_fswatch_open, NULL, NULL, NULL, napi_default, NULL},
       {"fsWatchAdd", NULL, js_fswatch_add, NULL, NULL, NULL, napi_default, NULL},
       {"fsWatchDrain", NULL, js_fswatch_drain, NULL, NULL, NULL, napi_default, NULL},
       {"fsWatchPending", NULL, js_fswatch_pending, NULL, NULL, NULL, napi_default, NULL},
+      {"fsRevalidate", NULL, js_fs_revalidate, NULL, NULL, NULL, napi_default, NULL},
   };
   return napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
 }

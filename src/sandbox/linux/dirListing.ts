@@ -11,9 +11,9 @@
  * sandbox cannot change a decomposed directory's entries (it lacks the rights to create, remove or rename there);
  * a host process that does so between the check and the child's exec is the same race as any path-based rule.
  */
-import { lstatSync, readdirSync, type Stats } from 'node:fs';
+import { readdirSync, type Stats } from 'node:fs';
 import { lstatInPass, lstatTime } from '../fsProbe.js';
-import { quietFs } from '../fsQuiet.js';
+import { freshLstat, quietFs } from '../fsQuiet.js';
 import type { ListedEntry } from './landlock.js';
 
 export interface Listing {
@@ -38,7 +38,7 @@ function tokenOf(dir: string, fresh: boolean): { token: string; settledBefore: n
   let st: Stats | undefined;
   if (fresh) {
     try {
-      st = lstatSync(dir, { throwIfNoEntry: false });
+      st = freshLstat(dir);
     } catch {
       st = undefined;
     }

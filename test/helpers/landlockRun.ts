@@ -2,7 +2,7 @@
 import type { LaunchSpec } from '../../src/process/launch.js';
 import { spawnPiped } from '../../src/process/spawner.js';
 import { prepareLaunch, startSandbox } from '../../src/sandbox/index.js';
-import { keptSeed } from '../integration/sandbox-util.js';
+import { keptSeed, special } from '../integration/sandbox-util.js';
 import { outputAndExit } from './spawned.js';
 
 /**
@@ -38,3 +38,9 @@ export async function runLandlocked(
     p.cleanup();
   }
 }
+
+/** The seed entries of the kept-plan tests: read everything, write the workspace (the policy's cwd). */
+export const WORKSPACE_WRITE = [special('root', 'read'), special('current_working_directory', 'write')];
+
+/** A shell line that writes `file` and says WROTE <file> when it could. */
+export const writeLine = (file: string) => `(echo x > '${file}') 2>/dev/null && echo 'WROTE ${file}'; `;

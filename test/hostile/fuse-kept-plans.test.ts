@@ -25,15 +25,12 @@ import {
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { landlockSupport } from '../../src/sandbox/linux/landlockNative.js';
-import { runLandlocked } from '../helpers/landlockRun.js';
+import { runLandlocked, WORKSPACE_WRITE, writeLine } from '../helpers/landlockRun.js';
 import { needsSandbox } from '../helpers/native.js';
 import { quietTop } from '../helpers/quietFs.js';
-import { special } from '../integration/sandbox-util.js';
 
-/** Read everything, write the workspace. */
-const WORKSPACE = [special('root', 'read'), special('current_working_directory', 'write')];
-/** A shell line that writes `file` and says WROTE <file> when it could. */
-const write = (file: string) => `(echo x > '${file}') 2>/dev/null && echo 'WROTE ${file}'; `;
+const WORKSPACE = WORKSPACE_WRITE;
+const write = writeLine;
 
 const top = realpathSync(mkdtempSync(join(quietTop, 'corral-fuse-kept-')));
 const back = join(top, 'back');

@@ -26,22 +26,19 @@ import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { listDirectory } from '../../src/sandbox/linux/dirListing.js';
 import { landlockSupport } from '../../src/sandbox/linux/landlockNative.js';
-import { runLandlocked } from '../helpers/landlockRun.js';
+import { runLandlocked, WORKSPACE_WRITE, writeLine } from '../helpers/landlockRun.js';
 import { needsSandbox } from '../helpers/native.js';
 import { quietTop } from '../helpers/quietFs.js';
 import { until } from '../helpers/server.js';
-import { special } from '../integration/sandbox-util.js';
 
 const support = landlockSupport();
-/** Read everything, write the workspace. */
-const WORKSPACE = [special('root', 'read'), special('current_working_directory', 'write')];
+const WORKSPACE = WORKSPACE_WRITE;
 const top = realpathSync(mkdtempSync(join(quietTop, 'corral-ll-policy-cache-')));
 after(() => rmSync(top, { recursive: true, force: true }));
 
 type Backend = 'landlock' | 'bwrap';
 
-/** A shell line that writes `file` and says WROTE <file> when it could. */
-const write = (file: string) => `(echo x > '${file}') 2>/dev/null && echo 'WROTE ${file}'; `;
+const write = writeLine;
 
 /** Whether this process may mount (root with CAP_SYS_ADMIN in its mount namespace). */
 function canMount(): string | false {

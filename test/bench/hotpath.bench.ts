@@ -655,7 +655,9 @@ export async function run(): Promise<BenchRow[]> {
       const db = t.argv[t.argv.indexOf('--audit-db') + 1]!;
       crash.push([t.name, await measureCrashLoss(t, db).catch((e: Error) => e)]);
     }
+    const sbxLoad = loadavg()[0]!;
     const sbx = await measureSandboxes(targets[1]!).catch((e: Error) => e);
+    const sbxLoadAfter = loadavg()[0]!;
     const phases = await breakdown().catch((e: Error) => e);
 
     // ---- the issue's ratios -----------------------------------------------------------------------------------
@@ -794,7 +796,7 @@ export async function run(): Promise<BenchRow[]> {
     if (sbx instanceof Error) console.log(`\nsandboxed starts: ${sbx.message}`);
     else
       table(
-        `sandboxed starts (one Corral server; runs taking turns, 60 each: fresh, and warm after ${SANDBOX_WARM.join(' and ')} more)`,
+        `sandboxed starts (one Corral server; runs taking turns, 60 each: fresh, and warm after ${SANDBOX_WARM.join(' and ')} more; 1-min load average ${sbxLoad.toFixed(1)} before, ${sbxLoadAfter.toFixed(1)} after)`,
         ['', 'p50 ms', 'p90 ms', 'warm p50', 'warm p90'],
         (
           [

@@ -8,6 +8,8 @@
  * that nothing changed is reused (so the reuse path is the one under test), and checks from the host what the command
  * wrote.
  *
+ * The same change met by fs/* with a sandbox context: its policy resolution asks the same questions.
+ *
  * Needs root, /dev/fuse and bindfs (the pretest step installs it as root); skips, saying which, without them.
  */
 import assert from 'node:assert/strict';
@@ -26,8 +28,10 @@ import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { landlockSupport } from '../../src/sandbox/linux/landlockNative.js';
 import { runLandlocked, WORKSPACE_WRITE, writeLine } from '../helpers/landlockRun.js';
-import { needsSandbox } from '../helpers/native.js';
+import { needsConfinedFs, needsSandbox } from '../helpers/native.js';
 import { quietTop } from '../helpers/quietFs.js';
+import { startTestServer } from '../helpers/server.js';
+import { entry, managedContext, rootEntry } from './fs-util.js';
 
 const WORKSPACE = WORKSPACE_WRITE;
 const write = writeLine;
@@ -144,3 +148,34 @@ for (const backend of ['landlock', 'bwrap'] as const)
       assert.match(fresh.out, /WROTE sub\/y/, 'the new workspace is writable');
     });
   });
+
+describe('fs/* with a sandbox context, a workspace on FUSE changed behind the mount', {
+  skip: fuse || needsConfinedFs,
+}, () => {
+  test("a .git directory replaced by a link to a directory of the workspace: writes to the link's target refused", async () => {
+    const B = join(back, 'fs', 'ws');
+    const W = join(mnt, 'fs', 'ws');
+    mkdirSync(join(B, '.git'), { recursive: true });
+    mkdirSync(join(B, 'sub'));
+    const ts = await startTestServer();
+    try {
+      const c = await ts.client();
+      const sandbox = managedContext(W, [rootEntry('read'), entry(W, 'write')]);
+      const writeFile = (path: string) =>
+        c.request('fs/writeFile', { path, dataBase64: Buffer.from('x').toString('base64'), sandbox }).then(
+          () => 'written',
+          (e: Error) => e.message,
+        );
+      assert.match(await writeFile(join(W, '.git', 'a')), /sandbox denied write/);
+      assert.equal(await writeFile(join(W, 'sub', 'a')), 'written');
+      renameSync(B, `${B}-old`);
+      mkdirSync(join(B, 'g'), { recursive: true });
+      symlinkSync('g', join(B, '.git'));
+      const got = await writeFile(join(W, 'g', 'x'));
+      assert.ok(!existsSync(join(B, 'g', 'x')), `written into the new target of .git (${got})`);
+      assert.match(got, /sandbox denied write .*read-only/);
+    } finally {
+      await ts.close();
+    }
+  });
+});

@@ -379,7 +379,7 @@ const EXTRA_CASES = {
     }
     if (!/swaps [1-9]\d*/.test(swaps))
       return na(`the racer did not swap in the sandbox: ${escapeTerminalLines(swaps)}`);
-    const racerSaid = swaps.split('\n').pop();
+    const racerSaid = escapeTerminalLines(swaps.split('\n').pop() ?? '');
     if (escaped + refused === 0)
       return na(
         `no fs/* request met the swapped path in ${rounds} rounds of ${2 * RACE_ATTEMPTS} (racer: ${racerSaid}): the race never overlapped, nothing is proved`,

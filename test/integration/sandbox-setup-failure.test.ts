@@ -3,60 +3,17 @@
 // own reason ("Can't find source path …"), which the process's output had and nobody read.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import {
-  closeSync,
-  constants,
-  existsSync,
-  mkdirSync,
-  openSync,
-  readFileSync,
-  rmSync,
-  symlinkSync,
-} from 'node:fs';
+import { closeSync, constants, mkdirSync, openSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
-import { SandboxSetupError } from '../../src/sandbox/errors.js';
 import { release } from '../../src/sandbox/linux/managedNet.js';
 import { silentLogger } from '../../src/server/core/log.js';
 import { Launcher, type LaunchPreparer } from '../../src/server/process/launcher.js';
+import { failingSetup } from '../helpers/failingSetup.js';
 import { needsSandbox } from '../helpers/native.js';
 import { alive, startTestServer, tempDir, until } from '../helpers/server.js';
 import { startParams as params } from '../helpers/startParams.js';
 import { pathEntry, seedParam, special } from './sandbox-util.js';
-
-/** A launch whose afterSpawn fails once the process has written `said` to stderr (as bwrap does before it exits). */
-function failingSetup(dir: string, said: string, tty: boolean) {
-  const written = join(dir, 'written');
-  const pidFile = join(dir, 'pid');
-  return {
-    written,
-    pidFile,
-    preparer: {
-      async prepare(_params: unknown, spec: { env: Record<string, string> }) {
-        return {
-          spec: {
-            ...spec,
-            file: '/bin/sh',
-            argv: [
-              'sh',
-              '-c',
-              `echo $$ > ${pidFile}; printf '%s\\n' "$SAID" >&2; : > ${written}; exec sleep 300`,
-            ],
-            env: { ...spec.env, SAID: said },
-          },
-          sandboxType: 'linux-seccomp' as const,
-          cleanup() {},
-          async afterSpawn() {
-            await until(() => existsSync(written), 10_000, 'the setup to write');
-            throw new SandboxSetupError('sandbox setup: the process exited during setup');
-          },
-        };
-      },
-      classify: () => false,
-    },
-    tty,
-  };
-}
 
 describe('a sandbox setup that fails after the spawn', () => {
   const dirs: { path: string; cleanup(): void }[] = [];
@@ -70,8 +27,8 @@ describe('a sandbox setup that fails after the spawn', () => {
       dirs.push(dir);
       // A long message with control characters and a terminal escape: one line, its end kept.
       const said = `${'x'.repeat(900)}\u001b[31m\rbwrap: Can't find source path /nowhere/.agents: No such file or directory`;
-      const f = failingSetup(dir.path, said, tty);
-      const ts = await startTestServer({ preparer: f.preparer as never });
+      const f = failingSetup(dir.path, `printf '%s\\n' "$SAID" >&2`, { SAID: said });
+      const ts = await startTestServer({ preparer: f.preparer });
       try {
         const c = await ts.client();
         const e = await c.requestError('process/start', params('p', ['/bin/true'], { tty }));
@@ -135,8 +92,8 @@ describe('a sandbox setup that fails after the spawn', () => {
   test('a setup that wrote nothing keeps its own message', async () => {
     const dir = tempDir();
     dirs.push(dir);
-    const f = failingSetup(dir.path, '', false);
-    const ts = await startTestServer({ preparer: f.preparer as never });
+    const f = failingSetup(dir.path, ':');
+    const ts = await startTestServer({ preparer: f.preparer });
     try {
       const c = await ts.client();
       const e = await c.requestError('process/start', params('p', ['/bin/true']));

@@ -27,7 +27,7 @@ export function failingSetup(
             argv: ['sh', '-c', `echo $$ > ${pidFile}; ${stderrScript}; : > ${written}; exec sleep 300`],
             env: { ...spec.env, ...env },
           },
-          sandboxType: 'linux-seccomp',
+          sandboxType: 'linuxSeccomp',
           cleanup() {},
           async afterSpawn() {
             await until(() => existsSync(written), 10_000, 'the setup to write');

@@ -19,7 +19,8 @@ struct corral_confinement {
 };
 
 // Confines the calling task for good: no new privileges, no capabilities (effective, permitted, inheritable,
-// ambient; bounding set and securebits too when it may change them), the Landlock ruleset, then the seccomp filter.
+// ambient; securebits locked too when it may change them; the bounding set is left, see confine.c), the Landlock
+// ruleset, then the seccomp filter.
 // Raw system calls only on x86_64 and arm64 (no libc, no errno, no allocation: safe in a CLONE_VM child). Returns 0,
 // or a negative errno after writing "corral: cannot confine the sandbox (<step>): <error>" to fd 2.
 long corral_confine_self(const struct corral_confinement *c);

@@ -18,7 +18,8 @@
  * one, both through the server; each in a fresh server, then again once the same server has run SANDBOX_WARM more
  * (the Landlock start's planning is JavaScript that a fresh server runs cold, like the plain start's). Last, the
  * breakdown of one start (unsandboxed and Landlock, taking turns) in an in-process server with every default on
- * (phase timers hooked onto its classes' prototypes; nothing of the kind is in the server itself).
+ * (phase timers hooked onto its classes' prototypes; nothing of the kind is in the server itself). Then, as root, what
+ * held up a fresh server's slowest starts (slowStarts.ts: the scheduler's trace of every CPU during them).
  *
  * Printed first: the issue's ratios with pass/fail; then the figures; then the breakdown.
  */
@@ -34,6 +35,7 @@ import { seed, seedParam } from '../integration/sandbox-util.js';
 import { BenchClient, cpuMs, pct, startServer, stopServer } from './exec.bench.js';
 import { benchWorkspace, breakdown } from './hotpathPhases.js';
 import { MOUNTINFO, sameMounts, serverHiddenPaths } from './sameSandbox.js';
+import { slowStartCauses, tracefsAbsence } from './slowStarts.js';
 import type { BenchRow } from './types.js';
 
 const root = join(import.meta.dirname, '..', '..');
@@ -659,6 +661,10 @@ export async function run(): Promise<BenchRow[]> {
     const sbx = await measureSandboxes(targets[1]!).catch((e: Error) => e);
     const sbxLoadAfter = loadavg()[0]!;
     const phases = await breakdown().catch((e: Error) => e);
+    const noTrace = tracefsAbsence();
+    const slow = noTrace
+      ? new Error(noTrace)
+      : await slowStartCauses(targets[1]!.argv, (c, i) => c.run(`slow-${i}`, TRUE)).catch((e: Error) => e);
 
     // ---- the issue's ratios -----------------------------------------------------------------------------------
     const check = (
@@ -819,6 +825,13 @@ export async function run(): Promise<BenchRow[]> {
         "breakdown of one `true` start (in-process server, every default on; medians of 200 of each kind, taking turns; the slowest 2%: each phase's median over the unsandboxed starts slowest in total)",
         ['phase', 'unsandboxed µs', 'its slowest 2% µs', 'Landlock µs', 'bwrap µs'],
         phases.map((p) => [p.phase, f2(p.plain), f2(p.plainTail), f2(p.landlock), f2(p.bwrap)]),
+      );
+    if (slow instanceof Error) console.log(`\nslowest starts: skipped: ${slow.message}`);
+    else
+      table(
+        `what held up a fresh server's slowest starts (the p99 row's kind: 200 \`true\` starts after 20, ${slow.slow} of them above 2 × their median ${f2(slow.medianMs)} ms; the scheduler's trace of every CPU meanwhile): the task that ran longest during each, besides the start's own`,
+        ['ran longest', 'starts', 'it ran, median ms', 'CPUs idle meanwhile, median ms'],
+        slow.causes.map((c) => [c.what, String(c.starts), f2(c.ranMs), f2(c.idleMs)]),
       );
 
     const section = 'hotpath (issue 32)';

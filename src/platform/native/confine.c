@@ -186,8 +186,8 @@ long corral_confine_self(const struct corral_confinement *c) {
   long r;
   if (!c->active) return 0;
   if ((r = sys5(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)) < 0) return fail("no_new_privs", r);
-  // Without CAP_SETPCAP (not root) this fails with EPERM: uid 0's capabilities are then not the question, and (1)
-  // holds the rest. The bounding set stays (see the top of this file).
+  // Without CAP_SETPCAP (not root, or a root without it) this fails with EPERM: (1) alone then keeps every execve
+  // from adding a capability. The bounding set stays (see the top of this file).
   sys5(SYS_prctl, PR_SET_SECUREBITS, CONFINE_SECUREBITS, 0, 0, 0);
   sys5(SYS_prctl, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
   struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};

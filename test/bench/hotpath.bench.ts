@@ -35,7 +35,7 @@ import { seed, seedParam } from '../integration/sandbox-util.js';
 import { BenchClient, cpuMs, pct, startServer, stopServer } from './exec.bench.js';
 import { benchWorkspace, breakdown } from './hotpathPhases.js';
 import { MOUNTINFO, sameMounts, serverHiddenPaths } from './sameSandbox.js';
-import { slowStartCauses, tracefsAbsence } from './slowStarts.js';
+import { readyTracefs, slowStartCauses } from './slowStarts.js';
 import type { BenchRow } from './types.js';
 
 const root = join(import.meta.dirname, '..', '..');
@@ -661,10 +661,11 @@ export async function run(): Promise<BenchRow[]> {
     const sbx = await measureSandboxes(targets[1]!).catch((e: Error) => e);
     const sbxLoadAfter = loadavg()[0]!;
     const phases = await breakdown().catch((e: Error) => e);
-    const noTrace = tracefsAbsence();
-    const slow = noTrace
-      ? new Error(noTrace)
-      : await slowStartCauses(targets[1]!.argv, (c, i) => c.run(`slow-${i}`, TRUE)).catch((e: Error) => e);
+    const tracefs = readyTracefs();
+    const slow =
+      'why' in tracefs
+        ? new Error(tracefs.why)
+        : await slowStartCauses(targets[1]!.argv, (c, i) => c.run(`slow-${i}`, TRUE)).catch((e: Error) => e);
 
     // ---- the issue's ratios -----------------------------------------------------------------------------------
     const check = (
@@ -829,7 +830,7 @@ export async function run(): Promise<BenchRow[]> {
     if (slow instanceof Error) console.log(`\nslowest starts: skipped: ${slow.message}`);
     else
       table(
-        `what held up a fresh server's slowest starts (the p99 row's kind: 200 \`true\` starts after 20, ${slow.slow} of them above 2 × their median ${f2(slow.medianMs)} ms; the scheduler's trace of every CPU meanwhile): the task that ran longest during each, besides the start's own`,
+        `what held up a fresh server's slowest starts (the p99 row's kind: 200 \`true\` starts after 20, ${slow.slow} of them above 2 × their median ${f2(slow.medianMs)} ms; the scheduler's trace of every CPU meanwhile${'mounted' in tracefs && tracefs.mounted ? ', tracefs mounted for it' : ''}): the task that ran longest during each, besides the start's own`,
         ['ran longest', 'starts', 'it ran, median ms', 'CPUs idle meanwhile, median ms'],
         slow.causes.map((c) => [c.what, String(c.starts), f2(c.ranMs), f2(c.idleMs)]),
       );

@@ -136,21 +136,28 @@ export function attribute(text: string, windows: readonly StartWindow[], roles: 
   return { starts: windows.length, medianMs: median / 1000, slow, causes };
 }
 
-/** Why the scheduler's events cannot be read here, or null when they can (tracefs mounted, or mounted now, as root). */
-export function tracefsAbsence(): string | null {
-  if (process.getuid?.() !== 0) return 'the scheduler trace needs root (tracefs)';
+/**
+ * Readies the scheduler's events: null when they can be read (tracefs mounted; as root it is mounted here when it was
+ * not, and `mounted` says so), else why not.
+ */
+export function readyTracefs(): { mounted: boolean } | { why: string } {
+  if (process.getuid?.() !== 0) return { why: "the scheduler's trace needs root (tracefs)" };
+  let mounted = false;
   if (!existsSync(join(TRACEFS, 'trace'))) {
     try {
       mkdirSync(TRACEFS, { recursive: true });
       // A pseudo filesystem of the kernel's own; mounting it changes nothing else.
       execFileSync('mount', ['-t', 'tracefs', 'nodev', TRACEFS]);
+      mounted = true;
     } catch (e) {
-      return `tracefs is not mounted at ${TRACEFS} and could not be (${(e as Error).message.split('\n')[0]})`;
+      return {
+        why: `tracefs is not mounted at ${TRACEFS} and could not be (${(e as Error).message.split('\n')[0]})`,
+      };
     }
   }
   return existsSync(join(TRACEFS, 'events', 'sched', 'sched_switch'))
-    ? null
-    : 'this kernel has no sched_switch trace event';
+    ? { mounted }
+    : { why: 'this kernel has no sched_switch trace event' };
 }
 
 function threadsOf(pid: number): Set<number> {
@@ -159,7 +166,7 @@ function threadsOf(pid: number): Set<number> {
 
 /**
  * A fresh server (`argv`), 20 starts to warm up, then 200 traced: each slow start's cause. The trace settings are
- * put back as they were.
+ * put back as they were, and the trace buffer left empty.
  */
 export async function slowStartCauses(
   argv: readonly [string, ...string[]],

@@ -79,6 +79,29 @@ function clock(ms: number): string {
   return new Date(ms).toLocaleTimeString(undefined, { hour12: false });
 }
 
+/**
+ * The rows for `items`, by key: the row kept in `rows` when what it shows (`shows`) is unchanged, else a new one
+ * (`make`); rows of items gone are dropped from `rows`.
+ */
+function keptRows<T>(
+  rows: Map<string, { shows: string; tr: HTMLTableRowElement }>,
+  items: readonly T[],
+  describe: (item: T) => [key: string, shows: string, make: () => HTMLTableRowElement],
+): HTMLTableRowElement[] {
+  const keep = new Set<string>();
+  const out = items.map((item) => {
+    const [key, shows, make] = describe(item);
+    keep.add(key);
+    const had = rows.get(key);
+    if (had && had.shows === shows) return had.tr;
+    const tr = make();
+    rows.set(key, { shows, tr });
+    return tr;
+  });
+  for (const key of rows.keys()) if (!keep.has(key)) rows.delete(key);
+  return out;
+}
+
 function target(p: { host: string; port: number; protocol: string }): string {
   const host = p.host.includes(':') ? `[${p.host}]` : p.host;
   return `${p.protocol} ${host}:${p.port}`;
@@ -172,6 +195,13 @@ export class ApprovalsView implements View {
   private readonly cards = new Map<string, { card: HTMLElement; prompt: ApprovalPrompt; fleet: boolean }>();
   /** The audit rows made, by event (an event never changes once received). */
   private readonly auditRows = new WeakMap<ApprovalAuditEvent, HTMLTableRowElement>();
+  /**
+   * The remembered-decision and project-rule rows shown, by key, with what each was made from: a row is made anew only
+   * when what it shows changed, so a click on its buttons is never lost to a row made anew under the pointer by a
+   * render that changed nothing in it (every notification renders, and a render used to remake every row).
+   */
+  private readonly decisionRows = new Map<string, { shows: string; tr: HTMLTableRowElement }>();
+  private readonly ruleRows = new Map<string, { shows: string; tr: HTMLTableRowElement }>();
   /**
    * Renders are paced (dom.ts): a burst of prompts and audit events is drawn a few times a second, not once per
    * notification; the view's tables only while it is shown.
@@ -728,82 +758,93 @@ export class ApprovalsView implements View {
             ),
           ),
     );
-    replace(
+    reconcile(
       this.decisionsBody,
       this.decisions.length === 0
-        ? h('tr', null, h('td', { colspan: '6', class: 'muted' }, 'No remembered decisions.'))
-        : this.decisions.map((d) =>
-            h(
-              'tr',
-              { 'data-decision-id': d.id },
-              h('td', null, clock(d.decidedAt)),
-              h('td', { class: d.decision === 'deny' ? 'bad' : '' }, d.decision),
-              h('td', null, d.scope),
-              h('td', null, h('code', null, target(d))),
-              h('td', null, this.processLabel(d)),
-              h(
-                'td',
-                null,
-                h('button', { class: 'btn small ghost', onclick: () => this.revoke(d) }, 'Revoke'),
-              ),
-            ),
-          ),
+        ? [h('tr', null, h('td', { colspan: '6', class: 'muted' }, 'No remembered decisions.'))]
+        : keptRows(this.decisionRows, this.decisions, (d) => {
+            const label = this.processLabel(d);
+            return [
+              pkey(d.server, d.id),
+              `${JSON.stringify(d)}\0${label}`,
+              () =>
+                h(
+                  'tr',
+                  { 'data-decision-id': d.id },
+                  h('td', null, clock(d.decidedAt)),
+                  h('td', { class: d.decision === 'deny' ? 'bad' : '' }, d.decision),
+                  h('td', null, d.scope),
+                  h('td', null, h('code', null, target(d))),
+                  h('td', null, label),
+                  h(
+                    'td',
+                    null,
+                    h('button', { class: 'btn small ghost', onclick: () => this.revoke(d) }, 'Revoke'),
+                  ),
+                ),
+            ];
+          }),
     );
-    replace(
+    reconcile(
       this.rulesBody,
       this.rules.length === 0
-        ? h('tr', null, h('td', { colspan: '8', class: 'muted' }, 'No project rules.'))
-        : this.rules.map((r) =>
-            h(
-              'tr',
-              { 'data-rule-id': r.id, 'data-server': r.server ?? '' },
-              h('td', null, clock(r.createdAt)),
-              h('td', { class: r.decision === 'deny' ? 'bad' : '' }, r.decision),
-              h(
-                'td',
-                null,
+        ? [h('tr', null, h('td', { colspan: '8', class: 'muted' }, 'No project rules.'))]
+        : keptRows(this.ruleRows, this.rules, (r) => {
+            const k = pkey(r.server, r.id);
+            const server = this.ctx.store.fleet ? this.ctx.store.serverName(r.server ?? '') : null;
+            return [
+              k,
+              `${JSON.stringify(r)}\0${server}\0${this.noteOf === k}`,
+              () =>
                 h(
-                  'code',
-                  null,
-                  `${target(r)}${r.method ? ` ${r.method}` : ''}${r.pathPrefix ? ` ${r.pathPrefix}` : ''}`,
+                  'tr',
+                  { 'data-rule-id': r.id, 'data-server': r.server ?? '' },
+                  h('td', null, clock(r.createdAt)),
+                  h('td', { class: r.decision === 'deny' ? 'bad' : '' }, r.decision),
+                  h(
+                    'td',
+                    null,
+                    h(
+                      'code',
+                      null,
+                      `${target(r)}${r.method ? ` ${r.method}` : ''}${r.pathPrefix ? ` ${r.pathPrefix}` : ''}`,
+                    ),
+                  ),
+                  h(
+                    'td',
+                    null,
+                    server !== null ? h('span', { 'data-field': 'server' }, `${server}: `) : null,
+                    h('code', null, r.workspace),
+                  ),
+                  h('td', null, `${r.origin} (${r.createdBy.credential})`),
+                  h('td', { class: 'num' }, String(r.hits)),
+                  h('td', null, r.lastHitAt ? clock(r.lastHitAt) : '—'),
+                  h(
+                    'td',
+                    null,
+                    h(
+                      'button',
+                      {
+                        class: 'btn small ghost',
+                        'data-action': 'toggle',
+                        onclick: () => void this.updateRule(r, { enabled: !r.enabled }),
+                      },
+                      r.enabled ? 'Disable' : 'Enable',
+                    ),
+                    this.noteEditor(r),
+                    h(
+                      'button',
+                      { class: 'btn small ghost', 'data-action': 'revoke', onclick: () => this.revoke(r) },
+                      'Revoke',
+                    ),
+                    r.note ? h('div', { class: 'muted small', 'data-field': 'note' }, r.note) : null,
+                    r.contradiction
+                      ? h('div', { class: 'bad small', 'data-field': 'contradiction' }, r.contradiction)
+                      : null,
+                  ),
                 ),
-              ),
-              h(
-                'td',
-                null,
-                this.ctx.store.fleet
-                  ? h('span', { 'data-field': 'server' }, `${this.ctx.store.serverName(r.server ?? '')}: `)
-                  : null,
-                h('code', null, r.workspace),
-              ),
-              h('td', null, `${r.origin} (${r.createdBy.credential})`),
-              h('td', { class: 'num' }, String(r.hits)),
-              h('td', null, r.lastHitAt ? clock(r.lastHitAt) : '—'),
-              h(
-                'td',
-                null,
-                h(
-                  'button',
-                  {
-                    class: 'btn small ghost',
-                    'data-action': 'toggle',
-                    onclick: () => void this.updateRule(r, { enabled: !r.enabled }),
-                  },
-                  r.enabled ? 'Disable' : 'Enable',
-                ),
-                this.noteEditor(r),
-                h(
-                  'button',
-                  { class: 'btn small ghost', 'data-action': 'revoke', onclick: () => this.revoke(r) },
-                  'Revoke',
-                ),
-                r.note ? h('div', { class: 'muted small', 'data-field': 'note' }, r.note) : null,
-                r.contradiction
-                  ? h('div', { class: 'bad small', 'data-field': 'contradiction' }, r.contradiction)
-                  : null,
-              ),
-            ),
-          ),
+            ];
+          }),
     );
     const audit: HTMLTableRowElement[] = [];
     for (let i = this.audit.length - 1; i >= 0; i--) {

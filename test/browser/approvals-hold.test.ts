@@ -88,6 +88,26 @@ describe('approval cards in the browser panel: explained, paused while read, pro
     const row = page.locator('[data-testid="approvals-rules"] tr[data-rule-id]');
     await row.first().waitFor({ timeout: 5000 });
     assert.match(await visibleText(row.first()), /allow\s+http 127\.0\.0\.1:\d+ GET/);
+    // Renders that change nothing in a row keep the row itself: a click on its buttons is never lost to a row made
+    // anew under the pointer between press and release (this test's Revoke once was, under load). A POST (the rule
+    // is for GET) asks again: its card comes and goes, two renders of the view.
+    await row.first().evaluate((el) => {
+      el.setAttribute('data-test-kept', '1');
+    });
+    await rig.agent.request('process/start', {
+      ...shellStart(
+        'post-me',
+        `curl --noproxy '' -s -o /dev/null -X POST -w 'posted=%{http_code}\\n' http://127.0.0.1:${rig.origin.port}/post`,
+        join(work, 'pkg'),
+      ),
+      managedNetwork: net,
+    });
+    const postCard = page.locator('[data-testid="approval-prompt"]').first();
+    await postCard.waitFor({ timeout: 15_000 });
+    await postCard.locator('button[data-decision="denyOnce"]').click();
+    await postCard.waitFor({ state: 'detached', timeout: 15_000 });
+    await rig.agent.collect('post-me', 20_000);
+    assert.equal(await page.locator('[data-testid="approvals-rules"] tr[data-test-kept]').count(), 1);
     await row.first().locator('button', { hasText: 'Revoke' }).click();
     await row.first().waitFor({ state: 'detached', timeout: 5000 });
     assert.deepEqual((await rig.panel.request<RulesResult>('approvals/rules', {})).rules, []);

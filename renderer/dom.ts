@@ -129,6 +129,34 @@ export function reconcile(parent: Element, want: readonly Element[]): void {
   }
 }
 
+/** Rows made by keptRows, by key, with what each shows. */
+export type KeptRows<E extends Element> = Map<string, { shows: string; el: E }>;
+
+/**
+ * The rows for `items`, by key: the row kept in `rows` when what it shows (`shows`, any text that changes whenever
+ * the row would) is unchanged, else a new one (`make`); rows of items gone are dropped from `rows`. A render that
+ * changed nothing in a row leaves the row itself in place, so a click on it is never lost to a row made anew under
+ * the pointer between press and release (put them in with `reconcile`).
+ */
+export function keptRows<T, E extends Element>(
+  rows: KeptRows<E>,
+  items: readonly T[],
+  describe: (item: T) => [key: string, shows: string, make: () => E],
+): E[] {
+  const keep = new Set<string>();
+  const out = items.map((item) => {
+    const [key, shows, make] = describe(item);
+    keep.add(key);
+    const had = rows.get(key);
+    if (had && had.shows === shows) return had.el;
+    const el = make();
+    rows.set(key, { shows, el });
+    return el;
+  });
+  for (const key of rows.keys()) if (!keep.has(key)) rows.delete(key);
+  return out;
+}
+
 /** Sets an element's text only when it differs (a write of the same text still costs a style and layout pass). */
 export function setText(el: Node, text: string): void {
   if (el.textContent !== text) el.textContent = text;

@@ -12,7 +12,17 @@ import type {
 } from '../../src/protocol/approvals.js';
 import { MAX_RULE_NOTE } from '../../src/protocol/approvals.js';
 import type { TypedRequests } from '../../src/protocol/client.js';
-import { h, type Paced, paced, reconcile, replace, setText, shellJoin } from '../dom.js';
+import {
+  h,
+  type KeptRows,
+  keptRows,
+  type Paced,
+  paced,
+  reconcile,
+  replace,
+  setText,
+  shellJoin,
+} from '../dom.js';
 import type { AppContext, View } from '../view.js';
 import { eachServer, ProjectsCard } from './approvalsProjects.js';
 
@@ -77,29 +87,6 @@ const OUTCOME_TEXT: Record<string, string> = {
 
 function clock(ms: number): string {
   return new Date(ms).toLocaleTimeString(undefined, { hour12: false });
-}
-
-/**
- * The rows for `items`, by key: the row kept in `rows` when what it shows (`shows`) is unchanged, else a new one
- * (`make`); rows of items gone are dropped from `rows`.
- */
-function keptRows<T>(
-  rows: Map<string, { shows: string; tr: HTMLTableRowElement }>,
-  items: readonly T[],
-  describe: (item: T) => [key: string, shows: string, make: () => HTMLTableRowElement],
-): HTMLTableRowElement[] {
-  const keep = new Set<string>();
-  const out = items.map((item) => {
-    const [key, shows, make] = describe(item);
-    keep.add(key);
-    const had = rows.get(key);
-    if (had && had.shows === shows) return had.tr;
-    const tr = make();
-    rows.set(key, { shows, tr });
-    return tr;
-  });
-  for (const key of rows.keys()) if (!keep.has(key)) rows.delete(key);
-  return out;
 }
 
 function target(p: { host: string; port: number; protocol: string }): string {
@@ -200,8 +187,8 @@ export class ApprovalsView implements View {
    * when what it shows changed, so a click on its buttons is never lost to a row made anew under the pointer by a
    * render that changed nothing in it (every notification renders, and a render used to remake every row).
    */
-  private readonly decisionRows = new Map<string, { shows: string; tr: HTMLTableRowElement }>();
-  private readonly ruleRows = new Map<string, { shows: string; tr: HTMLTableRowElement }>();
+  private readonly decisionRows: KeptRows<HTMLTableRowElement> = new Map();
+  private readonly ruleRows: KeptRows<HTMLTableRowElement> = new Map();
   /**
    * Renders are paced (dom.ts): a burst of prompts and audit events is drawn a few times a second, not once per
    * notification; the view's tables only while it is shown.

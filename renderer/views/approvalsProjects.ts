@@ -4,7 +4,7 @@
 // button. And the banner over every view while any workspace is learning. On a fleet host, the workspaces of the
 // servers it watches too (their prompts' workspaces): each call names the server, which the host forwards to it alone.
 import type { LearningState, RepoPolicyState } from '../../src/protocol/approvals.js';
-import { h, replace } from '../dom.js';
+import { h, type KeptRows, keptRows, reconcile, replace } from '../dom.js';
 import type { AppContext } from '../view.js';
 
 const time = (ms: number) => new Date(ms).toLocaleTimeString(undefined, { hour12: false });
@@ -50,6 +50,8 @@ export class ProjectsCard {
   /** Endpoints unchecked in a proposal (by `refKey`): left out of what is accepted. */
   private readonly unchecked = new Map<string, Set<string>>();
   private readonly body = h('div', { 'data-testid': 'approvals-projects' });
+  /** The project rows shown (dom.ts keptRows: a click on a row's buttons is never lost to a redraw). */
+  private readonly rows: KeptRows<HTMLElement> = new Map();
   private readonly input = h('input', {
     class: 'input',
     placeholder: '/absolute/path/to/a/workspace',
@@ -178,13 +180,34 @@ export class ProjectsCard {
 
   render(): void {
     const list = this.workspaces();
-    replace(
+    reconcile(
       this.body,
       list.length === 0
-        ? h('p', { class: 'muted' }, 'No project yet: one appears with a prompt or a rule, or add it above.')
-        : list.map((r) => this.row(r)),
+        ? [
+            h(
+              'p',
+              { class: 'muted' },
+              'No project yet: one appears with a prompt or a rule, or add it above.',
+            ),
+          ]
+        : keptRows(this.rows, list, (r) => [refKey(r), this.shows(r), () => this.row(r)]),
     );
     for (const r of list) if (!this.repo.has(refKey(r))) void this.refreshRepo(r);
+  }
+
+  /**
+   * What a project's row shows, as text: its learning state (and whether it is still on: its time runs out without a
+   * notification), its repository file, its server's name. Not the proposal's boxes a person unchecked: the row's
+   * own boxes hold those, and a row made anew reads them from `unchecked`.
+   */
+  private shows(ref: ProjectRef): string {
+    const l = this.learning.get(ref.server)?.find((x) => x.workspace === ref.workspace);
+    return JSON.stringify([
+      l ?? null,
+      l?.active === true && l.endsAt > Date.now(),
+      this.repo.get(refKey(ref)) ?? null,
+      this.ctx.store.fleet ? this.ctx.store.serverName(ref.server) : null,
+    ]);
   }
 
   private row(ref: ProjectRef): HTMLElement {

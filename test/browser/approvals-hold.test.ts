@@ -94,6 +94,17 @@ describe('approval cards in the browser panel: explained, paused while read, pro
     await row.first().evaluate((el) => {
       el.setAttribute('data-test-kept', '1');
     });
+    const project = page.locator('[data-testid="approvals-projects"] .project-row');
+    await project.first().waitFor({ timeout: 5000 });
+    // Its repository file read (a change the row shows).
+    await until(
+      async () => !/reading/.test(await visibleText(project.first().locator('[data-field="repo"]'))),
+      10_000,
+      'repository file read',
+    );
+    await project.first().evaluate((el) => {
+      el.setAttribute('data-test-kept', '1');
+    });
     await rig.agent.request('process/start', {
       ...shellStart(
         'post-me',
@@ -108,6 +119,10 @@ describe('approval cards in the browser panel: explained, paused while read, pro
     await postCard.waitFor({ state: 'detached', timeout: 15_000 });
     await rig.agent.collect('post-me', 20_000);
     assert.equal(await page.locator('[data-testid="approvals-rules"] tr[data-test-kept]').count(), 1);
+    assert.equal(
+      await page.locator('[data-testid="approvals-projects"] .project-row[data-test-kept]').count(),
+      1,
+    );
     await row.first().locator('button', { hasText: 'Revoke' }).click();
     await row.first().waitFor({ state: 'detached', timeout: 5000 });
     assert.deepEqual((await rig.panel.request<RulesResult>('approvals/rules', {})).rules, []);

@@ -568,9 +568,39 @@ export function corralServerArgv(cli: string, db: string, panelToken: string): [
   ];
 }
 
+/**
+ * Removes what runs that did not finish left in .cache/hotpath: builds of processes gone, and scratch directories an
+ * hour old. Not only tidiness: the Landlock start's ruleset has a rule for every entry of each directory on the way to
+ * the server's audit database (which lives in a scratch directory here), so each left-over entry was one more rule
+ * (73 on a clean cache, 116 after a few interrupted runs: ×1.20 against ×1.27 for the same code).
+ */
+function sweepCache(): void {
+  mkdirSync(cache, { recursive: true });
+  for (const name of readdirSync(cache)) {
+    const path = join(cache, name);
+    const pid = /^corral-(\d+)$/.exec(name)?.[1];
+    let stale = false;
+    if (pid !== undefined) {
+      try {
+        process.kill(Number(pid), 0);
+      } catch (e) {
+        stale = (e as NodeJS.ErrnoException).code === 'ESRCH';
+      }
+    } else if (/^(run|sbx|phases)-/.test(name)) {
+      try {
+        stale = Date.now() - statSync(path).mtimeMs > 3_600_000;
+      } catch {
+        // gone meanwhile
+      }
+    }
+    if (stale) rmSync(path, { recursive: true, force: true });
+  }
+}
+
 export async function run(): Promise<BenchRow[]> {
   if (process.platform !== 'linux')
     return [{ section: 'hotpath', metric: 'skipped (not Linux)', corral: 'n/a', unit: '' }];
+  sweepCache();
   const floor = buildFloor();
   const cli = await buildCorral('now');
   const scratch = mkdtempSync(join(cache, 'run-'));

@@ -2,9 +2,10 @@
  * What held up a fresh server's slowest starts, for hotpath.bench.ts: the kernel's scheduler events (tracefs
  * sched_switch and sched_process_fork, root only) over the same 200 `true` starts the p99 row measures. For each start
  * slower than twice their median: the task that ran longest on any CPU meanwhile, other than the start's own (the
- * server's event loop, the client's, the command), and how long the CPUs sat idle meanwhile. On the 2-core dev VM
- * most such starts waited behind the server's own V8 threads (its optimizing compiler warming up the hot path) on one
- * CPU while the other was idle: the kernel there packs runnable tasks onto fewer vCPUs.
+ * server's event loop, the client's, the command), and how long the CPUs sat idle meanwhile. On the 2-core dev VM,
+ * 13 of 16 such starts in 4 fresh servers waited behind the server's own V8 threads (its optimizing compiler warming
+ * up the hot path, its GC helpers) on one CPU while the other was idle (its kernel packs runnable tasks onto fewer
+ * vCPUs); the rest behind the client's own V8 threads, the VM's agent or the kernel's memory monitor (kdamond).
  */
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';

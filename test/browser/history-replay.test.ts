@@ -63,10 +63,22 @@ describe('History replays a stored session', () => {
 
     await agent.request('process/start', {
       processId: 'pipes',
-      argv: ['/bin/sh', '-c', 'echo first; sleep 0.3; echo second >&2'],
+      argv: ['/bin/sh', '-c', 'echo first; read go; echo second >&2'],
       cwd: dir.path,
       env: { PATH: '/usr/bin:/bin' },
       tty: false,
+      pipeStdin: true,
+    });
+    // The pause the replay must show, made once the server has "first" (a chunk's time is when the server read it:
+    // a `sleep 0.3` between the writes shrank to 65 ms when the server read "first" late on a loaded machine).
+    await agent.waitFor(
+      (n) => n.method === 'process/output' && n.params.processId === 'pipes' && n.params.stream === 'stdout',
+      20_000,
+    );
+    await new Promise((paused) => setTimeout(paused, 300));
+    await agent.request('process/write', {
+      processId: 'pipes',
+      chunk: Buffer.from('go\n').toString('base64'),
     });
     await agent.collect('pipes', 20_000);
     agent.close();

@@ -364,7 +364,7 @@ describe('sandbox.md §12 further quick checks', { skip: needsSandbox }, () => {
     );
     assert.equal(r.code, 0, r.stderr);
     assert.equal(readFileSync(join(f.W, 'a.txt'), 'utf8'), 'ok\n');
-    // cat is an execve of the confined shell: nothing came back with it, though the server runs as root.
+    // cat is an execve of the confined shell: nothing came back with it, also for a server running as root.
     for (const set of ['CapEff', 'CapPrm', 'CapInh', 'CapAmb'])
       assert.match(r.stdout, new RegExp(`^${set}:\\s+0+$`, 'm'), set);
     assert.match(r.stdout, /^Seccomp:\s+2$/m);

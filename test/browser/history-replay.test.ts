@@ -63,19 +63,18 @@ describe('History replays a stored session', () => {
 
     await agent.request('process/start', {
       processId: 'pipes',
-      argv: ['/bin/sh', '-c', 'echo first; read go; echo second >&2'],
+      argv: ['/bin/sh', '-c', 'echo first; read go; sleep 0.3; echo second >&2'],
       cwd: dir.path,
       env: { PATH: '/usr/bin:/bin' },
       tty: false,
       pipeStdin: true,
     });
-    // The pause the replay must show, made once the server has "first" (a chunk's time is when the server read it:
-    // a `sleep 0.3` between the writes shrank to 65 ms when the server read "first" late on a loaded machine).
+    // The child's pause starts only once the server has "first" (a chunk's time is when the server read it: with the
+    // pause right after the first write, a late read of "first" on a loaded machine left 65 ms of its 300).
     await agent.waitFor(
       (n) => n.method === 'process/output' && n.params.processId === 'pipes' && n.params.stream === 'stdout',
       20_000,
     );
-    await new Promise((paused) => setTimeout(paused, 300));
     await agent.request('process/write', {
       processId: 'pipes',
       chunk: Buffer.from('go\n').toString('base64'),

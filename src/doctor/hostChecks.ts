@@ -3,13 +3,19 @@
  * native addon and the panel. Each says what it found and, when something is missing, the one line that fixes it.
  */
 import { execFile } from 'node:child_process';
-import { accessSync, constants, existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { join } from 'node:path';
+import { dirname } from 'node:path';
 import { fsWatchAbsence } from '../platform/fsWatch.js';
 import { netNotifyAbsence } from '../platform/netNotify.js';
 import { sandboxLauncher } from '../platform/sandbox.js';
-import { cgroupHostIfSetUp, cgroupMountPoints, pidsBudget } from '../process/cgroup.js';
+import {
+  type CgroupStatus,
+  cgroupHostIfSetUp,
+  cgroupMountPoints,
+  pidsBudget,
+  previewCgroups,
+} from '../process/cgroup.js';
 import { hostControlMounts, outermost } from '../process/cgroupFs.js';
 import { nativeLoadError, spawnerKind } from '../process/spawner.js';
 import type { DoctorCheck } from '../protocol/doctor.js';
@@ -217,47 +223,44 @@ export function seccompCheck(): DoctorCheck {
 }
 
 /**
- * cgroup version and whether this process may make child cgroups (a delegated subtree). Only reads the system.
- * TODO(cgroups): use src/process/cgroup.ts's status once it has landed.
+ * The cgroups commands get: in a running server (host/doctor) what it set up; from the command line what a server
+ * started here would set up, decided by the server's own code from reading the system (previewCgroups: nothing is
+ * made).
  */
 export function cgroupCheck(): DoctorCheck {
-  const v2 = existsSync('/sys/fs/cgroup/cgroup.controllers');
-  const own = (readText('/proc/self/cgroup') ?? '').split('\n');
-  if (v2) {
-    const path = own.find((l) => l.startsWith('0::'))?.slice(3) ?? '/';
-    const dir = join('/sys/fs/cgroup', path);
-    const controllers = readText(join(dir, 'cgroup.controllers')) ?? '';
-    let writable = false;
-    try {
-      accessSync(join(dir, 'cgroup.subtree_control'), constants.W_OK);
-      accessSync(dir, constants.W_OK);
-      writable = true;
-    } catch {
-      writable = false;
-    }
-    const usable = writable && controllers.includes('pids') && controllers.includes('memory');
-    return usable
-      ? {
-          id: 'cgroup',
-          title: 'cgroups',
-          status: 'ok',
-          detail: `cgroup v2, ${dir} is delegated to this user (controllers: ${controllers || 'none'})`,
-        }
-      : {
-          id: 'cgroup',
-          title: 'cgroups',
-          status: 'missing',
-          detail: `cgroup v2, but ${dir} is not delegated to this user${writable ? ' with the pids and memory controllers' : ''}: commands get no pids/memory limits`,
-          fix: 'run Corral in a delegated scope: systemd-run --user --scope -p Delegate=yes corral …',
-        };
+  const live = cgroupHostIfSetUp();
+  return describeCgroups(live?.status ?? previewCgroups(), live !== null);
+}
+
+/** A cgroup status as a doctor check; `live`: the running server's own, else what one would get. */
+export function describeCgroups(s: CgroupStatus, live: boolean): DoctorCheck {
+  const base = { id: 'cgroup', title: 'cgroups' } as const;
+  if (s.version === 'none') {
+    const off = /turned off|Linux only/.test(s.problem ?? '');
+    const delegate = /not delegated|not writable|also holds other processes/.test(s.problem ?? '');
+    return {
+      ...base,
+      status: off ? 'info' : 'missing',
+      detail: `commands ${live ? 'run' : 'would run'} without pids and memory limits: ${s.problem}`,
+      ...(off
+        ? {}
+        : {
+            fix: delegate
+              ? 'run Corral in a delegated scope: systemd-run --user --scope -p Delegate=yes corral …'
+              : 'mount cgroup2 on /sys/fs/cgroup (systemd does by default)',
+          }),
+    };
   }
-  const v1 = own.some((l) => /:pids:/.test(l));
+  // A preview's directories carry the doctor's own tag: the server makes its own beside them, so name the parents.
+  const where = live ? s.dirs : [...new Set(s.dirs.map((d) => dirname(d)))];
+  const what = live
+    ? `cgroup ${s.version}: each command runs in a cgroup of its own with ${s.enforced.join(' and ')} limits, in ${where.join(', ')}`
+    : `cgroup ${s.version}: a server started here gives each command a cgroup of its own with ${s.enforced.join(' and ')} limits, under ${where.join(', ')}`;
+  const cpu = s.cpuGroup ? '; all commands share one CPU group' : `; no common CPU group: ${s.cpuProblem}`;
   return {
-    id: 'cgroup',
-    title: 'cgroups',
-    status: v1 ? 'info' : 'missing',
-    detail: v1 ? 'cgroup v1 (pids and memory hierarchies)' : 'no cgroup filesystem found',
-    ...(v1 ? {} : { fix: 'mount cgroup2 on /sys/fs/cgroup (systemd does by default)' }),
+    ...base,
+    status: s.problem === null ? 'ok' : 'info',
+    detail: `${what}${cpu}${s.problem === null ? '' : `; ${s.problem}`}`,
   };
 }
 

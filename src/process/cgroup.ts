@@ -73,7 +73,15 @@ import {
   readOwnCgroups,
   readText,
 } from './cgroupFs.js';
-import { type Setup, setupV1, setupV2, tryRmdir } from './cgroupSetup.js';
+import {
+  applySetup,
+  planV1,
+  planV2,
+  previewSetup,
+  type Setup,
+  type SetupPlan,
+  tryRmdir,
+} from './cgroupSetup.js';
 import { type CgroupOwner, type LimitKind, ProcessCgroup, type ResourceLimits } from './processCgroup.js';
 
 export { CgroupError, cgroupMountPoints, type LimitKind, ProcessCgroup, type ResourceLimits };
@@ -161,16 +169,7 @@ export class CgroupHost implements CgroupOwner {
   constructor(setup: Setup | null, problem: string | null, budget: PidsBudget = pidsBudget()) {
     this.setup = setup;
     this.budget = { ...budget, enforcedBy: budgetEnforcer(setup, budget) };
-    this.status = setup
-      ? {
-          version: setup.version,
-          enforced: (['pids', 'memory'] as const).filter((k) => setup.hierarchies.some((h) => h[k])),
-          dirs: setup.hierarchies.map((h) => h.base),
-          problem: setup.problem,
-          cpuGroup: setup.hierarchies.some((h) => h.cpu),
-          cpuProblem: setup.cpuProblem,
-        }
-      : { version: 'none', enforced: [], dirs: [], problem, cpuGroup: false, cpuProblem: problem };
+    this.status = setup ? statusOf(setup) : noCgroupStatus(problem ?? 'cgroups are not in use');
   }
 
   get usable(): boolean {
@@ -419,10 +418,26 @@ export function defaultLimits(budget: PidsBudget = host?.budget ?? pidsBudget())
 
 /** Sets up this process's cgroups (see the module comment); never throws. */
 export function setupCgroups(mode = process.env.CORRAL_CGROUPS): CgroupHost {
-  if (process.platform !== 'linux')
-    return new CgroupHost(null, `cgroups are Linux only (this is ${process.platform})`);
-  if (mode === '0' || mode === 'off')
-    return new CgroupHost(null, 'cgroups are turned off (CORRAL_CGROUPS=0)');
+  const budget = pidsBudget();
+  const r = firstUsable(mode, applySetup);
+  if (typeof r === 'string') return new CgroupHost(null, r, budget);
+  limitCommandsParent(r, budget);
+  return new CgroupHost(r, null, budget);
+}
+
+/**
+ * What setupCgroups would give a server started here, from reading the system only: nothing is made, moved or swept
+ * (`corral doctor` without a server).
+ */
+export function previewCgroups(mode = process.env.CORRAL_CGROUPS): CgroupStatus {
+  const r = firstUsable(mode, previewSetup);
+  return typeof r === 'string' ? noCgroupStatus(r) : statusOf(r);
+}
+
+/** The first version, in the order CORRAL_CGROUPS asks, whose plan `use` turns into a setup; else why none. */
+function firstUsable(mode: string | undefined, use: (plan: SetupPlan) => Setup | string): Setup | string {
+  if (process.platform !== 'linux') return `cgroups are Linux only (this is ${process.platform})`;
+  if (mode === '0' || mode === 'off') return 'cgroups are turned off (CORRAL_CGROUPS=0)';
   const tried: string[] = [];
   const order: ['v2' | 'v1', boolean][] =
     mode === 'v2'
@@ -435,20 +450,28 @@ export function setupCgroups(mode = process.env.CORRAL_CGROUPS): CgroupHost {
             ['v2', true],
             ['v1', true],
           ];
-  const budget = pidsBudget();
   for (const [version, force] of order) {
-    const r = version === 'v2' ? setupV2(force) : setupV1(force);
-    if (typeof r !== 'string') {
-      limitCommandsParent(r, budget);
-      return new CgroupHost(r, null, budget);
-    }
+    const plan = version === 'v2' ? planV2(force) : planV1(force);
+    const r = typeof plan === 'string' ? plan : use(plan);
+    if (typeof r !== 'string') return r;
     if (!tried.includes(r)) tried.push(r);
   }
-  return new CgroupHost(
-    null,
-    `no usable cgroup, commands run without pids and memory limits: ${tried.join('; ')}`,
-    budget,
-  );
+  return `no usable cgroup, commands run without pids and memory limits: ${tried.join('; ')}`;
+}
+
+function statusOf(setup: Setup): CgroupStatus {
+  return {
+    version: setup.version,
+    enforced: (['pids', 'memory'] as const).filter((k) => setup.hierarchies.some((h) => h[k])),
+    dirs: setup.hierarchies.map((h) => h.base),
+    problem: setup.problem,
+    cpuGroup: setup.hierarchies.some((h) => h.cpu),
+    cpuProblem: setup.cpuProblem,
+  };
+}
+
+function noCgroupStatus(problem: string): CgroupStatus {
+  return { version: 'none', enforced: [], dirs: [], problem, cpuGroup: false, cpuProblem: problem };
 }
 
 let host: CgroupHost | null = null;

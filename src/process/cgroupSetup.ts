@@ -126,7 +126,41 @@ export function sweepStale(parent: string, useCgroupKill: boolean): string[] {
   return removed;
 }
 
-export function setupV2(force: boolean): Setup | string {
+/**
+ * What setting up one version would do, decided from reading the system only (nothing is made, moved or swept): the
+ * server applies it (applySetup), `corral doctor` shows it (previewSetup). A string says why the version cannot be
+ * used.
+ */
+export type SetupPlan = V2Plan | V1Plan;
+
+interface V2Plan {
+  version: 'v2';
+  /** Our own cgroup. */
+  dir: string;
+  base: string;
+  wanted: ('pids' | 'memory')[];
+  missing: ('pids' | 'memory')[];
+  /** Controllers our cgroup must still give its children. */
+  toEnable: ('pids' | 'memory')[];
+  /** The cpu controller is on for our cgroup's children already. */
+  cpuEnabled: boolean;
+  cpuProblem: string | null;
+  /** The server must first move into corral-<tag>/server (see cgroup.ts, "Layout"). */
+  serverLeaf: boolean;
+}
+
+interface V1Plan {
+  version: 'v1';
+  /** The pids and memory hierarchies whose base can be made. */
+  hierarchies: Hierarchy[];
+  /** Why a hierarchy is not among them. */
+  problems: string[];
+  force: boolean;
+  /** The cpu hierarchy's base, or why there is none. */
+  cpu: Hierarchy | string;
+}
+
+export function planV2(force: boolean): V2Plan | string {
   const own = readOwnCgroups().get('');
   if (own === undefined) return 'cgroup v2: this process is in no cgroup v2 hierarchy';
   const mount = readMounts().find((m) => m.fsType === 'cgroup2' && dirIn(m, own) !== null);
@@ -153,7 +187,7 @@ export function setupV2(force: boolean): Setup | string {
   // group) where the kernel offers it; at the real root only if it is on already (turning it on there would change
   // how every other cgroup of the machine is scheduled).
   const cpuEnabled = enabled.includes('cpu');
-  let cpuProblem =
+  const cpuProblem =
     cpuOff() ??
     (!available.includes('cpu')
       ? `cgroup v2: the cpu controller is not available in ${dir}`
@@ -170,55 +204,20 @@ export function setupV2(force: boolean): Setup | string {
       return `cgroup v2: ${dir} also holds other processes, so it cannot give controllers to its children; start corral in a cgroup of its own (e.g. systemd-run --user --scope -p Delegate=yes corral …)`;
     serverLeaf = true;
   }
-  sweepStale(dir, true);
-  const base = `${dir}/${baseName()}`;
-  try {
-    mkdirSync(base);
-    if (serverLeaf) {
-      mkdirSync(`${base}/server`);
-      writeFileSync(`${base}/server/cgroup.procs`, '0');
-    }
-    if (toEnable.length > 0)
-      writeFileSync(`${dir}/cgroup.subtree_control`, toEnable.map((c) => `+${c}`).join(' '));
-    if (wanted.length > 0)
-      writeFileSync(`${base}/cgroup.subtree_control`, wanted.map((c) => `+${c}`).join(' '));
-  } catch (e) {
-    if (serverLeaf) {
-      try {
-        writeFileSync(`${dir}/cgroup.procs`, '0');
-      } catch {
-        // stays in the leaf: harmless
-      }
-      tryRmdir(`${base}/server`);
-    }
-    tryRmdir(base);
-    return `cgroup v2: cannot set up ${base}: ${errText(e)}`;
-  }
-  // The cpu controller apart: the kernel refuses it in some places (e.g. while a realtime process is outside the
-  // root cgroup), and commands still get their pids and memory limits without it.
-  let cpu = cpuEnabled && cpuProblem === null;
-  if (!cpu && cpuProblem === null) {
-    try {
-      writeFileSync(`${dir}/cgroup.subtree_control`, '+cpu');
-      cpu = true;
-    } catch (e) {
-      cpuProblem = `cgroup v2: cannot enable the cpu controller for ${base}: ${errText(e)}`;
-    }
-  }
   return {
     version: 'v2',
-    hierarchies: [{ base, pids: wanted.includes('pids'), memory: wanted.includes('memory'), cpu }],
+    dir,
+    base: `${dir}/${baseName()}`,
+    wanted,
+    missing,
+    toEnable,
+    cpuEnabled,
     cpuProblem,
-    cgroupKill: existsSync(`${base}/cgroup.kill`),
     serverLeaf,
-    problem:
-      missing.length > 0
-        ? `cgroup v2: the ${missing.join(' and ')} controller${missing.length > 1 ? 's are' : ' is'} not available in ${dir}: ${missing.join(' and ')} not limited`
-        : null,
   };
 }
 
-export function setupV1(force: boolean): Setup | string {
+export function planV1(force: boolean): V1Plan | string {
   const own = readOwnCgroups();
   const mounts = readMounts().filter((m) => m.fsType === 'cgroup');
   const hierarchies: Hierarchy[] = [];
@@ -244,8 +243,99 @@ export function setupV1(force: boolean): Setup | string {
   }
   if (hierarchies.length === 0 || (hierarchies.length < 2 && !force))
     return `cgroup v1: ${problems.join('; ')}`;
+  return { version: 'v1', hierarchies, problems, force, cpu: cpuHierarchyV1(own, mounts) };
+}
+
+/** Carries a plan out: sweeps dead servers' groups, makes the base (moves the server where v2 needs it). */
+export function applySetup(plan: SetupPlan): Setup | string {
+  return plan.version === 'v2' ? applyV2(plan) : applyV1(plan);
+}
+
+/** The setup a plan would give, none of it made (`corral doctor`, without a server). */
+export function previewSetup(plan: SetupPlan): Setup {
+  if (plan.version === 'v2') {
+    const cpu = plan.cpuProblem === null;
+    // (The root cgroup has no cgroup.kill of its own: a preview there says false where the server's base would have it.)
+    return { ...v2Setup(plan, cpu), cgroupKill: existsSync(`${plan.dir}/cgroup.kill`) };
+  }
+  return v1Setup(plan, plan.hierarchies, plan.problems);
+}
+
+function v2Setup(plan: V2Plan, cpu: boolean): Omit<Setup, 'cgroupKill'> {
+  const { base, wanted, missing, dir } = plan;
+  return {
+    version: 'v2',
+    hierarchies: [{ base, pids: wanted.includes('pids'), memory: wanted.includes('memory'), cpu }],
+    cpuProblem: plan.cpuProblem,
+    serverLeaf: plan.serverLeaf,
+    problem:
+      missing.length > 0
+        ? `cgroup v2: the ${missing.join(' and ')} controller${missing.length > 1 ? 's are' : ' is'} not available in ${dir}: ${missing.join(' and ')} not limited`
+        : null,
+  };
+}
+
+function v1Setup(plan: V1Plan, made: Hierarchy[], problems: string[]): Setup {
+  const missing = (['pids', 'memory'] as const).filter((c) => !made.some((h) => h[c]));
+  return {
+    version: 'v1',
+    // The pids hierarchy first: processes are found and killed there (pids.max 0 stops their forks).
+    hierarchies: [
+      ...[...made].sort((a, b) => Number(b.pids) - Number(a.pids)),
+      ...(typeof plan.cpu === 'string' ? [] : [plan.cpu]),
+    ],
+    cpuProblem: typeof plan.cpu === 'string' ? plan.cpu : null,
+    cgroupKill: false,
+    serverLeaf: false,
+    problem:
+      missing.length > 0 ? `cgroup v1: ${problems.join('; ')}: ${missing.join(' and ')} not limited` : null,
+  };
+}
+
+function applyV2(plan: V2Plan): Setup | string {
+  const { dir, base, wanted, toEnable, serverLeaf } = plan;
+  sweepStale(dir, true);
+  try {
+    mkdirSync(base);
+    if (serverLeaf) {
+      mkdirSync(`${base}/server`);
+      writeFileSync(`${base}/server/cgroup.procs`, '0');
+    }
+    if (toEnable.length > 0)
+      writeFileSync(`${dir}/cgroup.subtree_control`, toEnable.map((c) => `+${c}`).join(' '));
+    if (wanted.length > 0)
+      writeFileSync(`${base}/cgroup.subtree_control`, wanted.map((c) => `+${c}`).join(' '));
+  } catch (e) {
+    if (serverLeaf) {
+      try {
+        writeFileSync(`${dir}/cgroup.procs`, '0');
+      } catch {
+        // stays in the leaf: harmless
+      }
+      tryRmdir(`${base}/server`);
+    }
+    tryRmdir(base);
+    return `cgroup v2: cannot set up ${base}: ${errText(e)}`;
+  }
+  // The cpu controller apart: the kernel refuses it in some places (e.g. while a realtime process is outside the
+  // root cgroup), and commands still get their pids and memory limits without it.
+  let cpu = plan.cpuEnabled && plan.cpuProblem === null;
+  let cpuProblem = plan.cpuProblem;
+  if (!cpu && cpuProblem === null) {
+    try {
+      writeFileSync(`${dir}/cgroup.subtree_control`, '+cpu');
+      cpu = true;
+    } catch (e) {
+      cpuProblem = `cgroup v2: cannot enable the cpu controller for ${base}: ${errText(e)}`;
+    }
+  }
+  return { ...v2Setup({ ...plan, cpuProblem }, cpu), cgroupKill: existsSync(`${base}/cgroup.kill`) };
+}
+
+function applyV1(plan: V1Plan): Setup | string {
+  const problems = [...plan.problems];
   const made: Hierarchy[] = [];
-  for (const h of hierarchies) {
+  for (const h of plan.hierarchies) {
     const parent = h.base.slice(0, h.base.lastIndexOf('/'));
     sweepStale(parent, false);
     try {
@@ -255,25 +345,20 @@ export function setupV1(force: boolean): Setup | string {
       problems.push(`cannot create ${h.base}: ${errText(e)}`);
     }
   }
-  if (made.length === 0 || (made.length < 2 && !force)) {
+  if (made.length === 0 || (made.length < 2 && !plan.force)) {
     for (const h of made) tryRmdir(h.base);
     return `cgroup v1: ${problems.join('; ')}`;
   }
-  const missing = (['pids', 'memory'] as const).filter((c) => !made.some((h) => h[c]));
-  const cpu = cpuHierarchyV1(own, mounts);
-  return {
-    version: 'v1',
-    // The pids hierarchy first: processes are found and killed there (pids.max 0 stops their forks).
-    hierarchies: [
-      ...made.sort((a, b) => Number(b.pids) - Number(a.pids)),
-      ...(typeof cpu === 'string' ? [] : [cpu]),
-    ],
-    cpuProblem: typeof cpu === 'string' ? cpu : null,
-    cgroupKill: false,
-    serverLeaf: false,
-    problem:
-      missing.length > 0 ? `cgroup v1: ${problems.join('; ')}: ${missing.join(' and ')} not limited` : null,
-  };
+  let cpu = plan.cpu;
+  if (typeof cpu !== 'string') {
+    sweepStale(cpu.base.slice(0, cpu.base.lastIndexOf('/')), false);
+    try {
+      mkdirSync(cpu.base);
+    } catch (e) {
+      cpu = `cgroup v1: cannot create ${cpu.base}: ${errText(e)}`;
+    }
+  }
+  return v1Setup({ ...plan, cpu }, made, problems);
 }
 
 /** v1: the server's directory in the cpu hierarchy (optional: limits work without it), or why there is none. */
@@ -285,14 +370,7 @@ function cpuHierarchyV1(own: Map<string, string>, mounts: ReturnType<typeof read
   const dir = mount && path !== undefined ? dirIn(mount, path) : null;
   if (!dir) return 'cgroup v1: the cpu controller is not mounted';
   if (!writable(dir)) return `cgroup v1: ${dir} is not writable by this user`;
-  const base = `${dir}/${baseName()}`;
-  sweepStale(dir, false);
-  try {
-    mkdirSync(base);
-  } catch (e) {
-    return `cgroup v1: cannot create ${base}: ${errText(e)}`;
-  }
-  return { base, pids: false, memory: false, cpu: true };
+  return { base: `${dir}/${baseName()}`, pids: false, memory: false, cpu: true };
 }
 
 /** CORRAL_CGROUP_CPU=0: commands are not made CPU groups (each is then scheduled as the session it is). */

@@ -58,6 +58,12 @@ test('host/doctor is the doctor report, made with the server sandbox options, fo
         budget,
       );
     else assert.match(budget, /no pids cgroup/);
+    // The cgroup check is the running server's own setup (not a second probe of the system): its directories.
+    const cgroup = d.checks.find((c) => c.id === 'cgroup')?.detail ?? '';
+    if (dirs.length > 0) {
+      assert.match(cgroup, /each command runs in a cgroup of its own/);
+      for (const dir of dirs) assert.ok(cgroup.includes(dir), `${cgroup} lacks ${dir}`);
+    } else assert.match(cgroup, /commands run without pids and memory limits/);
     const legacy = d.policies.find((p) => p.policy === 'useLegacyLandlock (workspace-write)');
     assert.equal(legacy?.sandbox, 'landlock', JSON.stringify(d.policies));
     // Asked again: the same report (made once per host).

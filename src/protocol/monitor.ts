@@ -411,7 +411,7 @@ export const CheckUrlResult = z.object({
   /** The text the blocked client would see. */
   message: z.string().nullable(),
   mode: z.enum(['full', 'limited']).nullable(),
-  /** What the proxy would warn about for this config (e.g. `mitm` accepted but not implemented). */
+  /** What the proxy would warn about for this config (e.g. `mitm` in full mode with nothing to intercept, a listed unix socket with a symlink on its path). */
   warnings: z.array(z.string()),
 });
 export type CheckUrlResult = z.infer<typeof CheckUrlResult>;

@@ -10,6 +10,7 @@
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { AUDIT_THREAD_NAME } from '../../src/audit/trail.js';
 import { BenchClient, pct, startServer, stopServer } from './exec.bench.js';
 
 const TRACEFS = '/sys/kernel/tracing';
@@ -85,10 +86,15 @@ export function parseTrace(
   return { runs, children };
 }
 
-/** A task's group: the server's and the client's other threads by role, anything else by its name. */
+/**
+ * A task's group: the server's and the client's other threads by role (the server's audit worker apart, by the name
+ * it gives its thread), anything else by its name.
+ */
 function groupOf(pid: number, comm: string, roles: Roles): string {
   if (roles.serverTids.has(pid))
-    return "the server's other threads (V8's compiler and GC, libuv's pool, audit)";
+    return comm === AUDIT_THREAD_NAME
+      ? "the server's audit thread (its batch of rows: SQLite, the hash chain)"
+      : "the server's other threads (V8's compiler and GC, libuv's pool)";
   if (roles.clientTids.has(pid)) return "the client's other threads";
   return `another process: ${comm.replace(/\/.*$/, '')}`;
 }

@@ -14,7 +14,7 @@ const IDLE1: [string, number] = ['swapper/1', 0];
 
 const roles: Roles = {
   serverPid: 10,
-  serverTids: new Set([10, 11]),
+  serverTids: new Set([10, 11, 12]),
   clientPid: 20,
   clientTids: new Set([20, 21]),
 };
@@ -24,10 +24,11 @@ test('each slow start is put down to the task that ran longest besides its own; 
   const windows = [0, 1, 2, 3].map((i) => ({ t0: B + i * 2000, t1: B + i * 2000 + 1000 }));
   // Slow 1 (5 ms): the command (forked by the server) runs 1 ms, then a V8 thread of the server 4 ms on CPU 0
   // while CPU 1 is idle. Slow 2 (5 ms): another process (a name with dashes) 3 ms on CPU 1; the client's main
-  // thread 2 ms on CPU 0 (its own: not a cause).
+  // thread 2 ms on CPU 0 (its own: not a cause). Slow 3 (3 ms): the server's audit thread 2 ms.
   const s1 = B + 10_000;
   const s2 = B + 20_000;
-  windows.push({ t0: s1, t1: s1 + 5000 }, { t0: s2, t1: s2 + 5000 });
+  const s3 = B + 30_000;
+  windows.push({ t0: s1, t1: s1 + 5000 }, { t0: s2, t1: s2 + 5000 }, { t0: s3, t1: s3 + 3000 });
   const trace = [
     '# tracer: nop',
     sw(0, B - 10, IDLE0, IDLE0),
@@ -42,12 +43,14 @@ test('each slow start is put down to the task that ran longest besides its own; 
     sw(0, s2 + 2000, ['node', 20], IDLE0),
     sw(0, s2 + 6000, IDLE0, IDLE0),
     sw(1, s2 + 6000, IDLE1, IDLE1),
+    sw(1, s3 + 500, IDLE1, ['corral-audit', 12]),
+    sw(1, s3 + 2500, ['corral-audit', 12], IDLE1),
     'garbage line',
   ].join('\n');
   const r = attribute(trace, windows, roles);
-  assert.equal(r.starts, 6);
+  assert.equal(r.starts, 7);
   assert.equal(r.medianMs, 1);
-  assert.equal(r.slow, 2);
+  assert.equal(r.slow, 3);
   const by = new Map(r.causes.map((c) => [c.what.split(' (')[0]!.split(':')[0]!, c]));
   const server = by.get("the server's other threads");
   assert.ok(server, JSON.stringify(r.causes));
@@ -55,6 +58,11 @@ test('each slow start is put down to the task that ran longest besides its own; 
   assert.equal(server.ranMs, 4);
   // CPU 1 idle the whole 5 ms, CPU 0 only the 20 µs before the command ran.
   assert.equal(server.idleMs, 5.02);
+  // The audit worker apart, by its thread's name.
+  const audit = by.get("the server's audit thread");
+  assert.ok(audit, JSON.stringify(r.causes));
+  assert.equal(audit.starts, 1);
+  assert.equal(audit.ranMs, 2);
   const other = r.causes.find((c) => c.what === 'another process: tokio-rt-worker');
   assert.ok(other, JSON.stringify(r.causes));
   assert.equal(other.ranMs, 3);

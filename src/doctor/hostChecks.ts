@@ -13,6 +13,7 @@ import {
   type CgroupStatus,
   cgroupHostIfSetUp,
   cgroupMountPoints,
+  NO_USABLE_CGROUP,
   pidsBudget,
   previewCgroups,
 } from '../process/cgroup.js';
@@ -241,7 +242,7 @@ export function describeCgroups(s: CgroupStatus, live: boolean): DoctorCheck {
     return {
       ...base,
       status: off ? 'info' : 'missing',
-      detail: `commands ${live ? 'run' : 'would run'} without pids and memory limits: ${s.problem}`,
+      detail: `commands ${live ? 'run' : 'would run'} without pids and memory limits: ${s.problem?.replace(NO_USABLE_CGROUP, '')}`,
       ...(off
         ? {}
         : {

@@ -434,6 +434,9 @@ export function previewCgroups(mode = process.env.CORRAL_CGROUPS): CgroupStatus 
   return typeof r === 'string' ? noCgroupStatus(r) : statusOf(r);
 }
 
+/** How the problem of a server without a usable cgroup begins (the reasons of each version follow). */
+export const NO_USABLE_CGROUP = 'no usable cgroup, commands run without pids and memory limits: ';
+
 /** The first version, in the order CORRAL_CGROUPS asks, whose plan `use` turns into a setup; else why none. */
 function firstUsable(mode: string | undefined, use: (plan: SetupPlan) => Setup | string): Setup | string {
   if (process.platform !== 'linux') return `cgroups are Linux only (this is ${process.platform})`;
@@ -456,7 +459,7 @@ function firstUsable(mode: string | undefined, use: (plan: SetupPlan) => Setup |
     if (typeof r !== 'string') return r;
     if (!tried.includes(r)) tried.push(r);
   }
-  return `no usable cgroup, commands run without pids and memory limits: ${tried.join('; ')}`;
+  return `${NO_USABLE_CGROUP}${tried.join('; ')}`;
 }
 
 function statusOf(setup: Setup): CgroupStatus {

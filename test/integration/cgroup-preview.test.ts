@@ -22,9 +22,9 @@ interface Seen {
   live: CgroupStatus;
 }
 
-async function previewIn(env: NodeJS.ProcessEnv): Promise<Seen> {
+async function previewIn(env: NodeJS.ProcessEnv, as?: { uid: number; gid: number }): Promise<Seen> {
   const script = join(import.meta.dirname, '..', 'fixtures', 'cgroup', 'preview.ts');
-  const { stdout } = await promisify(execFile)(process.execPath, tsEntry(script), { env });
+  const { stdout } = await promisify(execFile)(process.execPath, tsEntry(script), { env, ...as });
   return JSON.parse(stdout) as Seen;
 }
 
@@ -44,6 +44,25 @@ describe("the doctor's cgroup preview", { skip: process.platform !== 'linux', ti
       );
       for (const k of r.live.enforced) assert.ok(check.detail.includes(k), check.detail);
     }
+  });
+
+  it('for a user who may not make cgroups: none, each version saying why, and how to get one', {
+    skip: process.getuid?.() !== 0 ? 'needs root to run the preview as another user' : false,
+  }, async () => {
+    const r = await previewIn(
+      { ...process.env, CORRAL_CGROUPS: undefined, CORRAL_CGROUP_CPU: undefined },
+      { uid: 65534, gid: 65534 },
+    );
+    assert.deepEqual(r.preview, r.live);
+    assert.equal(r.preview.version, 'none', JSON.stringify(r.preview));
+    const check = describeCgroups(r.preview, false);
+    assert.equal(check.status, 'missing');
+    assert.match(
+      check.detail,
+      /^commands would run without pids and memory limits: cgroup v2: .*cgroup v1: /,
+    );
+    assert.ok(!check.detail.includes('no usable cgroup'), check.detail);
+    assert.match(check.fix ?? '', /systemd-run --user --scope -p Delegate=yes/);
   });
 
   it('says what CORRAL_CGROUPS=0 and CORRAL_CGROUP_CPU=0 do', async () => {

@@ -606,8 +606,22 @@ async function auditCommand(argv: string[]): Promise<void> {
   );
 }
 
+/** `--help` or `-h` among a command's own options (not after a `--`). */
+function asksForHelp(args: readonly string[]): boolean {
+  const end = args.indexOf('--');
+  return (end === -1 ? args : args.slice(0, end)).some((a) => a === '--help' || a === '-h');
+}
+
 async function main(): Promise<void> {
   const [command, ...rest] = process.argv.slice(2);
+  // Every command answers --help with the usage (exec-server and approvals parse it themselves).
+  if (
+    (command === 'serve' || command === 'audit' || command === 'doctor' || command === 'selftest') &&
+    asksForHelp(rest)
+  ) {
+    process.stdout.write(`${USAGE}\n`);
+    return;
+  }
   switch (command) {
     case 'exec-server':
       if (rest[0] === 'forward') await forwardCommand(rest.slice(1));

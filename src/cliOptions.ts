@@ -19,8 +19,14 @@ export const USAGE = `usage: corral exec-server --listen ws://127.0.0.1:0 [optio
                                one process's output with its times as asciicast v2 (asciinema plays it)
        corral audit replay SESSION PROCESS [--db FILE] [--speed N] [--max-idle S] [--raw]
                                one process's output at its recorded pace; terminal controls escaped unless --raw
+       corral audit verify [--db FILE | --export FILE] [--public-key KEY|@FILE] [--json]
+                               whether the audit trail's hash chain holds (exit 0) or where it breaks (exit 1)
        corral doctor [--json] [sandbox options]
                                what this machine can sandbox, and what to change
+       corral selftest [--json] [sandbox options]
+                               known escapes tried against this machine's sandbox; exit 1 when one gets out
+       corral approvals list|allow|deny|rules|revoke|wait|repo|accept-repo …
+                               answer the panel's approval prompts from a terminal (corral approvals --help)
 
        corral exec-server --remote URL --environment-id ID --remote-transport direct|noise [--aws-sigv4 …] [options]
        corral exec-server forward --remote URL --environment-id ID --connect URL [remote options]

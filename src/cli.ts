@@ -217,6 +217,14 @@ async function execServerCommand(argv: string[]): Promise<void> {
       ? await firstExecutorCredential(values['environment-id']!)
       : null;
   const listening = remote === undefined ? withPanelCredential(listenerAuth(values), values) : null;
+  // Checked before anything is started (audit database, cgroups, log): a bad value leaves nothing behind.
+  const target = remote === undefined ? listenTarget(values.listen, values['allow-non-loopback']) : null;
+  let relayHosts: RelayHost[] = [];
+  try {
+    relayHosts = values['relay-host'].map(parseRelayHost);
+  } catch (e) {
+    fail((e as Error).message);
+  }
   if (remote !== undefined && values['panel-token-file'])
     fail('--panel-token-file requires a listener, not --remote');
   const sandbox = {
@@ -264,12 +272,6 @@ async function execServerCommand(argv: string[]): Promise<void> {
   };
 
   if (remote !== undefined) {
-    let relayHosts: RelayHost[];
-    try {
-      relayHosts = values['relay-host'].map(parseRelayHost);
-    } catch (e) {
-      fail((e as Error).message);
-    }
     const auth = await registrationAuth(
       values,
       remote,
@@ -324,27 +326,16 @@ async function execServerCommand(argv: string[]): Promise<void> {
     return;
   }
 
-  const listen = values.listen ?? 'ws://127.0.0.1:0';
-  if (listen === 'stdio' || listen === 'stdio://') {
+  if (target === null || target === 'stdio') {
     serveStdio(server, () => stop('stdin closed'));
     log.info('exec-server listening on stdio');
     return;
   }
-  let url: URL;
-  try {
-    url = new URL(listen);
-  } catch {
-    fail(`--listen: not a URL: ${listen}`);
-  }
-  if (url.protocol !== 'ws:') fail(`--listen: expected ws://HOST:PORT or stdio, got ${listen}`);
-  const host = url.hostname.replace(/^\[|\]$/g, '');
-  if (!isLoopback(host) && !values['allow-non-loopback']) {
-    fail(`--listen: ${host} is not a loopback address; pass --allow-non-loopback to expose the server`);
-  }
+  const { host, port } = target;
   const { auth, printedToken, describe } = listening!;
   const listener = await listenWebSocket(server, {
     host,
-    port: url.port === '' ? 0 : Number(url.port),
+    port,
     auth,
     allowedOrigins: values['allow-origin'],
     allowedHosts: values['allow-host'],
@@ -604,6 +595,30 @@ async function auditCommand(argv: string[]): Promise<void> {
   process.exitCode = await auditMain(argv).catch((e: Error) =>
     isAuditUsageError(e) ? fail(e.message) : fatal(e.message),
   );
+}
+
+/**
+ * `--listen` (default ws://127.0.0.1:0): `stdio`, or the host and port of a ws:// URL on a loopback address (any with
+ * --allow-non-loopback). A bad value fails (exit 2) naming what is wrong.
+ */
+function listenTarget(
+  listen = 'ws://127.0.0.1:0',
+  allowNonLoopback = false,
+): 'stdio' | { host: string; port: number } {
+  if (listen === 'stdio' || listen === 'stdio://') return 'stdio';
+  const port = /^ws:\/\/(?:\[[^\]]*\]|[^/:?#]*):(\d+)(?:[/?#]|$)/i.exec(listen)?.[1];
+  if (port !== undefined && Number(port) > 65535) fail(`--listen: port ${port} is out of range (0-65535)`);
+  let url: URL;
+  try {
+    url = new URL(listen);
+  } catch {
+    fail(`--listen: not a URL: ${listen}`);
+  }
+  if (url.protocol !== 'ws:') fail(`--listen: expected ws://HOST:PORT or stdio, got ${listen}`);
+  const host = url.hostname.replace(/^\[|\]$/g, '');
+  if (!isLoopback(host) && !allowNonLoopback)
+    fail(`--listen: ${host} is not a loopback address; pass --allow-non-loopback to expose the server`);
+  return { host, port: url.port === '' ? 0 : Number(url.port) };
 }
 
 /** `--help` or `-h` among a command's own options (not after a `--`). */

@@ -1,0 +1,74 @@
+/**
+ * The command line's own answers. Every `corral` command answers `--help` (and `-h`) with the usage on stdout and
+ * exit 0, and the usage names every command: `serve --help`, `audit export --help`, `doctor -h` and `selftest --help`
+ * were refused as unknown options (exit 1) before. A `-h` after `--` is not a request for help. A bad `--listen` is
+ * refused before anything is started: it used to open the audit database and set up cgroups first.
+ */
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { CORRAL_BIN } from '../helpers/cli.js';
+
+const corral = (args: string[]) => {
+  const r = spawnSync(process.execPath, [CORRAL_BIN, ...args], { encoding: 'utf8', timeout: 30_000 });
+  return { code: r.status, stdout: r.stdout, stderr: r.stderr };
+};
+
+test('each command answers --help and -h with the whole usage, exit 0', () => {
+  const whole = corral(['--help']);
+  assert.equal(whole.code, 0, whole.stderr);
+  for (const line of [
+    'corral exec-server --listen',
+    'corral serve',
+    'corral audit export',
+    'corral audit replay',
+    'corral audit verify',
+    'corral doctor',
+    'corral selftest',
+    'corral approvals',
+  ])
+    assert.ok(whole.stdout.includes(line), `the usage names ${line}`);
+  for (const args of [
+    ['exec-server', '--help'],
+    ['serve', '--help'],
+    ['serve', '--port', '0', '-h'],
+    ['audit', '--help'],
+    ['audit', 'export', '--help'],
+    ['audit', 'verify', '-h'],
+    ['doctor', '--help'],
+    ['selftest', '-h'],
+  ]) {
+    const r = corral(args);
+    assert.deepEqual({ code: r.code, stdout: r.stdout, stderr: r.stderr }, { ...whole }, args.join(' '));
+  }
+});
+
+test('a -h after -- is not a request for help', () => {
+  const r = corral(['doctor', '--', '-h']);
+  assert.notEqual(r.code, 0);
+  assert.ok(!r.stdout.startsWith('usage:'), r.stdout);
+});
+
+test('a bad --listen is refused, naming what is wrong, before anything is started', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'corral-listen-'));
+  try {
+    const db = join(dir, 'audit.db');
+    for (const [listen, said] of [
+      ['ws://127.0.0.1:99999', '--listen: port 99999 is out of range (0-65535)'],
+      ['ws://[::1]:70000', '--listen: port 70000 is out of range (0-65535)'],
+      ['http://127.0.0.1:0', '--listen: expected ws://HOST:PORT or stdio, got http://127.0.0.1:0'],
+      ['ws://', '--listen: not a URL: ws://'],
+    ]) {
+      const r = corral(['exec-server', '--listen', listen!, '--audit-db', db]);
+      assert.equal(r.code, 2, r.stderr);
+      assert.ok(r.stderr.startsWith(`corral: ${said}\n`), r.stderr);
+      assert.equal(r.stdout, '');
+      assert.ok(!existsSync(db), `${listen}: the audit database was opened`);
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});

@@ -35,6 +35,7 @@ import {
   configFail,
 } from './codexFlags.js';
 import { doctorCommand } from './doctor/report.js';
+import { joinTarget } from './fleet/fleet.js';
 import { cgroupHost } from './process/cgroup.js';
 import { JoinParams, parseJoinText } from './protocol/fleet.js';
 import { EnvironmentId } from './protocol/remote.js';
@@ -530,6 +531,12 @@ function parseJoin(text: string): JoinParams {
     fail(`--join: ${i.path.join('.') || 'url'}: ${i.message}`);
   }
   if (!token) fail("--join: the server's panel token is missing (#token-file=PATH)");
+  // The URL as the fleet will take it, checked before anything is started.
+  try {
+    joinTarget(r.data);
+  } catch (e) {
+    fail(`--join: ${(e as Error).message.replace(/^fleet\/join: /, '')}`);
+  }
   return r.data;
 }
 

@@ -2,11 +2,12 @@
  * The command line's own answers. Every `corral` command answers `--help` (and `-h`) with the usage on stdout and
  * exit 0, and the usage names every command: `serve --help`, `audit export --help`, `doctor -h` and `selftest --help`
  * were refused as unknown options (exit 1) before. A `-h` after `--` is not a request for help. A bad `--listen` is
- * refused before anything is started: it used to open the audit database and set up cgroups first.
+ * refused before anything is started: it used to open the audit database and set up cgroups first; so is a `--join`
+ * URL the fleet would refuse (the host was started, then the join failed).
  */
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
@@ -67,6 +68,27 @@ test('a bad --listen is refused, naming what is wrong, before anything is starte
       assert.ok(r.stderr.startsWith(`corral: ${said}\n`), r.stderr);
       assert.equal(r.stdout, '');
       assert.ok(!existsSync(db), `${listen}: the audit database was opened`);
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('a --join URL the fleet would refuse is refused before anything is started', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'corral-join-'));
+  try {
+    const db = join(dir, 'audit.db');
+    const tokenFile = join(dir, 'token');
+    writeFileSync(tokenFile, `${'t'.repeat(32)}\n`, { mode: 0o600 });
+    for (const [url, said] of [
+      ['notaurl', '--join: url is not a URL: notaurl'],
+      ['ftp://127.0.0.1:1', '--join: url must be ws://, wss://, http:// or https://, not ftp:'],
+      ['ws://user:pw@127.0.0.1:1', '--join: url must not hold a user or password'],
+    ]) {
+      const r = corral(['serve', '--join', `${url}#token-file=${tokenFile}`, '--audit-db', db]);
+      assert.equal(r.code, 2, r.stderr);
+      assert.ok(r.stderr.startsWith(`corral: ${said}\n`), r.stderr);
+      assert.ok(!existsSync(db), `${url}: the audit database was opened`);
     }
   } finally {
     rmSync(dir, { recursive: true, force: true });

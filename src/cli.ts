@@ -15,6 +15,8 @@ import {
 } from './cliAuth.js';
 import {
   AUDIT_OPTIONS,
+  allowedHosts,
+  allowedOrigins,
   auditOptions,
   fail,
   fatal,
@@ -220,6 +222,8 @@ async function execServerCommand(argv: string[]): Promise<void> {
   const listening = remote === undefined ? withPanelCredential(listenerAuth(values), values) : null;
   // Checked before anything is started (audit database, cgroups, log): a bad value leaves nothing behind.
   const target = remote === undefined ? listenTarget(values.listen, values['allow-non-loopback']) : null;
+  const origins = allowedOrigins(values['allow-origin']);
+  const hosts = allowedHosts(values['allow-host']);
   let relayHosts: RelayHost[] = [];
   try {
     relayHosts = values['relay-host'].map(parseRelayHost);
@@ -338,8 +342,8 @@ async function execServerCommand(argv: string[]): Promise<void> {
     host,
     port,
     auth,
-    allowedOrigins: values['allow-origin'],
-    allowedHosts: values['allow-host'],
+    allowedOrigins: origins,
+    allowedHosts: hosts,
   });
   listener.readiness.register('audit', audit.ready);
   closeListener = () => listener.close();

@@ -1,5 +1,6 @@
 /** The command line of `corral exec-server` and `corral serve`: usage, and the options parsed into server settings (the
  * credentials are cliAuth.ts). */
+import { isIP } from 'node:net';
 import { type AuditOptions, defaultAuditPath } from './audit/index.js';
 import { CODEX_171_USAGE } from './codexFlags.js';
 import { WeakerGuarantee } from './protocol/exec.js';
@@ -138,6 +139,37 @@ export type LimitValues = {
   'pids-max'?: string;
   'memory-max'?: string;
 };
+
+/**
+ * `--allow-origin` values, each as a browser sends its Origin (the listener compares them as text): http(s) as the
+ * URL's origin (lowercase, no default port, no path or trailing slash), any other scheme as `scheme://authority`.
+ * A value that could never match fails, naming what a browser would send.
+ */
+export function allowedOrigins(values: readonly string[]): string[] {
+  for (const v of values) {
+    let u: URL | null = null;
+    try {
+      u = new URL(v);
+    } catch {
+      u = null;
+    }
+    if (u && (u.protocol === 'http:' || u.protocol === 'https:')) {
+      if (u.origin !== v) fail(`--allow-origin: a browser sends ${u.origin}, never ${v}`);
+    } else if (!/^[a-z][a-z0-9+.-]*:\/\/[^/?#\s]+$/.test(v))
+      fail(`--allow-origin: not an origin (scheme://host[:port], as a browser sends it): ${v}`);
+  }
+  return [...values];
+}
+
+/** `--allow-host` values: host names or IP addresses as a Host header names them (an IPv6 one without brackets). */
+export function allowedHosts(values: readonly string[]): string[] {
+  return values.map((v) => {
+    const bare = v.replace(/^\[(.*)\]$/, '$1');
+    if (isIP(bare) === 0 && !/^[a-z0-9_](?:[a-z0-9_.-]*[a-z0-9_])?$/i.test(bare))
+      fail(`--allow-host: not a host name or IP address (no scheme, port or path): ${v}`);
+    return bare;
+  });
+}
 
 export function positiveInt(flag: string, text: string): number {
   const n = Number(text);

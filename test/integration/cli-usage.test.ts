@@ -3,7 +3,8 @@
  * exit 0, and the usage names every command: `serve --help`, `audit export --help`, `doctor -h` and `selftest --help`
  * were refused as unknown options (exit 1) before. A `-h` after `--` is not a request for help. A bad `--listen` is
  * refused before anything is started: it used to open the audit database and set up cgroups first; so is a `--join`
- * URL the fleet would refuse (the host was started, then the join failed).
+ * URL the fleet would refuse (the host was started, then the join failed), and an `--allow-origin` or `--allow-host`
+ * that could never match (they were taken as given: `--allow-origin http://localhost:3000/` allowed nothing).
  */
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -92,5 +93,40 @@ test('a --join URL the fleet would refuse is refused before anything is started'
     }
   } finally {
     rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('--allow-origin and --allow-host values that could never match are refused, naming what would', () => {
+  for (const [args, said] of [
+    [
+      ['--allow-origin', 'notanorigin'],
+      '--allow-origin: not an origin (scheme://host[:port], as a browser sends it): notanorigin',
+    ],
+    [
+      ['--allow-origin', 'http://localhost:3000/'],
+      '--allow-origin: a browser sends http://localhost:3000, never http://localhost:3000/',
+    ],
+    [
+      ['--allow-origin', 'HTTP://LOCALHOST'],
+      '--allow-origin: a browser sends http://localhost, never HTTP://LOCALHOST',
+    ],
+    [
+      ['--allow-origin', 'https://localhost:443'],
+      '--allow-origin: a browser sends https://localhost, never https://localhost:443',
+    ],
+    [['--allow-host', ''], '--allow-host: not a host name or IP address (no scheme, port or path): '],
+    [
+      ['--allow-host', 'corral.svc:8888'],
+      '--allow-host: not a host name or IP address (no scheme, port or path): corral.svc:8888',
+    ],
+    [
+      ['--allow-host', 'http://corral.svc'],
+      '--allow-host: not a host name or IP address (no scheme, port or path): http://corral.svc',
+    ],
+  ] as const) {
+    const r = corral(['exec-server', '--listen', 'ws://127.0.0.1:0', '--no-audit', ...args]);
+    assert.equal(r.code, 2, `${args.join(' ')}: ${r.stderr}`);
+    assert.ok(r.stderr.startsWith(`corral: ${said}\n`), r.stderr);
+    assert.equal(r.stdout, '');
   }
 });

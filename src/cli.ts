@@ -37,7 +37,7 @@ import {
   configFail,
 } from './codexFlags.js';
 import { doctorCommand } from './doctor/report.js';
-import { joinTarget } from './fleet/fleet.js';
+import { joinKey, joinTarget } from './fleet/fleet.js';
 import { cgroupHost } from './process/cgroup.js';
 import { JoinParams, parseJoinText } from './protocol/fleet.js';
 import { EnvironmentId } from './protocol/remote.js';
@@ -514,6 +514,18 @@ async function forwardCommand(argv: string[]): Promise<void> {
   });
 }
 
+/** The `--join` values, each checked, and no server twice (the fleet would refuse the second at start). */
+function parseJoins(texts: readonly string[]): JoinParams[] {
+  const seen = new Set<string>();
+  return texts.map((text) => {
+    const j = parseJoin(text);
+    const key = joinKey(joinTarget(j));
+    if (seen.has(key)) fail(`--join: ${joinTarget(j).shownUrl} is given twice`);
+    seen.add(key);
+    return j;
+  });
+}
+
 /** One `--join URL`: the credential from #token-file= (never the URL: argv is public), headers and name. */
 function parseJoin(text: string): JoinParams {
   let t: ReturnType<typeof parseJoinText>;
@@ -564,7 +576,7 @@ async function serveCommand(argv: string[]): Promise<void> {
   const level = values['log-level'] as LogLevel;
   if (!['error', 'warn', 'info', 'debug'].includes(level)) fail(`--log-level: unknown level ${level}`);
   const audit = auditOptions(values);
-  const join = values.join.map(parseJoin);
+  const join = parseJoins(values.join);
   const sandbox = sandboxOptions(values);
   const port = Number(values.port);
   if (!Number.isInteger(port) || port < 0 || port > 65535) fail('--port must be 0..65535');

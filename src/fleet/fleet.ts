@@ -112,6 +112,8 @@ interface Joined {
   name: string;
   /** The URL as shown: no credential. */
   url: string;
+  /** Which server it is (joinKey): a second join of the same one is refused. */
+  key: string;
   link: RemoteLink;
   mirror: ServerMirror;
   rejected: number;
@@ -146,6 +148,18 @@ export function joinTarget(p: JoinParams): { target: LinkTarget; shownUrl: strin
   };
 }
 
+/**
+ * Which server a join reaches: its URL without the credential, and the upgrade headers that pick a server behind one
+ * URL (the agent-sandbox router's X-Sandbox-ID), names in lowercase. Two joins with one key would mirror the same
+ * processes twice.
+ */
+export function joinKey(t: { shownUrl: string; target: { headers: Record<string, string> } }): string {
+  const headers = Object.entries(t.target.headers)
+    .map(([k, v]) => [k.toLowerCase(), v] as const)
+    .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  return JSON.stringify([t.shownUrl, headers]);
+}
+
 export class Fleet implements JoinedServers {
   private readonly joined = new Map<string, Joined>();
   private nextId = 1;
@@ -167,7 +181,12 @@ export class Fleet implements JoinedServers {
   // ---- joining -------------------------------------------------------------------------------------------------
 
   join(params: JoinParams): MonitorServer {
-    const { target, shownUrl, name } = joinTarget(params);
+    const t = joinTarget(params);
+    const { target, shownUrl, name } = t;
+    const key = joinKey(t);
+    for (const other of this.joined.values())
+      if (other.key === key)
+        throw invalidRequest(`fleet/join: ${shownUrl} is joined already, as ${other.id} (${other.name})`);
     // The credential is a secret of this host from now on: no child of it may see it.
     this.server.protectSecrets([target.token]);
     const id = `s${this.nextId++}`;
@@ -175,6 +194,7 @@ export class Fleet implements JoinedServers {
       id,
       name,
       url: shownUrl,
+      key,
       link: null as unknown as RemoteLink,
       mirror: null as unknown as ServerMirror,
       rejected: 0,

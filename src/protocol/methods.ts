@@ -374,7 +374,7 @@ export const METHODS = {
     fleet.JoinParams,
     'FleetJoinParams',
     fleet.JoinResult,
-    "Joins another Corral server by URL and its panel credential: its processes, sessions, network events and approvals join this host's feed, tagged with its `server`.",
+    "Joins another Corral server by URL and its panel credential: its processes, sessions, network events and approvals join this host's feed, tagged with its `server`. A server joined already (the same URL, credential aside, and the same upgrade headers) is refused (-32600), naming the `server` it is.",
   ),
   'fleet/leave': method(
     'panel',

@@ -3,7 +3,7 @@
  * exit 0, and the usage names every command: `serve --help`, `audit export --help`, `doctor -h` and `selftest --help`
  * were refused as unknown options (exit 1) before. A `-h` after `--` is not a request for help. A bad `--listen` is
  * refused before anything is started: it used to open the audit database and set up cgroups first; so is a `--join`
- * URL the fleet would refuse (the host was started, then the join failed), and an `--allow-origin` or `--allow-host`
+ * URL the fleet would refuse or a server joined twice (the host was started, then the join failed), and an `--allow-origin` or `--allow-host`
  * that could never match (they were taken as given: `--allow-origin http://localhost:3000/` allowed nothing).
  */
 import assert from 'node:assert/strict';
@@ -91,6 +91,19 @@ test('a --join URL the fleet would refuse is refused before anything is started'
       assert.ok(r.stderr.startsWith(`corral: ${said}\n`), r.stderr);
       assert.ok(!existsSync(db), `${url}: the audit database was opened`);
     }
+    // The same server twice (the fleet would mirror it twice): one URL, with and without its trailing slash.
+    const twice = corral([
+      'serve',
+      '--join',
+      `ws://127.0.0.1:1#token-file=${tokenFile}`,
+      '--join',
+      `ws://127.0.0.1:1/#token-file=${tokenFile}`,
+      '--audit-db',
+      db,
+    ]);
+    assert.equal(twice.code, 2, twice.stderr);
+    assert.ok(twice.stderr.startsWith('corral: --join: ws://127.0.0.1:1/ is given twice\n'), twice.stderr);
+    assert.ok(!existsSync(db));
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

@@ -300,6 +300,13 @@ describe('fleet host: joined servers in one monitor', () => {
       await bad({ url: 'ws://127.0.0.1:1/', token: 't', headers: { 'X-A': 'a\r\nB: c' } }),
       /headers/,
     );
+    // A server joined already (the same URL, credential aside, and the same upgrade headers) would be mirrored twice.
+    assert.match(
+      await bad({ url: `${c.listener.url}/?token=other`, token: c.tokens.panel }),
+      /is joined already, as s\d+ \(server-c\)/,
+    );
+    const listed = (await panel.request('fleet/list', {})) as { servers: MonitorServer[] };
+    assert.equal(listed.servers.filter((s) => s.name === 'server-c').length, 1);
   });
 });
 

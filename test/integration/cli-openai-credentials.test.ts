@@ -445,23 +445,31 @@ describe('exec-server: OpenAI-account credentials checked and used as codex 0.17
       assert.ok(!r.stdout.includes(SECRET_SIG) && !r.stderr.includes(SECRET_SIG), 'the key was printed');
       for (const [path, bytes] of r.files)
         assert.ok(!bytes.includes(SECRET_SIG), `the key was written to ${path}`);
-      // A stdin bearer wins over the variable (as in codex 0.171).
+    } finally {
+      await registry.close();
+    }
+    // A stdin bearer wins over the variable (as in codex 0.171). Its registry accepts that bearer: one that refused it
+    // raced the stdin close (a 401 read first is exit 1).
+    const stdinRegistry = await startFakeRegistry({
+      executorAuth: { kind: 'bearer', token: 'bearer-from-stdin' },
+    });
+    try {
       const stdinBearer = await corral(
-        [...directAt(registry.url, 'env-2'), '--registration-bearer-stdin', '--exit-on-stdin-close'],
+        [...directAt(stdinRegistry.url, 'env-2'), '--registration-bearer-stdin', '--exit-on-stdin-close'],
         {
           env: { CODEX_API_KEY: key },
           feed: async (stdin) => {
             stdin.write('bearer-from-stdin\n');
-            await registry.waitForRequests('register', 2, 30_000);
+            await stdinRegistry.waitForRequests('register', 1, 30_000);
             stdin.end();
           },
         },
       );
       assert.equal(stdinBearer.code, 0, `exit code (stderr: ${stdinBearer.stderr})`);
-      const second = registry.requests.filter((x) => x.kind === 'register')[1]!;
-      assert.equal(second.headers.authorization, 'Bearer bearer-from-stdin');
+      const register = stdinRegistry.requests.find((x) => x.kind === 'register')!;
+      assert.equal(register.headers.authorization, 'Bearer bearer-from-stdin');
     } finally {
-      await registry.close();
+      await stdinRegistry.close();
     }
     // Codex's host rule (a pure check: no address is dialled).
     for (const ok of [

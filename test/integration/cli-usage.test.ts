@@ -1,10 +1,12 @@
 /**
  * The command line's own answers. Every `corral` command answers `--help` (and `-h`) with the usage on stdout and
  * exit 0, and the usage names every command: `serve --help`, `audit export --help`, `doctor -h` and `selftest --help`
- * were refused as unknown options (exit 1) before. A `-h` after `--` is not a request for help. A bad `--listen` is
- * refused before anything is started: it used to open the audit database and set up cgroups first; so is a `--join`
- * URL the fleet would refuse or a server joined twice (the host was started, then the join failed), and an `--allow-origin` or `--allow-host`
- * that could never match (they were taken as given: `--allow-origin http://localhost:3000/` allowed nothing).
+ * were refused as unknown options (exit 1) before. A `-h` after `--` is not a request for help.
+ *
+ * Bad values are refused before anything is started: a bad `--listen` (it used to open the audit database and set
+ * up cgroups first), a `--join` URL the fleet would refuse or a server joined twice (the host was started, then the
+ * join failed), and an `--allow-origin` or `--allow-host` that could never match (they were taken as given:
+ * `--allow-origin http://localhost:3000/` allowed nothing).
  */
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';

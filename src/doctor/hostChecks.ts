@@ -10,6 +10,8 @@ import { fsWatchAbsence } from '../platform/fsWatch.js';
 import { netNotifyAbsence } from '../platform/netNotify.js';
 import { sandboxLauncher } from '../platform/sandbox.js';
 import {
+  CGROUPS_LINUX_ONLY,
+  CGROUPS_TURNED_OFF,
   type CgroupStatus,
   cgroupHostIfSetUp,
   cgroupMountPoints,
@@ -237,7 +239,7 @@ export function cgroupCheck(): DoctorCheck {
 export function describeCgroups(s: CgroupStatus, live: boolean): DoctorCheck {
   const base = { id: 'cgroup', title: 'cgroups' } as const;
   if (s.version === 'none') {
-    const off = /turned off|Linux only/.test(s.problem ?? '');
+    const off = s.problem === CGROUPS_TURNED_OFF || (s.problem ?? '').startsWith(CGROUPS_LINUX_ONLY);
     const delegate = /not delegated|not writable|also holds other processes/.test(s.problem ?? '');
     return {
       ...base,

@@ -434,13 +434,17 @@ export function previewCgroups(mode = process.env.CORRAL_CGROUPS): CgroupStatus 
   return typeof r === 'string' ? noCgroupStatus(r) : statusOf(r);
 }
 
+/** The problem where there are no cgroups by design (nothing to fix): off by the user, or not Linux. */
+export const CGROUPS_TURNED_OFF = 'cgroups are turned off (CORRAL_CGROUPS=0)';
+export const CGROUPS_LINUX_ONLY = 'cgroups are Linux only';
+
 /** How the problem of a server without a usable cgroup begins (the reasons of each version follow). */
 export const NO_USABLE_CGROUP = 'no usable cgroup, commands run without pids and memory limits: ';
 
 /** The first version, in the order CORRAL_CGROUPS asks, whose plan `use` turns into a setup; else why none. */
 function firstUsable(mode: string | undefined, use: (plan: SetupPlan) => Setup | string): Setup | string {
-  if (process.platform !== 'linux') return `cgroups are Linux only (this is ${process.platform})`;
-  if (mode === '0' || mode === 'off') return 'cgroups are turned off (CORRAL_CGROUPS=0)';
+  if (process.platform !== 'linux') return `${CGROUPS_LINUX_ONLY} (this is ${process.platform})`;
+  if (mode === '0' || mode === 'off') return CGROUPS_TURNED_OFF;
   const tried: string[] = [];
   const order: ['v2' | 'v1', boolean][] =
     mode === 'v2'

@@ -26,6 +26,7 @@ import {
   positiveInt,
   SANDBOX_OPTIONS,
   sandboxOptions,
+  shown,
   USAGE,
 } from './cliOptions.js';
 import { realClock } from './clock.js';
@@ -519,8 +520,9 @@ function parseJoins(texts: readonly string[]): JoinParams[] {
   const seen = new Set<string>();
   return texts.map((text) => {
     const j = parseJoin(text);
-    const key = joinKey(joinTarget(j));
-    if (seen.has(key)) fail(`--join: ${joinTarget(j).shownUrl} is given twice`);
+    const t = joinTarget(j);
+    const key = joinKey(t);
+    if (seen.has(key)) fail(`--join: ${t.shownUrl} is given twice`);
     seen.add(key);
     return j;
   });
@@ -630,17 +632,20 @@ function listenTarget(
 ): 'stdio' | { host: string; port: number } {
   if (listen === 'stdio' || listen === 'stdio://') return 'stdio';
   const port = /^ws:\/\/(?:\[[^\]]*\]|[^/:?#]*):(\d+)(?:[/?#]|$)/i.exec(listen)?.[1];
-  if (port !== undefined && Number(port) > 65535) fail(`--listen: port ${port} is out of range (0-65535)`);
+  if (port !== undefined && Number(port) > 65535)
+    fail(`--listen: port ${shown(port)} is out of range (0-65535)`);
   let url: URL;
   try {
     url = new URL(listen);
   } catch {
-    fail(`--listen: not a URL: ${listen}`);
+    fail(`--listen: not a URL: ${shown(listen)}`);
   }
-  if (url.protocol !== 'ws:') fail(`--listen: expected ws://HOST:PORT or stdio, got ${listen}`);
+  if (url.protocol !== 'ws:') fail(`--listen: expected ws://HOST:PORT or stdio, got ${shown(listen)}`);
   const host = url.hostname.replace(/^\[|\]$/g, '');
   if (!isLoopback(host) && !allowNonLoopback)
-    fail(`--listen: ${host} is not a loopback address; pass --allow-non-loopback to expose the server`);
+    fail(
+      `--listen: ${shown(host)} is not a loopback address; pass --allow-non-loopback to expose the server`,
+    );
   return { host, port: url.port === '' ? 0 : Number(url.port) };
 }
 

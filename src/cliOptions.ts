@@ -140,6 +140,11 @@ export type LimitValues = {
   'memory-max'?: string;
 };
 
+/** A value the user gave, as an error message repeats it: at most 200 characters. */
+export function shown(v: string): string {
+  return v.length > 200 ? `${v.slice(0, 200)}…` : v;
+}
+
 /**
  * `--allow-origin` values, each as a browser sends its Origin (the listener compares them as text): http(s) as the
  * URL's origin (lowercase, no default port, no path or trailing slash), any other scheme as `scheme://authority`.
@@ -147,16 +152,23 @@ export type LimitValues = {
  */
 export function allowedOrigins(values: readonly string[]): string[] {
   for (const v of values) {
+    // A scheme, `://`, a host name of at most 253 characters (DNS) and a port.
+    if (v.length > 300) fail(`--allow-origin: longer than any origin a browser sends: ${shown(v)}`);
     let u: URL | null = null;
     try {
       u = new URL(v);
     } catch {
       u = null;
     }
-    if (u && (u.protocol === 'http:' || u.protocol === 'https:')) {
-      if (u.origin !== v) fail(`--allow-origin: a browser sends ${u.origin}, never ${v}`);
-    } else if (!/^[a-z][a-z0-9+.-]*:\/\/[^/?#\s]+$/.test(v))
-      fail(`--allow-origin: not an origin (scheme://host[:port], as a browser sends it): ${v}`);
+    if (/^https?:/i.test(v)) {
+      if (u?.origin !== v)
+        fail(
+          u
+            ? `--allow-origin: a browser sends ${shown(u.origin)}, never ${shown(v)}`
+            : `--allow-origin: not an origin (scheme://host[:port], as a browser sends it): ${shown(v)}`,
+        );
+    } else if (!u || !/^[a-z][a-z0-9+.-]*:\/\/[^/?#\s]+$/.test(v))
+      fail(`--allow-origin: not an origin (scheme://host[:port], as a browser sends it): ${shown(v)}`);
   }
   return [...values];
 }
@@ -165,8 +177,8 @@ export function allowedOrigins(values: readonly string[]): string[] {
 export function allowedHosts(values: readonly string[]): string[] {
   return values.map((v) => {
     const bare = v.replace(/^\[(.*)\]$/, '$1');
-    if (isIP(bare) === 0 && !/^[a-z0-9_](?:[a-z0-9_.-]*[a-z0-9_])?$/i.test(bare))
-      fail(`--allow-host: not a host name or IP address (no scheme, port or path): ${v}`);
+    if (isIP(bare) === 0 && (bare.length > 253 || !/^[a-z0-9_](?:[a-z0-9_.-]*[a-z0-9_])?$/i.test(bare)))
+      fail(`--allow-host: not a host name or IP address (no scheme, port or path): ${shown(v)}`);
     return bare;
   });
 }

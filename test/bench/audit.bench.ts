@@ -15,8 +15,8 @@ import { RpcClient } from '../helpers/client.js';
 import {
   BenchClient,
   concurrency,
-  findReferenceCodex,
   pct,
+  referenceCodex,
   startLatencies,
   startServer,
   stopServer,
@@ -189,9 +189,9 @@ export async function run(): Promise<BenchRow[]> {
     const off = await corral('off', ['--no-audit']);
     const on = await corral('on', ['--audit-db', join(dir, 'hot.db')]);
     let ref: HotPath | null = null;
-    const codex = findReferenceCodex();
-    if (codex) {
-      const s = await startServer(codex, ['exec-server', '--listen', 'ws://127.0.0.1:0'], {
+    const codex = referenceCodex('0.120.0');
+    if ('binary' in codex) {
+      const s = await startServer(codex.binary, ['exec-server', '--listen', 'ws://127.0.0.1:0'], {
         ...process.env,
         CODEX_HOME: join(root, '.cache', 'codex-home-bench'),
       });
@@ -235,6 +235,9 @@ export async function run(): Promise<BenchRow[]> {
         unit: 'proc/s',
         target: '≥ 1.8× ref',
       },
+      ...('missing' in codex
+        ? [{ section, metric: `reference skipped: ${codex.missing}`, corral: 'n/a', unit: '' }]
+        : []),
     );
 
     // ---- text search over 100k processes ---------------------------------------------------------------------

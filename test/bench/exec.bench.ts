@@ -1,9 +1,9 @@
 /**
  * Exec-server benchmarks (issue 2): start→closed latency for `true`, 64 MiB of stdout through notifications, and 64
- * concurrent short processes. One client, the same for Corral and (when installed in .cache/codex) the reference
- * `codex exec-server` 0.120.0, each server in its own process, on loopback.
+ * concurrent short processes. One client, the same for Corral and the reference `codex exec-server` 0.120.0
+ * (referenceCodex: installed into .cache/codex when missing), each server in its own process, on loopback.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -336,9 +336,40 @@ async function measure(url: string, tag: string, serverPid: number): Promise<Fig
   };
 }
 
-/** The reference server binary from the Codex npm package, when installed in .cache/codex/<version>. */
-export function findReferenceCodex(version = '0.120.0'): string | null {
-  return codexBinary(version);
+const referenceCache = new Map<string, { binary: string } | { missing: string }>();
+
+/**
+ * The reference server of a released Codex version: its native binary in .cache/codex/<version>, installed there by
+ * scripts/install-codex.mjs first when it is missing (from the npm registry; the e2e matrix shares the cache), so that
+ * `npm run bench` on a fresh machine has its reference rows. `missing` says why not (no registry, no such version);
+ * asked once per version and run.
+ */
+export function referenceCodex(version: string): { binary: string } | { missing: string } {
+  const known = referenceCache.get(version);
+  if (known) return known;
+  let binary = codexBinary(version);
+  let missing = '';
+  if (!binary) {
+    console.error(`bench: installing codex ${version} into .cache/codex (scripts/install-codex.mjs)`);
+    const run = spawnSync(process.execPath, [join(root, 'scripts', 'install-codex.mjs'), version], {
+      encoding: 'utf8',
+      timeout: 600_000,
+    });
+    binary = codexBinary(version);
+    if (!binary) {
+      let status: { message?: string } | undefined;
+      try {
+        status = JSON.parse(readFileSync(join(root, '.cache', 'codex', 'status.json'), 'utf8'))[version];
+      } catch {
+        // no status written: the installer's own output says why
+      }
+      const said = `${run.stdout ?? ''}${run.stderr ?? ''}`.trim();
+      missing = `codex ${version} could not be installed: ${status?.message ?? (said || run.error?.message || 'no binary after the install')}`;
+    }
+  }
+  const found = binary ? { binary } : { missing };
+  referenceCache.set(version, found);
+  return found;
 }
 
 /**
@@ -422,11 +453,11 @@ export async function run(): Promise<BenchRow[]> {
     rmSync(auditDir, { recursive: true, force: true });
   }
   let ref: Figures | null = null;
-  const codex = findReferenceCodex();
-  if (codex) {
+  const codex = referenceCodex('0.120.0');
+  if ('binary' in codex) {
     const home = join(root, '.cache', 'codex-home-bench');
     mkdirSync(home, { recursive: true });
-    const server = await startServer(codex, ['exec-server', '--listen', 'ws://127.0.0.1:0'], {
+    const server = await startServer(codex.binary, ['exec-server', '--listen', 'ws://127.0.0.1:0'], {
       ...process.env,
       CODEX_HOME: home,
     });
@@ -494,5 +525,8 @@ export async function run(): Promise<BenchRow[]> {
       corral: `${Math.round(cost.warm[0])} / ${Math.round(cost.warm[1])}`,
       unit: 'proc/s',
     },
+    ...('missing' in codex
+      ? [{ section, metric: `reference skipped: ${codex.missing}`, corral: 'n/a', unit: '' }]
+      : []),
   ];
 }

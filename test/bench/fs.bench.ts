@@ -15,7 +15,7 @@ import { createInterface } from 'node:readline';
 import { pathToFileURL } from 'node:url';
 import { RpcClient } from '../helpers/client.js';
 import { entry, managedContext, rootEntry } from '../hostile/fs-util.js';
-import { findReferenceCodex } from './exec.bench.js';
+import { referenceCodex } from './exec.bench.js';
 import type { BenchRow } from './types.js';
 
 const root = join(import.meta.dirname, '..', '..');
@@ -105,8 +105,9 @@ export async function run(): Promise<BenchRow[]> {
  */
 async function againstCodex(c: RpcClient, dir: string): Promise<BenchRow[]> {
   const section = 'fs/* against codex 0.171 (4 KiB, request→response p50)';
-  const bin = findReferenceCodex('0.171.0');
-  if (!bin) return [{ section, metric: 'skipped: codex 0.171.0 is not cached', corral: 'n/a', unit: '' }];
+  const codex = referenceCodex('0.171.0');
+  if ('missing' in codex) return [{ section, metric: `skipped: ${codex.missing}`, corral: 'n/a', unit: '' }];
+  const bin = codex.binary;
   const home = join(root, '.cache', 'codex-home-bench');
   mkdirSync(home, { recursive: true });
   const proc = spawn(bin, ['exec-server', '--listen', 'ws://127.0.0.1:0'], {

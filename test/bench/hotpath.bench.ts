@@ -32,7 +32,7 @@ import { AUDIT_THREAD_NAME } from '../../src/audit/trail.js';
 import { spawnerKind, spawnPipedWith } from '../../src/process/spawner.js';
 import { prepareLaunch, startSandbox } from '../../src/sandbox/index.js';
 import { seed, seedParam } from '../integration/sandbox-util.js';
-import { BenchClient, cpuMs, pct, startServer, stopServer } from './exec.bench.js';
+import { BenchClient, cpuMs, pct, referenceCodex, startServer, stopServer } from './exec.bench.js';
 import { benchWorkspace, breakdown } from './hotpathPhases.js';
 import { MOUNTINFO, sameMounts, serverHiddenPaths } from './sameSandbox.js';
 import { readyTracefs, slowStartCauses } from './slowStarts.js';
@@ -129,33 +129,6 @@ export async function variantTargets(
     out.push({ name: `Corral ${label}`, argv: args(cli, dir) });
   }
   return out;
-}
-
-/** A Codex reference binary: in .cache/codex/<version> (exec.bench.ts) or /work/codex-ref/<minor> (issue 32). */
-function findCodex(version: string): string | null {
-  const dirs = [
-    join(root, '.cache', 'codex', version),
-    join(process.env.CODEX_REF_DIR ?? '/work/codex-ref', version.split('.')[1]!),
-    join(process.env.CODEX_REF_DIR ?? '/work/codex-ref', version),
-  ];
-  for (const d of dirs) {
-    const vendor = join(d, 'node_modules', '@openai', 'codex-linux-x64', 'vendor');
-    let triples: string[];
-    try {
-      triples = readdirSync(vendor);
-    } catch {
-      continue;
-    }
-    for (const t of triples)
-      for (const rel of ['codex/codex', 'bin/codex']) {
-        try {
-          if (statSync(join(vendor, t, rel)).isFile()) return join(vendor, t, rel);
-        } catch {
-          // not this layout
-        }
-      }
-  }
-  return null;
 }
 
 export interface Target {
@@ -643,18 +616,15 @@ export async function run(): Promise<BenchRow[]> {
         skipped.push(`codex ${v}: HOTPATH_SKIP names codex`);
         continue;
       }
-      const bin = findCodex(v);
-      if (bin)
+      const codex = referenceCodex(v);
+      if ('binary' in codex)
         targets.push({
           name: `codex exec-server ${v}`,
-          argv: [bin, 'exec-server', '--listen', 'ws://127.0.0.1:0'],
+          argv: [codex.binary, 'exec-server', '--listen', 'ws://127.0.0.1:0'],
           env: { ...process.env, CODEX_HOME: home },
           ...(v === '0.171.0' ? { extra: { cwd: 'file:///tmp' } } : {}),
         });
-      else
-        skipped.push(
-          `codex ${v}: not installed (npm install @openai/codex@${v} in /work/codex-ref/${v.split('.')[1]} or .cache/codex/${v})`,
-        );
+      else skipped.push(codex.missing);
     }
 
     // Warm the client up once (its receive path gets optimised only after a few hundred MiB), on the stand-in.

@@ -15,6 +15,10 @@ const BINDING = join('build', 'Release', 'better_sqlite3.node');
 
 export type BrokenDriver = 'other-abi' | 'missing';
 
+/** This Node's module ABI (process.versions.modules), and the one an 'other-abi' install's binding says it was built for. */
+export const OUR_ABI = Number(process.versions.modules);
+export const OTHER_ABI = OUR_ABI + 1;
+
 /**
  * The binding's bytes as if built for the Node ABI `abi`: the node_module struct's nm_version and the exported
  * `node_register_module_v<ABI>` initializer name (Node looks for both) say `abi`.
@@ -71,7 +75,7 @@ export function brokenSqliteInstall(kind: BrokenDriver): BrokenInstall {
     cpSync(join(real, 'package.json'), join(copy, 'package.json'));
     cpSync(join(real, 'lib'), join(copy, 'lib'), { recursive: true });
     mkdirSync(join(copy, 'build', 'Release'), { recursive: true });
-    writeFileSync(join(copy, BINDING), withAbi(join(real, BINDING), Number(process.versions.modules) + 1));
+    writeFileSync(join(copy, BINDING), withAbi(join(real, BINDING), OTHER_ABI));
   }
   return { cli: join(dir.path, 'dist', 'cli.js'), cleanup: dir.cleanup };
 }

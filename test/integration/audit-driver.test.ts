@@ -7,11 +7,12 @@ import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { RpcClient } from '../helpers/client.js';
 import { tempDir, until } from '../helpers/server.js';
-import { type BrokenDriver, brokenSqliteInstall, runCli } from './audit-driver-rig.js';
+import { type BrokenDriver, brokenSqliteInstall, OTHER_ABI, OUR_ABI, runCli } from './audit-driver-rig.js';
 
 const FIX: Record<BrokenDriver, RegExp> = {
-  'other-abi':
-    /NODE_MODULE_VERSION 116\b.*to fix it, rebuild it for this Node \(ABI 115\): `npm rebuild better-sqlite3`/,
+  'other-abi': new RegExp(
+    `NODE_MODULE_VERSION ${OTHER_ABI}\\b.*to fix it, rebuild it for this Node \\(ABI ${OUR_ABI}\\): \`npm rebuild better-sqlite3\``,
+  ),
   missing:
     /Cannot find module 'better-sqlite3'.*to fix it, install Corral's dependencies \(`npm ci` in its directory\)/,
 };

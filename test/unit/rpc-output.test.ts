@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { describe, it } from 'node:test';
 import { MAX_CHUNK } from '../../src/process/managedProcess.js';
-import { encodeOutput, encodeOutputs, outputHead } from '../../src/rpc/output.js';
+import { encodeOutput, encodeOutputs, OutputLease, outputHead } from '../../src/rpc/output.js';
 
 /** What each notification must be: the text JSON.stringify gives for the same object. */
 function expected(
@@ -100,5 +100,63 @@ describe('output notifications (src/rpc/output.ts: the one place their text is b
     const copy = Buffer.from(a);
     for (let i = 0; i < 200; i++) encodeOutput(head, i, 'stdout', randomBytes(4000));
     assert.ok(a.equals(copy));
+  });
+
+  describe('leased (a connection’s stdout and stderr: memory carved again once written out)', () => {
+    /** One read's notifications under a lease, with copies of their bytes as built. */
+    const leased = (data: Buffer, firstSeq = 1) => {
+      const lease = new OutputLease();
+      const messages: Buffer[] = [];
+      encodeOutputs(head, firstSeq, 'stdout', data, MAX_CHUNK, messages, lease);
+      return { lease, messages, copies: messages.map((m) => Buffer.from(m)) };
+    };
+
+    it('are what JSON.stringify gives, read after read, with the memory reused', () => {
+      const arenas = new Set<ArrayBufferLike>();
+      for (let i = 0; i < 300; i++) {
+        const data = randomBytes(1 + ((i * 7919) % (64 * 1024)));
+        const r = leased(data, i * 100 + 1);
+        assert.deepEqual(
+          r.messages.map((m) => m.toString()),
+          expected(data, MAX_CHUNK, fields, i * 100 + 1, 'stdout'),
+        );
+        for (const m of r.messages) arenas.add(m.buffer);
+        r.lease.release();
+      }
+      // 300 reads of up to 64 KiB (~27 MB of notifications) in the arenas of one or two reads in flight.
+      assert.ok(arenas.size <= 3, `${arenas.size} arenas`);
+    });
+
+    it('a message is never carved again before its lease is released, whatever is built meanwhile', () => {
+      const held = [leased(randomBytes(64 * 1024)), leased(randomBytes(3000), 50)];
+      for (let i = 0; i < 500; i++) leased(randomBytes(64 * 1024), 1000 + i).lease.release();
+      for (let i = 0; i < 200; i++) encodeOutput(head, i, 'stderr', randomBytes(4000));
+      for (const h of held) {
+        h.messages.forEach((m, i) => {
+          assert.ok(m.equals(h.copies[i]!), `message ${i} changed before its release`);
+        });
+        h.lease.release();
+      }
+    });
+
+    it('a lease never released (its connection closed) keeps its messages intact and costs nothing else', () => {
+      const lost = leased(randomBytes(64 * 1024));
+      for (let i = 0; i < 200; i++) leased(randomBytes(64 * 1024), i).lease.release();
+      lost.messages.forEach((m, i) => {
+        assert.ok(m.equals(lost.copies[i]!));
+      });
+    });
+
+    it('release is idempotent: a second call frees nothing another read holds', () => {
+      const first = leased(randomBytes(20_000));
+      first.lease.release();
+      const second = leased(randomBytes(20_000), 9);
+      first.lease.release();
+      leased(randomBytes(20_000), 99); // would be carved over `second` had the second release counted
+      second.messages.forEach((m, i) => {
+        assert.ok(m.equals(second.copies[i]!));
+      });
+      second.lease.release();
+    });
   });
 });

@@ -67,9 +67,10 @@ function messageBuffer(n: number): Buffer {
  * The arenas of leased messages (encodeOutputs with an OutputLease: a connection's stdout and stderr, most of what a
  * server sends): carved the same way, but their memory is carved again once every message carved from it has been
  * written out. A 64 MiB stream is ~90 MiB of notifications; as arenas that are never reused it is that much memory
- * outside V8's heap made and dropped, which Node 24's V8 (Electron's main process) answers with full mark-compacts
- * (two to three per 64 MiB: ~45 ms of its GC threads, twice the server's whole CPU for the stream on Node 20, which
- * answers with scavenges). Reused, a stream runs in the few arenas its socket has in flight.
+ * outside V8's heap made and dropped, which Node 24's V8 (Electron's main process) answers with full mark-compacts,
+ * two to three per 64 MiB: the stream cost 100-135 ms of server CPU there, against 41-79 ms on Node 20 (whose V8
+ * answers with scavenges), and 39-68 ms on Node 24 with the reuse. Reused, a stream runs in the few arenas its socket
+ * has in flight.
  */
 interface LeasedArena {
   readonly buf: Buffer;
